@@ -1,0 +1,37 @@
+# The two commands README.md promises: `make demo` and `make test`.
+GO ?= go
+BIN := bin/ratebatch
+
+.PHONY: all build demo test test-go lint fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/ratebatch
+
+## demo: the embedded default (emulator + proxy + load, then a report)
+demo: build
+	./$(BIN) demo
+
+## test: everything CI runs
+test: lint test-go
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (default 30s)
+FUZZTIME ?= 30s
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
+
+## bench: the Go benchmarks recorded in docs/BENCHMARKS.md
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,3 @@
+module github.com/ratebatch/ratebatch
+
+go 1.26.0
