@@ -62,4 +62,3 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
-
