@@ -1,0 +1,246 @@
+// Package config owns the schema of ratebatch serve's configuration: defaults,
+// the YAML file, RATEBATCH_* environment variables and command-line flags, in
+// that order of precedence, and validation whose messages name the field.
+//
+// Every scalar option is declared once, as a struct field with a yaml tag and
+// a help tag; the environment variable, the flag and the reference in
+// docs/CONFIG.md are all derived from that declaration, so they cannot drift.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration of `ratebatch serve`.
+type Config struct {
+	Upstream    string `yaml:"upstream" help:"Triton's HTTP base URL, e.g. http://127.0.0.1:8000 (required)"`
+	Listen      string `yaml:"listen" help:"data address: serves Triton's HTTP API to clients"`
+	AdminListen string `yaml:"admin_listen" help:"admin address: /metrics, /status, policy changes; keep it private"`
+	// AdminToken guards mutating admin calls. It is never logged.
+	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
+
+	Policy    Policy        `yaml:"policy"`
+	Limits    Limits        `yaml:"limits"`
+	Upstreams UpstreamOpts  `yaml:"upstream_client"`
+	Power     Power         `yaml:"power"`
+	Log       Log           `yaml:"log"`
+	Discovery time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
+	Grace     time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
+
+	// Models holds per-model overrides; YAML only.
+	Models map[string]Model `yaml:"models" noflag:"true"`
+}
+
+// Policy selects and tunes the batching policy applied to every model that
+// has no override.
+type Policy struct {
+	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, passthrough"`
+	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
+	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
+	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
+	WaitBound     time.Duration `yaml:"wait_bound" help:"longest a partial batch is held (0: the policy's documented default)"`
+	SLA           time.Duration `yaml:"sla" help:"slack: latency target per request when the request carries no timeout parameter"`
+	W1            float64       `yaml:"w1" help:"smdp: weight of mean latency (per ms) in the cost"`
+	W2            float64       `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
+	MaxInFlight   int           `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
+	RowCap        int           `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
+}
+
+// Limits bounds what one client or one burst can cost.
+type Limits struct {
+	MaxBodyBytes      Bytes         `yaml:"max_body_bytes" help:"largest request body accepted (e.g. 64MiB)"`
+	QueueRows         int           `yaml:"queue_rows" help:"rows waiting per model before new requests get 503"`
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" help:"time allowed to read request headers (slow-loris bound)"`
+	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a whole request"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed from the end of the request to the end of the response"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
+	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
+}
+
+// UpstreamOpts tunes the pooled client to Triton.
+type UpstreamOpts struct {
+	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
+	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
+	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
+}
+
+// Power selects where energy figures come from.
+type Power struct {
+	Source     string        `yaml:"source" help:"energy source: none, nvml (this host's GPUs), triton (the upstream's metrics endpoint)"`
+	Interval   time.Duration `yaml:"interval" help:"power sampling interval"`
+	MetricsURL string        `yaml:"metrics_url" help:"triton source: Triton's metrics URL (default: upstream host, port 8002, /metrics)"`
+	GPUs       string        `yaml:"gpus" help:"nvml source: comma-separated GPU indices (empty: all)"`
+}
+
+// Log configures log/slog.
+type Log struct {
+	Level  string `yaml:"level" help:"debug, info, warn or error"`
+	Format string `yaml:"format" help:"text or json"`
+}
+
+// Model overrides the defaults for one model.
+type Model struct {
+	// Policy overrides policy.name for this model; "passthrough" disables batching.
+	Policy string `yaml:"policy"`
+	// ProfileCSV seeds the latency regression (columns batch_size,latency_ms).
+	ProfileCSV string `yaml:"profile_csv"`
+	// MaxBatchSize caps batches below the upstream's max_batch_size (0: upstream's).
+	MaxBatchSize int `yaml:"max_batch_size"`
+	// SLA overrides policy.sla for this model.
+	SLA time.Duration `yaml:"sla"`
+}
+
+// Default returns the configuration used where nothing else is said.
+func Default() Config {
+	return Config{
+		Listen:      ":9000",
+		AdminListen: "127.0.0.1:9002",
+		Policy: Policy{
+			Name:          "batchmonitor",
+			Window:        time.Second,
+			MaxQueueDelay: 5 * time.Millisecond,
+			W1:            1,
+			W2:            0,
+		},
+		Limits: Limits{
+			MaxBodyBytes:      64 << 20,
+			QueueRows:         4096,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			WriteTimeout:      120 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			RetryAfter:        time.Second,
+		},
+		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1},
+		Power:     Power{Source: "none", Interval: 100 * time.Millisecond},
+		Log:       Log{Level: "info", Format: "text"},
+		Discovery: 30 * time.Second,
+		Grace:     30 * time.Second,
+	}
+}
+
+// Policies lists the policy names the config accepts. The policy package
+// owns their meaning; config only refuses typos early.
+var Policies = []string{"batchmonitor", "adhoc", "maxbatch", "static", "smdp", "slack", "elastic", "passthrough"}
+
+// Validate reports the first unusable field, by its YAML path.
+func (c *Config) Validate() error {
+	if c.Upstream == "" {
+		return fieldErr("upstream", "is required (Triton's HTTP URL, e.g. http://127.0.0.1:8000)")
+	}
+	u, err := url.Parse(c.Upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fieldErr("upstream", "must be an http(s) URL with a host, got %q", c.Upstream)
+	}
+	if c.Listen == "" {
+		return fieldErr("listen", "is required")
+	}
+	if c.AdminListen == "" {
+		return fieldErr("admin_listen", "is required")
+	}
+	if c.AdminListen == c.Listen {
+		return fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen)
+	}
+	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {
+		return err
+	}
+	checks := []struct {
+		field string
+		bad   bool
+		msg   string
+	}{
+		{"policy.window", c.Policy.Window <= 0, "must be > 0"},
+		{"policy.max_queue_delay", c.Policy.MaxQueueDelay < 0, "must be >= 0"},
+		{"policy.batch", c.Policy.Batch < 0, "must be >= 0"},
+		{"policy.wait_bound", c.Policy.WaitBound < 0, "must be >= 0"},
+		{"policy.sla", c.Policy.SLA < 0, "must be >= 0"},
+		{"policy.w1", !(c.Policy.W1 >= 0), "must be >= 0"},
+		{"policy.w2", !(c.Policy.W2 >= 0), "must be >= 0"},
+		{"policy.w1", c.Policy.W1 == 0 && c.Policy.W2 == 0, "w1 and w2 cannot both be 0"},
+		{"policy.max_in_flight", c.Policy.MaxInFlight < 0, "must be >= 0"},
+		{"policy.row_cap", c.Policy.RowCap < 0, "must be >= 0"},
+		{"limits.max_body_bytes", c.Limits.MaxBodyBytes <= 0, "must be > 0"},
+		{"limits.queue_rows", c.Limits.QueueRows <= 0, "must be > 0"},
+		{"limits.read_header_timeout", c.Limits.ReadHeaderTimeout <= 0, "must be > 0"},
+		{"limits.read_timeout", c.Limits.ReadTimeout < 0, "must be >= 0"},
+		{"limits.write_timeout", c.Limits.WriteTimeout < 0, "must be >= 0"},
+		{"limits.idle_timeout", c.Limits.IdleTimeout < 0, "must be >= 0"},
+		{"limits.retry_after", c.Limits.RetryAfter < 0, "must be >= 0"},
+		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
+		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
+		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
+		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
+		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
+		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
+	}
+	for _, ch := range checks {
+		if ch.bad {
+			return fieldErr(ch.field, "%s", ch.msg)
+		}
+	}
+	if err := oneOf("power.source", c.Power.Source, "none", "nvml", "triton"); err != nil {
+		return err
+	}
+	if c.Power.MetricsURL != "" {
+		if u, err := url.Parse(c.Power.MetricsURL); err != nil || u.Host == "" {
+			return fieldErr("power.metrics_url", "must be a URL with a host, got %q", c.Power.MetricsURL)
+		}
+	}
+	if err := oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"); err != nil {
+		return err
+	}
+	if err := oneOf("log.format", c.Log.Format, "text", "json"); err != nil {
+		return err
+	}
+	for name, m := range c.Models {
+		path := "models." + name
+		if m.Policy != "" {
+			if err := validPolicyName(path+".policy", m.Policy); err != nil {
+				return err
+			}
+		}
+		if m.MaxBatchSize < 0 {
+			return fieldErr(path+".max_batch_size", "must be >= 0")
+		}
+		if m.SLA < 0 {
+			return fieldErr(path+".sla", "must be >= 0")
+		}
+	}
+	return nil
+}
+
+// ModelPolicy returns the policy name that applies to a model.
+func (c *Config) ModelPolicy(model string) string {
+	if m, ok := c.Models[model]; ok && m.Policy != "" {
+		return m.Policy
+	}
+	return c.Policy.Name
+}
+
+func validPolicyName(field, name string) error {
+	return oneOf(field, name, Policies...)
+}
+
+func oneOf(field, got string, allowed ...string) error {
+	for _, a := range allowed {
+		if got == a {
+			return nil
+		}
+	}
+	return fieldErr(field, "must be one of %s, got %q", strings.Join(allowed, ", "), got)
+}
+
+// FieldError names the configuration field that is wrong.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return "config: " + e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}

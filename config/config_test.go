@@ -1,0 +1,209 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ratebatch.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func flags(t *testing.T, args ...string) *flag.FlagSet {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return fs
+}
+
+func TestPrecedenceFileEnvFlags(t *testing.T) {
+	file := writeFile(t, `
+upstream: http://file:8000
+listen: ":7000"
+policy:
+  name: adhoc
+  window: 2s
+limits:
+  max_body_bytes: 1MiB
+models:
+  resnet:
+    policy: maxbatch
+    max_batch_size: 16
+`)
+	tests := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		check func(t *testing.T, c *Config)
+	}{
+		{"file over defaults", nil, nil, func(t *testing.T, c *Config) {
+			if c.Upstream != "http://file:8000" || c.Listen != ":7000" || c.Policy.Name != "adhoc" || c.Policy.Window != 2*time.Second {
+				t.Fatalf("file values not applied: %+v", c)
+			}
+			if c.Limits.MaxBodyBytes != 1<<20 {
+				t.Fatalf("max_body_bytes = %v", c.Limits.MaxBodyBytes)
+			}
+			if c.Limits.QueueRows != Default().Limits.QueueRows {
+				t.Fatalf("unset field lost its default: %d", c.Limits.QueueRows)
+			}
+			if c.ModelPolicy("resnet") != "maxbatch" || c.ModelPolicy("other") != "adhoc" {
+				t.Fatalf("model policy override wrong")
+			}
+		}},
+		{"env over file", map[string]string{"RATEBATCH_POLICY_NAME": "static", "RATEBATCH_POLICY_WINDOW": "500ms"}, nil, func(t *testing.T, c *Config) {
+			if c.Policy.Name != "static" || c.Policy.Window != 500*time.Millisecond {
+				t.Fatalf("env not applied: %+v", c.Policy)
+			}
+		}},
+		{"flags over env", map[string]string{"RATEBATCH_POLICY_NAME": "static"}, []string{"-policy", "smdp", "-upstream", "http://flag:1"}, func(t *testing.T, c *Config) {
+			if c.Policy.Name != "smdp" || c.Upstream != "http://flag:1" {
+				t.Fatalf("flags not applied: %s %s", c.Policy.Name, c.Upstream)
+			}
+			if c.Listen != ":7000" {
+				t.Fatalf("an unset flag overrode the file: listen %q", c.Listen)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(Source{File: file, LookupEnv: env(tt.env), Flags: flags(t, tt.args...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestBadConfigNamesField(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		env   map[string]string
+		field string
+	}{
+		{"missing upstream", "listen: ':1'", nil, "upstream"},
+		{"bad upstream", "upstream: ftp://x", nil, "upstream"},
+		{"unknown policy", "upstream: http://u\npolicy: {name: fastest}", nil, "policy.name"},
+		{"zero window", "upstream: http://u\npolicy: {window: 0s}", nil, "policy.window"},
+		{"same ports", "upstream: http://u\nlisten: ':1'\nadmin_listen: ':1'", nil, "admin_listen"},
+		{"bad power source", "upstream: http://u\npower: {source: solar}", nil, "power.source"},
+		{"bad model policy", "upstream: http://u\nmodels: {m: {policy: x}}", nil, "models.m.policy"},
+		{"bad env duration", "upstream: http://u", map[string]string{"RATEBATCH_LIMITS_READ_TIMEOUT": "soon"}, "limits.read_timeout"},
+		{"negative queue", "upstream: http://u\nlimits: {queue_rows: -1}", nil, "limits.queue_rows"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(Source{File: writeFile(t, tt.yaml), LookupEnv: env(tt.env)})
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("err = %v, want a FieldError", err)
+			}
+			if fe.Field != tt.field {
+				t.Fatalf("field = %q, want %q (err %v)", fe.Field, tt.field, err)
+			}
+		})
+	}
+}
+
+func TestUnknownYAMLKeyRefused(t *testing.T) {
+	_, err := Load(Source{File: writeFile(t, "upstream: http://u\npolicy:\n  windw: 1s\n")})
+	if err == nil || !strings.Contains(err.Error(), "windw") {
+		t.Fatalf("err = %v, want it to name the unknown key", err)
+	}
+}
+
+func TestBadFlagFailsAtParse(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	BindFlags(fs)
+	if err := fs.Parse([]string{"-limits-max-body-bytes", "lots"}); err == nil {
+		t.Fatal("want a parse error for a bad size")
+	}
+}
+
+func TestEmptyFileIsDefaults(t *testing.T) {
+	c, err := Load(Source{File: writeFile(t, ""), LookupEnv: env(map[string]string{"RATEBATCH_UPSTREAM": "http://u"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policy.Name != Default().Policy.Name {
+		t.Fatalf("policy = %q", c.Policy.Name)
+	}
+}
+
+func TestRedactedMasksToken(t *testing.T) {
+	c := Default()
+	c.AdminToken = "s3cret"
+	if r := c.Redacted(); r.AdminToken == "s3cret" || c.AdminToken != "s3cret" {
+		t.Fatalf("redacted %q, original %q", r.AdminToken, c.AdminToken)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Bytes
+		ok   bool
+	}{
+		{"1024", 1024, true}, {"64MiB", 64 << 20, true}, {"1GB", 1e9, true}, {"2 KiB", 2048, true},
+		{"-1", 0, false}, {"x", 0, false}, {"99999999999GiB", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := ParseBytes(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ParseBytes(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+	if s := Bytes(64 << 20).String(); s != "64MiB" {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+// TestConfigDocUpToDate keeps docs/CONFIG.md's option table generated from
+// the schema. Regenerate with: go test ./config -run TestConfigDoc -update
+func TestConfigDocUpToDate(t *testing.T) {
+	path := filepath.Join("..", "docs", "CONFIG.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
+	s := string(doc)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s lacks the %q ... %q markers", path, begin, end)
+	}
+	want := Markdown()
+	if got := s[i+len(begin) : j]; got != want {
+		if *update {
+			s = s[:i+len(begin)] + want + s[j:]
+			if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Fatalf("%s option table is stale; run: go test ./config -run TestConfigDoc -update", path)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite docs/CONFIG.md's option table")

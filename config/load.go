@@ -1,0 +1,246 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// EnvPrefix starts every environment variable ratebatch reads.
+const EnvPrefix = "RATEBATCH_"
+
+// option is one scalar setting, found by walking Config's fields.
+type option struct {
+	path   string // YAML path, e.g. policy.window
+	flag   string // flag name, e.g. policy-window
+	env    string // e.g. RATEBATCH_POLICY_WINDOW
+	help   string
+	secret bool
+	index  []int // reflect field index path from Config
+}
+
+var options = collect(reflect.TypeOf(Config{}), nil, "")
+
+func collect(t reflect.Type, index []int, prefix string) []option {
+	var out []option
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" || f.Tag.Get("noflag") == "true" {
+			continue
+		}
+		idx := append(append([]int(nil), index...), i)
+		path := prefix + name
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+			out = append(out, collect(f.Type, idx, path+".")...)
+			continue
+		}
+		fl := f.Tag.Get("flag")
+		if fl == "" {
+			fl = strings.NewReplacer(".", "-", "_", "-").Replace(path)
+		}
+		out = append(out, option{
+			path:   path,
+			flag:   fl,
+			env:    EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_").Replace(path)),
+			help:   f.Tag.Get("help"),
+			secret: f.Tag.Get("secret") == "true",
+			index:  idx,
+		})
+	}
+	return out
+}
+
+// Source says where a configuration comes from: a YAML file path (may be
+// empty), an environment lookup and a flag set populated by BindFlags.
+type Source struct {
+	File      string
+	LookupEnv func(string) (string, bool)
+	Flags     *flag.FlagSet
+}
+
+// BindFlags registers one flag per option on fs. Values are applied by Load,
+// after the file and the environment, and only for flags actually given.
+func BindFlags(fs *flag.FlagSet) {
+	def := Default()
+	dv := reflect.ValueOf(&def).Elem()
+	for _, o := range options {
+		usage := fmt.Sprintf("%s (yaml %s, env %s)", o.help, o.path, o.env)
+		fs.Var(&pending{o: o, def: format(dv.FieldByIndex(o.index))}, o.flag, usage)
+	}
+}
+
+// pending holds a flag's raw text until Load applies it.
+type pending struct {
+	o   option
+	def string
+	raw string
+	set bool
+}
+
+func (p *pending) String() string {
+	if p == nil {
+		return ""
+	}
+	if p.set {
+		return p.raw
+	}
+	return p.def
+}
+
+func (p *pending) Set(s string) error {
+	// Parse now so a bad flag fails at parse time with the flag's name.
+	var scratch Config
+	if err := setField(reflect.ValueOf(&scratch).Elem().FieldByIndex(p.o.index), s); err != nil {
+		return err
+	}
+	p.raw, p.set = s, true
+	return nil
+}
+
+// Load builds the configuration: defaults, then the YAML file, then the
+// environment, then flags; then validates it.
+func Load(src Source) (*Config, error) {
+	cfg := Default()
+	if src.File != "" {
+		data, err := os.ReadFile(src.File)
+		if err != nil {
+			return nil, fmt.Errorf("config: reading %s: %w", src.File, err)
+		}
+		if err := decodeYAML(data, &cfg); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", src.File, err)
+		}
+	}
+	v := reflect.ValueOf(&cfg).Elem()
+	if src.LookupEnv != nil {
+		for _, o := range options {
+			if s, ok := src.LookupEnv(o.env); ok {
+				if err := setField(v.FieldByIndex(o.index), s); err != nil {
+					return nil, fieldErr(o.path, "environment %s: %v", o.env, err)
+				}
+			}
+		}
+	}
+	if src.Flags != nil {
+		var ferr error
+		src.Flags.Visit(func(f *flag.Flag) {
+			p, ok := f.Value.(*pending)
+			if !ok || ferr != nil {
+				return
+			}
+			if err := setField(v.FieldByIndex(p.o.index), p.raw); err != nil {
+				ferr = fieldErr(p.o.path, "flag -%s: %v", p.o.flag, err)
+			}
+		})
+		if ferr != nil {
+			return nil, ferr
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func decodeYAML(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true) // a misspelt key is refused, by name and line
+	// An empty file decodes to io.EOF: it means "no overrides".
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+func setField(f reflect.Value, s string) error {
+	switch f.Interface().(type) {
+	case time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("not a duration (e.g. 250ms, 1s): %q", s)
+		}
+		f.SetInt(int64(d))
+		return nil
+	case Bytes:
+		b, err := ParseBytes(s)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(b))
+		return nil
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(s)
+	case reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", s)
+		}
+		f.SetInt(int64(n))
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		f.SetFloat(x)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", s)
+		}
+		f.SetBool(b)
+	default:
+		return fmt.Errorf("unsupported option type %s", f.Type())
+	}
+	return nil
+}
+
+func format(f reflect.Value) string {
+	switch x := f.Interface().(type) {
+	case time.Duration:
+		return x.String()
+	case Bytes:
+		return x.String()
+	}
+	return fmt.Sprint(f.Interface())
+}
+
+// Markdown renders the option reference of docs/CONFIG.md.
+func Markdown() string {
+	def := Default()
+	dv := reflect.ValueOf(&def).Elem()
+	var b strings.Builder
+	b.WriteString("| YAML key | flag | environment | default | meaning |\n|---|---|---|---|---|\n")
+	for _, o := range options {
+		d := format(dv.FieldByIndex(o.index))
+		if d == "" {
+			d = "(empty)"
+		}
+		fmt.Fprintf(&b, "| `%s` | `--%s` | `%s` | `%s` | %s |\n", o.path, o.flag, o.env, d, o.help)
+	}
+	return b.String()
+}
+
+// Redacted returns a copy safe to log or show: secrets are masked.
+func (c Config) Redacted() Config {
+	v := reflect.ValueOf(&c).Elem()
+	for _, o := range options {
+		if o.secret {
+			f := v.FieldByIndex(o.index)
+			if f.String() != "" {
+				f.SetString("REDACTED")
+			}
+		}
+	}
+	return c
+}
