@@ -1,0 +1,66 @@
+package dispatcher
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// Call is one caller's inference request on its way through a batch.
+type Call struct {
+	Version  string // model version from the URL path, "" for the default
+	Req      *kserve.Request
+	Rows     int    // dimension 0 of the request's inputs
+	Key      string // kserve.BatchKey: calls batch together only when equal
+	Priority uint64 // Triton's "priority" parameter: 1 is highest, 0 the default level
+	// Expire, when set, is when the call is refused with 503 if it is still
+	// queued (Triton's "timeout" parameter).
+	Expire time.Time
+	// Deadline, when set, is the latency target the slack policy plans by:
+	// Expire if set, else arrival plus the model's SLA.
+	Deadline time.Time
+
+	arrived time.Time
+	level   uint64 // effective priority: smaller goes first
+	state   atomic.Int32
+	done    chan Result
+}
+
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateCancelled
+)
+
+// Result is a call's answer: a response or an error, never both. The
+// response may alias a buffer shared with the other callers of its batch:
+// call Release once it has been written.
+type Result struct {
+	Resp *kserve.Response
+	Err  error // a *kserve.Error carries the HTTP status
+	// Queued is how long the call waited before its batch was sent.
+	Queued time.Duration
+	// BatchRows is the size of the batch the call went in (0 if none).
+	BatchRows int
+	release   *shared
+}
+
+// Release gives back the buffers the response aliases.
+func (r Result) Release() {
+	if r.release != nil {
+		r.release.done()
+	}
+}
+
+// shared releases a batch's response buffer once every caller is done.
+type shared struct {
+	refs atomic.Int32
+	free func()
+}
+
+func (s *shared) done() {
+	if s.refs.Add(-1) == 0 && s.free != nil {
+		s.free()
+	}
+}

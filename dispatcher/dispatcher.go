@@ -1,0 +1,424 @@
+// Package dispatcher owns the live queues: one per model, split by batch key,
+// forming batches as the model's current rule decides, sending each as one
+// request to the upstream and handing every caller its own part of the
+// answer. Every accepted call gets exactly one Result.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// Planner is the slow half of a policy for one model, as the dispatcher
+// needs it (package monitor implements it).
+type Planner interface {
+	Rule() policy.Rule
+	Changed() <-chan struct{}
+	Arrive(rows int)
+	Observe(rows int, latency time.Duration)
+}
+
+// ModelSpec describes one batchable model.
+type ModelSpec struct {
+	Name      string
+	MaxBatch  int // rows per batch, the upstream's max_batch_size or less
+	Instances int // batches in flight at once
+	QueueRows int // rows waiting before Submit refuses with 503
+	// SLA is the latency target given to calls without a timeout (slack).
+	SLA     time.Duration
+	Planner Planner
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	Upstream Upstream
+	// Retries of a batch after a connection error.
+	Retries int
+	// RetryAfter is what 503s on overload advise.
+	RetryAfter time.Duration
+	Metrics    *Metrics
+	Now        func() time.Time
+}
+
+// Dispatcher routes calls to model queues.
+type Dispatcher struct {
+	o      Options
+	now    func() time.Time
+	mu     sync.RWMutex
+	models map[string]*modelQueue
+	wg     sync.WaitGroup // queue loops
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New returns a dispatcher with no models.
+func New(o Options) *Dispatcher {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Dispatcher{o: o, now: o.Now, models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+}
+
+// Errors a caller may get before its call is queued.
+var (
+	ErrUnknownModel = errors.New("model is not batched by the proxy")
+	ErrClosed       = errors.New("proxy is shutting down")
+)
+
+// SetModel adds a model or updates its limits and planner.
+func (d *Dispatcher) SetModel(s ModelSpec) error {
+	if s.Name == "" || s.Planner == nil || s.MaxBatch < 1 || s.QueueRows < 1 {
+		return fmt.Errorf("dispatcher: model %q: need a name, a planner, max batch >= 1 and queue rows >= 1", s.Name)
+	}
+	s.Instances = max(s.Instances, 1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q, ok := d.models[s.Name]; ok {
+		q.mu.Lock()
+		q.spec = s
+		q.mu.Unlock()
+		q.signal()
+		return nil
+	}
+	q := &modelQueue{d: d, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	d.models[s.Name] = q
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		q.run(d.ctx)
+	}()
+	return nil
+}
+
+// Model reports whether a model is batched, and its max batch size.
+func (d *Dispatcher) Model(name string) (maxBatch int, ok bool) {
+	d.mu.RLock()
+	q, ok := d.models[name]
+	d.mu.RUnlock()
+	if !ok {
+		return 0, false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.spec.MaxBatch, true
+}
+
+// Submit queues a call and waits for its result. If ctx ends while the call
+// is still queued (the client went away), the call leaves the queue and
+// Submit returns ctx's error; once its batch is sent, Submit waits for it.
+func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
+	d.mu.RLock()
+	q, ok := d.models[model]
+	d.mu.RUnlock()
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownModel, model)}
+	}
+	if err := q.enqueue(c); err != nil {
+		return Result{Err: err}
+	}
+	select {
+	case r := <-c.done:
+		return r
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(stateQueued, stateCancelled) {
+			q.remove(c)
+			d.o.Metrics.rejected(model, "client_gone")
+			d.o.Metrics.answered(model, "error")
+			return Result{Err: ctx.Err()}
+		}
+		return <-c.done // already in a batch: its answer is on the way
+	}
+}
+
+// Drain sends everything queued without waiting for fuller batches and
+// returns once every queue is empty and no batch is in flight, or when ctx
+// ends; calls still queued then get 503. New calls are refused from the
+// start of Drain.
+func (d *Dispatcher) Drain(ctx context.Context) error {
+	d.mu.RLock()
+	qs := make([]*modelQueue, 0, len(d.models))
+	for _, q := range d.models {
+		qs = append(qs, q)
+	}
+	d.mu.RUnlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		q.draining = true
+		q.mu.Unlock()
+		q.signal()
+	}
+	var err error
+	for _, q := range qs {
+		select {
+		case <-q.idle:
+		case <-ctx.Done():
+			err = fmt.Errorf("drain: %w", ctx.Err())
+			q.failQueued(http.StatusServiceUnavailable, "proxy shut down before the request was sent")
+		}
+	}
+	d.cancel()
+	d.wg.Wait()
+	return err
+}
+
+// Snapshot is one model queue's state for metrics and status.
+type Snapshot struct {
+	Model        string `json:"model"`
+	QueuedRows   int    `json:"queued_rows"`
+	Keys         int    `json:"batch_keys"`
+	InFlight     int    `json:"in_flight"`
+	InFlightRows int    `json:"in_flight_rows"`
+	MaxBatch     int    `json:"max_batch_size"`
+	Instances    int    `json:"instances"`
+}
+
+// Snapshots returns every model queue's state.
+func (d *Dispatcher) Snapshots() []Snapshot {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]Snapshot, 0, len(d.models))
+	for name, q := range d.models {
+		q.mu.Lock()
+		out = append(out, Snapshot{Model: name, QueuedRows: q.rows, Keys: len(q.keys), InFlight: q.inFlight,
+			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances})
+		q.mu.Unlock()
+	}
+	return out
+}
+
+// modelQueue is one model's queue and its decision loop.
+type modelQueue struct {
+	d    *Dispatcher
+	mu   sync.Mutex
+	spec ModelSpec
+	keys map[string]*keyQueue
+	rows int // live rows over all keys
+
+	inFlight, inFlightRows int
+	draining               bool
+	idleClosed             bool
+	idle                   chan struct{} // closed when draining and empty
+	wake                   chan struct{}
+}
+
+func (q *modelQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *modelQueue) enqueue(c *Call) error {
+	m := q.d.o.Metrics
+	if c.Rows < 1 {
+		return &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request has no rows"}
+	}
+	now := q.d.now()
+	q.mu.Lock()
+	switch {
+	case q.draining:
+		q.mu.Unlock()
+		m.rejected(q.spec.Name, "shutdown")
+		return &kserve.Error{Status: http.StatusServiceUnavailable, Msg: ErrClosed.Error()}
+	case c.Rows > q.spec.MaxBatch:
+		maxBatch := q.spec.MaxBatch
+		q.mu.Unlock()
+		m.rejected(q.spec.Name, "batch_size")
+		return &kserve.Error{Status: http.StatusBadRequest,
+			Msg: fmt.Sprintf("inference request batch-size must be <= %d for '%s'", maxBatch, q.spec.Name)}
+	case q.rows+c.Rows > q.spec.QueueRows:
+		q.mu.Unlock()
+		m.rejected(q.spec.Name, "queue_full")
+		return &kserve.Error{Status: http.StatusServiceUnavailable,
+			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.spec.Name, q.spec.QueueRows)}
+	}
+	c.arrived = now
+	c.level = c.Priority
+	if c.level == 0 {
+		c.level = ^uint64(0) // the default level comes after every explicit one
+	}
+	if c.Deadline.IsZero() {
+		if !c.Expire.IsZero() {
+			c.Deadline = c.Expire
+		} else if q.spec.SLA > 0 {
+			c.Deadline = now.Add(q.spec.SLA)
+		}
+	}
+	c.done = make(chan Result, 1)
+	k := q.keys[c.Key]
+	if k == nil {
+		k = &keyQueue{key: c.Key}
+		q.keys[c.Key] = k
+	}
+	k.push(c)
+	q.rows += c.Rows
+	planner := q.spec.Planner
+	q.mu.Unlock()
+	m.accepted(q.spec.Name)
+	planner.Arrive(c.Rows)
+	q.signal()
+	return nil
+}
+
+func (q *modelQueue) remove(c *Call) {
+	q.mu.Lock()
+	if k := q.keys[c.Key]; k != nil {
+		k.cancel(c)
+		q.rows -= c.Rows
+	}
+	q.mu.Unlock()
+	q.signal()
+}
+
+// run is the decision loop: it re-decides on every arrival, completion,
+// rule change and on the wake-up time the rule asked for.
+func (q *modelQueue) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		next := q.step()
+		if !next.IsZero() {
+			timer.Reset(max(next.Sub(q.d.now()), 0))
+		}
+		q.mu.Lock()
+		planner := q.spec.Planner
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-q.wake:
+		case <-planner.Changed():
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// step sends every batch the rule wants now and returns when to decide
+// again (zero: on the next event).
+func (q *modelQueue) step() time.Time {
+	var batches []batch
+	q.mu.Lock()
+	now := q.d.now()
+	next := q.expire(now)
+	rule := q.spec.Planner.Rule()
+	for key, k := range q.keys {
+		for {
+			head := k.head()
+			if head == nil {
+				delete(q.keys, key)
+				break
+			}
+			if q.inFlight >= q.spec.Instances {
+				break
+			}
+			var want int
+			if q.draining {
+				want = q.spec.MaxBatch
+			} else {
+				d := rule.Decide(policy.Queue{
+					Now: now, Rows: k.rows, OldestArrival: head.arrived,
+					EarliestDeadline: k.earliestDeadline(head),
+					InFlight:         q.inFlight, InFlightRows: q.inFlightRows,
+					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
+				})
+				if d.Rows <= 0 {
+					if d.WakeAt.After(now) && (next.IsZero() || d.WakeAt.Before(next)) {
+						next = d.WakeAt
+					}
+					break
+				}
+				want = min(d.Rows, q.spec.MaxBatch)
+			}
+			calls, rows := k.take(want, nil)
+			if len(calls) == 0 {
+				continue
+			}
+			q.rows -= rows
+			q.inFlight++
+			q.inFlightRows += rows
+			batches = append(batches, batch{calls: calls, rows: rows, sent: now})
+		}
+	}
+	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
+		q.idleClosed = true
+		close(q.idle)
+	}
+	q.mu.Unlock()
+	for _, b := range batches {
+		go q.execute(b)
+	}
+	return next
+}
+
+// expire answers queued calls whose Triton timeout has passed and returns
+// the next expiry. Called with q.mu held.
+func (q *modelQueue) expire(now time.Time) time.Time {
+	var next time.Time
+	for _, k := range q.keys {
+		if k.expiring == 0 {
+			continue
+		}
+		var gone []*Call
+		k.each(func(c *Call) {
+			switch {
+			case c.Expire.IsZero():
+			case !c.Expire.After(now):
+				gone = append(gone, c)
+			case next.IsZero() || c.Expire.Before(next):
+				next = c.Expire
+			}
+		})
+		for _, c := range gone {
+			if c.state.CompareAndSwap(stateQueued, stateCancelled) {
+				k.cancel(c)
+				q.rows -= c.Rows
+				q.d.o.Metrics.rejected(q.spec.Name, "timeout")
+				q.deliver(c, Result{Err: &kserve.Error{Status: http.StatusServiceUnavailable, Msg: "Request timeout expired"},
+					Queued: now.Sub(c.arrived)})
+			}
+		}
+	}
+	return next
+}
+
+// failQueued answers every queued call with an error.
+func (q *modelQueue) failQueued(status int, msg string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for key, k := range q.keys {
+		calls, rows := k.take(int(^uint(0)>>1), nil)
+		q.rows -= rows
+		for _, c := range calls {
+			q.deliver(c, Result{Err: &kserve.Error{Status: status, Msg: msg}})
+		}
+		delete(q.keys, key)
+	}
+}
+
+func (q *modelQueue) deliver(c *Call, r Result) {
+	outcome := "ok"
+	if r.Err != nil {
+		outcome = "error"
+	}
+	q.d.o.Metrics.answered(q.spec.Name, outcome)
+	c.done <- r
+}
+
+type batch struct {
+	calls []*Call
+	rows  int
+	sent  time.Time
+}

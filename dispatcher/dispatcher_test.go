@@ -1,0 +1,397 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// fakeUpstream is Triton's `simple` model: OUTPUT0 = INPUT0+INPUT1,
+// OUTPUT1 = INPUT0-INPUT1, answered in binary form. A row whose INPUT0[0]
+// is badValue makes the whole batch a 400, as a real server would.
+type fakeUpstream struct {
+	mu       sync.Mutex
+	batches  []int // rows per batch seen
+	gate     chan struct{}
+	connErrs atomic.Int32 // fail this many calls with a connection error
+	status   atomic.Int32 // answer every call with this status when non-zero
+	timeout  atomic.Bool
+}
+
+const badValue = -999
+
+func (u *fakeUpstream) Infer(model, version string, body []byte, headerLen int) (*Reply, error) {
+	if u.gate != nil {
+		<-u.gate
+	}
+	if u.connErrs.Add(-1) >= 0 {
+		return nil, &ConnError{Err: errors.New("connection reset by peer")}
+	}
+	if u.timeout.Load() {
+		return nil, ErrUpstreamTimeout
+	}
+	if s := u.status.Load(); s != 0 {
+		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, "model exploded"), HeaderLen: -1, Free: func() {}}, nil
+	}
+	req, err := kserve.DecodeRequest(body, headerLen)
+	if err != nil {
+		return nil, fmt.Errorf("fake upstream: %w", err)
+	}
+	a, _ := req.Inputs[0].Int32s()
+	b, _ := req.Inputs[1].Int32s()
+	rows := req.Inputs[0].Shape[0]
+	u.mu.Lock()
+	u.batches = append(u.batches, int(rows))
+	u.mu.Unlock()
+	sum, diff := make([]int32, len(a)), make([]int32, len(a))
+	for i := range a {
+		if a[i] == badValue {
+			return &Reply{Status: 400, Body: kserve.AppendErrorBody(nil, "bad input"), HeaderLen: -1, Free: func() {}}, nil
+		}
+		sum[i], diff[i] = a[i]+b[i], a[i]-b[i]
+	}
+	o0, _ := kserve.NewTensor("OUTPUT0", req.Inputs[0].Shape, sum)
+	o1, _ := kserve.NewTensor("OUTPUT1", req.Inputs[0].Shape, diff)
+	o0.Binary, o1.Binary = true, true
+	out, hl, err := kserve.AppendResponse(nil, &kserve.Response{ModelName: model, Outputs: []kserve.Tensor{o0, o1}})
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Status: 200, Body: out, HeaderLen: hl, Free: func() {}}, nil
+}
+
+func (u *fakeUpstream) seen() []int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]int(nil), u.batches...)
+}
+
+// fixedPlanner always answers with one rule.
+type fixedPlanner struct {
+	rule     policy.Rule
+	changed  chan struct{}
+	arrived  atomic.Int64
+	observed atomic.Int64
+}
+
+func newPlanner(r policy.Rule) *fixedPlanner {
+	return &fixedPlanner{rule: r, changed: make(chan struct{})}
+}
+func (p *fixedPlanner) Rule() policy.Rule                 { return p.rule }
+func (p *fixedPlanner) Changed() <-chan struct{}          { return p.changed }
+func (p *fixedPlanner) Arrive(rows int)                   { p.arrived.Add(int64(rows)) }
+func (p *fixedPlanner) Observe(rows int, _ time.Duration) { p.observed.Add(1) }
+
+type harness struct {
+	d   *Dispatcher
+	up  *fakeUpstream
+	pl  *fixedPlanner
+	m   *Metrics
+	reg *prometheus.Registry
+}
+
+func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream) *harness {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	d := New(Options{Upstream: up, Retries: 1, Metrics: m})
+	pl := newPlanner(rule)
+	spec.Name, spec.Planner = "simple", pl
+	if spec.MaxBatch == 0 {
+		spec.MaxBatch = 8
+	}
+	if spec.QueueRows == 0 {
+		spec.QueueRows = 1024
+	}
+	if err := d.SetModel(spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.Drain(ctx); err != nil {
+			t.Errorf("drain: %v", err)
+		}
+	})
+	return &harness{d: d, up: up, pl: pl, m: m, reg: reg}
+}
+
+// call builds a request of rows rows whose INPUT0 row r is base+r.
+func call(t *testing.T, base int32, rows int) *Call {
+	t.Helper()
+	a, b := make([]int32, rows*16), make([]int32, rows*16)
+	for i := range a {
+		a[i] = base + int32(i/16)
+		b[i] = int32(i % 16)
+	}
+	shape := []int64{int64(rows), 16}
+	in0, _ := kserve.NewTensor("INPUT0", shape, a)
+	in1, _ := kserve.NewTensor("INPUT1", shape, b)
+	req := &kserve.Request{ID: fmt.Sprint(base), Inputs: []kserve.Tensor{in0, in1}}
+	key, ok := kserve.BatchKey(req)
+	if !ok {
+		t.Fatal("request not batchable")
+	}
+	return &Call{Req: req, Rows: rows, Key: key}
+}
+
+// checkAnswer verifies r answers c: OUTPUT0 = INPUT0+INPUT1 of c's own rows.
+func checkAnswer(c *Call, r Result) error {
+	if r.Err != nil {
+		return r.Err
+	}
+	defer r.Release()
+	if r.Resp.ID != c.Req.ID {
+		return fmt.Errorf("id %q, want %q", r.Resp.ID, c.Req.ID)
+	}
+	a, _ := c.Req.Inputs[0].Int32s()
+	b, _ := c.Req.Inputs[1].Int32s()
+	var sum []int32
+	for _, o := range r.Resp.Outputs {
+		if o.Name == "OUTPUT0" {
+			sum, _ = o.Int32s()
+		}
+	}
+	if len(sum) != len(a) {
+		return fmt.Errorf("OUTPUT0 has %d elements, want %d", len(sum), len(a))
+	}
+	for i := range a {
+		if sum[i] != a[i]+b[i] {
+			return fmt.Errorf("OUTPUT0[%d] = %d, want %d: another caller's answer", i, sum[i], a[i]+b[i])
+		}
+	}
+	return nil
+}
+
+func status(err error) int {
+	var ke *kserve.Error
+	if errors.As(err, &ke) {
+		return ke.Status
+	}
+	return 0
+}
+
+func TestEachCallerGetsItsOwnAnswerInBatches(t *testing.T) {
+	up := &fakeUpstream{}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond}, ModelSpec{}, up)
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := call(t, int32(i*100), 1+i%2)
+			if err := checkAnswer(c, h.d.Submit(context.Background(), "simple", c)); err != nil {
+				errs <- fmt.Errorf("caller %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	batches := up.seen()
+	rows, biggest := 0, 0
+	for _, b := range batches {
+		rows += b
+		biggest = max(biggest, b)
+	}
+	if want := 64 + 32; rows != want {
+		t.Fatalf("upstream saw %d rows, want %d", rows, want)
+	}
+	if biggest < 2 {
+		t.Fatalf("no batch larger than 1 formed: %v", batches)
+	}
+	if got := int(h.pl.arrived.Load()); got != 96 {
+		t.Fatalf("planner counted %d arrivals, want 96", got)
+	}
+	if h.pl.observed.Load() != int64(len(batches)) {
+		t.Fatalf("planner observed %d batches, upstream saw %d", h.pl.observed.Load(), len(batches))
+	}
+	assertAccounting(t, h.m, 64)
+}
+
+func assertAccounting(t *testing.T, m *Metrics, want int) {
+	t.Helper()
+	acc := testutil.ToFloat64(m.Accepted.WithLabelValues("simple"))
+	ans := testutil.ToFloat64(m.Answered.WithLabelValues("simple", "ok")) + testutil.ToFloat64(m.Answered.WithLabelValues("simple", "error"))
+	if acc != float64(want) || ans != acc {
+		t.Fatalf("accepted %v, answered %v, want both %d", acc, ans, want)
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	tests := []struct {
+		name       string
+		setup      func(u *fakeUpstream)
+		retries    int
+		wantStatus int
+	}{
+		{"connection error retried once", func(u *fakeUpstream) { u.connErrs.Store(1) }, 1, 0},
+		{"connection error without retry", func(u *fakeUpstream) { u.connErrs.Store(1) }, 0, http.StatusBadGateway},
+		{"connection errors past retries", func(u *fakeUpstream) { u.connErrs.Store(5) }, 1, http.StatusBadGateway},
+		{"timeout", func(u *fakeUpstream) { u.timeout.Store(true) }, 1, http.StatusGatewayTimeout},
+		{"server error", func(u *fakeUpstream) { u.status.Store(500) }, 1, http.StatusInternalServerError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &fakeUpstream{}
+			tt.setup(up)
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+			h.d.o.Retries = tt.retries
+			c := call(t, 1, 1)
+			r := h.d.Submit(context.Background(), "simple", c)
+			if tt.wantStatus == 0 {
+				if err := checkAnswer(c, r); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if got := status(r.Err); got != tt.wantStatus {
+				t.Fatalf("status %d (%v), want %d", got, r.Err, tt.wantStatus)
+			}
+			if tt.wantStatus == 500 && r.Err.Error() != "model exploded" {
+				t.Fatalf("upstream's message lost: %q", r.Err)
+			}
+		})
+	}
+}
+
+func TestBadMemberFailsAlone(t *testing.T) {
+	up := &fakeUpstream{gate: make(chan struct{})}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 3, MaxWait: time.Hour}, ModelSpec{}, up)
+	calls := []*Call{call(t, 10, 1), call(t, badValue, 1), call(t, 30, 1)}
+	results := make([]Result, 3)
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i] = h.d.Submit(context.Background(), "simple", c) }()
+	}
+	close(up.gate)
+	wg.Wait()
+	if status(results[1].Err) != 400 {
+		t.Fatalf("bad member: %v, want 400", results[1].Err)
+	}
+	for _, i := range []int{0, 2} {
+		if err := checkAnswer(calls[i], results[i]); err != nil {
+			t.Fatalf("good member %d failed with the bad one: %v", i, err)
+		}
+	}
+	assertAccounting(t, h.m, 3)
+}
+
+func TestAdmission(t *testing.T) {
+	up := &fakeUpstream{gate: make(chan struct{})}
+	defer close(up.gate)
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 8, MaxWait: time.Hour}, ModelSpec{MaxBatch: 4, QueueRows: 4}, up)
+
+	if r := h.d.Submit(context.Background(), "simple", call(t, 1, 5)); status(r.Err) != 400 {
+		t.Fatalf("rows over max batch: %v, want 400", r.Err)
+	}
+	go h.d.Submit(context.Background(), "simple", call(t, 1, 4)) // a full batch, held at the upstream
+	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	go h.d.Submit(ctx, "simple", call(t, 2, 4)) // fills the queue while the instance is busy
+	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 4 })
+	r := h.d.Submit(context.Background(), "simple", call(t, 2, 1))
+	if status(r.Err) != 503 {
+		t.Fatalf("over the queue bound: %v, want 503", r.Err)
+	}
+	cancel() // the client goes away while queued
+	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 0 })
+	if r := h.d.Submit(context.Background(), "nope", call(t, 1, 1)); !errors.Is(r.Err, ErrUnknownModel) {
+		t.Fatalf("unknown model: %v", r.Err)
+	}
+	up.gate <- struct{}{} // the held batch completes
+	waitFor(t, func() bool { return len(up.seen()) == 1 && h.d.Snapshots()[0].InFlight == 0 })
+	if got := up.seen(); got[0] != 4 {
+		t.Fatalf("upstream saw batches %v, want only the first 4-row batch", got)
+	}
+}
+
+func TestExpireAndPriority(t *testing.T) {
+	up := &fakeUpstream{gate: make(chan struct{})}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+	// The first call occupies the only instance until the gate opens.
+	first := call(t, 1, 1)
+	firstDone := make(chan Result, 1)
+	go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+
+	exp := call(t, 2, 1)
+	exp.Expire = time.Now().Add(20 * time.Millisecond)
+	if r := h.d.Submit(context.Background(), "simple", exp); status(r.Err) != 503 || r.Err.Error() != "Request timeout expired" {
+		t.Fatalf("expired call: %v, want 503 Request timeout expired", r.Err)
+	}
+
+	order := make(chan string, 2)
+	low, high := call(t, 3, 1), call(t, 4, 1)
+	high.Priority = 1
+	var wg sync.WaitGroup
+	for _, c := range []*Call{low, high} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := h.d.Submit(context.Background(), "simple", c)
+			if err := checkAnswer(c, r); err != nil {
+				t.Error(err)
+			}
+			order <- c.Req.ID
+		}()
+		waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows >= int(c.Req.Inputs[0].Shape[0]) })
+	}
+	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
+	// Release the gate one batch at a time.
+	up.gate <- struct{}{}
+	<-firstDone
+	up.gate <- struct{}{}
+	if got := <-order; got != high.Req.ID {
+		t.Fatalf("first served %s, want the priority-1 call %s", got, high.Req.ID)
+	}
+	up.gate <- struct{}{}
+	wg.Wait()
+}
+
+func TestDrainSendsPartialBatches(t *testing.T) {
+	up := &fakeUpstream{}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 8, MaxWait: time.Hour}, ModelSpec{}, up)
+	c := call(t, 5, 1)
+	done := make(chan Result, 1)
+	go func() { done <- h.d.Submit(context.Background(), "simple", c) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.d.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAnswer(c, <-done); err != nil {
+		t.Fatalf("queued call not served on drain: %v", err)
+	}
+	if r := h.d.Submit(context.Background(), "simple", call(t, 6, 1)); status(r.Err) != 503 {
+		t.Fatalf("call after drain: %v, want 503", r.Err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,134 @@
+package dispatcher
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// Upstream sends one batched inference request. The dispatcher defines it so
+// tests can stand in for Triton.
+type Upstream interface {
+	// Infer posts body to the model's infer endpoint. On success the reply
+	// holds the status and body; Free gives the body back and must be
+	// called exactly once.
+	Infer(model, version string, body []byte, headerLen int) (*Reply, error)
+}
+
+// Reply is an upstream answer.
+type Reply struct {
+	Status    int
+	Body      []byte
+	HeaderLen int // Inference-Header-Content-Length, -1 when absent
+	Free      func()
+}
+
+// ErrUpstreamTimeout reports an upstream call past its deadline.
+var ErrUpstreamTimeout = errors.New("upstream did not answer in time")
+
+// ConnError wraps a failure to reach the upstream or a dropped connection:
+// the batch may be retried.
+type ConnError struct{ Err error }
+
+func (e *ConnError) Error() string { return "upstream connection: " + e.Err.Error() }
+func (e *ConnError) Unwrap() error { return e.Err }
+
+// HTTPUpstream is the pooled fasthttp client to one Triton HTTP endpoint.
+type HTTPUpstream struct {
+	hc      *fasthttp.HostClient
+	base    string // scheme://host, without a trailing slash
+	host    string
+	timeout time.Duration
+}
+
+// NewHTTPUpstream returns a client for the Triton at base (http or https).
+func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUpstream, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("upstream URL %q: want http(s)://host:port", base)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	hc := &fasthttp.HostClient{
+		Addr:                          addr,
+		IsTLS:                         u.Scheme == "https",
+		MaxConns:                      maxConns,
+		MaxIdleConnDuration:           90 * time.Second,
+		ReadTimeout:                   timeout,
+		WriteTimeout:                  timeout,
+		MaxResponseBodySize:           0, // unlimited: Triton's answers are as large as the batch needs
+		DisableHeaderNamesNormalizing: true,
+		NoDefaultUserAgentHeader:      true,
+		// The dispatcher decides about retries: a POST is retried only on
+		// connection errors, and only as often as configured.
+		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+	}
+	if hc.IsTLS {
+		hc.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	}
+	return &HTTPUpstream{hc: hc, base: u.Scheme + "://" + u.Host + trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
+}
+
+func trimSlash(p string) string {
+	for len(p) > 0 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// InferPath is Triton's infer endpoint for a model and optional version.
+func InferPath(model, version string) string {
+	p := "/v2/models/" + url.PathEscape(model)
+	if version != "" {
+		p += "/versions/" + url.PathEscape(version)
+	}
+	return p + "/infer"
+}
+
+// Infer implements Upstream.
+func (u *HTTPUpstream) Infer(model, version string, body []byte, headerLen int) (*Reply, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(u.base + InferPath(model, version))
+	req.Header.SetHost(u.host)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/octet-stream")
+	req.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
+	req.SetBodyRaw(body)
+	resp := fasthttp.AcquireResponse()
+	if err := u.hc.DoTimeout(req, resp, u.timeout); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		if errors.Is(err, fasthttp.ErrTimeout) {
+			return nil, ErrUpstreamTimeout
+		}
+		return nil, &ConnError{Err: err}
+	}
+	hl := -1
+	if v := resp.Header.Peek(kserve.HeaderContentLength); len(v) > 0 {
+		n, err := kserve.ParseHeaderLength(string(v), len(resp.Body()))
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+			return nil, fmt.Errorf("upstream answered a bad %s header: %w", kserve.HeaderContentLength, err)
+		}
+		hl = n
+	}
+	return &Reply{
+		Status:    resp.StatusCode(),
+		Body:      resp.Body(),
+		HeaderLen: hl,
+		Free:      func() { fasthttp.ReleaseResponse(resp) },
+	}, nil
+}
