@@ -141,7 +141,7 @@ func (c *Config) Validate() error {
 	if c.AdminListen == "" {
 		return fieldErr("admin_listen", "is required")
 	}
-	if c.AdminListen == c.Listen {
+	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		return fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen)
 	}
 	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {

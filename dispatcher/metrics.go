@@ -64,3 +64,31 @@ func (m *Metrics) answered(model, outcome string) {
 }
 
 func (m *Metrics) rejected(model, reason string) { m.Rejected.WithLabelValues(model, reason).Inc() }
+
+var (
+	descQueued = prometheus.NewDesc("ratebatch_queue_rows",
+		"Rows waiting in the model's queue.", []string{"model"}, nil)
+	descInFlight = prometheus.NewDesc("ratebatch_in_flight_batches",
+		"Batches sent upstream and not yet answered.", []string{"model"}, nil)
+	descInFlightRows = prometheus.NewDesc("ratebatch_in_flight_rows",
+		"Rows in the batches in flight.", []string{"model"}, nil)
+)
+
+type queueCollector struct{ d *Dispatcher }
+
+// Collector exports queue lengths and in-flight batches at scrape time.
+func (d *Dispatcher) Collector() prometheus.Collector { return queueCollector{d} }
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descQueued
+	ch <- descInFlight
+	ch <- descInFlightRows
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.d.Snapshots() {
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.QueuedRows), s.Model)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), s.Model)
+		ch <- prometheus.MustNewConstMetric(descInFlightRows, prometheus.GaugeValue, float64(s.InFlightRows), s.Model)
+	}
+}

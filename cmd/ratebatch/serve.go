@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/models"
+	"github.com/ratebatch/ratebatch/proxy"
+	"github.com/ratebatch/ratebatch/triton"
+)
+
+func init() {
+	register("serve", "run the batching proxy in front of Triton", runServe)
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", stderr)
+	cfgFile := fs.String("config", "", "YAML configuration file (flags and RATEBATCH_* env override it)")
+	config.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ratebatch serve --upstream URL [--listen ADDR] [--admin-listen ADDR] [flags]")
+		fmt.Fprintln(fs.Output(), "\nServes Triton's HTTP API on --listen, batching inference requests of every")
+		fmt.Fprintln(fs.Output(), "model with max_batch_size > 0 and passing everything else through.")
+		fmt.Fprintln(fs.Output(), "Precedence: defaults < --config file < RATEBATCH_* environment < flags.")
+		fmt.Fprintln(fs.Output(), "Every option is documented in docs/CONFIG.md.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(config.Source{File: *cfgFile, LookupEnv: os.LookupEnv, Flags: fs})
+	if err != nil {
+		return err
+	}
+	p, err := newProxy(cfg, newLogger(cfg.Log, stderr))
+	if err != nil {
+		return err
+	}
+	return p.run(ctx)
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// liveProxy is a wired `ratebatch serve`.
+type liveProxy struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	disp     *dispatcher.Dispatcher
+	models   *models.Registry
+	data     *http.Server
+	admin    *http.Server
+	dataLn   net.Listener
+	adminLn  net.Listener
+	ready    chan struct{} // closed once the listeners are bound
+	started  time.Time
+	upstream *url.URL
+}
+
+func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
+	up, err := url.Parse(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	client, err := dispatcher.NewHTTPUpstream(cfg.Upstream, cfg.Upstreams.MaxConns, cfg.Upstreams.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	disp := dispatcher.New(dispatcher.Options{
+		Upstream: client, Retries: cfg.Upstreams.Retries, RetryAfter: cfg.Limits.RetryAfter,
+		Metrics: dispatcher.NewMetrics(reg),
+	})
+	reg.MustRegister(disp.Collector())
+	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
+	mr := models.New(tc, disp, cfg, log)
+	reg.MustRegister(models.NewCollector(mr))
+
+	front := proxy.New(proxy.Options{
+		Upstream: up, Batcher: disp, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		RetryAfter: cfg.Limits.RetryAfter, Metrics: proxy.NewMetrics(reg), Logger: log,
+	})
+	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, upstream: up, ready: make(chan struct{}), started: time.Now()}
+	p.data = &http.Server{
+		Handler:           front,
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
+		ReadTimeout:       cfg.Limits.ReadTimeout,
+		WriteTimeout:      cfg.Limits.WriteTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	p.admin = &http.Server{
+		Handler: proxy.NewAdmin(proxy.AdminOptions{
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
+			Ready: func() bool { return true },
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+	}
+	return p, nil
+}
+
+// status is the admin /status document.
+func (p *liveProxy) status() any {
+	cfg := p.cfg.Redacted()
+	return map[string]any{
+		"upstream":       cfg.Upstream,
+		"uptime_seconds": time.Since(p.started).Seconds(),
+		"models":         p.models.Statuses(),
+		"queues":         p.disp.Snapshots(),
+		"config":         cfg,
+	}
+}
+
+// listen binds both listeners, so that a port in use fails at start.
+func (p *liveProxy) listen() error {
+	var err error
+	if p.dataLn, err = net.Listen("tcp", p.cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if p.adminLn, err = net.Listen("tcp", p.cfg.AdminListen); err != nil {
+		p.dataLn.Close()
+		return fmt.Errorf("admin_listen: %w", err)
+	}
+	close(p.ready)
+	return nil
+}
+
+// run serves until ctx ends, then shuts down gracefully: it stops accepting,
+// drains queues and in-flight batches within the grace period, then exits.
+func (p *liveProxy) run(ctx context.Context) error {
+	if p.dataLn == nil {
+		if err := p.listen(); err != nil {
+			return err
+		}
+	}
+	bg, stopBg := context.WithCancel(context.Background())
+	defer stopBg()
+	go p.discover(bg)
+
+	errc := make(chan error, 2)
+	go func() { errc <- serveOn(p.data, p.dataLn) }()
+	go func() { errc <- serveOn(p.admin, p.adminLn) }()
+	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.cfg.Upstream, "policy", p.cfg.Policy.Name)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	p.log.Info("shutting down", "grace", p.cfg.Grace)
+	grace, cancel := context.WithTimeout(context.Background(), p.cfg.Grace)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- p.disp.Drain(grace) }()
+	if err := p.data.Shutdown(grace); err != nil {
+		p.log.Warn("data listener did not close in time", "err", err)
+		p.data.Close()
+	}
+	if err := <-drained; err != nil {
+		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
+	}
+	stopBg()
+	p.admin.Shutdown(grace)
+	return runErr
+}
+
+// discover reads the upstream's models, retrying quickly until the first
+// success (Triton may start after the proxy), then keeps them current.
+func (p *liveProxy) discover(ctx context.Context) {
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		err := p.models.Refresh(ctx)
+		if !errors.Is(err, models.ErrUnreachable) {
+			if err != nil {
+				p.log.Warn("some models could not be read; retrying at the next discovery", "err", err)
+			}
+			break
+		}
+		p.log.Warn("model discovery failed; inference passes through until it succeeds", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+	p.models.Run(ctx)
+}
+
+func serveOn(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// startEmulator serves an emulator on loopback until the test ends.
+func startEmulator(t *testing.T, o emulator.Options) *emulator.Server {
+	t.Helper()
+	em, err := emulator.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := em.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	return em
+}
+
+// startProxy runs `ratebatch serve` in-process against upstream and waits
+// until it has discovered the upstream's models.
+func startProxy(t *testing.T, upstream string, edit func(*config.Config)) (base, admin string, stop func()) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Upstream = "http://" + upstream
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.AdminToken = "test-token"
+	cfg.Policy.Window = 100 * time.Millisecond
+	cfg.Grace = 5 * time.Second
+	if edit != nil {
+		edit(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newProxy(&cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	base, admin = "http://"+p.dataLn.Addr().String(), "http://"+p.adminLn.Addr().String()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := p.disp.Model("simple"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("proxy did not discover the upstream's models")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return base, admin, stop
+}
+
+// simpleBody is a JSON request for `simple` whose INPUT0 row r is base+r.
+func simpleBody(id string, base, rows int) []byte {
+	a, b := make([]string, rows*16), make([]string, rows*16)
+	for i := range a {
+		a[i] = fmt.Sprint(base + i/16)
+		b[i] = fmt.Sprint(i % 16)
+	}
+	return fmt.Appendf(nil, `{"id":%q,"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[%d,16],"data":[%s]},`+
+		`{"name":"INPUT1","datatype":"INT32","shape":[%d,16],"data":[%s]}]}`,
+		id, rows, strings.Join(a, ","), rows, strings.Join(b, ","))
+}
+
+type inferReply struct {
+	ID      string `json:"id"`
+	Outputs []struct {
+		Name  string  `json:"name"`
+		Shape []int64 `json:"shape"`
+		Data  []int64 `json:"data"`
+	} `json:"outputs"`
+	Error string `json:"error"`
+}
+
+func post(t *testing.T, url string, body []byte) (int, inferReply, http.Header) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Errorf("POST %s: %v", url, err)
+		return 0, inferReply{}, nil
+	}
+	defer resp.Body.Close()
+	var r inferReply
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Errorf("POST %s: %d %q is not JSON: %v", url, resp.StatusCode, data, err)
+	}
+	return resp.StatusCode, r, resp.Header
+}
+
+// checkSimple verifies that r answers the request simpleBody(id, base, rows).
+func checkSimple(r inferReply, id string, base, rows int) error {
+	if r.ID != id {
+		return fmt.Errorf("id %q, want %q", r.ID, id)
+	}
+	if len(r.Outputs) != 2 {
+		return fmt.Errorf("%d outputs, want 2", len(r.Outputs))
+	}
+	for _, o := range r.Outputs {
+		if len(o.Shape) != 2 || o.Shape[0] != int64(rows) || len(o.Data) != rows*16 {
+			return fmt.Errorf("%s shape %v with %d values, want [%d,16]", o.Name, o.Shape, len(o.Data), rows)
+		}
+		for i, v := range o.Data {
+			a, b := int64(base+i/16), int64(i%16)
+			want := a + b
+			if o.Name == "OUTPUT1" {
+				want = a - b
+			}
+			if v != want {
+				return fmt.Errorf("%s[%d] = %d, want %d: not this caller's answer", o.Name, i, v, want)
+			}
+		}
+	}
+	return nil
+}
+
+func getText(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestServeEachCallerGetsItsOwnAnswer(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
+
+	const callers = 48
+	var wg sync.WaitGroup
+	var failures atomic.Int32
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows := 1 + i%3
+			id := fmt.Sprintf("req-%d", i)
+			code, r, _ := post(t, base+"/v2/models/simple/infer", simpleBody(id, i*1000, rows))
+			if code != 200 {
+				t.Errorf("%s: status %d: %s", id, code, r.Error)
+				failures.Add(1)
+				return
+			}
+			if err := checkSimple(r, id, i*1000, rows); err != nil {
+				t.Errorf("%s: %v", id, err)
+				failures.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failures.Load() > 0 {
+		t.FailNow()
+	}
+
+	// Batches larger than 1 formed, and the proxy's count agrees with the
+	// emulator's statistics.
+	st, ok := em.Stats("simple")
+	if !ok {
+		t.Fatal("no emulator stats")
+	}
+	rows, executions, biggest := uint64(0), uint64(0), uint64(0)
+	for _, b := range st.BatchStats {
+		rows += b.BatchSize * b.ComputeInfer.Count
+		executions += b.ComputeInfer.Count
+		if b.ComputeInfer.Count > 0 {
+			biggest = max(biggest, b.BatchSize)
+		}
+	}
+	if want := uint64(callers + callers/3*3); rows != want {
+		t.Fatalf("emulator executed %d rows, want %d", rows, want)
+	}
+	if biggest < 2 {
+		t.Fatalf("no batch larger than 1 reached the emulator: %+v", st.BatchStats)
+	}
+	_, metrics := getText(t, admin+"/metrics")
+	want := fmt.Sprintf(`ratebatch_batch_size_count{model="simple"} %d`, executions)
+	if !strings.Contains(metrics, want) {
+		t.Fatalf("proxy metrics lack %q (emulator ran %d batches)", want, executions)
+	}
+	if !strings.Contains(metrics, fmt.Sprintf(`ratebatch_requests_accepted_total{model="simple"} %d`, callers)) ||
+		!strings.Contains(metrics, fmt.Sprintf(`ratebatch_requests_answered_total{model="simple",outcome="ok"} %d`, callers)) {
+		t.Fatalf("accounting metrics do not show %d accepted and answered", callers)
+	}
+}
+
+func TestServePassthroughMatchesUpstream(t *testing.T) {
+	em := startEmulator(t, emulator.Options{})
+	base, _, _ := startProxy(t, em.Addr(), nil)
+	direct := "http://" + em.Addr()
+	for _, path := range []string{"/v2", "/v2/health/ready", "/v2/health/live", "/v2/models/simple",
+		"/v2/models/simple/config", "/v2/models/simple/ready", "/v2/models/nope", "/v2/models/nope/config"} {
+		wantCode, wantBody := getText(t, direct+path)
+		gotCode, gotBody := getText(t, base+path)
+		if gotCode != wantCode || gotBody != wantBody {
+			t.Errorf("GET %s through the proxy: %d %q, direct: %d %q", path, gotCode, gotBody, wantCode, wantBody)
+		}
+	}
+	resp, err := http.Post(base+"/v2/repository/index", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"simple"`) {
+		t.Fatalf("repository index through the proxy: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestServeErrors(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+		return emulator.Fault{Delay: 50 * time.Millisecond}
+	}})
+	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
+		c.Policy.Name = "adhoc"
+		c.Limits.QueueRows = 8
+		c.Limits.MaxBodyBytes = 64 << 10
+	})
+	url := base + "/v2/models/simple/infer"
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		msg    string
+	}{
+		{"not JSON", `{"inputs": [`, 400, ""},
+		{"wrong element count", `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,2]},{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,2]}]}`, 400, "INPUT0"},
+		{"unknown datatype", `{"inputs":[{"name":"INPUT0","datatype":"INT33","shape":[1,1],"data":[1]}]}`, 400, "INT33"},
+		{"over max batch", string(simpleBody("x", 0, 9)), 400, "batch-size must be <= 8"},
+		{"oversize body", `{"inputs":[` + strings.Repeat(" ", 70<<10) + `]}`, 413, "exceeds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, r, _ := post(t, url, []byte(tt.body))
+			if code != tt.status || r.Error == "" || !strings.Contains(r.Error, tt.msg) {
+				t.Fatalf("status %d error %q, want %d mentioning %q", code, r.Error, tt.status, tt.msg)
+			}
+		})
+	}
+
+	// Overload: 8 rows fit the queue while a batch runs; a burst beyond gets 503.
+	var wg sync.WaitGroup
+	var ok, overloaded atomic.Int32
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, r, h := post(t, url, simpleBody(fmt.Sprint(i), i, 1))
+			switch code {
+			case 200:
+				ok.Add(1)
+			case 503:
+				if h.Get("Retry-After") == "" || r.Error == "" {
+					t.Errorf("503 without Retry-After or error body")
+				}
+				overloaded.Add(1)
+			default:
+				t.Errorf("status %d: %s", code, r.Error)
+			}
+		}()
+	}
+	wg.Wait()
+	if overloaded.Load() == 0 || ok.Load() == 0 {
+		t.Fatalf("burst of 40: %d ok, %d 503; want both", ok.Load(), overloaded.Load())
+	}
+	_, m := getText(t, admin+"/metrics")
+	if !strings.Contains(m, `ratebatch_requests_rejected_total{model="simple",reason="queue_full"}`) {
+		t.Fatal("queue_full rejections not in metrics")
+	}
+}
+
+func TestServeUpstreamRestartLosesNothing(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	addr := em.Addr()
+	base, admin, _ := startProxy(t, addr, func(c *config.Config) { c.Policy.Name = "adhoc" })
+	url := base + "/v2/models/simple/infer"
+
+	var answered, okCount atomic.Int32
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				code, r, _ := post(t, url, simpleBody(id, i, 1))
+				answered.Add(1)
+				switch {
+				case code == 200:
+					if err := checkSimple(r, id, i, 1); err != nil {
+						t.Errorf("%s: %v", id, err)
+					}
+					okCount.Add(1)
+				case code >= 500 && r.Error != "":
+				default:
+					t.Errorf("%s: status %d without a v2 error body", id, code)
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	em.Close() // killed mid-traffic
+	time.Sleep(100 * time.Millisecond)
+	if err := em.Start(addr, ""); err != nil {
+		t.Fatalf("restarting the emulator: %v", err)
+	}
+	before := okCount.Load()
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if okCount.Load() <= before {
+		t.Fatal("no request succeeded after the upstream came back")
+	}
+	_, m := getText(t, admin+"/metrics")
+	acc := metricValue(m, `ratebatch_requests_accepted_total{model="simple"}`)
+	ans := metricValue(m, `ratebatch_requests_answered_total{model="simple",outcome="ok"}`) +
+		metricValue(m, `ratebatch_requests_answered_total{model="simple",outcome="error"}`)
+	if acc == 0 || acc != ans {
+		t.Fatalf("accepted %v != answered %v", acc, ans)
+	}
+}
+
+func metricValue(text, series string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
+	em := startEmulator(t, emulator.Options{})
+	_, admin, _ := startProxy(t, em.Addr(), nil)
+	put := func(token, body string) int {
+		req, _ := http.NewRequest(http.MethodPut, admin+"/policy", strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := put("", `{"policy":"adhoc"}`); c != 401 {
+		t.Fatalf("no token: %d, want 401", c)
+	}
+	if c := put("wrong", `{"policy":"adhoc"}`); c != 401 {
+		t.Fatalf("wrong token: %d, want 401", c)
+	}
+	if c := put("test-token", `{"policy":"fastest"}`); c != 400 {
+		t.Fatalf("unknown policy: %d, want 400", c)
+	}
+	if c := put("test-token", `{"model":"simple","policy":"adhoc"}`); c != 200 {
+		t.Fatalf("good change: %d, want 200", c)
+	}
+	_, status := getText(t, admin+"/status")
+	if !strings.Contains(status, `"policy": "adhoc"`) {
+		t.Fatalf("status does not show the new policy: %s", status)
+	}
+	if strings.Contains(status, "test-token") {
+		t.Fatal("status leaks the admin token")
+	}
+}
+
+var _ = kserve.HeaderContentLength

@@ -1,0 +1,342 @@
+// Package models keeps the set of models the proxy batches in step with the
+// upstream: it discovers them (repository index, model config), gives each a
+// monitor seeded from a profile or the upstream's statistics and a policy
+// from the configuration, registers it with the dispatcher, and re-reads the
+// upstream periodically so loads, unloads and config changes take effect.
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/triton"
+)
+
+// Upstream is the part of the upstream's management API discovery reads.
+type Upstream interface {
+	RepositoryIndex(ctx context.Context) ([]triton.IndexEntry, error)
+	ModelConfig(ctx context.Context, model string) (*triton.ModelConfig, error)
+	ModelStats(ctx context.Context, model string) ([]triton.BatchStat, error)
+}
+
+// Queues is the dispatcher as the registry drives it.
+type Queues interface {
+	SetModel(s dispatcher.ModelSpec) error
+}
+
+// ErrUnreachable wraps a failure to read the upstream's model list at all,
+// as opposed to trouble with one model.
+var ErrUnreachable = errors.New("reading the upstream's repository index")
+
+// Registry owns the per-model monitors.
+type Registry struct {
+	up     Upstream
+	queues Queues
+	cfg    *config.Config
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	models  map[string]*entry
+	ctx     context.Context // monitors' lifetime, set by Run
+	lastErr error
+	lastRun time.Time
+}
+
+type entry struct {
+	name      string
+	mon       *monitor.Monitor
+	cancel    context.CancelFunc
+	maxBatch  int
+	instances int
+	batched   bool
+	reason    string // why not batched
+	seed      string // where the tau(b) seed came from
+	warning   string
+}
+
+// New returns an empty registry; call Refresh, then Run.
+func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Registry {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background()}
+}
+
+// Run re-reads the upstream every discovery interval until ctx ends; the
+// monitors it started run until then too.
+func (r *Registry) Run(ctx context.Context) {
+	r.mu.Lock()
+	r.ctx = ctx
+	for _, e := range r.models {
+		r.startMonitor(e)
+	}
+	r.mu.Unlock()
+	if r.cfg.Discovery <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(r.cfg.Discovery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.Refresh(ctx); err != nil {
+				r.log.Warn("model discovery failed; keeping the models known", "err", err)
+			}
+		}
+	}
+}
+
+// Refresh reads the upstream's ready models and reconciles.
+func (r *Registry) Refresh(ctx context.Context) error {
+	idx, err := r.up.RepositoryIndex(ctx)
+	r.mu.Lock()
+	r.lastRun, r.lastErr = time.Now(), err
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	var errs []error
+	for _, ix := range idx {
+		if ix.State != "" && ix.State != "READY" {
+			continue
+		}
+		if err := r.reconcile(ctx, ix.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Registry) reconcile(ctx context.Context, name string) error {
+	mc, err := r.up.ModelConfig(ctx, name)
+	if err != nil {
+		return fmt.Errorf("model %s: reading config: %w", name, err)
+	}
+	override := r.cfg.Models[name]
+	pname := r.cfg.ModelPolicy(name)
+	ok, reason := mc.Batchable()
+	if ok && pname == "passthrough" {
+		ok, reason = false, "policy passthrough (configured)"
+	}
+	maxBatch := mc.MaxBatchSize
+	if override.MaxBatchSize > 0 && override.MaxBatchSize < maxBatch {
+		maxBatch = override.MaxBatchSize
+	}
+	instances := mc.Instances()
+	if r.cfg.Policy.MaxInFlight > 0 {
+		instances = r.cfg.Policy.MaxInFlight
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, known := r.models[name]
+	if !ok {
+		if !known {
+			r.log.Info("model passed through, not batched", "model", name, "reason", reason)
+			r.models[name] = &entry{name: name, reason: reason}
+		}
+		// A model that stopped being batchable keeps its queue until restart;
+		// new requests of it still queue with the limits last known.
+		return nil
+	}
+	if known && e.batched && e.maxBatch == maxBatch && e.instances == instances {
+		return nil
+	}
+	if !known || !e.batched {
+		pol, err := r.newPolicy(name, pname)
+		if err != nil {
+			return err
+		}
+		seed, from := r.seed(ctx, name)
+		mon, err := monitor.New(monitor.Config{
+			Model: name, Policy: pol, Window: r.cfg.Policy.Window,
+			MaxBatch: maxBatch, Instances: instances, Seed: seed,
+		})
+		if err != nil {
+			return err
+		}
+		e = &entry{name: name, mon: mon, batched: true, seed: from}
+		if len(mc.DynamicBatching) > 0 && string(mc.DynamicBatching) != "null" {
+			e.warning = "Triton's own dynamic batcher is on for this model: turn it off or set max_queue_delay_microseconds to 0, or both batchers wait"
+			r.log.Warn(e.warning, "model", name)
+		}
+		r.models[name] = e
+		r.startMonitor(e)
+		r.log.Info("model batched", "model", name, "policy", pname, "max_batch_size", maxBatch, "instances", instances, "seed", from)
+	} else {
+		e.mon.SetLimits(maxBatch, instances)
+	}
+	e.maxBatch, e.instances = maxBatch, instances
+	sla := r.cfg.Policy.SLA
+	if override.SLA > 0 {
+		sla = override.SLA
+	}
+	return r.queues.SetModel(dispatcher.ModelSpec{
+		Name: name, MaxBatch: maxBatch, Instances: instances,
+		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon,
+	})
+}
+
+// startMonitor runs e's monitor under the registry's context. Called with
+// r.mu held.
+func (r *Registry) startMonitor(e *entry) {
+	if e.mon == nil || e.cancel != nil || r.ctx == context.Background() {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	e.cancel = cancel
+	go e.mon.Run(ctx)
+}
+
+// newPolicy builds the named policy with the configured options.
+func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
+	p := r.cfg.Policy
+	o := policy.Options{Batch: p.Batch, MaxQueueDelay: p.MaxQueueDelay, MaxWait: p.WaitBound}
+	sla := p.SLA
+	if m := r.cfg.Models[model]; m.SLA > 0 {
+		sla = m.SLA
+	}
+	switch name {
+	case "smdp":
+		o.Params = map[string]string{"w1": fmtFloat(p.W1), "w2": fmtFloat(p.W2)}
+	case "slack":
+		if sla > 0 {
+			o.Params = map[string]string{"sla": sla.String()}
+		}
+	case "elastic":
+		if p.RowCap > 0 {
+			o.Params = map[string]string{"row_cap": strconv.Itoa(p.RowCap)}
+		}
+	case "static":
+		if o.Batch == 0 {
+			o.Batch = max(r.cfg.Models[model].MaxBatchSize, 0)
+		}
+	}
+	pol, err := policy.New(name, o)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", model, err)
+	}
+	return pol, nil
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// seed finds the starting tau(b) line: the configured profile CSV, else the
+// upstream's per-batch-size statistics, else the monitor's default.
+func (r *Registry) seed(ctx context.Context, name string) (*regression.Line, string) {
+	if path := r.cfg.Models[name].ProfileCSV; path != "" {
+		line, err := fitCSV(path)
+		if err == nil {
+			return line, "profile " + path
+		}
+		r.log.Warn("profile unusable; trying the upstream's statistics", "model", name, "path", path, "err", err)
+	}
+	stats, err := r.up.ModelStats(ctx, name)
+	if err == nil {
+		var samples []regression.Sample
+		for _, s := range stats {
+			if ms := s.MeanMs(); ms > 0 {
+				samples = append(samples, regression.Sample{Batch: s.BatchSize, LatencyMs: ms})
+			}
+		}
+		if f, err := regression.FitSamples(samples, regression.Options{}); err == nil {
+			return &f.Line, "upstream statistics"
+		}
+	}
+	return nil, "default"
+}
+
+func fitCSV(path string) (*regression.Line, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	samples, err := regression.ReadCSV(f)
+	if err != nil {
+		return nil, err
+	}
+	fit, err := regression.FitSamples(samples, regression.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &fit.Line, nil
+}
+
+// SetPolicy switches a batched model (or every one, for model "") to the
+// named policy at run time.
+func (r *Registry) SetPolicy(model, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	found := false
+	for _, e := range r.models {
+		if !e.batched || (model != "" && e.name != model) {
+			continue
+		}
+		pol, err := r.newPolicy(e.name, name)
+		if err != nil {
+			return err
+		}
+		e.mon.SetPolicy(pol)
+		found = true
+	}
+	if !found {
+		return fmt.Errorf("no batched model %q", model)
+	}
+	return nil
+}
+
+// Status is one model's state for the status endpoint.
+type Status struct {
+	Model   string            `json:"model"`
+	Batched bool              `json:"batched"`
+	Reason  string            `json:"reason,omitempty"`
+	Seed    string            `json:"seed,omitempty"`
+	Warning string            `json:"warning,omitempty"`
+	Rule    *monitor.Snapshot `json:"rule,omitempty"`
+}
+
+// Statuses returns every known model's state, sorted by name.
+func (r *Registry) Statuses() []Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Status, 0, len(r.models))
+	for _, e := range r.models {
+		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning}
+		if e.mon != nil {
+			snap := e.mon.Snapshot()
+			s.Rule = &snap
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	return out
+}
+
+// Monitors returns the batched models' monitors, for metrics.
+func (r *Registry) Monitors() []*monitor.Monitor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*monitor.Monitor
+	for _, e := range r.models {
+		if e.mon != nil {
+			out = append(out, e.mon)
+		}
+	}
+	return out
+}

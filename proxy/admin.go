@@ -1,0 +1,85 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// AdminOptions configure the admin listener, kept off the data port.
+type AdminOptions struct {
+	Gatherer prometheus.Gatherer
+	// Status returns the JSON-serialisable state of the proxy.
+	Status func() any
+	// SetPolicy switches a model ("" for all) to a policy.
+	SetPolicy func(model, policy string) error
+	// Token guards mutating calls; empty refuses them all.
+	Token string
+	// Ready reports whether the proxy serves (for a readiness probe).
+	Ready func() bool
+}
+
+// NewAdmin returns the admin handler: GET /metrics, GET /status,
+// GET /healthz, GET /readyz and PUT /policy (bearer token).
+func NewAdmin(o AdminOptions) http.Handler {
+	r := chi.NewRouter()
+	r.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	r.Get("/status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, o.Status())
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if o.Ready != nil && !o.Ready() {
+			kserve.WriteError(w, http.StatusServiceUnavailable, "not ready")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	r.Put("/policy", func(w http.ResponseWriter, req *http.Request) {
+		if !authorized(o.Token, req.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ratebatch admin"`)
+			kserve.WriteError(w, http.StatusUnauthorized, "a valid bearer token is required (set admin_token)")
+			return
+		}
+		var body struct {
+			Model  string `json:"model"`
+			Policy string `json:"policy"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Policy == "" {
+			kserve.WriteError(w, http.StatusBadRequest, `want {"model": "name or empty for all", "policy": "name"}`)
+			return
+		}
+		if err := o.SetPolicy(body.Model, body.Policy); err != nil {
+			kserve.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, o.Status())
+	})
+	return r
+}
+
+// authorized compares the bearer token in constant time.
+func authorized(token, header string) bool {
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	if token == "" || !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

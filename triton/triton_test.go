@@ -1,0 +1,95 @@
+package triton
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func serve(t *testing.T, routes map[string]string) *Client {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := routes[r.Method+" "+r.URL.Path]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":"Request for unknown model: 'x' is not found"}`))
+			return
+		}
+		w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return NewClient(srv.URL+"/", srv.Client())
+}
+
+func TestModelConfigVariants(t *testing.T) {
+	c := serve(t, map[string]string{
+		"GET /v2/models/simple/config": `{"name":"simple","platform":"tensorflow_graphdef","max_batch_size":8,
+			"input":[{"name":"INPUT0","data_type":"TYPE_INT32","dims":["16"]}],
+			"instance_group":[{"kind":"KIND_GPU","count":2,"gpus":[0,1]},{"kind":"KIND_CPU","count":1}]}`,
+		"GET /v2/models/seq/config":   `{"name":"seq","max_batch_size":4,"sequence_batching":{}}`,
+		"GET /v2/models/nobat/config": `{"name":"nobat","max_batch_size":0,"input":[{"name":"X","data_type":"TYPE_FP32","dims":[3,224,224]}]}`,
+		"GET /v2/models/dec/config":   `{"name":"dec","max_batch_size":4,"model_transaction_policy":{"decoupled":true}}`,
+	})
+	tests := []struct {
+		model     string
+		batchable bool
+		instances int
+	}{
+		{"simple", true, 5},
+		{"seq", false, 1},
+		{"nobat", false, 1},
+		{"dec", false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			cfg, err := c.ModelConfig(context.Background(), tt.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, why := cfg.Batchable(); ok != tt.batchable || (!ok && why == "") {
+				t.Fatalf("Batchable() = %v %q, want %v with a reason when false", ok, why, tt.batchable)
+			}
+			if got := cfg.Instances(); got != tt.instances {
+				t.Fatalf("Instances() = %d, want %d", got, tt.instances)
+			}
+		})
+	}
+	cfg, _ := c.ModelConfig(context.Background(), "simple")
+	if got := cfg.Input[0].Dims; len(got) != 1 || got[0] != 16 {
+		t.Fatalf("string dims decoded as %v", got)
+	}
+	cfg, _ = c.ModelConfig(context.Background(), "nobat")
+	if got := cfg.Input[0].Dims; len(got) != 3 || got[2] != 224 {
+		t.Fatalf("number dims decoded as %v", got)
+	}
+}
+
+func TestIndexStatsAndErrors(t *testing.T) {
+	c := serve(t, map[string]string{
+		"POST /v2/repository/index": `[{"name":"simple","version":"1","state":"READY"},{"name":"broken","state":"UNAVAILABLE","reason":"load failed"}]`,
+		"GET /v2/models/simple/stats": `{"model_stats":[{"name":"simple","version":"1","batch_stats":[
+			{"batch_size":1,"compute_input":{"count":10,"ns":1000000},"compute_infer":{"count":10,"ns":20000000},"compute_output":{"count":10,"ns":1000000}},
+			{"batch_size":4,"compute_infer":{"count":0,"ns":0}}]}]}`,
+	})
+	idx, err := c.RepositoryIndex(context.Background())
+	if err != nil || len(idx) != 2 || idx[1].Reason != "load failed" {
+		t.Fatalf("index %+v, %v", idx, err)
+	}
+	stats, err := c.ModelStats(context.Background(), "simple")
+	if err != nil || len(stats) != 2 {
+		t.Fatalf("stats %+v, %v", stats, err)
+	}
+	if got := stats[0].MeanMs(); got != 2.2 {
+		t.Fatalf("MeanMs = %v, want 2.2 (input+infer+output per execution)", got)
+	}
+	if got := stats[1].MeanMs(); got != 0 {
+		t.Fatalf("MeanMs of an unused size = %v, want 0", got)
+	}
+	_, err = c.ModelConfig(context.Background(), "x")
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != 404 || se.Msg == "" {
+		t.Fatalf("unknown model: %v", err)
+	}
+}
