@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -408,4 +409,135 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	}
 }
 
-var _ = kserve.HeaderContentLength
+func TestServeCompressionAndBinary(t *testing.T) {
+	em := startEmulator(t, emulator.Options{})
+	base, _, _ := startProxy(t, em.Addr(), nil)
+	url := base + "/v2/models/simple/infer"
+
+	// A gzip-encoded request, and a gzip-encoded answer because we accept it.
+	var zbuf bytes.Buffer
+	zw := gzip.NewWriter(&zbuf)
+	zw.Write(simpleBody("gz", 7, 2))
+	zw.Close()
+	req, _ := http.NewRequest(http.MethodPost, url, &zbuf)
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultTransport.RoundTrip(req) // no transparent decompression
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("status %d, Content-Encoding %q; want 200 gzip", resp.StatusCode, resp.Header.Get("Content-Encoding"))
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r inferReply
+	if err := json.NewDecoder(zr).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSimple(r, "gz", 7, 2); err != nil {
+		t.Fatal(err)
+	}
+
+	// The binary tensor extension both ways: binary inputs, binary outputs.
+	a, b := make([]int32, 16), make([]int32, 16)
+	for i := range a {
+		a[i], b[i] = int32(100+i), int32(i)
+	}
+	in0, _ := kserve.NewTensor("INPUT0", []int64{1, 16}, a)
+	in1, _ := kserve.NewTensor("INPUT1", []int64{1, 16}, b)
+	kreq := &kserve.Request{ID: "bin", Inputs: []kserve.Tensor{in0, in1},
+		Outputs: []kserve.RequestedOutput{{Name: "OUTPUT1", Parameters: kserve.Parameters{"binary_data": true}}}}
+	body, hl, err := kserve.AppendRequest(nil, kreq, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hreq, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	hreq.Header.Set(kserve.HeaderContentLength, fmt.Sprint(hl))
+	hresp, err := http.DefaultClient.Do(hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	rhl, err := kserve.ParseHeaderLength(hresp.Header.Get(kserve.HeaderContentLength), len(data))
+	if err != nil || hresp.StatusCode != 200 {
+		t.Fatalf("status %d, header length %v: %s", hresp.StatusCode, err, data)
+	}
+	kresp, err := kserve.DecodeResponse(data, rhl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kresp.Outputs) != 1 || kresp.Outputs[0].Name != "OUTPUT1" || !kresp.Outputs[0].Binary {
+		t.Fatalf("want only OUTPUT1 in binary form, got %+v", kresp.Outputs)
+	}
+	diff, _ := kresp.Outputs[0].Int32s()
+	for i := range diff {
+		if diff[i] != 100 {
+			t.Fatalf("OUTPUT1[%d] = %d, want 100", i, diff[i])
+		}
+	}
+}
+
+func TestServeTimeoutParameter(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+		return emulator.Fault{Delay: 300 * time.Millisecond}
+	}})
+	base, _, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
+	url := base + "/v2/models/simple/infer"
+	go post(t, url, simpleBody("busy", 0, 1)) // occupies the only instance
+	time.Sleep(50 * time.Millisecond)
+	body := bytes.Replace(simpleBody("late", 0, 1), []byte(`{"id":"late",`), []byte(`{"id":"late","parameters":{"timeout":20000},`), 1)
+	start := time.Now()
+	code, r, _ := post(t, url, body)
+	if code != 503 || r.Error != "Request timeout expired" {
+		t.Fatalf("status %d %q, want 503 Request timeout expired", code, r.Error)
+	}
+	if waited := time.Since(start); waited > 200*time.Millisecond {
+		t.Fatalf("timed-out request answered after %v; it should not wait for the busy batch", waited)
+	}
+	bad := bytes.Replace(simpleBody("bad", 0, 1), []byte(`{"id":"bad",`), []byte(`{"id":"bad","parameters":{"priority":-1},`), 1)
+	if code, r, _ := post(t, url, bad); code != 400 || !strings.Contains(r.Error, "priority") {
+		t.Fatalf("negative priority: %d %q, want 400", code, r.Error)
+	}
+}
+
+func TestServeGracefulShutdownDrains(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	base, _, stop := startProxy(t, em.Addr(), func(c *config.Config) {
+		// A rule that would hold these requests for an hour: only the drain sends them.
+		c.Policy.Name = "static"
+		c.Policy.Batch = 8
+		c.Policy.WaitBound = time.Hour
+	})
+	url := base + "/v2/models/simple/infer"
+	var wg sync.WaitGroup
+	codes := make([]int, 3)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r inferReply
+			codes[i], r, _ = post(t, url, simpleBody(fmt.Sprint(i), i, 1))
+			if codes[i] == 200 {
+				if err := checkSimple(r, fmt.Sprint(i), i, 1); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // all three are queued, waiting for a batch of 8
+	stop()                             // SIGTERM
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Fatalf("request %d queued at shutdown got %d, want 200 (drained)", i, c)
+		}
+	}
+	if _, err := http.Get(base + "/v2/health/ready"); err == nil {
+		t.Fatal("proxy still accepts connections after shutdown")
+	}
+}
