@@ -1,0 +1,306 @@
+// Package policy holds ratebatch's batching decisions as pure, clock-injected
+// code, so that the live dispatcher and the simulator run the very same rules
+// and a simulated result predicts the live one.
+//
+// A policy works in two steps that run on different goroutines:
+//
+//   - Plan is the slow step. The monitor calls it once per window, off the
+//     request path, with what it learned in that window (arrival rate, the
+//     current fit of tau(b)). It may take long (an SMDP solve) and returns a
+//     Rule.
+//   - Rule.Decide is the cheap step. The dispatcher (or the simulator) calls
+//     it on every event of a model queue: an arrival, a batch completion, and
+//     the wake-up time the rule itself asked for. It answers "send a batch of
+//     up to n rows now" or "wait, and ask me again at t".
+//
+// Nothing in this package sleeps, reads a clock or does I/O: every time comes
+// in through Estimate.Now and Queue.Now.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Estimate is what the monitor knows at the end of a window. Rates are per
+// second, times milliseconds, energies millijoules.
+type Estimate struct {
+	Now time.Time
+	// Window is the length of the window that just ended. Zero means no
+	// window has ended yet: Plan then returns the policy's starting rule
+	// (Arrivals and RatePerSec are zero and carry no information).
+	Window     time.Duration
+	Arrivals   int     // rows counted by the request path during Window
+	RatePerSec float64 // Arrivals / Window
+
+	// The current fit of the batch latency tau(b) = AlphaMs*b + Tau0Ms
+	// (AlphaMs > 0, Tau0Ms >= 0), seeded from a profile and updated from
+	// observed batches, and the quality of that fit (R^2, 1 = perfect).
+	AlphaMs, Tau0Ms float64
+	FitR2           float64
+
+	// The batch energy zeta(b) = BetaMJ*b + Zeta0MJ where known.
+	BetaMJ, Zeta0MJ float64
+	HasEnergy       bool
+
+	MaxBatch  int // the model's max_batch_size (B_max), >= 1
+	Instances int // batches the upstream can run at once, >= 1
+}
+
+// Observed reports whether the estimate carries a measured window.
+func (e Estimate) Observed() bool { return e.Window > 0 }
+
+// TauMs is the predicted latency of a batch of b rows in milliseconds.
+func (e Estimate) TauMs(b int) float64 { return e.AlphaMs*float64(b) + e.Tau0Ms }
+
+// TauDuration is TauMs as a duration.
+func (e Estimate) TauDuration(b int) time.Duration {
+	return time.Duration(e.TauMs(b) * float64(time.Millisecond))
+}
+
+// Validate names the first field that makes the estimate unusable for Plan.
+func (e Estimate) Validate() error {
+	switch {
+	case e.Window < 0:
+		return fmt.Errorf("estimate: window must be >= 0, got %v", e.Window)
+	case e.Arrivals < 0:
+		return fmt.Errorf("estimate: arrivals must be >= 0, got %d", e.Arrivals)
+	case !(e.RatePerSec >= 0):
+		return fmt.Errorf("estimate: rate must be >= 0 per second, got %v", e.RatePerSec)
+	case !(e.AlphaMs > 0):
+		return fmt.Errorf("estimate: alpha must be > 0 ms, got %v", e.AlphaMs)
+	case !(e.Tau0Ms >= 0):
+		return fmt.Errorf("estimate: tau0 must be >= 0 ms, got %v", e.Tau0Ms)
+	case e.MaxBatch < 1:
+		return fmt.Errorf("estimate: max batch must be >= 1, got %d", e.MaxBatch)
+	case e.Instances < 1:
+		return fmt.Errorf("estimate: instances must be >= 1, got %d", e.Instances)
+	}
+	return nil
+}
+
+// Policy turns the monitor's estimates into rules.
+//
+// Plan is called by one goroutine at a time (the monitor, or the simulator),
+// never on the request path; it may be slow and may keep state between calls.
+// It must always return a usable Rule: a policy that cannot plan (an SMDP
+// solve that does not converge, say) falls back to a safe rule and says why
+// in the rule's Status().Note.
+type Policy interface {
+	Name() string
+	Plan(e Estimate) Rule
+}
+
+// Rule is one planned decision rule. It is immutable, cheap, and safe for
+// concurrent use: the dispatcher may consult it from several goroutines
+// while the monitor swaps in the next one.
+type Rule interface {
+	// Decide is called on every queue event. The caller sends a batch when
+	// Decision.Rows > 0 and then calls Decide again with the updated queue,
+	// so a rule can start several batches at one instant.
+	Decide(q Queue) Decision
+	// Status describes the rule for metrics, logs and the status endpoint.
+	Status() Status
+}
+
+// Queue is the state of one model queue at the instant of a decision.
+type Queue struct {
+	Now  time.Time
+	Rows int // rows waiting; one caller may own several rows
+	// OldestArrival is when the oldest waiting row arrived; zero when empty.
+	OldestArrival time.Time
+	// EarliestDeadline is the earliest SLA deadline among the waiting rows;
+	// zero when none of them carries a deadline.
+	EarliestDeadline time.Time
+
+	InFlight     int // batches sent and not yet answered
+	InFlightRows int // rows in those batches
+
+	// Instances is the in-flight limit the caller enforces (batches the
+	// upstream can run at once); MaxBatch the model's max_batch_size. The
+	// caller never sends more than MaxBatch rows in a batch nor more than
+	// Instances batches at once, whatever a rule answers.
+	Instances int
+	MaxBatch  int
+}
+
+// Free reports whether an instance is free to take a batch.
+func (q Queue) Free() bool { return q.InFlight < q.Instances }
+
+// Waited is how long the oldest waiting row has waited; zero when empty.
+func (q Queue) Waited() time.Duration {
+	if q.Rows == 0 || q.OldestArrival.IsZero() {
+		return 0
+	}
+	return q.Now.Sub(q.OldestArrival)
+}
+
+// Decision is a rule's answer.
+type Decision struct {
+	// Rows > 0: send a batch of up to Rows rows now. The dispatcher packs
+	// whole callers, so the batch may hold fewer rows, never more.
+	Rows int
+	// WakeAt, when Rows == 0: decide again no later than this even if no
+	// arrival or completion happens. Zero means only on the next event; a
+	// time not after Queue.Now is ignored.
+	WakeAt time.Time
+}
+
+// Send is the decision to dispatch up to n rows now.
+func Send(n int) Decision { return Decision{Rows: n} }
+
+// WaitUntil is the decision to hold the queue until t (or the next event).
+func WaitUntil(t time.Time) Decision { return Decision{WakeAt: t} }
+
+// Wait is the decision to hold the queue until the next arrival or completion.
+func Wait() Decision { return Decision{} }
+
+// Status is a rule's self-description.
+type Status struct {
+	Policy string
+	// BatchSize is the batch size the rule aims for (batchmonitor's pbs,
+	// static's b, B_max for maxbatch and adhoc).
+	BatchSize int
+	// MaxWait is the longest the rule holds the oldest row of a partial
+	// batch once an instance is free; zero when it never holds one.
+	MaxWait time.Duration
+	// Note says anything unusual, e.g. a fallback taken in Plan.
+	Note string
+}
+
+func (s Status) String() string {
+	out := fmt.Sprintf("%s batch=%d max_wait=%v", s.Policy, s.BatchSize, s.MaxWait)
+	if s.Note != "" {
+		out += " (" + s.Note + ")"
+	}
+	return out
+}
+
+// Options configure a policy. Fields a policy does not use are ignored;
+// zero values select the policy's documented default.
+type Options struct {
+	// Batch is static's exact batch size b.
+	Batch int
+	// MaxQueueDelay is maxbatch's deadline: the longest the oldest row waits
+	// for a full batch of B_max (Triton's max_queue_delay).
+	MaxQueueDelay time.Duration
+	// MaxWait bounds how long batchmonitor and static hold the oldest row of a
+	// partial batch while an instance is free.
+	MaxWait time.Duration
+	// Params carry settings of policies added later (smdp weights, slack's
+	// SLA, ...) as text, so that config files and flags reach them without
+	// this struct growing. Read them with Float, Int and Duration.
+	Params map[string]string
+}
+
+// Float reads the named parameter, def when absent.
+func (o Options) Float(key string, def float64) (float64, error) {
+	s, ok := o.Params[key]
+	if !ok {
+		return def, nil
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s: %q is not a number", key, s)
+	}
+	return v, nil
+}
+
+// Int reads the named integer parameter, def when absent.
+func (o Options) Int(key string, def int) (int, error) {
+	s, ok := o.Params[key]
+	if !ok {
+		return def, nil
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s: %q is not an integer", key, s)
+	}
+	return v, nil
+}
+
+// Duration reads the named duration parameter ("250ms"), def when absent.
+func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
+	s, ok := o.Params[key]
+	if !ok {
+		return def, nil
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s: %q is not a duration (e.g. 250ms)", key, s)
+	}
+	return v, nil
+}
+
+// CheckParams reports parameters a policy does not know, so a typo in a
+// config file is an error rather than a silently ignored setting.
+func (o Options) CheckParams(policy string, known ...string) error {
+	var unknown []string
+	for k := range o.Params {
+		if !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	if len(known) == 0 {
+		return fmt.Errorf("policy %s takes no parameters, got %s", policy, strings.Join(unknown, ", "))
+	}
+	return fmt.Errorf("policy %s: unknown parameter %s (known: %s)", policy, strings.Join(unknown, ", "), strings.Join(known, ", "))
+}
+
+// Factory builds a policy from options, rejecting options it cannot use.
+type Factory func(o Options) (Policy, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Factory{}
+)
+
+// ErrUnknown is wrapped by New when no policy of that name is registered.
+var ErrUnknown = errors.New("unknown policy")
+
+// Register makes a policy available to New under name. It is meant for init
+// functions and panics on an empty name, a nil factory or a duplicate, as
+// those are programming errors.
+func Register(name string, f Factory) {
+	if name == "" || f == nil {
+		panic("policy: Register needs a name and a factory")
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("policy: Register called twice for " + name)
+	}
+	registry[name] = f
+}
+
+// New builds the named policy.
+func New(name string, o Options) (Policy, error) {
+	registryMu.RLock()
+	f, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	p, err := f(o)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// Names lists the registered policies, sorted.
+func Names() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return slices.Sorted(maps.Keys(registry))
+}

@@ -1,0 +1,525 @@
+// Package regression fits the batch latency line tau(b) = alpha*b + tau0 from
+// observed (batch size, latency) samples.
+//
+// The fit is a weighted least-squares line made robust and safe for use in a
+// control loop:
+//
+//   - recent samples weigh more: a sliding window of the last Window samples,
+//     each weighted Forget^age (age 0 for the newest);
+//   - outliers (a GC pause, a cold start) are rejected: the fit starts from
+//     the per-batch-size medians and is refined by Tukey-bisquare iteratively
+//     reweighted least squares with a MAD scale;
+//   - few distinct batch sizes are fine once a prior line is seeded (from a
+//     profile): the prior pulls the slope like PriorWeight samples spread over
+//     1..MaxBatch, so with a single batch size the slope is the prior's and
+//     the intercept follows the data;
+//   - the answer is always usable: alpha > 0 (at least MinAlphaMs) and
+//     tau0 >= 0, found as a constrained least-squares optimum, not by
+//     clipping.
+package regression
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+)
+
+// Sample is one observed batch: its size and how long it took.
+type Sample struct {
+	Batch     int
+	LatencyMs float64
+}
+
+func (s Sample) validate() error {
+	switch {
+	case s.Batch < 1:
+		return fmt.Errorf("batch size must be >= 1, got %d", s.Batch)
+	case math.IsNaN(s.LatencyMs) || math.IsInf(s.LatencyMs, 0) || s.LatencyMs < 0:
+		return fmt.Errorf("latency must be a finite number >= 0 ms, got %v", s.LatencyMs)
+	}
+	return nil
+}
+
+// Line is tau(b) = AlphaMs*b + Tau0Ms.
+type Line struct {
+	AlphaMs float64 `json:"alpha_ms"`
+	Tau0Ms  float64 `json:"tau0_ms"`
+}
+
+// TauMs is the line's latency for a batch of b in ms.
+func (l Line) TauMs(b int) float64 { return l.AlphaMs*float64(b) + l.Tau0Ms }
+
+// Validate reports whether the line is a usable latency model.
+func (l Line) Validate() error {
+	switch {
+	case !(l.AlphaMs > 0) || math.IsInf(l.AlphaMs, 0):
+		return fmt.Errorf("alpha must be a finite number > 0 ms, got %v", l.AlphaMs)
+	case !(l.Tau0Ms >= 0) || math.IsInf(l.Tau0Ms, 0):
+		return fmt.Errorf("tau0 must be a finite number >= 0 ms, got %v", l.Tau0Ms)
+	}
+	return nil
+}
+
+// Fit is a fitted line and how much to trust it.
+type Fit struct {
+	Line
+	// R2 is the weighted coefficient of determination over the samples kept
+	// (outliers excluded): 1 is a perfect line, 0 no better than the mean.
+	// It is 0 when no samples were fitted.
+	R2       float64
+	N        int // samples in the fit, outliers included
+	Sizes    int // distinct batch sizes among them
+	Outliers int // samples rejected (robust weight zero)
+	// Seeded reports that a prior line took part, as the whole answer when
+	// there were no samples, or as a pull on the slope.
+	Seeded bool
+}
+
+// Errors returned when the samples do not determine a line.
+var (
+	ErrNoSamples  = errors.New("no samples to fit")
+	ErrOneSize    = errors.New("all samples have the same batch size, so the slope is unknown: add samples of a second batch size or seed a prior line")
+	errBadOptions = errors.New("invalid regression options")
+)
+
+// Options tune a fit; the zero value selects every default.
+type Options struct {
+	// Window is how many recent samples an Estimator keeps (default 256).
+	Window int
+	// Forget is the weight factor per sample of age, in (0, 1]: the newest
+	// sample weighs 1, the one before Forget, and so on. Default 0.98, a
+	// half-life of about 34 samples; 1 weighs the whole window equally.
+	// FitSamples ignores it: a batch of samples has no order.
+	Forget float64
+	// Prior, when set, is the line the fit starts from (a profile run); see
+	// PriorWeight.
+	Prior *Line
+	// PriorWeight is how many samples the prior slope counts as, spread
+	// evenly over batch sizes 1..MaxBatch (default 4). Negative is invalid.
+	PriorWeight float64
+	// MaxBatch spans the prior's pseudo-samples (default 32).
+	MaxBatch int
+	// MinAlphaMs is the smallest slope returned (default 1e-6 ms).
+	MinAlphaMs float64
+	// OutlierCut is the Tukey bisquare constant in robust standard
+	// deviations (default 4.685, 95% efficient for Gaussian noise). A
+	// residual beyond it gets weight zero. Negative disables rejection.
+	OutlierCut float64
+}
+
+// Defaults of Options.
+const (
+	DefaultWindow      = 256
+	DefaultForget      = 0.98
+	DefaultPriorWeight = 4
+	DefaultMaxBatch    = 32
+	DefaultMinAlphaMs  = 1e-6
+	DefaultOutlierCut  = 4.685
+)
+
+// robustIterations bounds the reweighting passes; the fit settles in a few.
+const robustIterations = 5
+
+// minRobustSamples is the fewest samples outliers are rejected from: below
+// it a robust scale says nothing and every sample is kept.
+const minRobustSamples = 6
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Forget == 0 {
+		o.Forget = DefaultForget
+	}
+	if o.PriorWeight == 0 {
+		o.PriorWeight = DefaultPriorWeight
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MinAlphaMs == 0 {
+		o.MinAlphaMs = DefaultMinAlphaMs
+	}
+	if o.OutlierCut == 0 {
+		o.OutlierCut = DefaultOutlierCut
+	}
+	switch {
+	case o.Window < 2:
+		return o, fmt.Errorf("%w: window must be >= 2 samples, got %d", errBadOptions, o.Window)
+	case !(o.Forget > 0 && o.Forget <= 1):
+		return o, fmt.Errorf("%w: forget factor must be in (0, 1], got %v", errBadOptions, o.Forget)
+	case !(o.PriorWeight >= 0) || math.IsInf(o.PriorWeight, 0):
+		return o, fmt.Errorf("%w: prior weight must be >= 0, got %v", errBadOptions, o.PriorWeight)
+	case o.MaxBatch < 1:
+		return o, fmt.Errorf("%w: max batch must be >= 1, got %d", errBadOptions, o.MaxBatch)
+	case !(o.MinAlphaMs > 0) || math.IsInf(o.MinAlphaMs, 0):
+		return o, fmt.Errorf("%w: min alpha must be > 0 ms, got %v", errBadOptions, o.MinAlphaMs)
+	case math.IsNaN(o.OutlierCut):
+		return o, fmt.Errorf("%w: outlier cut must be a number", errBadOptions)
+	}
+	if o.Prior != nil {
+		if err := o.Prior.Validate(); err != nil {
+			return o, fmt.Errorf("%w: prior line: %w", errBadOptions, err)
+		}
+	}
+	return o, nil
+}
+
+// FitSamples fits a line to samples weighted equally (a profile run, a CSV
+// file). Options.Window and Forget do not apply.
+func FitSamples(samples []Sample, o Options) (Fit, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return Fit{}, err
+	}
+	for i, s := range samples {
+		if err := s.validate(); err != nil {
+			return Fit{}, fmt.Errorf("sample %d: %w", i+1, err)
+		}
+	}
+	w := make([]float64, len(samples))
+	for i := range w {
+		w[i] = 1
+	}
+	return fit(samples, w, o)
+}
+
+// Estimator is an online fit: callers Observe batches as they complete and
+// ask for the current Fit when they plan. It is safe for concurrent use;
+// Observe is O(1) under a mutex, so the dispatcher can call it on every
+// completion while the monitor fits.
+type Estimator struct {
+	mu    sync.Mutex
+	o     Options
+	ring  []Sample
+	next  int // slot the next sample goes to
+	count int // samples in the ring
+	total int // samples ever observed
+}
+
+// NewEstimator returns an empty estimator; seed it through Options.Prior or
+// Seed.
+func NewEstimator(o Options) (*Estimator, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if o.Prior != nil {
+		p := *o.Prior
+		o.Prior = &p
+	}
+	return &Estimator{o: o, ring: make([]Sample, o.Window)}, nil
+}
+
+// Seed sets the prior line, e.g. from a profile.
+func (e *Estimator) Seed(l Line) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("seed line: %w", err)
+	}
+	e.mu.Lock()
+	e.o.Prior = &l
+	e.mu.Unlock()
+	return nil
+}
+
+// Observe records one completed batch of the given size and latency.
+func (e *Estimator) Observe(batch int, latencyMs float64) error {
+	s := Sample{Batch: batch, LatencyMs: latencyMs}
+	if err := s.validate(); err != nil {
+		return fmt.Errorf("observe: %w", err)
+	}
+	e.mu.Lock()
+	e.ring[e.next] = s
+	e.next = (e.next + 1) % len(e.ring)
+	e.count = min(e.count+1, len(e.ring))
+	e.total++
+	e.mu.Unlock()
+	return nil
+}
+
+// Observed returns how many samples were ever observed.
+func (e *Estimator) Observed() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.total
+}
+
+// Fit fits the window. With no samples it returns the prior, if seeded, and
+// ErrNoSamples otherwise.
+func (e *Estimator) Fit() (Fit, error) {
+	e.mu.Lock()
+	o := e.o
+	samples := make([]Sample, e.count)
+	// oldest first
+	start := (e.next - e.count + len(e.ring)) % len(e.ring)
+	for i := range samples {
+		samples[i] = e.ring[(start+i)%len(e.ring)]
+	}
+	e.mu.Unlock()
+
+	w := make([]float64, len(samples))
+	wt := 1.0
+	for i := len(w) - 1; i >= 0; i-- {
+		w[i] = wt
+		wt *= o.Forget
+	}
+	return fit(samples, w, o)
+}
+
+// fit is the robust, constrained, prior-regularised weighted fit.
+func fit(samples []Sample, base []float64, o Options) (Fit, error) {
+	if len(samples) == 0 {
+		if o.Prior != nil {
+			return Fit{Line: *o.Prior, Seeded: true}, nil
+		}
+		return Fit{}, ErrNoSamples
+	}
+	sizes := distinctSizes(samples)
+	if sizes < 2 && o.Prior == nil {
+		return Fit{N: len(samples), Sizes: sizes}, ErrOneSize
+	}
+	// The prior as a ridge term on the slope: kappa*(alpha - alpha0)^2 with
+	// kappa = PriorWeight * (variance of a uniform spread over 1..MaxBatch),
+	// scaled to the data's mean weight.
+	var kappa, alpha0 float64
+	if o.Prior != nil {
+		alpha0 = o.Prior.AlphaMs
+		var sw float64
+		for _, w := range base {
+			sw += w
+		}
+		m := float64(o.MaxBatch)
+		spread := (m*m - 1) / 12
+		if spread == 0 {
+			spread = 1
+		}
+		kappa = o.PriorWeight * spread * sw / float64(len(base))
+	}
+
+	xs := make([]float64, len(samples))
+	ys := make([]float64, len(samples))
+	for i, s := range samples {
+		xs[i], ys[i] = float64(s.Batch), s.LatencyMs
+	}
+
+	// A robust start: the line through the per-size weighted medians.
+	line := medianStart(samples, base, kappa, alpha0, o.MinAlphaMs)
+
+	w := slices.Clone(base)
+	robust := make([]float64, len(samples))
+	for i := range robust {
+		robust[i] = 1
+	}
+	if o.OutlierCut > 0 && len(samples) >= minRobustSamples {
+		abs := make([]weighted, 0, len(samples))
+		for range robustIterations {
+			abs = abs[:0]
+			for i := range xs {
+				if base[i] > 0 {
+					abs = append(abs, weighted{math.Abs(ys[i] - line.TauMs(int(xs[i]))), base[i]})
+				}
+			}
+			// The MAD scale, weighted like the samples so that a regime the
+			// forgetting factor has faded out does not set it.
+			scale := 1.4826 * weightedMedian(abs)
+			if floor := 1e-9 * math.Max(1, meanAbs(ys)); scale < floor {
+				scale = floor
+			}
+			cut := o.OutlierCut * scale
+			for i := range xs {
+				u := (ys[i] - (line.AlphaMs*xs[i] + line.Tau0Ms)) / cut
+				if math.Abs(u) >= 1 {
+					robust[i] = 0
+				} else {
+					robust[i] = (1 - u*u) * (1 - u*u)
+				}
+				w[i] = base[i] * robust[i]
+			}
+			if kappa == 0 && weightedSizes(xs, w) < 2 {
+				// Rejection left one size and there is no prior: keep
+				// the last determined line.
+				break
+			}
+			line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
+		}
+	} else {
+		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
+	}
+
+	f := Fit{Line: line, N: len(samples), Sizes: sizes, Seeded: o.Prior != nil}
+	for _, r := range robust {
+		if r == 0 {
+			f.Outliers++
+		}
+	}
+	f.R2 = r2(xs, ys, w, line)
+	return f, nil
+}
+
+// constrainedLS minimises sum w*(y - a*x - c)^2 + kappa*(a - a0)^2 subject to
+// a >= minA, c >= 0. The problem is convex, so when the free optimum is
+// infeasible the answer is the better of the two faces' optima.
+func constrainedLS(xs, ys, w []float64, kappa, a0, minA float64) Line {
+	var sw, sx, sy float64
+	for i := range xs {
+		sw += w[i]
+		sx += w[i] * xs[i]
+		sy += w[i] * ys[i]
+	}
+	if sw == 0 {
+		return Line{AlphaMs: math.Max(a0, minA)}
+	}
+	mx, my := sx/sw, sy/sw
+	var sxx, sxy, s2x, s1xy float64 // centred, and raw for the c=0 face
+	for i := range xs {
+		dx := xs[i] - mx
+		sxx += w[i] * dx * dx
+		sxy += w[i] * dx * (ys[i] - my)
+		s2x += w[i] * xs[i] * xs[i]
+		s1xy += w[i] * xs[i] * ys[i]
+	}
+	var free Line
+	if sxx+kappa > 0 {
+		free.AlphaMs = (sxy + kappa*a0) / (sxx + kappa)
+	} else {
+		free.AlphaMs = minA // one size and no prior: callers avoid this
+	}
+	free.Tau0Ms = my - free.AlphaMs*mx
+	if free.AlphaMs >= minA && free.Tau0Ms >= 0 {
+		return free
+	}
+	// Face c = 0.
+	faceC := Line{AlphaMs: math.Max(minA, (s1xy+kappa*a0)/(s2x+kappa))}
+	// Face a = minA.
+	faceA := Line{AlphaMs: minA, Tau0Ms: math.Max(0, my-minA*mx)}
+	if objective(xs, ys, w, kappa, a0, faceC) <= objective(xs, ys, w, kappa, a0, faceA) {
+		return faceC
+	}
+	return faceA
+}
+
+func objective(xs, ys, w []float64, kappa, a0 float64, l Line) float64 {
+	var s float64
+	for i := range xs {
+		r := ys[i] - l.AlphaMs*xs[i] - l.Tau0Ms
+		s += w[i] * r * r
+	}
+	d := l.AlphaMs - a0
+	return s + kappa*d*d
+}
+
+// medianStart fits the line through each batch size's weighted median
+// latency, weighted by the size's total weight: outliers cannot move a
+// median unless they are half of a size's weight.
+func medianStart(samples []Sample, w []float64, kappa, a0, minA float64) Line {
+	groups := map[int][]weighted{}
+	for i, s := range samples {
+		if w[i] > 0 {
+			groups[s.Batch] = append(groups[s.Batch], weighted{s.LatencyMs, w[i]})
+		}
+	}
+	var xs, ys, ws []float64
+	// Sorted keys keep the sums in one order, so fits are reproducible.
+	for _, b := range slices.Sorted(maps.Keys(groups)) {
+		pts := groups[b]
+		var total float64
+		for _, p := range pts {
+			total += p.w
+		}
+		xs = append(xs, float64(b))
+		ys = append(ys, weightedMedian(pts))
+		ws = append(ws, total)
+	}
+	return constrainedLS(xs, ys, ws, kappa, a0, minA)
+}
+
+type weighted struct{ v, w float64 }
+
+// weightedMedian sorts v and returns the smallest value at which half of the
+// total weight is reached.
+func weightedMedian(v []weighted) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.SortFunc(v, func(a, b weighted) int {
+		switch {
+		case a.v < b.v:
+			return -1
+		case a.v > b.v:
+			return 1
+		}
+		return 0
+	})
+	var total float64
+	for _, p := range v {
+		total += p.w
+	}
+	var acc float64
+	for _, p := range v {
+		acc += p.w
+		if acc >= total/2 {
+			return p.v
+		}
+	}
+	return v[len(v)-1].v
+}
+
+// r2 is the weighted coefficient of determination.
+func r2(xs, ys, w []float64, l Line) float64 {
+	var sw, sy float64
+	for i := range ys {
+		sw += w[i]
+		sy += w[i] * ys[i]
+	}
+	if sw == 0 {
+		return 0
+	}
+	my := sy / sw
+	var res, tot float64
+	for i := range ys {
+		r := ys[i] - l.AlphaMs*xs[i] - l.Tau0Ms
+		res += w[i] * r * r
+		d := ys[i] - my
+		tot += w[i] * d * d
+	}
+	if tot <= 1e-18*math.Max(1, my*my)*sw {
+		// Every kept latency is the same: a perfect fit explains it all.
+		if res <= 1e-18*math.Max(1, my*my)*sw {
+			return 1
+		}
+		return 0
+	}
+	return 1 - res/tot
+}
+
+func distinctSizes(samples []Sample) int {
+	seen := map[int]struct{}{}
+	for _, s := range samples {
+		seen[s.Batch] = struct{}{}
+	}
+	return len(seen)
+}
+
+func weightedSizes(xs, w []float64) int {
+	seen := map[float64]struct{}{}
+	for i, x := range xs {
+		if w[i] > 0 {
+			seen[x] = struct{}{}
+		}
+	}
+	return len(seen)
+}
+
+func meanAbs(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range v {
+		s += math.Abs(x)
+	}
+	return s / float64(len(v))
+}

@@ -1,0 +1,264 @@
+package regression
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+func lineSamples(alpha, tau0 float64, sizes []int, reps int, noise float64, rng *rand.Rand) []Sample {
+	var out []Sample
+	for r := 0; r < reps; r++ {
+		for _, b := range sizes {
+			y := alpha*float64(b) + tau0
+			if noise > 0 {
+				y += noise * rng.NormFloat64()
+			}
+			out = append(out, Sample{Batch: b, LatencyMs: math.Max(y, 0)})
+		}
+	}
+	return out
+}
+
+func TestFitSamples(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	withOutliers := lineSamples(0.3, 1.0, []int{1, 2, 4, 8, 16, 32}, 10, 0.02, rng)
+	for i := 0; i < len(withOutliers); i += 7 { // ~14% stragglers, 5-20x slower
+		withOutliers[i].LatencyMs *= 5 + 15*rng.Float64()
+	}
+	tests := []struct {
+		name        string
+		samples     []Sample
+		opts        Options
+		alpha, tau0 float64
+		tol         float64
+		minR2       float64
+		outliers    bool
+	}{
+		{"exact line", lineSamples(0.3051, 1.052, []int{1, 2, 4, 8}, 1, 0, nil), Options{}, 0.3051, 1.052, 1e-9, 0.999999, false},
+		{"noisy line", lineSamples(0.5, 2, []int{1, 4, 16, 64}, 50, 0.1, rng), Options{}, 0.5, 2, 0.02, 0.99, false},
+		{"two sizes only", lineSamples(1.2, 2.4, []int{8, 16}, 20, 0.05, rng), Options{}, 1.2, 2.4, 0.05, 0.99, false},
+		{"stragglers rejected", withOutliers, Options{}, 0.3, 1.0, 0.02, 0.99, true},
+		{"negative intercept clamps to the origin", []Sample{{1, 0.5}, {2, 2.5}, {3, 4.5}, {4, 6.5}}, Options{}, 1.5, 0, 1e-9, 0.9, false},
+		{"falling latency gives the minimum slope", []Sample{{1, 5}, {2, 4}, {3, 3}, {4, 2}}, Options{}, DefaultMinAlphaMs, 3.5 - 2.5*DefaultMinAlphaMs, 1e-9, -10, false},
+		{"one size with a prior keeps the prior slope", lineSamples(1, 10, []int{8}, 5, 0, nil), Options{Prior: &Line{AlphaMs: 0.5, Tau0Ms: 1}}, 0.5, 14, 1e-9, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := FitSamples(tt.samples, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(f.AlphaMs, tt.alpha, tt.tol) || !near(f.Tau0Ms, tt.tau0, tt.tol*math.Max(1, tt.tau0)) {
+				t.Fatalf("fit alpha %v tau0 %v, want %v %v (±%v)", f.AlphaMs, f.Tau0Ms, tt.alpha, tt.tau0, tt.tol)
+			}
+			if f.AlphaMs <= 0 || f.Tau0Ms < 0 {
+				t.Fatalf("fit violates alpha > 0, tau0 >= 0: %+v", f)
+			}
+			if f.R2 < tt.minR2 {
+				t.Fatalf("R2 = %v, want >= %v", f.R2, tt.minR2)
+			}
+			if (f.Outliers > 0) != tt.outliers {
+				t.Fatalf("outliers = %d, want some: %v", f.Outliers, tt.outliers)
+			}
+			if f.N != len(tt.samples) {
+				t.Fatalf("N = %d, want %d", f.N, len(tt.samples))
+			}
+		})
+	}
+}
+
+func TestFitSamplesOutliersWouldMislead(t *testing.T) {
+	// The robust fit must differ from plain least squares on the same
+	// stragglers, or the outlier test above proves nothing.
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := lineSamples(0.3, 1.0, []int{1, 2, 4, 8, 16, 32}, 10, 0.02, rng)
+	s[len(s)-1].LatencyMs *= 20 // a straggler at the largest batch
+	plain, err := FitSamples(s, Options{OutlierCut: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	robust, err := FitSamples(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if near(plain.AlphaMs, 0.3, 0.02) {
+		t.Fatalf("plain least squares alpha %v is not misled; the case is too weak", plain.AlphaMs)
+	}
+	if !near(robust.AlphaMs, 0.3, 0.01) || robust.Outliers != 1 {
+		t.Fatalf("robust alpha %v outliers %d, want 0.3 and 1", robust.AlphaMs, robust.Outliers)
+	}
+}
+
+func TestFitSamplesErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		samples []Sample
+		opts    Options
+		want    error
+		text    string
+	}{
+		{"none", nil, Options{}, ErrNoSamples, "no samples"},
+		{"one size without prior", []Sample{{4, 2}, {4, 3}}, Options{}, ErrOneSize, "same batch size"},
+		{"bad batch", []Sample{{0, 2}, {4, 3}}, Options{}, nil, "sample 1: batch size"},
+		{"NaN latency", []Sample{{1, 2}, {4, math.NaN()}}, Options{}, nil, "sample 2: latency"},
+		{"negative latency", []Sample{{1, -2}, {4, 3}}, Options{}, nil, "latency"},
+		{"bad forget", []Sample{{1, 2}, {4, 3}}, Options{Forget: 1.5}, nil, "forget"},
+		{"bad prior", []Sample{{1, 2}, {4, 3}}, Options{Prior: &Line{AlphaMs: 0}}, nil, "prior line: alpha"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FitSamples(tt.samples, tt.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.text) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.text)
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("error %v does not wrap %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestEstimatorForgets(t *testing.T) {
+	e, err := NewEstimator(Options{Window: 200, Forget: 0.95})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The model slows down: old behaviour 0.3b+1, new 0.6b+2.
+	for i := 0; i < 150; i++ {
+		b := 1 + i%16
+		if err := e.Observe(b, 0.3*float64(b)+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := e.Fit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(before.AlphaMs, 0.3, 1e-6) || !near(before.Tau0Ms, 1, 1e-6) {
+		t.Fatalf("fit before the change %+v", before.Line)
+	}
+	for i := 0; i < 50; i++ {
+		b := 1 + i%16
+		_ = e.Observe(b, 0.6*float64(b)+2)
+	}
+	after, err := e.Fit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 50 new samples at forget 0.95 carry 1-0.95^50 = 92% of the weight, and
+	// the robust fit rejects the old regime as outliers of the new one.
+	if !near(after.AlphaMs, 0.6, 0.01) || !near(after.Tau0Ms, 2, 0.05) {
+		t.Fatalf("fit after the change %+v, want near 0.6b+2", after.Line)
+	}
+	// Without forgetting the same window mixes both regimes.
+	flat, _ := NewEstimator(Options{Window: 200, Forget: 1, OutlierCut: -1})
+	for i := 0; i < 150; i++ {
+		b := 1 + i%16
+		_ = flat.Observe(b, 0.3*float64(b)+1)
+	}
+	for i := 0; i < 50; i++ {
+		b := 1 + i%16
+		_ = flat.Observe(b, 0.6*float64(b)+2)
+	}
+	mixed, _ := flat.Fit()
+	if near(mixed.AlphaMs, 0.6, 0.05) {
+		t.Fatalf("unweighted window fit %v already follows the change; the test is too weak", mixed.AlphaMs)
+	}
+	if e.Observed() != 200 {
+		t.Fatalf("Observed = %d, want 200", e.Observed())
+	}
+}
+
+func TestEstimatorWindowSlides(t *testing.T) {
+	e, _ := NewEstimator(Options{Window: 8, Forget: 1})
+	for i := 0; i < 100; i++ {
+		_ = e.Observe(1+i%4, 100) // old regime, flat
+	}
+	for i := 0; i < 8; i++ {
+		_ = e.Observe(1+i%4, 2*float64(1+i%4)+1)
+	}
+	f, err := e.Fit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.N != 8 || !near(f.AlphaMs, 2, 1e-9) || !near(f.Tau0Ms, 1, 1e-9) {
+		t.Fatalf("window fit %+v, want exactly the last 8 samples' line 2b+1", f)
+	}
+}
+
+func TestEstimatorSeed(t *testing.T) {
+	e, _ := NewEstimator(Options{})
+	if _, err := e.Fit(); !errors.Is(err, ErrNoSamples) {
+		t.Fatalf("empty estimator error %v", err)
+	}
+	if err := e.Seed(Line{AlphaMs: 0.5, Tau0Ms: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.Fit()
+	if err != nil || f.Line != (Line{AlphaMs: 0.5, Tau0Ms: 1}) || !f.Seeded {
+		t.Fatalf("seeded empty fit %+v, %v", f, err)
+	}
+	// Few batches all of one size: the slope stays the prior's, the
+	// intercept moves to the data.
+	for i := 0; i < 10; i++ {
+		_ = e.Observe(4, 5)
+	}
+	f, _ = e.Fit()
+	if !near(f.AlphaMs, 0.5, 1e-9) || !near(f.Tau0Ms, 3, 1e-9) {
+		t.Fatalf("one-size fit %+v, want slope 0.5 through (4, 5)", f.Line)
+	}
+	// With two sizes the data dominate a prior of weight 4.
+	for i := 0; i < 100; i++ {
+		b := []int{1, 32}[i%2]
+		_ = e.Observe(b, float64(b)+1)
+	}
+	f, _ = e.Fit()
+	if !near(f.AlphaMs, 1, 0.05) {
+		t.Fatalf("two-size fit alpha %v, want the data's 1", f.AlphaMs)
+	}
+	if err := e.Seed(Line{AlphaMs: -1}); err == nil {
+		t.Fatal("seeding a negative slope must fail")
+	}
+	if err := e.Observe(0, 1); err == nil {
+		t.Fatal("observing batch 0 must fail")
+	}
+}
+
+func TestEstimatorConcurrent(t *testing.T) {
+	e, _ := NewEstimator(Options{Prior: &Line{AlphaMs: 1, Tau0Ms: 1}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			_ = e.Observe(1+i%8, float64(1+i%8)+1)
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		if f, err := e.Fit(); err != nil || f.AlphaMs <= 0 || f.Tau0Ms < 0 {
+			t.Fatalf("concurrent fit %+v, %v", f, err)
+		}
+	}
+	<-done
+}
+
+// FuzzFitSamples: whatever the samples, a fit is either an error or a usable
+// line (alpha > 0, tau0 >= 0, finite).
+func FuzzFitSamples(f *testing.F) {
+	f.Add(1, 1.0, 2, 2.0, 3, 2.5, 1.0)
+	f.Add(4, 0.0, 4, 10.0, 8, 1e9, 0.9)
+	f.Fuzz(func(t *testing.T, b1 int, y1 float64, b2 int, y2 float64, b3 int, y3 float64, forget float64) {
+		s := []Sample{{b1, y1}, {b2, y2}, {b3, y3}, {b1, y2}, {b2, y3}, {b3, y1}}
+		fit, err := FitSamples(s, Options{Forget: forget})
+		if err != nil {
+			return
+		}
+		if !(fit.AlphaMs > 0) || !(fit.Tau0Ms >= 0) || math.IsInf(fit.AlphaMs, 0) || math.IsInf(fit.Tau0Ms, 0) || math.IsNaN(fit.R2) {
+			t.Fatalf("unusable fit %+v from %v", fit, s)
+		}
+	})
+}

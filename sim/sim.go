@@ -1,0 +1,516 @@
+// Package sim is a discrete-event simulation of one model queue in front of
+// a GPU. It drives the same policy code as the live proxy on a virtual
+// clock: a monitor that counts arrivals per window and plans a rule from the
+// arrival rate and an online fit of tau(b), and a dispatcher that asks the
+// rule on every arrival, completion and requested wake-up.
+//
+// The model: Poisson arrivals at a fixed rate or following a rate series;
+// each batch of b requests takes tau(b) = alpha*b + tau0 (optionally with
+// uniform jitter) and costs zeta(b) = beta*b + zeta0 of energy; optional idle
+// power is drawn while no batch runs. A run is deterministic for its seed,
+// and every policy sees the same arrivals for the same seed.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/trace"
+)
+
+// Defaults of Config.
+const (
+	DefaultRequests = 100_000
+	DefaultWindow   = time.Second
+	// MinWindow is the shortest monitor window: each window refits tau(b),
+	// and a live monitor could not count arrivals in less either.
+	MinWindow = time.Millisecond
+	// DefaultDrainLimit is how long after the last arrival a run may take to
+	// empty the queue before it is declared stuck.
+	DefaultDrainLimit = time.Hour
+)
+
+// Epoch is the virtual clock's time zero as policies see it.
+var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Config describes one run. Give exactly one of RatePerSec and Trace.
+type Config struct {
+	Profile profile.Profile
+	Policy  policy.Policy
+
+	RatePerSec float64       // constant Poisson arrival rate
+	Trace      *trace.Series // or a rate that follows this series
+	// Requests is how many arrivals a constant-rate run simulates (default
+	// DefaultRequests); for a trace run it caps the arrivals (0: the whole
+	// trace).
+	Requests int
+	Seed     uint64
+
+	Window    time.Duration // monitor window (default 1 s)
+	Instances int           // batches that run at once (default 1)
+	// Jitter makes each batch take tau(b)*(1+u), u uniform in
+	// [-Jitter, Jitter); 0 <= Jitter < 1.
+	Jitter float64
+	// IdleWatts is power drawn while no batch runs (W); batch energy zeta(b)
+	// is taken to include the power drawn while the batch runs.
+	IdleWatts float64
+	// SLA, when > 0, gives every request the deadline arrival+SLA, which
+	// rules see as Queue.EarliestDeadline.
+	SLA time.Duration
+	// DrainLimit bounds the time from the last arrival to the last
+	// completion (default DefaultDrainLimit).
+	DrainLimit time.Duration
+	// Series asks for the per-window time series in Result.Windows.
+	Series bool
+}
+
+func (c *Config) normalize() error {
+	if err := c.Profile.Validate(); err != nil {
+		return err
+	}
+	if c.Policy == nil {
+		return errors.New("no policy given")
+	}
+	switch {
+	case c.Trace != nil && c.RatePerSec != 0:
+		return errors.New("give either a rate or a trace, not both")
+	case c.Trace == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
+		return fmt.Errorf("arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
+	case c.Requests < 0:
+		return fmt.Errorf("requests must be >= 0, got %d", c.Requests)
+	case c.Window < 0 || (c.Window > 0 && c.Window < MinWindow):
+		return fmt.Errorf("window must be at least %v, got %v", MinWindow, c.Window)
+	case c.Instances < 0:
+		return fmt.Errorf("instances must be >= 1, got %d", c.Instances)
+	case !(c.Jitter >= 0 && c.Jitter < 1):
+		return fmt.Errorf("jitter must be in [0, 1), got %v", c.Jitter)
+	case !(c.IdleWatts >= 0) || math.IsInf(c.IdleWatts, 0):
+		return fmt.Errorf("idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
+	case c.SLA < 0:
+		return fmt.Errorf("SLA must be >= 0, got %v", c.SLA)
+	case c.DrainLimit < 0:
+		return fmt.Errorf("drain limit must be >= 0, got %v", c.DrainLimit)
+	}
+	if c.Trace == nil && c.Requests == 0 {
+		c.Requests = DefaultRequests
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Instances == 0 {
+		c.Instances = 1
+	}
+	if c.DrainLimit == 0 {
+		c.DrainLimit = DefaultDrainLimit
+	}
+	return nil
+}
+
+// Result is what a run measured. Latency is from arrival to the completion
+// of the request's batch.
+type Result struct {
+	Policy        string  `json:"policy"`
+	Requests      int     `json:"requests"`
+	Batches       int     `json:"batches"`
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+	P50LatencyMs  float64 `json:"p50_latency_ms"`
+	P99LatencyMs  float64 `json:"p99_latency_ms"`
+	MaxLatencyMs  float64 `json:"max_latency_ms"`
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// ThroughputRPS is Requests over the run's duration (time 0 to the last
+	// completion).
+	ThroughputRPS float64 `json:"throughput_rps"`
+	// RequestsPerJoule is nil when the profile has no energy figures.
+	RequestsPerJoule *float64 `json:"requests_per_joule"`
+	EnergyJ          *float64 `json:"energy_j"`
+	DurationS        float64  `json:"duration_s"`
+	// MeanInSystem is the time average of requests waiting or in a batch;
+	// by Little's law it equals ThroughputRPS * MeanLatencyMs / 1000.
+	MeanInSystem float64 `json:"mean_in_system"`
+	// Utilization is the share of time at least one batch was running.
+	Utilization float64 `json:"utilization"`
+	// Windows is the per-window time series, when Config.Series is set.
+	Windows []Window `json:"windows,omitempty"`
+}
+
+// Window is one monitor window of a run.
+type Window struct {
+	StartS     float64 `json:"start_s"`
+	Arrivals   int     `json:"arrivals"`
+	RatePerSec float64 `json:"rate_rps"`
+	// BatchSize is the batch size of the rule in force during the window
+	// (planned at its start).
+	BatchSize     int     `json:"batch_size"`
+	Batches       int     `json:"batches"`
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// Completed and MeanLatencyMs cover the requests whose batch completed
+	// in the window.
+	Completed     int     `json:"completed"`
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+}
+
+// slot is one instance: the batch it runs, if any.
+type slot struct {
+	busy   bool
+	end    time.Duration
+	start  time.Duration
+	rows   int
+	latSum float64 // ms, of the rows in the batch
+}
+
+// run holds a simulation's state. Times are durations since Epoch.
+type run struct {
+	c    Config
+	rule policy.Rule
+	fit  *regression.Estimator
+
+	now    time.Duration
+	queue  []time.Duration // arrival times, FIFO from head
+	head   int
+	slots  []slot
+	flying int // busy slots
+	flyRow int // rows in busy slots
+	wake   time.Duration
+	woken  bool // wake is set
+
+	nextArrival time.Duration
+	haveArrival bool
+	arrived     int
+	constRNG    *rand.Rand
+	arrivals    *trace.Arrivals
+	jitterRNG   *rand.Rand
+
+	// measurements
+	latencies  []float64 // ms, one per request
+	batches    int
+	rowsSent   int
+	energyMJ   float64
+	area       float64 // integral of requests in system, request-seconds
+	lastEvent  time.Duration
+	busySince  time.Duration
+	busyTotal  time.Duration
+	lastDone   time.Duration
+	winCount   int // arrivals in the current window
+	win        Window
+	winBatches int
+	winRows    int
+	winLatSum  float64
+	windows    []Window
+}
+
+// Run simulates one configuration. It stops with ctx's error when ctx ends.
+func Run(ctx context.Context, c Config) (Result, error) {
+	if err := c.normalize(); err != nil {
+		return Result{}, fmt.Errorf("sim: %w", err)
+	}
+	p := c.Profile
+	fit, err := regression.NewEstimator(regression.Options{
+		Prior:    &regression.Line{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms},
+		MaxBatch: p.MaxBatch,
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("sim: seeding the latency fit: %w", err)
+	}
+	r := &run{
+		c:         c,
+		fit:       fit,
+		slots:     make([]slot, c.Instances),
+		jitterRNG: rand.New(rand.NewPCG(c.Seed, 0x6a69747465720000)),
+	}
+	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
+	if c.Trace != nil {
+		r.arrivals = c.Trace.Arrivals(arrivalRNG)
+	} else {
+		r.constRNG = arrivalRNG
+	}
+	if n := c.Requests; n > 0 {
+		r.latencies = make([]float64, 0, n)
+		r.queue = make([]time.Duration, 0, min(n, 1<<16))
+	}
+	r.drawArrival()
+	r.rule = c.Policy.Plan(r.estimate(0, 0))
+	r.win = Window{BatchSize: r.rule.Status().BatchSize}
+	if err := r.loop(ctx); err != nil {
+		return Result{}, fmt.Errorf("sim %s: %w", c.Policy.Name(), err)
+	}
+	return r.result(), nil
+}
+
+func (r *run) drawArrival() {
+	if r.c.Requests > 0 && r.arrived >= r.c.Requests {
+		r.haveArrival = false
+		return
+	}
+	if r.arrivals != nil {
+		r.nextArrival, r.haveArrival = r.arrivals.Next()
+		return
+	}
+	gap := r.constRNG.ExpFloat64() / r.c.RatePerSec * float64(time.Second)
+	r.nextArrival += max(time.Duration(gap), 1)
+	r.haveArrival = true
+}
+
+func (r *run) estimate(window time.Duration, arrivals int) policy.Estimate {
+	p := r.c.Profile
+	e := policy.Estimate{
+		Now:       Epoch.Add(r.now),
+		Window:    window,
+		Arrivals:  arrivals,
+		AlphaMs:   p.AlphaMs,
+		Tau0Ms:    p.Tau0Ms,
+		FitR2:     1,
+		HasEnergy: p.HasEnergy,
+		MaxBatch:  p.MaxBatch,
+		Instances: r.c.Instances,
+	}
+	if p.HasEnergy {
+		e.BetaMJ, e.Zeta0MJ = p.BetaMJ, p.Zeta0MJ
+	}
+	if window > 0 {
+		e.RatePerSec = float64(arrivals) / window.Seconds()
+	}
+	if f, err := r.fit.Fit(); err == nil {
+		e.AlphaMs, e.Tau0Ms, e.FitR2 = f.AlphaMs, f.Tau0Ms, f.R2
+		if f.N == 0 {
+			e.FitR2 = 1 // the profile itself
+		}
+	}
+	return e
+}
+
+// Event kinds, in the order they are handled when they fall on one instant:
+// a completion frees an instance before an arrival is decided on.
+const (
+	evNone = iota
+	evCompletion
+	evArrival
+	evTick
+	evWake
+)
+
+// ctxCheckEvery is how many events pass between looks at the context.
+const ctxCheckEvery = 1 << 16
+
+func (r *run) loop(ctx context.Context) error {
+	nextTick := r.c.Window
+	var lastArrival time.Duration
+	for events := 1; ; events++ {
+		if events%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("stopped at %.3f s simulated: %w", r.now.Seconds(), err)
+			}
+		}
+		kind, at, slotIdx := evNone, time.Duration(math.MaxInt64), -1
+		for i := range r.slots {
+			if s := &r.slots[i]; s.busy && s.end < at {
+				kind, at, slotIdx = evCompletion, s.end, i
+			}
+		}
+		if r.haveArrival && r.nextArrival < at {
+			kind, at = evArrival, r.nextArrival
+		}
+		waiting := len(r.queue) - r.head
+		if (r.haveArrival || waiting > 0 || r.flying > 0) && nextTick < at {
+			kind, at = evTick, nextTick
+		}
+		if r.woken && r.wake < at {
+			kind, at = evWake, r.wake
+		}
+		if kind == evNone {
+			if waiting > 0 {
+				return fmt.Errorf("rule left %d requests waiting with no wake-up (%s)", waiting, r.rule.Status())
+			}
+			return nil
+		}
+		if !r.haveArrival && at-lastArrival > r.c.DrainLimit {
+			return fmt.Errorf("%d requests still waiting %v after the last arrival (%s)", waiting, r.c.DrainLimit, r.rule.Status())
+		}
+		r.advance(at)
+		switch kind {
+		case evCompletion:
+			r.complete(slotIdx)
+		case evArrival:
+			r.queue = append(r.queue, at)
+			r.arrived++
+			r.winCount++
+			lastArrival = at
+			r.drawArrival()
+		case evTick:
+			r.tick()
+			nextTick += r.c.Window
+		case evWake:
+			r.woken = false
+		}
+		r.decide()
+	}
+}
+
+// advance moves the clock, integrating requests in system and busy time.
+func (r *run) advance(t time.Duration) {
+	inSystem := len(r.queue) - r.head + r.flyRow
+	r.area += float64(inSystem) * (t - r.lastEvent).Seconds()
+	r.lastEvent = t
+	r.now = t
+}
+
+func (r *run) tick() {
+	r.closeWindow()
+	r.rule = r.c.Policy.Plan(r.estimate(r.c.Window, r.winCount))
+	r.winCount = 0
+	r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
+}
+
+func (r *run) closeWindow() {
+	w := r.win
+	w.Arrivals = r.winCount
+	w.RatePerSec = float64(r.winCount) / r.c.Window.Seconds()
+	w.Batches = r.winBatches
+	if r.winBatches > 0 {
+		w.MeanBatchSize = float64(r.winRows) / float64(r.winBatches)
+	}
+	if w.Completed > 0 {
+		w.MeanLatencyMs = r.winLatSum / float64(w.Completed)
+	}
+	r.winBatches, r.winRows, r.winLatSum = 0, 0, 0
+	if r.c.Series {
+		r.windows = append(r.windows, w)
+	}
+}
+
+func (r *run) queueState() policy.Queue {
+	q := policy.Queue{
+		Now:          Epoch.Add(r.now),
+		Rows:         len(r.queue) - r.head,
+		InFlight:     r.flying,
+		InFlightRows: r.flyRow,
+		Instances:    r.c.Instances,
+		MaxBatch:     r.c.Profile.MaxBatch,
+	}
+	if q.Rows > 0 {
+		q.OldestArrival = Epoch.Add(r.queue[r.head])
+		if r.c.SLA > 0 {
+			q.EarliestDeadline = q.OldestArrival.Add(r.c.SLA)
+		}
+	}
+	return q
+}
+
+// decide asks the rule until it stops sending; each send takes an instance,
+// so the loop ends after at most Instances sends.
+func (r *run) decide() {
+	for {
+		q := r.queueState()
+		d := r.rule.Decide(q)
+		if d.Rows > 0 {
+			if q.Rows == 0 || q.InFlight >= q.Instances {
+				r.woken = false
+				return
+			}
+			r.dispatch(min(d.Rows, q.Rows, q.MaxBatch))
+			continue
+		}
+		r.woken = false
+		if w := d.WakeAt.Sub(Epoch); !d.WakeAt.IsZero() && w > r.now {
+			r.wake, r.woken = w, true
+		}
+		return
+	}
+}
+
+func (r *run) dispatch(n int) {
+	i := slices.IndexFunc(r.slots, func(s slot) bool { return !s.busy })
+	tau := r.c.Profile.TauMs(n)
+	if r.c.Jitter > 0 {
+		tau *= 1 + r.c.Jitter*(2*r.jitterRNG.Float64()-1)
+	}
+	end := r.now + max(time.Duration(tau*float64(time.Millisecond)), 1)
+	s := slot{busy: true, start: r.now, end: end, rows: n}
+	for _, at := range r.queue[r.head : r.head+n] {
+		ms := float64(end-at) / float64(time.Millisecond)
+		s.latSum += ms
+		r.latencies = append(r.latencies, ms)
+	}
+	r.head += n
+	if r.head > 4096 && r.head*2 > len(r.queue) {
+		r.queue = r.queue[:copy(r.queue, r.queue[r.head:])]
+		r.head = 0
+	}
+	if r.flying == 0 {
+		r.busySince = r.now
+	}
+	r.slots[i] = s
+	r.flying++
+	r.flyRow += n
+	r.batches++
+	r.rowsSent += n
+	r.winBatches++
+	r.winRows += n
+	if r.c.Profile.HasEnergy {
+		r.energyMJ += r.c.Profile.ZetaMJ(n)
+	}
+}
+
+func (r *run) complete(i int) {
+	s := r.slots[i]
+	r.slots[i] = slot{}
+	r.flying--
+	r.flyRow -= s.rows
+	if r.flying == 0 {
+		r.busyTotal += r.now - r.busySince
+	}
+	r.lastDone = r.now
+	r.win.Completed += s.rows
+	r.winLatSum += s.latSum
+	// The observation is valid by construction (rows >= 1, latency > 0).
+	_ = r.fit.Observe(s.rows, float64(s.end-s.start)/float64(time.Millisecond))
+}
+
+func (r *run) result() Result {
+	r.closeWindow()
+	res := Result{
+		Policy:    r.c.Policy.Name(),
+		Requests:  len(r.latencies),
+		Batches:   r.batches,
+		DurationS: r.lastDone.Seconds(),
+		Windows:   r.windows,
+	}
+	if res.Requests == 0 {
+		return res
+	}
+	var sum float64
+	for _, l := range r.latencies {
+		sum += l
+	}
+	res.MeanLatencyMs = sum / float64(res.Requests)
+	slices.Sort(r.latencies)
+	res.P50LatencyMs = quantile(r.latencies, 0.50)
+	res.P99LatencyMs = quantile(r.latencies, 0.99)
+	res.MaxLatencyMs = r.latencies[len(r.latencies)-1]
+	res.MeanBatchSize = float64(r.rowsSent) / float64(r.batches)
+	if res.DurationS > 0 {
+		res.ThroughputRPS = float64(res.Requests) / res.DurationS
+		res.MeanInSystem = r.area / res.DurationS
+		res.Utilization = r.busyTotal.Seconds() / res.DurationS
+	}
+	if r.c.Profile.HasEnergy {
+		idle := r.lastDone - r.busyTotal
+		joules := r.energyMJ/1000 + r.c.IdleWatts*idle.Seconds()
+		rpj := float64(res.Requests) / joules
+		res.EnergyJ, res.RequestsPerJoule = &joules, &rpj
+	}
+	return res
+}
+
+// quantile is the nearest-rank quantile of sorted values.
+func quantile(sorted []float64, q float64) float64 {
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
