@@ -1,0 +1,311 @@
+package power
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Triton's GPU metric families (docs/user_guide/metrics.md of
+// triton-inference-server/server), one series per GPU labelled gpu_uuid.
+const (
+	// tritonEnergy is a counter: joules since Triton started. Triton
+	// registers it for every GPU but leaves it at 0 where DCGM has no
+	// energy field, so 0 means "not measured (yet)".
+	tritonEnergy = "nv_energy_consumption"
+	// tritonPower is a gauge: board power in watts.
+	tritonPower = "nv_gpu_power_usage"
+	tritonLabel = "gpu_uuid"
+	// maxScrapeBytes bounds one metrics page; Triton's is a few tens of KiB.
+	maxScrapeBytes = 16 << 20
+)
+
+type tritonSource struct {
+	url     string
+	client  *http.Client
+	timeout time.Duration
+	now     func() time.Time
+	only    map[string]bool // selected UUIDs; nil means all
+	order   []string        // selected UUIDs in the order given
+	gpus    map[string]*jCounter
+}
+
+func openTriton(o Options) (Source, error) {
+	if o.TritonMetricsURL == "" {
+		return nil, errors.New("power: triton: TritonMetricsURL is empty: give Triton's metrics endpoint, e.g. http://127.0.0.1:8002/metrics")
+	}
+	u, err := url.Parse(o.TritonMetricsURL)
+	if err != nil {
+		return nil, fmt.Errorf("power: triton: TritonMetricsURL %q: %w", o.TritonMetricsURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("power: triton: TritonMetricsURL %q: want an http or https URL with a host", o.TritonMetricsURL)
+	}
+	s := &tritonSource{
+		url:     u.String(),
+		client:  o.HTTPClient,
+		timeout: o.Timeout,
+		now:     o.Now,
+		gpus:    make(map[string]*jCounter),
+	}
+	if s.client == nil {
+		s.client = &http.Client{}
+	}
+	if len(o.GPUs) > 0 {
+		s.only = make(map[string]bool, len(o.GPUs))
+		for _, g := range o.GPUs {
+			if _, err := strconv.Atoi(g); err == nil {
+				return nil, fmt.Errorf("power: triton: GPU %q: the triton source selects GPUs by UUID (the gpu_uuid label of %s), not by index", g, tritonPower)
+			}
+			if s.only[g] {
+				return nil, fmt.Errorf("power: triton: GPU %s selected twice", g)
+			}
+			s.only[g] = true
+			s.order = append(s.order, g)
+		}
+	}
+	return s, nil
+}
+
+func (s *tritonSource) Name() string { return KindTriton }
+
+// settle: Triton republishes GPU metrics every --metrics-interval-ms (2 s by
+// default) from readings that themselves average over up to a second.
+func (s *tritonSource) settle() time.Duration { return 3 * time.Second }
+func (s *tritonSource) Close() error          { return nil }
+
+// gpuSeries holds what one scrape said about one GPU.
+type gpuSeries struct {
+	energy, power       float64
+	hasEnergy, hasPower bool
+}
+
+func (s *tritonSource) Read(ctx context.Context) ([]Reading, error) {
+	series, err := s.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := s.now()
+	ids := s.order
+	if ids == nil {
+		ids = make([]string, 0, len(series))
+		for id := range series {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+	}
+	out := make([]Reading, 0, len(ids))
+	var errs []error
+	for _, id := range ids {
+		g, ok := series[id]
+		if !ok {
+			errs = append(errs, &GPUError{GPU: id, Err: fmt.Errorf("no %s or %s series with %s=%q at %s", tritonEnergy, tritonPower, tritonLabel, id, s.url)})
+			continue
+		}
+		r, err := s.reading(id, g, t)
+		if r.HasEnergy || r.HasPower {
+			out = append(out, r)
+		}
+		if err != nil {
+			errs = append(errs, &GPUError{GPU: id, Err: err})
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (s *tritonSource) reading(id string, g gpuSeries, t time.Time) (Reading, error) {
+	r := Reading{Time: t, GPU: id}
+	c := s.gpus[id]
+	if c == nil {
+		c = new(jCounter)
+		s.gpus[id] = c
+	}
+	var errs []error
+	switch {
+	case !g.hasEnergy:
+	case math.IsNaN(g.energy) || math.IsInf(g.energy, 0) || g.energy < 0:
+		errs = append(errs, fmt.Errorf("%s is %v: want a finite value >= 0", tritonEnergy, g.energy))
+	case g.energy == 0:
+		// Unsupported, or Triton has not taken its first two DCGM samples.
+		c.restart()
+	default:
+		r.EnergyJ, r.Discontinuity = c.observe(g.energy, t)
+		r.HasEnergy = true
+	}
+	if g.hasPower {
+		if math.IsNaN(g.power) || math.IsInf(g.power, 0) || g.power < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v: want a finite value >= 0", tritonPower, g.power))
+		} else {
+			r.PowerW, r.HasPower = g.power, true
+		}
+	}
+	if !r.HasEnergy && !r.HasPower && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%s is 0 (not measured) and there is no %s series", tritonEnergy, tritonPower))
+	}
+	return r, errors.Join(errs...)
+}
+
+// scrape fetches the metrics page and extracts the two GPU families.
+func (s *tritonSource) scrape(ctx context.Context) (map[string]gpuSeries, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("power: triton: %w", err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("power: triton: scraping %s: %w", s.url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("power: triton: scraping %s: status %s", s.url, resp.Status)
+	}
+	series := make(map[string]gpuSeries)
+	err = parseExposition(io.LimitReader(resp.Body, maxScrapeBytes), func(name string) bool {
+		return name == tritonEnergy || name == tritonPower
+	}, func(name string, labels []labelPair, v float64) {
+		id := labelValue(labels, tritonLabel)
+		if id == "" {
+			return
+		}
+		g := series[id]
+		if name == tritonEnergy {
+			g.energy, g.hasEnergy = v, true
+		} else {
+			g.power, g.hasPower = v, true
+		}
+		series[id] = g
+	})
+	if err != nil {
+		return nil, fmt.Errorf("power: triton: parsing %s: %w", s.url, err)
+	}
+	if len(series) == 0 {
+		return nil, fmt.Errorf("power: triton: %s has no %s or %s series with a %s label: is Triton running with --allow-gpu-metrics=true on a GPU host?", s.url, tritonEnergy, tritonPower, tritonLabel)
+	}
+	return series, nil
+}
+
+type labelPair struct{ name, value string }
+
+func labelValue(labels []labelPair, name string) string {
+	for _, l := range labels {
+		if l.name == name {
+			return l.value
+		}
+	}
+	return ""
+}
+
+// parseExposition reads the Prometheus text format and calls fn for every
+// sample whose metric name want accepts. Other lines are skipped unparsed,
+// so a family this package does not understand cannot break a scrape.
+func parseExposition(r io.Reader, want func(name string) bool, fn func(name string, labels []labelPair, v float64)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if !want(metricName(line)) {
+			continue
+		}
+		name, labels, v, err := parseSample(line)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
+		}
+		fn(name, labels, v)
+	}
+	return sc.Err()
+}
+
+func metricName(line string) string {
+	if i := strings.IndexAny(line, "{ \t"); i >= 0 {
+		return line[:i]
+	}
+	return line
+}
+
+// parseSample parses `name{label="value",...} value [timestamp]`.
+func parseSample(line string) (name string, labels []labelPair, v float64, err error) {
+	name = metricName(line)
+	if name == "" {
+		return "", nil, 0, fmt.Errorf("%q: missing metric name", line)
+	}
+	rest := line[len(name):]
+	if strings.HasPrefix(rest, "{") {
+		labels, rest, err = parseLabels(rest[1:])
+		if err != nil {
+			return "", nil, 0, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	fields := strings.Fields(rest)
+	if len(fields) < 1 || len(fields) > 2 {
+		return "", nil, 0, fmt.Errorf("%s: want a value and an optional timestamp after the labels, got %q", name, rest)
+	}
+	v, err = strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("%s: value %q is not a number", name, fields[0])
+	}
+	return name, labels, v, nil
+}
+
+// parseLabels parses the label set after its opening brace and returns the
+// text after the closing brace.
+func parseLabels(s string) ([]labelPair, string, error) {
+	var labels []labelPair
+	for {
+		s = strings.TrimLeft(s, " \t")
+		if strings.HasPrefix(s, "}") {
+			return labels, s[1:], nil
+		}
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			return nil, "", fmt.Errorf("label set %q: want name=\"value\"", s)
+		}
+		lname := strings.TrimSpace(s[:eq])
+		s = strings.TrimLeft(s[eq+1:], " \t")
+		if !strings.HasPrefix(s, `"`) {
+			return nil, "", fmt.Errorf("label %s: value is not quoted", lname)
+		}
+		var b strings.Builder
+		i := 1
+		for ; i < len(s) && s[i] != '"'; i++ {
+			c := s[i]
+			if c == '\\' && i+1 < len(s) {
+				i++
+				switch s[i] {
+				case 'n':
+					c = '\n'
+				default: // \\ and \"
+					c = s[i]
+				}
+			}
+			b.WriteByte(c)
+		}
+		if i >= len(s) {
+			return nil, "", fmt.Errorf("label %s: unterminated value", lname)
+		}
+		labels = append(labels, labelPair{lname, b.String()})
+		s = strings.TrimLeft(s[i+1:], " \t")
+		switch {
+		case strings.HasPrefix(s, ","):
+			s = s[1:]
+		case strings.HasPrefix(s, "}"):
+		default:
+			return nil, "", fmt.Errorf("label %s: want ',' or '}' after the value", lname)
+		}
+	}
+}
