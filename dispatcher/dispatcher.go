@@ -44,7 +44,11 @@ type Options struct {
 	// RetryAfter is what 503s on overload advise.
 	RetryAfter time.Duration
 	Metrics    *Metrics
-	Now        func() time.Time
+	// Busy, when set, is told when each batch starts; the function it
+	// returns is called with the rows answered when the batch ends. The
+	// energy meter uses it to split power between idle and busy time.
+	Busy func(model string) (end func(served int))
+	Now  func() time.Time
 }
 
 // Dispatcher routes calls to model queues.

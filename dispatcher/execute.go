@@ -19,10 +19,23 @@ func (q *modelQueue) execute(b batch) {
 	}
 	m.BatchSize.WithLabelValues(name).Observe(float64(b.rows))
 
+	var busyEnd func(int)
+	if q.d.o.Busy != nil {
+		busyEnd = q.d.o.Busy(name)
+	}
 	results, latency, ok := q.send(b.calls)
 	if ok {
 		q.spec.Planner.Observe(b.rows, latency)
 		m.UpstreamDuration.WithLabelValues(name).Observe(latency.Seconds())
+	}
+	if busyEnd != nil {
+		served := 0
+		for i, c := range b.calls {
+			if results[i].Err == nil {
+				served += c.Rows
+			}
+		}
+		busyEnd(served)
 	}
 	for i, c := range b.calls {
 		r := results[i]

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/models"
+	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/triton"
 )
@@ -76,6 +78,32 @@ type liveProxy struct {
 	ready    chan struct{} // closed once the listeners are bound
 	started  time.Time
 	upstream *url.URL
+	meter    *power.Meter
+}
+
+// openMeter opens the configured energy source. "none" gives a meter that
+// reports every energy figure as absent.
+func openMeter(cfg *config.Config) (*power.Meter, error) {
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: cfg.Power.MetricsURL}
+	if cfg.Power.Source == power.KindTriton && o.TritonMetricsURL == "" {
+		u, _ := url.Parse(cfg.Upstream)
+		o.TritonMetricsURL = "http://" + u.Hostname() + ":8002/metrics"
+	}
+	if cfg.Power.GPUs != "" {
+		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
+			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
+		}
+	}
+	src, err := power.Open(cfg.Power.Source, o)
+	if err != nil {
+		return nil, fmt.Errorf("power.source %s: %w", cfg.Power.Source, err)
+	}
+	m, err := power.NewMeter(src, o)
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("power: %w", err)
+	}
+	return m, nil
 }
 
 func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
@@ -89,9 +117,17 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	meter, err := openMeter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reg.MustRegister(meter)
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg),
+		Busy: func(model string) func(int) {
+			return meter.Begin(model, "").End
+		},
 	})
 	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
@@ -102,7 +138,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 		Upstream: up, Batcher: disp, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter: cfg.Limits.RetryAfter, Metrics: proxy.NewMetrics(reg), Logger: log,
 	})
-	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, upstream: up, ready: make(chan struct{}), started: time.Now()}
+	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, ready: make(chan struct{}), started: time.Now()}
 	p.data = &http.Server{
 		Handler:           front,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
@@ -132,6 +168,7 @@ func (p *liveProxy) status() any {
 		"uptime_seconds": time.Since(p.started).Seconds(),
 		"models":         p.models.Statuses(),
 		"queues":         p.disp.Snapshots(),
+		"energy":         p.meter.Snapshot(),
 		"config":         cfg,
 	}
 }
@@ -161,6 +198,8 @@ func (p *liveProxy) run(ctx context.Context) error {
 	bg, stopBg := context.WithCancel(context.Background())
 	defer stopBg()
 	go p.discover(bg)
+	go p.meter.Run(bg)
+	defer p.meter.Source().Close()
 
 	errc := make(chan error, 2)
 	go func() { errc <- serveOn(p.data, p.dataLn) }()

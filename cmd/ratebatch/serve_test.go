@@ -541,3 +541,60 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 		t.Fatal("proxy still accepts connections after shutdown")
 	}
 }
+
+func TestServeEnergyFromTritonMetrics(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1, IdleWatts: 25})
+	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
+		c.Power.Source = "triton"
+		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
+		c.Power.Interval = 20 * time.Millisecond
+	})
+	for i := range 30 {
+		if code, r, _ := post(t, base+"/v2/models/simple/infer", simpleBody(fmt.Sprint(i), i, 2)); code != 200 {
+			t.Fatalf("status %d: %s", code, r.Error)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a few more polls after the last batch
+	var status struct {
+		Energy struct {
+			Available bool `json:"available"`
+			Windows   map[string]struct {
+				Requests         int64    `json:"requests"`
+				RequestsPerJoule *float64 `json:"requests_per_joule"`
+				EnergyJ          *float64 `json:"energy_joules"`
+			} `json:"windows"`
+		} `json:"energy"`
+	}
+	_, body := getText(t, admin+"/status")
+	if err := json.Unmarshal([]byte(body), &status); err != nil {
+		t.Fatal(err)
+	}
+	total := status.Energy.Windows["total"]
+	if !status.Energy.Available || total.RequestsPerJoule == nil || total.EnergyJ == nil {
+		t.Fatalf("energy figures missing with the triton source: %s", body)
+	}
+	if total.Requests != 60 {
+		t.Fatalf("energy window counts %d requests, want 60 rows served", total.Requests)
+	}
+	emJ, _ := em.EnergyJoules()
+	if *total.EnergyJ <= 0 || *total.EnergyJ > emJ {
+		t.Fatalf("proxy measured %v J, emulator consumed %v J in all", *total.EnergyJ, emJ)
+	}
+	_, m := getText(t, admin+"/metrics")
+	if !strings.Contains(m, "ratebatch_requests_per_joule") {
+		t.Fatal("requests per joule not exported")
+	}
+}
+
+func TestServeEnergyAbsentWithoutSource(t *testing.T) {
+	em := startEmulator(t, emulator.Options{})
+	_, admin, _ := startProxy(t, em.Addr(), nil) // power.source none
+	_, body := getText(t, admin+"/status")
+	if !strings.Contains(body, `"requests_per_joule": null`) && strings.Contains(body, `"requests_per_joule"`) {
+		t.Fatalf("energy figures must be null without a source: %s", body)
+	}
+	_, m := getText(t, admin+"/metrics")
+	if strings.Contains(m, "ratebatch_requests_per_joule") || strings.Contains(m, "ratebatch_gpu_energy") {
+		t.Fatal("energy series exported without an energy source (must be absent, not zero)")
+	}
+}

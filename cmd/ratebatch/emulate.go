@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/profile"
+)
+
+func init() {
+	register("emulate", "serve an emulated GPU model server (KServe v2 + Triton metrics)", runEmulate)
+}
+
+// emulateShutdownGrace bounds how long in-flight requests may finish once
+// the command is told to stop.
+const emulateShutdownGrace = 5 * time.Second
+
+func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("emulate", stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "address of the KServe v2 HTTP API (Triton's port 8000)")
+	metricsListen := fs.String("metrics-listen", "127.0.0.1:8002", "address of GET /metrics (Triton's port 8002); empty to disable")
+	preset := fs.String("preset", profile.DefaultPreset, "model profile giving tau(b) and zeta(b) of every model; one of "+fmt.Sprint(profile.Names()))
+	scale := fs.Float64("tau-scale", 1, "multiplies every batch execution time; 0 executes instantly (overhead benchmarks)")
+	instances := fs.Int("instances", 1, "instances of each model; each runs one batch at a time")
+	jitter := fs.Float64("jitter", 0, "relative spread of execution times: tau(b) times a uniform factor in [1-j, 1+j], 0 <= j < 1")
+	seed := fs.Uint64("seed", 1, "seed of the jitter")
+	idleWatts := fs.Float64("idle-watts", 0, "power drawn when idle, in W, added to zeta(b) per batch (needs a preset with energy figures)")
+	powerLimit := fs.Float64("power-limit-watts", 0, "reported as nv_gpu_power_limit when > 0")
+	asJSON := fs.Bool("json", false, "print the serving addresses as one JSON object")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *listen == "" {
+		fmt.Fprintln(stderr, "ratebatch emulate: --listen must not be empty")
+		return errUsage
+	}
+	p, err := profile.Lookup(*preset)
+	if err != nil {
+		fmt.Fprintf(stderr, "ratebatch emulate: --preset: %v\n", err)
+		return errUsage
+	}
+	em, err := emulator.New(emulator.Options{
+		Profile:         p,
+		TimeScale:       *scale,
+		Instances:       *instances,
+		Jitter:          *jitter,
+		Seed:            *seed,
+		IdleWatts:       *idleWatts,
+		PowerLimitWatts: *powerLimit,
+		Logger:          slog.New(slog.NewTextHandler(stderr, nil)),
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "ratebatch emulate: %v\n", err)
+		return errUsage
+	}
+	if err := em.Start(*listen, *metricsListen); err != nil {
+		return err
+	}
+
+	if *asJSON {
+		out := struct {
+			Listen        string   `json:"listen"`
+			MetricsListen string   `json:"metrics_listen"`
+			Preset        string   `json:"preset"`
+			Models        []string `json:"models"`
+			Energy        bool     `json:"energy"`
+		}{em.Addr(), em.MetricsAddr(), p.Name, em.Models(), p.HasEnergy}
+		if err := json.NewEncoder(stdout).Encode(out); err != nil {
+			em.Close()
+			return fmt.Errorf("writing the addresses: %w", err)
+		}
+	} else {
+		fmt.Fprintf(stdout, "emulating %s on http://%s (models %v)\n", p.Name, em.Addr(), em.Models())
+		if a := em.MetricsAddr(); a != "" {
+			fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", a)
+		}
+		if !p.HasEnergy {
+			fmt.Fprintf(stdout, "preset %s has no published energy figures: no energy or power metrics are exported\n", p.Name)
+		}
+	}
+
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emulateShutdownGrace)
+	defer cancel()
+	if err := em.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("stopping the emulator: %w", err)
+	}
+	return nil
+}
