@@ -1,0 +1,182 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/triton"
+)
+
+type fakeUpstream struct {
+	mu      sync.Mutex
+	index   []triton.IndexEntry
+	configs map[string]*triton.ModelConfig
+	stats   map[string][]triton.BatchStat
+	down    bool
+}
+
+func (f *fakeUpstream) RepositoryIndex(context.Context) ([]triton.IndexEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, errors.New("connection refused")
+	}
+	return f.index, nil
+}
+
+func (f *fakeUpstream) ModelConfig(_ context.Context, m string) (*triton.ModelConfig, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.configs[m]
+	if !ok {
+		return nil, &triton.StatusError{Status: 404, Msg: "unknown model"}
+	}
+	cp := *c
+	return &cp, nil
+}
+
+func (f *fakeUpstream) ModelStats(_ context.Context, m string) ([]triton.BatchStat, error) {
+	return f.stats[m], nil
+}
+
+type fakeQueues struct {
+	mu    sync.Mutex
+	specs map[string]dispatcher.ModelSpec
+}
+
+func (q *fakeQueues) SetModel(s dispatcher.ModelSpec) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.specs[s.Name] = s
+	return nil
+}
+
+func stat(b int, ms float64) triton.BatchStat {
+	var s triton.BatchStat
+	s.BatchSize = b
+	s.ComputeInfer.Count = 10
+	s.ComputeInfer.Ns = int64(ms * 1e6 * 10)
+	return s
+}
+
+func TestRefreshReconciles(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "resnet.csv")
+	os.WriteFile(csv, []byte("batch_size,latency_ms\n1,3\n2,5\n4,9\n8,17\n"), 0o644)
+
+	up := &fakeUpstream{
+		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "resnet", State: "READY"},
+			{Name: "nobatch", State: "READY"}, {Name: "loading", State: "LOADING"}, {Name: "quiet", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{
+			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{}`)},
+			"resnet":  {Name: "resnet", MaxBatchSize: 32},
+			"nobatch": {Name: "nobatch", MaxBatchSize: 0},
+			"quiet":   {Name: "quiet", MaxBatchSize: 4},
+		},
+		stats: map[string][]triton.BatchStat{"simple": {stat(1, 1.5), stat(4, 3), stat(8, 5)}},
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	cfg.Models = map[string]config.Model{
+		"resnet": {ProfileCSV: csv, MaxBatchSize: 16},
+		"quiet":  {Policy: "passthrough"},
+	}
+	r := New(up, q, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	byName := map[string]Status{}
+	for _, s := range r.Statuses() {
+		byName[s.Model] = s
+	}
+	tests := []struct {
+		model     string
+		batched   bool
+		maxBatch  int
+		instances int
+		seed      string
+	}{
+		{"simple", true, 8, 2, "upstream statistics"},
+		{"resnet", true, 16, 1, "profile " + csv},
+		{"nobatch", false, 0, 0, ""},
+		{"quiet", false, 0, 0, ""},
+	}
+	for _, tt := range tests {
+		s, ok := byName[tt.model]
+		if !ok {
+			t.Fatalf("%s not in status", tt.model)
+		}
+		if s.Batched != tt.batched {
+			t.Errorf("%s batched = %v, want %v (reason %q)", tt.model, s.Batched, tt.batched, s.Reason)
+			continue
+		}
+		if !tt.batched {
+			if s.Reason == "" {
+				t.Errorf("%s: passed through without a reason", tt.model)
+			}
+			if _, queued := q.specs[tt.model]; queued {
+				t.Errorf("%s: registered with the dispatcher although not batched", tt.model)
+			}
+			continue
+		}
+		spec := q.specs[tt.model]
+		if spec.MaxBatch != tt.maxBatch || spec.Instances != tt.instances || s.Seed != tt.seed {
+			t.Errorf("%s: max batch %d instances %d seed %q; want %d %d %q", tt.model, spec.MaxBatch, spec.Instances, s.Seed, tt.maxBatch, tt.instances, tt.seed)
+		}
+	}
+	if _, ok := byName["loading"]; ok {
+		t.Error("a model not READY was registered")
+	}
+	if !strings.Contains(byName["simple"].Warning, "dynamic batcher") {
+		t.Errorf("no warning about Triton's own dynamic batcher: %q", byName["simple"].Warning)
+	}
+	// The profile's line (tau = 2b + 1) seeds resnet's fit.
+	if rule := byName["resnet"].Rule; rule == nil || rule.AlphaMs < 1.9 || rule.AlphaMs > 2.1 {
+		t.Errorf("resnet seed not from its profile: %+v", rule)
+	}
+
+	// The upstream raises simple's limits: the queue follows.
+	up.mu.Lock()
+	up.configs["simple"].MaxBatchSize = 16
+	up.mu.Unlock()
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := q.specs["simple"].MaxBatch; got != 16 {
+		t.Errorf("max batch after the upstream changed = %d, want 16", got)
+	}
+
+	if err := r.SetPolicy("simple", "adhoc"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Statuses() {
+		if s.Model == "simple" && s.Rule.Policy != "adhoc" {
+			t.Errorf("policy after SetPolicy = %q", s.Rule.Policy)
+		}
+	}
+	if err := r.SetPolicy("nobatch", "adhoc"); err == nil {
+		t.Error("SetPolicy on a model that is not batched succeeded")
+	}
+	if err := r.SetPolicy("", "nonsense"); err == nil {
+		t.Error("unknown policy accepted")
+	}
+
+	up.mu.Lock()
+	up.down = true
+	up.mu.Unlock()
+	if err := r.Refresh(context.Background()); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("unreachable upstream: %v, want ErrUnreachable", err)
+	}
+	if len(r.Monitors()) != 2 {
+		t.Errorf("models forgotten when the upstream was unreachable")
+	}
+}
