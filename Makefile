@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go lint fuzz bench clean
+.PHONY: all build demo test test-go test-triton lint fuzz bench clean
 
 all: build
 
@@ -14,7 +14,11 @@ demo: build
 	./$(BIN) demo
 
 ## test: everything CI runs
-test: lint test-go
+test: lint test-go test-triton
+
+## test-triton: real Triton (PyTriton) and Triton's own clients, direct and through the proxy
+test-triton: build
+	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -49,7 +49,8 @@ type Registry struct {
 
 	mu      sync.Mutex
 	models  map[string]*entry
-	ctx     context.Context // monitors' lifetime, set by Run
+	ctx     context.Context      // monitors' lifetime, set by Run
+	tried   map[string]time.Time // on-demand lookups, by model
 	lastErr error
 	lastRun time.Time
 }
@@ -99,6 +100,36 @@ func (r *Registry) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// Ensure learns a model the repository index did not list (servers such as
+// PyTriton list none; a model may be loaded after the last refresh) the
+// first time a request names it. Later calls return at once: a model is
+// looked up at most once per discovery interval, so unknown names cost the
+// upstream little.
+func (r *Registry) Ensure(ctx context.Context, model string) {
+	r.mu.Lock()
+	_, known := r.models[model]
+	last, tried := r.tried[model]
+	if known || (tried && time.Since(last) < r.retryAfter()) {
+		r.mu.Unlock()
+		return
+	}
+	if r.tried == nil {
+		r.tried = map[string]time.Time{}
+	}
+	r.tried[model] = time.Now()
+	r.mu.Unlock()
+	if err := r.reconcile(ctx, model); err != nil {
+		r.log.Debug("model not discovered on demand", "model", model, "err", err)
+	}
+}
+
+func (r *Registry) retryAfter() time.Duration {
+	if r.cfg.Discovery > 0 {
+		return r.cfg.Discovery
+	}
+	return 30 * time.Second
 }
 
 // Refresh reads the upstream's ready models and reconciles.

@@ -180,3 +180,31 @@ func TestRefreshReconciles(t *testing.T) {
 		t.Errorf("models forgotten when the upstream was unreachable")
 	}
 }
+
+func TestEnsureDiscoversUnlistedModels(t *testing.T) {
+	// PyTriton's repository index is empty; models are found when named.
+	up := &fakeUpstream{configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}}}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, q, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.specs) != 0 {
+		t.Fatal("models registered from an empty index")
+	}
+	r.Ensure(context.Background(), "simple")
+	if q.specs["simple"].MaxBatch != 8 {
+		t.Fatalf("simple not registered on demand: %+v", q.specs)
+	}
+	// An unknown name is looked up once per discovery interval, not per request.
+	r.Ensure(context.Background(), "nosuch")
+	up.mu.Lock()
+	up.configs["nosuch"] = &triton.ModelConfig{Name: "nosuch", MaxBatchSize: 4}
+	up.mu.Unlock()
+	r.Ensure(context.Background(), "nosuch")
+	if _, ok := q.specs["nosuch"]; ok {
+		t.Fatal("a failed lookup was retried before the discovery interval")
+	}
+}

@@ -34,10 +34,17 @@ type Batcher interface {
 	Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result
 }
 
+// Discoverer learns models on demand; optional.
+type Discoverer interface {
+	// Ensure looks the model up upstream if it is not known yet.
+	Ensure(ctx context.Context, model string)
+}
+
 // Options configure a Server.
 type Options struct {
 	Upstream     *url.URL
 	Batcher      Batcher
+	Discoverer   Discoverer
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
 	// Transport reaches the upstream for passthrough; nil: a tuned default.
@@ -129,7 +136,12 @@ func (s *Server) passBuffered(w http.ResponseWriter, r *http.Request, raw []byte
 
 func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 	model := chi.URLParam(r, "model")
-	if _, ok := s.o.Batcher.Model(model); !ok {
+	_, ok := s.o.Batcher.Model(model)
+	if !ok && s.o.Discoverer != nil {
+		s.o.Discoverer.Ensure(r.Context(), model)
+		_, ok = s.o.Batcher.Model(model)
+	}
+	if !ok {
 		s.passthrough(w, r) // not batched: stream it to Triton untouched
 		return
 	}

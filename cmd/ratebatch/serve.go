@@ -135,7 +135,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	reg.MustRegister(models.NewCollector(mr))
 
 	front := proxy.New(proxy.Options{
-		Upstream: up, Batcher: disp, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter: cfg.Limits.RetryAfter, Metrics: proxy.NewMetrics(reg), Logger: log,
 	})
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, ready: make(chan struct{}), started: time.Now()}

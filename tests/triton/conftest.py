@@ -1,0 +1,328 @@
+"""Fixtures that run a real Triton server (tests/triton/server.py) and, when it
+exists, the ratebatch proxy in front of it, all on free loopback ports.
+
+Targets
+  Tests that take the `target` fixture run once per target:
+    triton     Triton directly.
+    ratebatch  the proxy: RATEBATCH_PROXY_URL (host:port or http://host:port
+               of a running proxy whose upstream serves server.py's models),
+               else `ratebatch serve --upstream ... --listen ... --admin-listen ...`
+               started here from RATEBATCH_BIN or a fresh `go build` of
+               ./cmd/ratebatch. Skipped, with the reason, while the binary has
+               no `serve` command.
+  The same client calls run against both, so a proxy test is the direct test.
+
+Every process started here runs in its own process group, is stopped with
+SIGTERM (SIGKILL to the group after a grace period) at teardown, and gets
+SIGTERM if pytest itself dies. When RATEBATCH_TEST_PIDS names a file, each
+group id is appended to it so tests/triton/run.sh can stop leftovers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+SERVER = HERE / "server.py"
+PERF_ANALYZER = HERE / "perf_analyzer"
+
+READY_TIMEOUT_S = 90.0  # Triton + two Python backends start in ~5 s here
+STOP_TIMEOUT_S = 30.0  # Triton unloads models within its exit timeout (5 s)
+
+# The session's Triton: Triton's default scheduler (every request executes
+# alone) and a GPU-like cost per execution of 5 ms + 0.5 ms per row, so that
+# batching in front of it pays off the way it does on a GPU.
+SESSION_SERVER_FLAGS = ("--dynamic-batching", "off", "--tau0-ms", "5", "--alpha-ms", "0.5")
+MAX_BATCH_SIZE = 8
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports that were free on 127.0.0.1 a moment ago."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: own process group, and SIGTERM when pytest dies."""
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _record_pgid(pid: int) -> None:
+    path = os.environ.get("RATEBATCH_TEST_PIDS")
+    if path:
+        with open(path, "a", encoding="ascii") as f:
+            f.write(f"{pid}\n")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"(no log: {e})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Process:
+    """A child process in its own group, logging to a file."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None):
+        self.name = name
+        self.argv = argv
+        self.log = log
+        self._logf = open(log, "wb")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._logf,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            env=env,
+            cwd=REPO,
+        )
+        _record_pgid(self.proc.pid)
+
+    def exited(self) -> int | None:
+        return self.proc.poll()
+
+    def output(self) -> str:
+        return _tail(self.log)
+
+    def stop(self) -> None:
+        """SIGTERM, wait, then SIGKILL the whole group if it is still there."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # leftovers (tritonserver, stubs) if any
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self._logf.close()
+
+
+@dataclasses.dataclass
+class TritonServer:
+    """A running tests/triton/server.py."""
+
+    process: Process
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    flags: tuple[str, ...]
+    startup_s: float
+
+    @property
+    def url(self) -> str:
+        """host:port, as tritonclient and perf_analyzer take it."""
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.url}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_triton(workdir: Path, *flags: str) -> TritonServer:
+    """Start server.py with flags on free loopback ports; wait for READY.
+
+    Retries on a port that was taken between choosing and binding it; any
+    other failure raises with the server's own output.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    last_error = ""
+    for attempt in range(3):
+        http, grpc, metrics = free_ports(3)
+        argv = [
+            sys.executable,
+            str(SERVER),
+            "--http-port", str(http),
+            "--grpc-port", str(grpc),
+            "--metrics-port", str(metrics),
+            "--workspace", str(workdir / f"workspace-{attempt}"),
+            *flags,
+        ]  # fmt: skip
+        ready = workdir / f"ready-{attempt}"
+        argv += ["--ready-file", str(ready)]
+        started = time.monotonic()
+        p = Process("triton", argv, workdir / f"triton-{attempt}.log")
+        deadline = started + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if ready.exists():
+                return TritonServer(p, http, grpc, metrics, tuple(flags), time.monotonic() - started)
+            if p.exited() is not None:
+                break
+            time.sleep(0.1)
+        out = p.output()
+        code = p.exited()
+        p.stop()
+        last_error = f"server.py {' '.join(flags)} exited with {code} before READY:\n{out}"
+        if code is None:
+            last_error = f"server.py {' '.join(flags)} not READY within {READY_TIMEOUT_S:.0f}s:\n{out}"
+        if "address already in use" not in out.lower():
+            break
+    raise RuntimeError(last_error)
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory) -> Iterator[TritonServer]:
+    """The session's Triton server (see SESSION_SERVER_FLAGS)."""
+    server = start_triton(tmp_path_factory.mktemp("triton"), *SESSION_SERVER_FLAGS)
+    yield server
+    server.stop()
+
+
+@dataclasses.dataclass
+class Target:
+    """Somewhere that speaks Triton's HTTP API: Triton itself or the proxy."""
+
+    name: str
+    url: str  # host:port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.url}"
+
+    def client(self, concurrency: int = 1):
+        import tritonclient.http as httpclient
+
+        return httpclient.InferenceServerClient(self.url, concurrency=concurrency, network_timeout=30.0)
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    return http_request("GET", url, None, timeout)
+
+
+def http_request(method: str, url: str, body: bytes | None, timeout: float = 10.0, headers=None) -> tuple[int, bytes]:
+    """(status, body) for one request; HTTP errors are answers, not exceptions."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _ratebatch_binary(tmp_path_factory) -> str:
+    """RATEBATCH_BIN, else a fresh build of ./cmd/ratebatch; skips without go."""
+    given = os.environ.get("RATEBATCH_BIN")
+    if given:
+        return given
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("ratebatch proxy: RATEBATCH_BIN unset and no `go` on PATH to build ./cmd/ratebatch")
+    out = tmp_path_factory.mktemp("ratebatch") / "ratebatch"
+    build = subprocess.run(
+        [go, "build", "-o", str(out), "./cmd/ratebatch"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    if build.returncode != 0:
+        pytest.fail(f"go build ./cmd/ratebatch failed:\n{build.stdout}{build.stderr}")
+    return str(out)
+
+
+def _wait_ready(proc: Process, base_url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.exited() is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.exited()}:\n{proc.output()}")
+        try:
+            status, body = http_get(base_url + "/v2/health/ready", timeout=2.0)
+            if status == 200:
+                return
+            last = f"{status} {body[:200]!r}"
+        except OSError as e:
+            last = str(e)
+        time.sleep(0.1)
+    raise RuntimeError(f"{proc.name} not ready within {timeout_s:.0f}s (last: {last}):\n{proc.output()}")
+
+
+@pytest.fixture(scope="session")
+def ratebatch(request, tmp_path_factory) -> Iterator[Target]:
+    """The ratebatch proxy in front of the session's Triton (or RATEBATCH_PROXY_URL)."""
+    given = os.environ.get("RATEBATCH_PROXY_URL")
+    if given:
+        yield Target("ratebatch", given.removeprefix("http://").rstrip("/"))
+        return
+
+    binary = _ratebatch_binary(tmp_path_factory)
+    probe = subprocess.run([binary, "serve", "-h"], capture_output=True, text=True, timeout=30)
+    if "unknown command" in probe.stderr:
+        pytest.skip(f"ratebatch proxy: `{Path(binary).name} serve` does not exist yet ({probe.stderr.splitlines()[0]})")
+    if probe.returncode != 0:
+        pytest.fail(f"`ratebatch serve -h` exited {probe.returncode}:\n{probe.stdout}{probe.stderr}")
+
+    upstream: TritonServer = request.getfixturevalue("triton")
+    workdir = tmp_path_factory.mktemp("proxy")
+    listen, admin = free_ports(2)
+    argv = [
+        binary, "serve",
+        "--upstream", upstream.base_url,
+        "--listen", f"127.0.0.1:{listen}",
+        "--admin-listen", f"127.0.0.1:{admin}",
+    ]  # fmt: skip
+    proc = Process("ratebatch serve", argv, workdir / "ratebatch.log")
+    try:
+        _wait_ready(proc, f"http://127.0.0.1:{listen}")
+    except RuntimeError:
+        proc.stop()
+        raise
+    yield Target("ratebatch", f"127.0.0.1:{listen}")
+    proc.stop()
+
+
+@pytest.fixture(scope="session", params=["triton", "ratebatch"])
+def target(request) -> Target:
+    """Each test that takes it runs against Triton directly and via the proxy."""
+    if request.param == "triton":
+        server: TritonServer = request.getfixturevalue("triton")
+        return Target("triton", server.url)
+    return request.getfixturevalue("ratebatch")
+
+
+def perf_analyzer_argv(target_url: str, model: str, *extra: str) -> list[str]:
+    """perf_analyzer (tritonclient 2.51.0's, via tests/triton/perf_analyzer) against target_url."""
+    return [str(PERF_ANALYZER), "-m", model, "-u", target_url, "-i", "http", *extra]
