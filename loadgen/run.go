@@ -46,7 +46,11 @@ type Config struct {
 
 	Rate     Rate          // arrival rate, e.g. ConstantRate(100) or a trace
 	Duration time.Duration // how long arrivals are generated
-	Seed     uint64        // arrivals and input data are a function of the seed
+	// Requests, when > 0, ends the arrivals after this many, even before
+	// Duration. With MaxInFlight 1, OnFull WaitWhenFull and a rate far above
+	// the server's, it makes a closed loop of exactly Requests requests.
+	Requests int
+	Seed     uint64 // arrivals and input data are a function of the seed
 
 	Rows   int  // rows (batch dimension) per request; 0 means 1
 	Binary bool // Triton's binary tensor extension instead of JSON
@@ -103,6 +107,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("duration must be positive, got %v", c.Duration)
 	case c.Duration > maxRunLength:
 		return fmt.Errorf("duration %v is longer than the %v a run may last", c.Duration, maxRunLength)
+	case c.Requests < 0:
+		return fmt.Errorf("requests must be >= 0 (0: no limit), got %d", c.Requests)
 	case c.Rows < 0:
 		return fmt.Errorf("rows per request must be at least 1, got %d", c.Rows)
 	case c.Payloads < 0:
@@ -178,9 +184,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		payloads: payloads,
 		verifier: verifier,
 		jobs:     make(chan job),
-		book:     newRecordBook(expectedArrivals(cfg.Rate, cfg.Duration)),
+		book:     newRecordBook(bookSize(cfg)),
 	}
 	return r.run(ctx, arr)
+}
+
+func bookSize(cfg Config) int {
+	n := expectedArrivals(cfg.Rate, cfg.Duration)
+	if cfg.Requests > 0 {
+		n = min(n, cfg.Requests)
+	}
+	return n
 }
 
 // expectedArrivals estimates the arrivals of a run from the mean rate, with
@@ -284,6 +298,9 @@ func (r *runner) schedule(ctx context.Context, arr *arrivals) time.Duration {
 	timer.Stop()
 	done := ctx.Done()
 	for seq := 0; ; seq++ {
+		if r.cfg.Requests > 0 && seq == r.cfg.Requests {
+			return time.Since(r.start)
+		}
 		due, more := arr.next()
 		if !more {
 			due = r.cfg.Duration // wait for the window to end

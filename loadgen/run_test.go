@@ -193,6 +193,33 @@ func TestRunWaitsWhenFull(t *testing.T) {
 	}
 }
 
+// Requests caps the arrivals: with one slot and a rate far above the
+// server's, the run is a closed loop of exactly that many requests that
+// ends long before its nominal duration.
+func TestRunRequestsMakesAClosedLoop(t *testing.T) {
+	srv := newFakeServer(t, nil)
+	srv.delay = time.Millisecond
+	for _, n := range []int{1, 7, 40} {
+		cfg := Config{Target: srv.URL, Model: "simple", Rate: ConstantRate(1e6), Duration: time.Hour,
+			Requests: n, Seed: 5, MaxInFlight: 1, OnFull: WaitWhenFull}
+		start := time.Now()
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAccount(t, res)
+		if s := res.Summary; s.Scheduled != int64(n) || s.OK != int64(n) {
+			t.Fatalf("Requests %d: scheduled %d ok %d", n, s.Scheduled, s.OK)
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("Requests %d: the run waited for its nominal duration", n)
+		}
+	}
+	if srv.peak.Load() != 1 {
+		t.Fatalf("server saw %d at once, want 1", srv.peak.Load())
+	}
+}
+
 // Canceling the context ends the run at once: requests in flight are
 // abandoned and counted as canceled, and the error says so.
 func TestRunCanceled(t *testing.T) {

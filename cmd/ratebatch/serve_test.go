@@ -598,3 +598,36 @@ func TestServeEnergyAbsentWithoutSource(t *testing.T) {
 		t.Fatal("energy series exported without an energy source (must be absent, not zero)")
 	}
 }
+
+func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1}) // googlenet-p4: tau(b) = 0.3051*b + 1.052 ms
+	csv := t.TempDir() + "/simple.csv"
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"profile", "--upstream", "http://" + em.Addr(), "--model", "simple",
+		"--samples", "8", "--out", csv, "--json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var got struct {
+		Alpha float64 `json:"alpha_ms"`
+		Tau0  float64 `json:"tau0_ms"`
+		N     int     `json:"n"`
+		Sizes []struct {
+			Batch int `json:"batch_size"`
+		} `json:"sizes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(got.Sizes) != 8 || got.N != 64 {
+		t.Fatalf("measured %d sizes, %d samples; want 8 sizes (max_batch_size) of 8", len(got.Sizes), got.N)
+	}
+	// The round trip adds HTTP time to tau0; the slope is the emulator's.
+	if got.Alpha < 0.2 || got.Alpha > 0.45 || got.Tau0 < 1.0 || got.Tau0 > 4 {
+		t.Fatalf("fitted tau(b) = %.3f*b + %.3f ms, want about 0.305*b + 1.05 (+ HTTP overhead)", got.Alpha, got.Tau0)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"fit", "--csv", csv, "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("fit of the profile CSV: exit %d: %s", code, errb.String())
+	}
+}
