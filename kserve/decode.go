@@ -1,0 +1,619 @@
+package kserve
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// ParseHeaderLength interprets the Inference-Header-Content-Length header
+// value: -1 when absent (the whole body is JSON), else the JSON header's
+// length, which must lie within a body of bodyLen bytes.
+func ParseHeaderLength(v string, bodyLen int) (int, error) {
+	if v == "" {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("%s %q is not a non-negative integer", HeaderContentLength, v)
+	}
+	if n > int64(bodyLen) {
+		return 0, badRequest("%s %d exceeds the body length %d", HeaderContentLength, n, bodyLen)
+	}
+	return int(n), nil
+}
+
+// splitBody separates the JSON header from the binary section.
+func splitBody(body []byte, headerLen int) (header, bin []byte, err error) {
+	switch {
+	case headerLen < 0:
+		return body, nil, nil
+	case headerLen > len(body):
+		return nil, nil, badRequest("%s %d exceeds the body length %d", HeaderContentLength, headerLen, len(body))
+	}
+	return body[:headerLen], body[headerLen:], nil
+}
+
+// DecodeRequest parses an inference request body. headerLen is the value of
+// the Inference-Header-Content-Length header, or -1 when it is absent. The
+// returned request aliases body: binary tensor data is sliced, not copied,
+// so body must stay untouched while the request is in use. Errors are
+// *Error with status 400 and name the offending tensor.
+func DecodeRequest(body []byte, headerLen int) (*Request, error) {
+	header, bin, err := splitBody(body, headerLen)
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{s: scanner{buf: header}, bin: bin}
+	r := &Request{}
+	if err := d.s.openObject(); err != nil {
+		return nil, d.wrap("request", err)
+	}
+	first := true
+	for {
+		key, ok, err := d.s.nextMember(&first)
+		if err != nil {
+			return nil, d.wrap("request", err)
+		}
+		if !ok {
+			break
+		}
+		switch string(key) {
+		case "id":
+			id, err := d.s.str()
+			if err != nil {
+				return nil, d.wrap(`request "id"`, err)
+			}
+			r.ID = string(id)
+		case "parameters":
+			if r.Parameters, err = d.s.parameters(nil); err != nil {
+				return nil, d.wrap(`request "parameters"`, err)
+			}
+		case "inputs":
+			if r.Inputs, err = d.tensors("input", r.Inputs[:0]); err != nil {
+				return nil, err
+			}
+		case "outputs":
+			if r.Outputs, err = d.requestedOutputs(); err != nil {
+				return nil, err
+			}
+		default: // model_name, model_version and extensions: not ours to judge
+			if _, err := d.s.skip(); err != nil {
+				return nil, d.wrap("request", err)
+			}
+		}
+	}
+	if err := d.s.end(); err != nil {
+		return nil, d.wrap("request", err)
+	}
+	if v, ok := r.Parameters[ParamBinaryDataOutput]; ok {
+		if _, isBool := v.(bool); !isBool {
+			return nil, badRequest("request parameter %q must be true or false", ParamBinaryDataOutput)
+		}
+	}
+	if len(r.Inputs) == 0 {
+		return nil, badRequest(`request has no "inputs"`)
+	}
+	if err := d.finishBinary("inputs"); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// DecodeResponse parses an inference response body; headerLen as for
+// DecodeRequest. Binary outputs alias body.
+func DecodeResponse(body []byte, headerLen int) (*Response, error) {
+	header, bin, err := splitBody(body, headerLen)
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{s: scanner{buf: header}, bin: bin}
+	r := &Response{}
+	if err := d.s.openObject(); err != nil {
+		return nil, d.wrap("response", err)
+	}
+	first := true
+	for {
+		key, ok, err := d.s.nextMember(&first)
+		if err != nil {
+			return nil, d.wrap("response", err)
+		}
+		if !ok {
+			break
+		}
+		var str *string
+		switch string(key) {
+		case "model_name":
+			str = &r.ModelName
+		case "model_version":
+			str = &r.ModelVersion
+		case "id":
+			str = &r.ID
+		case "parameters":
+			if r.Parameters, err = d.s.parameters(nil); err != nil {
+				return nil, d.wrap(`response "parameters"`, err)
+			}
+		case "outputs":
+			if r.Outputs, err = d.tensors("output", r.Outputs[:0]); err != nil {
+				return nil, err
+			}
+		default:
+			if _, err := d.s.skip(); err != nil {
+				return nil, d.wrap("response", err)
+			}
+		}
+		if str != nil {
+			v, err := d.s.str()
+			if err != nil {
+				return nil, d.wrap(fmt.Sprintf("response %q", key), err)
+			}
+			*str = string(v)
+		}
+	}
+	if err := d.s.end(); err != nil {
+		return nil, d.wrap("response", err)
+	}
+	if err := d.finishBinary("outputs"); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// decoder carries the JSON scanner and the cursor into the binary section,
+// which tensors with binary_data_size consume in order.
+type decoder struct {
+	s   scanner
+	bin []byte
+	off int
+}
+
+func (d *decoder) wrap(what string, err error) error {
+	if e, ok := err.(*Error); ok {
+		return e
+	}
+	return badRequest("%s: %v", what, err)
+}
+
+func (d *decoder) finishBinary(what string) error {
+	if d.off != len(d.bin) {
+		return badRequest("body has %d bytes of binary data beyond the binary_data_size of its %s (%d bytes declared)", len(d.bin)-d.off, what, d.off)
+	}
+	return nil
+}
+
+// tensorFields collects one tensor object's members, in whatever order
+// they come, until the object is complete.
+type tensorFields struct {
+	name, dtype        []byte
+	hasName, hasDtype  bool
+	shape              []int64
+	hasShape           bool
+	params             Parameters
+	hasParams          bool
+	binSize            int64
+	hasBinSize         bool
+	hasData            bool
+	dataPos, dataDepth int // where "data" starts, when parsed after the object
+	dataEnd            int
+	parsed             bool // data already decoded into data and got
+	data               []byte
+	got                int64
+}
+
+// tensors parses an array of tensor objects ("inputs" of a request or
+// "outputs" of a response).
+func (d *decoder) tensors(kind string, dst []Tensor) ([]Tensor, error) {
+	if err := d.s.openArray(); err != nil {
+		return nil, d.wrap(fmt.Sprintf(`"%ss"`, kind), err)
+	}
+	first := true
+	for i := 0; ; i++ {
+		ok, err := d.s.nextElement(&first)
+		if err != nil {
+			return nil, d.wrap(fmt.Sprintf(`"%ss"`, kind), err)
+		}
+		if !ok {
+			return dst, nil
+		}
+		t, err := d.tensor(kind, i)
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, t)
+	}
+}
+
+func (d *decoder) tensor(kind string, idx int) (Tensor, error) {
+	var f tensorFields
+	s := &d.s
+	what := func() string {
+		if f.hasName {
+			return fmt.Sprintf("%s %q", kind, f.name)
+		}
+		return fmt.Sprintf("%s %d", kind, idx)
+	}
+	if err := s.openObject(); err != nil {
+		return Tensor{}, d.wrap(what(), err)
+	}
+	first := true
+	for {
+		key, ok, err := s.nextMember(&first)
+		if err != nil {
+			return Tensor{}, d.wrap(what(), err)
+		}
+		if !ok {
+			break
+		}
+		var dup bool
+		switch string(key) {
+		case "name":
+			dup = f.hasName
+			f.name, err = s.str()
+			f.hasName = true
+		case "datatype":
+			dup = f.hasDtype
+			f.dtype, err = s.str()
+			f.hasDtype = true
+		case "shape":
+			dup = f.hasShape
+			f.shape, err = s.shape()
+			f.hasShape = true
+		case "parameters":
+			dup = f.hasParams
+			f.params, err = s.parameters(&f)
+			f.hasParams = true
+		case "data":
+			dup = f.hasData
+			f.hasData = true
+			err = d.data(&f, what)
+		default:
+			_, err = s.skip()
+		}
+		if err != nil {
+			return Tensor{}, d.wrap(fmt.Sprintf("%s %q", what(), key), err)
+		}
+		if dup {
+			return Tensor{}, badRequest("%s: duplicate %q", what(), key)
+		}
+	}
+	return d.finish(&f, kind, what)
+}
+
+// data handles a tensor's "data" member. When the datatype and shape came
+// first, as clients write them, fixed-size data is decoded in the same pass;
+// otherwise its extent is noted and it is decoded once the object is
+// complete.
+func (d *decoder) data(f *tensorFields, what func() string) error {
+	s := &d.s
+	if dt := datatypeOf(f.dtype); f.hasDtype && f.hasShape && dt.Size() > 0 {
+		if n, err := ElementCount(f.shape); err == nil {
+			f.data, f.got, err = s.tensorData(dt, n)
+			if err != nil {
+				return badRequest("%s: %v", what(), err)
+			}
+			f.parsed = true
+			return nil
+		}
+	}
+	f.dataDepth = s.depth
+	s.ws()
+	f.dataPos = s.pos
+	_, err := s.skip()
+	f.dataEnd = s.pos
+	return err
+}
+
+// finish validates a complete tensor object and fills its data from JSON or
+// from the binary section.
+func (d *decoder) finish(f *tensorFields, kind string, what func() string) (Tensor, error) {
+	if !f.hasName || len(f.name) == 0 {
+		return Tensor{}, badRequest(`%s: missing "name"`, what())
+	}
+	if !f.hasDtype {
+		return Tensor{}, badRequest(`%s: missing "datatype"`, what())
+	}
+	dt := datatypeOf(f.dtype)
+	if dt == "" {
+		return Tensor{}, badRequest(`%s: unknown datatype %q (want one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES)`, what(), f.dtype)
+	}
+	if !f.hasShape {
+		return Tensor{}, badRequest(`%s: missing "shape"`, what())
+	}
+	n, err := ElementCount(f.shape)
+	if err != nil {
+		return Tensor{}, badRequest("%s: %v", what(), err)
+	}
+	_, shm := f.params[ParamSharedMemRegion]
+	sources := btoi(f.hasData) + btoi(f.hasBinSize) + btoi(shm)
+	if sources != 1 {
+		return Tensor{}, badRequest(`%s: needs exactly one of "data", parameters.binary_data_size or parameters.shared_memory_region, has %d`, what(), sources)
+	}
+	t := Tensor{Name: string(f.name), Datatype: dt, Shape: f.shape, Parameters: f.params}
+	switch {
+	case f.hasBinSize:
+		t.Binary = true
+		if f.binSize > int64(len(d.bin)-d.off) {
+			return Tensor{}, badRequest("%s: binary_data_size %d runs past the end of the body (%d bytes of binary data left)", what(), f.binSize, len(d.bin)-d.off)
+		}
+		t.Data = d.bin[d.off : d.off+int(f.binSize) : d.off+int(f.binSize)]
+		d.off += int(f.binSize)
+		if err := checkData(dt, f.shape, n, t.Data); err != nil {
+			return Tensor{}, badRequest("%s: binary_data_size %d: %v", what(), f.binSize, err)
+		}
+	case f.hasData:
+		got := f.got
+		t.Data = f.data
+		if !f.parsed {
+			ds := scanner{buf: d.s.buf[:f.dataEnd], pos: f.dataPos, depth: f.dataDepth}
+			if t.Data, got, err = ds.tensorData(dt, n); err != nil {
+				return Tensor{}, badRequest("%s: %v", what(), err)
+			}
+		}
+		if got != n {
+			return Tensor{}, badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(f.shape), n, got)
+		}
+	}
+	return t, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// datatypeOf maps wire text to a Datatype constant without allocating; ""
+// when unknown.
+func datatypeOf(b []byte) Datatype {
+	switch string(b) {
+	case "BOOL":
+		return Bool
+	case "UINT8":
+		return Uint8
+	case "UINT16":
+		return Uint16
+	case "UINT32":
+		return Uint32
+	case "UINT64":
+		return Uint64
+	case "INT8":
+		return Int8
+	case "INT16":
+		return Int16
+	case "INT32":
+		return Int32
+	case "INT64":
+		return Int64
+	case "FP16":
+		return FP16
+	case "BF16":
+		return BF16
+	case "FP32":
+		return FP32
+	case "FP64":
+		return FP64
+	case "BYTES":
+		return Bytes
+	}
+	return ""
+}
+
+// checkData verifies that raw data holds exactly n elements of dt.
+func checkData(dt Datatype, shape []int64, n int64, data []byte) error {
+	if size := dt.Size(); size > 0 {
+		if need := n * int64(size); int64(len(data)) != need {
+			return fmt.Errorf("shape %s of %s needs %d bytes, data has %d", FormatShape(shape), dt, need, len(data))
+		}
+		return nil
+	}
+	var count int64
+	for off := 0; off < len(data); count++ {
+		if len(data)-off < 4 {
+			return fmt.Errorf("BYTES element %d: %d bytes left, too few for its 4-byte length", count, len(data)-off)
+		}
+		l := binary.LittleEndian.Uint32(data[off:])
+		off += 4
+		if uint64(l) > uint64(len(data)-off) {
+			return fmt.Errorf("BYTES element %d: length %d runs past the end of the data (%d bytes left)", count, l, len(data)-off)
+		}
+		off += int(l)
+	}
+	if count != n {
+		return fmt.Errorf("shape %s needs %d elements, data has %d", FormatShape(shape), n, count)
+	}
+	return nil
+}
+
+// shape reads an array of non-negative int64 dimensions.
+func (s *scanner) shape() ([]int64, error) {
+	if err := s.openArray(); err != nil {
+		return nil, err
+	}
+	dims := make([]int64, 0, 4)
+	first := true
+	for {
+		ok, err := s.nextElement(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return dims, nil
+		}
+		if len(dims) == maxDims {
+			return nil, fmt.Errorf("more than %d dimensions", maxDims)
+		}
+		text, isInt, err := s.number()
+		if err != nil {
+			return nil, err
+		}
+		v, ok := parseInt64(text, isInt)
+		if !ok || v < 0 {
+			return nil, fmt.Errorf("dimension %s is not a non-negative integer", text)
+		}
+		dims = append(dims, v)
+	}
+}
+
+// parseInt64 converts the text of a JSON integer.
+func parseInt64(text []byte, isInt bool) (int64, bool) {
+	if !isInt {
+		return 0, false
+	}
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
+	}
+	u, ok := parseUint(text)
+	switch {
+	case !ok:
+		return 0, false
+	case neg && u <= 1<<63:
+		return -int64(u), true
+	case !neg && u <= math.MaxInt64:
+		return int64(u), true
+	}
+	return 0, false
+}
+
+// parameters reads a "parameters" object. When f is non-nil the object
+// belongs to a tensor and binary_data_size is taken out into f: it is a
+// wire detail, re-derived from Data when encoding.
+func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
+	if err := s.openObject(); err != nil {
+		return nil, err
+	}
+	var p Parameters
+	first := true
+	for {
+		key, ok, err := s.nextMember(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return p, nil
+		}
+		if f != nil && string(key) == ParamBinaryDataSize {
+			text, isInt, err := s.number()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ParamBinaryDataSize, err)
+			}
+			v, ok := parseInt64(text, isInt)
+			if !ok || v < 0 {
+				return nil, fmt.Errorf("%s %s is not a non-negative integer", ParamBinaryDataSize, text)
+			}
+			f.binSize, f.hasBinSize = v, true
+			continue
+		}
+		v, err := s.paramValue()
+		if err != nil {
+			return nil, fmt.Errorf("parameter %q: %w", key, err)
+		}
+		if p == nil {
+			p = make(Parameters, 2)
+		}
+		p[string(key)] = v
+	}
+}
+
+// paramValue reads one parameter value (see Parameters for the Go types).
+func (s *scanner) paramValue() (any, error) {
+	switch c := s.peek(); c {
+	case '"':
+		b, err := s.str()
+		return string(b), err
+	case 't', 'f':
+		return s.boolean()
+	case '{', '[', 'n':
+		b, err := s.skip()
+		return RawJSON(b), err
+	default:
+		text, isInt, err := s.number()
+		if err != nil {
+			return nil, err
+		}
+		if isInt {
+			if v, ok := parseInt64(text, true); ok {
+				return v, nil
+			}
+			if text[0] != '-' {
+				if u, ok := parseUint(text); ok {
+					return u, nil
+				}
+			}
+		}
+		f, err := strconv.ParseFloat(string(text), 64)
+		if err != nil {
+			return nil, fmt.Errorf("number %s is out of range", text)
+		}
+		return f, nil
+	}
+}
+
+// requestedOutputs reads the "outputs" array of a request.
+func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
+	s := &d.s
+	if err := s.openArray(); err != nil {
+		return nil, d.wrap(`"outputs"`, err)
+	}
+	var outs []RequestedOutput
+	first := true
+	for i := 0; ; i++ {
+		ok, err := s.nextElement(&first)
+		if err != nil {
+			return nil, d.wrap(`"outputs"`, err)
+		}
+		if !ok {
+			return outs, nil
+		}
+		var o RequestedOutput
+		what := func() string {
+			if o.Name != "" {
+				return fmt.Sprintf("requested output %q", o.Name)
+			}
+			return fmt.Sprintf("requested output %d", i)
+		}
+		if err := s.openObject(); err != nil {
+			return nil, d.wrap(what(), err)
+		}
+		firstMember := true
+		for {
+			key, ok, err := s.nextMember(&firstMember)
+			if err != nil {
+				return nil, d.wrap(what(), err)
+			}
+			if !ok {
+				break
+			}
+			switch string(key) {
+			case "name":
+				var b []byte
+				if b, err = s.str(); err == nil {
+					o.Name = string(b)
+				}
+			case "parameters":
+				o.Parameters, err = s.parameters(nil)
+			default:
+				_, err = s.skip()
+			}
+			if err != nil {
+				return nil, d.wrap(fmt.Sprintf("%s %q", what(), key), err)
+			}
+		}
+		if o.Name == "" {
+			return nil, badRequest(`%s: missing "name"`, what())
+		}
+		if v, ok := o.Parameters[ParamBinaryData]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return nil, badRequest("%s: parameter %q must be true or false", what(), ParamBinaryData)
+			}
+		}
+		if v, ok := o.Parameters[ParamClassification]; ok {
+			if n, isInt := v.(int64); !isInt || n < 0 {
+				return nil, badRequest("%s: parameter %q must be a non-negative integer", what(), ParamClassification)
+			}
+		}
+		outs = append(outs, o)
+	}
+}

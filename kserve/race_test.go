@@ -1,0 +1,5 @@
+//go:build race
+
+package kserve
+
+const raceEnabled = true
