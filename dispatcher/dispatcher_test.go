@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,7 @@ type fakeUpstream struct {
 
 const badValue = -999
 
-func (u *fakeUpstream) Infer(model, version string, body []byte, headerLen int) (*Reply, error) {
+func (u *fakeUpstream) Infer(model, version string, batch Body) (*Reply, error) {
 	if u.gate != nil {
 		<-u.gate
 	}
@@ -44,7 +45,11 @@ func (u *fakeUpstream) Infer(model, version string, body []byte, headerLen int) 
 	if s := u.status.Load(); s != 0 {
 		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, "model exploded"), HeaderLen: -1, Free: func() {}}, nil
 	}
-	req, err := kserve.DecodeRequest(body, headerLen)
+	body, err := io.ReadAll(batch.Reader())
+	if err != nil || len(body) != batch.BodyLen() {
+		return nil, fmt.Errorf("fake upstream: read %d of %d body bytes: %v", len(body), batch.BodyLen(), err)
+	}
+	req, err := kserve.DecodeRequest(body, batch.HeaderLen())
 	if err != nil {
 		return nil, fmt.Errorf("fake upstream: %w", err)
 	}

@@ -96,13 +96,11 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request) ([]Resul
 	if err != nil { // the proxy only queues calls of one key together
 		return fail(http.StatusInternalServerError, "forming the batch: %v", err)
 	}
-	body, headerLen := b.AppendBody(nil)
-
 	var reply *Reply
 	start := q.d.now()
 	for attempt := 0; ; attempt++ {
 		start = q.d.now()
-		reply, err = q.d.o.Upstream.Infer(name, version, body, headerLen)
+		reply, err = q.d.o.Upstream.Infer(name, version, b)
 		var ce *ConnError
 		if err == nil || !errors.As(err, &ce) || attempt >= q.d.o.Retries {
 			break

@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -18,9 +20,27 @@ import (
 type Upstream interface {
 	// Infer posts body to the model's infer endpoint. On success the reply
 	// holds the status and body; Free gives the body back and must be
-	// called exactly once.
-	Infer(model, version string, body []byte, headerLen int) (*Reply, error)
+	// called exactly once. Infer may be called again with the same body
+	// (a retry), so it must not consume it for good.
+	Infer(model, version string, body Body) (*Reply, error)
 }
+
+// Body is a batched request body (a *kserve.Batch) that can be written in
+// one piece or streamed: large tensors then go from the callers' buffers
+// to the socket without being copied into a batch buffer first.
+type Body interface {
+	BodyLen() int
+	HeaderLen() int
+	AppendBody(dst []byte) (body []byte, headerLen int)
+	Reader() io.Reader
+}
+
+// streamAbove is the body size from which batches are streamed rather than
+// assembled in a pooled buffer: below it one small copy is cheaper than a
+// stream's bookkeeping.
+const streamAbove = 64 << 10
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, streamAbove); return &b }}
 
 // Reply is an upstream answer.
 type Reply struct {
@@ -99,15 +119,23 @@ func InferPath(model, version string) string {
 }
 
 // Infer implements Upstream.
-func (u *HTTPUpstream) Infer(model, version string, body []byte, headerLen int) (*Reply, error) {
+func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
+	headerLen := body.HeaderLen()
+	if n := body.BodyLen(); n > streamAbove {
+		req.SetBodyStream(body.Reader(), n)
+	} else {
+		bp := bodyPool.Get().(*[]byte)
+		buf, _ := body.AppendBody((*bp)[:0])
+		req.SetBodyRaw(buf)
+		defer func() { *bp = buf[:0]; bodyPool.Put(bp) }()
+	}
 	req.SetRequestURI(u.base + InferPath(model, version))
 	req.Header.SetHost(u.host)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/octet-stream")
 	req.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
-	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
 	if err := u.hc.DoTimeout(req, resp, u.timeout); err != nil {
 		fasthttp.ReleaseResponse(resp)

@@ -631,3 +631,65 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 		t.Fatalf("fit of the profile CSV: exit %d: %s", code, errb.String())
 	}
 }
+
+// Image-sized binary requests take the streaming path to the upstream; each
+// caller must still get the fold of its own input.
+func TestServeImageModelBinary(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
+	const callers, elems = 6, 3 * 224 * 224
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := make([]float32, elems)
+			for i := range in {
+				in[i] = float32((i*7+c*13)%97) / 8
+			}
+			x, _ := kserve.NewTensor("INPUT__0", []int64{1, 3, 224, 224}, in)
+			req := &kserve.Request{ID: fmt.Sprint("img", c), Inputs: []kserve.Tensor{x},
+				Outputs: []kserve.RequestedOutput{{Name: "OUTPUT__0", Parameters: kserve.Parameters{"binary_data": true}}}}
+			body, hl, err := kserve.AppendRequest(nil, req, true)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			hreq, _ := http.NewRequest(http.MethodPost, base+"/v2/models/image/infer", bytes.NewReader(body))
+			hreq.Header.Set(kserve.HeaderContentLength, fmt.Sprint(hl))
+			resp, err := http.DefaultClient.Do(hreq)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("caller %d: %d %s", c, resp.StatusCode, data)
+				return
+			}
+			rhl, _ := kserve.ParseHeaderLength(resp.Header.Get(kserve.HeaderContentLength), len(data))
+			out, err := kserve.DecodeResponse(data, rhl)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, _ := out.Outputs[0].Float32s()
+			want := make([]float64, 1000)
+			for i, v := range in {
+				want[i%1000] += float64(v)
+			}
+			for k := range want {
+				if d := float64(got[k]) - want[k]; d > 1e-2*max(1, want[k]) || d < -1e-2*max(1, want[k]) {
+					t.Errorf("caller %d: OUTPUT__0[%d] = %v, want %v: not its own answer", c, k, got[k], want[k])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	_, m := getText(t, admin+"/metrics")
+	if metricValue(m, `ratebatch_requests_answered_total{model="image",outcome="ok"}`) != callers {
+		t.Fatalf("image requests were not batched by the proxy")
+	}
+}
