@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // Config is the whole configuration of `ratebatch serve`.
@@ -37,7 +39,7 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, passthrough"`
+	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, batchmonitor+, or passthrough (no batching)"`
 	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
 	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
@@ -122,9 +124,13 @@ func Default() Config {
 	}
 }
 
-// Policies lists the policy names the config accepts. The policy package
-// owns their meaning; config only refuses typos early.
-var Policies = []string{"batchmonitor", "adhoc", "maxbatch", "static", "smdp", "slack", "elastic", "passthrough"}
+// Passthrough is the policy name that turns batching off for a model.
+const Passthrough = "passthrough"
+
+// Policies lists the policy names the config accepts: every policy the
+// policy package registers, and passthrough. The policy package owns their
+// meaning; config only refuses typos early.
+func Policies() []string { return append(policy.Names(), Passthrough) }
 
 // Validate reports the first unusable field, by its YAML path.
 func (c *Config) Validate() error {
@@ -221,7 +227,7 @@ func (c *Config) ModelPolicy(model string) string {
 }
 
 func validPolicyName(field, name string) error {
-	return oneOf(field, name, Policies...)
+	return oneOf(field, name, Policies()...)
 }
 
 func oneOf(field, got string, allowed ...string) error {

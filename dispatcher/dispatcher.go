@@ -185,6 +185,10 @@ type Snapshot struct {
 	InFlightRows int    `json:"in_flight_rows"`
 	MaxBatch     int    `json:"max_batch_size"`
 	Instances    int    `json:"instances"`
+	// BatchesSent and RowsSent count every batch sent since the start;
+	// their ratio is the mean batch size.
+	BatchesSent int64 `json:"batches_sent"`
+	RowsSent    int64 `json:"rows_sent"`
 }
 
 // Snapshots returns every model queue's state.
@@ -195,7 +199,8 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 	for name, q := range d.models {
 		q.mu.Lock()
 		out = append(out, Snapshot{Model: name, QueuedRows: q.rows, Keys: len(q.keys), InFlight: q.inFlight,
-			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances})
+			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
+			BatchesSent: q.batchesSent, RowsSent: q.rowsSent})
 		q.mu.Unlock()
 	}
 	return out
@@ -210,6 +215,7 @@ type modelQueue struct {
 	rows int // live rows over all keys
 
 	inFlight, inFlightRows int
+	batchesSent, rowsSent  int64
 	draining               bool
 	idleClosed             bool
 	idle                   chan struct{} // closed when draining and empty
@@ -353,6 +359,8 @@ func (q *modelQueue) step() time.Time {
 			q.rows -= rows
 			q.inFlight++
 			q.inFlightRows += rows
+			q.batchesSent++
+			q.rowsSent += int64(rows)
 			batches = append(batches, batch{calls: calls, rows: rows, sent: now})
 		}
 	}

@@ -360,6 +360,25 @@ func TestRunWritesCSV(t *testing.T) {
 	if failed != res.Summary.StatusCounts[503] || failed == 0 {
 		t.Fatalf("%d CSV lines with 503, summary %d", failed, res.Summary.StatusCounts[503])
 	}
+	back, err := ReadCSV(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(res.Records) {
+		t.Fatalf("read back %d records of %d", len(back), len(res.Records))
+	}
+	for i := range back {
+		w := res.Records[i]
+		if back[i].Status != w.Status || back[i].Err != w.Err || (back[i].Latency-w.Latency).Abs() > time.Microsecond ||
+			(back[i].Start-w.Start).Abs() > time.Microsecond {
+			t.Fatalf("record %d read back as %+v, wrote %+v", i, back[i], w)
+		}
+	}
+	for _, bad := range []string{"", "a,b\n", CSVHeader + "\n1,2,200,bogus\n", CSVHeader + "\n-1,2,200,\n"} {
+		if _, err := ReadCSV(strings.NewReader(bad)); err == nil {
+			t.Errorf("ReadCSV(%q) accepted", bad)
+		}
+	}
 }
 
 // A target that refuses connections fails every request as "connection";

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/report"
+	"github.com/ratebatch/ratebatch/trace"
+)
+
+func init() {
+	register("demo", "the embedded default: emulated GPU + proxy + paper300 load per policy, then a comparison", runDemo)
+}
+
+// demoPolicies are run when --policies is not given: the paper's policy,
+// the baselines, and the stronger policies where they are built in.
+var demoPolicies = []string{"batchmonitor", "adhoc", "maxbatch", "batchmonitor+", "smdp"}
+
+type demoOpts struct {
+	preset     string
+	traceName  string
+	speedup    float64
+	traceScale float64
+	policies   []string
+	out        string
+	seed       uint64
+	idleWatts  float64
+	binary     bool
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", stderr)
+	var o demoOpts
+	fs.StringVar(&o.preset, "preset", profile.DefaultPreset, "GPU profile the emulator plays (one with energy figures: "+strings.Join(energyPresets(), ", ")+")")
+	fs.StringVar(&o.traceName, "trace", trace.Paper300, "load trace (built-in name or CSV time_s,rate_rps)")
+	fs.Float64Var(&o.speedup, "speedup", 5, "play the trace this many times faster (rates kept): paper300 / 5 = 60 s")
+	fs.Float64Var(&o.traceScale, "trace-scale", 1, "multiply the trace's rates (heavier load)")
+	pols := fs.String("policies", "", "comma-separated policies to compare (default: "+strings.Join(demoPolicies, ",")+", those built in)")
+	fs.StringVar(&o.out, "out", "out/demo", "directory for the table, CSVs and SVG plots")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals (every policy sees the same ones)")
+	fs.Float64Var(&o.idleWatts, "idle-watts", 0, "emulated idle power in W (0: none, as in the published profiles)")
+	fs.BoolVar(&o.binary, "binary", true, "send tensors in Triton's binary form")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ratebatch demo [flags]   (also: ratebatch with no command)")
+		fmt.Fprintln(fs.Output(), "\nFor each policy, starts an emulated GPU (the preset's tau(b) and zeta(b)) and")
+		fmt.Fprintln(fs.Output(), "a ratebatch proxy in front of it, then plays the same trace through every")
+		fmt.Fprintln(fs.Output(), "proxy at once, showing rate, batch size, latency and requests per joule as it")
+		fmt.Fprintln(fs.Output(), "goes. Ends with a comparison table and SVG plots. No GPU needed.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *pols != "" {
+		o.policies = strings.Split(*pols, ",")
+	} else {
+		known := policy.Names()
+		for _, p := range demoPolicies {
+			if slices.Contains(known, p) {
+				o.policies = append(o.policies, p)
+			}
+		}
+	}
+	return demo(ctx, o, stdout)
+}
+
+func energyPresets() []string {
+	var out []string
+	for _, p := range profile.All() {
+		if p.HasEnergy {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// demoLane is one policy's emulator, proxy, load and samples.
+type demoLane struct {
+	policy  string
+	em      *emulator.Server
+	proxy   *liveProxy
+	sampler *report.Sampler
+	mu      sync.Mutex
+	snap    loadgen.Snapshot
+	result  loadgen.Result
+	err     error
+	stopFn  func()
+}
+
+func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
+	prof, err := profile.Lookup(o.preset)
+	if err != nil {
+		return err
+	}
+	series, err := loadTrace(o.traceName)
+	if err != nil {
+		return err
+	}
+	if o.speedup != 1 {
+		if series, err = series.Compress(o.speedup); err != nil {
+			return err
+		}
+	}
+	if o.traceScale != 1 {
+		if series, err = series.Scale(o.traceScale); err != nil {
+			return err
+		}
+	}
+	if len(o.policies) == 0 {
+		return errors.New("no policy to run")
+	}
+	const model = emulator.SimpleModel
+	energy := "no energy figures: requests per joule stays empty"
+	if prof.HasEnergy {
+		energy = fmt.Sprintf("zeta(b) = %g*b + %g mJ", prof.BetaMJ, prof.Zeta0MJ)
+	}
+	fmt.Fprintf(stdout, "ratebatch demo: emulated GPU %s, tau(b) = %g*b + %g ms, %s\n", prof.Name, prof.AlphaMs, prof.Tau0Ms, energy)
+	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q, policies %s\n\n",
+		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), model, strings.Join(o.policies, ", "))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lanes := make([]*demoLane, len(o.policies))
+	for i, p := range o.policies {
+		l, err := startLane(ctx, p, prof, o)
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", p, err)
+		}
+		lanes[i] = l
+		defer l.stop()
+	}
+
+	var wg sync.WaitGroup
+	for _, l := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			go l.sampler.Run(ctx, 500*time.Millisecond)
+			res, err := loadgen.Run(ctx, loadgen.Config{
+				Target: "http://" + l.proxy.dataLn.Addr().String(), Model: model,
+				Rate: series, Duration: series.Duration(), Seed: o.seed, Binary: o.binary, Verify: true,
+				Progress: func(s loadgen.Snapshot) { l.mu.Lock(); l.snap = s; l.mu.Unlock() },
+			})
+			l.mu.Lock()
+			l.result, l.err = res, err
+			l.mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	showProgress(stdout, lanes, done)
+
+	var runs []report.Run
+	var problems []string
+	for _, l := range lanes {
+		if l.err != nil {
+			return fmt.Errorf("policy %s: %w", l.policy, l.err)
+		}
+		if _, err := l.sampler.Poll(context.Background()); err != nil { // the final figures
+			return err
+		}
+		s := l.result.Summary
+		if s.Errors > 0 || s.Dropped > 0 {
+			problems = append(problems, fmt.Sprintf("%s: %d errors %v, %d dropped by the client (first verify error: %q)",
+				l.policy, s.Errors, s.ErrorsByKind, s.Dropped, l.result.FirstVerifyError))
+		}
+		runs = append(runs, report.Run{Name: l.policy, Records: l.result.Records, Samples: l.sampler.Samples()})
+	}
+	return writeDemoReport(stdout, o.out, runs, problems)
+}
+
+func startLane(ctx context.Context, pol string, prof profile.Profile, o demoOpts) (*demoLane, error) {
+	if pol != "passthrough" && !slices.Contains(policy.Names(), pol) {
+		return nil, fmt.Errorf("unknown policy %q (known: %s)", pol, strings.Join(policy.Names(), ", "))
+	}
+	em, err := emulator.New(emulator.Options{Profile: prof, TimeScale: 1, Seed: o.seed, IdleWatts: o.idleWatts})
+	if err != nil {
+		return nil, err
+	}
+	if err := em.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	cfg := config.Default()
+	cfg.Upstream = "http://" + em.Addr()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Policy.Name = pol
+	cfg.Grace = 5 * time.Second
+	if prof.HasEnergy {
+		cfg.Power.Source = "triton"
+		cfg.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
+		cfg.Power.Interval = 100 * time.Millisecond
+	}
+	if err := cfg.Validate(); err != nil {
+		em.Close()
+		return nil, err
+	}
+	p, err := newProxy(&cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		err = p.listen()
+	}
+	if err != nil {
+		em.Close()
+		return nil, err
+	}
+	pctx, stop := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() { p.run(pctx); close(served) }()
+	l := &demoLane{policy: pol, em: em, proxy: p, sampler: report.NewSampler("http://"+p.adminLn.Addr().String(), emulator.SimpleModel)}
+	l.stopFn = func() { stop(); <-served; em.Close() }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := p.disp.Model(emulator.SimpleModel); ok {
+			return l, nil
+		}
+		if time.Now().After(deadline) {
+			l.stop()
+			return nil, errors.New("the proxy did not discover the emulator's models")
+		}
+	}
+}
+
+func (l *demoLane) stop() {
+	if l.stopFn != nil {
+		l.stopFn()
+		l.stopFn = nil
+	}
+}
+
+// showProgress prints one line a second until done: the offered rate, then
+// per policy the batch size in force, p50 latency and requests per joule.
+func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
+	const cell = "%3s %7s %6s" // b, p50 ms, req/J
+	head1, head2 := fmt.Sprintf("%5s %9s", "", ""), fmt.Sprintf("%5s %9s", "time", "offered/s")
+	for _, l := range lanes {
+		width := len(fmt.Sprintf(cell, "", "", ""))
+		head1 += " | " + fmt.Sprintf("%-*s", width, l.policy)
+		head2 += " | " + fmt.Sprintf(cell, "b", "p50 ms", "req/J")
+	}
+	fmt.Fprintln(w, head1)
+	fmt.Fprintln(w, head2)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		var line string
+		for i, l := range lanes {
+			l.mu.Lock()
+			s := l.snap
+			l.mu.Unlock()
+			if i == 0 {
+				line = fmt.Sprintf("%4.0fs %9.0f", s.Elapsed.Seconds(), s.TargetRPS)
+			}
+			b, rpj := "-", "-"
+			if smp, ok := l.sampler.Latest(); ok {
+				b = fmt.Sprint(smp.BatchSize)
+				if smp.RequestsPerJoule != nil {
+					rpj = fmt.Sprintf("%.1f", *smp.RequestsPerJoule)
+				}
+			}
+			line += " | " + fmt.Sprintf(cell, b, fmt.Sprintf("%.2f", s.P50LatencyMs), rpj)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func writeDemoReport(stdout io.Writer, dir string, runs []report.Run, problems []string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rows := report.Summarize(runs)
+	fmt.Fprintln(stdout, "\nComparison (ratios against the first policy):")
+	report.WriteTable(stdout, rows)
+	table, err := os.Create(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		return err
+	}
+	report.WriteTable(table, rows)
+	table.Close()
+	for _, r := range runs {
+		if err := writeRunFiles(dir, r); err != nil {
+			return err
+		}
+	}
+	paths, err := report.WritePlots(dir, runs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nwrote %s, per-policy CSVs, and plots:\n", filepath.Join(dir, "summary.md"))
+	for _, p := range paths {
+		fmt.Fprintln(stdout, "  "+p)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("requests failed: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// writeRunFiles keeps a run as the two CSVs `ratebatch report` reads.
+func writeRunFiles(dir string, r report.Run) error {
+	write := func(name string, fn func(io.Writer) error) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write(r.Name+".load.csv", func(w io.Writer) error { return loadgen.WriteCSV(w, r.Records) }); err != nil {
+		return err
+	}
+	return write(r.Name+".samples.csv", func(w io.Writer) error { return report.WriteSamplesCSV(w, r.Samples) })
+}
