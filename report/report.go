@@ -24,16 +24,16 @@ type Run struct {
 
 // Row is one run's line of the summary table. Latencies cover ok requests.
 type Row struct {
-	Name                   string   `json:"name"`
-	Sent                   int64    `json:"sent"`
-	OK                     int64    `json:"ok"`
-	Errors                 int64    `json:"errors"`
-	MeanLatencyMs          float64  `json:"mean_latency_ms"`
-	P50LatencyMs           float64  `json:"p50_latency_ms"`
-	P99LatencyMs           float64  `json:"p99_latency_ms"`
-	MeanBatchSize          *float64 `json:"mean_batch_size"`    // null without samples
-	RequestsPerJoule       *float64 `json:"requests_per_joule"` // null without an energy source
-	RelativeLatency        *float64 `json:"latency_vs_first"`   // mean latency / the first run's
+	Name                     string   `json:"name"`
+	Sent                     int64    `json:"sent"`
+	OK                       int64    `json:"ok"`
+	Errors                   int64    `json:"errors"`
+	MeanLatencyMs            float64  `json:"mean_latency_ms"`
+	P50LatencyMs             float64  `json:"p50_latency_ms"`
+	P99LatencyMs             float64  `json:"p99_latency_ms"`
+	MeanBatchSize            *float64 `json:"mean_batch_size"`    // null without samples
+	RequestsPerJoule         *float64 `json:"requests_per_joule"` // null without an energy source
+	RelativeLatency          *float64 `json:"latency_vs_first"`   // mean latency / the first run's
 	RelativeEnergyEfficiency *float64 `json:"rpj_vs_first"`       // requests per joule / the first run's
 }
 

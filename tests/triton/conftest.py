@@ -280,6 +280,72 @@ def _wait_ready(proc: Process, base_url: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"{proc.name} not ready within {timeout_s:.0f}s (last: {last}):\n{proc.output()}")
 
 
+@dataclasses.dataclass
+class RatebatchProxy:
+    """A running `ratebatch serve`: its data listener and its admin listener."""
+
+    process: Process
+    listen_port: int
+    admin_port: int
+    flags: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        """host:port of the data listener, as tritonclient and perf_analyzer take it."""
+        return f"127.0.0.1:{self.listen_port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.url}"
+
+    @property
+    def admin_url(self) -> str:
+        """Base URL of the admin listener (/metrics, /status)."""
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def target(self) -> Target:
+        return Target("ratebatch", self.url)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_ratebatch(binary: str, upstream_url: str, workdir: Path, *flags: str) -> RatebatchProxy:
+    """Start `binary serve --upstream upstream_url` plus flags (e.g. "--policy",
+    "adhoc") on free loopback ports; wait until its /v2/health/ready answers 200.
+
+    Raises RuntimeError with the proxy's own output if it exits or is not ready.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    listen, admin = free_ports(2)
+    argv = [
+        binary, "serve",
+        "--upstream", upstream_url,
+        "--listen", f"127.0.0.1:{listen}",
+        "--admin-listen", f"127.0.0.1:{admin}",
+        *flags,
+    ]  # fmt: skip
+    proc = Process("ratebatch serve", argv, workdir / f"ratebatch-{listen}.log")
+    try:
+        _wait_ready(proc, f"http://127.0.0.1:{listen}")
+    except RuntimeError:
+        proc.stop()
+        raise
+    return RatebatchProxy(proc, listen, admin, tuple(flags))
+
+
+@pytest.fixture(scope="session")
+def ratebatch_bin(tmp_path_factory) -> str:
+    """Path of a ratebatch binary that has `serve`; skips (with the reason) when there is none."""
+    binary = _ratebatch_binary(tmp_path_factory)
+    probe = subprocess.run([binary, "serve", "-h"], capture_output=True, text=True, timeout=30)
+    if "unknown command" in probe.stderr:
+        pytest.skip(f"ratebatch proxy: `{Path(binary).name} serve` does not exist yet ({probe.stderr.splitlines()[0]})")
+    if probe.returncode != 0:
+        pytest.fail(f"`ratebatch serve -h` exited {probe.returncode}:\n{probe.stdout}{probe.stderr}")
+    return binary
+
+
 @pytest.fixture(scope="session")
 def ratebatch(request, tmp_path_factory) -> Iterator[Target]:
     """The ratebatch proxy in front of the session's Triton (or RATEBATCH_PROXY_URL)."""
@@ -288,30 +354,11 @@ def ratebatch(request, tmp_path_factory) -> Iterator[Target]:
         yield Target("ratebatch", given.removeprefix("http://").rstrip("/"))
         return
 
-    binary = _ratebatch_binary(tmp_path_factory)
-    probe = subprocess.run([binary, "serve", "-h"], capture_output=True, text=True, timeout=30)
-    if "unknown command" in probe.stderr:
-        pytest.skip(f"ratebatch proxy: `{Path(binary).name} serve` does not exist yet ({probe.stderr.splitlines()[0]})")
-    if probe.returncode != 0:
-        pytest.fail(f"`ratebatch serve -h` exited {probe.returncode}:\n{probe.stdout}{probe.stderr}")
-
+    binary = request.getfixturevalue("ratebatch_bin")
     upstream: TritonServer = request.getfixturevalue("triton")
-    workdir = tmp_path_factory.mktemp("proxy")
-    listen, admin = free_ports(2)
-    argv = [
-        binary, "serve",
-        "--upstream", upstream.base_url,
-        "--listen", f"127.0.0.1:{listen}",
-        "--admin-listen", f"127.0.0.1:{admin}",
-    ]  # fmt: skip
-    proc = Process("ratebatch serve", argv, workdir / "ratebatch.log")
-    try:
-        _wait_ready(proc, f"http://127.0.0.1:{listen}")
-    except RuntimeError:
-        proc.stop()
-        raise
-    yield Target("ratebatch", f"127.0.0.1:{listen}")
-    proc.stop()
+    proxy = start_ratebatch(binary, upstream.base_url, tmp_path_factory.mktemp("proxy"))
+    yield proxy.target()
+    proxy.stop()
 
 
 @pytest.fixture(scope="session", params=["triton", "ratebatch"])
