@@ -314,19 +314,21 @@ func writeDemoReport(stdout io.Writer, dir string, runs []report.Run, problems [
 
 // writeRunFiles keeps a run as the two CSVs `ratebatch report` reads.
 func writeRunFiles(dir string, r report.Run) error {
-	write := func(name string, fn func(io.Writer) error) error {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
-	if err := write(r.Name+".load.csv", func(w io.Writer) error { return loadgen.WriteCSV(w, r.Records) }); err != nil {
+	if err := writeFile(filepath.Join(dir, r.Name+".load.csv"), func(w io.Writer) error { return loadgen.WriteCSV(w, r.Records) }); err != nil {
 		return err
 	}
-	return write(r.Name+".samples.csv", func(w io.Writer) error { return report.WriteSamplesCSV(w, r.Samples) })
+	return writeFile(filepath.Join(dir, r.Name+".samples.csv"), func(w io.Writer) error { return report.WriteSamplesCSV(w, r.Samples) })
+}
+
+// writeFile creates path and fills it with fn.
+func writeFile(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
 }

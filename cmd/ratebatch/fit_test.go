@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-func writeFile(t *testing.T, name, content string) string {
+func writeTempFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -28,7 +28,7 @@ func TestFitJSON(t *testing.T) {
 		}
 	}
 	b.WriteString("8,40\n") // a straggler
-	path := writeFile(t, "profile.csv", b.String())
+	path := writeTempFile(t, "profile.csv", b.String())
 	code, out, errs := runCmd(t, "fit", "--csv", path, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -63,13 +63,13 @@ func TestFitErrors(t *testing.T) {
 		{"no csv", func(*testing.T) []string { return nil }, 2, "--csv FILE is required"},
 		{"missing file", func(*testing.T) []string { return []string{"--csv", "/nonexistent.csv"} }, 1, "reading the samples"},
 		{"bad row", func(t *testing.T) []string {
-			return []string{"--csv", writeFile(t, "x.csv", "batch_size,latency_ms\n1,2\n2,x\n")}
+			return []string{"--csv", writeTempFile(t, "x.csv", "batch_size,latency_ms\n1,2\n2,x\n")}
 		}, 1, "line 3"},
 		{"one size", func(t *testing.T) []string {
-			return []string{"--csv", writeFile(t, "x.csv", "batch_size,latency_ms\n4,2\n4,3\n")}
+			return []string{"--csv", writeTempFile(t, "x.csv", "batch_size,latency_ms\n4,2\n4,3\n")}
 		}, 1, "same batch size"},
 		{"empty", func(t *testing.T) []string {
-			return []string{"--csv", writeFile(t, "x.csv", "batch_size,latency_ms\n")}
+			return []string{"--csv", writeTempFile(t, "x.csv", "batch_size,latency_ms\n")}
 		}, 1, "no samples"},
 	}
 	for _, tt := range tests {

@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/report"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -39,6 +39,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	onFull := fs.String("on-full", "drop", "when --max-inflight requests are out: drop (count as dropped_by_client, keep the schedule) or wait (send late; the delay shows as lag)")
 	payloads := fs.Int("payloads", 0, "distinct prebuilt request bodies (0: up to 1024 within 64 MiB)")
 	csvPath := fs.String("csv", "", "write every request to this CSV file (start_ms,latency_ms,status,error)")
+	admin := fs.String("admin", "", "the proxy's admin URL (e.g. http://127.0.0.1:9002): sample its /status during the run")
+	samplesPath := fs.String("samples-csv", "", "with --admin: write the samples (rate, batch size, requests per joule over time) here for `ratebatch report`")
 	progress := fs.Bool("progress", false, "print a line of progress per second to stderr")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -129,9 +131,27 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cfg.Progress = func(s loadgen.Snapshot) { printLoadProgress(stderr, s) }
 	}
 
+	var sampler *report.Sampler
+	stopSampling := func() {}
+	if *admin != "" {
+		sampler = report.NewSampler(*admin, *model)
+		if _, err := sampler.Poll(ctx); err != nil {
+			return fmt.Errorf("--admin: %w", err)
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		stopSampling = cancel
+		go sampler.Run(sctx, 500*time.Millisecond)
+	}
 	res, runErr := loadgen.Run(ctx, cfg)
+	stopSampling()
 	if runErr != nil && res.Records == nil {
 		return runErr // nothing was sent: a configuration or metadata problem
+	}
+	if sampler != nil && *samplesPath != "" {
+		sampler.Poll(context.Background()) // the final figures
+		if err := writeFile(*samplesPath, func(w io.Writer) error { return report.WriteSamplesCSV(w, sampler.Samples()) }); err != nil {
+			return err
+		}
 	}
 	if *csvPath != "" {
 		if err := writeLoadCSV(*csvPath, res.Records); err != nil {
@@ -167,16 +187,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func writeLoadCSV(path string, recs []loadgen.Record) error {
-	f, err := os.Create(path)
-	if err != nil {
+	if err := writeFile(path, func(w io.Writer) error { return loadgen.WriteCSV(w, recs) }); err != nil {
 		return fmt.Errorf("--csv: %w", err)
-	}
-	if err := loadgen.WriteCSV(f, recs); err != nil {
-		f.Close()
-		return fmt.Errorf("--csv %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("--csv %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/report"
+)
+
+func init() {
+	register("report", "summary table and SVG plots from load runs (CSV) and the proxy's samples", runReport)
+}
+
+// runFlag collects --run NAME=LOAD.csv[,SAMPLES.csv] flags.
+type runFlag []string
+
+func (r *runFlag) String() string     { return strings.Join(*r, " ") }
+func (r *runFlag) Set(v string) error { *r = append(*r, v); return nil }
+
+func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("report", stderr)
+	var runs runFlag
+	fs.Var(&runs, "run", "a run as NAME=LOAD.csv[,SAMPLES.csv] (repeat; the first is the baseline of the ratios).\n"+
+		"LOAD.csv from `ratebatch load --csv`, SAMPLES.csv from `ratebatch load --admin URL --samples-csv`")
+	dir := fs.String("dir", "", "read NAME.load.csv and NAME.samples.csv for every run in this directory (as `ratebatch demo` writes them); the names come from --names")
+	names := fs.String("names", "", "with --dir: comma-separated run names")
+	out := fs.String("out", "out/report", "directory for summary.md and the SVG plots")
+	asJSON := fs.Bool("json", false, "print the table as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ratebatch report --run NAME=LOAD.csv[,SAMPLES.csv] ... [--out DIR]")
+		fmt.Fprintln(fs.Output(), "       ratebatch report --dir out/demo --names batchmonitor,adhoc [--out DIR]")
+		fmt.Fprintln(fs.Output(), "\nWrites DIR/summary.md (sent, ok, errors, mean/p50/p99 latency, mean batch,")
+		fmt.Fprintln(fs.Output(), "requests per joule, ratios to the first run) and plots over time of the")
+		fmt.Fprintln(fs.Output(), "arrival rate, the chosen batch size, p50 latency and requests per joule.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir != "" {
+		for _, n := range strings.Split(*names, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				runs = append(runs, fmt.Sprintf("%s=%s/%s.load.csv,%s/%s.samples.csv", n, *dir, n, *dir, n))
+			}
+		}
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(stderr, "ratebatch report: give at least one --run, or --dir with --names")
+		return errUsage
+	}
+	var loaded []report.Run
+	for _, spec := range runs {
+		r, err := readRun(spec)
+		if err != nil {
+			return err
+		}
+		loaded = append(loaded, r)
+	}
+	rows := report.Summarize(loaded)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	if err := writeFile(*out+"/summary.md", func(w io.Writer) error { return report.WriteTable(w, rows) }); err != nil {
+		return err
+	}
+	paths, err := report.WritePlots(*out, loaded)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(struct {
+			Rows  []report.Row `json:"rows"`
+			Plots []string     `json:"plots"`
+		}{rows, paths})
+	}
+	report.WriteTable(stdout, rows)
+	fmt.Fprintf(stdout, "\nwrote %s/summary.md and:\n", *out)
+	for _, p := range paths {
+		fmt.Fprintln(stdout, "  "+p)
+	}
+	return nil
+}
+
+func readRun(spec string) (report.Run, error) {
+	name, files, ok := strings.Cut(spec, "=")
+	if !ok || name == "" || files == "" {
+		return report.Run{}, fmt.Errorf("--run %q: want NAME=LOAD.csv[,SAMPLES.csv]", spec)
+	}
+	loadPath, samplesPath, _ := strings.Cut(files, ",")
+	r := report.Run{Name: name}
+	f, err := os.Open(loadPath)
+	if err != nil {
+		return r, fmt.Errorf("run %s: %w", name, err)
+	}
+	r.Records, err = loadgen.ReadCSV(f)
+	f.Close()
+	if err != nil {
+		return r, fmt.Errorf("run %s: %s: %w", name, loadPath, err)
+	}
+	if samplesPath != "" {
+		f, err := os.Open(samplesPath)
+		if err != nil {
+			return r, fmt.Errorf("run %s: %w", name, err)
+		}
+		r.Samples, err = report.ReadSamplesCSV(f)
+		f.Close()
+		if err != nil {
+			return r, fmt.Errorf("run %s: %s: %w", name, samplesPath, err)
+		}
+	}
+	return r, nil
+}
