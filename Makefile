@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go test-triton lint fuzz bench clean
+.PHONY: all build demo test test-go test-triton test-deploy lint fuzz bench clean
 
 all: build
 
@@ -14,7 +14,11 @@ demo: build
 	./$(BIN) demo
 
 ## test: everything CI runs
-test: lint test-go test-triton
+test: lint test-go test-triton test-deploy
+
+## test-deploy: Dockerfile, docker-compose.yml, Kubernetes manifests, Prometheus and Grafana, checked offline
+test-deploy:
+	scripts/validate-deploy.sh
 
 ## test-triton: real Triton (PyTriton) and Triton's own clients, direct and through the proxy
 test-triton: build
