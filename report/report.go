@@ -125,7 +125,7 @@ func PerSecond(records []loadgen.Record, bucket time.Duration) (t, arrivals, p50
 // size, p50 latency and requests per joule over time, one line per run.
 func Figures(runs []Run) []NamedFigure {
 	rate := plot.Figure{Title: "Arrival rate", XLabel: "time (s)", YLabel: "requests/s"}
-	batch := plot.Figure{Title: "Batch size chosen by the policy", XLabel: "time (s)", YLabel: "batch size"}
+	batch := plot.Figure{Title: "Mean batch size sent", XLabel: "time (s)", YLabel: "rows per batch"}
 	lat := plot.Figure{Title: "Latency (p50 per second)", XLabel: "time (s)", YLabel: "ms", LogY: true}
 	rpj := plot.Figure{Title: "Energy efficiency (sliding window)", XLabel: "time (s)", YLabel: "requests per joule"}
 	for i, r := range runs {
@@ -135,9 +135,17 @@ func Figures(runs []Run) []NamedFigure {
 		}
 		lat.Series = append(lat.Series, plot.Series{Name: r.Name, X: t, Y: p50})
 		var st, sb, sr []float64
-		for _, s := range r.Samples {
+		for j, s := range r.Samples {
 			st = append(st, s.T)
-			sb = append(sb, float64(s.BatchSize))
+			// Realised, not the rule's target: adhoc's target is B_max
+			// whatever it sends.
+			mb := math.NaN()
+			if j > 0 {
+				if db := s.BatchesSent - r.Samples[j-1].BatchesSent; db > 0 {
+					mb = float64(s.RowsSent-r.Samples[j-1].RowsSent) / float64(db)
+				}
+			}
+			sb = append(sb, mb)
 			v := math.NaN()
 			if s.RequestsPerJoule != nil {
 				v = *s.RequestsPerJoule
