@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,10 +76,12 @@ type liveProxy struct {
 	admin    *http.Server
 	dataLn   net.Listener
 	adminLn  net.Listener
-	ready    chan struct{} // closed once the listeners are bound
 	started  time.Time
 	upstream *url.URL
 	meter    *power.Meter
+	// discovered is set once the upstream's model list has been read:
+	// until then /readyz says not ready (requests still pass through).
+	discovered atomic.Bool
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
@@ -138,7 +141,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter: cfg.Limits.RetryAfter, Metrics: proxy.NewMetrics(reg), Logger: log,
 	})
-	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, ready: make(chan struct{}), started: time.Now()}
+	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now()}
 	p.data = &http.Server{
 		Handler:           front,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
@@ -151,7 +154,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
-			Ready: func() bool { return true },
+			Ready: p.discovered.Load,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -183,7 +186,6 @@ func (p *liveProxy) listen() error {
 		p.dataLn.Close()
 		return fmt.Errorf("admin_listen: %w", err)
 	}
-	close(p.ready)
 	return nil
 }
 
@@ -234,6 +236,7 @@ func (p *liveProxy) discover(ctx context.Context) {
 	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		err := p.models.Refresh(ctx)
 		if !errors.Is(err, models.ErrUnreachable) {
+			p.discovered.Store(true)
 			if err != nil {
 				p.log.Warn("some models could not be read; retrying at the next discovery", "err", err)
 			}

@@ -693,3 +693,43 @@ func TestServeImageModelBinary(t *testing.T) {
 		t.Fatalf("image requests were not batched by the proxy")
 	}
 }
+
+func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
+	em := startEmulator(t, emulator.Options{})
+	addr := em.Addr()
+	em.Close() // the upstream is down when the proxy starts
+	cfg := config.Default()
+	cfg.Upstream = "http://" + addr
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	p, err := newProxy(&cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	admin := "http://" + p.adminLn.Addr().String()
+	if code, _ := getText(t, admin+"/readyz"); code != 503 {
+		t.Fatalf("readyz %d before the upstream answered, want 503", code)
+	}
+	if err := em.Start(addr, ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := getText(t, admin+"/readyz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("readyz never turned 200 after the upstream came up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _ := getText(t, admin+"/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+}
