@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+// runSMDPCommand runs "ratebatch smdp args..." and decodes --json output
+// into v when v is not nil.
+func runSMDPCommand(t *testing.T, v any, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), append([]string{"smdp"}, args...), &out, &errb)
+	if v != nil && code == 0 {
+		if err := json.Unmarshal(out.Bytes(), v); err != nil {
+			t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
+		}
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestSMDPJSONContract(t *testing.T) {
+	var rep map[string]any
+	code, _, errs := runSMDPCommand(t, &rep, "--preset", "googlenet-p4", "--rho", "0.4", "--w1", "1", "--w2", "1", "--smax", "80", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, k := range []string{"g", "delta", "iterations", "control_limit", "latency_ms", "power_w", "g_lower", "g_upper"} {
+		if _, ok := rep[k].(float64); !ok {
+			t.Errorf("key %s = %v, want a number", k, rep[k])
+		}
+	}
+	pol, ok := rep["policy"].([]any)
+	if !ok || len(pol) != 80+2 {
+		t.Fatalf("policy = %v, want %d actions (states 0..80, then S_o)", rep["policy"], 82)
+	}
+	limit := int(rep["control_limit"].(float64))
+	for s, a := range pol {
+		if serves := a.(float64) > 0; serves != (s >= limit) {
+			t.Fatalf("control_limit %d disagrees with policy %v at state %d", limit, pol, s)
+		}
+	}
+	g, lat, pow, over := rep["g"].(float64), rep["latency_ms"].(float64), rep["power_w"].(float64), rep["overflow_cost"].(float64)
+	if want := lat + pow + over; math.Abs(g-want) > 1e-9*g {
+		t.Errorf("g %v != w1*latency_ms + w2*power_w + overflow_cost = %v", g, want)
+	}
+	if !(rep["delta"].(float64) < 0.001) || rep["converged"] != true {
+		t.Errorf("delta %v converged %v", rep["delta"], rep["converged"])
+	}
+	if _, present := rep["policies"]; present {
+		t.Error("policies present without --compare/--evaluate")
+	}
+}
+
+func TestSMDPCompareTable(t *testing.T) {
+	var rep struct {
+		G        float64 `json:"g"`
+		GLower   float64 `json:"g_lower"`
+		GUpper   float64 `json:"g_upper"`
+		BMBatch  int     `json:"batchmonitor_batch"`
+		Policies []struct {
+			Name   string   `json:"name"`
+			G      float64  `json:"g"`
+			GapPct float64  `json:"gap_pct"`
+			PowerW *float64 `json:"power_w"`
+		} `json:"policies"`
+	}
+	code, _, errs := runSMDPCommand(t, &rep, "--rho", "0.5", "--w2", "0.5", "--smax", "100", "--compare", "--evaluate", "static:8, limit:3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var names []string
+	for _, p := range rep.Policies {
+		names = append(names, p.Name)
+	}
+	if got := strings.Join(names, " "); !strings.HasPrefix(got, "optimal adhoc batchmonitor static:32 limit:") || !strings.HasSuffix(got, " static:8 limit:3") {
+		t.Fatalf("policies %q", got)
+	}
+	if rep.Policies[0].G != rep.G || rep.Policies[0].GapPct != 0 {
+		t.Errorf("optimal row %+v, want g %v gap 0", rep.Policies[0], rep.G)
+	}
+	span := rep.GUpper - rep.GLower
+	for _, p := range rep.Policies[1:] {
+		if p.G < rep.G-span {
+			t.Errorf("%s: g %v beats the optimum %v by more than the span %v", p.Name, p.G, rep.G, span)
+		}
+		if want := 100 * (p.G - rep.G) / rep.G; math.Abs(p.GapPct-want) > 1e-9 {
+			t.Errorf("%s: gap %v%%, want %v%%", p.Name, p.GapPct, want)
+		}
+		if p.PowerW == nil {
+			t.Errorf("%s: power_w null on a preset with energy figures", p.Name)
+		}
+	}
+	if rep.BMBatch != 3 { // smallest b >= 2 with 0.5*mu(32) = 1.479 req/ms < mu(b): mu(3) = 1.521
+		t.Errorf("batchmonitor_batch = %d, want 3", rep.BMBatch)
+	}
+}
+
+func TestSMDPTextOutput(t *testing.T) {
+	code, out, errs := runSMDPCommand(t, nil, "--preset", "resnet50-titanrtx", "--rate", "400", "--smax", "64", "--compare")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"no energy figures", "control limit", "policy by state", "S_o", "gap %", "adhoc", "batchmonitor"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSMDPNoEnergyGivesNullPower(t *testing.T) {
+	var rep map[string]any
+	code, _, errs := runSMDPCommand(t, &rep, "--preset", "resnet50-titanrtx", "--rho", "0.3", "--smax", "64", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if v, present := rep["power_w"]; !present || v != nil {
+		t.Errorf("power_w = %v (present %v), want null", v, present)
+	}
+}
+
+func TestSMDPUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no load", []string{}, "--rho R or --rate"},
+		{"both loads", []string{"--rho", "0.5", "--rate", "100"}, "only one"},
+		{"unstable rho", []string{"--rho", "1.2"}, "unstable"},
+		{"unstable rate", []string{"--rate", "5000"}, "unstable"},
+		{"power weight without energy", []string{"--preset", "resnet50-titanrtx", "--rho", "0.5", "--w2", "1"}, "no published energy"},
+		{"bad co", []string{"--rho", "0.5", "--co", "lots"}, "--co"},
+		{"negative co", []string{"--rho", "0.5", "--co", "-3"}, "co"},
+		{"smax below bmax", []string{"--rho", "0.5", "--smax", "10"}, "smax"},
+		{"zero w1", []string{"--rho", "0.5", "--w1", "0"}, "w1"},
+		{"unknown policy", []string{"--rho", "0.5", "--smax", "40", "--evaluate", "greedy"}, "unknown policy"},
+		{"static too large", []string{"--rho", "0.5", "--smax", "40", "--evaluate", "static:64"}, "1..32"},
+		{"custom model missing tau0", []string{"--alpha", "1", "--rho", "0.5"}, "--tau0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := runSMDPCommand(t, nil, tt.args...)
+			if code != 2 || !strings.Contains(errs, tt.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errs, tt.want)
+			}
+		})
+	}
+}
+
+func TestSMDPWarnsOnSmallStateBound(t *testing.T) {
+	code, _, errs := runSMDPCommand(t, nil, "--rho", "0.95", "--w2", "1", "--smax", "32", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(errs, "raise --smax") {
+		t.Errorf("no delta warning on stderr: %q", errs)
+	}
+}
+
+func TestSMDPInterruptedIsNotAUsageError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"smdp", "--rho", "0.9", "--w2", "1"}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "interrupted") {
+		t.Errorf("exit %d, stderr %q; want 1 and an interruption message", code, errb.String())
+	}
+}

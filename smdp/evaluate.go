@@ -1,0 +1,246 @@
+package smdp
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Evaluate computes the exact long-run performance of a deterministic
+// policy on the finite model: policy[s] is the action in state s for
+// s = 0..SMax and policy[SMax+1] the action in the overflow state.
+//
+// It builds the embedded chain (one step per decision epoch), finds its
+// stationary distribution pi, and returns
+// g = sum pi c / sum pi y and Delta = pi_So c(S_o, .) / sum pi y.
+// To price many policies on one model, use an Evaluator.
+func Evaluate(m Model, o Options, policy []int) (Evaluation, error) {
+	e, err := NewEvaluator(m, o)
+	if err != nil {
+		return Evaluation{}, err
+	}
+	return e.Evaluate(policy)
+}
+
+// Evaluator prices policies on one model, building the model's arrival
+// distributions once.
+type Evaluator struct{ k *kernel }
+
+// NewEvaluator validates the model and options and prepares the chain.
+func NewEvaluator(m Model, o Options) (*Evaluator, error) {
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("smdp model: %w", err)
+	}
+	if err := o.validate(m); err != nil {
+		return nil, fmt.Errorf("smdp options: %w", err)
+	}
+	return &Evaluator{k: newKernel(m, o)}, nil
+}
+
+// Evaluate is the package-level Evaluate on the evaluator's model.
+func (e *Evaluator) Evaluate(policy []int) (Evaluation, error) {
+	if err := e.k.checkPolicy(policy); err != nil {
+		return Evaluation{}, err
+	}
+	return e.k.evaluate(policy)
+}
+
+func (k *kernel) checkPolicy(policy []int) error {
+	if len(policy) != k.n {
+		return fmt.Errorf("policy has %d actions, want %d (states 0..smax=%d, then the overflow state)", len(policy), k.n, k.o.SMax)
+	}
+	for s, a := range policy {
+		if a < 0 || a > k.maxAction(s) {
+			return fmt.Errorf("policy action %d in state %s is outside 0..%d", a, k.stateName(s), k.maxAction(s))
+		}
+	}
+	if policy[k.so] == 0 {
+		return errors.New("policy waits in the overflow state: it never serves a full queue, so its cost is unbounded; serve 1..B_max there")
+	}
+	return nil
+}
+
+func (k *kernel) stateName(s int) string {
+	if s == k.so {
+		return "S_o"
+	}
+	return fmt.Sprint(s)
+}
+
+func (k *kernel) evaluate(policy []int) (Evaluation, error) {
+	pi, err := k.stationary(policy)
+	if err != nil {
+		return Evaluation{}, err
+	}
+	var cost, time, lat, energy, over, batches, served float64
+	for s, p := range pi {
+		if p == 0 {
+			continue
+		}
+		a := policy[s]
+		l, e, ov := k.costParts(s, a)
+		lat += p * l
+		energy += p * e
+		over += p * ov
+		time += p * k.sojourn(a)
+		if a > 0 {
+			batches += p
+			served += p * float64(a)
+		}
+	}
+	cost = k.o.W1*lat + k.o.W2*energy + over
+	ev := Evaluation{
+		G:            cost / time,
+		LatencyMs:    lat / time,
+		PowerW:       energy / time,
+		OverflowCost: over / time,
+		PiOverflow:   pi[k.so],
+		Delta:        pi[k.so] * k.cost(k.so, policy[k.so]) / time,
+	}
+	if batches > 0 {
+		ev.MeanBatch = served / batches
+	}
+	return ev, nil
+}
+
+// stationary returns the stationary distribution of the embedded chain
+// under policy. In exact arithmetic the chain has one recurrent class (the
+// overflow state serves, and every state reaches it); in float64 some
+// Poisson tails underflow to 0, which can leave S_o and other rarely
+// visited states transient. So the recurrent class is found from the
+// matrix as it is (the closed strongly connected component), transient
+// states get probability 0, and on the class the GTH algorithm (Grassmann,
+// Taksar, Heyman 1985) solves pi P = pi without subtractions, which keeps
+// even tiny probabilities accurate to a few ulps.
+func (k *kernel) stationary(policy []int) ([]float64, error) {
+	n := k.n
+	// Dense transition matrix.
+	P := make([][]float64, n)
+	flat := make([]float64, n*n)
+	for s := range P {
+		P[s] = flat[s*n : (s+1)*n]
+		k.row(s, policy[s], func(j int, p float64) { P[s][j] += p })
+	}
+	idx, err := closedClass(P)
+	if err != nil {
+		return nil, fmt.Errorf("policy evaluation: %w", err)
+	}
+	c := len(idx)
+	A := make([][]float64, c)
+	for i, s := range idx {
+		A[i] = make([]float64, c)
+		for j, t := range idx {
+			A[i][j] = P[s][t]
+		}
+	}
+	// GTH: eliminate states c-1..1, folding each into the censored chain
+	// on the states before it.
+	for m := c - 1; m > 0; m-- {
+		out := 0.0
+		for j := 0; j < m; j++ {
+			out += A[m][j]
+		}
+		if !(out > 0) {
+			return nil, fmt.Errorf("policy evaluation: state %s cannot return to the rest of its class (transition probabilities underflowed)", k.stateName(idx[m]))
+		}
+		for i := 0; i < m; i++ {
+			f := A[i][m] / out
+			if f == 0 {
+				continue
+			}
+			for j := 0; j < m; j++ {
+				A[i][j] += f * A[m][j]
+			}
+		}
+	}
+	x := make([]float64, c)
+	x[0] = 1
+	total := 1.0
+	for m := 1; m < c; m++ {
+		out := 0.0
+		for j := 0; j < m; j++ {
+			out += A[m][j]
+		}
+		v := 0.0
+		for i := 0; i < m; i++ {
+			v += x[i] * A[i][m]
+		}
+		x[m] = v / out
+		total += x[m]
+	}
+	pi := make([]float64, n)
+	for i, s := range idx {
+		pi[s] = x[i] / total
+	}
+	return pi, nil
+}
+
+// closedClass returns, in increasing order, the states of the chain's only
+// closed communicating class, or an error if there is more than one.
+// Tarjan's algorithm completes strongly connected components in reverse
+// topological order, so the first one it completes has no way out.
+func closedClass(P [][]float64) ([]int, error) {
+	n := len(P)
+	index := make([]int, n) // 0 = unvisited, else discovery order + 1
+	low := make([]int, n)
+	onStack := make([]bool, n)
+	var stack, class []int
+	counter := 0
+	var visit func(v int) bool
+	visit = func(v int) bool {
+		counter++
+		index[v], low[v] = counter, counter
+		stack = append(stack, v)
+		onStack[v] = true
+		for w, p := range P[v] {
+			if p == 0 {
+				continue
+			}
+			if index[w] == 0 {
+				if visit(w) {
+					return true
+				}
+				low[v] = min(low[v], low[w])
+			} else if onStack[w] {
+				low[v] = min(low[v], index[w])
+			}
+		}
+		if low[v] == index[v] {
+			for {
+				w := stack[len(stack)-1]
+				stack = stack[:len(stack)-1]
+				onStack[w] = false
+				class = append(class, w)
+				if w == v {
+					break
+				}
+			}
+			return true // the first completed component is closed
+		}
+		return false
+	}
+	visit(0)
+	sort.Ints(class)
+	// Unichain check: every state must reach the class.
+	reaches := make([]bool, n)
+	queue := append([]int(nil), class...)
+	for _, s := range class {
+		reaches[s] = true
+	}
+	for len(queue) > 0 {
+		j := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for i := range P {
+			if !reaches[i] && P[i][j] > 0 {
+				reaches[i] = true
+				queue = append(queue, i)
+			}
+		}
+	}
+	for s, ok := range reaches {
+		if !ok {
+			return nil, fmt.Errorf("the chain has more than one recurrent class (state %d never reaches states %d..%d)", s, class[0], class[len(class)-1])
+		}
+	}
+	return class, nil
+}
