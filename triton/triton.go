@@ -1,6 +1,7 @@
 // Package triton reads what the proxy needs to know from a Triton server's
 // management API: which models it serves (repository index), their batching
 // limits (model config) and per-batch-size execution times (statistics).
+// (Model metadata, which only load generation needs, is read by loadgen.)
 // It reads; it never loads, unloads or infers.
 package triton
 
@@ -187,31 +188,6 @@ func (c *Client) ModelStats(ctx context.Context, model string) ([]BatchStat, err
 		stats = append(stats, m.BatchStats...)
 	}
 	return stats, nil
-}
-
-// ModelMetadata is GET /v2/models/{m}: the tensors a request must carry.
-type ModelMetadata struct {
-	Name     string           `json:"name"`
-	Versions []string         `json:"versions"`
-	Platform string           `json:"platform"`
-	Inputs   []TensorMetadata `json:"inputs"`
-	Outputs  []TensorMetadata `json:"outputs"`
-}
-
-// TensorMetadata names a tensor, its datatype and shape (-1: variable).
-type TensorMetadata struct {
-	Name     string  `json:"name"`
-	Datatype string  `json:"datatype"`
-	Shape    []int64 `json:"shape"`
-}
-
-// ModelMetadata reads GET /v2/models/{m}.
-func (c *Client) ModelMetadata(ctx context.Context, model string) (*ModelMetadata, error) {
-	var out ModelMetadata
-	if err := c.do(ctx, http.MethodGet, "/v2/models/"+url.PathEscape(model), nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
 }
 
 // maxReply bounds what one management reply may cost.
