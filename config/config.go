@@ -166,6 +166,7 @@ func (c *Config) Validate() error {
 		{"policy.w1", !(c.Policy.W1 >= 0), "must be >= 0"},
 		{"policy.w2", !(c.Policy.W2 >= 0), "must be >= 0"},
 		{"policy.w1", c.Policy.W1 == 0 && c.Policy.W2 == 0, "w1 and w2 cannot both be 0"},
+		{"policy.w1", c.usesPolicy("smdp") && !(c.Policy.W1 > 0), "must be > 0 for the smdp policy (it prices latency; raise w2 to favour energy)"},
 		{"policy.max_in_flight", c.Policy.MaxInFlight < 0, "must be >= 0"},
 		{"policy.row_cap", c.Policy.RowCap < 0, "must be >= 0"},
 		{"limits.max_body_bytes", c.Limits.MaxBodyBytes <= 0, "must be > 0"},
@@ -216,6 +217,19 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// usesPolicy reports whether any model may run the named policy.
+func (c *Config) usesPolicy(name string) bool {
+	if c.Policy.Name == name {
+		return true
+	}
+	for _, m := range c.Models {
+		if m.Policy == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ModelPolicy returns the policy name that applies to a model.

@@ -109,6 +109,7 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"bad power source", "upstream: http://u\npower: {source: solar}", nil, "power.source"},
 		{"bad model policy", "upstream: http://u\nmodels: {m: {policy: x}}", nil, "models.m.policy"},
 		{"bad env duration", "upstream: http://u", map[string]string{"RATEBATCH_LIMITS_READ_TIMEOUT": "soon"}, "limits.read_timeout"},
+		{"smdp without latency weight", "upstream: http://u\npolicy: {name: smdp, w1: 0, w2: 1}", nil, "policy.w1"},
 		{"negative queue", "upstream: http://u\nlimits: {queue_rows: -1}", nil, "limits.queue_rows"},
 	}
 	for _, tt := range tests {

@@ -58,6 +58,8 @@ type Monitor struct {
 	total    atomic.Int64
 	current  atomic.Pointer[published]
 	changed  chan struct{}
+	replan   chan struct{} // asks Run to plan again now
+	running  atomic.Bool
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
@@ -107,6 +109,7 @@ func New(c Config) (*Monitor, error) {
 		est:       est,
 		energy:    c.Energy,
 		changed:   make(chan struct{}, 1),
+		replan:    make(chan struct{}, 1),
 		pol:       c.Policy,
 		maxBatch:  c.MaxBatch,
 		instances: max(c.Instances, 1),
@@ -136,12 +139,28 @@ func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
 // queue waiting on the old rule re-decides at once.
 func (m *Monitor) Changed() <-chan struct{} { return m.changed }
 
-// SetPolicy replaces the policy and re-plans at once with the last window's
-// figures.
+// SetPolicy replaces the policy and re-plans with the last window's
+// figures: in Run's goroutine when it runs (a plan may be a slow SMDP
+// solve, which must not hold up the caller), else at once.
 func (m *Monitor) SetPolicy(p policy.Policy) {
 	m.mu.Lock()
 	m.pol = p
 	m.mu.Unlock()
+	m.requestPlan()
+}
+
+func (m *Monitor) requestPlan() {
+	if !m.running.Load() {
+		m.replanNow()
+		return
+	}
+	select {
+	case m.replan <- struct{}{}:
+	default: // one is already pending
+	}
+}
+
+func (m *Monitor) replanNow() {
 	prev := m.current.Load().est
 	m.plan(m.now(), prev.Window, prev.Arrivals)
 }
@@ -157,13 +176,14 @@ func (m *Monitor) SetLimits(maxBatch, instances int) {
 	m.maxBatch, m.instances = maxBatch, max(instances, 1)
 	m.mu.Unlock()
 	if !same {
-		prev := m.current.Load().est
-		m.plan(m.now(), prev.Window, prev.Arrivals)
+		m.requestPlan()
 	}
 }
 
 // Run ends a window every Window until ctx is done.
 func (m *Monitor) Run(ctx context.Context) {
+	m.running.Store(true)
+	defer m.running.Store(false)
 	t := time.NewTicker(m.window)
 	defer t.Stop()
 	for {
@@ -172,6 +192,8 @@ func (m *Monitor) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			m.Tick()
+		case <-m.replan:
+			m.replanNow()
 		}
 	}
 }

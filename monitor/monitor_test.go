@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -148,5 +149,44 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("config %d accepted", i)
 		}
+	}
+}
+
+// slowPolicy blocks in Plan until released, like a long SMDP solve.
+type slowPolicy struct {
+	policy.Policy
+	release chan struct{}
+}
+
+func (p slowPolicy) Plan(e policy.Estimate) policy.Rule {
+	<-p.release
+	return p.Policy.Plan(e)
+}
+
+func TestSetPolicyDoesNotBlockWhileRunning(t *testing.T) {
+	m, _ := newMonitorDefaultSeed(t, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for !m.running.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	adhoc, _ := policy.New("adhoc", policy.Options{})
+	slow := slowPolicy{Policy: adhoc, release: make(chan struct{})}
+	returned := make(chan struct{})
+	go func() { m.SetPolicy(slow); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(2 * time.Second):
+		t.Fatal("SetPolicy waited for the plan")
+	}
+	close(slow.release) // the monitor's goroutine finishes the plan
+	deadline := time.Now().Add(5 * time.Second)
+	for m.Snapshot().Policy != "adhoc" {
+		if time.Now().After(deadline) {
+			t.Fatal("the new policy's rule was never published")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
