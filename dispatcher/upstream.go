@@ -40,7 +40,7 @@ type Body interface {
 // stream's bookkeeping.
 const streamAbove = 64 << 10
 
-var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, streamAbove); return &b }}
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 // Reply is an upstream answer.
 type Reply struct {

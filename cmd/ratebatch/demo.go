@@ -40,6 +40,7 @@ type demoOpts struct {
 	seed       uint64
 	idleWatts  float64
 	binary     bool
+	model      string
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -54,6 +55,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals (every policy sees the same ones)")
 	fs.Float64Var(&o.idleWatts, "idle-watts", 0, "emulated idle power in W (0: none, as in the published profiles)")
 	fs.BoolVar(&o.binary, "binary", true, "send tensors in Triton's binary form")
+	fs.StringVar(&o.model, "model", emulator.SimpleModel, "emulated model to load: "+emulator.SimpleModel+" (INT32 [16] add/sub, answers verified) or "+emulator.ImageModel+" (FP32 [3,224,224], 600 KB a request)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ratebatch demo [flags]   (also: ratebatch with no command)")
 		fmt.Fprintln(fs.Output(), "\nFor each policy, starts an emulated GPU (the preset's tau(b) and zeta(b)) and")
@@ -123,7 +125,8 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 	if len(o.policies) == 0 {
 		return errors.New("no policy to run")
 	}
-	const model = emulator.SimpleModel
+	model := o.model
+	_, verify := loadgen.VerifierFor(model)
 	energy := "no energy figures: requests per joule stays empty"
 	if prof.HasEnergy {
 		energy = fmt.Sprintf("zeta(b) = %g*b + %g mJ", prof.BetaMJ, prof.Zeta0MJ)
@@ -152,7 +155,7 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 			go l.sampler.Run(ctx, 500*time.Millisecond)
 			res, err := loadgen.Run(ctx, loadgen.Config{
 				Target: "http://" + l.proxy.dataLn.Addr().String(), Model: model,
-				Rate: series, Duration: series.Duration(), Seed: o.seed, Binary: o.binary, Verify: true,
+				Rate: series, Duration: series.Duration(), Seed: o.seed, Binary: o.binary, Verify: verify,
 				Progress: func(s loadgen.Snapshot) { l.mu.Lock(); l.snap = s; l.mu.Unlock() },
 			})
 			l.mu.Lock()
@@ -219,10 +222,10 @@ func startLane(ctx context.Context, pol string, prof profile.Profile, o demoOpts
 	pctx, stop := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() { p.run(pctx); close(served) }()
-	l := &demoLane{policy: pol, em: em, proxy: p, sampler: report.NewSampler("http://"+p.adminLn.Addr().String(), emulator.SimpleModel)}
+	l := &demoLane{policy: pol, em: em, proxy: p, sampler: report.NewSampler("http://"+p.adminLn.Addr().String(), o.model)}
 	l.stopFn = func() { stop(); <-served; em.Close() }
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := p.disp.Model(emulator.SimpleModel); ok {
+		if _, ok := p.disp.Model(o.model); ok {
 			return l, nil
 		}
 		if time.Now().After(deadline) {
