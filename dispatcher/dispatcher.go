@@ -135,8 +135,7 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	case r := <-c.done:
 		return r
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(stateQueued, stateCancelled) {
-			q.remove(c)
+		if q.withdraw(c) {
 			d.o.Metrics.rejected(model, "client_gone")
 			d.o.Metrics.answered(model, "error")
 			return Result{Err: ctx.Err()}
@@ -281,14 +280,22 @@ func (q *modelQueue) enqueue(c *Call) error {
 	return nil
 }
 
-func (q *modelQueue) remove(c *Call) {
+// withdraw takes a call that is still queued out of its queue and reports
+// whether it was; false means a batch has taken it. The cancel and the
+// uncounting of its rows happen under one lock: a decision pass drops
+// cancelled calls and deletes key queues that end up empty, and rows
+// uncounted after that would never be, shrinking limits.queue_rows for good.
+func (q *modelQueue) withdraw(c *Call) bool {
 	q.mu.Lock()
-	if k := q.keys[c.Key]; k != nil {
-		k.cancel(c)
-		q.rows -= c.Rows
+	if !c.state.CompareAndSwap(stateQueued, stateCancelled) {
+		q.mu.Unlock()
+		return false
 	}
+	q.keys[c.Key].cancel(c) // a queued call is in its key queue
+	q.rows -= c.Rows
 	q.mu.Unlock()
 	q.signal()
+	return true
 }
 
 // run is the decision loop: it re-decides on every arrival, completion,

@@ -102,6 +102,13 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 }
 
+// MaxOnDemandLookups bounds the model names Ensure remembers having looked
+// up within a discovery interval: a flood of made-up names in request paths
+// must cost neither unbounded memory nor unbounded upstream lookups. Past
+// it, unknown names are not looked up until old tries expire; the periodic
+// discovery still finds new models.
+const MaxOnDemandLookups = 1024
+
 // Ensure learns a model the repository index did not list (servers such as
 // PyTriton list none; a model may be loaded after the last refresh) the
 // first time a request names it. Later calls return at once: a model is
@@ -118,7 +125,19 @@ func (r *Registry) Ensure(ctx context.Context, model string) {
 	if r.tried == nil {
 		r.tried = map[string]time.Time{}
 	}
-	r.tried[model] = time.Now()
+	now := time.Now()
+	if !tried && len(r.tried) >= MaxOnDemandLookups {
+		for name, at := range r.tried {
+			if now.Sub(at) >= r.retryAfter() {
+				delete(r.tried, name)
+			}
+		}
+		if len(r.tried) >= MaxOnDemandLookups {
+			r.mu.Unlock()
+			return
+		}
+	}
+	r.tried[model] = now
 	r.mu.Unlock()
 	if err := r.reconcile(ctx, model); err != nil {
 		r.log.Debug("model not discovered on demand", "model", model, "err", err)

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -225,8 +226,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (raw, body []b
 	if r.ContentLength > limit {
 		return nil, nil, tooLarge(limit)
 	}
-	buf := make([]byte, 0, max(r.ContentLength, 512)+1)
-	raw, err = readAll(http.MaxBytesReader(w, r.Body, limit), buf)
+	// Reserve the declared length only up to reserveMax: a client that
+	// declares 64 MiB and sends nothing must not hold 64 MiB.
+	buf := make([]byte, 0, min(max(r.ContentLength, 512), reserveMax)+1)
+	raw, err = readAll(http.MaxBytesReader(w, r.Body, limit), buf, r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -254,7 +257,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (raw, body []b
 	}
 	defer dec.Close()
 	// The decoded size is bounded too: a small bomb must not cost memory.
-	body, err = readAll(io.LimitReader(dec, limit+1), make([]byte, 0, 4*len(raw)))
+	body, err = readAll(io.LimitReader(dec, limit+1), make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1)
 	switch {
 	case err != nil:
 		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "decompressing body: " + err.Error()}
@@ -268,11 +271,23 @@ func tooLarge(limit int64) error {
 	return &kserve.Error{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("request body exceeds %d bytes", limit)}
 }
 
-// readAll reads r to its end into buf, growing it as needed.
-func readAll(r io.Reader, buf []byte) ([]byte, error) {
+// reserveMax is the most memory a request body gets before its bytes
+// arrive; beyond it the buffer grows with what is actually received.
+const reserveMax = 1 << 20
+
+// readAll reads r to its end into buf. A full buffer doubles, but not past
+// declared+1 bytes when the length is known (declared >= 0; the extra byte
+// lets the last read see EOF without growing), so memory follows the bytes
+// received, at most twice over, and an honest large body is read with a
+// few regrowths.
+func readAll(r io.Reader, buf []byte, declared int64) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			grow := max(cap(buf), 512)
+			if declared > int64(len(buf)) {
+				grow = int(min(int64(grow), declared+1-int64(len(buf))))
+			}
+			buf = slices.Grow(buf, grow)
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -307,7 +322,14 @@ func (s *Server) fail(w http.ResponseWriter, model string, err error) {
 func writeResponse(w http.ResponseWriter, r *http.Request, resp *kserve.Response) error {
 	enc := acceptedEncoding(r.Header.Get("Accept-Encoding"))
 	if enc == "" {
-		return kserve.WriteResponse(w, resp)
+		err := kserve.WriteResponse(w, resp)
+		if err != nil && w.Header().Get("Content-Type") == "" {
+			// WriteResponse sets its headers only once the response has
+			// encoded: nothing is written yet and the caller is owed an
+			// error, not an empty 200.
+			kserve.WriteError(w, http.StatusInternalServerError, "encoding response: "+err.Error())
+		}
+		return err
 	}
 	body, headerLen, err := kserve.AppendResponse(nil, resp)
 	if err != nil {

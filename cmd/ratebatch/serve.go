@@ -166,6 +166,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 // status is the admin /status document.
 func (p *liveProxy) status() any {
 	cfg := p.cfg.Redacted()
+	cfg.Upstream = p.upstream.Redacted() // a basic-auth password is a secret too
 	return map[string]any{
 		"upstream":       cfg.Upstream,
 		"uptime_seconds": time.Since(p.started).Seconds(),
@@ -206,7 +207,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- serveOn(p.data, p.dataLn) }()
 	go func() { errc <- serveOn(p.admin, p.adminLn) }()
-	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.cfg.Upstream, "policy", p.cfg.Policy.Name)
+	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
 
 	var runErr error
 	select {
