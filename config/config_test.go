@@ -155,8 +155,13 @@ func TestEmptyFileIsDefaults(t *testing.T) {
 func TestRedactedMasksToken(t *testing.T) {
 	c := Default()
 	c.AdminToken = "s3cret"
-	if r := c.Redacted(); r.AdminToken == "s3cret" || c.AdminToken != "s3cret" {
+	c.Upstream = "http://user:pa55@triton:8000"
+	r := c.Redacted()
+	if r.AdminToken == "s3cret" || c.AdminToken != "s3cret" {
 		t.Fatalf("redacted %q, original %q", r.AdminToken, c.AdminToken)
+	}
+	if strings.Contains(r.Upstream, "pa55") || !strings.Contains(r.Upstream, "triton:8000") {
+		t.Fatalf("upstream redacted as %q", r.Upstream)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"reflect"
 	"strconv"
@@ -231,8 +232,12 @@ func Markdown() string {
 	return b.String()
 }
 
-// Redacted returns a copy safe to log or show: secrets are masked.
+// Redacted returns a copy safe to log or show: secrets are masked, and so
+// is a password in the upstream URL.
 func (c Config) Redacted() Config {
+	if u, err := url.Parse(c.Upstream); err == nil {
+		c.Upstream = u.Redacted()
+	}
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {
 		if o.secret {

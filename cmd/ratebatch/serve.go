@@ -166,7 +166,6 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 // status is the admin /status document.
 func (p *liveProxy) status() any {
 	cfg := p.cfg.Redacted()
-	cfg.Upstream = p.upstream.Redacted() // a basic-auth password is a secret too
 	return map[string]any{
 		"upstream":       cfg.Upstream,
 		"uptime_seconds": time.Since(p.started).Seconds(),

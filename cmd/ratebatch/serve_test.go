@@ -549,15 +549,10 @@ func TestServeEnergyFromTritonMetrics(t *testing.T) {
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
 		c.Power.Interval = 20 * time.Millisecond
 	})
-	for i := range 30 {
-		if code, r, _ := post(t, base+"/v2/models/simple/infer", simpleBody(fmt.Sprint(i), i, 2)); code != 200 {
-			t.Fatalf("status %d: %s", code, r.Error)
-		}
-	}
-	time.Sleep(100 * time.Millisecond) // a few more polls after the last batch
-	var status struct {
+	type energyStatus struct {
 		Energy struct {
-			Available bool `json:"available"`
+			Available bool       `json:"available"`
+			Time      *time.Time `json:"time"`
 			Windows   map[string]struct {
 				Requests         int64    `json:"requests"`
 				RequestsPerJoule *float64 `json:"requests_per_joule"`
@@ -565,10 +560,36 @@ func TestServeEnergyFromTritonMetrics(t *testing.T) {
 			} `json:"windows"`
 		} `json:"energy"`
 	}
-	_, body := getText(t, admin+"/status")
-	if err := json.Unmarshal([]byte(body), &status); err != nil {
-		t.Fatal(err)
+	read := func() (energyStatus, string) {
+		var st energyStatus
+		_, body := getText(t, admin+"/status")
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st, body
 	}
+	// Requests count from the meter's first poll: wait for it, send, then
+	// wait for the polls that follow the last batch.
+	waitFor := func(what string, ok func(energyStatus) bool) (energyStatus, string) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, body := read()
+			if ok(st) {
+				return st, body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s", what, body)
+			}
+		}
+	}
+	waitFor("the meter never polled", func(st energyStatus) bool { return st.Energy.Time != nil })
+	for i := range 30 {
+		if code, r, _ := post(t, base+"/v2/models/simple/infer", simpleBody(fmt.Sprint(i), i, 2)); code != 200 {
+			t.Fatalf("status %d: %s", code, r.Error)
+		}
+	}
+	status, body := waitFor("energy window never counted the 60 rows", func(st energyStatus) bool {
+		return st.Energy.Windows["total"].Requests == 60
+	})
 	total := status.Energy.Windows["total"]
 	if !status.Energy.Available || total.RequestsPerJoule == nil || total.EnergyJ == nil {
 		t.Fatalf("energy figures missing with the triton source: %s", body)
