@@ -242,6 +242,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"fractional dim", in(`"datatype":"INT8","shape":[1.5],"data":[1]`), -1, `dimension 1.5 is not a non-negative integer`},
 		{"overflowing shape", in(`"datatype":"INT8","shape":[4294967296,4294967296,4294967296],"data":[1]`), -1, `input "INPUT0": shape [4294967296,4294967296,4294967296] has too many elements`},
 		{"huge shape small data", in(`"datatype":"FP64","shape":[1000000000000],"data":[1,2]`), -1, `shape [1000000000000] needs 1000000000000 elements, data has 2`},
+		{"too many inputs", []byte(`{"inputs":[` + strings.Repeat(`{"name":"x","datatype":"INT8","shape":[1],"data":[1]},`, 1024) + `{"name":"y","datatype":"INT8","shape":[1],"data":[1]}]}`), -1, `more than 1024 inputs`},
+		{"too many requested outputs", []byte(`{"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[1]}],"outputs":[` + strings.Repeat(`{"name":"o"},`, 1024) + `{"name":"p"}]}`), -1, `more than 1024 requested outputs`},
 		{"too many dims", in(`"datatype":"INT8","shape":[` + strings.Repeat("1,", 40) + `1],"data":[1]`), -1, `more than 32 dimensions`},
 		{"int out of range", in(`"datatype":"UINT8","shape":[2],"data":[1,256]`), -1, `input "INPUT0": data element 1: 256 is out of range for UINT8`},
 		{"negative unsigned", in(`"datatype":"UINT32","shape":[1],"data":[-1]`), -1, `-1 is out of range for UINT32`},

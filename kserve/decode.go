@@ -216,6 +216,9 @@ func (d *decoder) tensors(kind string, dst []Tensor) ([]Tensor, error) {
 		if !ok {
 			return dst, nil
 		}
+		if i == maxTensors {
+			return nil, badRequest("more than %d %ss", maxTensors, kind)
+		}
 		t, err := d.tensor(kind, i)
 		if err != nil {
 			return nil, err
@@ -566,6 +569,9 @@ func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
 		}
 		if !ok {
 			return outs, nil
+		}
+		if i == maxTensors {
+			return nil, badRequest("more than %d requested outputs", maxTensors)
 		}
 		var o RequestedOutput
 		what := func() string {

@@ -14,6 +14,11 @@ const maxDepth = 64
 // maxDims bounds the rank of a shape. No model comes near it.
 const maxDims = 32
 
+// maxTensors bounds the inputs, outputs or requested outputs of one body.
+// Each tensor costs a few hundred bytes of bookkeeping whatever its size,
+// so without a bound a body of many tiny tensors costs many times its size.
+const maxTensors = 1024
+
 // scanner is a hand-written JSON tokenizer over one buffer. It hands out
 // slices of the buffer instead of building values, so decoding a request
 // allocates per tensor, never per element.
