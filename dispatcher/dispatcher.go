@@ -95,7 +95,8 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		q.signal()
 		return nil
 	}
-	q := &modelQueue{d: d, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	q := &modelQueue{d: d, name: s.Name, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
+		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
 	d.wg.Add(1)
 	go func() {
@@ -137,7 +138,7 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	case <-ctx.Done():
 		if q.withdraw(c) {
 			d.o.Metrics.rejected(model, "client_gone")
-			d.o.Metrics.answered(model, "error")
+			q.series.answeredErr.Inc()
 			return Result{Err: ctx.Err()}
 		}
 		return <-c.done // already in a batch: its answer is on the way
@@ -207,11 +208,13 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 
 // modelQueue is one model's queue and its decision loop.
 type modelQueue struct {
-	d    *Dispatcher
-	mu   sync.Mutex
-	spec ModelSpec
-	keys map[string]*keyQueue
-	rows int // live rows over all keys
+	d      *Dispatcher
+	name   string // = spec.Name, which never changes: readable without mu
+	series *series
+	mu     sync.Mutex
+	spec   ModelSpec
+	keys   map[string]*keyQueue
+	rows   int // live rows over all keys
 
 	inFlight, inFlightRows int
 	batchesSent, rowsSent  int64
@@ -238,19 +241,19 @@ func (q *modelQueue) enqueue(c *Call) error {
 	switch {
 	case q.draining:
 		q.mu.Unlock()
-		m.rejected(q.spec.Name, "shutdown")
+		m.rejected(q.name, "shutdown")
 		return &kserve.Error{Status: http.StatusServiceUnavailable, Msg: ErrClosed.Error()}
 	case c.Rows > q.spec.MaxBatch:
 		maxBatch := q.spec.MaxBatch
 		q.mu.Unlock()
-		m.rejected(q.spec.Name, "batch_size")
+		m.rejected(q.name, "batch_size")
 		return &kserve.Error{Status: http.StatusBadRequest,
-			Msg: fmt.Sprintf("inference request batch-size must be <= %d for '%s'", maxBatch, q.spec.Name)}
+			Msg: fmt.Sprintf("inference request batch-size must be <= %d for '%s'", maxBatch, q.name)}
 	case q.rows+c.Rows > q.spec.QueueRows:
 		q.mu.Unlock()
-		m.rejected(q.spec.Name, "queue_full")
+		m.rejected(q.name, "queue_full")
 		return &kserve.Error{Status: http.StatusServiceUnavailable,
-			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.spec.Name, q.spec.QueueRows)}
+			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}
 	}
 	c.arrived = now
 	c.level = c.Priority
@@ -274,7 +277,7 @@ func (q *modelQueue) enqueue(c *Call) error {
 	q.rows += c.Rows
 	planner := q.spec.Planner
 	q.mu.Unlock()
-	m.accepted(q.spec.Name)
+	q.series.accepted.Inc()
 	planner.Arrive(c.Rows)
 	q.signal()
 	return nil
@@ -368,7 +371,7 @@ func (q *modelQueue) step() time.Time {
 			q.inFlightRows += rows
 			q.batchesSent++
 			q.rowsSent += int64(rows)
-			batches = append(batches, batch{calls: calls, rows: rows, sent: now})
+			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner})
 		}
 	}
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
@@ -404,7 +407,7 @@ func (q *modelQueue) expire(now time.Time) time.Time {
 			if c.state.CompareAndSwap(stateQueued, stateCancelled) {
 				k.cancel(c)
 				q.rows -= c.Rows
-				q.d.o.Metrics.rejected(q.spec.Name, "timeout")
+				q.d.o.Metrics.rejected(q.name, "timeout")
 				q.deliver(c, Result{Err: &kserve.Error{Status: http.StatusServiceUnavailable, Msg: "Request timeout expired"},
 					Queued: now.Sub(c.arrived)})
 			}
@@ -428,16 +431,17 @@ func (q *modelQueue) failQueued(status int, msg string) {
 }
 
 func (q *modelQueue) deliver(c *Call, r Result) {
-	outcome := "ok"
 	if r.Err != nil {
-		outcome = "error"
+		q.series.answeredErr.Inc()
+	} else {
+		q.series.answeredOK.Inc()
 	}
-	q.d.o.Metrics.answered(q.spec.Name, outcome)
 	c.done <- r
 }
 
 type batch struct {
-	calls []*Call
-	rows  int
-	sent  time.Time
+	calls   []*Call
+	rows    int
+	sent    time.Time
+	planner Planner // the model's planner when the batch left, to learn from it
 }

@@ -12,21 +12,19 @@ import (
 
 // execute sends one batch and answers each of its callers.
 func (q *modelQueue) execute(b batch) {
-	m := q.d.o.Metrics
-	name := q.spec.Name
 	for _, c := range b.calls {
-		m.QueueWait.WithLabelValues(name).Observe(b.sent.Sub(c.arrived).Seconds())
+		q.series.queueWait.Observe(b.sent.Sub(c.arrived).Seconds())
 	}
-	m.BatchSize.WithLabelValues(name).Observe(float64(b.rows))
+	q.series.batchSize.Observe(float64(b.rows))
 
 	var busyEnd func(int)
 	if q.d.o.Busy != nil {
-		busyEnd = q.d.o.Busy(name)
+		busyEnd = q.d.o.Busy(q.name)
 	}
 	results, latency, ok := q.send(b.calls)
 	if ok {
-		q.spec.Planner.Observe(b.rows, latency)
-		m.UpstreamDuration.WithLabelValues(name).Observe(latency.Seconds())
+		b.planner.Observe(b.rows, latency)
+		q.series.upstream.Observe(latency.Seconds())
 	}
 	if busyEnd != nil {
 		served := 0
@@ -63,7 +61,7 @@ func (q *modelQueue) send(calls []*Call) (results []Result, latency time.Duratio
 	version := calls[0].Version
 	results, latency, status := q.sendMerged(version, reqs)
 	if status == http.StatusBadRequest && len(calls) > 1 {
-		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.spec.Name, "bad_member_retry").Inc()
+		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
 		var wg sync.WaitGroup
 		for i := range reqs {
 			wg.Add(1)
@@ -82,7 +80,7 @@ func (q *modelQueue) send(calls []*Call) (results []Result, latency time.Duratio
 // sendMerged merges reqs, posts them and splits the answer. status is the
 // upstream's HTTP status, or 0 when there was none.
 func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request) ([]Result, time.Duration, int) {
-	name := q.spec.Name
+	name := q.name
 	m := q.d.o.Metrics
 	fail := func(status int, format string, args ...any) ([]Result, time.Duration, int) {
 		err := &kserve.Error{Status: status, Msg: fmt.Sprintf(format, args...)}

@@ -57,7 +57,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) accepted(model string) { m.Accepted.WithLabelValues(model).Inc() }
+// series are one model's hot-path series, bound once so that a request
+// costs no label lookup.
+type series struct {
+	accepted, answeredOK, answeredErr prometheus.Counter
+	queueWait, batchSize, upstream    prometheus.Observer
+}
+
+func (m *Metrics) bind(model string) *series {
+	return &series{
+		accepted:    m.Accepted.WithLabelValues(model),
+		answeredOK:  m.Answered.WithLabelValues(model, "ok"),
+		answeredErr: m.Answered.WithLabelValues(model, "error"),
+		queueWait:   m.QueueWait.WithLabelValues(model),
+		batchSize:   m.BatchSize.WithLabelValues(model),
+		upstream:    m.UpstreamDuration.WithLabelValues(model),
+	}
+}
 
 func (m *Metrics) answered(model, outcome string) {
 	m.Answered.WithLabelValues(model, outcome).Inc()

@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the front door's Prometheus series.
 type Metrics struct {
@@ -9,6 +13,18 @@ type Metrics struct {
 	Rejected          *prometheus.CounterVec
 	Passthrough       prometheus.Counter
 	PassthroughErrors prometheus.Counter
+
+	latency sync.Map // model -> prometheus.Observer, bound once per model
+}
+
+// latencyOf returns the model's latency observer without a label lookup per
+// request. Only batched models reach it, so the map stays small.
+func (m *Metrics) latencyOf(model string) prometheus.Observer {
+	if o, ok := m.latency.Load(model); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := m.latency.LoadOrStore(model, m.Latency.WithLabelValues(model))
+	return o.(prometheus.Observer)
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none).

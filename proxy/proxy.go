@@ -193,7 +193,7 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 	if err := writeResponse(w, r, res.Resp); err != nil {
 		s.log.Debug("writing response", "model", model, "err", err)
 	}
-	s.m.Latency.WithLabelValues(model).Observe(time.Since(start).Seconds())
+	s.m.latencyOf(model).Observe(time.Since(start).Seconds())
 }
 
 // scheduleParams reads Triton's schedule-policy parameters: "priority"
