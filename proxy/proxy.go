@@ -7,8 +7,8 @@ package proxy
 
 import (
 	"bytes"
-	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
@@ -250,8 +250,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (raw, body []b
 			return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "gzip body: " + err.Error()}
 		}
 		dec = zr
-	case "deflate":
-		dec = flate.NewReader(bytes.NewReader(raw))
+	case "deflate": // HTTP's deflate is the zlib format (RFC 9110), as Triton reads it
+		zr, err := zlib.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "deflate (zlib) body: " + err.Error()}
+		}
+		dec = zr
 	default:
 		return nil, nil, &kserve.Error{Status: http.StatusUnsupportedMediaType, Msg: fmt.Sprintf("unsupported Content-Encoding %q (gzip, deflate)", enc)}
 	}
@@ -341,7 +345,7 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *kserve.Response
 	if enc == "gzip" {
 		zw = gzip.NewWriter(&zbuf)
 	} else {
-		zw, _ = flate.NewWriter(&zbuf, flate.DefaultCompression)
+		zw = zlib.NewWriter(&zbuf)
 	}
 	zw.Write(body)
 	zw.Close()

@@ -11,6 +11,12 @@ Targets
                ./cmd/ratebatch. Skipped, with the reason, while the binary has
                no `serve` command.
   The same client calls run against both, so a proxy test is the direct test.
+  start_ratebatch() starts further proxies (e.g. with another --policy) in
+  front of any Triton; test_batching.py and bench.py use it.
+
+Markers
+  bench  a short run of tests/triton/bench.py (the perf_analyzer comparison);
+         deselect with -m "not bench".
 
 Every process started here runs in its own process group, is stopped with
 SIGTERM (SIGKILL to the group after a grace period) at teardown, and gets
@@ -49,6 +55,10 @@ STOP_TIMEOUT_S = 30.0  # Triton unloads models within its exit timeout (5 s)
 # batching in front of it pays off the way it does on a GPU.
 SESSION_SERVER_FLAGS = ("--dynamic-batching", "off", "--tau0-ms", "5", "--alpha-ms", "0.5")
 MAX_BATCH_SIZE = 8
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "bench: a short run of tests/triton/bench.py (perf_analyzer, ~30 s)")
 
 
 def free_ports(n: int) -> list[int]:
