@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -82,8 +83,10 @@ func New(o Options) *Server {
 			pr.Out.Host = pr.In.Host // Triton ignores Host; keep what the client sent
 		},
 		Transport: o.Transport,
-		// Streams (generate_stream's server-sent events) flush as they come.
-		FlushInterval: -1,
+		// FlushInterval 0: ReverseProxy still flushes at once for
+		// server-sent events (generate_stream) and answers of unknown
+		// length; a flush per write otherwise costs a system call each.
+		BufferPool: copyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -108,6 +111,15 @@ func New(o Options) *Server {
 	return s
 }
 
+// copyBuffers lends ReverseProxy its 32 KiB copy buffers instead of one
+// new buffer per request.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
 func defaultTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 512
@@ -119,10 +131,24 @@ func defaultTransport() http.RoundTripper {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
+// smallBody is the largest body of known length that passthrough reads
+// before forwarding: from memory the Transport sends headers and body in
+// one write, where a stream costs a second system call.
+const smallBody = 64 << 10
+
 func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 	s.m.Passthrough.Inc()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes)
+		if n := r.ContentLength; n > 0 && n <= smallBody {
+			buf := make([]byte, n)
+			if _, err := io.ReadFull(r.Body, buf); err != nil {
+				s.fail(w, "", &kserve.Error{Status: http.StatusBadRequest,
+					Msg: fmt.Sprintf("request body ends before its Content-Length %d: %v", n, err)})
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(buf))
+		}
 	}
 	s.pass.ServeHTTP(w, r)
 }
