@@ -53,13 +53,14 @@ type Options struct {
 
 // Dispatcher routes calls to model queues.
 type Dispatcher struct {
-	o      Options
-	now    func() time.Time
-	mu     sync.RWMutex
-	models map[string]*modelQueue
-	wg     sync.WaitGroup // queue loops
-	ctx    context.Context
-	cancel context.CancelFunc
+	o       Options
+	now     func() time.Time
+	mu      sync.RWMutex
+	models  map[string]*modelQueue
+	wg      sync.WaitGroup // queue loops
+	workers sync.WaitGroup // batch workers
+	ctx     context.Context
+	cancel  context.CancelFunc
 }
 
 // New returns a dispatcher with no models.
@@ -96,6 +97,7 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		return nil
 	}
 	q := &modelQueue{d: d, name: s.Name, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
+		work:   make(chan batch),
 		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
 	d.wg.Add(1)
@@ -173,6 +175,12 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	if err == nil {
+		// Every batch is answered, so the workers are idle and leave at
+		// once. After a timeout one may still wait on a hung upstream
+		// until its own deadline: the caller should not.
+		d.workers.Wait()
+	}
 	return err
 }
 
@@ -222,6 +230,7 @@ type modelQueue struct {
 	idleClosed             bool
 	idle                   chan struct{} // closed when draining and empty
 	wake                   chan struct{}
+	work                   chan batch // to idle workers
 }
 
 func (q *modelQueue) signal() {
@@ -380,9 +389,33 @@ func (q *modelQueue) step() time.Time {
 	}
 	q.mu.Unlock()
 	for _, b := range batches {
-		go q.execute(b)
+		q.launch(b)
 	}
 	return next
+}
+
+// launch hands a batch to an idle worker, or starts one. Workers outlive
+// their batch so that their stacks, grown by merging and splitting, are
+// reused; there are never more than the model's peak batches in flight.
+func (q *modelQueue) launch(b batch) {
+	select {
+	case q.work <- b:
+	default:
+		q.d.workers.Add(1)
+		go q.worker(b)
+	}
+}
+
+func (q *modelQueue) worker(b batch) {
+	defer q.d.workers.Done()
+	for {
+		q.execute(b)
+		select {
+		case b = <-q.work:
+		case <-q.d.ctx.Done():
+			return
+		}
+	}
 }
 
 // expire answers queued calls whose Triton timeout has passed and returns
