@@ -209,7 +209,15 @@ type Batch struct {
 // binary form (all outputs when any caller named none); its parameters are
 // the callers' common ones with binary_data_output true and timeout the
 // smallest any caller set. The requests must stay untouched until Split.
-func Merge(reqs []*Request) (*Batch, error) {
+func Merge(reqs []*Request) (*Batch, error) { return merge(reqs, true) }
+
+// MergeSameKey is Merge for requests already grouped by BatchKey, as a
+// dispatcher queue holds them: it skips deriving every caller's key again,
+// which is most of Merge's cost for small tensors. Only the first request's
+// key is derived; the caller vouches that the others share it.
+func MergeSameKey(reqs []*Request) (*Batch, error) { return merge(reqs, false) }
+
+func merge(reqs []*Request, verify bool) (*Batch, error) {
 	if len(reqs) == 0 {
 		return nil, errors.New("merge: no requests")
 	}
@@ -220,7 +228,7 @@ func Merge(reqs []*Request) (*Batch, error) {
 	b := &Batch{Callers: make([]Caller, len(reqs)), reqs: reqs}
 	var scratch []byte
 	for i, r := range reqs {
-		if i > 0 {
+		if i > 0 && verify {
 			scratch, err = AppendBatchKey(scratch[:0], r)
 			if err != nil {
 				return nil, fmt.Errorf("merge: request %d (id %q) cannot be batched: %w", i, r.ID, err)

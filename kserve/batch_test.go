@@ -360,6 +360,14 @@ func TestRoundTripProperty(t *testing.T) {
 		if err != nil {
 			t.Fatalf("iteration %d: merge: %v", it, err)
 		}
+		trusted, err := MergeSameKey(reqs)
+		if err != nil {
+			t.Fatalf("iteration %d: MergeSameKey: %v", it, err)
+		}
+		want, _ := b.AppendBody(nil)
+		if body, _ := trusted.AppendBody(nil); !bytes.Equal(body, want) {
+			t.Fatalf("iteration %d: MergeSameKey's body differs from Merge's", it)
+		}
 		got, err := serveBatch(b)
 		if err != nil {
 			t.Fatalf("iteration %d: %v", it, err)
