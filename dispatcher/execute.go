@@ -91,7 +91,7 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request) ([]Resul
 		return out, 0, 0
 	}
 	b, err := kserve.MergeSameKey(reqs) // the queue holds one key only
-	if err != nil { // the proxy only queues calls of one key together
+	if err != nil {                     // the proxy only queues calls of one key together
 		return fail(http.StatusInternalServerError, "forming the batch: %v", err)
 	}
 	var reply *Reply
