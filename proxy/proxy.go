@@ -143,6 +143,11 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 		if n := r.ContentLength; n > 0 && n <= smallBody {
 			buf := make([]byte, n)
 			if _, err := io.ReadFull(r.Body, buf); err != nil {
+				var mbe *http.MaxBytesError
+				if errors.As(err, &mbe) {
+					s.fail(w, "", tooLarge(mbe.Limit))
+					return
+				}
 				s.fail(w, "", &kserve.Error{Status: http.StatusBadRequest,
 					Msg: fmt.Sprintf("request body ends before its Content-Length %d: %v", n, err)})
 				return

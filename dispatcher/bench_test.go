@@ -1,0 +1,418 @@
+package dispatcher_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// The benchmarks here measure the dispatcher's share of a request's cost:
+// Submit -> queue -> batch -> kserve.Merge -> Upstream.Infer ->
+// DecodeResponse -> Split -> Release, one op per request, with callers
+// submitting concurrently so that batches form as they do under load. The
+// rule is adhoc's (work-conserving, up to max batch size) and the model has
+// one instance, as the emulator and a default Triton model have.
+//
+// BenchmarkSubmit's upstream answers at once from prebuilt replies, after
+// consuming the batched body as HTTPUpstream does (appended into a pooled
+// buffer up to 64 KiB, streamed above), so the figures are the dispatcher's
+// own. BenchmarkSubmitHTTP puts the real HTTPUpstream (fasthttp) and a
+// loopback fasthttp server in between.
+//
+// Besides ns/op, B/op and allocs/op, each reports rows/batch (the mean batch
+// size formed) and alloc-B/req-B: bytes allocated per request over the
+// request's wire size; for image-sized requests it counts the copies of
+// their bytes the path makes (0 here: the proxy's one copy is reading the
+// body, outside the dispatcher).
+
+// benchModel is a model as the benchmarks send to it: one row per request.
+type benchModel struct {
+	name     string
+	maxBatch int
+	inputs   []benchTensor
+	outputs  []benchTensor // shape without the batch dimension
+	binary   bool          // requests and answers in binary form
+}
+
+type benchTensor struct {
+	name  string
+	dt    kserve.Datatype
+	shape []int64 // without the batch dimension
+}
+
+var (
+	benchSimpleIn  = []benchTensor{{"INPUT0", kserve.Int32, []int64{16}}, {"INPUT1", kserve.Int32, []int64{16}}}
+	benchSimpleOut = []benchTensor{{"OUTPUT0", kserve.Int32, []int64{16}}, {"OUTPUT1", kserve.Int32, []int64{16}}}
+	benchImageIn   = []benchTensor{{"INPUT__0", kserve.FP32, []int64{3, 224, 224}}}
+	benchImageOut  = []benchTensor{{"OUTPUT__0", kserve.FP32, []int64{1000}}}
+
+	benchSimpleJSON   = benchModel{"simple", 8, benchSimpleIn, benchSimpleOut, false}
+	benchSimpleBinary = benchModel{"simple", 8, benchSimpleIn, benchSimpleOut, true}
+	benchImageBinary  = benchModel{"image", 8, benchImageIn, benchImageOut, true}
+)
+
+func (m benchModel) form() string {
+	if m.binary {
+		return "binary"
+	}
+	return "json"
+}
+
+func (t benchTensor) tensor(rows int64) kserve.Tensor {
+	shape := append([]int64{rows}, t.shape...)
+	n, _ := kserve.ElementCount(shape)
+	data := make([]byte, n*int64(t.dt.Size()))
+	for i := range data {
+		data[i] = byte(i%7 + 1)
+	}
+	return kserve.Tensor{Name: t.name, Datatype: t.dt, Shape: shape, Data: data}
+}
+
+// requestBody is one caller's wire body, as `ratebatch load` sends it.
+func (m benchModel) requestBody(tb testing.TB, id string) (body []byte, headerLen int) {
+	tb.Helper()
+	r := &kserve.Request{ID: id}
+	if m.binary {
+		r.Parameters = kserve.Parameters{kserve.ParamBinaryDataOutput: true}
+	}
+	for _, in := range m.inputs {
+		t := in.tensor(1)
+		t.Binary = m.binary
+		r.Inputs = append(r.Inputs, t)
+	}
+	body, headerLen, err := kserve.AppendRequest(nil, r, m.binary)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if !m.binary {
+		headerLen = -1
+	}
+	return body, headerLen
+}
+
+// replyBody is the upstream's binary answer to a batch of rows.
+func (m benchModel) replyBody(tb testing.TB, rows int) (body []byte, headerLen int) {
+	tb.Helper()
+	resp := &kserve.Response{ModelName: m.name, ModelVersion: "1"}
+	for _, out := range m.outputs {
+		t := out.tensor(int64(rows))
+		t.Binary = true
+		resp.Outputs = append(resp.Outputs, t)
+	}
+	body, headerLen, err := kserve.AppendResponse(nil, resp)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return body, headerLen
+}
+
+func benchNoFree() {}
+
+// benchUpstream answers every batch at once with a prebuilt reply for its
+// row count, after consuming the body as HTTPUpstream does.
+type benchUpstream struct {
+	replies []dispatcher.Reply // by rows
+	pool    sync.Pool
+}
+
+func newBenchUpstream(tb testing.TB, m benchModel) *benchUpstream {
+	u := &benchUpstream{replies: make([]dispatcher.Reply, m.maxBatch+1)}
+	for rows := 1; rows <= m.maxBatch; rows++ {
+		body, hl := m.replyBody(tb, rows)
+		u.replies[rows] = dispatcher.Reply{Status: 200, Body: body, HeaderLen: hl, Free: benchNoFree}
+	}
+	u.pool.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	return u
+}
+
+func (u *benchUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
+	b, ok := body.(*kserve.Batch)
+	if !ok || b.Rows < 1 || int(b.Rows) >= len(u.replies) {
+		return nil, fmt.Errorf("instant upstream: unexpected batch %T", body)
+	}
+	if body.BodyLen() > 64<<10 {
+		if _, err := io.Copy(io.Discard, body.Reader()); err != nil {
+			return nil, err
+		}
+	} else {
+		bp := u.pool.Get().(*[]byte)
+		buf, _ := body.AppendBody((*bp)[:0])
+		*bp = buf[:0]
+		u.pool.Put(bp)
+	}
+	return &u.replies[b.Rows], nil
+}
+
+// benchPlanner always answers with the work-conserving rule.
+type benchPlanner struct{}
+
+func (benchPlanner) Rule() policy.Rule          { return policy.Fill{Policy: policy.NameAdhoc} }
+func (benchPlanner) Changed() <-chan struct{}   { return nil }
+func (benchPlanner) Arrive(int)                 {}
+func (benchPlanner) Observe(int, time.Duration) {}
+
+func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream) *dispatcher.Dispatcher {
+	tb.Helper()
+	d := dispatcher.New(dispatcher.Options{Upstream: up, Retries: 1, Metrics: dispatcher.NewMetrics(nil)})
+	if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.Drain(ctx); err != nil {
+			tb.Errorf("drain: %v", err)
+		}
+	})
+	return d
+}
+
+// benchCaller is one client's decoded request, reused for every op it submits
+// (the dispatcher only reads it).
+type benchCaller struct {
+	req  *kserve.Request
+	key  string
+	rows int
+}
+
+func newBenchCaller(tb testing.TB, m benchModel, i int) (benchCaller, int) {
+	tb.Helper()
+	body, hl := m.requestBody(tb, "lg-"+strconv.Itoa(i))
+	req, err := kserve.DecodeRequest(body, hl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	key, ok := kserve.BatchKey(req)
+	if !ok {
+		tb.Fatal("benchmark request is not batchable")
+	}
+	return benchCaller{req: req, key: key, rows: 1}, len(body)
+}
+
+// benchRunCallers runs b.N ops over conc goroutines, each op by one of them.
+func benchRunCallers(b *testing.B, conc int, op func(worker int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	fail := func(err error) { failed.CompareAndSwap(nil, &err) } // err escapes here only
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := op(w); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+}
+
+// benchMeasure runs the ops and reports rows/batch and alloc-B/req-B.
+func benchMeasure(b *testing.B, d *dispatcher.Dispatcher, reqBytes int, conc int, op func(worker int) error) {
+	b.SetBytes(int64(reqBytes))
+	b.ReportAllocs()
+	var before, after runtime.MemStats
+	before0 := benchSnapshot(d)
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	benchRunCallers(b, conc, op)
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	s := benchSnapshot(d)
+	if batches := s.BatchesSent - before0.BatchesSent; batches > 0 {
+		b.ReportMetric(float64(s.RowsSent-before0.RowsSent)/float64(batches), "rows/batch")
+	}
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/float64(reqBytes), "alloc-B/req-B")
+}
+
+func benchSnapshot(d *dispatcher.Dispatcher) dispatcher.Snapshot {
+	for _, s := range d.Snapshots() {
+		return s
+	}
+	return dispatcher.Snapshot{}
+}
+
+type benchCase struct {
+	m    benchModel
+	conc int
+}
+
+var benchSubmitCases = []benchCase{
+	{benchSimpleJSON, 1}, {benchSimpleJSON, 64},
+	{benchSimpleBinary, 1}, {benchSimpleBinary, 64},
+	{benchImageBinary, 1}, {benchImageBinary, 16},
+}
+
+func (c benchCase) String() string {
+	return fmt.Sprintf("%s-%s/callers=%d", c.m.name, c.m.form(), c.conc)
+}
+
+// BenchmarkSubmit is the dispatcher's work per request against an upstream
+// that answers at once.
+func BenchmarkSubmit(b *testing.B) {
+	for _, bc := range benchSubmitCases {
+		b.Run(bc.String(), func(b *testing.B) {
+			d := newBenchDispatcher(b, bc.m, newBenchUpstream(b, bc.m))
+			benchSubmit(b, d, bc)
+		})
+	}
+}
+
+func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
+	callers := make([]benchCaller, bc.conc)
+	var reqBytes int
+	for i := range callers {
+		callers[i], reqBytes = newBenchCaller(b, bc.m, i)
+	}
+	ctx := context.Background()
+	benchMeasure(b, d, reqBytes, bc.conc, func(w int) error {
+		c := &callers[w]
+		res := d.Submit(ctx, bc.m.name, &dispatcher.Call{Req: c.req, Rows: c.rows, Key: c.key})
+		if res.Err != nil {
+			return res.Err
+		}
+		if len(res.Resp.Outputs) != len(bc.m.outputs) {
+			res.Release()
+			return fmt.Errorf("answer has %d outputs, want %d", len(res.Resp.Outputs), len(bc.m.outputs))
+		}
+		res.Release()
+		return nil
+	})
+}
+
+// BenchmarkSubmitHTTP is BenchmarkSubmit through the real HTTPUpstream and
+// a loopback fasthttp server that answers at once (its cost is included).
+func BenchmarkSubmitHTTP(b *testing.B) {
+	for _, bc := range []benchCase{{benchSimpleBinary, 64}, {benchImageBinary, 16}} {
+		b.Run(bc.String(), func(b *testing.B) {
+			addr := benchReplyServer(b, bc.m)
+			up, err := dispatcher.NewHTTPUpstream("http://"+addr, 64, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := newBenchDispatcher(b, bc.m, up)
+			benchSubmit(b, d, bc)
+		})
+	}
+}
+
+// benchReplyServer serves the model's prebuilt binary replies on loopback,
+// picking the reply by the batch's rows (the first dimension of the first
+// shape in the request header).
+func benchReplyServer(tb testing.TB, m benchModel) string {
+	tb.Helper()
+	replies := make([][]byte, m.maxBatch+1)
+	hls := make([]string, m.maxBatch+1)
+	for rows := 1; rows <= m.maxBatch; rows++ {
+		body, hl := m.replyBody(tb, rows)
+		replies[rows], hls[rows] = body, strconv.Itoa(hl)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			rows := benchBatchRows(ctx.PostBody())
+			if rows < 1 || rows > m.maxBatch {
+				ctx.Error("bad batch", fasthttp.StatusBadRequest)
+				return
+			}
+			ctx.Response.Header.Set(kserve.HeaderContentLength, hls[rows])
+			ctx.SetContentType("application/octet-stream")
+			ctx.SetBody(replies[rows])
+		},
+		MaxRequestBodySize: 256 << 20,
+	}
+	go srv.Serve(ln)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		srv.ShutdownWithContext(ctx)
+	})
+	return ln.Addr().String()
+}
+
+// benchBatchRows reads dimension 0 of the first "shape" in a request's header.
+func benchBatchRows(body []byte) int {
+	const key = `"shape":[`
+	i := bytes.Index(body, []byte(key))
+	if i < 0 {
+		return -1
+	}
+	n := 0
+	for _, c := range body[i+len(key):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TestBenchUpstreams checks the benchmarks' fixtures: both upstreams answer
+// a batch with the rows it holds, and every caller gets its own rows back.
+func TestBenchUpstreams(t *testing.T) {
+	for _, m := range []benchModel{benchSimpleJSON, benchSimpleBinary, benchImageBinary} {
+		t.Run(m.name+"-"+m.form(), func(t *testing.T) {
+			ups := map[string]dispatcher.Upstream{"instant": newBenchUpstream(t, m)}
+			up, err := dispatcher.NewHTTPUpstream("http://"+benchReplyServer(t, m), 4, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ups["http"] = up
+			for name, up := range ups {
+				var reqs []*kserve.Request
+				for i := range 3 {
+					c, _ := newBenchCaller(t, m, i)
+					reqs = append(reqs, c.req)
+				}
+				batch, err := kserve.Merge(reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				reply, err := up.Infer(m.name, "", batch)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				resp, err := kserve.DecodeResponse(reply.Body, reply.HeaderLen)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				parts, err := batch.Split(resp)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for i, p := range parts {
+					if p.ID != reqs[i].ID || len(p.Outputs) != len(m.outputs) || p.Outputs[0].Shape[0] != 1 {
+						t.Errorf("%s: caller %d got id %q, %d outputs", name, i, p.ID, len(p.Outputs))
+					}
+					if p.Outputs[0].Binary != m.binary {
+						t.Errorf("%s: caller %d output binary = %v, want %v", name, i, p.Outputs[0].Binary, m.binary)
+					}
+				}
+				reply.Free()
+			}
+		})
+	}
+}

@@ -1,0 +1,522 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/proxy"
+)
+
+// The benchmarks here measure the front door's cost per inference request
+// (one op = one request answered 200), with callers sending concurrently so
+// that batches form:
+//
+//   - BenchmarkHandler calls the proxy's handler in-process (no sockets):
+//     routing, reading and decoding the body, Submit (the real dispatcher,
+//     adhoc rule, one instance), merge, split and writing the answer. Its
+//     upstream answers at once from prebuilt binary replies; in passthrough
+//     mode (model not batched) the request goes through the ReverseProxy to
+//     a RoundTripper that answers at once.
+//   - BenchmarkServer is the whole hot path over loopback: a fasthttp client
+//     (as `ratebatch load`) -> the proxy on a net/http server -> a fasthttp
+//     server that answers at once; "direct" is the client and that server
+//     alone, the baseline the proxy's cost is added to.
+//
+// Each reports rows/batch (batching mode) and alloc-B/req-B, bytes
+// allocated per request over the request's wire size: for the image model
+// (602 KB requests) it counts the copies of the request bytes the proxy
+// makes, whose target is one (reading the body).
+
+type benchTensor struct {
+	name  string
+	dt    kserve.Datatype
+	shape []int64 // without the batch dimension
+}
+
+type benchModel struct {
+	name     string
+	maxBatch int
+	inputs   []benchTensor
+	outputs  []benchTensor
+	binary   bool
+}
+
+var (
+	benchSimpleIn  = []benchTensor{{"INPUT0", kserve.Int32, []int64{16}}, {"INPUT1", kserve.Int32, []int64{16}}}
+	benchSimpleOut = []benchTensor{{"OUTPUT0", kserve.Int32, []int64{16}}, {"OUTPUT1", kserve.Int32, []int64{16}}}
+
+	benchSimpleJSON   = benchModel{"simple", 8, benchSimpleIn, benchSimpleOut, false}
+	benchSimpleBinary = benchModel{"simple", 8, benchSimpleIn, benchSimpleOut, true}
+	benchImageBinary  = benchModel{"image", 8,
+		[]benchTensor{{"INPUT__0", kserve.FP32, []int64{3, 224, 224}}},
+		[]benchTensor{{"OUTPUT__0", kserve.FP32, []int64{1000}}}, true}
+)
+
+func (m benchModel) form() string {
+	if m.binary {
+		return "binary"
+	}
+	return "json"
+}
+
+func (t benchTensor) tensor(rows int64, binary bool) kserve.Tensor {
+	shape := append([]int64{rows}, t.shape...)
+	n, _ := kserve.ElementCount(shape)
+	data := make([]byte, n*int64(t.dt.Size()))
+	for i := range data {
+		data[i] = byte(i%7 + 1)
+	}
+	return kserve.Tensor{Name: t.name, Datatype: t.dt, Shape: shape, Data: data, Binary: binary}
+}
+
+// benchRequest is one caller's wire body, as `ratebatch load` sends it.
+type benchRequest struct {
+	body      []byte
+	headerLen string // Inference-Header-Content-Length, "" in JSON form
+}
+
+func (m benchModel) request(tb testing.TB, id string) benchRequest {
+	tb.Helper()
+	r := &kserve.Request{ID: id}
+	if m.binary {
+		r.Parameters = kserve.Parameters{kserve.ParamBinaryDataOutput: true}
+	}
+	for _, in := range m.inputs {
+		r.Inputs = append(r.Inputs, in.tensor(1, m.binary))
+	}
+	body, hl, err := kserve.AppendRequest(nil, r, m.binary)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if !m.binary {
+		return benchRequest{body: body}
+	}
+	return benchRequest{body: body, headerLen: strconv.Itoa(hl)}
+}
+
+// reply is the upstream's answer to rows rows, binary or JSON.
+func (m benchModel) reply(tb testing.TB, rows int, binary bool) (body []byte, headerLen string) {
+	tb.Helper()
+	resp := &kserve.Response{ModelName: m.name, ModelVersion: "1"}
+	for _, out := range m.outputs {
+		resp.Outputs = append(resp.Outputs, out.tensor(int64(rows), binary))
+	}
+	body, hl, err := kserve.AppendResponse(nil, resp)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if hl < 0 {
+		return body, ""
+	}
+	return body, strconv.Itoa(hl)
+}
+
+func benchNoFree() {}
+
+// benchUpstream answers every batch at once with a prebuilt binary reply
+// for its rows, after consuming the body as dispatcher.HTTPUpstream does.
+type benchUpstream struct {
+	replies []dispatcher.Reply
+	pool    sync.Pool
+}
+
+func newBenchUpstream(tb testing.TB, m benchModel) *benchUpstream {
+	u := &benchUpstream{replies: make([]dispatcher.Reply, m.maxBatch+1)}
+	for rows := 1; rows <= m.maxBatch; rows++ {
+		body, hl := m.reply(tb, rows, true)
+		n, _ := strconv.Atoi(hl)
+		u.replies[rows] = dispatcher.Reply{Status: 200, Body: body, HeaderLen: n, Free: benchNoFree}
+	}
+	u.pool.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	return u
+}
+
+func (u *benchUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
+	b, ok := body.(*kserve.Batch)
+	if !ok || b.Rows < 1 || int(b.Rows) >= len(u.replies) {
+		return nil, fmt.Errorf("instant upstream: unexpected batch %T", body)
+	}
+	if body.BodyLen() > 64<<10 {
+		if _, err := io.Copy(io.Discard, body.Reader()); err != nil {
+			return nil, err
+		}
+	} else {
+		bp := u.pool.Get().(*[]byte)
+		buf, _ := body.AppendBody((*bp)[:0])
+		*bp = buf[:0]
+		u.pool.Put(bp)
+	}
+	return &u.replies[b.Rows], nil
+}
+
+// benchTransport answers a passthrough request at once, in the form it
+// was sent, after reading its body.
+type benchTransport struct {
+	body             []byte
+	headerLen, ctype string
+}
+
+func (t *benchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	h := http.Header{"Content-Type": {t.ctype}, "Content-Length": {strconv.Itoa(len(t.body))}}
+	if t.headerLen != "" {
+		h[kserve.HeaderContentLength] = []string{t.headerLen}
+	}
+	return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: h,
+		Body: io.NopCloser(bytes.NewReader(t.body)), ContentLength: int64(len(t.body)), Request: r}, nil
+}
+
+type benchPlanner struct{}
+
+func (benchPlanner) Rule() policy.Rule          { return policy.Fill{Policy: policy.NameAdhoc} }
+func (benchPlanner) Changed() <-chan struct{}   { return nil }
+func (benchPlanner) Arrive(int)                 {}
+func (benchPlanner) Observe(int, time.Duration) {}
+
+// newBenchDispatcher batches m through up; batched false leaves it unknown, so
+// the proxy passes its requests through.
+func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream, batched bool) *dispatcher.Dispatcher {
+	tb.Helper()
+	d := dispatcher.New(dispatcher.Options{Upstream: up, Retries: 1, Metrics: dispatcher.NewMetrics(nil)})
+	if batched {
+		if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.Drain(ctx)
+	})
+	return d
+}
+
+// benchWriter is a reusable http.ResponseWriter that keeps the status and
+// counts the body.
+type benchWriter struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (w *benchWriter) Header() http.Header { return w.h }
+func (w *benchWriter) WriteHeader(s int) {
+	if w.status == 0 {
+		w.status = s
+	}
+}
+func (w *benchWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = 200
+	}
+	w.n += len(p)
+	return len(p), nil
+}
+func (w *benchWriter) Flush() {}
+func (w *benchWriter) reset() {
+	clear(w.h)
+	w.status, w.n = 0, 0
+}
+
+// benchRunCallers runs b.N ops over conc goroutines.
+func benchRunCallers(b *testing.B, conc int, op func(worker int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	fail := func(err error) { failed.CompareAndSwap(nil, &err) } // err escapes here only
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := op(w); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+}
+
+// benchMeasure runs the ops; it reports rows/batch when d batches, and
+// alloc-B/req-B.
+func benchMeasure(b *testing.B, d *dispatcher.Dispatcher, reqBytes, conc int, op func(worker int) error) {
+	b.SetBytes(int64(reqBytes))
+	b.ReportAllocs()
+	s0 := benchSnapshot(d)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	benchRunCallers(b, conc, op)
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	if s := benchSnapshot(d); s.BatchesSent > s0.BatchesSent {
+		b.ReportMetric(float64(s.RowsSent-s0.RowsSent)/float64(s.BatchesSent-s0.BatchesSent), "rows/batch")
+	}
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/float64(reqBytes), "alloc-B/req-B")
+}
+
+func benchSnapshot(d *dispatcher.Dispatcher) dispatcher.Snapshot {
+	if d == nil {
+		return dispatcher.Snapshot{}
+	}
+	for _, s := range d.Snapshots() {
+		return s
+	}
+	return dispatcher.Snapshot{}
+}
+
+type benchCase struct {
+	mode string // batching or passthrough
+	m    benchModel
+	conc int
+}
+
+func (c benchCase) String() string {
+	return fmt.Sprintf("%s/%s-%s/callers=%d", c.mode, c.m.name, c.m.form(), c.conc)
+}
+
+var benchCases = []benchCase{
+	{"batching", benchSimpleJSON, 64}, {"batching", benchSimpleBinary, 64}, {"batching", benchImageBinary, 16},
+	{"passthrough", benchSimpleJSON, 64}, {"passthrough", benchSimpleBinary, 64}, {"passthrough", benchImageBinary, 16},
+}
+
+// newBenchHandler is the front door for a case, with everything upstream of it
+// answering at once.
+func newBenchHandler(tb testing.TB, c benchCase) (http.Handler, *dispatcher.Dispatcher) {
+	tb.Helper()
+	body, hl := c.m.reply(tb, 1, c.m.binary)
+	tr := &benchTransport{body: body, headerLen: hl, ctype: "application/json"}
+	if c.m.binary {
+		tr.ctype = "application/octet-stream"
+	}
+	up, _ := url.Parse("http://upstream.invalid:8000")
+	d := newBenchDispatcher(tb, c.m, newBenchUpstream(tb, c.m), c.mode == "batching")
+	h := proxy.New(proxy.Options{Upstream: up, Batcher: d, MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Transport: tr})
+	return h, d
+}
+
+// BenchmarkHandler is the proxy's own work per request, in-process.
+func BenchmarkHandler(b *testing.B) {
+	for _, c := range benchCases {
+		b.Run(c.String(), func(b *testing.B) {
+			h, d := newBenchHandler(b, c)
+			target := "/v2/models/" + c.m.name + "/infer"
+			u, _ := url.Parse("http://proxy" + target)
+			reqs := make([]benchRequest, c.conc)
+			headers := make([]http.Header, c.conc)
+			writers := make([]benchWriter, c.conc)
+			for i := range reqs {
+				reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
+				headers[i] = http.Header{"Content-Type": {"application/json"}}
+				if reqs[i].headerLen != "" {
+					headers[i] = http.Header{"Content-Type": {"application/octet-stream"}, kserve.HeaderContentLength: {reqs[i].headerLen}}
+				}
+				writers[i].h = http.Header{}
+			}
+			ctx := context.Background()
+			benchMeasure(b, d, len(reqs[0].body), c.conc, func(w int) error {
+				rq := &reqs[w]
+				r := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: headers[w], Body: io.NopCloser(bytes.NewReader(rq.body)), ContentLength: int64(len(rq.body)),
+					Host: "proxy", RemoteAddr: "127.0.0.1:1234", RequestURI: target}
+				r = r.WithContext(ctx)
+				wr := &writers[w]
+				wr.reset()
+				h.ServeHTTP(wr, r)
+				if wr.status != http.StatusOK || wr.n == 0 {
+					return fmt.Errorf("status %d, %d body bytes", wr.status, wr.n)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// benchReplyServer is a loopback fasthttp server answering infer requests at
+// once: binary requests get a binary answer for the rows in their header,
+// JSON ones a JSON answer for one row.
+func benchReplyServer(tb testing.TB, m benchModel) string {
+	tb.Helper()
+	bin := make([][]byte, m.maxBatch+1)
+	hls := make([]string, m.maxBatch+1)
+	for rows := 1; rows <= m.maxBatch; rows++ {
+		bin[rows], hls[rows] = m.reply(tb, rows, true)
+	}
+	jsonBody, _ := m.reply(tb, 1, false)
+	hlKey := []byte(kserve.HeaderContentLength)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			if len(ctx.Request.Header.PeekBytes(hlKey)) == 0 {
+				ctx.SetContentType("application/json")
+				ctx.SetBody(jsonBody)
+				return
+			}
+			rows := benchBatchRows(ctx.PostBody())
+			if rows < 1 || rows > m.maxBatch {
+				ctx.Error("bad batch", fasthttp.StatusBadRequest)
+				return
+			}
+			ctx.Response.Header.SetBytesK(hlKey, hls[rows])
+			ctx.SetContentType("application/octet-stream")
+			ctx.SetBody(bin[rows])
+		},
+		MaxRequestBodySize: 256 << 20,
+	}
+	go srv.Serve(ln)
+	tb.Cleanup(func() {
+		// The proxy's pooled connections stay open: do not wait for them.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		srv.ShutdownWithContext(ctx)
+	})
+	return ln.Addr().String()
+}
+
+// benchBatchRows reads dimension 0 of the first "shape" in a request's header.
+func benchBatchRows(body []byte) int {
+	const key = `"shape":[`
+	i := bytes.Index(body, []byte(key))
+	if i < 0 {
+		return -1
+	}
+	n := 0
+	for _, c := range body[i+len(key):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// BenchmarkServer is the whole hot path over loopback sockets. Its ns/op is
+// the wall time per request over all callers (client, proxy and upstream
+// share the machine); compare a mode with "direct" for what the proxy adds.
+func BenchmarkServer(b *testing.B) {
+	for _, mode := range []string{"direct", "passthrough", "batching"} {
+		for _, m := range []benchModel{benchSimpleJSON, benchSimpleBinary} {
+			c := benchCase{mode, m, 64}
+			b.Run(c.String(), func(b *testing.B) {
+				upAddr := benchReplyServer(b, m)
+				target := "http://" + upAddr
+				var d *dispatcher.Dispatcher
+				if mode != "direct" {
+					up, _ := url.Parse(target)
+					client, err := dispatcher.NewHTTPUpstream(target, 256, 10*time.Second)
+					if err != nil {
+						b.Fatal(err)
+					}
+					d = newBenchDispatcher(b, m, client, mode == "batching")
+					srv := httptest.NewServer(proxy.New(proxy.Options{Upstream: up, Batcher: d, MaxBodyBytes: 64 << 20, RetryAfter: time.Second}))
+					b.Cleanup(srv.Close)
+					target = srv.URL
+				}
+				benchSendAll(b, d, m, target, c.conc)
+			})
+		}
+	}
+}
+
+// benchSendAll sends b.N requests from conc fasthttp sessions, one
+// connection each, as `ratebatch load` does.
+func benchSendAll(b *testing.B, d *dispatcher.Dispatcher, m benchModel, target string, conc int) {
+	u, _ := url.Parse(target)
+	hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: conc, NoDefaultUserAgentHeader: true}
+	b.Cleanup(hc.CloseIdleConnections)
+	type session struct {
+		req  fasthttp.Request
+		resp fasthttp.Response
+	}
+	sessions := make([]session, conc)
+	var reqBytes int
+	for i := range sessions {
+		rq := m.request(b, "lg-"+strconv.Itoa(i))
+		s := &sessions[i]
+		s.req.SetRequestURI(target + "/v2/models/" + m.name + "/infer")
+		s.req.Header.SetMethod(fasthttp.MethodPost)
+		s.req.Header.SetContentType("application/json")
+		if rq.headerLen != "" {
+			s.req.Header.SetContentType("application/octet-stream")
+			s.req.Header.Set(kserve.HeaderContentLength, rq.headerLen)
+		}
+		s.req.SetBodyRaw(rq.body)
+		reqBytes = len(rq.body)
+	}
+	benchMeasure(b, d, reqBytes, conc, func(w int) error {
+		s := &sessions[w]
+		s.resp.Reset()
+		if err := hc.DoTimeout(&s.req, &s.resp, 10*time.Second); err != nil {
+			return err
+		}
+		if s.resp.StatusCode() != http.StatusOK || len(s.resp.Body()) == 0 {
+			return fmt.Errorf("status %d: %.200s", s.resp.StatusCode(), s.resp.Body())
+		}
+		return nil
+	})
+}
+
+// TestBenchFixtures checks that every benchmark case answers 200 with the
+// caller's own answer, so the benchmarks measure the path they claim to.
+func TestBenchFixtures(t *testing.T) {
+	for _, c := range benchCases {
+		t.Run(c.String(), func(t *testing.T) {
+			h, _ := newBenchHandler(t, c)
+			rq := c.m.request(t, "only")
+			r := httptest.NewRequest(http.MethodPost, "/v2/models/"+c.m.name+"/infer", bytes.NewReader(rq.body))
+			if rq.headerLen != "" {
+				r.Header.Set(kserve.HeaderContentLength, rq.headerLen)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", w.Code, w.Body.Bytes())
+			}
+			hl := -1
+			if v := w.Header().Get(kserve.HeaderContentLength); v != "" {
+				hl, _ = strconv.Atoi(v)
+			}
+			if (hl >= 0) != c.m.binary {
+				t.Errorf("answer binary = %v, want %v", hl >= 0, c.m.binary)
+			}
+			resp, err := kserve.DecodeResponse(w.Body.Bytes(), hl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Outputs) != len(c.m.outputs) || resp.Outputs[0].Shape[0] != 1 {
+				t.Errorf("answer has %d outputs, first shape %v", len(resp.Outputs), resp.Outputs[0].Shape)
+			}
+			if c.mode == "batching" && resp.ID != "only" {
+				t.Errorf("batched answer id %q, want the caller's", resp.ID)
+			}
+		})
+	}
+}
