@@ -160,6 +160,12 @@ func AppendResponseHeader(dst []byte, r *Response) (header []byte, binaryLen int
 
 var headerPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// Shared, never modified header values.
+var (
+	contentTypeJSON   = []string{"application/json"}
+	contentTypeBinary = []string{"application/octet-stream"}
+)
+
 // WriteResponse writes r to w as Triton does: status 200, Content-Type
 // application/json for plain JSON or application/octet-stream with
 // Inference-Header-Content-Length when outputs are binary. Binary outputs
@@ -172,14 +178,16 @@ func WriteResponse(w http.ResponseWriter, r *Response) error {
 	if err != nil {
 		return err
 	}
+	// Canonical keys set directly: Header.Set would canonicalise and
+	// allocate on every response.
 	h := w.Header()
 	if hasBinaryOutput(r) {
-		h.Set("Content-Type", "application/octet-stream")
-		h.Set(HeaderContentLength, strconv.Itoa(len(header)))
+		h["Content-Type"] = contentTypeBinary
+		h[HeaderContentLength] = []string{strconv.Itoa(len(header))}
 	} else {
-		h.Set("Content-Type", "application/json")
+		h["Content-Type"] = contentTypeJSON
 	}
-	h.Set("Content-Length", strconv.Itoa(len(header)+binLen))
+	h["Content-Length"] = []string{strconv.Itoa(len(header) + binLen)}
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(header); err != nil {
 		return err

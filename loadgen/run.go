@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -249,7 +250,7 @@ func (r *runner) run(ctx context.Context, arr *arrivals) (Result, error) {
 	stopAbort := context.AfterFunc(ctx, r.client.abort)
 	defer stopAbort()
 
-	var workers sync.WaitGroup
+	var workers, ready sync.WaitGroup
 	for range r.cfg.MaxInFlight {
 		var win *window
 		if r.cfg.Progress != nil {
@@ -257,12 +258,18 @@ func (r *runner) run(ctx context.Context, arr *arrivals) (Result, error) {
 			r.windows = append(r.windows, win)
 		}
 		s := r.client.newSession(r.cfg.Binary)
+		ready.Add(1)
 		workers.Go(func() {
+			ready.Done()
 			for j := range r.jobs {
 				r.serve(ctx, s, win, j)
 			}
 		})
 	}
+	// The first arrivals must find workers waiting, or a run with a full
+	// pool policy of drop would drop them before any worker started.
+	ready.Wait()
+	runtime.Gosched()
 
 	r.start = time.Now()
 	progressDone := make(chan struct{})
