@@ -35,53 +35,11 @@ func startEmulator(t *testing.T, o emulator.Options) *emulator.Server {
 }
 
 // startProxy runs `ratebatch serve` in-process against upstream and waits
-// until it has discovered the upstream's models.
+// until it has discovered the upstream's models (see startLive).
 func startProxy(t *testing.T, upstream string, edit func(*config.Config)) (base, admin string, stop func()) {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Upstream = "http://" + upstream
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.AdminToken = "test-token"
-	cfg.Policy.Window = 100 * time.Millisecond
-	cfg.Grace = 5 * time.Second
-	if edit != nil {
-		edit(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := newProxy(&cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	base, admin = "http://"+p.dataLn.Addr().String(), "http://"+p.adminLn.Addr().String()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := p.disp.Model("simple"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("proxy did not discover the upstream's models")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return base, admin, stop
+	lt := startLive(t, upstream, nil, edit)
+	return lt.base, lt.admin, lt.stop
 }
 
 // simpleBody is a JSON request for `simple` whose INPUT0 row r is base+r.
