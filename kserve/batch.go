@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 )
 
 // OutputBinary reports the form r wants output name in: the output's own
@@ -74,12 +75,18 @@ var sequenceParams = []string{ParamSequenceID, ParamSequenceStart, ParamSequence
 // Split serves each caller. batchable is false for requests that must go to
 // the server alone (see AppendBatchKey for the reason).
 func BatchKey(r *Request) (key string, batchable bool) {
-	b, err := AppendBatchKey(nil, r)
+	bp := keyBuffers.Get().(*[]byte)
+	defer keyBuffers.Put(bp)
+	b, err := AppendBatchKey((*bp)[:0], r)
+	*bp = b[:0]
 	if err != nil {
 		return "", false
 	}
 	return string(b), true
 }
+
+// keyBuffers are scratch space for keys: a key is built once per request.
+var keyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // AppendBatchKey appends r's batch key (see BatchKey) to dst, or says why r
 // cannot be batched: shared-memory tensors, sequence parameters, inputs
