@@ -1,11 +1,9 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -13,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/kservetest"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -316,58 +313,9 @@ func BenchmarkSubmitHTTP(b *testing.B) {
 	}
 }
 
-// benchReplyServer serves the model's prebuilt binary replies on loopback,
-// picking the reply by the batch's rows (the first dimension of the first
-// shape in the request header).
+// benchReplyServer serves the model's prebuilt binary replies on loopback.
 func benchReplyServer(tb testing.TB, m benchModel) string {
-	tb.Helper()
-	replies := make([][]byte, m.maxBatch+1)
-	hls := make([]string, m.maxBatch+1)
-	for rows := 1; rows <= m.maxBatch; rows++ {
-		body, hl := m.replyBody(tb, rows)
-		replies[rows], hls[rows] = body, strconv.Itoa(hl)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			rows := benchBatchRows(ctx.PostBody())
-			if rows < 1 || rows > m.maxBatch {
-				ctx.Error("bad batch", fasthttp.StatusBadRequest)
-				return
-			}
-			ctx.Response.Header.Set(kserve.HeaderContentLength, hls[rows])
-			ctx.SetContentType("application/octet-stream")
-			ctx.SetBody(replies[rows])
-		},
-		MaxRequestBodySize: 256 << 20,
-	}
-	go srv.Serve(ln)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		srv.ShutdownWithContext(ctx)
-	})
-	return ln.Addr().String()
-}
-
-// benchBatchRows reads dimension 0 of the first "shape" in a request's header.
-func benchBatchRows(body []byte) int {
-	const key = `"shape":[`
-	i := bytes.Index(body, []byte(key))
-	if i < 0 {
-		return -1
-	}
-	n := 0
-	for _, c := range body[i+len(key):] {
-		if c < '0' || c > '9' {
-			break
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
+	return kservetest.Server(tb, m.maxBatch, func(rows int) ([]byte, int) { return m.replyBody(tb, rows) }, nil)
 }
 
 // TestBenchUpstreams checks the benchmarks' fixtures: both upstreams answer

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/kservetest"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -357,65 +357,19 @@ func BenchmarkHandler(b *testing.B) {
 	}
 }
 
-// benchReplyServer is a loopback fasthttp server answering infer requests at
-// once: binary requests get a binary answer for the rows in their header,
-// JSON ones a JSON answer for one row.
+// benchReplyServer is a loopback server answering infer requests at once:
+// binary requests get a binary answer for the rows in their header, JSON
+// ones a JSON answer for one row.
 func benchReplyServer(tb testing.TB, m benchModel) string {
-	tb.Helper()
-	bin := make([][]byte, m.maxBatch+1)
-	hls := make([]string, m.maxBatch+1)
-	for rows := 1; rows <= m.maxBatch; rows++ {
-		bin[rows], hls[rows] = m.reply(tb, rows, true)
-	}
 	jsonBody, _ := m.reply(tb, 1, false)
-	hlKey := []byte(kserve.HeaderContentLength)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			if len(ctx.Request.Header.PeekBytes(hlKey)) == 0 {
-				ctx.SetContentType("application/json")
-				ctx.SetBody(jsonBody)
-				return
-			}
-			rows := benchBatchRows(ctx.PostBody())
-			if rows < 1 || rows > m.maxBatch {
-				ctx.Error("bad batch", fasthttp.StatusBadRequest)
-				return
-			}
-			ctx.Response.Header.SetBytesK(hlKey, hls[rows])
-			ctx.SetContentType("application/octet-stream")
-			ctx.SetBody(bin[rows])
-		},
-		MaxRequestBodySize: 256 << 20,
-	}
-	go srv.Serve(ln)
-	tb.Cleanup(func() {
-		// The proxy's pooled connections stay open: do not wait for them.
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		srv.ShutdownWithContext(ctx)
-	})
-	return ln.Addr().String()
-}
-
-// benchBatchRows reads dimension 0 of the first "shape" in a request's header.
-func benchBatchRows(body []byte) int {
-	const key = `"shape":[`
-	i := bytes.Index(body, []byte(key))
-	if i < 0 {
-		return -1
-	}
-	n := 0
-	for _, c := range body[i+len(key):] {
-		if c < '0' || c > '9' {
-			break
+	return kservetest.Server(tb, m.maxBatch, func(rows int) ([]byte, int) {
+		body, hl := m.reply(tb, rows, true)
+		n, err := strconv.Atoi(hl)
+		if err != nil {
+			tb.Fatalf("reply header length %q: %v", hl, err)
 		}
-		n = n*10 + int(c-'0')
-	}
-	return n
+		return body, n
+	}, jsonBody)
 }
 
 // BenchmarkServer is the whole hot path over loopback sockets. Its ns/op is
