@@ -44,6 +44,23 @@ type liveTest struct {
 // (nil: discarded), and waits until the upstream's models are known.
 func startLive(t *testing.T, upstream string, log *slog.Logger, edit func(*config.Config)) *liveTest {
 	t.Helper()
+	lt := runLive(t, upstream, log, edit)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := lt.p.disp.Model("simple"); ok {
+			return lt
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("proxy did not discover the upstream's models")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// runLive starts the proxy without waiting for the upstream; it stops when
+// the test ends.
+func runLive(t *testing.T, upstream string, log *slog.Logger, edit func(*config.Config)) *liveTest {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Upstream = "http://" + upstream
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -80,16 +97,7 @@ func startLive(t *testing.T, upstream string, log *slog.Logger, edit func(*confi
 		})
 	}
 	t.Cleanup(lt.stop)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := p.disp.Model("simple"); ok {
-			return lt
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("proxy did not discover the upstream's models")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return lt
 }
 
 // ledger is the proxy's account of one model, read from its registry.

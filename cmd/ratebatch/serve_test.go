@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -677,21 +676,7 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
 	addr := em.Addr()
 	em.Close() // the upstream is down when the proxy starts
-	cfg := config.Default()
-	cfg.Upstream = "http://" + addr
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	p, err := newProxy(&cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.run(ctx) }()
-	defer func() { cancel(); <-done }()
-	admin := "http://" + p.adminLn.Addr().String()
+	admin := runLive(t, addr, nil, nil).admin
 	if code, _ := getText(t, admin+"/readyz"); code != 503 {
 		t.Fatalf("readyz %d before the upstream answered, want 503", code)
 	}
