@@ -114,7 +114,7 @@ func PerSecond(records []loadgen.Record, bucket time.Duration) (t, arrivals, p50
 		v := math.NaN()
 		if len(lats[i]) > 0 {
 			slices.Sort(lats[i])
-			v = float64(loadgen.Percentile(lats[i], 0.5)) / float64(time.Millisecond)
+			v = float64(loadgen.Percentile(lats[i], 50)) / float64(time.Millisecond)
 		}
 		p50 = append(p50, v)
 	}
