@@ -3,7 +3,6 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"runtime"
 	"strconv"
 	"sync"
@@ -117,41 +116,10 @@ func (m benchModel) replyBody(tb testing.TB, rows int) (body []byte, headerLen i
 	return body, headerLen
 }
 
-func benchNoFree() {}
-
-// benchUpstream answers every batch at once with a prebuilt reply for its
-// row count, after consuming the body as HTTPUpstream does.
-type benchUpstream struct {
-	replies []dispatcher.Reply // by rows
-	pool    sync.Pool
-}
-
-func newBenchUpstream(tb testing.TB, m benchModel) *benchUpstream {
-	u := &benchUpstream{replies: make([]dispatcher.Reply, m.maxBatch+1)}
-	for rows := 1; rows <= m.maxBatch; rows++ {
-		body, hl := m.replyBody(tb, rows)
-		u.replies[rows] = dispatcher.Reply{Status: 200, Body: body, HeaderLen: hl, Free: benchNoFree}
-	}
-	u.pool.New = func() any { b := make([]byte, 0, 64<<10); return &b }
-	return u
-}
-
-func (u *benchUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
-	b, ok := body.(*kserve.Batch)
-	if !ok || b.Rows < 1 || int(b.Rows) >= len(u.replies) {
-		return nil, fmt.Errorf("instant upstream: unexpected batch %T", body)
-	}
-	if body.BodyLen() > 64<<10 {
-		if _, err := io.Copy(io.Discard, body.Reader()); err != nil {
-			return nil, err
-		}
-	} else {
-		bp := u.pool.Get().(*[]byte)
-		buf, _ := body.AppendBody((*bp)[:0])
-		*bp = buf[:0]
-		u.pool.Put(bp)
-	}
-	return &u.replies[b.Rows], nil
+// newBenchUpstream answers every batch at once with the model's prebuilt
+// binary reply for its rows.
+func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
+	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) { return m.replyBody(tb, rows) })
 }
 
 // benchPlanner always answers with the work-conserving rule.

@@ -128,42 +128,14 @@ func (m benchModel) reply(tb testing.TB, rows int, binary bool) (body []byte, he
 	return body, strconv.Itoa(hl)
 }
 
-func benchNoFree() {}
-
-// benchUpstream answers every batch at once with a prebuilt binary reply
-// for its rows, after consuming the body as dispatcher.HTTPUpstream does.
-type benchUpstream struct {
-	replies []dispatcher.Reply
-	pool    sync.Pool
-}
-
-func newBenchUpstream(tb testing.TB, m benchModel) *benchUpstream {
-	u := &benchUpstream{replies: make([]dispatcher.Reply, m.maxBatch+1)}
-	for rows := 1; rows <= m.maxBatch; rows++ {
+// newBenchUpstream answers every batch at once with the model's prebuilt
+// binary reply for its rows.
+func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
+	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) {
 		body, hl := m.reply(tb, rows, true)
 		n, _ := strconv.Atoi(hl)
-		u.replies[rows] = dispatcher.Reply{Status: 200, Body: body, HeaderLen: n, Free: benchNoFree}
-	}
-	u.pool.New = func() any { b := make([]byte, 0, 64<<10); return &b }
-	return u
-}
-
-func (u *benchUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
-	b, ok := body.(*kserve.Batch)
-	if !ok || b.Rows < 1 || int(b.Rows) >= len(u.replies) {
-		return nil, fmt.Errorf("instant upstream: unexpected batch %T", body)
-	}
-	if body.BodyLen() > 64<<10 {
-		if _, err := io.Copy(io.Discard, body.Reader()); err != nil {
-			return nil, err
-		}
-	} else {
-		bp := u.pool.Get().(*[]byte)
-		buf, _ := body.AppendBody((*bp)[:0])
-		*bp = buf[:0]
-		u.pool.Put(bp)
-	}
-	return &u.replies[b.Rows], nil
+		return body, n
+	})
 }
 
 // benchTransport answers a passthrough request at once, in the form it

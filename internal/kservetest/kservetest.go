@@ -5,13 +5,17 @@ package kservetest
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -79,4 +83,42 @@ func BatchRows(body []byte) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// InstantUpstream is a dispatcher.Upstream that answers every batch at once
+// with a prebuilt reply for its rows, after consuming the body as a real
+// client would (assembled when small, streamed when large).
+type InstantUpstream struct {
+	replies []dispatcher.Reply // by rows
+	pool    sync.Pool
+}
+
+// NewInstantUpstream prebuilds reply(rows) for rows 1..maxBatch.
+func NewInstantUpstream(maxBatch int, reply Reply) *InstantUpstream {
+	u := &InstantUpstream{replies: make([]dispatcher.Reply, maxBatch+1)}
+	for rows := 1; rows <= maxBatch; rows++ {
+		body, hl := reply(rows)
+		u.replies[rows] = dispatcher.Reply{Status: 200, Body: body, HeaderLen: hl, Free: func() {}}
+	}
+	u.pool.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	return u
+}
+
+// Infer implements dispatcher.Upstream.
+func (u *InstantUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
+	b, ok := body.(*kserve.Batch)
+	if !ok || b.Rows < 1 || int(b.Rows) >= len(u.replies) {
+		return nil, fmt.Errorf("instant upstream: unexpected batch %T", body)
+	}
+	if body.BodyLen() > 64<<10 {
+		if _, err := io.Copy(io.Discard, body.Reader()); err != nil {
+			return nil, err
+		}
+	} else {
+		bp := u.pool.Get().(*[]byte)
+		buf, _ := body.AppendBody((*bp)[:0])
+		*bp = buf[:0]
+		u.pool.Put(bp)
+	}
+	return &u.replies[b.Rows], nil
 }
