@@ -59,8 +59,13 @@ func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 		}
 	}
 	svg, err := os.ReadFile(filepath.Join(dir, "latency.svg"))
-	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("<polyline")) {
-		t.Fatalf("latency.svg is not an SVG with a line: %v", err)
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Fatalf("latency.svg is not an SVG: %v", err)
+	}
+	for _, pol := range []string{">batchmonitor<", ">adhoc<"} {
+		if !bytes.Contains(svg, []byte(pol)) {
+			t.Errorf("latency.svg has no series %s", pol)
+		}
 	}
 }
 
