@@ -23,6 +23,7 @@ type Config struct {
 	AdminListen string `yaml:"admin_listen" help:"admin address: /metrics, /status, policy changes; keep it private"`
 	// AdminToken guards mutating admin calls. It is never logged.
 	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
+	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
 
 	Policy    Policy        `yaml:"policy"`
 	Limits    Limits        `yaml:"limits"`

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -24,10 +25,14 @@ type AdminOptions struct {
 	Token string
 	// Ready reports whether the proxy serves (for a readiness probe).
 	Ready func() bool
+	// Pprof mounts net/http/pprof at /debug/pprof/: CPU and allocation
+	// profiles of the live process, off by default.
+	Pprof bool
 }
 
 // NewAdmin returns the admin handler: GET /metrics, GET /status,
-// GET /healthz, GET /readyz and PUT /policy (bearer token).
+// GET /healthz, GET /readyz, PUT /policy (bearer token) and, when
+// enabled, /debug/pprof/.
 func NewAdmin(o AdminOptions) http.Handler {
 	r := chi.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
@@ -42,6 +47,13 @@ func NewAdmin(o AdminOptions) http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
+	if o.Pprof {
+		r.HandleFunc("/debug/pprof/*", pprof.Index)
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	r.Put("/policy", func(w http.ResponseWriter, req *http.Request) {
 		if !authorized(o.Token, req.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ratebatch admin"`)

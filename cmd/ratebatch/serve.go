@@ -154,7 +154,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
-			Ready: p.discovered.Load,
+			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,

@@ -366,6 +366,20 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	}
 }
 
+func TestServeAdminPprofOnlyWhenEnabled(t *testing.T) {
+	em := startEmulator(t, emulator.Options{})
+	for _, on := range []bool{false, true} {
+		_, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.AdminPprof = on })
+		code, body := getText(t, admin+"/debug/pprof/goroutine?debug=1")
+		if want := map[bool]int{false: 404, true: 200}[on]; code != want {
+			t.Fatalf("admin_pprof %v: GET /debug/pprof/goroutine = %d, want %d", on, code, want)
+		}
+		if on && !strings.Contains(body, "goroutine profile") {
+			t.Fatalf("admin_pprof on: not a goroutine profile: %.200s", body)
+		}
+	}
+}
+
 func TestServeCompressionAndBinary(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
 	base, _, _ := startProxy(t, em.Addr(), nil)
