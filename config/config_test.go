@@ -142,6 +142,27 @@ func TestBadFlagFailsAtParse(t *testing.T) {
 	}
 }
 
+func TestBoolFlagBareOrValued(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--admin-pprof"}, true},
+		{[]string{"--admin-pprof=true"}, true},
+		{[]string{"--admin-pprof=false"}, false},
+	} {
+		fs := flags(t, append(tc.args, "--upstream", "http://u")...)
+		c, err := Load(Source{Flags: fs, LookupEnv: env(nil)})
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if c.AdminPprof != tc.want {
+			t.Errorf("%v: admin_pprof = %v, want %v", tc.args, c.AdminPprof, tc.want)
+		}
+	}
+}
+
 func TestEmptyFileIsDefaults(t *testing.T) {
 	c, err := Load(Source{File: writeFile(t, ""), LookupEnv: env(map[string]string{"RATEBATCH_UPSTREAM": "http://u"})})
 	if err != nil {

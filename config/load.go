@@ -98,6 +98,12 @@ func (p *pending) String() string {
 	return p.def
 }
 
+// IsBoolFlag lets a boolean option be given as a bare --flag, as the flag
+// package's own booleans are.
+func (p *pending) IsBoolFlag() bool {
+	return reflect.TypeFor[Config]().FieldByIndex(p.o.index).Type.Kind() == reflect.Bool
+}
+
 func (p *pending) Set(s string) error {
 	// Parse now so a bad flag fails at parse time with the flag's name.
 	var scratch Config
