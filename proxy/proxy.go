@@ -49,10 +49,12 @@ type Options struct {
 	Discoverer   Discoverer
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
-	// Transport reaches the upstream for passthrough; nil: a tuned default.
-	Transport http.RoundTripper
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	// Transport reaches the upstream for passthrough; nil: fasthttp, with
+	// PassTimeout bounding each exchange (0: unbounded).
+	Transport   http.RoundTripper
+	PassTimeout time.Duration
+	Metrics     *Metrics
+	Logger      *slog.Logger
 }
 
 // Server serves Triton's HTTP API.
@@ -72,11 +74,11 @@ func New(o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
+	up := o.Upstream
 	if o.Transport == nil {
-		o.Transport = defaultTransport()
+		o.Transport = newFastTransport(up, o.PassTimeout)
 	}
 	s := &Server{o: o, log: o.Logger, m: o.Metrics}
-	up := o.Upstream
 	s.pass = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
@@ -89,17 +91,23 @@ func New(o Options) *Server {
 		BufferPool: copyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
+			var ke *kserve.Error
+			switch {
+			case errors.As(err, &mbe):
 				s.m.Rejected.WithLabelValues("body_too_large").Inc()
 				kserve.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
-				return
+			case errors.As(err, &ke):
+				kserve.WriteError(w, ke.Status, ke.Msg)
+			case errors.Is(err, context.Canceled):
+				// the client went away; nobody reads an answer
+			case errors.Is(err, errUpstreamTimeout):
+				s.m.PassthroughErrors.Inc()
+				kserve.WriteError(w, http.StatusGatewayTimeout, err.Error())
+			default:
+				s.m.PassthroughErrors.Inc()
+				s.log.Warn("passthrough failed", "path", r.URL.Path, "err", err)
+				kserve.WriteError(w, http.StatusBadGateway, "upstream unreachable: "+err.Error())
 			}
-			if errors.Is(err, context.Canceled) {
-				return // the client went away; nobody reads an answer
-			}
-			s.m.PassthroughErrors.Inc()
-			s.log.Warn("passthrough failed", "path", r.URL.Path, "err", err)
-			kserve.WriteError(w, http.StatusBadGateway, "upstream unreachable: "+err.Error())
 		},
 	}
 	r := chi.NewRouter()
@@ -120,40 +128,18 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
-func defaultTransport() http.RoundTripper {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 512
-	t.MaxIdleConnsPerHost = 256
-	t.DisableCompression = true // bodies pass through as they are
-	return t
-}
-
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
-// smallBody is the largest body of known length that passthrough reads
-// before forwarding: from memory the Transport sends headers and body in
-// one write, where a stream costs a second system call.
+// smallBody is the largest body of known length that pass-through reads
+// before forwarding: from memory headers and body leave in one write,
+// where a stream costs a second system call.
 const smallBody = 64 << 10
 
 func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 	s.m.Passthrough.Inc()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes)
-		if n := r.ContentLength; n > 0 && n <= smallBody {
-			buf := make([]byte, n)
-			if _, err := io.ReadFull(r.Body, buf); err != nil {
-				var mbe *http.MaxBytesError
-				if errors.As(err, &mbe) {
-					s.fail(w, "", tooLarge(mbe.Limit))
-					return
-				}
-				s.fail(w, "", &kserve.Error{Status: http.StatusBadRequest,
-					Msg: fmt.Sprintf("request body ends before its Content-Length %d: %v", n, err)})
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(buf))
-		}
 	}
 	s.pass.ServeHTTP(w, r)
 }

@@ -140,6 +140,8 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	front := proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter: cfg.Limits.RetryAfter, Metrics: proxy.NewMetrics(reg), Logger: log,
+		// A pass-through answer cannot outlive the client's write deadline.
+		PassTimeout: cfg.Limits.WriteTimeout,
 	})
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now()}
 	p.data = &http.Server{

@@ -1,0 +1,265 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/proxy"
+)
+
+// passFront starts the front door, with its default (fasthttp) pass-through
+// transport, in front of upstream; it returns the front door's base URL.
+func passFront(t *testing.T, upstream http.Handler, passTimeout time.Duration) (front string, up *httptest.Server) {
+	t.Helper()
+	up = httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	fr := httptest.NewServer(proxy.New(proxy.Options{Upstream: u, Batcher: echoBatcher{},
+		MaxBodyBytes: 1 << 20, PassTimeout: passTimeout}))
+	t.Cleanup(fr.Close)
+	return fr.URL, up
+}
+
+// rawRequest sends one hand-written HTTP/1.1 request and returns the whole
+// answer as the wire carried it.
+func rawRequest(t *testing.T, base, request string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, request)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	resp.Header.Del("Date")
+	fmt.Fprintf(&b, "%d\n", resp.StatusCode)
+	resp.Header.Write(&b)
+	body, _ := io.ReadAll(resp.Body)
+	b.Write(body)
+	return b.String()
+}
+
+// What reaches the upstream, and what reaches the client, is what the other
+// side sent: method, escaped path, query, Host, end-to-end headers, body,
+// status and answer headers; nothing invented (no User-Agent, no
+// Content-Type) and no hop-by-hop header.
+func TestPassthroughForwardsFaithfully(t *testing.T) {
+	type seen struct {
+		method, uri, host, body string
+		header                  http.Header
+	}
+	got := make(chan seen, 1)
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.RequestURI, r.Host, string(b), r.Header.Clone()}
+		w.Header().Set("X-Triton", "yes")
+		w.Header().Add("X-Multi", "a")
+		w.Header().Add("X-Multi", "b")
+		w.Header().Set(kserve.HeaderContentLength, "7")
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, "answer!")
+	}), 0)
+
+	ans := rawRequest(t, front, "POST /v2/models/a%2Fb/infer?x=1&y=%20 HTTP/1.1\r\nHost: triton.example:8000\r\n"+
+		"X-Custom: 1\r\nX-Custom: 2\r\nConnection: keep-alive, X-Hop\r\nX-Hop: drop me\r\nContent-Length: 5\r\n\r\nhello")
+	s := <-got
+	if s.method != "POST" || s.uri != "/v2/models/a%2Fb/infer?x=1&y=%20" || s.host != "triton.example:8000" || s.body != "hello" {
+		t.Errorf("upstream saw %s %s host %q body %q", s.method, s.uri, s.host, s.body)
+	}
+	if v := s.header.Values("X-Custom"); len(v) != 2 || v[0] != "1" || v[1] != "2" {
+		t.Errorf("X-Custom reached upstream as %q", v)
+	}
+	for _, h := range []string{"User-Agent", "Content-Type", "X-Hop", "Expect"} {
+		if v, ok := s.header[h]; ok {
+			t.Errorf("upstream saw %s: %q, which the client did not send end to end", h, v)
+		}
+	}
+	want := "418\nContent-Length: 7\nContent-Type: text/plain; charset=utf-8\nInference-Header-Content-Length: 7\nX-Multi: a\nX-Multi: b\nX-Triton: yes\n"
+	if !strings.HasPrefix(strings.ReplaceAll(ans, "\r\n", "\n"), want) || !strings.HasSuffix(ans, "answer!") {
+		t.Errorf("client got\n%s\nwant\n%s\nanswer!", ans, want)
+	}
+}
+
+// An answer without Content-Type stays without one.
+func TestPassthroughInventsNoContentType(t *testing.T) {
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // net/http would sniff one otherwise
+		w.WriteHeader(http.StatusOK)
+	}), 0)
+	resp, err := http.Get(front + "/v2/health/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ct, ok := resp.Header["Content-Type"]; ok || resp.StatusCode != 200 {
+		t.Fatalf("status %d, Content-Type %q; want 200 without one", resp.StatusCode, ct)
+	}
+}
+
+// Bodies of every framing and size arrive whole, both ways, over reused
+// connections: small ones from memory, large and chunked ones streamed.
+func TestPassthroughBodiesEveryFraming(t *testing.T) {
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("upstream reading body: %v", err)
+		}
+		if r.URL.Query().Get("chunked") == "1" {
+			w.Write(b[:len(b)/2]) // no Content-Length: net/http sends it chunked
+			w.(http.Flusher).Flush()
+			w.Write(b[len(b)/2:])
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.Write(b)
+	}), 0)
+	for _, n := range []int{1, 1000, 64 << 10, 64<<10 + 1, 700 << 10} {
+		body := bytes.Repeat([]byte{'a'}, n)
+		for i := range body {
+			body[i] = byte('a' + i%26)
+		}
+		for _, tc := range []struct {
+			name    string
+			reqBody io.Reader // a bare io.Reader: the client sends it chunked
+			query   string
+		}{
+			{"sized", bytes.NewReader(body), ""},
+			{"chunked-request", io.MultiReader(bytes.NewReader(body)), ""},
+			{"chunked-answer", bytes.NewReader(body), "?chunked=1"},
+		} {
+			resp, err := http.Post(front+"/v2/models/other/infer"+tc.query, "application/octet-stream", tc.reqBody)
+			if err != nil {
+				t.Fatalf("%d bytes %s: %v", n, tc.name, err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || !bytes.Equal(got, body) {
+				t.Fatalf("%d bytes %s: status %d, %d bytes back (err %v)", n, tc.name, resp.StatusCode, len(got), err)
+			}
+		}
+	}
+}
+
+// Server-sent events (generate_stream) reach the client as they are sent,
+// not when the stream ends; a client that leaves mid-stream closes the
+// upstream connection.
+func TestPassthroughStreamsEventsAndAbortsWithClient(t *testing.T) {
+	release := make(chan struct{})
+	upstreamDone := make(chan error, 1)
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"text_output\":\"first\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		// Keep writing until the proxy closes the connection.
+		for range 200 {
+			if _, err := io.WriteString(w, "data: {\"text_output\":\"more\"}\n\n"); err != nil {
+				upstreamDone <- err
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+		upstreamDone <- nil
+	}), 0)
+
+	resp, err := http.Post(front+"/v2/models/llm/generate_stream", "application/json", strings.NewReader(`{"text_input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "data: {\"text_output\":\"first\"}\n" {
+		t.Fatalf("first event %q, %v: the stream was held back", line, err)
+	}
+	resp.Body.Close() // the client leaves
+	close(release)
+	select {
+	case err := <-upstreamDone:
+		if err == nil {
+			t.Fatal("upstream wrote the whole stream: the proxy did not close its connection when the client left")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream still streaming 5 s after the client left")
+	}
+}
+
+// Past PassTimeout the client gets 504 in the KServe form; an unreachable
+// upstream gives 502.
+func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
+	block := make(chan struct{})
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }), 100*time.Millisecond)
+	t.Cleanup(func() { close(block) }) // before the servers close: cleanups run last first
+	resp, err := http.Get(front + "/v2/models/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if msg, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusGatewayTimeout || !ok || !strings.Contains(msg, "in time") {
+		t.Fatalf("slow upstream: %d %s; want 504 with a KServe error", resp.StatusCode, b)
+	}
+
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead, _ := url.Parse("http://" + l.Addr().String())
+	l.Close()
+	fr := httptest.NewServer(proxy.New(proxy.Options{Upstream: dead, Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20}))
+	defer fr.Close()
+	resp, err = http.Get(fr.URL + "/v2/health/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if _, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusBadGateway || !ok {
+		t.Fatalf("dead upstream: %d %s; want 502 with a KServe error", resp.StatusCode, b)
+	}
+}
+
+// A kept-alive connection the upstream has closed (a restart, an idle
+// timeout) costs the client nothing: the request, a POST included, goes
+// again on a new connection.
+func TestPassthroughRetriesStaleConnection(t *testing.T) {
+	var calls atomic.Int64
+	front, up := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}), 0)
+	post := func() int {
+		resp, err := http.Post(front+"/v2/models/other/infer", "application/json", strings.NewReader(`{"inputs":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := post(); c != 200 {
+		t.Fatalf("first POST: %d", c)
+	}
+	up.CloseClientConnections() // the proxy's pooled connection is now dead
+	time.Sleep(20 * time.Millisecond)
+	if c := post(); c != 200 {
+		t.Fatalf("POST after the upstream closed the kept-alive connection: %d, want 200", c)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("upstream handled %d requests, want 2 (one each)", n)
+	}
+}
