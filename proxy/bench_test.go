@@ -1,12 +1,10 @@
 package proxy_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -32,10 +30,10 @@ import (
 //     routing, reading and decoding the body, Submit (the real dispatcher,
 //     adhoc rule, one instance), merge, split and writing the answer. Its
 //     upstream answers at once from prebuilt binary replies; in passthrough
-//     mode (model not batched) the request goes through the ReverseProxy to
-//     a RoundTripper that answers at once.
+//     mode (model not batched) the request goes to a Forwarder that answers
+//     at once.
 //   - BenchmarkServer is the whole hot path over loopback: a fasthttp client
-//     (as `ratebatch load`) -> the proxy on a net/http server -> a fasthttp
+//     (as `ratebatch load`) -> the proxy's fasthttp server -> a fasthttp
 //     server that answers at once; "direct" is the client and that server
 //     alone, the baseline the proxy's cost is added to.
 //
@@ -138,24 +136,25 @@ func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
 	})
 }
 
-// benchTransport answers a passthrough request at once, in the form it
+// benchForward answers a passthrough request at once, in the form it
 // was sent, after reading its body.
-type benchTransport struct {
+type benchForward struct {
 	body             []byte
 	headerLen, ctype string
 }
 
-func (t *benchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		io.Copy(io.Discard, r.Body)
-		r.Body.Close()
+func (f *benchForward) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, _ time.Time) error {
+	if st := req.BodyStream(); st != nil {
+		io.Copy(io.Discard, st)
 	}
-	h := http.Header{"Content-Type": {t.ctype}, "Content-Length": {strconv.Itoa(len(t.body))}}
-	if t.headerLen != "" {
-		h[kserve.HeaderContentLength] = []string{t.headerLen}
+	resp.Reset()
+	resp.SetStatusCode(http.StatusOK)
+	resp.Header.SetContentType(f.ctype)
+	if f.headerLen != "" {
+		resp.Header.Set(kserve.HeaderContentLength, f.headerLen)
 	}
-	return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: h,
-		Body: io.NopCloser(bytes.NewReader(t.body)), ContentLength: int64(len(t.body)), Request: r}, nil
+	resp.SetBodyRaw(f.body)
+	return nil
 }
 
 type benchPlanner struct{}
@@ -181,33 +180,6 @@ func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream, bat
 		d.Drain(ctx)
 	})
 	return d
-}
-
-// benchWriter is a reusable http.ResponseWriter that keeps the status and
-// counts the body.
-type benchWriter struct {
-	h      http.Header
-	status int
-	n      int
-}
-
-func (w *benchWriter) Header() http.Header { return w.h }
-func (w *benchWriter) WriteHeader(s int) {
-	if w.status == 0 {
-		w.status = s
-	}
-}
-func (w *benchWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = 200
-	}
-	w.n += len(p)
-	return len(p), nil
-}
-func (w *benchWriter) Flush() {}
-func (w *benchWriter) reset() {
-	clear(w.h)
-	w.status, w.n = 0, 0
 }
 
 // benchRunCallers runs b.N ops over conc goroutines.
@@ -279,49 +251,46 @@ var benchCases = []benchCase{
 
 // newBenchHandler is the front door for a case, with everything upstream of it
 // answering at once.
-func newBenchHandler(tb testing.TB, c benchCase) (http.Handler, *dispatcher.Dispatcher) {
+func newBenchHandler(tb testing.TB, c benchCase) (*proxy.Server, *dispatcher.Dispatcher) {
 	tb.Helper()
 	body, hl := c.m.reply(tb, 1, c.m.binary)
-	tr := &benchTransport{body: body, headerLen: hl, ctype: "application/json"}
+	fw := &benchForward{body: body, headerLen: hl, ctype: "application/json"}
 	if c.m.binary {
-		tr.ctype = "application/octet-stream"
+		fw.ctype = "application/octet-stream"
 	}
-	up, _ := url.Parse("http://upstream.invalid:8000")
 	d := newBenchDispatcher(tb, c.m, newBenchUpstream(tb, c.m), c.mode == "batching")
-	h := proxy.New(proxy.Options{Upstream: up, Batcher: d, MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Transport: tr})
+	h := proxy.New(proxy.Options{Upstream: mustURL("http://upstream.invalid:8000"), Batcher: d,
+		MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Forward: fw})
 	return h, d
 }
 
-// BenchmarkHandler is the proxy's own work per request, in-process.
+// benchHeaders are a request's headers as `ratebatch load` sends them.
+func benchHeaders(rq benchRequest) map[string]string {
+	if rq.headerLen != "" {
+		return map[string]string{"Content-Type": "application/octet-stream", kserve.HeaderContentLength: rq.headerLen}
+	}
+	return map[string]string{"Content-Type": "application/json"}
+}
+
+// BenchmarkHandler is the proxy's own work per request, in-process: the
+// handler is called with the body as a stream, as the server hands it over.
 func BenchmarkHandler(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.String(), func(b *testing.B) {
 			h, d := newBenchHandler(b, c)
 			target := "/v2/models/" + c.m.name + "/infer"
-			u, _ := url.Parse("http://proxy" + target)
 			reqs := make([]benchRequest, c.conc)
-			headers := make([]http.Header, c.conc)
-			writers := make([]benchWriter, c.conc)
+			headers := make([]map[string]string, c.conc)
+			ctxs := make([]fasthttp.RequestCtx, c.conc)
 			for i := range reqs {
 				reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
-				headers[i] = http.Header{"Content-Type": {"application/json"}}
-				if reqs[i].headerLen != "" {
-					headers[i] = http.Header{"Content-Type": {"application/octet-stream"}, kserve.HeaderContentLength: {reqs[i].headerLen}}
-				}
-				writers[i].h = http.Header{}
+				headers[i] = benchHeaders(reqs[i])
 			}
-			ctx := context.Background()
 			benchMeasure(b, d, len(reqs[0].body), c.conc, func(w int) error {
-				rq := &reqs[w]
-				r := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-					Header: headers[w], Body: io.NopCloser(bytes.NewReader(rq.body)), ContentLength: int64(len(rq.body)),
-					Host: "proxy", RemoteAddr: "127.0.0.1:1234", RequestURI: target}
-				r = r.WithContext(ctx)
-				wr := &writers[w]
-				wr.reset()
-				h.ServeHTTP(wr, r)
-				if wr.status != http.StatusOK || wr.n == 0 {
-					return fmt.Errorf("status %d, %d body bytes", wr.status, wr.n)
+				ctx := &ctxs[w]
+				serveInProcess(h, ctx, http.MethodPost, target, headers[w], reqs[w].body)
+				if st := ctx.Response.StatusCode(); st != http.StatusOK || len(ctx.Response.Body()) == 0 {
+					return fmt.Errorf("status %d: %.200s", st, ctx.Response.Body())
 				}
 				return nil
 			})
@@ -356,15 +325,12 @@ func BenchmarkServer(b *testing.B) {
 				target := "http://" + upAddr
 				var d *dispatcher.Dispatcher
 				if mode != "direct" {
-					up, _ := url.Parse(target)
 					client, err := dispatcher.NewHTTPUpstream(target, 256, 10*time.Second)
 					if err != nil {
 						b.Fatal(err)
 					}
 					d = newBenchDispatcher(b, m, client, mode == "batching")
-					srv := httptest.NewServer(proxy.New(proxy.Options{Upstream: up, Batcher: d, MaxBodyBytes: 64 << 20, RetryAfter: time.Second}))
-					b.Cleanup(srv.Close)
-					target = srv.URL
+					target = startFront(b, proxy.Options{Upstream: mustURL(target), Batcher: d, MaxBodyBytes: 64 << 20, RetryAfter: time.Second})
 				}
 				benchSendAll(b, d, m, target, c.conc)
 			})
@@ -417,23 +383,19 @@ func TestBenchFixtures(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			h, _ := newBenchHandler(t, c)
 			rq := c.m.request(t, "only")
-			r := httptest.NewRequest(http.MethodPost, "/v2/models/"+c.m.name+"/infer", bytes.NewReader(rq.body))
-			if rq.headerLen != "" {
-				r.Header.Set(kserve.HeaderContentLength, rq.headerLen)
-			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			if w.Code != http.StatusOK {
-				t.Fatalf("status %d: %s", w.Code, w.Body.Bytes())
+			var ctx fasthttp.RequestCtx
+			serveInProcess(h, &ctx, http.MethodPost, "/v2/models/"+c.m.name+"/infer", benchHeaders(rq), rq.body)
+			if st := ctx.Response.StatusCode(); st != http.StatusOK {
+				t.Fatalf("status %d: %s", st, ctx.Response.Body())
 			}
 			hl := -1
-			if v := w.Header().Get(kserve.HeaderContentLength); v != "" {
-				hl, _ = strconv.Atoi(v)
+			if v := ctx.Response.Header.Peek(kserve.HeaderContentLength); len(v) > 0 {
+				hl, _ = strconv.Atoi(string(v))
 			}
 			if (hl >= 0) != c.m.binary {
 				t.Errorf("answer binary = %v, want %v", hl >= 0, c.m.binary)
 			}
-			resp, err := kserve.DecodeResponse(w.Body.Bytes(), hl)
+			resp, err := kserve.DecodeResponse(ctx.Response.Body(), hl)
 			if err != nil {
 				t.Fatal(err)
 			}

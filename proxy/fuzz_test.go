@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/kserve"
@@ -59,27 +60,23 @@ func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call)
 // too. No network is involved.
 type fakeUpstream struct{}
 
-func (fakeUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		if _, err := io.Copy(io.Discard, r.Body); err != nil {
-			return nil, err
+func (fakeUpstream) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, _ time.Time) error {
+	if st := req.BodyStream(); st != nil {
+		if _, err := io.Copy(io.Discard, st); err != nil {
+			return err
 		}
 	}
-	body := kserve.AppendErrorBody(nil, "Request for unknown model: '"+r.URL.Path+"' is not found")
-	return &http.Response{
-		StatusCode:    http.StatusNotFound,
-		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       r,
-	}, nil
+	resp.SetStatusCode(http.StatusNotFound)
+	resp.Header.SetContentType("application/json")
+	resp.SetBody(kserve.AppendErrorBody(nil, "Request for unknown model: '"+string(req.URI().Path())+"' is not found"))
+	return nil
 }
 
 const fuzzBodyLimit = 4 << 10
 
-func newFuzzServer(b proxy.Batcher) *proxy.Server {
-	up, _ := url.Parse("http://triton.invalid:8000")
-	return proxy.New(proxy.Options{Upstream: up, Batcher: b, MaxBodyBytes: fuzzBodyLimit, Transport: fakeUpstream{}})
+func newFuzzServer(tb testing.TB, b proxy.Batcher) string {
+	return startFront(tb, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: b,
+		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 }
 
 // fuzzTargets are the paths the fuzzer picks from: both infer routes of the
@@ -136,7 +133,7 @@ func FuzzProxyInfer(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.method, s.target, s.enc, s.ihcl, s.clDelta, s.gz, []byte(s.body))
 	}
-	srv := newFuzzServer(echoBatcher{})
+	base := newFuzzServer(f, echoBatcher{})
 	f.Fuzz(func(t *testing.T, method string, target uint8, enc, ihcl string, clDelta int8, gz bool, body []byte) {
 		if !validMethod(method) || !validHeaderValue(enc) || !validHeaderValue(ihcl) {
 			t.Skip("not expressible on the wire")
@@ -150,45 +147,45 @@ func FuzzProxyInfer(f *testing.F) {
 			zw.Close()
 			sent = zb.Bytes()
 		}
-		req := httptest.NewRequest(method, path, bytes.NewReader(sent))
-		req.ContentLength = max(int64(len(sent))+int64(clDelta), 0)
+		declared := max(len(sent)+int(clDelta), 0)
+		raw := fmt.Appendf(nil, "%s %s HTTP/1.1\r\nHost: proxy\r\nContent-Length: %d\r\n", method, path, declared)
 		if enc != "" {
-			req.Header.Set("Content-Encoding", enc)
+			raw = fmt.Appendf(raw, "Content-Encoding: %s\r\n", enc)
 		}
 		if ihcl != "" {
-			req.Header.Set(kserve.HeaderContentLength, ihcl)
+			raw = fmt.Appendf(raw, "%s: %s\r\n", kserve.HeaderContentLength, ihcl)
 		}
-		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, req)
-		checkAnswer(t, req, rec, body)
+		raw = append(append(raw, "\r\n"...), sent...)
+		ans := exchange(t, base, raw, declared > len(sent))
+		checkAnswer(t, method, path, ihcl, ans, body)
 	})
 }
 
 // checkAnswer asserts the front door's contract for one exchange; plain is
 // the request body before any compression.
-func checkAnswer(t *testing.T, req *http.Request, rec *httptest.ResponseRecorder, plain []byte) {
+func checkAnswer(t *testing.T, method, path, ihcl string, ans wireAnswer, plain []byte) {
 	t.Helper()
-	code, got := rec.Code, rec.Body.Bytes()
+	code, got := ans.status, ans.body
 	if code < 200 || code > 599 {
-		t.Fatalf("%s %s: status %d", req.Method, req.URL.Path, code)
+		t.Fatalf("%s %s: status %d", method, path, code)
 	}
 	if code >= 500 {
 		// The fake batcher and upstream never fail; a 5xx is the front
 		// door's own fault.
-		t.Fatalf("%s %s: status %d %q from a front door whose backends cannot fail", req.Method, req.URL.Path, code, got)
+		t.Fatalf("%s %s: status %d %q from a front door whose backends cannot fail", method, path, code, got)
 	}
 	if code >= 400 {
 		msg, ok := kserve.ParseErrorBody(got)
-		if !ok || msg == "" || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
-			t.Fatalf("%s %s: status %d with %q (%s), not a KServe v2 error body", req.Method, req.URL.Path, code, got, rec.Header().Get("Content-Type"))
+		if !ok || msg == "" || !strings.HasPrefix(ans.header.Get("Content-Type"), "application/json") {
+			t.Fatalf("%s %s: status %d with %q (%s), not a KServe v2 error body", method, path, code, got, ans.header.Get("Content-Type"))
 		}
 		return
 	}
-	if !strings.HasSuffix(req.URL.Path, "/infer") || !strings.Contains(req.URL.Path, "/simple/") {
+	if !strings.HasSuffix(path, "/infer") || !strings.Contains(path, "/simple/") {
 		return
 	}
 	// A 200 from the batched model answers this very request.
-	hl, err := kserve.ParseHeaderLength(rec.Header().Get(kserve.HeaderContentLength), len(got))
+	hl, err := kserve.ParseHeaderLength(ans.header.Get(kserve.HeaderContentLength), len(got))
 	if err != nil {
 		t.Fatalf("200 with a bad %s: %v", kserve.HeaderContentLength, err)
 	}
@@ -196,7 +193,7 @@ func checkAnswer(t *testing.T, req *http.Request, rec *httptest.ResponseRecorder
 	if err != nil {
 		t.Fatalf("200 whose body does not decode: %v\n%q", err, got)
 	}
-	want, err := kserve.DecodeRequest(plain, mustHeaderLen(req, len(plain)))
+	want, err := kserve.DecodeRequest(plain, mustHeaderLen(ihcl, len(plain)))
 	if err != nil {
 		t.Fatalf("200 for a request that does not decode (%v)", err)
 	}
@@ -211,8 +208,8 @@ func checkAnswer(t *testing.T, req *http.Request, rec *httptest.ResponseRecorder
 	}
 }
 
-func mustHeaderLen(req *http.Request, n int) int {
-	hl, err := kserve.ParseHeaderLength(req.Header.Get(kserve.HeaderContentLength), n)
+func mustHeaderLen(ihcl string, n int) int {
+	hl, err := kserve.ParseHeaderLength(ihcl, n)
 	if err != nil {
 		return -2 // DecodeRequest refuses it, which the caller reports
 	}
@@ -246,17 +243,14 @@ func validHeaderValue(v string) bool {
 // writer are checked.
 func TestInferAnswersWhenTheResponseCannotBeEncoded(t *testing.T) {
 	bad := &kserve.Response{ModelName: "simple", Outputs: []kserve.Tensor{{Name: "OUT", Datatype: "INT33", Shape: []int64{1}, Data: []byte{1}}}}
-	srv := newFuzzServer(echoBatcher{bad: bad})
+	base := newFuzzServer(t, echoBatcher{bad: bad})
 	body := `{"inputs":[{"name":"x","datatype":"INT32","shape":[1],"data":[1]}]}`
 	for _, accept := range []string{"", "gzip"} {
 		t.Run("accept-encoding="+accept, func(t *testing.T) {
-			req := httptest.NewRequest(http.MethodPost, "/v2/models/simple/infer", strings.NewReader(body))
-			req.Header.Set("Accept-Encoding", accept)
-			rec := httptest.NewRecorder()
-			srv.ServeHTTP(rec, req)
-			msg, ok := kserve.ParseErrorBody(rec.Body.Bytes())
-			if rec.Code != http.StatusInternalServerError || !ok || !strings.Contains(msg, "INT33") {
-				t.Fatalf("status %d body %q; want 500 with an error naming the bad datatype", rec.Code, rec.Body.Bytes())
+			ans := exchange(t, base, fmt.Appendf(nil, "POST /v2/models/simple/infer HTTP/1.1\r\nHost: p\r\nAccept-Encoding: %s\r\nContent-Length: %d\r\n\r\n%s", accept, len(body), body), false)
+			msg, ok := kserve.ParseErrorBody(ans.body)
+			if ans.status != http.StatusInternalServerError || !ok || !strings.Contains(msg, "INT33") {
+				t.Fatalf("status %d body %q; want 500 with an error naming the bad datatype", ans.status, ans.body)
 			}
 		})
 	}
@@ -264,11 +258,16 @@ func TestInferAnswersWhenTheResponseCannotBeEncoded(t *testing.T) {
 
 // The passthrough's body limit answers 413 in the KServe form too.
 func TestPassthroughBodyLimit(t *testing.T) {
-	srv := newFuzzServer(echoBatcher{})
-	req := httptest.NewRequest(http.MethodPost, "/v2/models/other/infer", strings.NewReader(strings.Repeat("x", fuzzBodyLimit+1)))
-	rec := httptest.NewRecorder()
-	srv.ServeHTTP(rec, req)
-	if msg, ok := kserve.ParseErrorBody(rec.Body.Bytes()); rec.Code != http.StatusRequestEntityTooLarge || !ok || !strings.Contains(msg, "exceeds") {
-		t.Fatalf("status %d body %q; want 413 with a KServe error", rec.Code, rec.Body.Bytes())
+	base := newFuzzServer(t, echoBatcher{})
+	for _, framing := range []string{"sized", "chunked"} {
+		body := strings.Repeat("x", fuzzBodyLimit+1)
+		raw := fmt.Sprintf("POST /v2/models/other/infer HTTP/1.1\r\nHost: p\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		if framing == "chunked" {
+			raw = fmt.Sprintf("POST /v2/models/other/infer HTTP/1.1\r\nHost: p\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+		}
+		ans := exchange(t, base, []byte(raw), false)
+		if msg, ok := kserve.ParseErrorBody(ans.body); ans.status != http.StatusRequestEntityTooLarge || !ok || !strings.Contains(msg, "exceeds") {
+			t.Fatalf("%s: status %d body %q; want 413 with a KServe error", framing, ans.status, ans.body)
+		}
 	}
 }

@@ -1,8 +1,14 @@
-// Package proxy is ratebatch's front door: a chi router on Triton's HTTP
-// paths that hands inference requests of batched models to the dispatcher
-// and passes everything else through to the upstream unchanged. It owns
-// admission (body limits, backpressure answers) and every client-facing
-// error; it never decides batch sizes.
+// Package proxy is ratebatch's front door: Triton's HTTP API served on
+// fasthttp, with a chi route table that picks out inference requests of
+// batched models for the dispatcher and passes everything else through to
+// the upstream unchanged. It owns admission (body limits, timeouts,
+// backpressure answers) and every client-facing error; it never decides
+// batch sizes.
+//
+// The data port runs on fasthttp rather than net/http: measured on two
+// cores, net/http's per-request goroutines, contexts and background reads
+// cost more CPU per request than all of a batch's merging and splitting,
+// and put the proxy behind nginx on added latency (docs/BENCHMARKS.md).
 package proxy
 
 import (
@@ -14,8 +20,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
@@ -24,6 +30,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/kserve"
@@ -42,6 +49,12 @@ type Discoverer interface {
 	Ensure(ctx context.Context, model string)
 }
 
+// Forwarder sends a pass-through request upstream; *fasthttp.HostClient is
+// one. Tests stand in for Triton with their own.
+type Forwarder interface {
+	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
+}
+
 // Options configure a Server.
 type Options struct {
 	Upstream     *url.URL
@@ -49,22 +62,34 @@ type Options struct {
 	Discoverer   Discoverer
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
-	// Transport reaches the upstream for passthrough; nil: fasthttp, with
-	// PassTimeout bounding each exchange (0: unbounded).
-	Transport   http.RoundTripper
-	PassTimeout time.Duration
-	Metrics     *Metrics
-	Logger      *slog.Logger
+
+	// Timeouts of the data port: ReadHeaderTimeout for a request's headers,
+	// ReadTimeout for its body, WriteTimeout for the answer (it also bounds
+	// a pass-through exchange), IdleTimeout between keep-alive requests.
+	// Zero: none.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+
+	// Forward reaches the upstream for pass-through; nil: a fasthttp client.
+	Forward Forwarder
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // Server serves Triton's HTTP API.
 type Server struct {
 	o      Options
-	router chi.Router
-	pass   *httputil.ReverseProxy
+	routes *chi.Mux
+	fwd    Forwarder
+	prefix string // the upstream URL's path, put before every pass-through path
+	https  bool
+	srv    *fasthttp.Server
 	log    *slog.Logger
 	m      *Metrics
 }
+
+// maxHeaderBytes bounds a request's headers (431 past it); fasthttp reads
+// them within one buffer of this size per connection.
+const maxHeaderBytes = 16 << 10
 
 // New returns the front door.
 func New(o Options) *Server {
@@ -74,140 +99,185 @@ func New(o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	up := o.Upstream
-	if o.Transport == nil {
-		o.Transport = newFastTransport(up, o.PassTimeout)
+	s := &Server{o: o, log: o.Logger, m: o.Metrics, fwd: o.Forward,
+		prefix: strings.TrimSuffix(o.Upstream.EscapedPath(), "/"), https: o.Upstream.Scheme == "https"}
+	if s.fwd == nil {
+		s.fwd = newUpstreamClient(o.Upstream)
 	}
-	s := &Server{o: o, log: o.Logger, m: o.Metrics}
-	s.pass = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(up)
-			pr.Out.Host = pr.In.Host // Triton ignores Host; keep what the client sent
-		},
-		Transport: o.Transport,
-		// FlushInterval 0: ReverseProxy still flushes at once for
-		// server-sent events (generate_stream) and answers of unknown
-		// length; a flush per write otherwise costs a system call each.
-		BufferPool: copyBuffers{},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var mbe *http.MaxBytesError
-			var ke *kserve.Error
-			switch {
-			case errors.As(err, &mbe):
-				s.m.Rejected.WithLabelValues("body_too_large").Inc()
-				kserve.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
-			case errors.As(err, &ke):
-				kserve.WriteError(w, ke.Status, ke.Msg)
-			case errors.Is(err, context.Canceled):
-				// the client went away; nobody reads an answer
-			case errors.Is(err, errUpstreamTimeout):
-				s.m.PassthroughErrors.Inc()
-				kserve.WriteError(w, http.StatusGatewayTimeout, err.Error())
-			default:
-				s.m.PassthroughErrors.Inc()
-				s.log.Warn("passthrough failed", "path", r.URL.Path, "err", err)
-				kserve.WriteError(w, http.StatusBadGateway, "upstream unreachable: "+err.Error())
-			}
-		},
+	// The route table only: handlers are looked up with Find, so the
+	// patterns stay chi's and a request never becomes an *http.Request.
+	s.routes = chi.NewRouter()
+	s.routes.Post("/v2/models/{model}/infer", http.NotFound)
+	s.routes.Post("/v2/models/{model}/versions/{version}/infer", http.NotFound)
+	s.srv = &fasthttp.Server{
+		Handler:                      s.ServeFastHTTP,
+		ErrorHandler:                 s.serverError,
+		ReadTimeout:                  o.ReadHeaderTimeout,
+		WriteTimeout:                 o.WriteTimeout,
+		IdleTimeout:                  o.IdleTimeout,
+		ReadBufferSize:               maxHeaderBytes,
+		StreamRequestBody:            true, // memory follows the bytes received, not a declared length
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                true,
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{o.Logger},
 	}
-	r := chi.NewRouter()
-	r.Post("/v2/models/{model}/infer", s.infer)
-	r.Post("/v2/models/{model}/versions/{version}/infer", s.infer)
-	r.NotFound(s.passthrough)
-	r.MethodNotAllowed(s.passthrough)
-	s.router = r
+	s.srv.HeaderReceived = s.headerReceived
 	return s
 }
 
-// copyBuffers lends ReverseProxy its 32 KiB copy buffers instead of one
-// new buffer per request.
-type copyBuffers struct{}
+// declaredTooLarge marks, inside the proxy only, a request whose declared
+// Content-Length is over the limit. fasthttp would otherwise wait for the
+// start of a body it then refuses; the handler answers 413 at once.
+const declaredTooLarge = "X-Ratebatch-Declared-Too-Large"
 
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
-
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
-
-// smallBody is the largest body of known length that pass-through reads
-// before forwarding: from memory headers and body leave in one write,
-// where a stream costs a second system call.
-const smallBody = 64 << 10
-
-func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
-	s.m.Passthrough.Inc()
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes)
+// headerReceived runs once a request's headers are in: the body gets its
+// own read timeout, and a body declared over the limit is not read.
+func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	h.Del(declaredTooLarge) // only the proxy sets it
+	if n := h.ContentLength(); n > 0 && int64(n) > s.o.MaxBodyBytes {
+		h.SetContentLength(0)
+		h.Set(declaredTooLarge, strconv.Itoa(n))
 	}
-	s.pass.ServeHTTP(w, r)
+	return fasthttp.RequestConfig{ReadTimeout: s.o.ReadTimeout}
 }
 
-// passBuffered passes through a request whose body was already read.
-func (s *Server) passBuffered(w http.ResponseWriter, r *http.Request, raw []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	r.ContentLength = int64(len(raw))
-	s.m.Passthrough.Inc()
-	s.pass.ServeHTTP(w, r)
+// refuseDeclaredTooLarge answers 413 to a request marked by headerReceived;
+// its body is unread, so the connection closes.
+func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
+	if len(ctx.Request.Header.Peek(declaredTooLarge)) == 0 {
+		return false
+	}
+	s.m.Rejected.WithLabelValues("body_too_large").Inc()
+	writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
+	ctx.SetConnectionClose()
+	return true
 }
 
-func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
-	model := chi.URLParam(r, "model")
+// Serve serves the data port on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting, lets requests in progress finish and closes
+// the connections, or gives up when ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+// fasthttpLogger sends fasthttp's own messages to slog at debug level.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug(fmt.Sprintf(format, args...))
+}
+
+var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+// ServeFastHTTP is the data port's request handler.
+func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
+	if s.refuseDeclaredTooLarge(ctx) {
+		return
+	}
+	if ctx.IsPost() {
+		rc := routeContexts.Get().(*chi.Context)
+		rc.Reset()
+		if s.routes.Find(rc, http.MethodPost, string(ctx.URI().PathOriginal())) != "" {
+			model, errM := url.PathUnescape(rc.URLParam("model"))
+			version, errV := url.PathUnescape(rc.URLParam("version"))
+			routeContexts.Put(rc)
+			if errM == nil && errV == nil {
+				s.infer(ctx, model, version)
+				return
+			}
+		} else {
+			routeContexts.Put(rc)
+		}
+	}
+	s.passthrough(ctx)
+}
+
+// serverError answers what fasthttp refuses before a handler runs:
+// malformed requests, oversized headers, timeouts.
+func (s *Server) serverError(ctx *fasthttp.RequestCtx, err error) {
+	status, msg := http.StatusBadRequest, "malformed request: "+err.Error()
+	var small *fasthttp.ErrSmallBuffer
+	var nerr net.Error
+	switch {
+	case errors.As(err, &small):
+		status, msg = http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("request headers exceed %d bytes", maxHeaderBytes)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes)
+	case errors.As(err, &nerr) && nerr.Timeout():
+		status, msg = http.StatusRequestTimeout, "request not received in time"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "request body ends before its Content-Length"
+	}
+	s.m.Rejected.WithLabelValues(strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_"))).Inc()
+	writeError(ctx, status, msg)
+	ctx.SetConnectionClose()
+}
+
+func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	_, ok := s.o.Batcher.Model(model)
 	if !ok && s.o.Discoverer != nil {
-		s.o.Discoverer.Ensure(r.Context(), model)
+		s.o.Discoverer.Ensure(ctx, model)
 		_, ok = s.o.Batcher.Model(model)
 	}
 	if !ok {
-		s.passthrough(w, r) // not batched: stream it to Triton untouched
+		s.passthrough(ctx) // not batched: stream it to Triton untouched
 		return
 	}
 	start := time.Now()
-	raw, body, err := s.readBody(w, r)
+	bp := bodyBuffers.Get().(*[]byte)
+	defer putBodyBuffer(bp)
+	raw, body, err := s.readBody(ctx, bp)
 	if err != nil {
-		s.fail(w, model, err)
+		s.fail(ctx, model, err)
 		return
 	}
-	headerLen, err := kserve.ParseHeaderLength(r.Header.Get(kserve.HeaderContentLength), len(body))
+	headerLen, err := kserve.ParseHeaderLength(string(ctx.Request.Header.Peek(kserve.HeaderContentLength)), len(body))
 	if err != nil {
-		s.fail(w, model, err)
+		s.fail(ctx, model, err)
 		return
 	}
 	req, err := kserve.DecodeRequest(body, headerLen)
 	if err != nil {
-		s.fail(w, model, err)
+		s.fail(ctx, model, err)
 		return
 	}
 	key, batchable := kserve.BatchKey(req)
 	if !batchable {
 		// Shared memory, sequences, ...: Triton handles those itself.
-		s.passBuffered(w, r, raw)
+		s.passBuffered(ctx, raw)
 		return
 	}
 	rows, err := kserve.Rows(req)
 	if err != nil {
-		s.fail(w, model, err)
+		s.fail(ctx, model, err)
 		return
 	}
-	call := &dispatcher.Call{Version: chi.URLParam(r, "version"), Req: req, Rows: int(rows), Key: key}
-	if call.Version != "" {
-		call.Key = "v" + call.Version + "\x00" + key
+	call := &dispatcher.Call{Version: version, Req: req, Rows: int(rows), Key: key}
+	if version != "" {
+		call.Key = "v" + version + "\x00" + key
 	}
 	if err := scheduleParams(req, call, start); err != nil {
-		s.fail(w, model, err)
+		s.fail(ctx, model, err)
 		return
 	}
-	res := s.o.Batcher.Submit(r.Context(), model, call)
+	wait, stop := watchHangUp(ctx.Conn())
+	res := s.o.Batcher.Submit(wait, model, call)
+	gone := wait.Err() != nil
+	stop()
 	if res.Err != nil {
-		if r.Context().Err() != nil {
-			return // the client is gone
+		if gone {
+			ctx.SetConnectionClose() // the client is gone
+			return
 		}
-		s.fail(w, model, res.Err)
+		s.fail(ctx, model, res.Err)
 		return
 	}
-	defer res.Release()
-	if err := writeResponse(w, r, res.Resp); err != nil {
+	err = writeResponse(ctx, res.Resp)
+	res.Release()
+	if err != nil {
 		s.log.Debug("writing response", "model", model, "err", err)
 	}
 	s.m.latencyOf(model).Observe(time.Since(start).Seconds())
@@ -235,30 +305,53 @@ func scheduleParams(req *kserve.Request, c *dispatcher.Call, now time.Time) erro
 	return nil
 }
 
-// readBody reads the whole body within the size limit and decodes a
-// Content-Encoding of gzip or deflate. raw is the body as sent, body the
+// Body buffers are reused: once Submit has returned nothing refers to a
+// request's bytes (the upstream call that streamed them has ended), so the
+// next request reads into the same memory instead of new, zeroed memory.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// poolBodyMax is the largest buffer kept for reuse (an image batch's
+// request is 600 KB); larger ones go to the collector.
+const poolBodyMax = 4 << 20
+
+func putBodyBuffer(bp *[]byte) {
+	if cap(*bp) <= poolBodyMax {
+		*bp = (*bp)[:0]
+		bodyBuffers.Put(bp)
+	}
+}
+
+// readBody reads the whole body within the size limit into *bp and decodes
+// a Content-Encoding of gzip or deflate. raw is the body as sent, body the
 // decoded one (the same slice when not encoded).
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (raw, body []byte, err error) {
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byte, err error) {
 	limit := s.o.MaxBodyBytes
-	if r.ContentLength > limit {
+	declared := int64(ctx.Request.Header.ContentLength()) // -1 chunked, -2 none
+	if declared > limit {
+		s.m.Rejected.WithLabelValues("body_too_large").Inc()
 		return nil, nil, tooLarge(limit)
 	}
-	// Reserve the declared length only up to reserveMax: a client that
-	// declares 64 MiB and sends nothing must not hold 64 MiB.
-	buf := make([]byte, 0, min(max(r.ContentLength, 512), reserveMax)+1)
-	raw, err = readAll(http.MaxBytesReader(w, r.Body, limit), buf, r.ContentLength)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+	if stream := ctx.RequestBodyStream(); stream != nil {
+		// Reserve the declared length only up to reserveMax: a client that
+		// declares 64 MiB and sends nothing must not hold 64 MiB.
+		buf := slices.Grow((*bp)[:0], int(min(max(declared, 512), reserveMax)+1))
+		raw, err = readAll(io.LimitReader(stream, limit+1), buf, declared)
+		*bp = raw[:0]
+		if err != nil {
+			return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "reading request body: " + err.Error()}
+		}
+		if int64(len(raw)) > limit {
+			s.m.Rejected.WithLabelValues("body_too_large").Inc()
 			return nil, nil, tooLarge(limit)
 		}
-		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "reading request body: " + err.Error()}
+	} else {
+		raw = ctx.Request.Body() // already in memory (tests, small bodies)
 	}
-	if r.ContentLength >= 0 && int64(len(raw)) != r.ContentLength {
-		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("request body has %d bytes, Content-Length says %d", len(raw), r.ContentLength)}
+	if declared >= 0 && int64(len(raw)) != declared {
+		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("request body has %d bytes, Content-Length says %d", len(raw), declared)}
 	}
 	var dec io.ReadCloser
-	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	switch enc := strings.ToLower(strings.TrimSpace(string(ctx.Request.Header.ContentEncoding()))); enc {
 	case "", "identity":
 		return raw, raw, nil
 	case "gzip":
@@ -283,6 +376,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (raw, body []b
 	case err != nil:
 		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "decompressing body: " + err.Error()}
 	case int64(len(body)) > limit:
+		s.m.Rejected.WithLabelValues("body_too_large").Inc()
 		return nil, nil, tooLarge(limit)
 	}
 	return raw, body, nil
@@ -321,7 +415,7 @@ func readAll(r io.Reader, buf []byte, declared int64) ([]byte, error) {
 	}
 }
 
-func (s *Server) fail(w http.ResponseWriter, model string, err error) {
+func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
 	status := http.StatusInternalServerError
 	msg := err.Error()
 	var ke *kserve.Error
@@ -332,52 +426,54 @@ func (s *Server) fail(w http.ResponseWriter, model string, err error) {
 		status = http.StatusNotFound
 	}
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
 	}
 	s.m.Errors.WithLabelValues(model, strconv.Itoa(status)).Inc()
-	kserve.WriteError(w, status, msg)
+	writeError(ctx, status, msg)
+}
+
+// writeError answers with a KServe v2 error body.
+func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.Response.Header.Del(kserve.HeaderContentLength)
+	ctx.Response.Header.Del("Content-Encoding")
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.ResetBody()
+	ctx.Response.SetBodyRaw(kserve.AppendErrorBody(make([]byte, 0, len(msg)+16), msg))
 }
 
 // writeResponse writes a caller's response, compressed when the client
 // accepts gzip or deflate, as Triton does.
-func writeResponse(w http.ResponseWriter, r *http.Request, resp *kserve.Response) error {
-	enc := acceptedEncoding(r.Header.Get("Accept-Encoding"))
-	if enc == "" {
-		err := kserve.WriteResponse(w, resp)
-		if err != nil && w.Header().Get("Content-Type") == "" {
-			// WriteResponse sets its headers only once the response has
-			// encoded: nothing is written yet and the caller is owed an
-			// error, not an empty 200.
-			kserve.WriteError(w, http.StatusInternalServerError, "encoding response: "+err.Error())
-		}
-		return err
-	}
-	body, headerLen, err := kserve.AppendResponse(nil, resp)
+func writeResponse(ctx *fasthttp.RequestCtx, resp *kserve.Response) error {
+	buf := ctx.Response.SwapBody(nil)
+	body, headerLen, err := kserve.AppendResponse(buf[:0], resp)
 	if err != nil {
-		kserve.WriteError(w, http.StatusInternalServerError, "encoding response: "+err.Error())
+		ctx.Response.SwapBody(body)
+		writeError(ctx, http.StatusInternalServerError, "encoding response: "+err.Error())
 		return err
 	}
-	var zbuf bytes.Buffer
-	var zw io.WriteCloser
-	if enc == "gzip" {
-		zw = gzip.NewWriter(&zbuf)
-	} else {
-		zw = zlib.NewWriter(&zbuf)
+	if enc := acceptedEncoding(string(ctx.Request.Header.Peek("Accept-Encoding"))); enc != "" {
+		var zbuf bytes.Buffer
+		var zw io.WriteCloser
+		if enc == "gzip" {
+			zw = gzip.NewWriter(&zbuf)
+		} else {
+			zw = zlib.NewWriter(&zbuf)
+		}
+		zw.Write(body)
+		zw.Close()
+		body = append(body[:0], zbuf.Bytes()...)
+		ctx.Response.Header.Set("Content-Encoding", enc)
 	}
-	zw.Write(body)
-	zw.Close()
-	h := w.Header()
-	h.Set("Content-Encoding", enc)
-	h.Set("Content-Length", strconv.Itoa(zbuf.Len()))
+	ctx.Response.SwapBody(body)
 	if headerLen >= 0 {
-		h.Set("Content-Type", "application/octet-stream")
-		h.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
+		ctx.SetContentType("application/octet-stream")
+		ctx.Response.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
 	} else {
-		h.Set("Content-Type", "application/json")
+		ctx.SetContentType("application/json")
 	}
-	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(zbuf.Bytes())
-	return err
+	ctx.SetStatusCode(http.StatusOK)
+	return nil
 }
 
 // acceptedEncoding picks gzip or deflate if the client accepts one.

@@ -72,7 +72,7 @@ type liveProxy struct {
 	reg      *prometheus.Registry
 	disp     *dispatcher.Dispatcher
 	models   *models.Registry
-	data     *http.Server
+	data     *proxy.Server
 	admin    *http.Server
 	dataLn   net.Listener
 	adminLn  net.Listener
@@ -137,22 +137,16 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	mr := models.New(tc, disp, cfg, log)
 	reg.MustRegister(models.NewCollector(mr))
 
-	front := proxy.New(proxy.Options{
-		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
-		RetryAfter: cfg.Limits.RetryAfter, Metrics: proxy.NewMetrics(reg), Logger: log,
-		// A pass-through answer cannot outlive the client's write deadline.
-		PassTimeout: cfg.Limits.WriteTimeout,
-	})
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now()}
-	p.data = &http.Server{
-		Handler:           front,
+	p.data = proxy.New(proxy.Options{
+		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		RetryAfter:        cfg.Limits.RetryAfter,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+		Metrics:           proxy.NewMetrics(reg), Logger: log,
+	})
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
@@ -206,7 +200,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 2)
-	go func() { errc <- serveOn(p.data, p.dataLn) }()
+	go func() { errc <- p.data.Serve(p.dataLn) }()
 	go func() { errc <- serveOn(p.admin, p.adminLn) }()
 	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
 
@@ -222,7 +216,6 @@ func (p *liveProxy) run(ctx context.Context) error {
 	go func() { drained <- p.disp.Drain(grace) }()
 	if err := p.data.Shutdown(grace); err != nil {
 		p.log.Warn("data listener did not close in time", "err", err)
-		p.data.Close()
 	}
 	if err := <-drained; err != nil {
 		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)

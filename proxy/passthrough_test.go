@@ -18,17 +18,15 @@ import (
 	"github.com/ratebatch/ratebatch/proxy"
 )
 
-// passFront starts the front door, with its default (fasthttp) pass-through
-// transport, in front of upstream; it returns the front door's base URL.
-func passFront(t *testing.T, upstream http.Handler, passTimeout time.Duration) (front string, up *httptest.Server) {
+// passFront starts the front door, with its own fasthttp client, in front
+// of upstream; writeTimeout also bounds a pass-through exchange.
+func passFront(t *testing.T, upstream http.Handler, writeTimeout time.Duration) (front string, up *httptest.Server) {
 	t.Helper()
 	up = httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL)
-	fr := httptest.NewServer(proxy.New(proxy.Options{Upstream: u, Batcher: echoBatcher{},
-		MaxBodyBytes: 1 << 20, PassTimeout: passTimeout}))
-	t.Cleanup(fr.Close)
-	return fr.URL, up
+	front = startFront(t, proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{},
+		MaxBodyBytes: 1 << 20, WriteTimeout: writeTimeout})
+	return front, up
 }
 
 // rawRequest sends one hand-written HTTP/1.1 request and returns the whole
@@ -200,7 +198,7 @@ func TestPassthroughStreamsEventsAndAbortsWithClient(t *testing.T) {
 	}
 }
 
-// Past PassTimeout the client gets 504 in the KServe form; an unreachable
+// Past the write timeout the client gets 504 in the KServe form; an unreachable
 // upstream gives 502.
 func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	block := make(chan struct{})
@@ -219,9 +217,8 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead, _ := url.Parse("http://" + l.Addr().String())
 	l.Close()
-	fr := httptest.NewServer(proxy.New(proxy.Options{Upstream: dead, Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20}))
-	defer fr.Close()
-	resp, err = http.Get(fr.URL + "/v2/health/ready")
+	fr := startFront(t, proxy.Options{Upstream: dead, Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20})
+	resp, err = http.Get(fr + "/v2/health/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
