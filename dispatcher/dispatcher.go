@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,6 +134,12 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	}
 	if err := q.enqueue(c); err != nil {
 		return Result{Err: err}
+	}
+	// The caller decides, and runs its own batch if one leaves now: at low
+	// load a request then never waits for another goroutine to wake.
+	if mine := q.decide(c); mine != nil {
+		q.execute(*mine)
+		q.decide(nil) // what queued meanwhile goes to the workers
 	}
 	select {
 	case r := <-c.done:
@@ -288,7 +295,6 @@ func (q *modelQueue) enqueue(c *Call) error {
 	q.mu.Unlock()
 	q.series.accepted.Inc()
 	planner.Arrive(c.Rows)
-	q.signal()
 	return nil
 }
 
@@ -316,7 +322,7 @@ func (q *modelQueue) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		next := q.step()
+		next, _ := q.step(nil, false)
 		if !next.IsZero() {
 			timer.Reset(max(next.Sub(q.d.now()), 0))
 		}
@@ -335,13 +341,29 @@ func (q *modelQueue) run(ctx context.Context) {
 	}
 }
 
+// decide runs a decision pass on the calling goroutine. It returns the
+// batch holding own, for the caller to execute itself, or with own nil
+// and keep set, the first batch; the other batches go to workers. When the
+// rule asks to decide again at a later time, the decision loop is woken to
+// keep that appointment.
+func (q *modelQueue) decide(own *Call) *batch { return q.decideKeep(own, false) }
+
+func (q *modelQueue) decideKeep(own *Call, keep bool) *batch {
+	next, mine := q.step(own, keep)
+	if !next.IsZero() {
+		q.signal()
+	}
+	return mine
+}
+
 // step sends every batch the rule wants now and returns when to decide
-// again (zero: on the next event).
-func (q *modelQueue) step() time.Time {
+// again (zero: on the next event). The batch holding own (or with keep,
+// the first batch) is returned instead of sent.
+func (q *modelQueue) step(own *Call, keep bool) (next time.Time, mine *batch) {
 	var batches []batch
 	q.mu.Lock()
 	now := q.d.now()
-	next := q.expire(now)
+	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
 	for key, k := range q.keys {
 		for {
@@ -388,10 +410,15 @@ func (q *modelQueue) step() time.Time {
 		close(q.idle)
 	}
 	q.mu.Unlock()
-	for _, b := range batches {
-		q.launch(b)
+	for i := range batches {
+		b := &batches[i]
+		if mine == nil && (keep || own != nil && slices.Contains(b.calls, own)) {
+			mine = b
+			continue
+		}
+		q.launch(*b)
 	}
-	return next
+	return next, mine
 }
 
 // launch hands a batch to an idle worker, or starts one. Workers outlive
@@ -410,6 +437,12 @@ func (q *modelQueue) worker(b batch) {
 	defer q.d.workers.Done()
 	for {
 		q.execute(b)
+		// The instance it used is free: the worker decides and goes on with
+		// the next batch itself.
+		if next := q.decideKeep(nil, true); next != nil {
+			b = *next
+			continue
+		}
 		select {
 		case b = <-q.work:
 		case <-q.d.ctx.Done():

@@ -46,7 +46,7 @@ func (q *modelQueue) execute(b batch) {
 	q.inFlight--
 	q.inFlightRows -= b.rows
 	q.mu.Unlock()
-	q.signal()
+	// No signal: whoever executed the batch decides next (Submit, worker).
 }
 
 // send runs a batch upstream: one retry per connection error as configured,

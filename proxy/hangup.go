@@ -23,6 +23,8 @@ func watchHangUp(conn net.Conn) (ctx context.Context, stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	mu.Lock() // t is set before the first poll reads it
+	defer mu.Unlock()
 	t = time.AfterFunc(hangUpPoll, func() {
 		mu.Lock()
 		defer mu.Unlock()

@@ -219,7 +219,9 @@ func (s *Server) serverError(ctx *fasthttp.RequestCtx, err error) {
 func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	_, ok := s.o.Batcher.Model(model)
 	if !ok && s.o.Discoverer != nil {
-		s.o.Discoverer.Ensure(ctx, model)
+		// Not ctx: fasthttp reuses a RequestCtx once the handler returns,
+		// and a lookup's dial may outlive it.
+		s.o.Discoverer.Ensure(context.Background(), model)
 		_, ok = s.o.Batcher.Model(model)
 	}
 	if !ok {
