@@ -57,8 +57,8 @@ type Limits struct {
 	MaxBodyBytes      Bytes         `yaml:"max_body_bytes" help:"largest request body accepted (e.g. 64MiB)"`
 	QueueRows         int           `yaml:"queue_rows" help:"rows waiting per model before new requests get 503"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" help:"time allowed to read request headers (slow-loris bound)"`
-	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a whole request"`
-	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed from the end of the request to the end of the response"`
+	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a request's body once its headers are in"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; also bounds a pass-through exchange with the upstream (504 past it)"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
 	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
 }

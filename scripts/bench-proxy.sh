@@ -195,7 +195,7 @@ server_cpus=$(nproc)
 NGINX_WORKERS=${NGINX_WORKERS:-$server_cpus}
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-next_port=$((20000 + RANDOM % 20000))
+next_port=$((10000 + RANDOM % 20000)) # below the ephemeral range (32768+), where a port with only outgoing sockets looks free but cannot be bound
 port() { # port VAR...: sets each VAR to a free loopback port
 	local v
 	for v; do
