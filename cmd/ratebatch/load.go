@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +45,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	samplesPath := fs.String("samples-csv", "", "with --admin: write the samples (rate, batch size, requests per joule over time) here for `ratebatch report`")
 	progress := fs.Bool("progress", false, "print a line of progress per second to stderr")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile here (go tool pprof)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -142,6 +145,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		stopSampling = cancel
 		go sampler.Run(sctx, 500*time.Millisecond)
 	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	res, runErr := loadgen.Run(ctx, cfg)
 	stopSampling()
 	if runErr != nil && res.Records == nil {
@@ -232,4 +242,17 @@ func countsText(counts map[string]int64) string {
 func printLoadProgress(w io.Writer, s loadgen.Snapshot) {
 	fmt.Fprintf(w, "%6.1fs target %7.1f/s sent %7.1f/s ok %7.1f/s p50 %7.3f ms p99 %7.3f ms in flight %d dropped %d errors %d\n",
 		s.Elapsed.Seconds(), s.TargetRPS, s.SentRPS, s.OKRPS, s.P50LatencyMs, s.P99LatencyMs, s.InFlight, s.Dropped, s.Errors)
+}
+
+// startCPUProfile profiles this process until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -206,5 +207,28 @@ func TestLoadUnreachableTarget(t *testing.T) {
 	code := run(context.Background(), []string{"load", "--target", url, "--model", "simple", "--rate", "10", "--duration", "1s"}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "model metadata") {
 		t.Fatalf("exit %d, stderr %q; want 1 and a metadata error", code, errb.String())
+	}
+}
+
+// --cpuprofile leaves a CPU profile of the run that pprof can read.
+func TestLoadCPUProfile(t *testing.T) {
+	base := emulatorURL(t, nil)
+	path := filepath.Join(t.TempDir(), "load.cpu")
+	got, code, stderr := runLoadJSON(t, "--target", base, "--model", "simple", "--rate", "500", "--duration", "300ms", "--cpuprofile", path)
+	if code != 0 || got.OK == nil || *got.OK == 0 {
+		t.Fatalf("exit %d, ok %v: %s", code, got.OK, stderr)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A CPU profile is a gzip-compressed protocol buffer.
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("--cpuprofile did not write a gzip-compressed profile: %v", err)
+	}
+	if b, err := io.ReadAll(zr); err != nil || len(b) == 0 {
+		t.Fatalf("--cpuprofile: %d bytes of profile, %v", len(b), err)
 	}
 }
