@@ -260,3 +260,37 @@ func TestPassthroughRetriesStaleConnection(t *testing.T) {
 		t.Fatalf("upstream handled %d requests, want 2 (one each)", n)
 	}
 }
+
+// HEAD gets the upstream's headers without a body; every answer carries
+// exactly one Date, the upstream's own replaced rather than doubled.
+func TestPassthroughHeadAndDate(t *testing.T) {
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "11")
+		if r.Method != http.MethodHead {
+			io.WriteString(w, `{"ok":true}`)
+		}
+	}), 0)
+	for _, method := range []string{http.MethodHead, http.MethodGet} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "%s /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n", method)
+		req, _ := http.NewRequest(method, "/", nil)
+		resp, err := http.ReadResponse(bufio.NewReader(c), req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		c.Close()
+		wantBody := map[string]string{http.MethodHead: "", http.MethodGet: `{"ok":true}`}[method]
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Length") != "11" || string(body) != wantBody {
+			t.Errorf("%s: %d, Content-Length %q, body %q", method, resp.StatusCode, resp.Header.Get("Content-Length"), body)
+		}
+		if d := resp.Header.Values("Date"); len(d) != 1 {
+			t.Errorf("%s: Date headers %q, want exactly one", method, d)
+		}
+	}
+}

@@ -120,7 +120,6 @@ func New(o Options) *Server {
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
-		NoDefaultDate:                true,
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{o.Logger},
 	}
