@@ -45,6 +45,7 @@ func newUpstreamClient(up *url.URL) *fasthttp.HostClient {
 		DisablePathNormalizing:   true, // the path goes upstream as the client wrote it
 		NoDefaultUserAgentHeader: true,
 		RetryIfErr:               retryStale,
+		ConnPoolStrategy:         fasthttp.LIFO, // the warmest connection first
 	}
 	if hc.IsTLS {
 		hc.TLSConfig = &tls.Config{ServerName: up.Hostname(), MinVersion: tls.VersionTLS12}
