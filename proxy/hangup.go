@@ -7,9 +7,14 @@ import (
 	"time"
 )
 
-// hangUpPoll is how often a waiting request checks that its client is
-// still connected. A request answered sooner never checks.
-const hangUpPoll = 20 * time.Millisecond
+// A waiting request checks that its client is still connected after
+// hangUpPoll, then at doubling intervals up to hangUpPollMax: a request
+// answered sooner never checks, and under overload, when every request
+// waits, the checks stay a few per request.
+const (
+	hangUpPoll    = 20 * time.Millisecond
+	hangUpPollMax = 320 * time.Millisecond
+)
 
 // watchHangUp returns a context that ends when the client of conn hangs
 // up, so that a call still queued is withdrawn instead of sent; stop ends
@@ -23,9 +28,10 @@ func watchHangUp(conn net.Conn) (ctx context.Context, stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	every := hangUpPoll
 	mu.Lock() // t is set before the first poll reads it
 	defer mu.Unlock()
-	t = time.AfterFunc(hangUpPoll, func() {
+	t = time.AfterFunc(every, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
@@ -35,7 +41,8 @@ func watchHangUp(conn net.Conn) (ctx context.Context, stop func()) {
 			cancel()
 			return
 		}
-		t.Reset(hangUpPoll)
+		every = min(2*every, hangUpPollMax)
+		t.Reset(every)
 	})
 	return ctx, func() {
 		mu.Lock()
