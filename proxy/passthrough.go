@@ -71,6 +71,28 @@ func retryStale(_ *fasthttp.Request, attempts int, err error) (resetTimeout, ret
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
+// header is what dropHopHeaders needs of fasthttp's request and response
+// headers.
+type header interface {
+	PeekAll(key string) [][]byte
+	Del(key string)
+}
+
+// dropHopHeaders removes the hop-by-hop headers and those the Connection
+// header names.
+func dropHopHeaders(h header) {
+	for _, v := range h.PeekAll("Connection") {
+		for _, name := range strings.Split(string(v), ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
 // passthrough forwards the request to the upstream and its answer back,
 // unchanged but for hop-by-hop headers.
 func (s *Server) passthrough(ctx *fasthttp.RequestCtx) {
@@ -132,16 +154,7 @@ const smallBody = 64 << 10
 func (s *Server) outgoingHeader(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	h := &out.Header
-	for _, v := range h.PeekAll("Connection") {
-		for _, name := range strings.Split(string(v), ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	dropHopHeaders(h)
 	h.ResetConnectionClose()
 	h.DisableNormalizing()
 	h.SetNoDefaultContentType(true) // no Content-Type the client did not send
@@ -170,16 +183,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 		return
 	}
 	h := &resp.Header
-	for _, v := range h.PeekAll("Connection") {
-		for _, name := range strings.Split(string(v), ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	dropHopHeaders(h)
 	h.ResetConnectionClose() // the upstream's connection is not the client's
 	if h.ContentLength() < 0 {
 		resp.ImmediateHeaderFlush = true // events reach the client as they come
