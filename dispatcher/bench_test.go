@@ -3,10 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,55 +165,6 @@ func newBenchCaller(tb testing.TB, m benchModel, i int) (benchCaller, int) {
 	return benchCaller{req: req, key: key, rows: 1}, len(body)
 }
 
-// benchRunCallers runs b.N ops over conc goroutines, each op by one of them.
-func benchRunCallers(b *testing.B, conc int, op func(worker int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	fail := func(err error) { failed.CompareAndSwap(nil, &err) } // err escapes here only
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := op(w); err != nil {
-					fail(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-}
-
-// benchMeasure runs the ops and reports rows/batch and alloc-B/req-B.
-func benchMeasure(b *testing.B, d *dispatcher.Dispatcher, reqBytes int, conc int, op func(worker int) error) {
-	b.SetBytes(int64(reqBytes))
-	b.ReportAllocs()
-	var before, after runtime.MemStats
-	before0 := benchSnapshot(d)
-	runtime.ReadMemStats(&before)
-	b.ResetTimer()
-	benchRunCallers(b, conc, op)
-	b.StopTimer()
-	runtime.ReadMemStats(&after)
-	s := benchSnapshot(d)
-	if batches := s.BatchesSent - before0.BatchesSent; batches > 0 {
-		b.ReportMetric(float64(s.RowsSent-before0.RowsSent)/float64(batches), "rows/batch")
-	}
-	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/float64(reqBytes), "alloc-B/req-B")
-}
-
-func benchSnapshot(d *dispatcher.Dispatcher) dispatcher.Snapshot {
-	for _, s := range d.Snapshots() {
-		return s
-	}
-	return dispatcher.Snapshot{}
-}
-
 type benchCase struct {
 	m    benchModel
 	conc int
@@ -250,7 +198,7 @@ func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
 		callers[i], reqBytes = newBenchCaller(b, bc.m, i)
 	}
 	ctx := context.Background()
-	benchMeasure(b, d, reqBytes, bc.conc, func(w int) error {
+	kservetest.Measure(b, d, reqBytes, bc.conc, func(w int) error {
 		c := &callers[w]
 		res := d.Submit(ctx, bc.m.name, &dispatcher.Call{Req: c.req, Rows: c.rows, Key: c.key})
 		if res.Err != nil {

@@ -6,10 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,58 +179,6 @@ func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream, bat
 	return d
 }
 
-// benchRunCallers runs b.N ops over conc goroutines.
-func benchRunCallers(b *testing.B, conc int, op func(worker int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	fail := func(err error) { failed.CompareAndSwap(nil, &err) } // err escapes here only
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := op(w); err != nil {
-					fail(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-}
-
-// benchMeasure runs the ops; it reports rows/batch when d batches, and
-// alloc-B/req-B.
-func benchMeasure(b *testing.B, d *dispatcher.Dispatcher, reqBytes, conc int, op func(worker int) error) {
-	b.SetBytes(int64(reqBytes))
-	b.ReportAllocs()
-	s0 := benchSnapshot(d)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	b.ResetTimer()
-	benchRunCallers(b, conc, op)
-	b.StopTimer()
-	runtime.ReadMemStats(&after)
-	if s := benchSnapshot(d); s.BatchesSent > s0.BatchesSent {
-		b.ReportMetric(float64(s.RowsSent-s0.RowsSent)/float64(s.BatchesSent-s0.BatchesSent), "rows/batch")
-	}
-	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/float64(reqBytes), "alloc-B/req-B")
-}
-
-func benchSnapshot(d *dispatcher.Dispatcher) dispatcher.Snapshot {
-	if d == nil {
-		return dispatcher.Snapshot{}
-	}
-	for _, s := range d.Snapshots() {
-		return s
-	}
-	return dispatcher.Snapshot{}
-}
-
 type benchCase struct {
 	mode string // batching or passthrough
 	m    benchModel
@@ -286,7 +231,7 @@ func BenchmarkHandler(b *testing.B) {
 				reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
 				headers[i] = benchHeaders(reqs[i])
 			}
-			benchMeasure(b, d, len(reqs[0].body), c.conc, func(w int) error {
+			kservetest.Measure(b, d, len(reqs[0].body), c.conc, func(w int) error {
 				ctx := &ctxs[w]
 				serveInProcess(h, ctx, http.MethodPost, target, headers[w], reqs[w].body)
 				if st := ctx.Response.StatusCode(); st != http.StatusOK || len(ctx.Response.Body()) == 0 {
@@ -363,7 +308,7 @@ func benchSendAll(b *testing.B, d *dispatcher.Dispatcher, m benchModel, target s
 		s.req.SetBodyRaw(rq.body)
 		reqBytes = len(rq.body)
 	}
-	benchMeasure(b, d, reqBytes, conc, func(w int) error {
+	kservetest.Measure(b, d, reqBytes, conc, func(w int) error {
 		s := &sessions[w]
 		s.resp.Reset()
 		if err := hc.DoTimeout(&s.req, &s.resp, 10*time.Second); err != nil {

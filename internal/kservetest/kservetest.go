@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +123,56 @@ func (u *InstantUpstream) Infer(model, version string, body dispatcher.Body) (*d
 		u.pool.Put(bp)
 	}
 	return &u.replies[b.Rows], nil
+}
+
+// Measure runs b.N ops over conc goroutines, each op by one of them, and
+// reports the bytes allocated per request over the request's wire size
+// (alloc-B/req-B) and, when d has sent batches meanwhile, their mean size
+// (rows/batch; d may be nil).
+func Measure(b *testing.B, d *dispatcher.Dispatcher, reqBytes, conc int, op func(worker int) error) {
+	b.SetBytes(int64(reqBytes))
+	b.ReportAllocs()
+	s0 := firstQueue(d)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	runCallers(b, conc, op)
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	if s := firstQueue(d); s.BatchesSent > s0.BatchesSent {
+		b.ReportMetric(float64(s.RowsSent-s0.RowsSent)/float64(s.BatchesSent-s0.BatchesSent), "rows/batch")
+	}
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/float64(reqBytes), "alloc-B/req-B")
+}
+
+func runCallers(b *testing.B, conc int, op func(worker int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	fail := func(err error) { failed.CompareAndSwap(nil, &err) } // err escapes here only
+	for w := range conc {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if err := op(w); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+}
+
+// firstQueue is the state of d's one model queue (benchmarks batch one
+// model).
+func firstQueue(d *dispatcher.Dispatcher) dispatcher.Snapshot {
+	if d != nil {
+		for _, s := range d.Snapshots() {
+			return s
+		}
+	}
+	return dispatcher.Snapshot{}
 }
