@@ -121,10 +121,8 @@ func (s *Server) passBuffered(ctx *fasthttp.RequestCtx, raw []byte) {
 // the body limit.
 func (s *Server) outgoing(ctx *fasthttp.RequestCtx, out *fasthttp.Request) error {
 	s.outgoingHeader(ctx, out)
-	n := ctx.Request.Header.ContentLength() // -1 chunked, -2 none
-	if int64(n) > s.o.MaxBodyBytes {
-		return tooLarge(s.o.MaxBodyBytes)
-	}
+	// -1 chunked, -2 none; never over the limit (headerReceived).
+	n := ctx.Request.Header.ContentLength()
 	stream := ctx.RequestBodyStream()
 	switch {
 	case stream == nil:
@@ -194,9 +192,6 @@ func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	var ke *kserve.Error
 	switch {
 	case errors.As(err, &ke):
-		if ke.Status == http.StatusRequestEntityTooLarge {
-			s.m.Rejected.WithLabelValues("body_too_large").Inc()
-		}
 		writeError(ctx, ke.Status, ke.Msg)
 	case errors.Is(err, errBodyTooLarge):
 		s.m.Rejected.WithLabelValues("body_too_large").Inc()

@@ -327,11 +327,8 @@ func putBodyBuffer(bp *[]byte) {
 // decoded one (the same slice when not encoded).
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byte, err error) {
 	limit := s.o.MaxBodyBytes
-	declared := int64(ctx.Request.Header.ContentLength()) // -1 chunked, -2 none
-	if declared > limit {
-		s.m.Rejected.WithLabelValues("body_too_large").Inc()
-		return nil, nil, tooLarge(limit)
-	}
+	// -1 chunked, -2 none; never over the limit (headerReceived).
+	declared := int64(ctx.Request.Header.ContentLength())
 	if stream := ctx.RequestBodyStream(); stream != nil {
 		// Reserve the declared length only up to reserveMax: a client that
 		// declares 64 MiB and sends nothing must not hold 64 MiB.
