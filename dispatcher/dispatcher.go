@@ -137,9 +137,9 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	}
 	// The caller decides, and runs its own batch if one leaves now: at low
 	// load a request then never waits for another goroutine to wake.
-	if mine := q.decide(c); mine != nil {
+	if mine := q.decide(c, false); mine != nil {
 		q.execute(*mine)
-		q.decide(nil) // what queued meanwhile goes to the workers
+		q.decide(nil, false) // what queued meanwhile goes to the workers
 	}
 	select {
 	case r := <-c.done:
@@ -342,13 +342,11 @@ func (q *modelQueue) run(ctx context.Context) {
 }
 
 // decide runs a decision pass on the calling goroutine. It returns the
-// batch holding own, for the caller to execute itself, or with own nil
-// and keep set, the first batch; the other batches go to workers. When the
-// rule asks to decide again at a later time, the decision loop is woken to
-// keep that appointment.
-func (q *modelQueue) decide(own *Call) *batch { return q.decideKeep(own, false) }
-
-func (q *modelQueue) decideKeep(own *Call, keep bool) *batch {
+// batch holding own, for the caller to execute itself, or with keep set,
+// the first batch; the other batches go to workers. When the rule asks to
+// decide again at a later time, the decision loop is woken to keep that
+// appointment.
+func (q *modelQueue) decide(own *Call, keep bool) *batch {
 	next, mine := q.step(own, keep)
 	if !next.IsZero() {
 		q.signal()
@@ -439,7 +437,7 @@ func (q *modelQueue) worker(b batch) {
 		q.execute(b)
 		// The instance it used is free: the worker decides and goes on with
 		// the next batch itself.
-		if next := q.decideKeep(nil, true); next != nil {
+		if next := q.decide(nil, true); next != nil {
 			b = *next
 			continue
 		}
