@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -455,8 +456,8 @@ func (r *runner) reportProgress(done <-chan struct{}) {
 			snap.OKRPS = float64(snap.OK-lastOK) / secs
 			lastSent, lastOK = snap.Sent, snap.OK
 			if len(lat) > 0 {
-				snap.P50LatencyMs = ms(Percentile(lat, 50))
-				snap.P99LatencyMs = ms(Percentile(lat, 99))
+				snap.P50LatencyMs = ms(stats.Percentile(lat, 50))
+				snap.P99LatencyMs = ms(stats.Percentile(lat, 99))
 				snap.MaxLatencyMs = ms(lat[len(lat)-1])
 			}
 			r.cfg.Progress(snap)

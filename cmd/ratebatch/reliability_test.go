@@ -30,6 +30,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/loadgen"
 )
 
@@ -864,7 +865,7 @@ func TestReliabilityBurst(t *testing.T) {
 		}
 	}
 	slices.Sort(refused)
-	p99Refused := loadgen.Percentile(refused, 99)
+	p99Refused := stats.Percentile(refused, 99)
 	sent, failed := okAfter(res.Records, burstTo+time.Second)
 	heapGrowth := int64(maxHeap.Load()) - int64(before.heap)
 	t.Logf("burst: %d sent, %d ok, %d refused (p99 %v), max queue %d rows, heap +%.1f MiB at most; after: %d sent, %d failed",
