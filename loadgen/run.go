@@ -57,7 +57,7 @@ type Config struct {
 	Rows   int  // rows (batch dimension) per request; 0 means 1
 	Binary bool // Triton's binary tensor extension instead of JSON
 	// Inputs to send; empty: ask the target (GET /v2/models/{model}).
-	Inputs []TensorMetadata
+	Inputs []kserve.TensorMetadata
 	// Payloads is how many distinct request bodies to prebuild; request i
 	// uses body i mod Payloads. 0: up to 1024, within 64 MiB.
 	Payloads int

@@ -31,6 +31,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/internal/stats"
+	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/loadgen"
 )
 
@@ -364,7 +365,7 @@ func offerLoad(t *testing.T, base string, rate loadgen.Rate, d time.Duration, se
 }
 
 // simpleInputs spares each run a metadata lookup through the proxy.
-var simpleInputs = []loadgen.TensorMetadata{
+var simpleInputs = []kserve.TensorMetadata{
 	{Name: "INPUT0", Datatype: "INT32", Shape: []int64{-1, 16}},
 	{Name: "INPUT1", Datatype: "INT32", Shape: []int64{-1, 16}},
 }
