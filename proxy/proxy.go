@@ -245,15 +245,10 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
-	key, batchable := kserve.BatchKey(req)
+	key, rows, batchable := kserve.BatchKey(req)
 	if !batchable {
 		// Shared memory, sequences, ...: Triton handles those itself.
 		s.passBuffered(ctx, raw)
-		return
-	}
-	rows, err := kserve.Rows(req)
-	if err != nil {
-		s.fail(ctx, model, err)
 		return
 	}
 	call := &dispatcher.Call{Version: version, Req: req, Rows: int(rows), Key: key}
