@@ -40,8 +40,15 @@ type ModelSpec struct {
 // Options configure a Dispatcher.
 type Options struct {
 	Upstream Upstream
-	// Retries of a batch after a connection error.
-	Retries int
+	// Retries of a batch after a connection error, each after a jittered
+	// pause growing from RetryBackoff (0: 10ms) to 250ms.
+	Retries      int
+	RetryBackoff time.Duration
+	// Hold is how long a caller waits for an upstream that refuses
+	// connections to come back before it gets 503, counted from its arrival;
+	// a caller's own Expire (Triton's timeout parameter) wins when earlier.
+	// 0: no hold, the batch fails once its retries are spent.
+	Hold time.Duration
 	// RetryAfter is what 503s on overload advise.
 	RetryAfter time.Duration
 	Metrics    *Metrics
@@ -56,6 +63,7 @@ type Options struct {
 type Dispatcher struct {
 	o       Options
 	now     func() time.Time
+	health  *upstreamHealth
 	mu      sync.RWMutex
 	models  map[string]*modelQueue
 	wg      sync.WaitGroup // queue loops
@@ -73,7 +81,7 @@ func New(o Options) *Dispatcher {
 		o.Metrics = NewMetrics(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
 }
 
 // Errors a caller may get before its call is queued.
@@ -450,7 +458,8 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			q.inFlightRows += rows
 			q.batchesSent++
 			q.rowsSent += int64(rows)
-			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner})
+			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner,
+				instances: q.spec.Instances})
 		}
 	}
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
@@ -549,4 +558,7 @@ type batch struct {
 	rows    int
 	sent    time.Time
 	planner Planner // the model's planner when the batch left, to learn from it
+	// instances is the model's instance limit when the batch left: it also
+	// bounds the caller-by-caller resends of a batch the upstream refused.
+	instances int
 }
