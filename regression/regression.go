@@ -73,6 +73,9 @@ type Fit struct {
 	N        int // samples in the fit, outliers included
 	Sizes    int // distinct batch sizes among them
 	Outliers int // samples rejected (robust weight zero)
+	// Rejected lists the rejected samples by index: into the samples given
+	// to FitSamples, or into the window (oldest first) for an Estimator.
+	Rejected []int
 	// Seeded reports that a prior line took part, as the whole answer when
 	// there were no samples, or as a pull on the slope.
 	Seeded bool
@@ -345,16 +348,27 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 			}
 			line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
 		}
-	} else {
-		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
 	}
 
-	f := Fit{Line: line, N: len(samples), Sizes: sizes, Seeded: o.Prior != nil}
-	for _, r := range robust {
+	// The robust weights only choose which samples to reject: the answer
+	// is the least-squares line through the samples kept, each with its
+	// base weight. Bisquare weights below 1 would otherwise tilt the line
+	// even when they reject nothing, and a fit that rejects nothing must be
+	// the plain least-squares fit a reader can check by hand.
+	f := Fit{N: len(samples), Sizes: sizes, Seeded: o.Prior != nil}
+	for i, r := range robust {
 		if r == 0 {
-			f.Outliers++
+			f.Rejected = append(f.Rejected, i)
+			w[i] = 0
+		} else {
+			w[i] = base[i]
 		}
 	}
+	f.Outliers = len(f.Rejected)
+	if kappa > 0 || weightedSizes(xs, w) >= 2 {
+		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
+	}
+	f.Line = line
 	f.R2 = r2(xs, ys, w, line)
 	return f, nil
 }

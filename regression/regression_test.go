@@ -262,3 +262,47 @@ func FuzzFitSamples(f *testing.F) {
 		}
 	})
 }
+
+func TestFitRejectingNothingIsLeastSquares(t *testing.T) {
+	// Per-size latencies shaped like the published ResNet-50 V100 figures
+	// (a few percent off the line, unevenly): no sample is an outlier, so
+	// the robust fit must be the least-squares line exactly. Bisquare
+	// weights below 1 used to tilt it (alpha 0.14400 for 0.14382).
+	var s []Sample
+	dev := []float64{0.03, -0.05, 0.02, 0.06, -0.04, 0.09, -0.12, 0.1}
+	for i, b := range []int{1, 2, 4, 8, 16, 32, 64, 128} {
+		s = append(s, Sample{Batch: b, LatencyMs: 0.1438*float64(b) + 1.8874 + dev[i]})
+	}
+	plain, err := FitSamples(s, Options{OutlierCut: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	robust, err := FitSamples(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if robust.Outliers != 0 || len(robust.Rejected) != 0 {
+		t.Fatalf("rejected %v from a clean profile", robust.Rejected)
+	}
+	if !near(robust.AlphaMs, plain.AlphaMs, 1e-12) || !near(robust.Tau0Ms, plain.Tau0Ms, 1e-12) || !near(robust.R2, plain.R2, 1e-12) {
+		t.Fatalf("robust fit %+v differs from least squares %+v though it rejected nothing", robust.Line, plain.Line)
+	}
+
+	// With a straggler, the answer is least squares over the rest, and the
+	// fit names the straggler.
+	s = append(s, Sample{Batch: 8, LatencyMs: 30})
+	robust, err = FitSamples(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := FitSamples(s[:len(s)-1], Options{OutlierCut: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(robust.Rejected) != 1 || robust.Rejected[0] != len(s)-1 || robust.Outliers != 1 {
+		t.Fatalf("rejected %v, want [%d]", robust.Rejected, len(s)-1)
+	}
+	if !near(robust.AlphaMs, rest.AlphaMs, 1e-12) || !near(robust.Tau0Ms, rest.Tau0Ms, 1e-12) {
+		t.Fatalf("fit %+v, want least squares without the straggler %+v", robust.Line, rest.Line)
+	}
+}
