@@ -108,10 +108,10 @@ func (p BatchMonitorPlus) Plan(e Estimate) Rule {
 	if !(util > 0 && util <= 1) || math.IsNaN(util) {
 		util = 1
 	}
-	b := 1
-	if e.Observed() {
-		b = ChooseBatchFor(e.RatePerSec, e.AlphaMs, e.Tau0Ms, p.From, e.MaxBatch, util)
+	if r, ok := conserving(NameBatchMonitorPlus, e); ok {
+		return r
 	}
+	b := ChooseBatchFor(e.RatePerSec, e.AlphaMs, e.Tau0Ms, p.From, e.MaxBatch, util)
 	wait := p.MaxWait
 	if wait <= 0 {
 		wait = e.TauDuration(b)

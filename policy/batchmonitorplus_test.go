@@ -90,7 +90,7 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 		wantB    int
 		wantWait time.Duration
 	}{
-		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "Limit", 1, tau(1)},
+		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "Limit", 1, 0},
 		{"defaults at light load never hold", NewBatchMonitorPlus(), estimate(10), "Limit", 1, tau(1)},
 		{"defaults under load use Algorithm 1's size as a limit", NewBatchMonitorPlus(), estimate(rate), "Limit",
 			ChooseBatch(rate, 0.3051, 1.052, 32), tau(ChooseBatch(rate, 0.3051, 1.052, 32))},

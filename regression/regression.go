@@ -81,6 +81,9 @@ type Fit struct {
 	N        int // samples in the fit, outliers included
 	Sizes    int // distinct batch sizes among them
 	Outliers int // samples rejected (robust weight zero)
+	// KeptSizes is the number of distinct batch sizes among the samples
+	// kept: below 2 only a prior gives the slope.
+	KeptSizes int
 	// Rejected lists the rejected samples by index: into the samples given
 	// to FitSamples, or into the window (oldest first) for an Estimator.
 	Rejected []int
@@ -410,6 +413,7 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 		}
 	}
 	f.Outliers = len(f.Rejected)
+	f.KeptSizes = weightedSizes(xs, w)
 	if kappa > 0 || weightedSizes(xs, w) >= 2 {
 		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
 	}
