@@ -85,10 +85,10 @@ type Monitor struct {
 	lastTotals map[int]BatchTotal
 	serverFed  atomic.Bool
 	overhead   atomic.Uint64 // math.Float64bits of the mean overhead in ms
-	current  atomic.Pointer[published]
-	changed  chan struct{}
-	replan   chan struct{} // asks Run to plan again now
-	running  atomic.Bool
+	current    atomic.Pointer[published]
+	changed    chan struct{}
+	replan     chan struct{} // asks Run to plan again now
+	running    atomic.Bool
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
@@ -443,9 +443,9 @@ type Snapshot struct {
 	// (network, HTTP, the server's queue); null without server statistics.
 	OverheadMs *float64 `json:"overhead_ms"`
 	Samples    int      `json:"samples"`
-	MaxBatch   int           `json:"max_batch_size"`
-	Instances  int           `json:"instances"`
-	Arrivals   int64         `json:"arrivals_total"`
+	MaxBatch   int      `json:"max_batch_size"`
+	Instances  int      `json:"instances"`
+	Arrivals   int64    `json:"arrivals_total"`
 }
 
 // Snapshot returns the current state.
