@@ -51,6 +51,9 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 		fail(http.StatusBadRequest, "reading the request body: "+err.Error())
 		return
 	}
+	// compute_input starts once the body is in, as Triton's does: reading
+	// it is the network's time, not the model's.
+	received := s.clock.Now()
 	req, err := decode(r.Header.Get(kserve.HeaderContentLength), body)
 	if err != nil {
 		fail(kserve.ErrorStatus(err), err.Error())
@@ -122,7 +125,7 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 		rows:  rows,
 		total: outputDone.Sub(start),
 		queue: queued.Sub(ready),
-		input: inputDone.Sub(start),
+		input: inputDone.Sub(received),
 		infer: infer,
 		out:   max(outputDone.Sub(computed)-after, 0),
 	})
