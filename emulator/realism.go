@@ -132,29 +132,47 @@ func (r Realism) transfer(bytes int) time.Duration {
 	return r.Overhead/2 + time.Duration(float64(r.PerMiB)*float64(bytes)/(1<<20))
 }
 
-// TrueLine is the median batch time tau(b) = AlphaMs*b + Tau0Ms the
-// emulator runs a model at: what a fit of its batch statistics should find.
+// TrueLine is the batch time the emulator runs a model at. AlphaMs and
+// Tau0Ms are the mean line, E[tau(b)] = AlphaMs*b + Tau0Ms, with the
+// realism's spread, tail and stalls averaged in: what a fit of the mean
+// batch times (Triton's batch_stats are sums) should find, and what a
+// server's throughput b/E[tau(b)] depends on. MedianAlphaMs and
+// MedianTau0Ms are the line a typical batch follows (the profile's, scaled).
 type TrueLine struct {
-	Model   string  `json:"model"`
-	AlphaMs float64 `json:"alpha_ms"`
-	Tau0Ms  float64 `json:"tau0_ms"`
+	Model         string  `json:"model"`
+	AlphaMs       float64 `json:"alpha_ms"`
+	Tau0Ms        float64 `json:"tau0_ms"`
+	MedianAlphaMs float64 `json:"median_alpha_ms"`
+	MedianTau0Ms  float64 `json:"median_tau0_ms"`
 	// Realism is what the emulator adds to the line.
 	Realism Realism `json:"realism"`
 }
 
-// Truth returns the line a model's batches run at (median, before the
-// realism's spread, tail and stalls).
+// meanFactor is E[factor] of batchFactor: exp(sigma^2/2) for the
+// log-normal, times the tail's mean stretch (uniform factors; Jitter's
+// uniform factor has mean 1).
+func (r Realism) meanFactor() float64 {
+	f := math.Exp(r.Sigma * r.Sigma / 2)
+	if r.TailShare > 0 {
+		f *= 1 + r.TailShare*((r.TailMin+r.TailMax)/2-1)
+	}
+	return f
+}
+
+// Truth returns the lines a model's batches run at.
 func (s *Server) Truth(model string) (TrueLine, bool) {
 	m, ok := s.byName[model]
 	if !ok {
 		return TrueLine{}, false
 	}
-	return TrueLine{
-		Model:   m.name,
-		AlphaMs: m.timing.AlphaMs * s.opts.TimeScale,
-		Tau0Ms:  m.timing.Tau0Ms * s.opts.TimeScale,
-		Realism: s.opts.Realism,
-	}, true
+	r := s.opts.Realism
+	a, t0 := m.timing.AlphaMs*s.opts.TimeScale, m.timing.Tau0Ms*s.opts.TimeScale
+	line := TrueLine{Model: m.name, AlphaMs: a, Tau0Ms: t0, MedianAlphaMs: a, MedianTau0Ms: t0, Realism: r}
+	if a > 0 || t0 > 0 { // instant batches (scale 0) stall no more than they run
+		f := r.meanFactor()
+		line.AlphaMs, line.Tau0Ms = a*f, t0*f+r.StallShare*float64(r.Stall)/float64(time.Millisecond)
+	}
+	return line, true
 }
 
 // handleTruth serves GET /emulator/models/{model}: the true line, so that

@@ -70,6 +70,17 @@ func TestRealismBatchTimes(t *testing.T) {
 			slow++
 		}
 	}
+	// The mean of the draws is the true mean line's tau(4).
+	s, _ := New(Options{Profile: p, TimeScale: 1, Realism: r})
+	truth, _ := s.Truth(ImageModel)
+	var sum time.Duration
+	for _, d := range a {
+		sum += d
+	}
+	mean := float64(sum) / float64(len(a)) / float64(time.Millisecond)
+	if want := 4*truth.AlphaMs + truth.Tau0Ms; mean < 0.95*want || mean > 1.05*want {
+		t.Errorf("mean batch time %.4g ms, want the true mean line's %.4g ms within 5%%", mean, want)
+	}
 	sorted := slices.Clone(a)
 	slices.Sort(sorted)
 	if med := sorted[len(sorted)/2]; med < time.Duration(0.98*float64(tau)) || med > time.Duration(1.02*float64(tau)) {
@@ -118,7 +129,7 @@ func TestRealismOutsideTheBatch(t *testing.T) {
 	}
 	var truth TrueLine
 	getJSON(t, ts.URL+"/emulator/models/"+ImageModel, &truth)
-	if truth.AlphaMs != p.AlphaMs || truth.Tau0Ms != p.Tau0Ms || truth.Realism != r {
+	if truth.AlphaMs != p.AlphaMs || truth.Tau0Ms != p.Tau0Ms || truth.MedianAlphaMs != p.AlphaMs || truth.Realism != r {
 		t.Errorf("truth %+v, want the profile's line and the realism", truth)
 	}
 }
