@@ -219,9 +219,16 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 			continue
 		}
 		mean := float64(t.Time-prev.Time) / float64(n) / float64(time.Millisecond)
-		if mean > 0 && m.est.ObserveSample(regression.Sample{Batch: t.Batch, LatencyMs: mean, Count: int(min(n, math.MaxInt32))}) == nil {
+		if !(mean > 0) {
+			continue
+		}
+		if !m.serverFed.Load() {
+			// The round trips learnt until now carry the overhead: the
+			// server's own figures replace them.
+			m.est.Forget()
 			m.serverFed.Store(true)
 		}
+		_ = m.est.ObserveSample(regression.Sample{Batch: t.Batch, LatencyMs: mean, Count: int(min(n, math.MaxInt32))})
 	}
 }
 

@@ -288,6 +288,15 @@ func (e *Estimator) ObserveSample(s Sample) error {
 	return nil
 }
 
+// Forget drops every sample (the prior stays), e.g. when a better source of
+// samples takes over from a worse one.
+func (e *Estimator) Forget() {
+	e.mu.Lock()
+	clear(e.ring)
+	e.next, e.count = 0, 0
+	e.mu.Unlock()
+}
+
 // Observed returns how many samples were ever observed.
 func (e *Estimator) Observed() int {
 	e.mu.Lock()
