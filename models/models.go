@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -367,7 +366,7 @@ func (r *Registry) seed(ctx context.Context, name string) (*regression.Line, str
 		var samples []regression.Sample
 		for _, s := range stats {
 			if ms := s.MeanMs(); ms > 0 {
-				samples = append(samples, regression.Sample{Batch: s.BatchSize, LatencyMs: ms, Count: int(min(s.ComputeInfer.Count, math.MaxInt32))})
+				samples = append(samples, regression.Sample{Batch: s.BatchSize, LatencyMs: ms, Weight: float64(s.ComputeInfer.Count)})
 			}
 		}
 		if f, err := regression.FitSamples(samples, regression.Options{}); err == nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,15 @@ const Slices = 4
 // noise) picks batch sizes that cost latency for nothing.
 const MaxRelErr = 0.2
 
+// serverDecay is the factor the per-size batch counts of the server's
+// statistics decay by per read (once per window): a half-life of about 69
+// windows, long because a model's line does not drift, and the memory of
+// sizes seen earlier is what keeps the line identified.
+const serverDecay = 0.99
+
+// sizeMean is the decayed batch count and summed time of one batch size.
+type sizeMean struct{ n, ms float64 }
+
 // overheadGain is the weight of the newest batch in the moving average of
 // the round trip's overhead over the server's own figure.
 const overheadGain = 0.05
@@ -81,14 +91,17 @@ type Monitor struct {
 
 	// The server's own statistics, once it has any: they feed the fit, and
 	// the round trip only measures the overhead around them.
-	serverMu   sync.Mutex
-	lastTotals map[int]BatchTotal
-	serverFed  atomic.Bool
-	overhead   atomic.Uint64 // math.Float64bits of the mean overhead in ms
-	current    atomic.Pointer[published]
-	changed    chan struct{}
-	replan     chan struct{} // asks Run to plan again now
-	running    atomic.Bool
+	serverMu      sync.Mutex
+	lastTotals    map[int]BatchTotal
+	perSize       map[int]*sizeMean
+	fitOpts       regression.Options // for fits of the server's means
+	serverBatches atomic.Int64
+	serverFed     atomic.Bool
+	overhead      atomic.Uint64 // math.Float64bits of the mean overhead in ms
+	current       atomic.Pointer[published]
+	changed       chan struct{}
+	replan        chan struct{} // asks Run to plan again now
+	running       atomic.Bool
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
@@ -123,7 +136,8 @@ func New(c Config) (*Monitor, error) {
 		}
 		seed, weight = *c.Seed, 0
 	}
-	est, err := regression.NewEstimator(regression.Options{Prior: &seed, PriorWeight: weight, MaxBatch: c.MaxBatch})
+	fitOpts := regression.Options{Prior: &seed, PriorWeight: weight, MaxBatch: c.MaxBatch}
+	est, err := regression.NewEstimator(fitOpts)
 	if err != nil {
 		return nil, fmt.Errorf("monitor %s: %w", c.Model, err)
 	}
@@ -137,6 +151,7 @@ func New(c Config) (*Monitor, error) {
 		now:       now,
 		est:       est,
 		rate:      rateEstimator{window: c.Window},
+		fitOpts:   fitOpts,
 		guessed:   c.Seed == nil,
 		energy:    c.Energy,
 		changed:   make(chan struct{}, 1),
@@ -191,16 +206,26 @@ type BatchTotal struct {
 }
 
 // ObserveServer takes the server's cumulative per-batch-size statistics.
-// The first call only sets the baseline; each later one feeds the fit the
-// mean time of the batches run since the call before, per batch size,
-// weighted by their number. A count that went down (the server restarted)
-// starts a new baseline for that size.
+// The first call only sets the baseline. Each later one adds the batches
+// run since the call before to a mean per batch size, whose weight (the
+// batch count) decays by serverDecay per call: the fit then runs on one
+// point per size, each as sure as the batches behind it. A size the traffic
+// has not formed lately keeps its mean, with a fading weight, so the line
+// stays anchored when load concentrates on a few sizes (at high load nearly
+// every batch is B_max, and the intercept would otherwise be a guess). A
+// count that went down (the server restarted) starts a new baseline for
+// that size.
 func (m *Monitor) ObserveServer(totals []BatchTotal) {
 	m.serverMu.Lock()
 	defer m.serverMu.Unlock()
 	first := m.lastTotals == nil
 	if first {
 		m.lastTotals = make(map[int]BatchTotal, len(totals))
+		m.perSize = map[int]*sizeMean{}
+	}
+	for _, a := range m.perSize {
+		a.n *= serverDecay
+		a.ms *= serverDecay
 	}
 	for _, t := range totals {
 		if t.Batch < 1 || t.Count < 0 {
@@ -218,18 +243,40 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		if n == 0 {
 			continue
 		}
-		mean := float64(t.Time-prev.Time) / float64(n) / float64(time.Millisecond)
-		if !(mean > 0) {
-			continue
+		a := m.perSize[t.Batch]
+		if a == nil {
+			a = &sizeMean{}
+			m.perSize[t.Batch] = a
 		}
-		if !m.serverFed.Load() {
-			// The round trips learnt until now carry the overhead: the
-			// server's own figures replace them.
-			m.est.Forget()
-			m.serverFed.Store(true)
-		}
-		_ = m.est.ObserveSample(regression.Sample{Batch: t.Batch, LatencyMs: mean, Count: int(min(n, math.MaxInt32))})
+		a.n += float64(n)
+		a.ms += float64(t.Time-prev.Time) / float64(time.Millisecond)
+		m.serverBatches.Add(n)
+		m.serverFed.Store(true)
 	}
+}
+
+// serverSamples is the per-size means of the server's statistics, weighted
+// by their decayed batch counts.
+func (m *Monitor) serverSamples() []regression.Sample {
+	m.serverMu.Lock()
+	defer m.serverMu.Unlock()
+	out := make([]regression.Sample, 0, len(m.perSize))
+	for b, a := range m.perSize {
+		if a.n > 0 && a.ms > 0 {
+			out = append(out, regression.Sample{Batch: b, LatencyMs: a.ms / a.n, Weight: a.n})
+		}
+	}
+	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
+	return out
+}
+
+// fit is the current tau(b) fit: of the server's per-size means once they
+// arrive, else of the round trips.
+func (m *Monitor) fit() (regression.Fit, error) {
+	if m.serverFed.Load() {
+		return regression.FitSamples(m.serverSamples(), m.fitOpts)
+	}
+	return m.est.Fit()
 }
 
 // Rule returns the rule in force.
@@ -375,7 +422,7 @@ func (r *rateEstimator) add(n int, d time.Duration) (time.Duration, int) {
 }
 
 func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
-	fit, err := m.est.Fit()
+	fit, err := m.fit()
 	if err != nil {
 		// Only possible without samples and without a seed, which New
 		// prevents; keep planning on the seed-free default.
@@ -476,7 +523,7 @@ func (m *Monitor) Snapshot() Snapshot {
 		Outliers:   p.fit.Outliers,
 		FitDoubt:   p.est.FitDoubt,
 		FitSource:  "round trip",
-		Samples:    m.est.Observed(),
+		Samples:    m.est.Observed() + int(m.serverBatches.Load()),
 		MaxBatch:   p.est.MaxBatch,
 		Instances:  p.est.Instances,
 		Arrivals:   m.total.Load(),

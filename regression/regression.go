@@ -28,21 +28,27 @@ import (
 )
 
 // Sample is one observed batch: its size and how long it took; or, with
-// Count > 1, the mean latency of Count batches of that size, which weighs as
-// much as Count samples (a server's statistics report sums per batch size).
+// Weight, the mean latency of that many batches of that size, which weighs
+// as much as that many samples (a server's statistics report sums per batch
+// size; a decayed count is fractional).
 type Sample struct {
 	Batch     int
 	LatencyMs float64
-	Count     int // batches LatencyMs is the mean of; 0 counts as 1
+	Weight    float64 // batches LatencyMs is the mean of; 0 counts as 1
 }
 
 // weight is how many batches the sample stands for.
-func (s Sample) weight() float64 { return float64(max(s.Count, 1)) }
+func (s Sample) weight() float64 {
+	if s.Weight == 0 {
+		return 1
+	}
+	return s.Weight
+}
 
 func (s Sample) validate() error {
 	switch {
-	case s.Count < 0:
-		return fmt.Errorf("count must be >= 0, got %d", s.Count)
+	case !(s.Weight >= 0) || math.IsInf(s.Weight, 0):
+		return fmt.Errorf("weight must be a finite number >= 0, got %v", s.Weight)
 	case s.Batch < 1:
 		return fmt.Errorf("batch size must be >= 1, got %d", s.Batch)
 	case math.IsNaN(s.LatencyMs) || math.IsInf(s.LatencyMs, 0) || s.LatencyMs < 0:
@@ -288,15 +294,6 @@ func (e *Estimator) ObserveSample(s Sample) error {
 	return nil
 }
 
-// Forget drops every sample (the prior stays), e.g. when a better source of
-// samples takes over from a worse one.
-func (e *Estimator) Forget() {
-	e.mu.Lock()
-	clear(e.ring)
-	e.next, e.count = 0, 0
-	e.mu.Unlock()
-}
-
 // Observed returns how many samples were ever observed.
 func (e *Estimator) Observed() int {
 	e.mu.Lock()
@@ -340,20 +337,23 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 	}
 	// The prior as a ridge term on the slope: kappa*(alpha - alpha0)^2 with
 	// kappa = PriorWeight * (variance of a uniform spread over 1..MaxBatch),
-	// scaled to the data's mean weight.
+	// scaled to the data's mean weight per batch observed.
 	var kappa, alpha0 float64
 	if o.Prior != nil {
 		alpha0 = o.Prior.AlphaMs
-		var sw float64
-		for _, w := range base {
+		// The weight per batch observed: below 1 where older samples fade
+		// out, exactly 1 for means of Weight batches.
+		var sw, batches float64
+		for i, w := range base {
 			sw += w
+			batches += samples[i].weight()
 		}
 		m := float64(o.MaxBatch)
 		spread := (m*m - 1) / 12
 		if spread == 0 {
 			spread = 1
 		}
-		kappa = o.PriorWeight * spread * sw / float64(len(base))
+		kappa = o.PriorWeight * spread * sw / batches
 		if sxx := spreadOf(samples, base); sxx > 0 {
 			kappa = math.Min(kappa, MaxPriorShare*sxx)
 		}

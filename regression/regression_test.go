@@ -369,9 +369,9 @@ func TestCountWeighsLikeCopies(t *testing.T) {
 		for _, c := range copies[len(copies)-5:] {
 			sum += c.LatencyMs
 		}
-		means = append(means, Sample{Batch: b, LatencyMs: sum / 5, Count: 5})
+		means = append(means, Sample{Batch: b, LatencyMs: sum / 5, Weight: 5})
 	}
-	means = append(means, Sample{Batch: 2, LatencyMs: 3, Count: 1})
+	means = append(means, Sample{Batch: 2, LatencyMs: 3, Weight: 1})
 	copies = append(copies, Sample{Batch: 2, LatencyMs: 3})
 	a, err := FitSamples(copies, Options{OutlierCut: -1})
 	if err != nil {
@@ -384,7 +384,7 @@ func TestCountWeighsLikeCopies(t *testing.T) {
 	if !near(a.AlphaMs, b.AlphaMs, 1e-12) || !near(a.Tau0Ms, b.Tau0Ms, 1e-12) {
 		t.Fatalf("means with counts fit %+v, copies %+v", b.Line, a.Line)
 	}
-	if _, err := FitSamples([]Sample{{Batch: 1, LatencyMs: 1, Count: -1}}, Options{}); err == nil || !strings.Contains(err.Error(), "count") {
+	if _, err := FitSamples([]Sample{{Batch: 1, LatencyMs: 1, Weight: -1}}, Options{}); err == nil || !strings.Contains(err.Error(), "weight") {
 		t.Fatalf("negative count: error %v", err)
 	}
 }
