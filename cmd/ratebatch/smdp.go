@@ -406,6 +406,6 @@ func runSMDPBudget(ctx context.Context, stdout io.Writer, prof profile.Profile, 
 	fmt.Fprintf(stdout, "optimum: control limit %d (%.4g ms, %.4g W) mixed with %d (%.4g ms, %.4g W): mix %.4f (time share %.4f), w2 %.4g ms/W\n",
 		c.First.Limit, c.First.LatencyMs, c.First.PowerW, c.Second.Limit, c.Second.LatencyMs, c.Second.PowerW, c.Mix, c.TimeShare, c.W2)
 	fmt.Fprintf(stdout, "mean latency %.4g ms, power %.4g W, %.4g req/J (%+.1f%% vs ad-hoc), %d solves\n",
-		c.LatencyMs, c.PowerW, *rep.RequestsPerJoule, 100*(*rep.RequestsPerJoule / *rep.AdhocRPJ-1), c.Solves)
+		c.LatencyMs, c.PowerW, *rep.RequestsPerJoule, 100*(*rep.RequestsPerJoule / *rep.AdhocRPJ - 1), c.Solves)
 	return nil
 }
