@@ -179,19 +179,24 @@ func SolveBudget(ctx context.Context, m Model, b Budget, sMax int) (Constrained,
 		return Constrained{}, fmt.Errorf("%w: the budget %.4g ms is below %.4g ms, the mean latency of the fastest policy at this load",
 			ErrBudgetInfeasible, budget, lo.LatencyMs)
 	}
-	// Second: raise w2 until the optimum exceeds the budget.
-	var hi Point
-	found := false
-	for w := 1.0; w <= maxBudgetW2; w *= 4 {
+	// Second: the control limits bracket the budget (latency grows with
+	// the limit past the fastest one), which gives the crossing steps below
+	// a start that is usually already the pair of neighbours; failing that
+	// (a budget above every limit's latency), raise w2 until the optimum
+	// exceeds the budget.
+	hi, found, err := s.bracket(&lo, feasible)
+	if err != nil {
+		return Constrained{}, err
+	}
+	for w := 1.0; !found && w <= maxBudgetW2; w *= 4 {
 		p, err := s.optimum(w)
 		if err != nil {
 			return Constrained{}, err
 		}
 		if !feasible(p) {
 			hi, found = p, true
-			break
 		}
-		if p.PowerW < lo.PowerW {
+		if feasible(p) && p.PowerW < lo.PowerW {
 			lo, wLo = p, w
 		}
 	}
@@ -265,6 +270,47 @@ func (s *budgetSearch) point(limit int) (Point, error) {
 	p := Point{Limit: limit, Evaluation: ev}
 	s.points[limit] = p
 	return p, nil
+}
+
+// bracket walks the control limits up from lo (feasible), doubling the
+// step, to the first infeasible one, then bisects to the adjacent pair:
+// lo becomes the largest feasible limit found and the next one is
+// returned. Each step is one exact evaluation, far cheaper than a solve.
+// found is false when every limit up to B_max+1 meets the budget.
+func (s *budgetSearch) bracket(lo *Point, feasible func(Point) bool) (hi Point, found bool, err error) {
+	top := s.m.MaxBatch + 1
+	a := *lo
+	for step := 1; ; step *= 2 {
+		l := min(a.Limit+step, top)
+		if l <= a.Limit {
+			return Point{}, false, nil
+		}
+		p, err := s.point(l)
+		if err != nil {
+			return Point{}, false, err
+		}
+		if !feasible(p) {
+			hi = p
+			break
+		}
+		a = p
+	}
+	for hi.Limit-a.Limit > 1 {
+		p, err := s.point((a.Limit + hi.Limit) / 2)
+		if err != nil {
+			return Point{}, false, err
+		}
+		if feasible(p) {
+			a = p
+		} else {
+			hi = p
+		}
+	}
+	if a.PowerW > hi.PowerW && a.PowerW <= lo.PowerW {
+		*lo = a
+		return hi, true, nil
+	}
+	return Point{}, false, nil
 }
 
 // optimum solves the weighted problem at w2 and returns its control limit
