@@ -1,10 +1,12 @@
 package smdp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -393,4 +395,85 @@ func (c *Constrained) mix(m Model, sMax int, eval *Evaluator) error {
 	c.Evaluation = ev
 	c.TimeShare = theta(ev)
 	return nil
+}
+
+// Frontier returns the lower convex hull of the pure control-limit
+// policies 1..B_max+1 in the (mean latency, mean power) plane, fastest
+// first: the vertices of the constrained optimum's curve. For any budget
+// between two adjacent vertices the constrained optimum is their mix, on
+// the segment between them, so the curve is this polyline (SolveBudget
+// lands on it; the tests check that). Each vertex costs one exact
+// evaluation, no solve.
+func Frontier(m Model, sMax int) ([]Point, error) {
+	if sMax == 0 {
+		sMax = max(DefaultSMax, 2*m.MaxBatch)
+	}
+	eval, err := NewEvaluator(m, Options{W1: 1, Epsilon: DefaultEpsilon, SMax: sMax, IterMax: DefaultIterMax})
+	if err != nil {
+		return nil, err
+	}
+	pts := make([]Point, 0, m.MaxBatch+1)
+	for l := 1; l <= m.MaxBatch+1; l++ {
+		ev, err := eval.Evaluate(ControlLimit(m, sMax, l))
+		if err != nil {
+			return nil, fmt.Errorf("evaluating control limit %d: %w", l, err)
+		}
+		pts = append(pts, Point{Limit: l, Evaluation: ev})
+	}
+	return lowerHull(pts), nil
+}
+
+// lowerHull keeps the points on the lower-left convex hull: sorted by
+// latency, each with less power than every faster one, and no point above
+// the segment between its neighbours.
+func lowerHull(pts []Point) []Point {
+	sorted := append([]Point(nil), pts...)
+	slices.SortStableFunc(sorted, func(a, b Point) int { return cmp.Compare(a.LatencyMs, b.LatencyMs) })
+	var out []Point
+	for _, p := range sorted {
+		if len(out) > 0 && !(p.PowerW < out[len(out)-1].PowerW) {
+			continue // slower and no cheaper: dominated
+		}
+		// Pop while the last point lies on or above the segment from the
+		// one before it to p.
+		for len(out) >= 2 {
+			a, b := out[len(out)-2], out[len(out)-1]
+			cross := (b.LatencyMs-a.LatencyMs)*(p.PowerW-a.PowerW) - (b.PowerW-a.PowerW)*(p.LatencyMs-a.LatencyMs)
+			if cross > 0 {
+				break // b is below the chord a-p: keep it
+			}
+			out = out[:len(out)-1]
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// OnFrontier returns the frontier's power at the given mean latency (the
+// constrained optimum's), by linear interpolation between vertices; ok is
+// false outside the curve's latency range.
+func OnFrontier(hull []Point, latencyMs float64) (powerW float64, ok bool) {
+	for i := 1; i < len(hull); i++ {
+		a, b := hull[i-1], hull[i]
+		if latencyMs >= a.LatencyMs && latencyMs <= b.LatencyMs {
+			t := (latencyMs - a.LatencyMs) / (b.LatencyMs - a.LatencyMs)
+			return a.PowerW + t*(b.PowerW-a.PowerW), true
+		}
+	}
+	if len(hull) > 0 && latencyMs >= hull[len(hull)-1].LatencyMs {
+		return hull[len(hull)-1].PowerW, true
+	}
+	return 0, false
+}
+
+// WeightedOptimum returns the frontier vertex that minimises
+// latency + w2*power: the weighted optimum within the control-limit class.
+func WeightedOptimum(hull []Point, w2 float64) Point {
+	best := hull[0]
+	for _, p := range hull[1:] {
+		if p.LatencyMs+w2*p.PowerW < best.LatencyMs+w2*best.PowerW {
+			best = p
+		}
+	}
+	return best
 }

@@ -195,3 +195,42 @@ func TestSolveBudgetEdges(t *testing.T) {
 		t.Error("factor 0.5: want an error")
 	}
 }
+
+// The constrained optimum lies on the frontier of control limits, and the
+// frontier is convex and decreasing.
+func TestSolveBudgetLiesOnTheFrontier(t *testing.T) {
+	m := ModelFor(preset(t, "googlenet-p4"), 0.5)
+	hull, err := Frontier(m, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hull) < 3 {
+		t.Fatalf("frontier has %d vertices", len(hull))
+	}
+	for i := 1; i < len(hull); i++ {
+		if !(hull[i].LatencyMs > hull[i-1].LatencyMs && hull[i].PowerW < hull[i-1].PowerW) {
+			t.Fatalf("vertex %d not slower and cheaper: %+v after %+v", i, hull[i], hull[i-1])
+		}
+		if i >= 2 {
+			s1 := (hull[i-1].PowerW - hull[i-2].PowerW) / (hull[i-1].LatencyMs - hull[i-2].LatencyMs)
+			s2 := (hull[i].PowerW - hull[i-1].PowerW) / (hull[i].LatencyMs - hull[i-1].LatencyMs)
+			if !(s2 > s1) {
+				t.Fatalf("not convex at vertex %d: slopes %v then %v", i-1, s1, s2)
+			}
+		}
+	}
+	for _, f := range []float64{1.05, 1.1, 1.25, 1.5, 2} {
+		c, err := SolveBudget(context.Background(), m, Budget{Factor: f}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := OnFrontier(hull, c.BudgetMs)
+		if !ok || math.Abs(c.PowerW-want) > 1e-6*want {
+			t.Errorf("%vx: power %.9g W, frontier %.9g W (ok %v)", f, c.PowerW, want, ok)
+		}
+	}
+	// The weighted optimum at w2 = 0 is the fastest vertex.
+	if w := WeightedOptimum(hull, 0); w.Limit != hull[0].Limit {
+		t.Errorf("w2 = 0 picks limit %d, want the fastest %d", w.Limit, hull[0].Limit)
+	}
+}
