@@ -48,6 +48,9 @@ type Options struct {
 	// Jitter spreads execution times: each batch takes tau(b) times a
 	// factor drawn uniformly from [1-Jitter, 1+Jitter]. 0 <= Jitter < 1.
 	Jitter float64
+	// Realism adds a real server's roughness (see Realism); the zero value
+	// is exact. It draws from the same seeded source as Jitter.
+	Realism Realism
 	// Seed seeds the jitter so that runs repeat.
 	Seed uint64
 	// IdleWatts is the power the device draws when idle; it needs a profile
@@ -116,6 +119,8 @@ func New(opts Options) (*Server, error) {
 	switch {
 	case !(opts.TimeScale >= 0) || math.IsInf(opts.TimeScale, 0):
 		return nil, fmt.Errorf("emulator: time scale must be a finite number >= 0, got %v", opts.TimeScale)
+	case opts.Realism.validate() != nil:
+		return nil, fmt.Errorf("emulator: %w", opts.Realism.validate())
 	case opts.Instances < 0:
 		return nil, fmt.Errorf("emulator: instances must be >= 1 (0 means 1), got %d", opts.Instances)
 	case !(opts.Jitter >= 0 && opts.Jitter < 1):
@@ -332,19 +337,20 @@ func (s *Server) lifeContext() context.Context {
 	return s.life
 }
 
-// execTime is how long a batch of rows runs on the emulated device.
+// execTime is how long a batch of rows runs on the emulated device: tau(b)
+// scaled, spread by Jitter and Realism, after any stall Realism draws.
 func (s *Server) execTime(m *model, rows int) time.Duration {
 	ms := m.timing.TauMs(rows) * s.opts.TimeScale
 	if ms <= 0 {
 		return 0
 	}
+	s.rngMu.Lock()
 	if j := s.opts.Jitter; j > 0 {
-		s.rngMu.Lock()
-		f := 1 - j + 2*j*s.rng.Float64()
-		s.rngMu.Unlock()
-		ms *= f
+		ms *= 1 - j + 2*j*s.rng.Float64()
 	}
-	return time.Duration(ms * float64(time.Millisecond))
+	f, stall := s.batchFactor()
+	s.rngMu.Unlock()
+	return time.Duration(ms*f*float64(time.Millisecond)) + stall
 }
 
 // batchEnergyMJ is zeta(rows), or 0 when the profile has no energy figures.

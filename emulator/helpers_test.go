@@ -269,6 +269,23 @@ func parseResponse(t testing.TB, resp *http.Response) inferResult {
 	return r
 }
 
+// getJSON fetches url and decodes a 200 JSON body into v.
+func getJSON(t testing.TB, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: status %d: %s", url, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, body)
+	}
+}
+
 // simpleInputs returns rows of INPUT0 and INPUT1 for the simple models.
 func simpleInputs(rows int, shape []int64, seed int32) (input, input) {
 	a := input{name: "INPUT0", datatype: "INT32", shape: shape}

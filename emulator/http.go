@@ -31,6 +31,7 @@ func (s *Server) routes() http.Handler {
 		handle("GET", prefix+"/stats", s.withModel(s.handleModelStats))
 		handle("POST", prefix+"/infer", s.withModel(s.handleInfer))
 	}
+	handle("GET", "/emulator/models/{model}", s.withModel(s.handleTruth))
 	// Everything else gets a KServe error body: 405 when the path exists
 	// for another method, 404 otherwise.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
