@@ -430,22 +430,8 @@ func TestReliabilityUpstreamKilledMidBatch(t *testing.T) {
 	// No hold: this test is about the errors of an outage the callers are
 	// not held through (TestReliabilityUpstreamRestartHeld holds them).
 	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, 0 })
-	offerLoad(t, lt.base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
-	before := takeFootprint()
-	warm := lt.settled(t, "simple")
-
 	const killAt, restartAt, d = 700 * time.Millisecond, 1200 * time.Millisecond, 2500 * time.Millisecond
-	done := make(chan loadgen.Result)
-	go func() { done <- offerLoad(t, lt.base, loadgen.ConstantRate(150), d, 2) }()
-	time.Sleep(killAt)
-	em.Close()
-	time.Sleep(restartAt - killAt)
-	if err := em.Start(addr, ""); err != nil {
-		t.Fatalf("restarting the emulator: %v", err)
-	}
-	res := <-done
-	l := lt.settled(t, "simple")
-	l = l.minus(warm)
+	res, l, before := runOutage(t, lt, em, addr, loadgen.ConstantRate(150), killAt, restartAt-killAt, d, 2)
 	checkBooks(t, res.Summary, l, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
 	if res.Summary.Errors == 0 || l.upstream["connection"] == 0 {
 		t.Fatalf("the upstream's death went unnoticed (%d client errors, %v failed upstream calls): the test did not test", res.Summary.Errors, l.upstream["connection"])
@@ -483,21 +469,8 @@ func TestReliabilityUpstreamRestartHeld(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
 	addr := em.Addr()
 	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, hold })
-	offerLoad(t, lt.base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
-	before := takeFootprint()
-	warm := lt.settled(t, "simple")
-
 	const killAt, down, d = 700 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond
-	done := make(chan loadgen.Result)
-	go func() { done <- offerLoad(t, lt.base, loadgen.ConstantRate(400), d, 3) }()
-	time.Sleep(killAt)
-	em.Close()
-	time.Sleep(down)
-	if err := em.Start(addr, ""); err != nil {
-		t.Fatalf("restarting the emulator: %v", err)
-	}
-	res := <-done
-	l := lt.settled(t, "simple").minus(warm)
+	res, l, before := runOutage(t, lt, em, addr, loadgen.ConstantRate(400), killAt, down, d, 3)
 	checkBooks(t, res.Summary, l, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
 	if l.upstream["marked_down"] == 0 {
 		t.Fatalf("the upstream was never marked down (upstream errors %v): the test did not test", l.upstream)
@@ -509,6 +482,27 @@ func TestReliabilityUpstreamRestartHeld(t *testing.T) {
 		t.Fatalf("%d of %d requests failed across an outage shorter than the hold", res.Summary.Errors, res.Summary.Sent)
 	}
 	expectNoLeak(t, before)
+}
+
+// runOutage warms the proxy up, then offers load at rate for d while the
+// emulator serving at addr is killed at killAt and restarted down later. It
+// returns the load's result, the proxy's ledger of the run and the
+// footprint before it, for expectNoLeak.
+func runOutage(t *testing.T, lt *liveTest, em *emulator.Server, addr string, rate loadgen.Rate, killAt, down, d time.Duration, seed uint64) (loadgen.Result, ledger, footprint) {
+	t.Helper()
+	offerLoad(t, lt.base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
+	before := takeFootprint()
+	warm := lt.settled(t, "simple")
+	done := make(chan loadgen.Result)
+	go func() { done <- offerLoad(t, lt.base, rate, d, seed) }()
+	time.Sleep(killAt)
+	em.Close()
+	time.Sleep(down)
+	if err := em.Start(addr, ""); err != nil {
+		t.Fatalf("restarting the emulator: %v", err)
+	}
+	res := <-done
+	return res, lt.settled(t, "simple").minus(warm), before
 }
 
 // minus is the ledger of what happened since base.
