@@ -100,10 +100,10 @@ func (h *upstreamHealth) broadcast() {
 
 // Pauses between attempts after a connection error: the first about
 // defaultBackoff, doubling up to maxBackoff, so that a restarting upstream
-// is found within a quarter second of its return without being flooded.
+// is found within a tenth of a second of its return without being flooded.
 const (
 	defaultBackoff = 10 * time.Millisecond
-	maxBackoff     = 250 * time.Millisecond
+	maxBackoff     = 100 * time.Millisecond
 )
 
 // backoff is the pause before retry number attempt (1, 2, ...): base
