@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -30,13 +31,10 @@ type Config struct {
 	// upstream's per-batch-size statistics); nil starts from Default.
 	Seed *regression.Line
 	// Energy, when known, is the per-batch energy line zeta(b) in mJ.
-	Energy *EnergyLine
+	Energy *batchcost.Energy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
-
-// EnergyLine is zeta(b) = BetaMJ*b + Zeta0MJ.
-type EnergyLine struct{ BetaMJ, Zeta0MJ float64 }
 
 // DefaultSeed is the tau(b) line assumed before anything is measured: a
 // millisecond per batch plus a tenth per row, small enough that batching
@@ -52,7 +50,7 @@ type Monitor struct {
 	window time.Duration
 	now    func() time.Time
 	est    *regression.Estimator
-	energy *EnergyLine
+	energy *batchcost.Energy
 
 	arrivals atomic.Int64 // rows since the last window; reset only by the monitor
 	total    atomic.Int64
@@ -227,8 +225,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		Now:       now,
 		Window:    window,
 		Arrivals:  arrivals,
-		AlphaMs:   fit.AlphaMs,
-		Tau0Ms:    fit.Tau0Ms,
+		Latency:   fit.Line,
 		FitR2:     fit.R2,
 		MaxBatch:  maxBatch,
 		Instances: instances,
@@ -237,7 +234,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
 	}
 	if m.energy != nil {
-		e.BetaMJ, e.Zeta0MJ, e.HasEnergy = m.energy.BetaMJ, m.energy.Zeta0MJ, true
+		e.Energy, e.HasEnergy = *m.energy, true
 	}
 	m.current.Store(&published{rule: pol.Plan(e), est: e, fit: fit})
 	select {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/smdp"
 )
 
@@ -76,11 +77,11 @@ type SMDP struct {
 
 // smdpEntry is one solved table and what it was solved for.
 type smdpEntry struct {
-	grid            int // index of the grid rate
-	alphaMs, tau0Ms float64
-	betaMJ, zeta0MJ float64
-	maxBatch        int
-	rule            Rule // an SMDPRule, or the fallback of a failed solve
+	grid     int // index of the grid rate
+	latency  batchcost.Latency
+	energy   batchcost.Energy
+	maxBatch int
+	rule     Rule // an SMDPRule, or the fallback of a failed solve
 }
 
 // NewSMDP returns the policy with weights w1 (latency, > 0) and w2 (power,
@@ -158,9 +159,9 @@ func (p *SMDP) Plan(e Estimate) Rule {
 	ratio := 1 + p.resolve()
 	lambda := e.RatePerSec / 1000
 	grid := int(math.Round(math.Log(lambda) / math.Log(ratio)))
-	m := smdp.Model{AlphaMs: e.AlphaMs, Tau0Ms: e.Tau0Ms, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
+	m := smdp.Model{Latency: e.Latency, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
 	if e.HasEnergy {
-		m.BetaMJ, m.Zeta0MJ = e.BetaMJ, e.Zeta0MJ
+		m.Energy = e.Energy
 	}
 	if m.Rho() >= 1 {
 		// The grid point may lie above a stable measured rate.
@@ -176,7 +177,7 @@ func (p *SMDP) Plan(e Estimate) Rule {
 	if r, ok := p.lookup(grid, m); ok {
 		return r
 	}
-	entry := &smdpEntry{grid: grid, alphaMs: m.AlphaMs, tau0Ms: m.Tau0Ms, betaMJ: m.BetaMJ, zeta0MJ: m.Zeta0MJ, maxBatch: m.MaxBatch}
+	entry := &smdpEntry{grid: grid, latency: m.Latency, energy: m.Energy, maxBatch: m.MaxBatch}
 	entry.rule = p.solve(m, e.HasEnergy)
 	p.solves++
 	p.cache = append([]*smdpEntry{entry}, p.cache...)
@@ -198,10 +199,10 @@ func (p *SMDP) resolve() float64 {
 func (p *SMDP) lookup(grid int, m smdp.Model) (Rule, bool) {
 	tol := p.resolve()
 	for i, c := range p.cache {
-		if c.grid != grid || c.maxBatch != m.MaxBatch || c.betaMJ != m.BetaMJ || c.zeta0MJ != m.Zeta0MJ {
+		if c.grid != grid || c.maxBatch != m.MaxBatch || c.energy != m.Energy {
 			continue
 		}
-		if math.Abs(m.AlphaMs-c.alphaMs) > tol*c.alphaMs || math.Abs(m.Tau0Ms-c.tau0Ms) > tol*max(c.tau0Ms, c.alphaMs) {
+		if a, t0 := c.latency.AlphaMs, c.latency.Tau0Ms; math.Abs(m.AlphaMs-a) > tol*a || math.Abs(m.Tau0Ms-t0) > tol*max(t0, a) {
 			continue
 		}
 		copy(p.cache[1:i+1], p.cache[:i])

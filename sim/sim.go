@@ -213,7 +213,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	p := c.Profile
 	fit, err := regression.NewEstimator(regression.Options{
-		Prior:    &regression.Line{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms},
+		Prior:    &p.Latency,
 		MaxBatch: p.MaxBatch,
 	})
 	if err != nil {
@@ -264,21 +264,20 @@ func (r *run) estimate(window time.Duration, arrivals int) policy.Estimate {
 		Now:       Epoch.Add(r.now),
 		Window:    window,
 		Arrivals:  arrivals,
-		AlphaMs:   p.AlphaMs,
-		Tau0Ms:    p.Tau0Ms,
+		Latency:   p.Latency,
 		FitR2:     1,
 		HasEnergy: p.HasEnergy,
 		MaxBatch:  p.MaxBatch,
 		Instances: r.c.Instances,
 	}
 	if p.HasEnergy {
-		e.BetaMJ, e.Zeta0MJ = p.BetaMJ, p.Zeta0MJ
+		e.Energy = p.Energy
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
 	}
 	if f, err := r.fit.Fit(); err == nil {
-		e.AlphaMs, e.Tau0Ms, e.FitR2 = f.AlphaMs, f.Tau0Ms, f.R2
+		e.Latency, e.FitR2 = f.Line, f.R2
 		if f.N == 0 {
 			e.FitR2 = 1 // the profile itself
 		}
