@@ -173,9 +173,15 @@ func TestInvalidInput(t *testing.T) {
 		{"unstable", func() error { _, err := good.Latency(2); return err }, "unstable"},
 		{"target below tau(1)", func() error { _, err := good.MaxRate(1.5); return err }, "lone request"},
 		{"target NaN", func() error { _, err := good.MaxRate(math.NaN()); return err }, "target"},
-		{"energy negative", func() error { _, err := good.MinRequestsPerJoule(0.1, batchcost.Energy{BetaMJ: -1, Zeta0MJ: 1}); return err }, "beta"},
+		{"energy negative", func() error {
+			_, err := good.MinRequestsPerJoule(0.1, batchcost.Energy{BetaMJ: -1, Zeta0MJ: 1})
+			return err
+		}, "beta"},
 		{"energy zero", func() error { _, err := good.MinRequestsPerJoule(0.1, batchcost.Energy{}); return err }, "both 0"},
-		{"efficiency unstable", func() error { _, err := good.MinRequestsPerJoule(3, batchcost.Energy{BetaMJ: 1, Zeta0MJ: 1}); return err }, "unstable"},
+		{"efficiency unstable", func() error {
+			_, err := good.MinRequestsPerJoule(3, batchcost.Energy{BetaMJ: 1, Zeta0MJ: 1})
+			return err
+		}, "unstable"},
 	}
 	for _, tt := range tests {
 		if err := tt.call(); err == nil || !strings.Contains(err.Error(), tt.want) {
