@@ -68,6 +68,7 @@ type UpstreamOpts struct {
 	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
+	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
 }
 
 // Power selects where energy figures come from.
@@ -117,7 +118,7 @@ func Default() Config {
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
 		},
-		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1},
+		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second},
 		Power:     Power{Source: "none", Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
@@ -180,6 +181,7 @@ func (c *Config) Validate() error {
 		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
+		{"upstream_client.hold", c.Upstreams.Hold < 0, "must be >= 0"},
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},

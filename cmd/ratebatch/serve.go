@@ -126,7 +126,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	}
 	reg.MustRegister(meter)
 	disp := dispatcher.New(dispatcher.Options{
-		Upstream: client, Retries: cfg.Upstreams.Retries, RetryAfter: cfg.Limits.RetryAfter,
+		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg),
 		Busy: func(model string) func(int) {
 			return meter.Begin(model, "").End
