@@ -274,7 +274,13 @@ func (m *Monitor) serverSamples() []regression.Sample {
 // arrive, else of the round trips.
 func (m *Monitor) fit() (regression.Fit, error) {
 	if m.serverFed.Load() {
-		return regression.FitSamples(m.serverSamples(), m.fitOpts)
+		// One mean per size, each over many batches: a size's mean is no
+		// outlier to reject (the heavy tail is part of the mean the
+		// server's throughput depends on), and a robust scale over a few
+		// unequally weighted points would reject all but the heaviest.
+		o := m.fitOpts
+		o.OutlierCut = -1
+		return regression.FitSamples(m.serverSamples(), o)
 	}
 	return m.est.Fit()
 }
@@ -462,6 +468,8 @@ func (m *Monitor) doubt(f regression.Fit) string {
 		return "no batch measured yet"
 	case f.N == 0:
 		return "" // a measured seed (profile, server statistics) and nothing newer
+	case !m.guessed && f.N-f.Outliers < 3:
+		return "" // a measured seed, and too few samples yet to judge it by
 	case m.guessed && f.KeptSizes < 2:
 		return fmt.Sprintf("one batch size among %d samples kept: the slope is unknown", f.N-f.Outliers)
 	case f.RelErr() > MaxRelErr:
