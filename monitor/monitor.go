@@ -63,11 +63,10 @@ const Slices = 4
 // noise) picks batch sizes that cost latency for nothing.
 const MaxRelErr = 0.2
 
-// serverDecay is the factor the per-size batch counts of the server's
-// statistics decay by per read (once per window): a half-life of about 69
-// windows, long because a model's line does not drift, and the memory of
-// sizes seen earlier is what keeps the line identified.
-const serverDecay = 0.99
+// serverHalfLife is the half-life of the per-size batch counts of the
+// server's statistics: long, because a model's line does not drift, and the
+// memory of sizes seen earlier is what keeps the line identified.
+const serverHalfLife = time.Minute
 
 // sizeMean is the decayed batch count and summed time of one batch size.
 type sizeMean struct{ n, ms float64 }
@@ -94,6 +93,7 @@ type Monitor struct {
 	serverMu      sync.Mutex
 	lastTotals    map[int]BatchTotal
 	perSize       map[int]*sizeMean
+	lastRead      time.Time
 	fitOpts       regression.Options // for fits of the server's means
 	serverBatches atomic.Int64
 	serverFed     atomic.Bool
@@ -208,7 +208,7 @@ type BatchTotal struct {
 // ObserveServer takes the server's cumulative per-batch-size statistics.
 // The first call only sets the baseline. Each later one adds the batches
 // run since the call before to a mean per batch size, whose weight (the
-// batch count) decays by serverDecay per call: the fit then runs on one
+// batch count) halves every serverHalfLife: the fit then runs on one
 // point per size, each as sure as the batches behind it. A size the traffic
 // has not formed lately keeps its mean, with a fading weight, so the line
 // stays anchored when load concentrates on a few sizes (at high load nearly
@@ -223,9 +223,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		m.lastTotals = make(map[int]BatchTotal, len(totals))
 		m.perSize = map[int]*sizeMean{}
 	}
+	now := m.now()
+	decay := math.Exp2(-float64(now.Sub(m.lastRead)) / float64(serverHalfLife))
+	m.lastRead = now
 	for _, a := range m.perSize {
-		a.n *= serverDecay
-		a.ms *= serverDecay
+		a.n *= decay
+		a.ms *= decay
 	}
 	for _, t := range totals {
 		if t.Batch < 1 || t.Count < 0 {
