@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratebatch/ratebatch/profile"
 )
 
@@ -295,15 +296,15 @@ func (s *Server) MetricsAddr() string {
 // Close stops serving at once: listeners and connections close, hanging
 // and running batches end. Handlers mounted elsewhere see their batches end
 // too. Close is idempotent; the server may Start again afterwards.
-func (s *Server) Close() error { return s.stopServing(nil) }
+func (s *Server) Close() error { return s.stopServing(context.Background(), false) }
 
 // Shutdown stops accepting requests and waits for those in flight to be
 // answered or for ctx to end, then closes like Close.
-func (s *Server) Shutdown(ctx context.Context) error { return s.stopServing(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error { return s.stopServing(ctx, true) }
 
-// stopServing shuts the servers down gracefully within ctx, or at once when
-// ctx is nil.
-func (s *Server) stopServing(ctx context.Context) error {
+// stopServing shuts the servers down gracefully within ctx when graceful,
+// or at once when not.
+func (s *Server) stopServing(ctx context.Context, graceful bool) error {
 	s.mu.Lock()
 	servers, serveErr, cancel := s.servers, s.serveErr, s.stop
 	s.servers, s.addrs = nil, [2]string{}
@@ -311,7 +312,7 @@ func (s *Server) stopServing(ctx context.Context) error {
 
 	var errs []error
 	for _, srv := range servers {
-		if ctx != nil {
+		if graceful {
 			if err := srv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("emulator: graceful shutdown: %w", err))
 			}

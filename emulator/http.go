@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -87,7 +88,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (s *Server) handleServerMetadata(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, serverMetadata{Name: serverName, Version: serverVersion, Extensions: extensions})
+	writeJSON(w, kserve.ServerMetadata{Name: serverName, Version: serverVersion, Extensions: extensions})
 }
 
 // handleServerReady answers 200 when ready and 400 otherwise, as Triton does.
@@ -144,9 +145,9 @@ func (s *Server) handleRepositoryIndex(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	entries := make([]repositoryEntry, 0, len(s.models))
+	entries := make([]kserve.IndexEntry, 0, len(s.models))
 	for _, m := range s.models {
-		e := repositoryEntry{Name: m.name, Version: modelVersion, State: "READY"}
+		e := kserve.IndexEntry{Name: m.name, Version: modelVersion, State: "READY"}
 		if !m.ready.Load() {
 			if filter.Ready {
 				continue
