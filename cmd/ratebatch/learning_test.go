@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,16 @@ func TestLearnTauFromNothing(t *testing.T) {
 	step, tol, rhos := 3*time.Second, 0.25, []float64{0.5}
 	if long() {
 		step, tol, rhos = 30*time.Second, 0.10, []float64{0.2, 0.5, 0.8}
+	}
+	if s := os.Getenv("RATEBATCH_RHOS"); s != "" { // e.g. "0.8" to rerun one step
+		rhos = nil
+		for _, f := range strings.Split(s, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rhos = append(rhos, r)
+		}
 	}
 	if s := os.Getenv("RATEBATCH_STEP"); s != "" {
 		d, err := time.ParseDuration(s)

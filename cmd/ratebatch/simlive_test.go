@@ -131,11 +131,20 @@ func TestSimPredictsLive(t *testing.T) {
 			}
 			// Every batch is answered before the summary returns.
 			bLive := meanBatch(t, lt)
-			// The proxy's round trip beyond compute, as measured during
-			// this run (it moves with the machine's load).
+			// The proxy's round trip beyond compute over this run (it moves
+			// with the machine's load): the mean upstream round trip per
+			// batch less the mean compute the emulator reports.
 			runOverhead := batchOverhead
-			if o := modelSnapshot(t, lt, emulator.SimpleModel).OverheadMs; o != nil {
-				runOverhead = *o
+			if rt, n := histogram(t, lt, "ratebatch_upstream_duration_seconds"); n > 0 {
+				st, _ := em.Stats(emulator.SimpleModel)
+				var ns, cnt uint64
+				for _, b := range st.BatchStats {
+					ns += b.ComputeInput.NS + b.ComputeInfer.NS + b.ComputeOutput.NS
+					cnt += b.ComputeInfer.Count
+				}
+				if cnt > 0 {
+					runOverhead = 1000*rt/float64(n) - float64(ns)/float64(cnt)/1e6
+				}
 			}
 			joules, _ := em.EnergyJoules()
 			lt.stop()
@@ -171,4 +180,25 @@ func TestSimPredictsLive(t *testing.T) {
 			}
 		}
 	}
+}
+
+// histogram returns the sum and count of one of the proxy's histograms.
+func histogram(t *testing.T, lt *liveTest, name string) (sum float64, count uint64) {
+	t.Helper()
+	fams, err := lt.p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range fams {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				sum += h.GetSampleSum()
+				count += h.GetSampleCount()
+			}
+		}
+	}
+	return sum, count
 }
