@@ -259,17 +259,15 @@ func (r *Registry) startMonitor(e *entry) {
 // that path), and the monitor learns from round trips instead.
 const statsGiveUp = 3
 
-// pollStats reads the upstream's per-batch-size statistics of a model once
-// per window and hands them to its monitor, which learns tau(b) from their
+// pollStats reads the upstream's per-batch-size statistics of a model every
+// slice of a window and hands them to its monitor, which learns tau(b) from their
 // differences: the server's own compute time per batch, free of network,
 // HTTP and queueing. It returns when ctx ends or the server has no
 // statistics.
 func (r *Registry) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
-	every := r.cfg.Policy.Window
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
+	// As often as the monitor re-plans, so that from the second read on
+	// (a slice after the model's first request) the fit is the server's.
+	t := time.NewTicker(mon.TickEvery())
 	defer t.Stop()
 	failed, worked := 0, false
 	for {

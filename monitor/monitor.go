@@ -61,11 +61,10 @@ const Slices = 4
 // noise) picks batch sizes that cost latency for nothing.
 const MaxRelErr = 0.2
 
-// serverDecay is the factor the per-size batch counts of the server's
-// statistics decay by per read (once per window): a half-life of about 69
-// windows, long because a model's line does not drift, and the memory of
-// sizes seen earlier is what keeps the line identified.
-const serverDecay = 0.99
+// serverHalfLife is the half-life of the per-size batch counts of the
+// server's statistics: long, because a model's line does not drift, and the
+// memory of sizes seen earlier is what keeps the line identified.
+const serverHalfLife = time.Minute
 
 // sizeMean is the decayed batch count and summed time of one batch size.
 type sizeMean struct{ n, ms float64 }
@@ -92,6 +91,7 @@ type Monitor struct {
 	serverMu      sync.Mutex
 	lastTotals    map[int]BatchTotal
 	perSize       map[int]*sizeMean
+	lastRead      time.Time
 	fitOpts       regression.Options // for fits of the server's means
 	serverBatches atomic.Int64
 	serverFed     atomic.Bool
@@ -206,7 +206,7 @@ type BatchTotal struct {
 // ObserveServer takes the server's cumulative per-batch-size statistics.
 // The first call only sets the baseline. Each later one adds the batches
 // run since the call before to a mean per batch size, whose weight (the
-// batch count) decays by serverDecay per call: the fit then runs on one
+// batch count) halves every serverHalfLife: the fit then runs on one
 // point per size, each as sure as the batches behind it. A size the traffic
 // has not formed lately keeps its mean, with a fading weight, so the line
 // stays anchored when load concentrates on a few sizes (at high load nearly
@@ -221,9 +221,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		m.lastTotals = make(map[int]BatchTotal, len(totals))
 		m.perSize = map[int]*sizeMean{}
 	}
+	now := m.now()
+	decay := math.Exp2(-float64(now.Sub(m.lastRead)) / float64(serverHalfLife))
+	m.lastRead = now
 	for _, a := range m.perSize {
-		a.n *= serverDecay
-		a.ms *= serverDecay
+		a.n *= decay
+		a.ms *= decay
 	}
 	for _, t := range totals {
 		if t.Batch < 1 || t.Count < 0 {
@@ -272,7 +275,13 @@ func (m *Monitor) serverSamples() []regression.Sample {
 // arrive, else of the round trips.
 func (m *Monitor) fit() (regression.Fit, error) {
 	if m.serverFed.Load() {
-		return regression.FitSamples(m.serverSamples(), m.fitOpts)
+		// One mean per size, each over many batches: a size's mean is no
+		// outlier to reject (the heavy tail is part of the mean the
+		// server's throughput depends on), and a robust scale over a few
+		// unequally weighted points would reject all but the heaviest.
+		o := m.fitOpts
+		o.OutlierCut = -1
+		return regression.FitSamples(m.serverSamples(), o)
 	}
 	return m.est.Fit()
 }
@@ -459,6 +468,8 @@ func (m *Monitor) doubt(f regression.Fit) string {
 		return "no batch measured yet"
 	case f.N == 0:
 		return "" // a measured seed (profile, server statistics) and nothing newer
+	case !m.guessed && f.N-f.Outliers < 3:
+		return "" // a measured seed, and too few samples yet to judge it by
 	case m.guessed && f.KeptSizes < 2:
 		return fmt.Sprintf("one batch size among %d samples kept: the slope is unknown", f.N-f.Outliers)
 	case f.RelErr() > MaxRelErr:

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -634,10 +635,12 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var got struct {
-		Alpha float64 `json:"alpha_ms"`
-		Tau0  float64 `json:"tau0_ms"`
-		N     int     `json:"n"`
-		Sizes []struct {
+		Alpha       float64  `json:"alpha_ms"`
+		Tau0        float64  `json:"tau0_ms"`
+		ServerAlpha *float64 `json:"server_alpha_ms"`
+		ServerTau0  *float64 `json:"server_tau0_ms"`
+		N           int      `json:"n"`
+		Sizes       []struct {
 			Batch int `json:"batch_size"`
 		} `json:"sizes"`
 	}
@@ -650,6 +653,10 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 	// The round trip adds HTTP time to tau0; the slope is the emulator's.
 	if got.Alpha < 0.2 || got.Alpha > 0.45 || got.Tau0 < 1.0 || got.Tau0 > 4 {
 		t.Fatalf("fitted tau(b) = %.3f*b + %.3f ms, want about 0.305*b + 1.05 (+ HTTP overhead)", got.Alpha, got.Tau0)
+	}
+	// The server's own statistics give its compute line, without HTTP.
+	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.01 || math.Abs(*got.ServerTau0-1.052) > 0.05 {
+		t.Fatalf("server line %v*b + %v, want the emulator's 0.3051*b + 1.052", got.ServerAlpha, got.ServerTau0)
 	}
 	out.Reset()
 	if code := run(context.Background(), []string{"fit", "--csv", csv, "--json"}, &out, &errb); code != 0 {
