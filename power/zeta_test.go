@@ -62,8 +62,8 @@ func TestZetaFitFallsBackToBusyPower(t *testing.T) {
 func TestZetaFitNeedsWindows(t *testing.T) {
 	var z ZetaFit
 	z.Add(ZetaWindow{Seconds: 1, EnergyJ: 40, IdleW: 30, Batches: 0, Rows: 0}) // idle: ignored
-	z.Add(ZetaWindow{Seconds: 0, EnergyJ: 40, Batches: 3, Rows: 5})           // no span: ignored
-	z.Add(ZetaWindow{Seconds: 1, EnergyJ: math.Inf(1), Batches: 3, Rows: 5})  // ignored
+	z.Add(ZetaWindow{Seconds: 0, EnergyJ: 40, Batches: 3, Rows: 5})            // no span: ignored
+	z.Add(ZetaWindow{Seconds: 1, EnergyJ: math.Inf(1), Batches: 3, Rows: 5})   // ignored
 	for range 3 {
 		z.Add(ZetaWindow{Seconds: 1, EnergyJ: 40, IdleW: 30, Batches: 3, Rows: 5})
 	}
