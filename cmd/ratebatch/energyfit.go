@@ -30,7 +30,7 @@ type energyFitter struct {
 	prevE  float64
 	prevT  float64
 	prevB  map[string][2]int64 // batches, rows sent per model
-	busy   float64 // busy seconds at the previous step
+	busy   float64             // busy seconds at the previous step
 	primed bool
 }
 

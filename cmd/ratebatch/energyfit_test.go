@@ -51,7 +51,9 @@ func TestEnergyFitterFeedsTheMonitor(t *testing.T) {
 	}
 	var batches, rows int64
 	f := newEnergyFitter(meter,
-		func() []dispatcher.Snapshot { return []dispatcher.Snapshot{{Model: "m", BatchesSent: batches, RowsSent: rows}} },
+		func() []dispatcher.Snapshot {
+			return []dispatcher.Snapshot{{Model: "m", BatchesSent: batches, RowsSent: rows}}
+		},
 		func() []*monitor.Monitor { return []*monitor.Monitor{mon} })
 	ctx := context.Background()
 	for i := range 12 {
