@@ -164,23 +164,23 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Report is a comparison's outcome.
 type Report struct {
-	W1        float64   `json:"w1"`
-	W2        float64   `json:"w2"`
-	Requests  int       `json:"requests"`
-	Seed      uint64    `json:"seed"`
-	SLAFactor float64   `json:"sla_factor"`
-	Policies  []string  `json:"policies"`
-	Presets   []Preset  `json:"presets"`
-	Grid      []Point   `json:"grid"`
-	Traces    []Case    `json:"traces"`
-	Ablation  []Case    `json:"ablation"`
-	Instances []Case    `json:"two_instances"`
-	Variants  []string  `json:"ablation_variants"`
+	W1        float64  `json:"w1"`
+	W2        float64  `json:"w2"`
+	Requests  int      `json:"requests"`
+	Seed      uint64   `json:"seed"`
+	SLAFactor float64  `json:"sla_factor"`
+	Policies  []string `json:"policies"`
+	Presets   []Preset `json:"presets"`
+	Grid      []Point  `json:"grid"`
+	Traces    []Case   `json:"traces"`
+	Ablation  []Case   `json:"ablation"`
+	Instances []Case   `json:"two_instances"`
+	Variants  []string `json:"ablation_variants"`
 	// Frontier is the latency budget's trade-off per grid point, and
 	// TraceBudgets the budget policy on the traces next to batchmonitor.
 	Frontier     []Frontier `json:"frontier"`
 	TraceBudgets []Case     `json:"trace_budgets"`
-	Rhos      []float64 `json:"rhos"`
+	Rhos         []float64  `json:"rhos"`
 }
 
 // Preset is one model's profile as the report states it.
