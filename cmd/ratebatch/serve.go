@@ -152,7 +152,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	})
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken,
 			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
