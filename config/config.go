@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/smdp"
 )
 
 // Config is the whole configuration of `ratebatch serve`.
@@ -40,7 +41,7 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
 	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
 	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
@@ -50,6 +51,7 @@ type Policy struct {
 	W2            float64       `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
 	MaxInFlight   int           `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 	RowCap        int           `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
+	LatencyBudget string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -95,6 +97,8 @@ type Model struct {
 	MaxBatchSize int `yaml:"max_batch_size"`
 	// SLA overrides policy.sla for this model.
 	SLA time.Duration `yaml:"sla"`
+	// LatencyBudget overrides policy.latency_budget for this model.
+	LatencyBudget string `yaml:"latency_budget"`
 }
 
 // Default returns the configuration used where nothing else is said.
@@ -191,6 +195,9 @@ func (c *Config) Validate() error {
 			return fieldErr(ch.field, "%s", ch.msg)
 		}
 	}
+	if err := validBudget("policy.latency_budget", c.Policy.LatencyBudget); err != nil {
+		return err
+	}
 	if err := oneOf("power.source", c.Power.Source, "none", "nvml", "triton"); err != nil {
 		return err
 	}
@@ -218,6 +225,20 @@ func (c *Config) Validate() error {
 		if m.SLA < 0 {
 			return fieldErr(path+".sla", "must be >= 0")
 		}
+		if err := validBudget(path+".latency_budget", m.LatencyBudget); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validBudget checks a latency budget ("" is the policy's default).
+func validBudget(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	if _, err := smdp.ParseBudget(s); err != nil {
+		return fieldErr(field, "%v", err)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ type Monitor struct {
 	window time.Duration
 	now    func() time.Time
 	est    *regression.Estimator
-	energy *batchcost.Energy
+	energy atomic.Pointer[batchcost.Energy] // nil: unknown; SetEnergy replaces it
 
 	arrivals atomic.Int64 // rows since the last slice; reset only by the monitor
 	total    atomic.Int64
@@ -151,13 +151,13 @@ func New(c Config) (*Monitor, error) {
 		rate:      rateEstimator{window: c.Window},
 		fitOpts:   fitOpts,
 		guessed:   c.Seed == nil,
-		energy:    c.Energy,
 		changed:   make(chan struct{}, 1),
 		replan:    make(chan struct{}, 1),
 		pol:       c.Policy,
 		maxBatch:  c.MaxBatch,
 		instances: max(c.Instances, 1),
 	}
+	m.energy.Store(c.Energy)
 	m.last = now()
 	m.plan(m.last, 0, 0) // the policy's starting rule
 	return m, nil
@@ -319,6 +319,10 @@ func (m *Monitor) replanNow() {
 	m.plan(m.now(), prev.Window, prev.Arrivals)
 }
 
+// SetEnergy replaces the batch energy line zeta(b) (nil: unknown), as a
+// meter's fit learns it; the next window plans with it.
+func (m *Monitor) SetEnergy(line *batchcost.Energy) { m.energy.Store(line) }
+
 // SetLimits updates the model's max batch size and instance count, as read
 // from the upstream's model config, and re-plans.
 func (m *Monitor) SetLimits(maxBatch, instances int) {
@@ -451,8 +455,8 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
 	}
-	if m.energy != nil {
-		e.Energy, e.HasEnergy = *m.energy, true
+	if en := m.energy.Load(); en != nil {
+		e.Energy, e.HasEnergy = *en, true
 	}
 	m.current.Store(&published{rule: pol.Plan(e), est: e, fit: fit})
 	select {

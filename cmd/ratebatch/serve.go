@@ -79,6 +79,8 @@ type liveProxy struct {
 	started  time.Time
 	upstream *url.URL
 	meter    *power.Meter
+	// energyFit learns zeta(b) per model from the meter (energyfit.go).
+	energyFit *energyFitter
 	// discovered is set once the upstream's model list has been read:
 	// until then /readyz says not ready (requests still pass through).
 	discovered atomic.Bool
@@ -138,6 +140,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	reg.MustRegister(models.NewCollector(mr))
 
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now()}
+	p.energyFit = newEnergyFitter(meter, disp.Snapshots, mr.Monitors)
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -149,7 +152,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	})
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken,
 			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -168,6 +171,7 @@ func (p *liveProxy) status() any {
 		"models":         p.models.Statuses(),
 		"queues":         p.disp.Snapshots(),
 		"energy":         p.meter.Snapshot(),
+		"energy_fit":     p.energyFit.Status(),
 		"config":         cfg,
 	}
 }
@@ -197,6 +201,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer stopBg()
 	go p.discover(bg)
 	go p.meter.Run(bg)
+	go p.energyFit.run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 2)

@@ -398,6 +398,23 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	if strings.Contains(status, "test-token") {
 		t.Fatal("status leaks the admin token")
 	}
+	// The budget policy with its latency budget, at run time.
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"model":"simple","policy":"budget","latency_budget":"0.5x"}`, 400},
+		{`{"model":"simple","policy":"adhoc","latency_budget":"1.2x"}`, 400},
+		{`{"model":"simple","policy":"budget","latency_budget":"1.25x"}`, 200},
+	} {
+		if c := put("test-token", tc.body); c != tc.want {
+			t.Fatalf("%s: %d, want %d", tc.body, c, tc.want)
+		}
+	}
+	_, status = getText(t, admin+"/status")
+	if !strings.Contains(status, `"policy": "budget"`) {
+		t.Fatalf("status does not show the budget policy: %s", status)
+	}
 }
 
 func TestServeAdminPprofOnlyWhenEnabled(t *testing.T) {
