@@ -127,7 +127,7 @@ func (o *Options) normalize() error {
 // orderedPolicies lists the registered policies, the paper's and the
 // baselines first.
 func orderedPolicies() []string {
-	first := []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus, policy.NameSMDP,
+	first := []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus, policy.NameSMDP, policy.NameBudget,
 		policy.NameSlack, policy.NameElastic, policy.NameMaxBatch, policy.NameStatic}
 	var out []string
 	names := policy.Names()
@@ -176,6 +176,10 @@ type Report struct {
 	Ablation  []Case    `json:"ablation"`
 	Instances []Case    `json:"two_instances"`
 	Variants  []string  `json:"ablation_variants"`
+	// Frontier is the latency budget's trade-off per grid point, and
+	// TraceBudgets the budget policy on the traces next to batchmonitor.
+	Frontier     []Frontier `json:"frontier"`
+	TraceBudgets []Case     `json:"trace_budgets"`
 	Rhos      []float64 `json:"rhos"`
 }
 
@@ -291,11 +295,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}})
 		}
 	}
+	jobs = append(jobs, o.frontierJobs(rep)...)
 	if o.Trace != nil {
 		scales := []float64{1}
 		if o.TracePeakRho > 0 {
 			scales = append(scales, 0)
 		}
+		jobs = append(jobs, o.traceBudgetJobs(rep, scales)...)
 		rep.Traces = make([]Case, len(o.Presets)*len(scales))
 		for i, p := range o.Presets {
 			for j, sc := range scales {

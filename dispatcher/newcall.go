@@ -27,13 +27,9 @@ func (e *queueFull) Unwrap() []error { return []error{e.err, ErrQueueFull} }
 // (and err nil) for requests Triton must handle alone: shared memory,
 // sequences, inputs without a common batch dimension.
 func NewCall(req *kserve.Request, version string, now time.Time) (c *Call, batchable bool, err error) {
-	key, ok := kserve.BatchKey(req)
+	key, rows, ok := kserve.BatchKey(req)
 	if !ok {
 		return nil, false, nil
-	}
-	rows, err := kserve.Rows(req)
-	if err != nil {
-		return nil, true, &kserve.Error{Status: http.StatusBadRequest, Msg: err.Error()}
 	}
 	c = &Call{Version: version, Req: req, Rows: int(rows), Key: key}
 	if version != "" {
