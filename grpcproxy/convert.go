@@ -27,6 +27,9 @@ func toRequest(m *pb.ModelInferRequest) (*kserve.Request, error) {
 	if req.Parameters, err = fromParams(m.GetParameters()); err != nil {
 		return nil, bad("request parameters: %v", err)
 	}
+	// Triton's gRPC front end reads this one itself (perf_analyzer sends
+	// it); over HTTP, where batches go, a "triton_" key is refused.
+	delete(req.Parameters, paramEmptyFinalResponse)
 	for i, in := range m.GetInputs() {
 		t := &req.Inputs[i]
 		t.Name, t.Datatype, t.Shape, t.Binary = in.GetName(), kserve.Datatype(in.GetDatatype()), in.GetShape(), true
@@ -75,6 +78,10 @@ func toRequest(m *pb.ModelInferRequest) (*kserve.Request, error) {
 	}
 	return req, nil
 }
+
+// paramEmptyFinalResponse is the request parameter of Triton's gRPC front
+// end that asks for an empty last answer on a decoupled stream.
+const paramEmptyFinalResponse = "triton_enable_empty_final_response"
 
 func bad(format string, args ...any) *kserve.Error {
 	return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}

@@ -566,3 +566,20 @@ func TestStatusOf(t *testing.T) {
 		}
 	}
 }
+
+// perf_analyzer sends triton_enable_empty_final_response, which only
+// Triton's gRPC front end accepts: it must not reach the HTTP batch.
+func TestGRPCOnlyParameterStaysBehind(t *testing.T) {
+	m := simpleRaw("", []int32{1}, []int32{1})
+	m.Parameters = map[string]*pb.InferParameter{
+		"triton_enable_empty_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: false}},
+		"custom": {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 7}},
+	}
+	req, err := toRequest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := req.Parameters["triton_enable_empty_final_response"]; ok || req.Parameters["custom"] != int64(7) {
+		t.Errorf("parameters %v: want custom=7 (int64) only", req.Parameters)
+	}
+}

@@ -480,3 +480,51 @@ def test_grpc_health_and_door_metrics(door):
     doors = json.loads(body)["doors"]
     assert doors["grpc"]["batched_answered"] > 0 and doors["http"]["batched_answered"] > 0, doors
     assert doors["grpc"]["passthrough"] > 0, doors
+
+
+def test_bench_grpc_block_beside_the_http_one(tmp_path):
+    import bench
+
+    doc = tmp_path / "BENCHMARKS.md"
+    bench.update_doc(doc, f"{bench.MARK_BEGIN}\nhttp figures\n{bench.MARK_END}\n")
+    bench.update_doc(doc, f"{bench.MARK_BEGIN_GRPC}\ngrpc one\n{bench.MARK_END_GRPC}\n", "grpc")
+    bench.update_doc(doc, f"{bench.MARK_BEGIN_GRPC}\ngrpc two\n{bench.MARK_END_GRPC}\n", "grpc")
+    text = doc.read_text()
+    assert text.count(bench.SECTION) == 1 and text.count(bench.SECTION_GRPC) == 1
+    assert "http figures" in text and "grpc two" in text and "grpc one" not in text
+
+
+@pytest.mark.bench
+def test_bench_grpc_smoke(ratebatch_bin, tmp_path):
+    """One rate, short windows, over gRPC: Triton direct, the proxy relaying
+    (passthrough) and the proxy batching (adhoc)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import HERE
+
+    out, js = tmp_path / "bench.md", tmp_path / "bench.json"
+    argv = [
+        sys.executable, str(HERE / "bench.py"), "--protocol", "grpc",
+        "--setups", "triton-off,ratebatch-passthrough,ratebatch-adhoc",
+        "--rates", "60", "--interval-ms", "1000", "--keep-up", "0.5",
+        "--ratebatch-bin", ratebatch_bin, "--out", str(out), "--json", str(js),
+    ]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=200)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = {r["setup"]: r for r in json.loads(js.read_text())["results"]}
+    assert set(results) == {"triton-off", "ratebatch-passthrough", "ratebatch-adhoc"}
+    for name, r in results.items():
+        assert r["note"] == "", (name, r)
+        assert r["throughput"] > 30, (name, r)
+        assert "-i grpc" in r["command"], r["command"]
+    # passthrough relays every request alone; adhoc may merge them
+    assert results["ratebatch-passthrough"]["inferences"] == results["ratebatch-passthrough"]["executions"]
+    assert out.read_text().startswith(bench_marker())
+
+
+def bench_marker() -> str:
+    import bench
+
+    return bench.MARK_BEGIN_GRPC
