@@ -146,13 +146,14 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 }
 
 type rig struct {
-	up     *addSub
-	triton *fakeTriton
-	disp   *dispatcher.Dispatcher
-	srv    *Server
-	cc     *grpc.ClientConn
-	client pb.GRPCInferenceServiceClient
-	ready  atomic.Bool
+	tritonAddr string
+	up         *addSub
+	triton     *fakeTriton
+	disp       *dispatcher.Dispatcher
+	srv        *Server
+	cc         *grpc.ClientConn
+	client     pb.GRPCInferenceServiceClient
+	ready      atomic.Bool
 }
 
 type rigOptions struct {
@@ -161,7 +162,7 @@ type rigOptions struct {
 	maxRecv   int
 }
 
-func newRig(t *testing.T, o rigOptions) *rig {
+func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
 	r := &rig{up: &addSub{}, triton: &fakeTriton{}}
 	r.ready.Store(true)
@@ -170,6 +171,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.tritonAddr = tl.Addr().String()
 	ts := grpc.NewServer(grpc.ForceServerCodecV2(codec{}), grpc.UnknownServiceHandler(r.triton.handle))
 	go ts.Serve(tl)
 	t.Cleanup(ts.Stop)
@@ -573,7 +575,7 @@ func TestGRPCOnlyParameterStaysBehind(t *testing.T) {
 	m := simpleRaw("", []int32{1}, []int32{1})
 	m.Parameters = map[string]*pb.InferParameter{
 		"triton_enable_empty_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: false}},
-		"custom": {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 7}},
+		"custom":                             {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 7}},
 	}
 	req, err := toRequest(m)
 	if err != nil {
