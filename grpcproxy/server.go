@@ -178,26 +178,7 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if method == MethodModelInfer && s.o.Batcher != nil {
 		return s.modelInfer(ss)
 	}
-	if unary[method] {
-		return s.forwardUnary(ss, method, nil)
-	}
 	return s.forward(ss, method, nil)
-}
-
-// unary are the methods of Triton's service known to take and give one
-// message: they are relayed as one call rather than as a stream, which
-// costs the proxy less. Any other method (ModelStreamInfer, methods of a
-// newer Triton) is relayed as a stream, which serves every kind.
-var unary = map[string]bool{}
-
-func init() {
-	for _, m := range []string{"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
-		"ModelInfer", "ModelConfig", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad",
-		"RepositoryModelUnload", "SystemSharedMemoryStatus", "SystemSharedMemoryRegister",
-		"SystemSharedMemoryUnregister", "CudaSharedMemoryStatus", "CudaSharedMemoryRegister",
-		"CudaSharedMemoryUnregister", "TraceSetting", "LogSettings"} {
-		unary["/inference.GRPCInferenceService/"+m] = true
-	}
 }
 
 // modelInfer batches a ModelInfer call of a batched model and relays the
@@ -220,7 +201,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 		_, ok = s.o.Batcher.Model(model)
 	}
 	if !ok {
-		return s.forwardUnary(ss, MethodModelInfer, first)
+		return s.forward(ss, MethodModelInfer, first)
 	}
 	req, err := toRequest(m)
 	if err != nil {
@@ -229,7 +210,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), start)
 	if !batchable {
 		// Shared memory, sequences, ...: Triton handles those itself.
-		return s.forwardUnary(ss, MethodModelInfer, first)
+		return s.forward(ss, MethodModelInfer, first)
 	}
 	if err != nil {
 		return s.fail(model, err)
@@ -303,53 +284,22 @@ func codeOf(httpStatus int) codes.Code {
 	return codes.Internal
 }
 
-// outgoing is the context of a relayed call: the client's metadata
-// (without the transport's own headers) and deadline.
-func outgoing(ctx context.Context) context.Context {
+// forward relays a call to the upstream message by message, both ways at
+// once (a stream's messages are not waited for), with the client's
+// metadata and deadline, and gives the client the upstream's headers,
+// trailers and status. first, when set, is a message already read.
+func (s *Server) forward(ss grpc.ServerStream, method string, first *frame) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
 	md, _ := metadata.FromIncomingContext(ctx)
-	out := make(metadata.MD, len(md))
+	out := metadata.MD{}
 	for k, v := range md {
 		if strings.HasPrefix(k, ":") || k == "user-agent" || k == "content-type" || k == "te" {
 			continue
 		}
 		out[k] = v
 	}
-	return metadata.NewOutgoingContext(ctx, out)
-}
-
-// forwardUnary relays a one-message call: the request (first, when
-// already read), then the upstream's headers, answer, trailers and status.
-func (s *Server) forwardUnary(ss grpc.ServerStream, method string, first *frame) error {
-	if first == nil {
-		first = &frame{}
-		if err := ss.RecvMsg(first); err != nil {
-			return err
-		}
-	}
-	var header, trailer metadata.MD
-	answer := &frame{}
-	err := s.o.Upstream.Invoke(outgoing(ss.Context()), method, first, answer, grpc.Header(&header), grpc.Trailer(&trailer))
-	if len(header) > 0 {
-		if herr := ss.SendHeader(header); herr != nil {
-			return herr
-		}
-	}
-	ss.SetTrailer(trailer)
-	if err != nil {
-		s.o.Metrics.Passed(Protocol, status.Code(err) == codes.Unavailable)
-		return err
-	}
-	s.o.Metrics.Passed(Protocol, false)
-	return ss.SendMsg(answer)
-}
-
-// forward relays a call to the upstream message by message, both ways at
-// once (a stream's messages are not waited for), with the client's
-// metadata and deadline, and gives the client the upstream's headers,
-// trailers and status. first, when set, is a message already read.
-func (s *Server) forward(ss grpc.ServerStream, method string, first *frame) error {
-	ctx, cancel := context.WithCancel(outgoing(ss.Context()))
-	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, out)
 	cs, err := s.o.Upstream.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
 		s.o.Metrics.Passed(Protocol, true)
