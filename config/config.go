@@ -9,6 +9,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -22,6 +23,9 @@ type Config struct {
 	Upstream    string `yaml:"upstream" help:"Triton's HTTP base URL, e.g. http://127.0.0.1:8000 (required)"`
 	Listen      string `yaml:"listen" help:"data address: serves Triton's HTTP API to clients"`
 	AdminListen string `yaml:"admin_listen" help:"admin address: /metrics, /status, policy changes; keep it private"`
+	GRPCListen  string `yaml:"grpc_listen" help:"gRPC address: serves Triton's gRPC API (inference.GRPCInferenceService) to clients; empty: off"`
+	// UpstreamGRPC is where gRPC calls are relayed; see UpstreamGRPCAddr.
+	UpstreamGRPC string `yaml:"upstream_grpc" help:"Triton's gRPC HOST:PORT for relayed gRPC calls (default: the upstream's host, port 8001)"`
 	// AdminToken guards mutating admin calls. It is never logged.
 	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
@@ -156,6 +160,14 @@ func (c *Config) Validate() error {
 	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		return fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen)
 	}
+	if c.GRPCListen != "" && (c.GRPCListen == c.Listen || c.GRPCListen == c.AdminListen) && !strings.HasSuffix(c.GRPCListen, ":0") {
+		return fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen)
+	}
+	if c.UpstreamGRPC != "" {
+		if host, port, err := net.SplitHostPort(c.UpstreamGRPC); err != nil || host == "" || port == "" {
+			return fieldErr("upstream_grpc", "must be HOST:PORT, got %q", c.UpstreamGRPC)
+		}
+	}
 	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {
 		return err
 	}
@@ -241,6 +253,19 @@ func validBudget(field, s string) error {
 		return fieldErr(field, "%v", err)
 	}
 	return nil
+}
+
+// UpstreamGRPCAddr is Triton's gRPC address: upstream_grpc, or by default
+// the upstream's host with Triton's gRPC port, 8001.
+func (c *Config) UpstreamGRPCAddr() string {
+	if c.UpstreamGRPC != "" {
+		return c.UpstreamGRPC
+	}
+	u, err := url.Parse(c.Upstream)
+	if err != nil {
+		return ""
+	}
+	return net.JoinHostPort(u.Hostname(), "8001")
 }
 
 // usesPolicy reports whether any model may run the named policy.

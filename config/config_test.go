@@ -236,3 +236,27 @@ func TestConfigDocUpToDate(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIG.md's option table")
+
+func TestUpstreamGRPCAddr(t *testing.T) {
+	for _, tc := range []struct{ upstream, grpc, want string }{
+		{"http://triton:8000", "", "triton:8001"},
+		{"http://[::1]:8000/base", "", "[::1]:8001"},
+		{"https://triton.example", "", "triton.example:8001"},
+		{"http://triton:8000", "other:9001", "other:9001"},
+	} {
+		c := Config{Upstream: tc.upstream, UpstreamGRPC: tc.grpc}
+		if got := c.UpstreamGRPCAddr(); got != tc.want {
+			t.Errorf("upstream %q, upstream_grpc %q: got %q, want %q", tc.upstream, tc.grpc, got, tc.want)
+		}
+	}
+	bad := Default()
+	bad.Upstream = "http://triton:8000"
+	bad.UpstreamGRPC = "triton"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "upstream_grpc") {
+		t.Errorf("upstream_grpc without a port: got %v, want an upstream_grpc error", err)
+	}
+	bad.UpstreamGRPC, bad.GRPCListen = "", bad.Listen
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "grpc_listen") {
+		t.Errorf("grpc_listen = listen: got %v, want a grpc_listen error", err)
+	}
+}
