@@ -192,3 +192,51 @@ func join(path, key string) string {
 func nodeErr(n *yaml.Node, path, format string, args ...any) error {
 	return &FieldError{Field: path, Line: n.Line, Msg: fmt.Sprintf(format, args...)}
 }
+
+// Document returns the configuration as its YAML file would spell it, for
+// the status endpoint: keys are the YAML names (policy.window, not Window),
+// durations read as in the file ("1s", not 1000000000) and sizes with their
+// unit ("64MiB"). Secrets are masked as in Redacted.
+func (c Config) Document() map[string]any {
+	r := c.Redacted()
+	return document(reflect.ValueOf(r)).(map[string]any)
+}
+
+func document(v reflect.Value) any {
+	t := v.Type()
+	switch {
+	case t == durationType:
+		return time.Duration(v.Int()).String()
+	case t == bytesType:
+		return Bytes(v.Int()).String()
+	case t.Kind() == reflect.Struct:
+		out := map[string]any{}
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name == "" || name == "-" || !t.Field(i).IsExported() {
+				continue
+			}
+			out[name] = document(v.Field(i))
+		}
+		return out
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+		out := map[string]any{}
+		iter := v.MapRange()
+		for iter.Next() {
+			out[iter.Key().String()] = document(iter.Value())
+		}
+		return out
+	case t.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			return nil
+		}
+		return document(v.Elem())
+	case t.Kind() == reflect.Slice:
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = document(v.Index(i))
+		}
+		return out
+	}
+	return v.Interface()
+}

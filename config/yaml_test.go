@@ -1,11 +1,13 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestYAMLTypeErrorsNameFieldAndLine: a value of the wrong type is refused
@@ -105,6 +107,31 @@ func TestProfileCSVCheckedAtLoad(t *testing.T) {
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != "models.m.profile_csv" {
 			t.Errorf("%s: err = %v, want a FieldError on models.m.profile_csv", f, err)
+		}
+	}
+}
+
+// TestDocumentSpellsYAML: the status endpoint shows the configuration with
+// YAML names and human durations and sizes, and no secret.
+func TestDocumentSpellsYAML(t *testing.T) {
+	c := Default()
+	c.Upstream = "http://user:pw@u:8000"
+	c.AdminToken = "s3cret"
+	c.Models = map[string]Model{"m": {SLA: 20 * time.Millisecond, ProfileCSV: "p.csv"}}
+	data, err := json.Marshal(c.Document())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(data)
+	for _, want := range []string{`"window":"1s"`, `"max_body_bytes":"64MiB"`, `"queue_rows":4096`,
+		`"admin_token":"REDACTED"`, `"sla":"20ms"`, `"profile_csv":"p.csv"`, `"discovery_interval":"30s"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("document lacks %s: %s", want, got)
+		}
+	}
+	for _, bad := range []string{"Window", "1000000000", "s3cret", ":pw@"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("document shows %q: %s", bad, got)
 		}
 	}
 }

@@ -329,24 +329,33 @@ func fitCSV(path string) (*regression.Line, error) {
 }
 
 // SetPolicy switches a batched model (or every one, for model "") to the
-// named policy at run time.
-func (r *Registry) SetPolicy(model, name string) error {
+// named policy at run time, and returns once each switched model publishes
+// a rule of the new policy (or ctx ends), so the state read next is the new
+// one.
+func (r *Registry) SetPolicy(ctx context.Context, model, name string) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	found := false
+	var planned []<-chan struct{}
 	for _, e := range r.models {
 		if !e.batched || (model != "" && e.name != model) {
 			continue
 		}
 		pol, err := r.newPolicy(e.name, name)
 		if err != nil {
+			r.mu.Unlock()
 			return err
 		}
-		e.mon.SetPolicy(pol)
-		found = true
+		planned = append(planned, e.mon.SetPolicy(pol))
 	}
-	if !found {
+	r.mu.Unlock()
+	if len(planned) == 0 {
 		return fmt.Errorf("no batched model %q", model)
+	}
+	for _, p := range planned {
+		select {
+		case <-p:
+		case <-ctx.Done():
+			return fmt.Errorf("policy %s set, but its first rule is not planned yet: %w", name, ctx.Err())
+		}
 	}
 	return nil
 }

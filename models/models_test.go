@@ -155,7 +155,7 @@ func TestRefreshReconciles(t *testing.T) {
 		t.Errorf("max batch after the upstream changed = %d, want 16", got)
 	}
 
-	if err := r.SetPolicy("simple", "adhoc"); err != nil {
+	if err := r.SetPolicy(context.Background(), "simple", "adhoc"); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range r.Statuses() {
@@ -163,10 +163,10 @@ func TestRefreshReconciles(t *testing.T) {
 			t.Errorf("policy after SetPolicy = %q", s.Rule.Policy)
 		}
 	}
-	if err := r.SetPolicy("nobatch", "adhoc"); err == nil {
+	if err := r.SetPolicy(context.Background(), "nobatch", "adhoc"); err == nil {
 		t.Error("SetPolicy on a model that is not batched succeeded")
 	}
-	if err := r.SetPolicy("", "nonsense"); err == nil {
+	if err := r.SetPolicy(context.Background(), "", "nonsense"); err == nil {
 		t.Error("unknown policy accepted")
 	}
 

@@ -149,7 +149,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	})
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken, Logger: log,
 			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -168,7 +168,7 @@ func (p *liveProxy) status() any {
 		"models":         p.models.Statuses(),
 		"queues":         p.disp.Snapshots(),
 		"energy":         p.meter.Snapshot(),
-		"config":         cfg,
+		"config":         p.cfg.Document(),
 	}
 }
 
