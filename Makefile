@@ -24,10 +24,15 @@ test-deploy:
 test-triton: build
 	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh
 
+## lint: gofmt, go vet, staticcheck (pinned, installed by scripts/setup-go-tools.sh) and a tidy go.mod
+TOOLS := $(CURDIR)/bin/tools
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GO=$(GO) scripts/setup-go-tools.sh >/dev/null
+	$(TOOLS)/staticcheck ./...
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
 test-go:
 	$(GO) test -race -count=1 ./...

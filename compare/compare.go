@@ -127,7 +127,7 @@ func (o *Options) normalize() error {
 // orderedPolicies lists the registered policies, the paper's and the
 // baselines first.
 func orderedPolicies() []string {
-	first := []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus, policy.NameSMDP,
+	first := []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus, policy.NameSMDP, policy.NameBudget,
 		policy.NameSlack, policy.NameElastic, policy.NameMaxBatch, policy.NameStatic}
 	var out []string
 	names := policy.Names()
@@ -164,19 +164,23 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Report is a comparison's outcome.
 type Report struct {
-	W1        float64   `json:"w1"`
-	W2        float64   `json:"w2"`
-	Requests  int       `json:"requests"`
-	Seed      uint64    `json:"seed"`
-	SLAFactor float64   `json:"sla_factor"`
-	Policies  []string  `json:"policies"`
-	Presets   []Preset  `json:"presets"`
-	Grid      []Point   `json:"grid"`
-	Traces    []Case    `json:"traces"`
-	Ablation  []Case    `json:"ablation"`
-	Instances []Case    `json:"two_instances"`
-	Variants  []string  `json:"ablation_variants"`
-	Rhos      []float64 `json:"rhos"`
+	W1        float64  `json:"w1"`
+	W2        float64  `json:"w2"`
+	Requests  int      `json:"requests"`
+	Seed      uint64   `json:"seed"`
+	SLAFactor float64  `json:"sla_factor"`
+	Policies  []string `json:"policies"`
+	Presets   []Preset `json:"presets"`
+	Grid      []Point  `json:"grid"`
+	Traces    []Case   `json:"traces"`
+	Ablation  []Case   `json:"ablation"`
+	Instances []Case   `json:"two_instances"`
+	Variants  []string `json:"ablation_variants"`
+	// Frontier is the latency budget's trade-off per grid point, and
+	// TraceBudgets the budget policy on the traces next to batchmonitor.
+	Frontier     []Frontier `json:"frontier"`
+	TraceBudgets []Case     `json:"trace_budgets"`
+	Rhos         []float64  `json:"rhos"`
 }
 
 // Preset is one model's profile as the report states it.
@@ -291,11 +295,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}})
 		}
 	}
+	jobs = append(jobs, o.frontierJobs(rep)...)
 	if o.Trace != nil {
 		scales := []float64{1}
 		if o.TracePeakRho > 0 {
 			scales = append(scales, 0)
 		}
+		jobs = append(jobs, o.traceBudgetJobs(rep, scales)...)
 		rep.Traces = make([]Case, len(o.Presets)*len(scales))
 		for i, p := range o.Presets {
 			for j, sc := range scales {

@@ -69,6 +69,7 @@ func (r *Report) Figures() []Figure {
 			Figure{File: "rpj-" + pr.Name + ".svg", Figure: rpj},
 			Figure{File: "cost-" + pr.Name + ".svg", Figure: rel})
 	}
+	out = append(out, r.frontierFigures()...)
 	if len(r.Presets) == 0 {
 		return out
 	}

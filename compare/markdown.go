@@ -28,6 +28,7 @@ func (r *Report) WriteMarkdown(w io.Writer, command, imgDir string) error {
 	m.batchMonitor()
 	m.ablation()
 	m.grid()
+	m.frontier()
 	m.traces()
 	m.instances()
 	m.validation()

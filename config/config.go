@@ -102,7 +102,7 @@ func Default() Config {
 		Listen:      ":9000",
 		AdminListen: "127.0.0.1:9002",
 		Policy: Policy{
-			Name:          "batchmonitor",
+			Name:          "batchmonitor+",
 			Window:        time.Second,
 			MaxQueueDelay: 5 * time.Millisecond,
 			W1:            1,

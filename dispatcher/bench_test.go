@@ -158,7 +158,7 @@ func newBenchCaller(tb testing.TB, m benchModel, i int) (benchCaller, int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	key, ok := kserve.BatchKey(req)
+	key, _, ok := kserve.BatchKey(req)
 	if !ok {
 		tb.Fatal("benchmark request is not batchable")
 	}

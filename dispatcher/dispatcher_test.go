@@ -144,9 +144,9 @@ func call(t *testing.T, base int32, rows int) *Call {
 	in0, _ := kserve.NewTensor("INPUT0", shape, a)
 	in1, _ := kserve.NewTensor("INPUT1", shape, b)
 	req := &kserve.Request{ID: fmt.Sprint(base), Inputs: []kserve.Tensor{in0, in1}}
-	key, ok := kserve.BatchKey(req)
-	if !ok {
-		t.Fatal("request not batchable")
+	key, n, ok := kserve.BatchKey(req)
+	if !ok || n != int64(rows) {
+		t.Fatalf("request not batchable (%v) or %d rows, want %d", ok, n, rows)
 	}
 	return &Call{Req: req, Rows: rows, Key: key}
 }

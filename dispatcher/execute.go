@@ -95,7 +95,7 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request) ([]Resul
 		return fail(http.StatusInternalServerError, "forming the batch: %v", err)
 	}
 	var reply *Reply
-	start := q.d.now()
+	var start time.Time
 	for attempt := 0; ; attempt++ {
 		start = q.d.now()
 		reply, err = q.d.o.Upstream.Infer(name, version, b)

@@ -75,10 +75,6 @@ func (m *Metrics) bind(model string) *series {
 	}
 }
 
-func (m *Metrics) answered(model, outcome string) {
-	m.Answered.WithLabelValues(model, outcome).Inc()
-}
-
 func (m *Metrics) rejected(model, reason string) { m.Rejected.WithLabelValues(model, reason).Inc() }
 
 var (

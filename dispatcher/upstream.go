@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -74,31 +74,14 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("upstream URL %q: want http(s)://host:port", base)
 	}
-	addr := u.Host
-	if u.Port() == "" {
-		if u.Scheme == "https" {
-			addr += ":443"
-		} else {
-			addr += ":80"
-		}
-	}
-	hc := &fasthttp.HostClient{
-		Addr:                          addr,
-		IsTLS:                         u.Scheme == "https",
-		MaxConns:                      maxConns,
-		MaxIdleConnDuration:           90 * time.Second,
-		ReadTimeout:                   timeout,
-		WriteTimeout:                  timeout,
-		MaxResponseBodySize:           0, // unlimited: Triton's answers are as large as the batch needs
-		DisableHeaderNamesNormalizing: true,
-		NoDefaultUserAgentHeader:      true,
-		// The dispatcher decides about retries: a POST is retried only on
-		// connection errors, and only as often as configured.
-		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-	}
-	if hc.IsTLS {
-		hc.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
-	}
+	hc := hostclient.New(u)
+	hc.MaxConns = maxConns
+	hc.ReadTimeout, hc.WriteTimeout = timeout, timeout
+	hc.MaxResponseBodySize = 0 // unlimited: Triton's answers are as large as the batch needs
+	hc.DisableHeaderNamesNormalizing = true
+	// The dispatcher decides about retries: a POST is retried only on
+	// connection errors, and only as often as configured.
+	hc.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
 	return &HTTPUpstream{hc: hc, base: u.Scheme + "://" + u.Host + trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratebatch/ratebatch/profile"
 )
 
@@ -47,6 +48,9 @@ type Options struct {
 	// Jitter spreads execution times: each batch takes tau(b) times a
 	// factor drawn uniformly from [1-Jitter, 1+Jitter]. 0 <= Jitter < 1.
 	Jitter float64
+	// Realism adds a real server's roughness (see Realism); the zero value
+	// is exact. It draws from the same seeded source as Jitter.
+	Realism Realism
 	// Seed seeds the jitter so that runs repeat.
 	Seed uint64
 	// IdleWatts is the power the device draws when idle; it needs a profile
@@ -115,6 +119,8 @@ func New(opts Options) (*Server, error) {
 	switch {
 	case !(opts.TimeScale >= 0) || math.IsInf(opts.TimeScale, 0):
 		return nil, fmt.Errorf("emulator: time scale must be a finite number >= 0, got %v", opts.TimeScale)
+	case opts.Realism.validate() != nil:
+		return nil, fmt.Errorf("emulator: %w", opts.Realism.validate())
 	case opts.Instances < 0:
 		return nil, fmt.Errorf("emulator: instances must be >= 1 (0 means 1), got %d", opts.Instances)
 	case !(opts.Jitter >= 0 && opts.Jitter < 1):
@@ -290,15 +296,15 @@ func (s *Server) MetricsAddr() string {
 // Close stops serving at once: listeners and connections close, hanging
 // and running batches end. Handlers mounted elsewhere see their batches end
 // too. Close is idempotent; the server may Start again afterwards.
-func (s *Server) Close() error { return s.stopServing(nil) }
+func (s *Server) Close() error { return s.stopServing(context.Background(), false) }
 
 // Shutdown stops accepting requests and waits for those in flight to be
 // answered or for ctx to end, then closes like Close.
-func (s *Server) Shutdown(ctx context.Context) error { return s.stopServing(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error { return s.stopServing(ctx, true) }
 
-// stopServing shuts the servers down gracefully within ctx, or at once when
-// ctx is nil.
-func (s *Server) stopServing(ctx context.Context) error {
+// stopServing shuts the servers down gracefully within ctx when graceful,
+// or at once when not.
+func (s *Server) stopServing(ctx context.Context, graceful bool) error {
 	s.mu.Lock()
 	servers, serveErr, cancel := s.servers, s.serveErr, s.stop
 	s.servers, s.addrs = nil, [2]string{}
@@ -306,7 +312,7 @@ func (s *Server) stopServing(ctx context.Context) error {
 
 	var errs []error
 	for _, srv := range servers {
-		if ctx != nil {
+		if graceful {
 			if err := srv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("emulator: graceful shutdown: %w", err))
 			}
@@ -331,19 +337,20 @@ func (s *Server) lifeContext() context.Context {
 	return s.life
 }
 
-// execTime is how long a batch of rows runs on the emulated device.
+// execTime is how long a batch of rows runs on the emulated device: tau(b)
+// scaled, spread by Jitter and Realism, after any stall Realism draws.
 func (s *Server) execTime(m *model, rows int) time.Duration {
 	ms := m.timing.TauMs(rows) * s.opts.TimeScale
 	if ms <= 0 {
 		return 0
 	}
+	s.rngMu.Lock()
 	if j := s.opts.Jitter; j > 0 {
-		s.rngMu.Lock()
-		f := 1 - j + 2*j*s.rng.Float64()
-		s.rngMu.Unlock()
-		ms *= f
+		ms *= 1 - j + 2*j*s.rng.Float64()
 	}
-	return time.Duration(ms * float64(time.Millisecond))
+	f, stall := s.batchFactor()
+	s.rngMu.Unlock()
+	return time.Duration(ms*f*float64(time.Millisecond)) + stall
 }
 
 // batchEnergyMJ is zeta(rows), or 0 when the profile has no energy figures.

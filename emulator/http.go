@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -30,6 +31,7 @@ func (s *Server) routes() http.Handler {
 		handle("GET", prefix+"/stats", s.withModel(s.handleModelStats))
 		handle("POST", prefix+"/infer", s.withModel(s.handleInfer))
 	}
+	handle("GET", "/emulator/models/{model}", s.withModel(s.handleTruth))
 	// Everything else gets a KServe error body: 405 when the path exists
 	// for another method, 404 otherwise.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -86,7 +88,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (s *Server) handleServerMetadata(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, serverMetadata{Name: serverName, Version: serverVersion, Extensions: extensions})
+	writeJSON(w, kserve.ServerMetadata{Name: serverName, Version: serverVersion, Extensions: extensions})
 }
 
 // handleServerReady answers 200 when ready and 400 otherwise, as Triton does.
@@ -143,9 +145,9 @@ func (s *Server) handleRepositoryIndex(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	entries := make([]repositoryEntry, 0, len(s.models))
+	entries := make([]kserve.IndexEntry, 0, len(s.models))
 	for _, m := range s.models {
-		e := repositoryEntry{Name: m.name, Version: modelVersion, State: "READY"}
+		e := kserve.IndexEntry{Name: m.name, Version: modelVersion, State: "READY"}
 		if !m.ready.Load() {
 			if filter.Ready {
 				continue

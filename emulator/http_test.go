@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/profile"
 )
 
@@ -26,7 +27,7 @@ func TestEndpoints(t *testing.T) {
 		{"GET", "/v2/health/live", "", 200, nil},
 		{"GET", "/v2/health/ready", "", 200, nil},
 		{"GET", "/v2", "", 200, func(t *testing.T, b []byte) {
-			var md serverMetadata
+			var md kserve.ServerMetadata
 			mustUnmarshal(t, b, &md)
 			for _, ext := range []string{"binary_tensor_data", "statistics", "model_configuration", "model_repository"} {
 				if !slices.Contains(md.Extensions, ext) {
@@ -35,9 +36,9 @@ func TestEndpoints(t *testing.T) {
 			}
 		}},
 		{"GET", "/v2/models/simple", "", 200, func(t *testing.T, b []byte) {
-			var md modelMetadata
+			var md kserve.ModelMetadata
 			mustUnmarshal(t, b, &md)
-			want := []tensorMetadata{{"INPUT0", "INT32", []int64{-1, 16}}, {"INPUT1", "INT32", []int64{-1, 16}}}
+			want := []kserve.TensorMetadata{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{-1, 16}}, {Name: "INPUT1", Datatype: "INT32", Shape: []int64{-1, 16}}}
 			if md.Name != "simple" || !slices.Equal(md.Versions, []string{"1"}) || !equalTensors(md.Inputs, want) {
 				t.Errorf("metadata = %+v, want simple v1 with inputs %+v", md, want)
 			}
@@ -47,17 +48,17 @@ func TestEndpoints(t *testing.T) {
 		}},
 		{"GET", "/v2/models/simple/versions/1", "", 200, nil},
 		{"GET", "/v2/models/simple_nobatch", "", 200, func(t *testing.T, b []byte) {
-			var md modelMetadata
+			var md kserve.ModelMetadata
 			mustUnmarshal(t, b, &md)
 			if !slices.Equal(md.Inputs[0].Shape, []int64{16}) {
 				t.Errorf("non-batching input shape = %v, want [16]", md.Inputs[0].Shape)
 			}
 		}},
 		{"GET", "/v2/models/image", "", 200, func(t *testing.T, b []byte) {
-			var md modelMetadata
+			var md kserve.ModelMetadata
 			mustUnmarshal(t, b, &md)
-			want := []tensorMetadata{{"INPUT__0", "FP32", []int64{-1, 3, 224, 224}}}
-			if !equalTensors(md.Inputs, want) || !equalTensors(md.Outputs, []tensorMetadata{{"OUTPUT__0", "FP32", []int64{-1, 1000}}}) {
+			want := []kserve.TensorMetadata{{Name: "INPUT__0", Datatype: "FP32", Shape: []int64{-1, 3, 224, 224}}}
+			if !equalTensors(md.Inputs, want) || !equalTensors(md.Outputs, []kserve.TensorMetadata{{Name: "OUTPUT__0", Datatype: "FP32", Shape: []int64{-1, 1000}}}) {
 				t.Errorf("image metadata = %+v", md)
 			}
 		}},
@@ -93,9 +94,9 @@ func TestEndpoints(t *testing.T) {
 		{"GET", "/v2/models/simple/ready", "", 200, nil},
 		{"GET", "/v2/models/simple/versions/1/ready", "", 200, nil},
 		{"POST", "/v2/repository/index", "", 200, func(t *testing.T, b []byte) {
-			var idx []repositoryEntry
+			var idx []kserve.IndexEntry
 			mustUnmarshal(t, b, &idx)
-			want := []repositoryEntry{{"simple", "1", "READY", ""}, {"simple_nobatch", "1", "READY", ""}, {"image", "1", "READY", ""}}
+			want := []kserve.IndexEntry{{Name: "simple", Version: "1", State: "READY"}, {Name: "simple_nobatch", Version: "1", State: "READY"}, {Name: "image", Version: "1", State: "READY"}}
 			if !slices.Equal(idx, want) {
 				t.Errorf("index = %+v, want %+v", idx, want)
 			}
@@ -169,7 +170,7 @@ func TestLoadUnload(t *testing.T) {
 		t.Errorf("infer on an unloaded model: %d %q, want 404 ... no available versions", r.status, r.errMsg)
 	}
 	getStatus(t, ts.URL+"/v2/models/simple/ready", 400)
-	var idx []repositoryEntry
+	var idx []kserve.IndexEntry
 	postJSON(t, ts.URL+"/v2/repository/index", "", &idx)
 	if idx[0].State != "UNAVAILABLE" || idx[0].Reason != "unloaded" {
 		t.Errorf("index entry after unload = %+v, want UNAVAILABLE/unloaded", idx[0])
@@ -214,8 +215,8 @@ func errorContains(sub string) func(*testing.T, []byte) {
 	}
 }
 
-func equalTensors(a, b []tensorMetadata) bool {
-	return slices.EqualFunc(a, b, func(x, y tensorMetadata) bool {
+func equalTensors(a, b []kserve.TensorMetadata) bool {
+	return slices.EqualFunc(a, b, func(x, y kserve.TensorMetadata) bool {
 		return x.Name == y.Name && x.Datatype == y.Datatype && slices.Equal(x.Shape, y.Shape)
 	})
 }

@@ -51,6 +51,9 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 		fail(http.StatusBadRequest, "reading the request body: "+err.Error())
 		return
 	}
+	// compute_input starts once the body is in, as Triton's does: reading
+	// it is the network's time, not the model's.
+	received := s.clock.Now()
 	req, err := decode(r.Header.Get(kserve.HeaderContentLength), body)
 	if err != nil {
 		fail(kserve.ErrorStatus(err), err.Error())
@@ -67,6 +70,14 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 		return
 	}
 	inputDone := s.clock.Now()
+	// Realism's cost outside the batch: the request's share of the
+	// overhead and its transfer, spent before it queues for an instance.
+	before := s.opts.Realism.transfer(len(body))
+	if err := s.outside(r, before); err != nil {
+		fail(0, "")
+		return
+	}
+	ready := s.clock.Now()
 
 	if err := m.pool.acquire(r.Context()); err != nil {
 		fail(0, "") // the client left while queued: nobody to answer
@@ -96,20 +107,29 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 
 	computed := s.clock.Now()
 	resp := &kserve.Response{ModelName: m.name, ModelVersion: modelVersion, ID: req.ID, Outputs: m.run(rows, ins, sel)}
+	after := s.opts.Realism.transfer(m.outputBytes(rows))
+	sleepStart := s.clock.Now()
+	if err := s.outside(r, after); err != nil {
+		fail(0, "")
+		return
+	}
+	slept := s.clock.Now().Sub(sleepStart)
 	if err := kserve.WriteResponse(w, resp); err != nil {
 		// Encoding our own outputs cannot fail, so the client went away.
 		fail(0, "")
 		return
 	}
 	outputDone := s.clock.Now()
+	// The statistics describe the batch as Triton's do: the time outside
+	// it (Realism's overhead and transfer) is in the total only.
 	m.stats.success(execution{
 		end:   outputDone,
 		rows:  rows,
 		total: outputDone.Sub(start),
-		queue: queued.Sub(inputDone),
-		input: inputDone.Sub(start),
+		queue: queued.Sub(ready),
+		input: inputDone.Sub(received),
 		infer: infer,
-		out:   outputDone.Sub(computed),
+		out:   max(outputDone.Sub(computed)-slept, 0),
 	})
 }
 
@@ -144,14 +164,29 @@ func (s *Server) runBatch(ctx context.Context, m *model, rows int, id string) (t
 	}
 
 	d := s.execTime(m, rows)
-	begin := s.clock.Now()
 	run := s.gpu.begin(d, s.batchEnergyMJ(m, rows))
 	err := s.clock.Sleep(life, d)
 	s.gpu.end(run)
 	if err != nil {
 		return 0, f, errClosing
 	}
-	return s.clock.Now().Sub(begin), f, nil
+	// The emulated device took d. A loaded host wakes the sleeper later
+	// than that; the delay is the host's, like the proxy's own, and shows in
+	// the round trip, not in the device's compute time.
+	return d, f, nil
+}
+
+// outside spends d of Realism's time outside the batch; it ends early, with
+// an error, when the client leaves or the server closes.
+func (s *Server) outside(r *http.Request, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.lifeContext(), cancel)
+	defer stop()
+	return s.clock.Sleep(ctx, d)
 }
 
 var (

@@ -1,6 +1,10 @@
 package emulator
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/ratebatch/ratebatch/kserve"
+)
 
 // The JSON bodies of the non-inference endpoints, shaped as Triton writes
 // them so that the proxy and tritonclient discover models from the emulator
@@ -21,33 +25,13 @@ const (
 // implements (model_repository: index, load and unload).
 var extensions = []string{"binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics"}
 
-type serverMetadata struct {
-	Name       string   `json:"name"`
-	Version    string   `json:"version"`
-	Extensions []string `json:"extensions"`
-}
-
-type tensorMetadata struct {
-	Name     string  `json:"name"`
-	Datatype string  `json:"datatype"`
-	Shape    []int64 `json:"shape"`
-}
-
-type modelMetadata struct {
-	Name     string           `json:"name"`
-	Versions []string         `json:"versions"`
-	Platform string           `json:"platform"`
-	Inputs   []tensorMetadata `json:"inputs"`
-	Outputs  []tensorMetadata `json:"outputs"`
-}
-
-func (m *model) metadata() modelMetadata {
-	md := modelMetadata{Name: m.name, Versions: []string{modelVersion}, Platform: platform}
+func (m *model) metadata() kserve.ModelMetadata {
+	md := kserve.ModelMetadata{Name: m.name, Versions: []string{modelVersion}, Platform: platform}
 	for _, t := range m.inputs {
-		md.Inputs = append(md.Inputs, tensorMetadata{Name: t.name, Datatype: string(t.datatype), Shape: m.shape(t)})
+		md.Inputs = append(md.Inputs, kserve.TensorMetadata{Name: t.name, Datatype: string(t.datatype), Shape: m.shape(t)})
 	}
 	for _, t := range m.outputs {
-		md.Outputs = append(md.Outputs, tensorMetadata{Name: t.name, Datatype: string(t.datatype), Shape: m.shape(t)})
+		md.Outputs = append(md.Outputs, kserve.TensorMetadata{Name: t.name, Datatype: string(t.datatype), Shape: m.shape(t)})
 	}
 	return md
 }
@@ -133,12 +117,4 @@ func (m *model) config() modelConfig {
 		c.Output = append(c.Output, configOutput{Name: t.name, DataType: configType(string(t.datatype)), Dims: t.dims})
 	}
 	return c
-}
-
-// repositoryEntry is one element of POST /v2/repository/index.
-type repositoryEntry struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	State   string `json:"state"`
-	Reason  string `json:"reason,omitempty"`
 }

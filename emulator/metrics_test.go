@@ -9,6 +9,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
 	"github.com/ratebatch/ratebatch/profile"
 )
 

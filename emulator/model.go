@@ -145,3 +145,13 @@ func foldSum(rows int, ins, outs [][]byte) {
 		}
 	}
 }
+
+// outputBytes is the size of every output of a batch of rows, the bytes an
+// answer carries (before any JSON encoding).
+func (m *model) outputBytes(rows int) int {
+	n := 0
+	for _, o := range m.outputs {
+		n += rows * o.rowBytes()
+	}
+	return n
+}

@@ -73,16 +73,18 @@ var sequenceParams = []string{ParamSequenceID, ParamSequenceStart, ParamSequence
 // classification). Which outputs a caller wants and in which form (JSON or
 // binary) do not enter the key: the batch asks for their union in binary and
 // Split serves each caller. batchable is false for requests that must go to
-// the server alone (see AppendBatchKey for the reason).
-func BatchKey(r *Request) (key string, batchable bool) {
+// the server alone (see AppendBatchKey for the reason). rows is r's
+// dimension 0, which deriving the key has checked: callers need not count
+// it again.
+func BatchKey(r *Request) (key string, rows int64, batchable bool) {
 	bp := keyBuffers.Get().(*[]byte)
 	defer keyBuffers.Put(bp)
-	b, err := AppendBatchKey((*bp)[:0], r)
+	b, rows, err := appendBatchKey((*bp)[:0], r)
 	*bp = b[:0]
 	if err != nil {
-		return "", false
+		return "", 0, false
 	}
-	return string(b), true
+	return string(b), rows, true
 }
 
 // keyBuffers are scratch space for keys: a key is built once per request.
@@ -92,48 +94,54 @@ var keyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &
 // cannot be batched: shared-memory tensors, sequence parameters, inputs
 // without a common batch dimension, no rows, duplicate names.
 func AppendBatchKey(dst []byte, r *Request) ([]byte, error) {
+	dst, _, err := appendBatchKey(dst, r)
+	return dst, err
+}
+
+// appendBatchKey is AppendBatchKey that also returns r's rows.
+func appendBatchKey(dst []byte, r *Request) ([]byte, int64, error) {
 	rows, err := Rows(r)
 	if err != nil {
-		return dst, err
+		return dst, 0, err
 	}
 	if rows < 1 {
-		return dst, fmt.Errorf("request has no rows (dimension 0 is %d)", rows)
+		return dst, 0, fmt.Errorf("request has no rows (dimension 0 is %d)", rows)
 	}
 	for _, k := range sequenceParams {
 		if _, ok := r.Parameters[k]; ok {
-			return dst, fmt.Errorf("request belongs to a sequence (parameter %q)", k)
+			return dst, 0, fmt.Errorf("request belongs to a sequence (parameter %q)", k)
 		}
 	}
 	dst = append(dst, 'P')
 	if dst, err = appendParamsExcept(dst, r.Parameters, ParamBinaryDataOutput, ParamTimeout); err != nil {
-		return dst, fmt.Errorf("request parameters: %w", err)
+		return dst, 0, fmt.Errorf("request parameters: %w", err)
 	}
 	var arr [8]int
 	order := sortedIndex(arr[:0], len(r.Inputs), func(i int) string { return r.Inputs[i].Name })
 	for n, i := range order {
 		t := &r.Inputs[i]
 		if n > 0 && r.Inputs[order[n-1]].Name == t.Name {
-			return dst, fmt.Errorf("input %q appears twice", t.Name)
+			return dst, 0, fmt.Errorf("input %q appears twice", t.Name)
 		}
 		if t.SharedMemory() {
-			return dst, fmt.Errorf("input %q is in shared memory", t.Name)
+			return dst, 0, fmt.Errorf("input %q is in shared memory", t.Name)
 		}
 		dst = append(dst, 'I')
 		dst = appendJSONString(dst, []byte(t.Name))
 		dst = append(dst, t.Datatype...)
 		dst = appendShape(dst, t.Shape[1:])
 		if dst, err = appendParamsExcept(dst, t.Parameters, ParamBinaryDataSize, ""); err != nil {
-			return dst, fmt.Errorf("input %q: %w", t.Name, err)
+			return dst, 0, fmt.Errorf("input %q: %w", t.Name, err)
 		}
 	}
 	order = sortedIndex(order[:0], len(r.Outputs), func(i int) string { return r.Outputs[i].Name })
 	for n, i := range order {
 		o := &r.Outputs[i]
 		if n > 0 && r.Outputs[order[n-1]].Name == o.Name {
-			return dst, fmt.Errorf("output %q requested twice", o.Name)
+			return dst, 0, fmt.Errorf("output %q requested twice", o.Name)
 		}
 		if _, ok := o.Parameters[ParamSharedMemRegion]; ok {
-			return dst, fmt.Errorf("output %q is requested into shared memory", o.Name)
+			return dst, 0, fmt.Errorf("output %q is requested into shared memory", o.Name)
 		}
 		if !computeOptions(o.Parameters) {
 			continue
@@ -141,10 +149,10 @@ func AppendBatchKey(dst []byte, r *Request) ([]byte, error) {
 		dst = append(dst, 'O')
 		dst = appendJSONString(dst, []byte(o.Name))
 		if dst, err = appendParamsExcept(dst, o.Parameters, ParamBinaryData, ""); err != nil {
-			return dst, fmt.Errorf("output %q: %w", o.Name, err)
+			return dst, 0, fmt.Errorf("output %q: %w", o.Name, err)
 		}
 	}
-	return dst, nil
+	return dst, rows, nil
 }
 
 // computeOptions reports whether output parameters hold anything besides

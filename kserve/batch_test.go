@@ -39,8 +39,8 @@ func TestBatchKey(t *testing.T) {
 		{"classification", `{"inputs":[{"name":"A","datatype":"FP32","shape":[1,3],"data":[1,2,3]},{"name":"B","datatype":"INT32","shape":[1],"data":[1]}],"outputs":[{"name":"O","parameters":{"classification":3}}]}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k1, ok1 := BatchKey(decodeJSON(t, base))
-			k2, ok2 := BatchKey(decodeJSON(t, tc.other))
+			k1, _, ok1 := BatchKey(decodeJSON(t, base))
+			k2, _, ok2 := BatchKey(decodeJSON(t, tc.other))
 			if !ok1 || !ok2 {
 				t.Fatalf("unbatchable: %v %v", ok1, ok2)
 			}
@@ -52,13 +52,17 @@ func TestBatchKey(t *testing.T) {
 	// Two classification requests with the same k share a key.
 	c1 := decodeJSON(t, `{"inputs":[{"name":"A","datatype":"INT8","shape":[1],"data":[1]}],"outputs":[{"name":"O","parameters":{"classification":3,"binary_data":true}}]}`)
 	c2 := decodeJSON(t, `{"inputs":[{"name":"A","datatype":"INT8","shape":[2],"data":[1,2]}],"outputs":[{"name":"O","parameters":{"classification":3}}]}`)
-	if k1, _ := BatchKey(c1); k1 != mustKey(t, c2) {
+	if k1, _, _ := BatchKey(c1); k1 != mustKey(t, c2) {
 		t.Fatal("equal classification requests got different keys")
+	}
+	// The key's derivation counts the rows; BatchKey hands them back.
+	if _, rows, _ := BatchKey(c2); rows != 2 {
+		t.Fatalf("BatchKey rows = %d, want 2", rows)
 	}
 }
 
 func mustKey(t *testing.T, r *Request) string {
-	k, ok := BatchKey(r)
+	k, _, ok := BatchKey(r)
 	if !ok {
 		t.Fatal("unbatchable")
 	}
@@ -80,7 +84,7 @@ func TestUnbatchable(t *testing.T) {
 		{`{"inputs":[{"name":"A","datatype":"INT8","shape":[1],"data":[1]}],"outputs":[{"name":"O"},{"name":"O"}]}`, `output "O" requested twice`},
 	} {
 		r := decodeJSON(t, tc.body)
-		if k, ok := BatchKey(r); ok {
+		if k, _, ok := BatchKey(r); ok {
 			t.Errorf("%s: batchable with key %q", tc.body, k)
 		}
 		if _, err := AppendBatchKey(nil, r); err == nil || !strings.Contains(err.Error(), tc.why) {

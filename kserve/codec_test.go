@@ -2,7 +2,6 @@ package kserve
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -277,9 +276,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"output without name", []byte(`{"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[1]}],"outputs":[{}]}`), -1, `requested output 0: missing "name"`},
 	}
 	h := `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[2],"parameters":{"binary_data_size":8}}]}`
-	b, n := bin(h, "12345678")
+	b, _ := bin(h, "12345678")
 	cases = append(cases, tc{"header length past body", b, len(b) + 1, fmt.Sprintf("Inference-Header-Content-Length %d exceeds the body length %d", len(b)+1, len(b))})
-	b, n = bin(h, "1234567")
+	b, n := bin(h, "1234567")
 	cases = append(cases, tc{"binary truncated", b, n, `input "INPUT0": binary_data_size 8 runs past the end of the body (7 bytes of binary data left)`})
 	b, n = bin(h, "123456789")
 	cases = append(cases, tc{"binary surplus", b, n, `body has 1 bytes of binary data beyond the binary_data_size of its inputs (8 bytes declared)`})
@@ -529,13 +528,4 @@ func TestErrorBodies(t *testing.T) {
 	if s := ErrorStatus(errors.New("plain")); s != 500 {
 		t.Errorf("ErrorStatus(plain) = %d", s)
 	}
-}
-
-// le32 builds little-endian uint32 bytes for hand-made bodies.
-func le32(vs ...uint32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, v)
-	}
-	return b
 }

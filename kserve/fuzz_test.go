@@ -34,7 +34,11 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		BatchKey(r)
+		if _, rows, ok := BatchKey(r); ok {
+			if n, err := Rows(r); err != nil || n != rows {
+				t.Fatalf("BatchKey rows %d, Rows %d (%v)", rows, n, err)
+			}
+		}
 		bin, hl, err := AppendRequest(nil, r, true)
 		if err != nil {
 			t.Fatalf("decoded request does not re-encode in binary: %v", err)

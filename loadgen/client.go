@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/valyala/fasthttp"
+
+	"github.com/ratebatch/ratebatch/kserve"
 )
 
 // The request path uses fasthttp: against a loopback server it costs about

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/valyala/fasthttp"
+
+	"github.com/ratebatch/ratebatch/kserve"
 )
 
 // fastUpstream is a loopback server that answers every infer request with

@@ -52,13 +52,13 @@ func newFakeServer(t testing.TB, faults func(int64) fault) *fakeServer {
 	return f
 }
 
-var simpleMetadata = ModelMetadata{
+var simpleMetadata = kserve.ModelMetadata{
 	Name: "simple", Versions: []string{"1"}, Platform: "fake",
-	Inputs: []TensorMetadata{
+	Inputs: []kserve.TensorMetadata{
 		{Name: "INPUT0", Datatype: "INT32", Shape: []int64{-1, 16}},
 		{Name: "INPUT1", Datatype: "INT32", Shape: []int64{-1, 16}},
 	},
-	Outputs: []TensorMetadata{
+	Outputs: []kserve.TensorMetadata{
 		{Name: "OUTPUT0", Datatype: "INT32", Shape: []int64{-1, 16}},
 		{Name: "OUTPUT1", Datatype: "INT32", Shape: []int64{-1, 16}},
 	},

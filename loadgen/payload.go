@@ -14,56 +14,39 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
-// TensorMetadata is one input or output as GET /v2/models/{model} lists it.
-// A shape dimension of -1 is variable; a leading -1 is the batch dimension.
-type TensorMetadata struct {
-	Name     string  `json:"name"`
-	Datatype string  `json:"datatype"`
-	Shape    []int64 `json:"shape"`
-}
-
-// ModelMetadata is the KServe v2 model metadata response.
-type ModelMetadata struct {
-	Name     string           `json:"name"`
-	Versions []string         `json:"versions,omitempty"`
-	Platform string           `json:"platform,omitempty"`
-	Inputs   []TensorMetadata `json:"inputs"`
-	Outputs  []TensorMetadata `json:"outputs,omitempty"`
-}
-
 // FetchMetadata asks the target for the model's metadata; Run uses it to
 // learn which inputs to send when Config.Inputs is empty.
-func FetchMetadata(ctx context.Context, client *http.Client, target, model, version string) (ModelMetadata, error) {
+func FetchMetadata(ctx context.Context, client *http.Client, target, model, version string) (kserve.ModelMetadata, error) {
 	ep, err := parseEndpoint(target, model, version)
 	if err != nil {
-		return ModelMetadata{}, err
+		return kserve.ModelMetadata{}, err
 	}
 	if client == nil {
 		client = http.DefaultClient
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.metaURL, nil)
 	if err != nil {
-		return ModelMetadata{}, fmt.Errorf("model metadata: %w", err)
+		return kserve.ModelMetadata{}, fmt.Errorf("model metadata: %w", err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return ModelMetadata{}, fmt.Errorf("model metadata: %w", err)
+		return kserve.ModelMetadata{}, fmt.Errorf("model metadata: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return ModelMetadata{}, fmt.Errorf("model metadata from %s: %w", ep.metaURL, err)
+		return kserve.ModelMetadata{}, fmt.Errorf("model metadata from %s: %w", ep.metaURL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return ModelMetadata{}, fmt.Errorf("model metadata from %s: status %d: %.200s (is the model name right and the model loaded?)",
+		return kserve.ModelMetadata{}, fmt.Errorf("model metadata from %s: status %d: %.200s (is the model name right and the model loaded?)",
 			ep.metaURL, resp.StatusCode, body)
 	}
-	var md ModelMetadata
+	var md kserve.ModelMetadata
 	if err := json.Unmarshal(body, &md); err != nil {
-		return ModelMetadata{}, fmt.Errorf("model metadata from %s: %w", ep.metaURL, err)
+		return kserve.ModelMetadata{}, fmt.Errorf("model metadata from %s: %w", ep.metaURL, err)
 	}
 	if len(md.Inputs) == 0 {
-		return ModelMetadata{}, fmt.Errorf("model metadata from %s lists no inputs", ep.metaURL)
+		return kserve.ModelMetadata{}, fmt.Errorf("model metadata from %s lists no inputs", ep.metaURL)
 	}
 	return md, nil
 }
@@ -79,7 +62,7 @@ type payload struct {
 
 // resolveShape turns a metadata shape into a concrete one: the leading -1
 // (the batch dimension) becomes rows, any other -1 becomes 1.
-func resolveShape(in TensorMetadata, rows int) ([]int64, error) {
+func resolveShape(in kserve.TensorMetadata, rows int) ([]int64, error) {
 	shape := make([]int64, len(in.Shape))
 	batched := len(in.Shape) > 0 && in.Shape[0] == -1
 	if !batched && rows != 1 {
@@ -108,7 +91,7 @@ const maxPayloadBytes = 64 << 20
 // buildPayloads encodes n distinct requests (n <= 0: as many as fit in
 // budget bytes, at least 1 and at most 1024) with pseudo-random data drawn
 // from seed.
-func buildPayloads(inputs []TensorMetadata, rows, n int, binaryForm bool, seed uint64, budget int) ([]payload, error) {
+func buildPayloads(inputs []kserve.TensorMetadata, rows, n int, binaryForm bool, seed uint64, budget int) ([]payload, error) {
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("no model inputs to send")
 	}

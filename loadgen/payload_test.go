@@ -30,7 +30,7 @@ func TestResolveShape(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := resolveShape(TensorMetadata{Name: "X", Shape: tt.shape}, tt.rows)
+			got, err := resolveShape(kserve.TensorMetadata{Name: "X", Shape: tt.shape}, tt.rows)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want one containing %q", err, tt.err)
@@ -120,7 +120,7 @@ func TestBuildPayloadsAutomaticCount(t *testing.T) {
 	if len(ps) != 1024 {
 		t.Fatalf("%d payloads of a small model, want 1024", len(ps))
 	}
-	big := []TensorMetadata{{Name: "IMAGE", Datatype: "FP32", Shape: []int64{-1, 3, 32, 32}}}
+	big := []kserve.TensorMetadata{{Name: "IMAGE", Datatype: "FP32", Shape: []int64{-1, 3, 32, 32}}}
 	const budget = 100_000 // about eight 12-KiB bodies
 	ps, err = buildPayloads(big, 1, 0, true, 1, budget)
 	if err != nil {
@@ -138,15 +138,15 @@ func TestBuildPayloadsAutomaticCount(t *testing.T) {
 func TestBuildPayloadsRejects(t *testing.T) {
 	tests := []struct {
 		name   string
-		inputs []TensorMetadata
+		inputs []kserve.TensorMetadata
 		rows   int
 		want   string
 	}{
 		{"no inputs", nil, 1, "no model inputs"},
-		{"unknown datatype", []TensorMetadata{{Name: "X", Datatype: "FP8", Shape: []int64{1}}}, 1, `input "X": unknown datatype`},
-		{"rows on a fixed shape", []TensorMetadata{{Name: "X", Datatype: "FP32", Shape: []int64{4}}}, 2, "no batch dimension"},
+		{"unknown datatype", []kserve.TensorMetadata{{Name: "X", Datatype: "FP8", Shape: []int64{1}}}, 1, `input "X": unknown datatype`},
+		{"rows on a fixed shape", []kserve.TensorMetadata{{Name: "X", Datatype: "FP32", Shape: []int64{4}}}, 2, "no batch dimension"},
 		{"zero rows", simpleMetadata.Inputs, 0, "at least 1"},
-		{"huge", []TensorMetadata{{Name: "X", Datatype: "FP32", Shape: []int64{-1, 1 << 40}}}, 1, "more than a load generator"},
+		{"huge", []kserve.TensorMetadata{{Name: "X", Datatype: "FP32", Shape: []int64{-1, 1 << 40}}}, 1, "more than a load generator"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -56,7 +57,7 @@ type Config struct {
 	Rows   int  // rows (batch dimension) per request; 0 means 1
 	Binary bool // Triton's binary tensor extension instead of JSON
 	// Inputs to send; empty: ask the target (GET /v2/models/{model}).
-	Inputs []TensorMetadata
+	Inputs []kserve.TensorMetadata
 	// Payloads is how many distinct request bodies to prebuild; request i
 	// uses body i mod Payloads. 0: up to 1024, within 64 MiB.
 	Payloads int
@@ -455,8 +456,8 @@ func (r *runner) reportProgress(done <-chan struct{}) {
 			snap.OKRPS = float64(snap.OK-lastOK) / secs
 			lastSent, lastOK = snap.Sent, snap.OK
 			if len(lat) > 0 {
-				snap.P50LatencyMs = ms(Percentile(lat, 50))
-				snap.P99LatencyMs = ms(Percentile(lat, 99))
+				snap.P50LatencyMs = ms(stats.Percentile(lat, 50))
+				snap.P99LatencyMs = ms(stats.Percentile(lat, 99))
 				snap.MaxLatencyMs = ms(lat[len(lat)-1])
 			}
 			r.cfg.Progress(snap)

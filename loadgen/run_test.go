@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/kserve"
 )
 
 // checkAccount asserts the invariants every run keeps, whatever the server
@@ -418,7 +420,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"unverifiable model", func(c *Config) { c.Model = "nope"; c.Verify = true }, `cannot verify model "nope"`},
 		{"rows without batch dimension", func(c *Config) {
 			c.Rows = 2
-			c.Inputs = []TensorMetadata{{Name: "X", Datatype: "INT32", Shape: []int64{16}}}
+			c.Inputs = []kserve.TensorMetadata{{Name: "X", Datatype: "INT32", Shape: []int64{16}}}
 		}, "no batch dimension"},
 	}
 	for _, tt := range tests {

@@ -1,9 +1,10 @@
 package loadgen
 
 import (
-	"math"
 	"slices"
 	"time"
+
+	"github.com/ratebatch/ratebatch/internal/stats"
 )
 
 // Summary is the account of a run. The counts always balance:
@@ -80,30 +81,18 @@ func Summarize(records []Record, duration, elapsed time.Duration) Summary {
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		s.MeanLatencyMs = ms(sum) / float64(len(lat))
-		s.P50LatencyMs = ms(Percentile(lat, 50))
-		s.P90LatencyMs = ms(Percentile(lat, 90))
-		s.P99LatencyMs = ms(Percentile(lat, 99))
-		s.P999LatencyMs = ms(Percentile(lat, 99.9))
+		s.P50LatencyMs = ms(stats.Percentile(lat, 50))
+		s.P90LatencyMs = ms(stats.Percentile(lat, 90))
+		s.P99LatencyMs = ms(stats.Percentile(lat, 99))
+		s.P999LatencyMs = ms(stats.Percentile(lat, 99.9))
 		s.MaxLatencyMs = ms(lat[len(lat)-1])
 	}
 	if len(lags) > 0 {
 		slices.Sort(lags)
-		s.LagP99Ms = ms(Percentile(lags, 99))
+		s.LagP99Ms = ms(stats.Percentile(lags, 99))
 		s.LagMaxMs = ms(lags[len(lags)-1])
 	}
 	return s
-}
-
-// Percentile returns the p-th percentile (0 < p <= 100) of sorted by the
-// nearest-rank method: the smallest value with at least p% of the values at
-// or below it. It returns 0 for an empty slice.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p * float64(n) / 100))
-	return sorted[min(max(rank, 1), n)-1]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -17,6 +17,12 @@ var (
 		"Fitted intercept of tau(b) = alpha*b + tau0.", []string{"model"}, nil)
 	descR2 = prometheus.NewDesc("ratebatch_regression_r2",
 		"Coefficient of determination of the tau(b) fit.", []string{"model"}, nil)
+	descSEAlpha = prometheus.NewDesc("ratebatch_regression_alpha_stderr_seconds",
+		"Standard error of the fitted slope alpha (absent while the samples cannot tell).", []string{"model"}, nil)
+	descTrusted = prometheus.NewDesc("ratebatch_regression_trusted",
+		"1 when the tau(b) fit is trusted, 0 while the rule stays work-conserving for want of it.", []string{"model"}, nil)
+	descOverhead = prometheus.NewDesc("ratebatch_upstream_overhead_seconds",
+		"Mean round trip of a batch beyond the server's own compute time for it (network, HTTP, queueing); absent without server statistics.", []string{"model"}, nil)
 )
 
 // Collector exports every monitor's state at scrape time, so the request
@@ -28,7 +34,7 @@ func NewCollector(r *Registry) *Collector { return &Collector{r: r} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRate, descArrivals, descBatch, descMaxWait, descAlpha, descTau0, descR2} {
+	for _, d := range []*prometheus.Desc{descRate, descArrivals, descBatch, descMaxWait, descAlpha, descTau0, descR2, descSEAlpha, descTrusted, descOverhead} {
 		ch <- d
 	}
 }
@@ -44,5 +50,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAlpha, prometheus.GaugeValue, s.AlphaMs/1000, s.Model)
 		ch <- prometheus.MustNewConstMetric(descTau0, prometheus.GaugeValue, s.Tau0Ms/1000, s.Model)
 		ch <- prometheus.MustNewConstMetric(descR2, prometheus.GaugeValue, s.R2, s.Model)
+		if s.SEAlphaMs != nil {
+			ch <- prometheus.MustNewConstMetric(descSEAlpha, prometheus.GaugeValue, *s.SEAlphaMs/1000, s.Model)
+		}
+		trusted := 1.0
+		if s.FitDoubt != "" {
+			trusted = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descTrusted, prometheus.GaugeValue, trusted, s.Model)
+		if s.OverheadMs != nil {
+			ch <- prometheus.MustNewConstMetric(descOverhead, prometheus.GaugeValue, *s.OverheadMs/1000, s.Model)
+		}
 	}
 }

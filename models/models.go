@@ -251,6 +251,71 @@ func (r *Registry) startMonitor(e *entry) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	e.cancel = cancel
 	go e.mon.Run(ctx)
+	go r.pollStats(ctx, e.name, e.mon)
+}
+
+// statsGiveUp is how many failed reads of a model's statistics, before any
+// succeeded, make the registry stop asking: the server has none (or not at
+// that path), and the monitor learns from round trips instead.
+const statsGiveUp = 3
+
+// pollStats reads the upstream's per-batch-size statistics of a model once
+// per window and hands them to its monitor, which learns tau(b) from their
+// differences: the server's own compute time per batch, free of network,
+// HTTP and queueing. It returns when ctx ends or the server has no
+// statistics.
+func (r *Registry) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
+	every := r.cfg.Policy.Window
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failed, worked := 0, false
+	for {
+		stats, err := r.up.ModelStats(ctx, name)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failed++
+			if !worked && failed >= statsGiveUp {
+				r.log.Info("upstream has no batch statistics for the model; tau(b) is learnt from round trips", "model", name, "err", err)
+				return
+			}
+		default:
+			worked = true
+			mon.ObserveServer(batchTotals(stats))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// batchTotals sums a model's batch_stats over its versions, per batch size.
+func batchTotals(stats []triton.BatchStat) []monitor.BatchTotal {
+	by := map[int]*monitor.BatchTotal{}
+	var out []monitor.BatchTotal
+	for _, s := range stats {
+		if s.BatchSize < 1 {
+			continue
+		}
+		b := by[s.BatchSize]
+		if b == nil {
+			b = &monitor.BatchTotal{Batch: s.BatchSize}
+			by[s.BatchSize] = b
+		}
+		b.Count += s.ComputeInfer.Count
+		b.Time += time.Duration(s.ComputeInput.Ns + s.ComputeInfer.Ns + s.ComputeOutput.Ns)
+	}
+	for _, b := range by {
+		out = append(out, *b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Batch < out[j].Batch })
+	return out
 }
 
 // newPolicy builds the named policy with the configured options.
@@ -301,7 +366,7 @@ func (r *Registry) seed(ctx context.Context, name string) (*regression.Line, str
 		var samples []regression.Sample
 		for _, s := range stats {
 			if ms := s.MeanMs(); ms > 0 {
-				samples = append(samples, regression.Sample{Batch: s.BatchSize, LatencyMs: ms})
+				samples = append(samples, regression.Sample{Batch: s.BatchSize, LatencyMs: ms, Weight: float64(s.ComputeInfer.Count)})
 			}
 		}
 		if f, err := regression.FitSamples(samples, regression.Options{}); err == nil {

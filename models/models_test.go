@@ -3,14 +3,17 @@ package models
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/triton"
 )
 
@@ -20,6 +23,8 @@ type fakeUpstream struct {
 	configs map[string]*triton.ModelConfig
 	stats   map[string][]triton.BatchStat
 	down    bool
+	noStats bool // ModelStats fails, as on a server without statistics
+	reads   int  // ModelStats calls
 }
 
 func (f *fakeUpstream) RepositoryIndex(context.Context) ([]triton.IndexEntry, error) {
@@ -43,7 +48,25 @@ func (f *fakeUpstream) ModelConfig(_ context.Context, m string) (*triton.ModelCo
 }
 
 func (f *fakeUpstream) ModelStats(_ context.Context, m string) ([]triton.BatchStat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.noStats {
+		return nil, &triton.StatusError{Status: 404, Msg: "no statistics"}
+	}
 	return f.stats[m], nil
+}
+
+func (f *fakeUpstream) setStats(m string, s []triton.BatchStat) {
+	f.mu.Lock()
+	f.stats[m] = s
+	f.mu.Unlock()
+}
+
+func (f *fakeUpstream) statReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
 }
 
 type fakeQueues struct {
@@ -206,5 +229,69 @@ func TestEnsureDiscoversUnlistedModels(t *testing.T) {
 	r.Ensure(context.Background(), "nosuch")
 	if _, ok := q.specs["nosuch"]; ok {
 		t.Fatal("a failed lookup was retried before the discovery interval")
+	}
+}
+
+// TestStatisticsFeedTheMonitor runs the registry against an upstream whose
+// batch statistics grow along a known line: the monitor learns from them.
+// Against one without statistics the registry stops asking.
+func TestStatisticsFeedTheMonitor(t *testing.T) {
+	line := func(b int) float64 { return 0.5*float64(b) + 4 }
+	grown := func(n int64) []triton.BatchStat {
+		var out []triton.BatchStat
+		for _, b := range []int{1, 2, 3, 5, 8} {
+			var s triton.BatchStat
+			s.BatchSize = b
+			s.ComputeInfer.Count = n
+			s.ComputeInfer.Ns = int64(float64(n) * line(b) * 1e6)
+			out = append(out, s)
+		}
+		return out
+	}
+	up := &fakeUpstream{
+		index:   []triton.IndexEntry{{Name: "m", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"m": {Name: "m", MaxBatchSize: 8}},
+		stats:   map[string][]triton.BatchStat{},
+	}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	cfg.Policy.Window = 5 * time.Millisecond
+	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	var snap *monitor.Snapshot
+	for i := int64(1); i < 2000; i++ {
+		up.setStats("m", grown(10*i))
+		time.Sleep(2 * time.Millisecond)
+		snap = r.Statuses()[0].Rule
+		if snap.FitSource == "server statistics" && snap.FitDoubt == "" && math.Abs(snap.AlphaMs-0.5) < 1e-3 {
+			break
+		}
+	}
+	if snap.FitSource != "server statistics" || math.Abs(snap.AlphaMs-0.5) > 1e-3 || math.Abs(snap.Tau0Ms-4) > 1e-2 {
+		t.Fatalf("monitor %+v: want the statistics' line 0.5*b + 4", snap)
+	}
+
+	up = &fakeUpstream{
+		index:   []triton.IndexEntry{{Name: "m", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"m": {Name: "m", MaxBatchSize: 8}},
+		noStats: true,
+	}
+	r = New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	time.Sleep(30 * cfg.Policy.Window)
+	// One read for the seed, statsGiveUp by the poller, then none.
+	if n := up.statReads(); n != 1+statsGiveUp {
+		t.Fatalf("%d statistics reads from a server without them, want %d", n, 1+statsGiveUp)
+	}
+	if s := r.Statuses()[0].Rule; s.FitSource != "round trip" {
+		t.Fatalf("fit source %q", s.FitSource)
 	}
 }

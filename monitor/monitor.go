@@ -1,13 +1,18 @@
 // Package monitor runs the slow half of a batching policy for one model: it
-// counts arrivals per window, keeps the online fit of the batch latency
-// tau(b), calls the policy's Plan once per window and publishes the Rule
+// counts arrivals, estimates the arrival rate, keeps the online fit of the
+// batch latency tau(b), calls the policy's Plan and publishes the Rule
 // atomically. The request path only increments a counter and loads a
 // pointer; it never waits on the monitor.
+//
+// The live proxy and the simulator run the same Monitor; only the clock
+// differs (Config.Now, and who calls Tick).
 package monitor
 
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +51,31 @@ var DefaultSeed = regression.Line{AlphaMs: 0.1, Tau0Ms: 1}
 // guessedSeedWeight is how many samples DefaultSeed counts as.
 const guessedSeedWeight = 0.1
 
+// Slices is how many times per window the monitor counts arrivals and
+// re-plans. See rateEstimator.
+const Slices = 4
+
+// MaxRelErr is the largest relative standard error of alpha or tau0 (see
+// regression.Fit.RelErr) at which the fit is trusted: until then the
+// estimate carries a FitDoubt and the batching rules stay work-conserving.
+// At 20% a batch size chosen from the line is still close to right; a line
+// known worse than that (a slope "learnt" from one or two batch sizes in
+// noise) picks batch sizes that cost latency for nothing.
+const MaxRelErr = 0.2
+
+// serverDecay is the factor the per-size batch counts of the server's
+// statistics decay by per read (once per window): a half-life of about 69
+// windows, long because a model's line does not drift, and the memory of
+// sizes seen earlier is what keeps the line identified.
+const serverDecay = 0.99
+
+// sizeMean is the decayed batch count and summed time of one batch size.
+type sizeMean struct{ n, ms float64 }
+
+// overheadGain is the weight of the newest batch in the moving average of
+// the round trip's overhead over the server's own figure.
+const overheadGain = 0.05
+
 // Monitor is the monitor of one model. Its methods are safe for concurrent use.
 type Monitor struct {
 	model  string
@@ -54,12 +84,24 @@ type Monitor struct {
 	est    *regression.Estimator
 	energy *EnergyLine
 
-	arrivals atomic.Int64 // rows since the last window; reset only by the monitor
+	arrivals atomic.Int64 // rows since the last slice; reset only by the monitor
 	total    atomic.Int64
-	current  atomic.Pointer[published]
-	changed  chan struct{}
-	replan   chan struct{} // asks Run to plan again now
-	running  atomic.Bool
+	rate     rateEstimator // guarded by mu
+	guessed  bool          // the fit started from DefaultSeed, not a measurement
+
+	// The server's own statistics, once it has any: they feed the fit, and
+	// the round trip only measures the overhead around them.
+	serverMu      sync.Mutex
+	lastTotals    map[int]BatchTotal
+	perSize       map[int]*sizeMean
+	fitOpts       regression.Options // for fits of the server's means
+	serverBatches atomic.Int64
+	serverFed     atomic.Bool
+	overhead      atomic.Uint64 // math.Float64bits of the mean overhead in ms
+	current       atomic.Pointer[published]
+	changed       chan struct{}
+	replan        chan struct{} // asks Run to plan again now
+	running       atomic.Bool
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
@@ -95,7 +137,8 @@ func New(c Config) (*Monitor, error) {
 		}
 		seed, weight = *c.Seed, 0
 	}
-	est, err := regression.NewEstimator(regression.Options{Prior: &seed, PriorWeight: weight, MaxBatch: c.MaxBatch})
+	fitOpts := regression.Options{Prior: &seed, PriorWeight: weight, MaxBatch: c.MaxBatch}
+	est, err := regression.NewEstimator(fitOpts)
 	if err != nil {
 		return nil, fmt.Errorf("monitor %s: %w", c.Model, err)
 	}
@@ -108,6 +151,9 @@ func New(c Config) (*Monitor, error) {
 		window:    c.Window,
 		now:       now,
 		est:       est,
+		rate:      rateEstimator{window: c.Window},
+		fitOpts:   fitOpts,
+		guessed:   c.Seed == nil,
 		energy:    c.Energy,
 		changed:   make(chan struct{}, 1),
 		replan:    make(chan struct{}, 1),
@@ -127,10 +173,111 @@ func (m *Monitor) Arrive(rows int) {
 	m.total.Add(int64(rows))
 }
 
-// Observe feeds one completed batch into the tau(b) fit.
+// Observe reports one completed batch and its round trip as the proxy
+// measured it. Until the server's own statistics arrive (ObserveServer) the
+// round trip feeds the tau(b) fit; afterwards it only measures the overhead
+// around the server's figure (network, HTTP, queueing in the server), which
+// must not be mixed into tau(b): tau(b) decides how long a batch holds the
+// device, and the overhead is paid by every request alike.
 func (m *Monitor) Observe(rows int, latency time.Duration) {
-	// A bad sample (never produced by the dispatcher) is simply not learnt.
-	_ = m.est.Observe(rows, float64(latency)/float64(time.Millisecond))
+	ms := float64(latency) / float64(time.Millisecond)
+	if !m.serverFed.Load() {
+		// A bad sample (never produced by the dispatcher) is simply not learnt.
+		_ = m.est.Observe(rows, ms)
+		return
+	}
+	p := m.current.Load()
+	gap := ms - p.fit.TauMs(rows)
+	for {
+		old := m.overhead.Load()
+		next := math.Float64bits(math.Float64frombits(old) + overheadGain*(gap-math.Float64frombits(old)))
+		if m.overhead.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// BatchTotal is a server's cumulative account of one batch size: how many
+// batches of that size ran and their summed compute time (Triton's
+// batch_stats: compute_input + compute_infer + compute_output).
+type BatchTotal struct {
+	Batch int
+	Count int64
+	Time  time.Duration
+}
+
+// ObserveServer takes the server's cumulative per-batch-size statistics.
+// The first call only sets the baseline. Each later one adds the batches
+// run since the call before to a mean per batch size, whose weight (the
+// batch count) decays by serverDecay per call: the fit then runs on one
+// point per size, each as sure as the batches behind it. A size the traffic
+// has not formed lately keeps its mean, with a fading weight, so the line
+// stays anchored when load concentrates on a few sizes (at high load nearly
+// every batch is B_max, and the intercept would otherwise be a guess). A
+// count that went down (the server restarted) starts a new baseline for
+// that size.
+func (m *Monitor) ObserveServer(totals []BatchTotal) {
+	m.serverMu.Lock()
+	defer m.serverMu.Unlock()
+	first := m.lastTotals == nil
+	if first {
+		m.lastTotals = make(map[int]BatchTotal, len(totals))
+		m.perSize = map[int]*sizeMean{}
+	}
+	for _, a := range m.perSize {
+		a.n *= serverDecay
+		a.ms *= serverDecay
+	}
+	for _, t := range totals {
+		if t.Batch < 1 || t.Count < 0 {
+			continue
+		}
+		prev, seen := m.lastTotals[t.Batch]
+		m.lastTotals[t.Batch] = t
+		if first || t.Count < prev.Count || t.Time < prev.Time {
+			continue
+		}
+		if !seen {
+			prev = BatchTotal{}
+		}
+		n := t.Count - prev.Count
+		if n == 0 {
+			continue
+		}
+		a := m.perSize[t.Batch]
+		if a == nil {
+			a = &sizeMean{}
+			m.perSize[t.Batch] = a
+		}
+		a.n += float64(n)
+		a.ms += float64(t.Time-prev.Time) / float64(time.Millisecond)
+		m.serverBatches.Add(n)
+		m.serverFed.Store(true)
+	}
+}
+
+// serverSamples is the per-size means of the server's statistics, weighted
+// by their decayed batch counts.
+func (m *Monitor) serverSamples() []regression.Sample {
+	m.serverMu.Lock()
+	defer m.serverMu.Unlock()
+	out := make([]regression.Sample, 0, len(m.perSize))
+	for b, a := range m.perSize {
+		if a.n > 0 && a.ms > 0 {
+			out = append(out, regression.Sample{Batch: b, LatencyMs: a.ms / a.n, Weight: a.n})
+		}
+	}
+	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
+	return out
+}
+
+// fit is the current tau(b) fit: of the server's per-size means once they
+// arrive, else of the round trips.
+func (m *Monitor) fit() (regression.Fit, error) {
+	if m.serverFed.Load() {
+		return regression.FitSamples(m.serverSamples(), m.fitOpts)
+	}
+	return m.est.Fit()
 }
 
 // Rule returns the rule in force.
@@ -189,11 +336,14 @@ func (m *Monitor) SetLimits(maxBatch, instances int) {
 	}
 }
 
-// Run ends a window every Window until ctx is done.
+// TickEvery is how often Tick should be called: a slice of the window.
+func (m *Monitor) TickEvery() time.Duration { return max(m.window/Slices, time.Microsecond) }
+
+// Run calls Tick every TickEvery until ctx is done.
 func (m *Monitor) Run(ctx context.Context) {
 	m.running.Store(true)
 	defer m.running.Store(false)
-	t := time.NewTicker(m.window)
+	t := time.NewTicker(m.TickEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -207,23 +357,81 @@ func (m *Monitor) Run(ctx context.Context) {
 	}
 }
 
-// Tick ends the current window now: it takes the arrival count, re-fits
-// tau(b) and publishes the policy's new rule. Run calls it; tests may too.
+// Tick ends the current slice now: it takes the arrival count, updates the
+// rate estimate, re-fits tau(b) and publishes the policy's new rule. Run
+// calls it; the simulator and tests may too.
 func (m *Monitor) Tick() {
 	now := m.now()
 	n := m.arrivals.Swap(0)
 	m.mu.Lock()
 	elapsed := now.Sub(m.last)
 	m.last = now
-	m.mu.Unlock()
 	if elapsed <= 0 {
-		elapsed = m.window
+		elapsed = m.TickEvery()
 	}
-	m.plan(now, elapsed, int(n))
+	span, count := m.rate.add(int(n), elapsed)
+	m.mu.Unlock()
+	m.plan(now, span, count)
+}
+
+// rateEstimator estimates the arrival rate from counts per slice of the
+// window. In steady load it is the count over the last window (a sliding
+// window, re-planned every slice, so it lags a change by half a window
+// instead of a whole one). A step is followed within one slice: when the
+// newest slice's count is implausible under the rate of the slices before
+// it (more than 3 Poisson standard deviations plus 2 off the count that
+// rate predicts, counting the noise of both), the older slices are dropped
+// and the rate is the newest slice's. Under a steady Poisson load that
+// happens by chance in under 1% of slices (measured in the tests), and then
+// costs one slice of a noisier estimate; a step from idle to 4 or more
+// arrivals per slice is caught at once.
+// A plain moving average cannot do both: a short one is noisy, a long one
+// builds a queue for a whole window after every step, which is exactly
+// the cold start the first requests of a model see.
+type rateEstimator struct {
+	window time.Duration
+	slices []rateSlice // oldest first, spanning at most about a window
+}
+
+type rateSlice struct {
+	n int
+	d time.Duration
+}
+
+// add records a slice and returns the span and count the rate is n/span.
+func (r *rateEstimator) add(n int, d time.Duration) (time.Duration, int) {
+	var oldN int
+	var oldD time.Duration
+	for _, s := range r.slices {
+		oldN += s.n
+		oldD += s.d
+	}
+	if oldD > 0 {
+		// The difference of the new count and the one the older slices
+		// predict has variance want*(1 + d/oldD) under a steady Poisson load.
+		want := float64(oldN) * float64(d) / float64(oldD)
+		sd := math.Sqrt(math.Max(want, 1) * (1 + float64(d)/float64(oldD)))
+		if math.Abs(float64(n)-want) > 3*sd+2 {
+			r.slices = r.slices[:0] // a step: what came before no longer says anything
+		}
+	}
+	r.slices = append(r.slices, rateSlice{n, d})
+	var span time.Duration
+	var count int
+	for _, s := range r.slices {
+		span += s.d
+		count += s.n
+	}
+	for len(r.slices) > 1 && span-r.slices[0].d >= r.window {
+		span -= r.slices[0].d
+		count -= r.slices[0].n
+		r.slices = r.slices[1:]
+	}
+	return span, count
 }
 
 func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
-	fit, err := m.est.Fit()
+	fit, err := m.fit()
 	if err != nil {
 		// Only possible without samples and without a seed, which New
 		// prevents; keep planning on the seed-free default.
@@ -241,6 +449,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		AlphaMs:   fit.AlphaMs,
 		Tau0Ms:    fit.Tau0Ms,
 		FitR2:     fit.R2,
+		FitDoubt:  m.doubt(fit),
 		MaxBatch:  maxBatch,
 		Instances: instances,
 	}
@@ -260,6 +469,21 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	}
 }
 
+// doubt says why the fit is not to be trusted yet, "" when it is.
+func (m *Monitor) doubt(f regression.Fit) string {
+	switch {
+	case f.N == 0 && m.guessed:
+		return "no batch measured yet"
+	case f.N == 0:
+		return "" // a measured seed (profile, server statistics) and nothing newer
+	case m.guessed && f.KeptSizes < 2:
+		return fmt.Sprintf("one batch size among %d samples kept: the slope is unknown", f.N-f.Outliers)
+	case f.RelErr() > MaxRelErr:
+		return fmt.Sprintf("tau(b) fit uncertain: alpha %.3g ± %.2g ms, tau0 %.3g ± %.2g ms", f.AlphaMs, f.SEAlphaMs, f.Tau0Ms, f.SETau0Ms)
+	}
+	return ""
+}
+
 // Snapshot is the monitor's state for metrics and the status endpoint.
 type Snapshot struct {
 	Model      string        `json:"model"`
@@ -273,17 +497,30 @@ type Snapshot struct {
 	AlphaMs    float64       `json:"alpha_ms"`
 	Tau0Ms     float64       `json:"tau0_ms"`
 	R2         float64       `json:"r2"`
-	Samples    int           `json:"samples"`
-	MaxBatch   int           `json:"max_batch_size"`
-	Instances  int           `json:"instances"`
-	Arrivals   int64         `json:"arrivals_total"`
+	// SEAlphaMs and SETau0Ms are the fit's standard errors (null while the
+	// samples cannot tell), FitDoubt why the rule does not trust it yet.
+	SEAlphaMs *float64 `json:"se_alpha_ms"`
+	SETau0Ms  *float64 `json:"se_tau0_ms"`
+	Outliers  int      `json:"outliers"`
+	FitDoubt  string   `json:"fit_doubt,omitempty"`
+	// FitSource is where tau(b) is learnt from: "server statistics" (the
+	// upstream's per-batch-size compute times) or "round trip" (the
+	// proxy's own timing, for servers without statistics).
+	FitSource string `json:"fit_source"`
+	// OverheadMs is the mean round trip beyond the server's own tau(b)
+	// (network, HTTP, the server's queue); null without server statistics.
+	OverheadMs *float64 `json:"overhead_ms"`
+	Samples    int      `json:"samples"`
+	MaxBatch   int      `json:"max_batch_size"`
+	Instances  int      `json:"instances"`
+	Arrivals   int64    `json:"arrivals_total"`
 }
 
 // Snapshot returns the current state.
 func (m *Monitor) Snapshot() Snapshot {
 	p := m.current.Load()
 	st := p.rule.Status()
-	return Snapshot{
+	s := Snapshot{
 		Model:      m.model,
 		Policy:     st.Policy,
 		BatchSize:  st.BatchSize,
@@ -295,9 +532,26 @@ func (m *Monitor) Snapshot() Snapshot {
 		AlphaMs:    p.fit.AlphaMs,
 		Tau0Ms:     p.fit.Tau0Ms,
 		R2:         p.fit.R2,
-		Samples:    m.est.Observed(),
+		SEAlphaMs:  finite(p.fit.SEAlphaMs),
+		SETau0Ms:   finite(p.fit.SETau0Ms),
+		Outliers:   p.fit.Outliers,
+		FitDoubt:   p.est.FitDoubt,
+		FitSource:  "round trip",
+		Samples:    m.est.Observed() + int(m.serverBatches.Load()),
 		MaxBatch:   p.est.MaxBatch,
 		Instances:  p.est.Instances,
 		Arrivals:   m.total.Load(),
 	}
+	if m.serverFed.Load() {
+		s.FitSource = "server statistics"
+		s.OverheadMs = finite(math.Float64frombits(m.overhead.Load()))
+	}
+	return s
+}
+
+func finite(v float64) *float64 {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return nil
+	}
+	return &v
 }

@@ -2,6 +2,9 @@ package monitor
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,5 +200,177 @@ func TestSetPolicyDoesNotBlockWhileRunning(t *testing.T) {
 	// (what PUT /policy answers with).
 	if got := m.Snapshot().Policy; got != "adhoc" {
 		t.Fatalf("policy when SetPolicy's channel closed = %q, want adhoc", got)
+	}
+}
+
+func TestRateFollowsAStepWithinASlice(t *testing.T) {
+	m, clk := newMonitorDefaultSeed(t, 32)
+	slice := m.TickEvery()
+	if slice != time.Second/Slices {
+		t.Fatalf("tick every %v, want a %d-th of the window", slice, Slices)
+	}
+	// Idle, then 800 rows/s from one slice on: the very next slice's
+	// estimate is the new rate, not a blend with the idle past.
+	for range 2 * Slices {
+		clk.add(slice)
+		m.Tick()
+	}
+	if r := m.Snapshot().RatePerSec; r != 0 {
+		t.Fatalf("idle rate %v", r)
+	}
+	m.Arrive(200)
+	clk.add(slice)
+	m.Tick()
+	if r := m.Snapshot().RatePerSec; r != 800 {
+		t.Fatalf("rate %v one slice after the step, want 800", r)
+	}
+	// Steady load: the estimate spans the whole window again.
+	counts := []int{190, 210, 205, 195, 200}
+	for _, n := range counts {
+		m.Arrive(n)
+		clk.add(slice)
+		m.Tick()
+	}
+	s := m.Snapshot()
+	if s.Window != time.Second || s.RatePerSec != float64(210+205+195+200) {
+		t.Fatalf("steady: rate %v over %v, want the last window's 810 over 1s", s.RatePerSec, s.Window)
+	}
+	// A step down is followed just as fast.
+	clk.add(slice)
+	m.Tick()
+	if r := m.Snapshot().RatePerSec; r != 0 {
+		t.Fatalf("rate %v one slice after the load stopped, want 0", r)
+	}
+}
+
+func TestRateEstimatorRarelyMistakesNoiseForAStep(t *testing.T) {
+	// Poisson counts of a steady 100 per slice: a false step resets the
+	// estimate to one slice; it must stay rare.
+	rng := rand.New(rand.NewPCG(1, 2))
+	r := rateEstimator{window: time.Second}
+	resets := 0
+	for range 10000 { // 18 resets (0.18%) for this seed
+		n := poisson(rng, 100)
+		span, _ := r.add(n, time.Second/Slices)
+		if span == time.Second/Slices {
+			resets++
+		}
+	}
+	if resets > 100 {
+		t.Fatalf("%d of 10000 steady slices taken for a step", resets)
+	}
+}
+
+func poisson(rng *rand.Rand, mean float64) int {
+	// Knuth's method is fine for a test's means.
+	l, k, p := math.Exp(-mean), 0, 1.0
+	for {
+		p *= rng.Float64()
+		if p <= l {
+			return k
+		}
+		k++
+	}
+}
+
+func TestColdStartIsWorkConserving(t *testing.T) {
+	pol, _ := policy.New(policy.NameBatchMonitorPlus, policy.Options{})
+	m, err := New(Config{Model: "m", Policy: pol, Window: time.Second, MaxBatch: 8, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1, 0)
+	d := m.Rule().Decide(policy.Queue{Now: now, Rows: 3, OldestArrival: now, Instances: 1, MaxBatch: 8})
+	if d.Rows != 3 {
+		t.Fatalf("first rows: decision %+v, want all 3 sent at once", d)
+	}
+	if s := m.Snapshot(); s.FitDoubt == "" || !strings.Contains(s.Note, "work-conserving") {
+		t.Fatalf("snapshot %+v: want a doubt and a work-conserving note", s)
+	}
+}
+
+// TestServerStatisticsTeachTheFit feeds the monitor cumulative per-size
+// statistics of a known line and round trips with an overhead on top: the
+// fit is the server's line, the overhead is reported apart.
+func TestServerStatisticsTeachTheFit(t *testing.T) {
+	m, clk := newMonitorDefaultSeed(t, 32)
+	truth := regression.Line{AlphaMs: 0.5, Tau0Ms: 4}
+	const overhead = 3 * time.Millisecond
+	rng := rand.New(rand.NewPCG(3, 4))
+	totals := map[int]*BatchTotal{}
+	snapshot := func() []BatchTotal {
+		var out []BatchTotal
+		for _, t := range totals {
+			out = append(out, *t)
+		}
+		return out
+	}
+	// Stats from before the monitor started are a baseline, not learnt.
+	totals[1] = &BatchTotal{Batch: 1, Count: 1000, Time: 1000 * 50 * time.Millisecond}
+	m.ObserveServer(snapshot())
+	for w := 0; w < 20; w++ {
+		for range 100 {
+			b := 1 + rng.IntN(6)
+			d := time.Duration(truth.TauMs(b) * math.Exp(0.05*rng.NormFloat64()) * float64(time.Millisecond))
+			if totals[b] == nil {
+				totals[b] = &BatchTotal{Batch: b}
+			}
+			totals[b].Count++
+			totals[b].Time += d
+			m.Observe(b, d+overhead)
+		}
+		m.ObserveServer(snapshot())
+		clk.add(m.TickEvery())
+		m.Tick()
+	}
+	s := m.Snapshot()
+	if s.FitSource != "server statistics" || s.FitDoubt != "" {
+		t.Fatalf("source %q doubt %q", s.FitSource, s.FitDoubt)
+	}
+	if math.Abs(s.AlphaMs/truth.AlphaMs-1) > 0.05 || math.Abs(s.Tau0Ms/truth.Tau0Ms-1) > 0.05 {
+		t.Fatalf("fit %v*b + %v, want %v within 5%%", s.AlphaMs, s.Tau0Ms, truth)
+	}
+	if s.OverheadMs == nil || math.Abs(*s.OverheadMs-3) > 0.3 {
+		t.Fatalf("overhead %v ms, want about 3", s.OverheadMs)
+	}
+	// A server restart (counts down) starts a new baseline, learning nothing wrong.
+	clear(totals)
+	totals[2] = &BatchTotal{Batch: 2, Count: 1, Time: time.Second}
+	m.ObserveServer(snapshot())
+	clk.add(m.TickEvery())
+	m.Tick()
+	if a := m.Snapshot().AlphaMs; math.Abs(a/truth.AlphaMs-1) > 0.05 {
+		t.Fatalf("after a restart alpha %v", a)
+	}
+}
+
+func TestDoubtUntilTheLineIsKnown(t *testing.T) {
+	m, clk := newMonitorDefaultSeed(t, 32)
+	tick := func() Snapshot { clk.add(m.TickEvery()); m.Tick(); return m.Snapshot() } // reads m, clk as reassigned
+	if s := tick(); !strings.Contains(s.FitDoubt, "no batch") {
+		t.Fatalf("doubt %q before any batch", s.FitDoubt)
+	}
+	for range 50 {
+		m.Observe(2, 5*time.Millisecond)
+	}
+	if s := tick(); !strings.Contains(s.FitDoubt, "one batch size") || !strings.Contains(s.Note, "work-conserving") {
+		t.Fatalf("one size: doubt %q note %q", s.FitDoubt, s.Note)
+	}
+	// Two sizes in heavy noise: the slope is still unknown.
+	m, clk = newMonitorDefaultSeed(t, 32)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 8 {
+		b := 2 + i%2
+		m.Observe(b, time.Duration((0.5*float64(b)+4+3*rng.NormFloat64())*float64(time.Millisecond)))
+	}
+	if s := tick(); !strings.Contains(s.FitDoubt, "uncertain") || s.SEAlphaMs == nil {
+		t.Fatalf("noisy: doubt %q se %v", s.FitDoubt, s.SEAlphaMs)
+	}
+	for i := range 200 {
+		b := 1 + i%8
+		m.Observe(b, time.Duration((0.5*float64(b)+4+0.05*rng.NormFloat64())*float64(time.Millisecond)))
+	}
+	if s := tick(); s.FitDoubt != "" {
+		t.Fatalf("a clear line is still doubted: %q", s.FitDoubt)
 	}
 }

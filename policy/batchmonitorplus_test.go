@@ -81,6 +81,7 @@ func TestLimitDecide(t *testing.T) {
 
 func TestBatchMonitorPlusPlan(t *testing.T) {
 	tau := func(b int) time.Duration { return estimate(0).TauDuration(b) }
+	half := func(b int) time.Duration { return time.Duration(DefaultWaitShare * float64(tau(b))) }
 	rate := 2000.0
 	tests := []struct {
 		name     string
@@ -90,14 +91,14 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 		wantB    int
 		wantWait time.Duration
 	}{
-		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "Limit", 1, tau(1)},
-		{"defaults at light load never hold", NewBatchMonitorPlus(), estimate(10), "Limit", 1, tau(1)},
+		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "Limit", 1, 0},
+		{"defaults at light load never hold", NewBatchMonitorPlus(), estimate(10), "Limit", 1, half(1)},
 		{"defaults under load use Algorithm 1's size as a limit", NewBatchMonitorPlus(), estimate(rate), "Limit",
-			ChooseBatch(rate, 0.3051, 1.052, 32), tau(ChooseBatch(rate, 0.3051, 1.052, 32))},
-		{"without drain it is a fixed size", BatchMonitorPlus{Util: 1, From: 2}, estimate(10), "Fill", 2, tau(2)},
+			ChooseBatch(rate, 0.3051, 1.052, 32), half(ChooseBatch(rate, 0.3051, 1.052, 32))},
+		{"without drain it is a fixed size", BatchMonitorPlus{Util: 1, From: 2}, estimate(10), "Fill", 2, half(2)},
 		{"explicit wait", BatchMonitorPlus{Util: 1, From: 2, Drain: true, MaxWait: time.Millisecond}, estimate(10), "Limit", 2, time.Millisecond},
 		{"util out of range acts as 1", BatchMonitorPlus{Util: 7, From: 2, Drain: true}, estimate(rate), "Limit",
-			ChooseBatch(rate, 0.3051, 1.052, 32), tau(ChooseBatch(rate, 0.3051, 1.052, 32))},
+			ChooseBatch(rate, 0.3051, 1.052, 32), half(ChooseBatch(rate, 0.3051, 1.052, 32))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

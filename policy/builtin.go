@@ -112,6 +112,21 @@ func fallback(name string, e Estimate, err error) Rule {
 	return Fill{Policy: name, Batch: e.MaxBatch, Note: "work-conserving fallback: " + err.Error()}
 }
 
+// conserving is the work-conserving rule a policy that sizes batches from
+// the estimate uses while it cannot: before any rate is measured (holding
+// the first requests of a model for partners at a guessed rate is what
+// builds a queue at a cold start), and while the tau(b) fit is in doubt.
+func conserving(name string, e Estimate) (Rule, bool) {
+	// Limit 1 sends whatever waits, up to B_max, whenever an instance is free.
+	switch {
+	case !e.Observed():
+		return Limit{Policy: name, Limit: 1, Note: "work-conserving: no arrival rate measured yet"}, true
+	case e.FitDoubt != "":
+		return Limit{Policy: name, Limit: 1, Note: "work-conserving: " + e.FitDoubt}, true
+	}
+	return nil, false
+}
+
 // ChooseBatch is Algorithm 1 of the adaptive-batching paper as written: the
 // smallest b in 2..maxBatch whose throughput b/tau(b) exceeds the arrival
 // rate, or maxBatch when none does. The search starts at 2, so a single
@@ -128,7 +143,8 @@ func ChooseBatch(ratePerSec, alphaMs, tau0Ms float64, maxBatch int) int {
 
 // BatchMonitor is the paper's BatchMonitor/BatchDispatcher pair. Plan runs
 // Algorithm 1 (ChooseBatch) on the window's arrival rate and the fitted
-// tau(b); before the first window the batch size is 1. The rule sends
+// tau(b); before the first rate is measured, and while the fit is in doubt,
+// the rule is work-conserving instead (see conserving). The rule sends
 // batches of exactly that size, pbs, whenever pbs rows wait and an instance
 // is free.
 //
@@ -152,10 +168,10 @@ func (p BatchMonitor) Plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return fallback(NameBatchMonitor, e, err)
 	}
-	pbs := 1
-	if e.Observed() {
-		pbs = ChooseBatch(e.RatePerSec, e.AlphaMs, e.Tau0Ms, e.MaxBatch)
+	if r, ok := conserving(NameBatchMonitor, e); ok {
+		return r
 	}
+	pbs := ChooseBatch(e.RatePerSec, e.AlphaMs, e.Tau0Ms, e.MaxBatch)
 	wait := p.MaxWait
 	if wait <= 0 {
 		wait = e.TauDuration(pbs)

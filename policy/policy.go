@@ -44,6 +44,10 @@ type Estimate struct {
 	// observed batches, and the quality of that fit (R^2, 1 = perfect).
 	AlphaMs, Tau0Ms float64
 	FitR2           float64
+	// FitDoubt, when not empty, says why the fit is not to be trusted yet
+	// (too few or too alike batches, too much noise). Rules that size
+	// batches from the line then stay work-conserving and say why.
+	FitDoubt string
 
 	// The batch energy zeta(b) = BetaMJ*b + Zeta0MJ where known.
 	BetaMJ, Zeta0MJ float64

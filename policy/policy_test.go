@@ -95,6 +95,11 @@ func TestFillDecide(t *testing.T) {
 	}
 }
 
+func doubted(e Estimate) Estimate {
+	e.FitDoubt = "one size seen"
+	return e
+}
+
 func TestBuiltinPlans(t *testing.T) {
 	tau := func(b int) time.Duration { return estimate(0).TauDuration(b) }
 	tests := []struct {
@@ -106,7 +111,9 @@ func TestBuiltinPlans(t *testing.T) {
 		wantWait time.Duration
 		wantNote string
 	}{
-		{"batchmonitor starts at 1", NameBatchMonitor, Options{}, Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, 1, tau(1), ""},
+		{"batchmonitor starts work-conserving", NameBatchMonitor, Options{}, Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, 1, 0, "no arrival rate"},
+		{"batchmonitor doubts the fit", NameBatchMonitor, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
+		{"batchmonitor+ doubts the fit", NameBatchMonitorPlus, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor low rate picks 2, waits tau(2)", NameBatchMonitor, Options{}, estimate(10), 2, tau(2), ""},
 		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), ChooseBatch(2000, 0.3051, 1.052, 32), tau(ChooseBatch(2000, 0.3051, 1.052, 32)), ""},
 		{"batchmonitor overload picks B_max", NameBatchMonitor, Options{}, estimate(1e5), 32, tau(32), ""},

@@ -70,17 +70,8 @@ type SMDP struct {
 	MaxWait time.Duration
 
 	mu     sync.Mutex
-	cache  []*smdpEntry // most recently used first
+	cache  planCache
 	solves int
-}
-
-// smdpEntry is one solved table and what it was solved for.
-type smdpEntry struct {
-	grid            int // index of the grid rate
-	alphaMs, tau0Ms float64
-	betaMJ, zeta0MJ float64
-	maxBatch        int
-	rule            Rule // an SMDPRule, or the fallback of a failed solve
 }
 
 // NewSMDP returns the policy with weights w1 (latency, > 0) and w2 (power,
@@ -146,44 +137,20 @@ func (p *SMDP) Plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return fallback(NameSMDP, e, err)
 	}
-	if !e.Observed() {
-		return p.workConserving("no rate measured yet: work-conserving until the first window ends")
-	}
-	if e.RatePerSec == 0 {
-		return p.workConserving("no arrivals in the last window: work-conserving")
-	}
-	if math.IsInf(e.RatePerSec, 1) {
-		return p.workConserving("overload: the measured rate is infinite; serving min(queue, B_max)")
-	}
-	ratio := 1 + p.resolve()
-	lambda := e.RatePerSec / 1000
-	grid := int(math.Round(math.Log(lambda) / math.Log(ratio)))
-	m := smdp.Model{AlphaMs: e.AlphaMs, Tau0Ms: e.Tau0Ms, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
-	if e.HasEnergy {
-		m.BetaMJ, m.Zeta0MJ = e.BetaMJ, e.Zeta0MJ
-	}
-	if m.Rho() >= 1 {
-		// The grid point may lie above a stable measured rate.
-		m.LambdaPerMs = lambda
-	}
-	if rho := m.Rho(); !(rho < 1) {
-		return p.workConserving(fmt.Sprintf("overload: %.4g req/s is at or above the throughput of full batches (%.4g req/s, rho %.3f); serving min(queue, B_max)",
-			e.RatePerSec, 1000*m.MuPerMs(m.MaxBatch), rho))
+	grid, m, reason := gridModel(e, p.resolve())
+	if reason != "" {
+		return p.workConserving(reason)
 	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r, ok := p.lookup(grid, m); ok {
+	if r, ok := p.cache.lookup(grid, m, p.resolve()); ok {
 		return r
 	}
-	entry := &smdpEntry{grid: grid, alphaMs: m.AlphaMs, tau0Ms: m.Tau0Ms, betaMJ: m.BetaMJ, zeta0MJ: m.Zeta0MJ, maxBatch: m.MaxBatch}
-	entry.rule = p.solve(m, e.HasEnergy)
+	rule := p.solve(m, e.HasEnergy)
 	p.solves++
-	p.cache = append([]*smdpEntry{entry}, p.cache...)
-	if len(p.cache) > smdpCacheSize {
-		p.cache = p.cache[:smdpCacheSize]
-	}
-	return entry.rule
+	p.cache.add(grid, m, rule, smdpCacheSize)
+	return rule
 }
 
 func (p *SMDP) resolve() float64 {
@@ -191,24 +158,6 @@ func (p *SMDP) resolve() float64 {
 		return p.Resolve
 	}
 	return DefaultResolve
-}
-
-// lookup returns a cached rule for the grid rate whose fit is within the
-// re-solve threshold of m's, moving it to the front.
-func (p *SMDP) lookup(grid int, m smdp.Model) (Rule, bool) {
-	tol := p.resolve()
-	for i, c := range p.cache {
-		if c.grid != grid || c.maxBatch != m.MaxBatch || c.betaMJ != m.BetaMJ || c.zeta0MJ != m.Zeta0MJ {
-			continue
-		}
-		if math.Abs(m.AlphaMs-c.alphaMs) > tol*c.alphaMs || math.Abs(m.Tau0Ms-c.tau0Ms) > tol*max(c.tau0Ms, c.alphaMs) {
-			continue
-		}
-		copy(p.cache[1:i+1], p.cache[:i])
-		p.cache[0] = c
-		return c.rule, true
-	}
-	return nil, false
 }
 
 // solve runs the solver for m and turns the solution into a rule. A

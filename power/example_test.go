@@ -11,11 +11,10 @@ import (
 )
 
 // steadyGPU is a Source whose one GPU draws 60 W idle and 240 W busy, with
-// an energy counter; busy is set by the example.
+// an energy counter the example advances.
 type steadyGPU struct {
 	now    func() time.Time
 	energy float64
-	busy   bool
 }
 
 func (s *steadyGPU) Name() string { return "example" }

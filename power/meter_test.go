@@ -90,10 +90,6 @@ func TestMeterAttribution(t *testing.T) {
 		seconds    float64
 		served     int
 	}
-	type gpuWant struct {
-		requests int64
-		rpj      *float64
-	}
 	tests := []struct {
 		name      string
 		energy    map[string]float64 // joules used in the 10 s, per GPU

@@ -1,7 +1,6 @@
 package power
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +10,11 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Triton's GPU metric families (docs/user_guide/metrics.md of
@@ -208,104 +210,45 @@ func labelValue(labels []labelPair, name string) string {
 	return ""
 }
 
-// parseExposition reads the Prometheus text format and calls fn for every
-// sample whose metric name want accepts. Other lines are skipped unparsed,
-// so a family this package does not understand cannot break a scrape.
+// parseExposition reads a page in the Prometheus text format with
+// Prometheus's own parser and calls fn for every sample of the families
+// want accepts, in the order the page lists them.
 func parseExposition(r io.Reader, want func(name string) bool, fn func(name string, labels []labelPair, v float64)) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if !want(metricName(line)) {
-			continue
-		}
-		name, labels, v, err := parseSample(line)
-		if err != nil {
-			return fmt.Errorf("line %d: %w", n, err)
-		}
-		fn(name, labels, v)
-	}
-	return sc.Err()
-}
-
-func metricName(line string) string {
-	if i := strings.IndexAny(line, "{ \t"); i >= 0 {
-		return line[:i]
-	}
-	return line
-}
-
-// parseSample parses `name{label="value",...} value [timestamp]`.
-func parseSample(line string) (name string, labels []labelPair, v float64, err error) {
-	name = metricName(line)
-	if name == "" {
-		return "", nil, 0, fmt.Errorf("%q: missing metric name", line)
-	}
-	rest := line[len(name):]
-	if strings.HasPrefix(rest, "{") {
-		labels, rest, err = parseLabels(rest[1:])
-		if err != nil {
-			return "", nil, 0, fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	fields := strings.Fields(rest)
-	if len(fields) < 1 || len(fields) > 2 {
-		return "", nil, 0, fmt.Errorf("%s: want a value and an optional timestamp after the labels, got %q", name, rest)
-	}
-	v, err = strconv.ParseFloat(fields[0], 64)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return "", nil, 0, fmt.Errorf("%s: value %q is not a number", name, fields[0])
+		return err
 	}
-	return name, labels, v, nil
+	names := make([]string, 0, len(fams))
+	for name := range fams {
+		if want(name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		f := fams[name]
+		for _, m := range f.GetMetric() {
+			labels := make([]labelPair, 0, len(m.GetLabel()))
+			for _, l := range m.GetLabel() {
+				labels = append(labels, labelPair{l.GetName(), l.GetValue()})
+			}
+			fn(name, labels, sampleValue(f.GetType(), m))
+		}
+	}
+	return nil
 }
 
-// parseLabels parses the label set after its opening brace and returns the
-// text after the closing brace.
-func parseLabels(s string) ([]labelPair, string, error) {
-	var labels []labelPair
-	for {
-		s = strings.TrimLeft(s, " \t")
-		if strings.HasPrefix(s, "}") {
-			return labels, s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
-			return nil, "", fmt.Errorf("label set %q: want name=\"value\"", s)
-		}
-		lname := strings.TrimSpace(s[:eq])
-		s = strings.TrimLeft(s[eq+1:], " \t")
-		if !strings.HasPrefix(s, `"`) {
-			return nil, "", fmt.Errorf("label %s: value is not quoted", lname)
-		}
-		var b strings.Builder
-		i := 1
-		for ; i < len(s) && s[i] != '"'; i++ {
-			c := s[i]
-			if c == '\\' && i+1 < len(s) {
-				i++
-				switch s[i] {
-				case 'n':
-					c = '\n'
-				default: // \\ and \"
-					c = s[i]
-				}
-			}
-			b.WriteByte(c)
-		}
-		if i >= len(s) {
-			return nil, "", fmt.Errorf("label %s: unterminated value", lname)
-		}
-		labels = append(labels, labelPair{lname, b.String()})
-		s = strings.TrimLeft(s[i+1:], " \t")
-		switch {
-		case strings.HasPrefix(s, ","):
-			s = s[1:]
-		case strings.HasPrefix(s, "}"):
-		default:
-			return nil, "", fmt.Errorf("label %s: want ',' or '}' after the value", lname)
-		}
+// sampleValue is the value of a gauge, counter or untyped sample, the
+// kinds Triton's GPU families are; other kinds count as NaN.
+func sampleValue(t dto.MetricType, m *dto.Metric) float64 {
+	switch t {
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue()
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue()
+	case dto.MetricType_UNTYPED:
+		return m.GetUntyped().GetValue()
 	}
+	return math.NaN()
 }

@@ -153,7 +153,7 @@ func TestTritonErrors(t *testing.T) {
 	}{
 		{"HTTP 503", nil, http.StatusServiceUnavailable, "", nil, 0, "", "503"},
 		{"no GPU metrics", nil, 0, "", nil, 0, "", "--allow-gpu-metrics"},
-		{"malformed sample", []tritonGPU{{a, nil, f64(1)}}, 0, "nv_gpu_power_usage{gpu_uuid=\"x\"} watts\n", nil, 0, "", "not a number"},
+		{"malformed sample", []tritonGPU{{a, nil, f64(1)}}, 0, "nv_gpu_power_usage{gpu_uuid=\"x\"} watts\n", nil, 0, "", `expected float as value, got "watts"`},
 		{"negative power", []tritonGPU{{a, nil, f64(-3)}, {b, nil, f64(10)}}, 0, "", nil, 1, a, "want a finite value"},
 		{"selected GPU missing", []tritonGPU{{a, nil, f64(10)}}, 0, "", []string{b, a}, 1, b, "no nv_energy_consumption or nv_gpu_power_usage series"},
 		{"counter 0 and no power", []tritonGPU{{a, f64(0), nil}}, 0, "", nil, 0, a, "not measured"},
@@ -243,6 +243,20 @@ func TestTritonMeter(t *testing.T) {
 	}
 }
 
+// parseSample parses a page of one line as a scrape does and returns its
+// one sample.
+func parseSample(line string) (name string, labels []labelPair, v float64, err error) {
+	n := 0
+	err = parseExposition(strings.NewReader(line+"\n"), func(string) bool { return true }, func(nm string, ls []labelPair, x float64) {
+		name, labels, v = nm, ls, x
+		n++
+	})
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%q: %d samples, want 1", line, n)
+	}
+	return name, labels, v, err
+}
+
 func TestParseSample(t *testing.T) {
 	tests := []struct {
 		line   string
@@ -255,12 +269,12 @@ func TestParseSample(t *testing.T) {
 		{`nv_energy_consumption{gpu_uuid="GPU-1",} 3.5e6 1700000000000`, "nv_energy_consumption", []labelPair{{"gpu_uuid", "GPU-1"}}, 3.5e6, ""},
 		{`x{a="q\"uo\\te\n", b = "2"} +Inf`, "x", []labelPair{{"a", "q\"uo\\te\n"}, {"b", "2"}}, 0, ""},
 		{`up 1`, "up", nil, 1, ""},
-		{`x{a="1"}`, "", nil, 0, "want a value"},
-		{`x{a="1" 2`, "", nil, 0, "want ',' or '}'"},
-		{`x{a=1} 2`, "", nil, 0, "not quoted"},
-		{`x{a="1} 2`, "", nil, 0, "unterminated"},
-		{`x 1 2 3`, "", nil, 0, "want a value"},
-		{`{a="1"} 2`, "", nil, 0, "missing metric name"},
+		{`x{a="1"}`, "", nil, 0, "expected float as value"},
+		{`x{a="1" 2`, "", nil, 0, "unexpected end of label value"},
+		{`x{a=1} 2`, "", nil, 0, `expected '"' at start of label value`},
+		{`x{a="1} 2`, "", nil, 0, "contains unescaped new-line"},
+		{`x 1 2 3`, "", nil, 0, "spurious string after timestamp"},
+		{`{a="1"} 2`, "", nil, 0, "invalid metric name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.line, func(t *testing.T) {

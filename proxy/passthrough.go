@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -26,30 +25,14 @@ const respBodyInMemory = 64 << 10
 // exchange runs on the request's own goroutine, as nginx runs it on its
 // worker: no hand-offs between goroutines on the way.
 func newUpstreamClient(up *url.URL) *fasthttp.HostClient {
-	addr := up.Host
-	if up.Port() == "" {
-		port := "80"
-		if up.Scheme == "https" {
-			port = "443"
-		}
-		addr = net.JoinHostPort(up.Hostname(), port)
-	}
-	hc := &fasthttp.HostClient{
-		Addr:  addr,
-		IsTLS: up.Scheme == "https",
-		// Pass-through has no queue: one connection per request in flight.
-		MaxConns:                 1 << 16,
-		MaxIdleConnDuration:      90 * time.Second,
-		StreamResponseBody:       true,
-		MaxResponseBodySize:      respBodyInMemory,
-		DisablePathNormalizing:   true, // the path goes upstream as the client wrote it
-		NoDefaultUserAgentHeader: true,
-		RetryIfErr:               retryStale,
-		ConnPoolStrategy:         fasthttp.LIFO, // the warmest connection first
-	}
-	if hc.IsTLS {
-		hc.TLSConfig = &tls.Config{ServerName: up.Hostname(), MinVersion: tls.VersionTLS12}
-	}
+	hc := hostclient.New(up)
+	// Pass-through has no queue: one connection per request in flight.
+	hc.MaxConns = 1 << 16
+	hc.StreamResponseBody = true
+	hc.MaxResponseBodySize = respBodyInMemory
+	hc.DisablePathNormalizing = true // the path goes upstream as the client wrote it
+	hc.RetryIfErr = retryStale
+	hc.ConnPoolStrategy = fasthttp.LIFO // the warmest connection first
 	return hc
 }
 

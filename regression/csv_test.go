@@ -7,7 +7,7 @@ import (
 )
 
 func TestCSVRoundTrip(t *testing.T) {
-	in := []Sample{{1, 1.3571}, {8, 3.4928}, {32, 10.8152}}
+	in := []Sample{{Batch: 1, LatencyMs: 1.3571}, {Batch: 8, LatencyMs: 3.4928}, {Batch: 32, LatencyMs: 10.8152}}
 	var buf bytes.Buffer
 	if err := WriteCSV(&buf, in); err != nil {
 		t.Fatal(err)

@@ -27,14 +27,28 @@ import (
 	"sync"
 )
 
-// Sample is one observed batch: its size and how long it took.
+// Sample is one observed batch: its size and how long it took; or, with
+// Weight, the mean latency of that many batches of that size, which weighs
+// as much as that many samples (a server's statistics report sums per batch
+// size; a decayed count is fractional).
 type Sample struct {
 	Batch     int
 	LatencyMs float64
+	Weight    float64 // batches LatencyMs is the mean of; 0 counts as 1
+}
+
+// weight is how many batches the sample stands for.
+func (s Sample) weight() float64 {
+	if s.Weight == 0 {
+		return 1
+	}
+	return s.Weight
 }
 
 func (s Sample) validate() error {
 	switch {
+	case !(s.Weight >= 0) || math.IsInf(s.Weight, 0):
+		return fmt.Errorf("weight must be a finite number >= 0, got %v", s.Weight)
 	case s.Batch < 1:
 		return fmt.Errorf("batch size must be >= 1, got %d", s.Batch)
 	case math.IsNaN(s.LatencyMs) || math.IsInf(s.LatencyMs, 0) || s.LatencyMs < 0:
@@ -73,9 +87,35 @@ type Fit struct {
 	N        int // samples in the fit, outliers included
 	Sizes    int // distinct batch sizes among them
 	Outliers int // samples rejected (robust weight zero)
+	// KeptSizes is the number of distinct batch sizes among the samples
+	// kept: below 2 only a prior gives the slope.
+	KeptSizes int
+	// Rejected lists the rejected samples by index: into the samples given
+	// to FitSamples, or into the window (oldest first) for an Estimator.
+	Rejected []int
 	// Seeded reports that a prior line took part, as the whole answer when
 	// there were no samples, or as a pull on the slope.
 	Seeded bool
+	// SEAlphaMs and SETau0Ms are the standard errors of the line's two
+	// coefficients (weighted least squares, residual scale from the samples
+	// kept, the prior's pull counted as information). They are +Inf when
+	// the samples cannot tell: fewer than three kept, or one batch size
+	// without a prior. A caller trusts the line only once they are small
+	// against the coefficients. A fit of the prior alone has zero errors:
+	// the prior is taken as given.
+	SEAlphaMs, SETau0Ms float64
+}
+
+// RelErr is the larger of the two coefficients' standard errors relative
+// to their values (tau0's relative to max(tau0, alpha), as a tau0 near zero
+// is known well enough once it is small against a row's cost).
+func (f Fit) RelErr() float64 {
+	ra := f.SEAlphaMs / f.AlphaMs
+	rt := f.SETau0Ms / math.Max(f.Tau0Ms, f.AlphaMs)
+	if math.IsNaN(ra) || math.IsNaN(rt) {
+		return math.Inf(1)
+	}
+	return math.Max(ra, rt)
 }
 
 // Errors returned when the samples do not determine a line.
@@ -99,6 +139,10 @@ type Options struct {
 	Prior *Line
 	// PriorWeight is how many samples the prior slope counts as, spread
 	// evenly over batch sizes 1..MaxBatch (default 4). Negative is invalid.
+	// Whatever the weight, the prior never outweighs what was observed: its
+	// pull on the slope is capped at MaxPriorShare of the samples' own
+	// information on it (their weighted spread of batch sizes), so it only
+	// decides the slope while the samples cannot (a single batch size).
 	PriorWeight float64
 	// MaxBatch spans the prior's pseudo-samples (default 32).
 	MaxBatch int
@@ -119,6 +163,11 @@ const (
 	DefaultMinAlphaMs  = 1e-6
 	DefaultOutlierCut  = 4.685
 )
+
+// MaxPriorShare caps the prior's information on the slope against the
+// samples': with a cap of a tenth, a prior moves a slope the samples
+// determine by at most a tenth of the way towards itself.
+const MaxPriorShare = 0.1
 
 // robustIterations bounds the reweighting passes; the fit settles in a few.
 const robustIterations = 5
@@ -181,8 +230,8 @@ func FitSamples(samples []Sample, o Options) (Fit, error) {
 		}
 	}
 	w := make([]float64, len(samples))
-	for i := range w {
-		w[i] = 1
+	for i, s := range samples {
+		w[i] = s.weight()
 	}
 	return fit(samples, w, o)
 }
@@ -227,7 +276,12 @@ func (e *Estimator) Seed(l Line) error {
 
 // Observe records one completed batch of the given size and latency.
 func (e *Estimator) Observe(batch int, latencyMs float64) error {
-	s := Sample{Batch: batch, LatencyMs: latencyMs}
+	return e.ObserveSample(Sample{Batch: batch, LatencyMs: latencyMs})
+}
+
+// ObserveSample records a sample, e.g. the mean of count batches of one
+// size that a server's statistics reported since the last look.
+func (e *Estimator) ObserveSample(s Sample) error {
 	if err := s.validate(); err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}
@@ -263,7 +317,7 @@ func (e *Estimator) Fit() (Fit, error) {
 	w := make([]float64, len(samples))
 	wt := 1.0
 	for i := len(w) - 1; i >= 0; i-- {
-		w[i] = wt
+		w[i] = wt * samples[i].weight()
 		wt *= o.Forget
 	}
 	return fit(samples, w, o)
@@ -283,20 +337,26 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 	}
 	// The prior as a ridge term on the slope: kappa*(alpha - alpha0)^2 with
 	// kappa = PriorWeight * (variance of a uniform spread over 1..MaxBatch),
-	// scaled to the data's mean weight.
+	// scaled to the data's mean weight per batch observed.
 	var kappa, alpha0 float64
 	if o.Prior != nil {
 		alpha0 = o.Prior.AlphaMs
-		var sw float64
-		for _, w := range base {
+		// The weight per batch observed: below 1 where older samples fade
+		// out, exactly 1 for means of Weight batches.
+		var sw, batches float64
+		for i, w := range base {
 			sw += w
+			batches += samples[i].weight()
 		}
 		m := float64(o.MaxBatch)
 		spread := (m*m - 1) / 12
 		if spread == 0 {
 			spread = 1
 		}
-		kappa = o.PriorWeight * spread * sw / float64(len(base))
+		kappa = o.PriorWeight * spread * sw / batches
+		if sxx := spreadOf(samples, base); sxx > 0 {
+			kappa = math.Min(kappa, MaxPriorShare*sxx)
+		}
 	}
 
 	xs := make([]float64, len(samples))
@@ -345,16 +405,29 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 			}
 			line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
 		}
-	} else {
-		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
 	}
 
-	f := Fit{Line: line, N: len(samples), Sizes: sizes, Seeded: o.Prior != nil}
-	for _, r := range robust {
+	// The robust weights only choose which samples to reject: the answer
+	// is the least-squares line through the samples kept, each with its
+	// base weight. Bisquare weights below 1 would otherwise tilt the line
+	// even when they reject nothing, and a fit that rejects nothing must be
+	// the plain least-squares fit a reader can check by hand.
+	f := Fit{N: len(samples), Sizes: sizes, Seeded: o.Prior != nil}
+	for i, r := range robust {
 		if r == 0 {
-			f.Outliers++
+			f.Rejected = append(f.Rejected, i)
+			w[i] = 0
+		} else {
+			w[i] = base[i]
 		}
 	}
+	f.Outliers = len(f.Rejected)
+	f.KeptSizes = weightedSizes(xs, w)
+	if kappa > 0 || weightedSizes(xs, w) >= 2 {
+		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
+	}
+	f.Line = line
+	f.SEAlphaMs, f.SETau0Ms = stdErrors(xs, ys, w, kappa, line)
 	f.R2 = r2(xs, ys, w, line)
 	return f, nil
 }
@@ -493,6 +566,57 @@ func r2(xs, ys, w []float64, l Line) float64 {
 		return 0
 	}
 	return 1 - res/tot
+}
+
+// spreadOf is the samples' weighted sum of squared deviations of the batch
+// size from its mean: their information on the slope.
+func spreadOf(samples []Sample, w []float64) float64 {
+	var sw, sx float64
+	for i, s := range samples {
+		sw += w[i]
+		sx += w[i] * float64(s.Batch)
+	}
+	if sw == 0 {
+		return 0
+	}
+	mx := sx / sw
+	var sxx float64
+	for i, s := range samples {
+		d := float64(s.Batch) - mx
+		sxx += w[i] * d * d
+	}
+	return sxx
+}
+
+// stdErrors are the standard errors of alpha and tau0: s^2 times the
+// diagonal of (X'WX + K)^-1, where K adds the prior's kappa to the slope
+// and s^2 = sum w r^2 / (kept - 2) is the residual scale per unit weight.
+// Both are +Inf when the samples cannot tell.
+func stdErrors(xs, ys, w []float64, kappa float64, l Line) (seAlpha, seTau0 float64) {
+	var sw, sx, sxx, rss float64
+	kept := 0
+	for i := range xs {
+		if w[i] <= 0 {
+			continue
+		}
+		kept++
+		sw += w[i]
+		sx += w[i] * xs[i]
+		sxx += w[i] * xs[i] * xs[i]
+		r := ys[i] - l.TauMs(int(xs[i]))
+		rss += w[i] * r * r
+	}
+	inf := math.Inf(1)
+	if kept < 3 {
+		return inf, inf
+	}
+	a := sxx + kappa
+	det := a*sw - sx*sx
+	if !(det > 1e-12*a*sw) {
+		return inf, inf
+	}
+	s2 := rss / float64(kept-2)
+	return math.Sqrt(s2 * sw / det), math.Sqrt(s2 * a / det)
 }
 
 func distinctSizes(samples []Sample) int {

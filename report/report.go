@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/loadgen"
 	"github.com/ratebatch/ratebatch/plot"
 )
@@ -114,7 +115,7 @@ func PerSecond(records []loadgen.Record, bucket time.Duration) (t, arrivals, p50
 		v := math.NaN()
 		if len(lats[i]) > 0 {
 			slices.Sort(lats[i])
-			v = float64(loadgen.Percentile(lats[i], 50)) / float64(time.Millisecond)
+			v = float64(stats.Percentile(lats[i], 50)) / float64(time.Millisecond)
 		}
 		p50 = append(p50, v)
 	}

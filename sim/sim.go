@@ -20,6 +20,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/profile"
 	"github.com/ratebatch/ratebatch/regression"
@@ -491,8 +492,8 @@ func (r *run) result() Result {
 	}
 	res.MeanLatencyMs = sum / float64(res.Requests)
 	slices.Sort(r.latencies)
-	res.P50LatencyMs = quantile(r.latencies, 0.50)
-	res.P99LatencyMs = quantile(r.latencies, 0.99)
+	res.P50LatencyMs = stats.Percentile(r.latencies, 50)
+	res.P99LatencyMs = stats.Percentile(r.latencies, 99)
 	res.MaxLatencyMs = r.latencies[len(r.latencies)-1]
 	res.MeanBatchSize = float64(r.rowsSent) / float64(r.batches)
 	if res.DurationS > 0 {
@@ -507,10 +508,4 @@ func (r *run) result() Result {
 		res.EnergyJ, res.RequestsPerJoule = &joules, &rpj
 	}
 	return res
-}
-
-// quantile is the nearest-rank quantile of sorted values.
-func quantile(sorted []float64, q float64) float64 {
-	k := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(k, 0), len(sorted)-1)]
 }

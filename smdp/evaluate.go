@@ -68,24 +68,59 @@ func (k *kernel) stateName(s int) string {
 }
 
 func (k *kernel) evaluate(policy []int) (Evaluation, error) {
-	pi, err := k.stationary(policy)
+	return k.evaluateRandomized(policy, policy, nil)
+}
+
+// evaluateRandomized prices the stationary randomized policy that in state
+// s takes second[s] with probability share[s] and first[s] otherwise
+// (share nil: first everywhere). The embedded chain's row in s is the
+// share-weighted mix of the two actions' rows, and so are the expected cost
+// and sojourn of the epoch, so the renewal-reward ratios below stay exact.
+func (k *kernel) evaluateRandomized(first, second []int, share []float64) (Evaluation, error) {
+	weights := func(s int) (wFirst, wSecond float64) {
+		if share == nil || first[s] == second[s] {
+			return 1, 0
+		}
+		return 1 - share[s], share[s]
+	}
+	pi, err := k.stationary(func(s int, visit func(j int, p float64)) {
+		w1, w2 := weights(s)
+		if w1 > 0 {
+			k.row(s, first[s], func(j int, p float64) { visit(j, w1*p) })
+		}
+		if w2 > 0 {
+			k.row(s, second[s], func(j int, p float64) { visit(j, w2*p) })
+		}
+	})
 	if err != nil {
 		return Evaluation{}, err
 	}
-	var cost, time, lat, energy, over, batches, served float64
+	var cost, time, lat, energy, over, batches, served, deltaCost float64
 	for s, p := range pi {
 		if p == 0 {
 			continue
 		}
-		a := policy[s]
-		l, e, ov := k.costParts(s, a)
-		lat += p * l
-		energy += p * e
-		over += p * ov
-		time += p * k.sojourn(a)
-		if a > 0 {
-			batches += p
-			served += p * float64(a)
+		w1, w2 := weights(s)
+		for _, act := range [2]struct {
+			a int
+			w float64
+		}{{first[s], w1}, {second[s], w2}} {
+			if act.w == 0 {
+				continue
+			}
+			q := p * act.w
+			l, e, ov := k.costParts(s, act.a)
+			lat += q * l
+			energy += q * e
+			over += q * ov
+			time += q * k.sojourn(act.a)
+			if act.a > 0 {
+				batches += q
+				served += q * float64(act.a)
+			}
+			if s == k.so {
+				deltaCost += q * k.cost(s, act.a)
+			}
 		}
 	}
 	cost = k.o.W1*lat + k.o.W2*energy + over
@@ -95,7 +130,7 @@ func (k *kernel) evaluate(policy []int) (Evaluation, error) {
 		PowerW:       energy / time,
 		OverflowCost: over / time,
 		PiOverflow:   pi[k.so],
-		Delta:        pi[k.so] * k.cost(k.so, policy[k.so]) / time,
+		Delta:        deltaCost / time,
 	}
 	if batches > 0 {
 		ev.MeanBatch = served / batches
@@ -104,7 +139,7 @@ func (k *kernel) evaluate(policy []int) (Evaluation, error) {
 }
 
 // stationary returns the stationary distribution of the embedded chain
-// under policy. In exact arithmetic the chain has one recurrent class (the
+// whose row in state s rowOf lists. In exact arithmetic the chain has one recurrent class (the
 // overflow state serves, and every state reaches it); in float64 some
 // Poisson tails underflow to 0, which can leave S_o and other rarely
 // visited states transient. So the recurrent class is found from the
@@ -112,14 +147,14 @@ func (k *kernel) evaluate(policy []int) (Evaluation, error) {
 // states get probability 0, and on the class the GTH algorithm (Grassmann,
 // Taksar, Heyman 1985) solves pi P = pi without subtractions, which keeps
 // even tiny probabilities accurate to a few ulps.
-func (k *kernel) stationary(policy []int) ([]float64, error) {
+func (k *kernel) stationary(rowOf func(s int, visit func(j int, p float64))) ([]float64, error) {
 	n := k.n
 	// Dense transition matrix.
 	P := make([][]float64, n)
 	flat := make([]float64, n*n)
 	for s := range P {
 		P[s] = flat[s*n : (s+1)*n]
-		k.row(s, policy[s], func(j int, p float64) { P[s][j] += p })
+		rowOf(s, func(j int, p float64) { P[s][j] += p })
 	}
 	idx, err := closedClass(P)
 	if err != nil {
@@ -243,4 +278,9 @@ func closedClass(P [][]float64) ([]int, error) {
 		}
 	}
 	return class, nil
+}
+
+// rows returns the row function of a deterministic policy, for stationary.
+func (k *kernel) rows(policy []int) func(s int, visit func(j int, p float64)) {
+	return func(s int, visit func(j int, p float64)) { k.row(s, policy[s], visit) }
 }

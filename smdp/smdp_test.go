@@ -139,7 +139,7 @@ func TestStationaryResidual(t *testing.T) {
 		for name, pol := range map[string][]int{
 			"adhoc": AdHoc(m, o.SMax), "batchmonitor": BatchMonitor(m, o.SMax), "limit:9": ControlLimit(m, o.SMax, 9),
 		} {
-			pi, err := k.stationary(pol)
+			pi, err := k.stationary(k.rows(pol))
 			if err != nil {
 				t.Fatalf("rho %v %s: %v", rho, name, err)
 			}

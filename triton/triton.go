@@ -15,6 +15,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/ratebatch/ratebatch/kserve"
 )
 
 // Client talks to one Triton HTTP endpoint.
@@ -31,13 +33,8 @@ func NewClient(base string, hc *http.Client) *Client {
 	return &Client{base: strings.TrimRight(base, "/"), http: hc}
 }
 
-// IndexEntry is one row of POST /v2/repository/index.
-type IndexEntry struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	State   string `json:"state"`
-	Reason  string `json:"reason"`
-}
+// IndexEntry is one row of POST /v2/repository/index; kserve owns the type.
+type IndexEntry = kserve.IndexEntry
 
 // RepositoryIndex lists the models the server knows, ready or not.
 func (c *Client) RepositoryIndex(ctx context.Context) ([]IndexEntry, error) {

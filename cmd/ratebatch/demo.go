@@ -41,6 +41,7 @@ type demoOpts struct {
 	idleWatts  float64
 	binary     bool
 	model      string
+	realism    emulator.Realism
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,6 +57,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&o.idleWatts, "idle-watts", 0, "emulated idle power in W (0: none, as in the published profiles)")
 	fs.BoolVar(&o.binary, "binary", true, "send tensors in Triton's binary form")
 	fs.StringVar(&o.model, "model", emulator.SimpleModel, "emulated model to load: "+emulator.SimpleModel+" (INT32 [16] add/sub, answers verified) or "+emulator.ImageModel+" (FP32 [3,224,224], 600 KB a request)")
+	realism := fs.String("realism", "exact", "roughness of the emulated server: "+strings.Join(emulator.RealismNames(), ", ")+" (see docs/LEARNING.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ratebatch demo [flags]   (also: ratebatch with no command)")
 		fmt.Fprintln(fs.Output(), "\nFor each policy, starts an emulated GPU (the preset's tau(b) and zeta(b)) and")
@@ -66,6 +68,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	var err error
+	if o.realism, err = emulator.LookupRealism(*realism); err != nil {
+		fmt.Fprintf(stderr, "ratebatch demo: --realism: %v\n", err)
+		return errUsage
 	}
 	if *pols != "" {
 		o.policies = strings.Split(*pols, ",")
@@ -190,7 +197,7 @@ func startLane(ctx context.Context, pol string, prof profile.Profile, o demoOpts
 	if pol != "passthrough" && !slices.Contains(policy.Names(), pol) {
 		return nil, fmt.Errorf("unknown policy %q (known: %s)", pol, strings.Join(policy.Names(), ", "))
 	}
-	em, err := emulator.New(emulator.Options{Profile: prof, TimeScale: 1, Seed: o.seed, IdleWatts: o.idleWatts})
+	em, err := emulator.New(emulator.Options{Profile: prof, TimeScale: 1, Seed: o.seed, IdleWatts: o.idleWatts, Realism: o.realism})
 	if err != nil {
 		return nil, err
 	}

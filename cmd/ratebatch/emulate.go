@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/ratebatch/ratebatch/emulator"
@@ -28,7 +29,8 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	scale := fs.Float64("tau-scale", 1, "multiplies every batch execution time; 0 executes instantly (overhead benchmarks)")
 	instances := fs.Int("instances", 1, "instances of each model; each runs one batch at a time")
 	jitter := fs.Float64("jitter", 0, "relative spread of execution times: tau(b) times a uniform factor in [1-j, 1+j], 0 <= j < 1")
-	seed := fs.Uint64("seed", 1, "seed of the jitter")
+	realism := fs.String("realism", "exact", "roughness of a real server: "+strings.Join(emulator.RealismNames(), ", ")+" (see docs/LEARNING.md); the true line stays at GET /emulator/models/{m}")
+	seed := fs.Uint64("seed", 1, "seed of the jitter and the realism")
 	idleWatts := fs.Float64("idle-watts", 0, "power drawn when idle, in W, added to zeta(b) per batch (needs a preset with energy figures)")
 	powerLimit := fs.Float64("power-limit-watts", 0, "reported as nv_gpu_power_limit when > 0")
 	asJSON := fs.Bool("json", false, "print the serving addresses as one JSON object")
@@ -44,8 +46,14 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "ratebatch emulate: --preset: %v\n", err)
 		return errUsage
 	}
+	rough, err := emulator.LookupRealism(*realism)
+	if err != nil {
+		fmt.Fprintf(stderr, "ratebatch emulate: --realism: %v\n", err)
+		return errUsage
+	}
 	em, err := emulator.New(emulator.Options{
 		Profile:         p,
+		Realism:         rough,
 		TimeScale:       *scale,
 		Instances:       *instances,
 		Jitter:          *jitter,
@@ -69,13 +77,14 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Preset        string   `json:"preset"`
 			Models        []string `json:"models"`
 			Energy        bool     `json:"energy"`
-		}{em.Addr(), em.MetricsAddr(), p.Name, em.Models(), p.HasEnergy}
+			Realism       string   `json:"realism"`
+		}{em.Addr(), em.MetricsAddr(), p.Name, em.Models(), p.HasEnergy, *realism}
 		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			em.Close()
 			return fmt.Errorf("writing the addresses: %w", err)
 		}
 	} else {
-		fmt.Fprintf(stdout, "emulating %s on http://%s (models %v)\n", p.Name, em.Addr(), em.Models())
+		fmt.Fprintf(stdout, "emulating %s (%s) on http://%s (models %v)\n", p.Name, *realism, em.Addr(), em.Models())
 		if a := em.MetricsAddr(); a != "" {
 			fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", a)
 		}

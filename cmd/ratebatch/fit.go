@@ -46,11 +46,32 @@ func runFit(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			N        int     `json:"n"`
 			Sizes    int     `json:"sizes"`
 			Outliers int     `json:"outliers"`
-		}{f.AlphaMs, f.Tau0Ms, f.R2, f.N, f.Sizes, f.Outliers})
+			// Rejected are the rejected samples, numbered from 1 in file order.
+			Rejected []rejectedSample `json:"rejected"`
+		}{f.AlphaMs, f.Tau0Ms, f.R2, f.N, f.Sizes, f.Outliers, rejected(samples, f.Rejected)})
 	}
 	fmt.Fprintf(stdout, "tau(b) = %.6g*b + %.6g ms  (alpha %.6g ms, tau0 %.6g ms)\n", f.AlphaMs, f.Tau0Ms, f.AlphaMs, f.Tau0Ms)
 	fmt.Fprintf(stdout, "R^2 %.6f over n %d samples, %d batch sizes, %d outliers rejected\n", f.R2, f.N, f.Sizes, f.Outliers)
+	for _, r := range rejected(samples, f.Rejected) {
+		fmt.Fprintf(stdout, "rejected: sample %d (batch %d, %.6g ms)\n", r.Sample, r.Batch, r.LatencyMs)
+	}
 	return nil
+}
+
+// rejectedSample is a sample the robust fit left out, numbered from 1 in
+// the order of the file, so a reader can find it and see why.
+type rejectedSample struct {
+	Sample    int     `json:"sample"`
+	Batch     int     `json:"batch_size"`
+	LatencyMs float64 `json:"latency_ms"`
+}
+
+func rejected(samples []regression.Sample, idx []int) []rejectedSample {
+	out := make([]rejectedSample, 0, len(idx))
+	for _, i := range idx {
+		out = append(out, rejectedSample{Sample: i + 1, Batch: samples[i].Batch, LatencyMs: samples[i].LatencyMs})
+	}
+	return out
 }
 
 func readFitCSV(path string, stdin io.Reader) ([]regression.Sample, error) {

@@ -39,6 +39,11 @@ func TestFitJSON(t *testing.T) {
 		R2       float64 `json:"r2"`
 		N        int     `json:"n"`
 		Outliers int     `json:"outliers"`
+		Rejected []struct {
+			Sample  int     `json:"sample"`
+			Batch   int     `json:"batch_size"`
+			Latency float64 `json:"latency_ms"`
+		} `json:"rejected"`
 	}
 	if err := json.Unmarshal([]byte(out), &f); err != nil {
 		t.Fatal(err)
@@ -47,8 +52,12 @@ func TestFitJSON(t *testing.T) {
 		t.Fatalf("fit %+v, want alpha 0.3051, tau0 1.052, r2 ~1, n 19, 1 outlier", f)
 	}
 
+	if len(f.Rejected) != 1 || f.Rejected[0].Sample != 19 || f.Rejected[0].Batch != 8 || f.Rejected[0].Latency != 40 {
+		t.Fatalf("rejected %+v, want sample 19 (batch 8, 40 ms)", f.Rejected)
+	}
+
 	code, text, _ := runCmd(t, "fit", "--csv", path)
-	if code != 0 || !strings.Contains(text, "n 19") || !strings.Contains(text, "alpha 0.305") {
+	if code != 0 || !strings.Contains(text, "n 19") || !strings.Contains(text, "alpha 0.305") || !strings.Contains(text, "rejected: sample 19 (batch 8, 40 ms)") {
 		t.Fatalf("exit %d, text output:\n%s", code, text)
 	}
 }

@@ -30,6 +30,8 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/internal/stats"
+	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/loadgen"
 )
 
@@ -363,7 +365,7 @@ func offerLoad(t *testing.T, base string, rate loadgen.Rate, d time.Duration, se
 }
 
 // simpleInputs spares each run a metadata lookup through the proxy.
-var simpleInputs = []loadgen.TensorMetadata{
+var simpleInputs = []kserve.TensorMetadata{
 	{Name: "INPUT0", Datatype: "INT32", Shape: []int64{-1, 16}},
 	{Name: "INPUT1", Datatype: "INT32", Shape: []int64{-1, 16}},
 }
@@ -864,7 +866,7 @@ func TestReliabilityBurst(t *testing.T) {
 		}
 	}
 	slices.Sort(refused)
-	p99Refused := loadgen.Percentile(refused, 99)
+	p99Refused := stats.Percentile(refused, 99)
 	sent, failed := okAfter(res.Records, burstTo+time.Second)
 	heapGrowth := int64(maxHeap.Load()) - int64(before.heap)
 	t.Logf("burst: %d sent, %d ok, %d refused (p99 %v), max queue %d rows, heap +%.1f MiB at most; after: %d sent, %d failed",

@@ -51,6 +51,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	idleWatts := fs.Float64("idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
 	slaMs := fs.Float64("sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
 	seriesCSV := fs.String("series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
+	latencyBudget := fs.String("latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
 	asJSON := fs.Bool("json", false, "print JSON: one object, or an array with --policy all or a list")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -129,6 +130,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Batch:         *batch,
 		MaxQueueDelay: msDuration(*maxQueueDelay),
 		MaxWait:       msDuration(*maxWait),
+	}
+	if set["latency-budget"] {
+		opts.Params = map[string]string{"latency_budget": *latencyBudget}
 	}
 	pols, err := simPolicies(*policies, opts, stderr)
 	if err != nil {

@@ -83,6 +83,8 @@ func runSMDP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	compare := fs.Bool("compare", false, "also price adhoc, batchmonitor, static:B_max and the pure control-limit policy against the optimum")
 	evaluate := fs.String("evaluate", "", "comma list of policies to price against the optimum: adhoc, batchmonitor, static:B, limit:L")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	latencyBudget := fs.String("latency-budget", "", "instead of weights: the least-power policy whose mean latency is within this budget, "+
+		"a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); needs energy figures")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -116,6 +118,21 @@ func runSMDP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := m.Validate(); err != nil {
 		return usageErr("%v", err)
+	}
+	if set["latency-budget"] {
+		for _, f := range []string{"w1", "w2", "co", "compare", "evaluate", "epsilon", "iter-max"} {
+			if set[f] {
+				return usageErr("--latency-budget chooses the weights itself; drop --%s", f)
+			}
+		}
+		b, err := smdp.ParseBudget(*latencyBudget)
+		if err != nil {
+			return usageErr("--latency-budget: %v", err)
+		}
+		if !prof.HasEnergy {
+			return usageErr("--latency-budget trades latency for power, but %s has no published energy figures: give --beta and --zeta0", prof.Name)
+		}
+		return runSMDPBudget(ctx, stdout, prof, m, b, *sMax, *asJSON)
 	}
 	if *w2 != 0 && !prof.HasEnergy {
 		return usageErr("--w2 %v weighs power, but %s has no published energy figures: give --beta and --zeta0, or --w2 0", *w2, prof.Name)
@@ -323,4 +340,72 @@ func smdpPolicyRuns(policy []int) []smdpPolicyRun {
 		overflow = fmt.Sprintf("serve %d", a)
 	}
 	return append(runs, smdpPolicyRun{"S_o", overflow})
+}
+
+// smdpBudgetReport is the --latency-budget --json output. The first seven
+// keys are the CLI contract (issue 15); control_limit holds the limits of
+// the two policies the optimum mixes, mix the probability of following the
+// second where they differ.
+type smdpBudgetReport struct {
+	AdhocMeanLatencyMs float64  `json:"adhoc_mean_latency_ms"`
+	MeanLatencyMs      float64  `json:"mean_latency_ms"`
+	PowerW             float64  `json:"power_w"`
+	RequestsPerJoule   *float64 `json:"requests_per_joule"`
+	W2                 float64  `json:"w2"`
+	Mix                float64  `json:"mix"`
+	ControlLimit       [2]int   `json:"control_limit"`
+
+	Budget          string     `json:"budget"`
+	BudgetMs        float64    `json:"budget_ms"`
+	Binding         bool       `json:"binding"`
+	TimeShare       float64    `json:"time_share"`
+	PolicyLatencyMs [2]float64 `json:"policy_latency_ms"`
+	PolicyPowerW    [2]float64 `json:"policy_power_w"`
+	AdhocPowerW     float64    `json:"adhoc_power_w"`
+	AdhocRPJ        *float64   `json:"adhoc_requests_per_joule"`
+	MeanBatch       float64    `json:"mean_batch"`
+	Delta           float64    `json:"delta"`
+	Solves          int        `json:"solves"`
+	Preset          string     `json:"preset"`
+	Rho             float64    `json:"rho"`
+	RateRPS         float64    `json:"rate_rps"`
+	SMax            int        `json:"smax"`
+}
+
+func runSMDPBudget(ctx context.Context, stdout io.Writer, prof profile.Profile, m smdp.Model, b smdp.Budget, sMax int, asJSON bool) error {
+	c, err := smdp.SolveBudget(ctx, m, b, sMax)
+	if err != nil {
+		return err
+	}
+	adhoc, err := smdp.Evaluate(m, smdp.Options{W1: 1, Epsilon: smdp.DefaultEpsilon, SMax: sMax, IterMax: smdp.DefaultIterMax}, smdp.AdHoc(m, sMax))
+	if err != nil {
+		return fmt.Errorf("evaluating ad-hoc: %w", err)
+	}
+	rep := smdpBudgetReport{
+		AdhocMeanLatencyMs: c.AdhocLatencyMs, MeanLatencyMs: c.LatencyMs, PowerW: c.PowerW,
+		RequestsPerJoule: smdpRequestsPerJoule(m, c.PowerW), W2: c.W2, Mix: c.Mix,
+		ControlLimit: [2]int{c.First.Limit, c.Second.Limit},
+		Budget:       b.String(), BudgetMs: c.BudgetMs, Binding: c.Binding, TimeShare: c.TimeShare,
+		PolicyLatencyMs: [2]float64{c.First.LatencyMs, c.Second.LatencyMs},
+		PolicyPowerW:    [2]float64{c.First.PowerW, c.Second.PowerW},
+		AdhocPowerW:     adhoc.PowerW, AdhocRPJ: smdpRequestsPerJoule(m, adhoc.PowerW),
+		MeanBatch: c.MeanBatch, Delta: c.Delta, Solves: c.Solves,
+		Preset: prof.Name, Rho: m.Rho(), RateRPS: 1000 * m.LambdaPerMs, SMax: sMax,
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	fmt.Fprintf(stdout, "model %s: tau(b) = %g*b + %g ms, zeta(b) = %g*b + %g mJ, B_max %d\n", prof.Name, m.AlphaMs, m.Tau0Ms, m.BetaMJ, m.Zeta0MJ, m.MaxBatch)
+	fmt.Fprintf(stdout, "load rho %.4g (%.6g req/s); budget %s = %.4g ms mean latency (ad-hoc %.4g ms, %.4g req/J)\n",
+		m.Rho(), 1000*m.LambdaPerMs, b, c.BudgetMs, c.AdhocLatencyMs, *rep.AdhocRPJ)
+	if !c.Binding {
+		fmt.Fprintf(stdout, "the budget does not bind: control limit %d, latency %.4g ms, power %.4g W, %.4g req/J\n",
+			c.First.Limit, c.LatencyMs, c.PowerW, *rep.RequestsPerJoule)
+		return nil
+	}
+	fmt.Fprintf(stdout, "optimum: control limit %d (%.4g ms, %.4g W) mixed with %d (%.4g ms, %.4g W): mix %.4f (time share %.4f), w2 %.4g ms/W\n",
+		c.First.Limit, c.First.LatencyMs, c.First.PowerW, c.Second.Limit, c.Second.LatencyMs, c.Second.PowerW, c.Mix, c.TimeShare, c.W2)
+	fmt.Fprintf(stdout, "mean latency %.4g ms, power %.4g W, %.4g req/J (%+.1f%% vs ad-hoc), %d solves\n",
+		c.LatencyMs, c.PowerW, *rep.RequestsPerJoule, 100*(*rep.RequestsPerJoule / *rep.AdhocRPJ - 1), c.Solves)
+	return nil
 }

@@ -171,3 +171,59 @@ func TestSMDPInterruptedIsNotAUsageError(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and an interruption message", code, errb.String())
 	}
 }
+
+func TestSMDPLatencyBudgetJSON(t *testing.T) {
+	for _, tc := range []struct {
+		budget   string
+		budgetMs func(adhoc float64) float64
+	}{
+		{"1.10x", func(a float64) float64 { return 1.1 * a }},
+		{"4ms", func(float64) float64 { return 4 }},
+	} {
+		var rep map[string]any
+		code, _, errs := runSMDPCommand(t, &rep, "--preset", "googlenet-p4", "--rho", "0.3", "--latency-budget", tc.budget, "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.budget, code, errs)
+		}
+		for _, k := range []string{"adhoc_mean_latency_ms", "mean_latency_ms", "power_w", "requests_per_joule", "w2", "mix"} {
+			if _, ok := rep[k].(float64); !ok {
+				t.Errorf("%s: key %s = %v, want a number", tc.budget, k, rep[k])
+			}
+		}
+		limits, ok := rep["control_limit"].([]any)
+		if !ok || len(limits) != 2 {
+			t.Fatalf("%s: control_limit = %v, want the two policies' limits", tc.budget, rep["control_limit"])
+		}
+		lat, adhoc := rep["mean_latency_ms"].(float64), rep["adhoc_mean_latency_ms"].(float64)
+		if want := tc.budgetMs(adhoc); math.Abs(lat-want) > 1e-6*want {
+			t.Errorf("%s: mean_latency_ms %v, want the budget %v", tc.budget, lat, want)
+		}
+		if rpj, base := rep["requests_per_joule"].(float64), rep["adhoc_requests_per_joule"].(float64); !(rpj > base) {
+			t.Errorf("%s: %v req/J not above ad-hoc's %v", tc.budget, rpj, base)
+		}
+		if m := rep["mix"].(float64); !(m > 0 && m < 1) {
+			t.Errorf("%s: mix %v, want a share in (0, 1)", tc.budget, m)
+		}
+	}
+}
+
+func TestSMDPLatencyBudgetErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--preset", "googlenet-p4", "--rho", "0.3", "--latency-budget", "0.9x"}, "number >= 1"},
+		{[]string{"--preset", "googlenet-p4", "--rho", "0.3", "--latency-budget", "fast"}, "duration"},
+		{[]string{"--preset", "googlenet-p4", "--rho", "0.3", "--latency-budget", "1.1x", "--w2", "1"}, "drop --w2"},
+		{[]string{"--preset", "resnet50-titanrtx", "--rho", "0.3", "--latency-budget", "1.1x"}, "no published energy"},
+	} {
+		code, _, errs := runSMDPCommand(t, nil, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+	code, _, errs := runSMDPCommand(t, nil, "--preset", "googlenet-p4", "--rho", "0.3", "--latency-budget", "0.5ms")
+	if code == 0 || !strings.Contains(errs, "below") {
+		t.Errorf("infeasible budget: exit %d, stderr %q", code, errs)
+	}
+}

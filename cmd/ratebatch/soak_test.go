@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/loadgen"
 )
 
@@ -169,7 +170,7 @@ func windowP99(records []loadgen.Record, window time.Duration) []float64 {
 	out := make([]float64, len(lat))
 	for i, l := range lat {
 		slices.Sort(l)
-		out[i] = float64(loadgen.Percentile(l, 99)) / float64(time.Millisecond)
+		out[i] = float64(stats.Percentile(l, 99)) / float64(time.Millisecond)
 	}
 	if len(out) == 0 {
 		return []float64{0}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+
+	"math"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/profile"
+)
+
+// The figures of docs/LEARNING.md come from the tests in this file run with
+// RATEBATCH_LONG=1 (30 s steps, the tolerances); without it they run
+// a short version of each check that still fails when the behaviour breaks.
+func long() bool { return os.Getenv("RATEBATCH_LONG") != "" }
+
+// learnSetup is the emulated server the learning figures are measured on:
+// the resnet50-titanrtx line on the "simple" model (B_max 8), realistic.
+func learnServer(t *testing.T, seed uint64) (*emulator.Server, emulator.TrueLine) {
+	t.Helper()
+	p, err := profile.Lookup("resnet50-titanrtx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rough, err := emulator.LookupRealism(emulator.DefaultRealism)
+	if err != nil {
+		t.Fatal(err)
+	}
+	em, err := emulator.New(emulator.Options{Profile: p, TimeScale: 1, Realism: rough, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := em.Start("127.0.0.1:0", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	truth, _ := em.Truth(emulator.SimpleModel)
+	return em, truth
+}
+
+// rateFor is the arrival rate (per second) of load rho on the model: rho
+// times the most the server can answer, B_max rows per mean tau(B_max).
+func rateFor(truth emulator.TrueLine, maxBatch int, rho float64) float64 {
+	return rho * 1000 * float64(maxBatch) / (truth.AlphaMs*float64(maxBatch) + truth.Tau0Ms)
+}
+
+func modelSnapshot(t *testing.T, lt *liveTest, model string) monitor.Snapshot {
+	t.Helper()
+	for _, s := range lt.p.models.Statuses() {
+		if s.Model == model && s.Rule != nil {
+			return *s.Rule
+		}
+	}
+	t.Fatalf("model %s not batched", model)
+	return monitor.Snapshot{}
+}
+
+// TestLearnTauFromNothing starts a proxy with no profile in front of the
+// realistic emulator, offers Poisson load at rho 0.2, 0.5 and 0.8 (a fresh
+// proxy and server each), and scores the fitted line against the server's
+// true mean line.
+func TestLearnTauFromNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live load")
+	}
+	step, tol, rhos := 3*time.Second, 0.25, []float64{0.5}
+	if long() {
+		step, tol, rhos = 30*time.Second, 0.10, []float64{0.2, 0.5, 0.8}
+	}
+	if s := os.Getenv("RATEBATCH_STEP"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step = d
+	}
+	t.Logf("%-5s %9s %8s %8s %8s %8s %8s %8s %9s %6s", "rho", "rate/s", "alpha", "true", "err", "tau0", "true", "err", "overhead", "mean b")
+	for i, rho := range rhos {
+		em, truth := learnServer(t, uint64(i+1))
+		lt := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Window = time.Second })
+		rate := rateFor(truth, 8, rho)
+		res, err := loadgen.Run(context.Background(), loadgen.Config{
+			Target: lt.base, Model: emulator.SimpleModel, Rate: loadgen.ConstantRate(rate),
+			Duration: step, Seed: uint64(i + 1), Binary: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := modelSnapshot(t, lt, emulator.SimpleModel)
+		ea, et := s.AlphaMs/truth.AlphaMs-1, s.Tau0Ms/truth.Tau0Ms-1
+		ovh := "-"
+		if s.OverheadMs != nil {
+			ovh = strconv.FormatFloat(*s.OverheadMs, 'f', 3, 64)
+		}
+		t.Logf("%-5.1f %9.1f %8.4f %8.4f %+7.1f%% %8.4f %8.4f %+7.1f%% %9s %6.2f  (%s, %d ok of %d, doubt %q)",
+			rho, rate, s.AlphaMs, truth.AlphaMs, 100*ea, s.Tau0Ms, truth.Tau0Ms, 100*et, ovh, meanBatch(t, lt),
+			s.FitSource, res.Summary.OK, res.Summary.Scheduled, s.FitDoubt)
+		if testing.Verbose() {
+			st, _ := em.Stats(emulator.SimpleModel)
+			for _, b := range st.BatchStats {
+				n := float64(b.ComputeInfer.Count) * 1e6
+				t.Logf("b=%d n=%d input %.3f infer %.3f output %.3f true %.3f", b.BatchSize, b.ComputeInfer.Count, float64(b.ComputeInput.NS)/n, float64(b.ComputeInfer.NS)/n, float64(b.ComputeOutput.NS)/n, truth.AlphaMs*float64(b.BatchSize)+truth.Tau0Ms)
+			}
+		}
+		if s.FitSource != "server statistics" {
+			t.Errorf("rho %v: fit learnt from %q, want the server's statistics", rho, s.FitSource)
+		}
+		if math.Abs(ea) > tol || math.Abs(et) > tol {
+			t.Errorf("rho %v: fit %.4g*b + %.4g, want the true %.4g*b + %.4g within %.0f%%", rho, s.AlphaMs, s.Tau0Ms, truth.AlphaMs, truth.Tau0Ms, 100*tol)
+		}
+		lt.stop()
+	}
+}
+
+// meanBatch is the proxy's mean batch size so far, from its metrics.
+func meanBatch(t *testing.T, lt *liveTest) float64 {
+	t.Helper()
+	fams, err := lt.p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range fams {
+		if mf.GetName() != "ratebatch_batch_size" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if h := m.GetHistogram(); h != nil && h.GetSampleCount() > 0 {
+				return h.GetSampleSum() / float64(h.GetSampleCount())
+			}
+		}
+	}
+	return math.NaN()
+}

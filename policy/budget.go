@@ -1,0 +1,313 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/ratebatch/ratebatch/smdp"
+)
+
+// NameBudget is the latency-budget policy.
+const NameBudget = "budget"
+
+// DefaultLatencyBudget is the budget policy's budget when none is set: 10%
+// above the mean latency of work-conserving batching.
+var DefaultLatencyBudget = smdp.Budget{Factor: 1.10}
+
+// Defaults of the budget policy's cache.
+const (
+	// DefaultBudgetResolve is the budget policy's rate grid: 2%, finer
+	// than smdp's 10%. A budget is a promise about mean latency, and near
+	// saturation latency moves much faster than the rate (at rho 0.9 a
+	// rate 5% low, the worst a 10% grid gives, plans for a queue a third
+	// shorter than the real one); a 2% grid keeps the planned rate within
+	// 1%. The price is more solves, each a few hundred milliseconds to a
+	// few seconds, off the request path and cached.
+	DefaultBudgetResolve = 0.02
+	// budgetCacheSize is how many constrained optima the policy keeps.
+	budgetCacheSize = 256
+)
+
+// Budget draws the least mean power (the most requests per joule) whose
+// mean latency stays within a budget: relative to work-conserving batching
+// at the current rate and fit ("1.10x") or absolute ("4ms").
+//
+// Plan solves the constrained SMDP (smdp.SolveBudget: the Lagrangian over
+// the power weight w2 with the exact solver, 3 to 10 solves) for the
+// measured rate and fitted tau(b), in the caller's goroutine: the monitor
+// calls Plan off the request path and swaps the rule in atomically, so the
+// dispatcher keeps the old rule while a solve runs. Optima are cached by
+// grid rate and fit exactly as in SMDP, so a busy proxy solves once per
+// load it visits, not once per window.
+//
+// The optimum mixes two control limits L1 < L2: the rule waits below L1,
+// sends min(queue, B_max) from L2 on, and in between follows L2 (waits)
+// with probability Mix, L1 (sends) otherwise, by a draw that depends only
+// on the queue's state (the oldest row's arrival and the row count) and
+// Seed. A decision asked again in the same state gets the same answer; a
+// new state gets a fresh draw, which is the per-decision randomisation the
+// constrained optimum needs (ALGORITHMS.md, "Latency budget").
+//
+// Without an energy line (no power meter, no profile figures) the energy of
+// a batch is taken as proportional to its time on the GPU, zeta(b) = tau(b)
+// at 1 W: the policy then maximises requests per GPU-second, and its note
+// says so.
+//
+// With SLA > 0 (or a request carrying its own deadline) the slack rule
+// guards the wait: a partial batch goes as soon as waiting longer could
+// make the earliest deadline slip. The guard only sends earlier, so the
+// mean latency stays within the budget.
+//
+// A Budget is safe for concurrent use; it must be used as a pointer.
+type Budget struct {
+	Budget smdp.Budget
+	// SMax is the finite model's state bound; 0 selects SMDPStates(B_max).
+	SMax int
+	// Resolve is the relative re-solve threshold; 0 selects
+	// DefaultBudgetResolve.
+	Resolve float64
+	// MaxWait, when > 0, replaces the wait bound of a partial batch.
+	MaxWait time.Duration
+	// Seed varies the rule's draws.
+	Seed uint64
+	// SLA, when > 0, is the deadline of rows without their own (the slack
+	// guard); Safety the guard's over-estimate of batch time (0: default).
+	SLA    time.Duration
+	Safety float64
+
+	mu     sync.Mutex
+	cache  planCache
+	solves int
+}
+
+// NewBudget returns the policy with the given budget (zero: the default).
+func NewBudget(b smdp.Budget) (*Budget, error) {
+	if b.IsZero() {
+		b = DefaultLatencyBudget
+	}
+	if !(b.Factor >= 1 || (b.Factor == 0 && b.AbsoluteMs > 0)) || math.IsInf(b.Factor, 0) || math.IsInf(b.AbsoluteMs, 0) {
+		return nil, fmt.Errorf("latency budget %s: want a factor >= 1 of ad-hoc's mean latency (1.10x) or a duration > 0 (4ms)", b)
+	}
+	return &Budget{Budget: b}, nil
+}
+
+func init() {
+	Register(NameBudget, func(o Options) (Policy, error) {
+		if err := o.CheckParams(NameBudget, "latency_budget", "smax", "resolve", "seed", "sla", "safety"); err != nil {
+			return nil, err
+		}
+		var b smdp.Budget
+		if s, ok := o.Params["latency_budget"]; ok {
+			var err error
+			if b, err = smdp.ParseBudget(s); err != nil {
+				return nil, err
+			}
+		}
+		p, err := NewBudget(b)
+		if err != nil {
+			return nil, err
+		}
+		if p.SMax, err = o.Int("smax", 0); err != nil {
+			return nil, err
+		}
+		if p.Resolve, err = o.Float("resolve", DefaultBudgetResolve); err != nil {
+			return nil, err
+		}
+		seed, err := o.Int("seed", 0)
+		if err != nil {
+			return nil, err
+		}
+		p.Seed = uint64(seed)
+		if p.SLA, err = o.Duration("sla", 0); err != nil {
+			return nil, err
+		}
+		if p.Safety, err = o.Float("safety", DefaultSlackSafety); err != nil {
+			return nil, err
+		}
+		switch {
+		case p.SMax < 0:
+			return nil, fmt.Errorf("parameter smax must be >= 0 (0: automatic), got %d", p.SMax)
+		case !(p.Resolve > 0 && p.Resolve <= 1):
+			return nil, fmt.Errorf("parameter resolve must be in (0, 1], got %v", p.Resolve)
+		case o.MaxWait < 0:
+			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
+		case p.SLA < 0:
+			return nil, fmt.Errorf("parameter sla must be >= 0, got %v", p.SLA)
+		case !(p.Safety >= 1) || math.IsInf(p.Safety, 0):
+			return nil, fmt.Errorf("parameter safety must be a finite number >= 1, got %v", p.Safety)
+		}
+		p.MaxWait = o.MaxWait
+		return p, nil
+	})
+}
+
+// Name implements Policy.
+func (*Budget) Name() string { return NameBudget }
+
+// Solves reports how many constrained optima Plan has computed.
+func (p *Budget) Solves() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.solves
+}
+
+func (p *Budget) resolve() float64 {
+	if p.Resolve > 0 && p.Resolve <= 1 {
+		return p.Resolve
+	}
+	return DefaultBudgetResolve
+}
+
+// Plan implements Policy.
+func (p *Budget) Plan(e Estimate) Rule {
+	if err := e.Validate(); err != nil {
+		return fallback(NameBudget, e, err)
+	}
+	busyTime := !e.HasEnergy
+	if busyTime {
+		// Energy proportional to GPU busy time: 1 W while a batch runs.
+		e.BetaMJ, e.Zeta0MJ, e.HasEnergy = e.AlphaMs, e.Tau0Ms, true
+	}
+	grid, m, reason := gridModel(e, p.resolve())
+	if reason != "" {
+		return p.guard(Limit{Policy: NameBudget, Limit: 1, Note: reason}, e)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.cache.lookup(grid, m, p.resolve()); ok {
+		return p.guard(r, e)
+	}
+	rule := p.solve(m, busyTime)
+	p.solves++
+	p.cache.add(grid, m, rule, budgetCacheSize)
+	return p.guard(rule, e)
+}
+
+// solve computes the constrained optimum for m and turns it into a rule; a
+// failed solve gives the work-conserving rule (cached too, so a model the
+// solver rejects is not retried every window).
+func (p *Budget) solve(m smdp.Model, busyTime bool) Rule {
+	sMax := p.SMax
+	if sMax == 0 {
+		sMax = SMDPStates(m.MaxBatch)
+	}
+	sMax = max(sMax, m.MaxBatch)
+	c, err := smdp.SolveBudget(context.Background(), m, p.Budget, sMax)
+	if err != nil {
+		return Limit{Policy: NameBudget, Limit: 1, Note: "latency budget solve failed, work-conserving: " + err.Error()}
+	}
+	wait := p.MaxWait
+	if l := float64(max(c.First.Limit, c.Second.Limit)); wait <= 0 && l > 1 {
+		wait = time.Duration((l + 3*math.Sqrt(l)) / m.LambdaPerMs * float64(time.Millisecond))
+	}
+	unit := "W"
+	if busyTime {
+		unit = "GPU-busy share"
+	}
+	note := fmt.Sprintf("budget %s = %.4g ms at %.4g req/s (rho %.3f): control limits %d/%d mixed %.3f, mean latency %.4g ms (ad-hoc %.4g), power %.4g %s, w2 %.4g, %d solves",
+		p.Budget, c.BudgetMs, 1000*m.LambdaPerMs, m.Rho(), c.First.Limit, c.Second.Limit, c.Mix, c.LatencyMs, c.AdhocLatencyMs, c.PowerW, unit, c.W2, c.Solves)
+	if !c.Binding {
+		note += "; the budget does not bind"
+	}
+	if busyTime {
+		note += "; no energy meter: energy taken proportional to GPU busy time, the budget maximises requests per GPU-second"
+	}
+	if c.Delta >= smdp.DeltaAccept {
+		note += fmt.Sprintf("; overflow share %.2g above %g: approximate", c.Delta, smdp.DeltaAccept)
+	}
+	return BudgetRule{
+		first:  Limit{Policy: NameBudget, Limit: c.First.Limit, MaxWait: wait, Note: note},
+		second: Limit{Policy: NameBudget, Limit: c.Second.Limit, MaxWait: wait, Note: note},
+		mix:    c.Mix, seed: p.Seed, constrained: c, model: m,
+	}
+}
+
+// guard adds the slack rule's deadline check when an SLA is configured.
+func (p *Budget) guard(r Rule, e Estimate) Rule {
+	if p.SLA <= 0 {
+		return r
+	}
+	s := Slack{SLA: p.SLA, Safety: p.Safety, Target: TargetMax}.Plan(e).(SlackRule)
+	return guarded{Rule: r, slack: s}
+}
+
+// guarded sends a partial batch early when the slack rule says a deadline
+// would slip; otherwise the inner rule decides.
+type guarded struct {
+	Rule
+	slack SlackRule
+}
+
+// Decide implements Rule.
+func (g guarded) Decide(q Queue) Decision {
+	d := g.Rule.Decide(q)
+	if d.Rows > 0 || q.Rows <= 0 || !q.Free() {
+		return d
+	}
+	s := g.slack.Decide(q)
+	if s.Rows > 0 {
+		return s
+	}
+	if !s.WakeAt.IsZero() && (d.WakeAt.IsZero() || s.WakeAt.Before(d.WakeAt)) {
+		d.WakeAt = s.WakeAt
+	}
+	return d
+}
+
+// Status implements Rule.
+func (g guarded) Status() Status {
+	st := g.Rule.Status()
+	st.Note += fmt.Sprintf("; SLA guard %v", g.slack.sla)
+	return st
+}
+
+// BudgetRule is one planned constrained optimum: the control limits of its
+// two policies and the probability of following the second where they
+// differ.
+type BudgetRule struct {
+	first, second Limit
+	mix           float64
+	seed          uint64
+	constrained   smdp.Constrained
+	model         smdp.Model
+}
+
+// Decide implements Rule.
+func (r BudgetRule) Decide(q Queue) Decision {
+	lo, hi := r.first.Limit, r.second.Limit
+	if q.Rows >= min(lo, hi) && q.Rows < max(lo, hi) && r.mix > 0 && draw(r.seed, q.OldestArrival, q.Rows) < r.mix {
+		return r.second.Decide(q)
+	}
+	return r.first.Decide(q)
+}
+
+// draw is a uniform number in [0, 1) that depends only on its arguments
+// (splitmix64 of their mix): the same queue state always gets the same
+// draw, distinct states independent-looking ones.
+func draw(seed uint64, oldest time.Time, rows int) float64 {
+	x := seed ^ uint64(oldest.UnixNano()) ^ uint64(rows)*0x9e3779b97f4a7c15
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+// Status implements Rule. BatchSize is the first (smaller) control limit.
+func (r BudgetRule) Status() Status {
+	st := r.first.Status()
+	st.BatchSize = min(r.first.Limit, r.second.Limit)
+	return st
+}
+
+// Limits returns the two control limits and the share of the second.
+func (r BudgetRule) Limits() (first, second int, mix float64) {
+	return r.first.Limit, r.second.Limit, r.mix
+}
+
+// Constrained is the optimum the rule came from, with the model it was
+// solved for (the grid rate, not the measured one).
+func (r BudgetRule) Constrained() (smdp.Constrained, smdp.Model) { return r.constrained, r.model }

@@ -1,0 +1,212 @@
+package policy
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/smdp"
+)
+
+func newBudget(t *testing.T, b string) *Budget {
+	t.Helper()
+	p, err := New(NameBudget, Options{Params: map[string]string{"latency_budget": b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.(*Budget)
+}
+
+func TestBudgetOptions(t *testing.T) {
+	p, err := New(NameBudget, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.(*Budget).Budget; got != DefaultLatencyBudget {
+		t.Errorf("default budget %v, want %v", got, DefaultLatencyBudget)
+	}
+	if b := newBudget(t, "4ms").Budget; b != (smdp.Budget{AbsoluteMs: 4}) {
+		t.Errorf("4ms read as %+v", b)
+	}
+	for _, bad := range []map[string]string{
+		{"latency_budget": "0.9x"},
+		{"latency_budget": "soon"},
+		{"latency_budget": "1.1x", "w2": "1"},
+		{"sla": "-1s"},
+		{"safety": "0.5"},
+		{"resolve": "0"},
+	} {
+		if _, err := New(NameBudget, Options{Params: bad}); err == nil {
+			t.Errorf("params %v accepted", bad)
+		}
+	}
+}
+
+// The draw depends only on its inputs and is uniform enough for a mix.
+func TestDrawIsDeterministicAndUniform(t *testing.T) {
+	const n = 40000
+	var sum float64
+	var below [10]int
+	for i := range n {
+		ts := at(float64(i) * 0.731)
+		u := draw(7, ts, 3)
+		if u != draw(7, ts, 3) {
+			t.Fatal("same inputs, different draws")
+		}
+		if !(u >= 0 && u < 1) {
+			t.Fatalf("draw %v outside [0, 1)", u)
+		}
+		sum += u
+		below[int(u*10)]++
+	}
+	if m := sum / n; math.Abs(m-0.5) > 0.01 {
+		t.Errorf("mean draw %v, want 0.5", m)
+	}
+	for i, c := range below {
+		if math.Abs(float64(c)-n/10) > 0.05*n/10 {
+			t.Errorf("decile %d holds %d of %d draws", i, c, n)
+		}
+	}
+	if draw(7, t0, 3) == draw(8, t0, 3) && draw(7, t0, 3) == draw(9, t0, 3) {
+		t.Error("the seed does not change the draw")
+	}
+}
+
+func TestBudgetPlanSolvesTheConstrainedOptimum(t *testing.T) {
+	p := newBudget(t, "1.10x")
+	e := energyEstimate(900) // rho about 0.3 on googlenet-p4
+	r, ok := p.Plan(e).(BudgetRule)
+	if !ok {
+		t.Fatalf("Plan = %T (%v), want a BudgetRule", p.Plan(e), p.Plan(e).Status())
+	}
+	c, m := r.Constrained()
+	if !c.Binding || math.Abs(c.LatencyMs-1.1*c.AdhocLatencyMs) > 1e-6*c.LatencyMs {
+		t.Fatalf("constrained optimum %+v does not meet 1.10x of ad-hoc with equality", c)
+	}
+	if m.BetaMJ != 19.9 || m.Zeta0MJ != 19.6 {
+		t.Errorf("solved with energy line %v/%v, want the estimate's", m.BetaMJ, m.Zeta0MJ)
+	}
+	first, second, mix := r.Limits()
+	if first != c.First.Limit || second != c.Second.Limit || mix != c.Mix || !(mix > 0 && mix < 1) {
+		t.Errorf("rule limits %d/%d mix %v, optimum %d/%d mix %v", first, second, mix, c.First.Limit, c.Second.Limit, c.Mix)
+	}
+	st := r.Status()
+	if st.Policy != NameBudget || !strings.Contains(st.Note, "budget 1.1x") {
+		t.Errorf("status %+v", st)
+	}
+	// The same grid rate and fit: no new solve.
+	e2 := e
+	e2.RatePerSec *= 1.002
+	p.Plan(e2)
+	if p.Solves() != 1 {
+		t.Errorf("%d solves for one grid rate, want 1", p.Solves())
+	}
+	e2.RatePerSec *= 1.5
+	p.Plan(e2)
+	if p.Solves() != 2 {
+		t.Errorf("%d solves after the rate moved by half, want 2", p.Solves())
+	}
+}
+
+// In the states where the two limits differ the rule follows the second
+// (waits) with probability mix; elsewhere it is the control-limit rule.
+func TestBudgetRuleMixes(t *testing.T) {
+	wait := 50 * time.Millisecond
+	r := BudgetRule{
+		first:  Limit{Policy: NameBudget, Limit: 2, MaxWait: wait},
+		second: Limit{Policy: NameBudget, Limit: 3, MaxWait: wait},
+		mix:    0.3, seed: 1,
+	}
+	q := func(rows int, oldestMs float64) Queue {
+		return Queue{Now: at(100), Rows: rows, OldestArrival: at(oldestMs), Instances: 1, MaxBatch: 32}
+	}
+	if d := r.Decide(q(1, 99)); d.Rows != 0 {
+		t.Errorf("below both limits: %+v, want a wait", d)
+	}
+	if d := r.Decide(q(1, 40)); d.Rows != 1 {
+		t.Errorf("past the wait bound: %+v, want a send", d)
+	}
+	if d := r.Decide(q(5, 99)); d.Rows != 5 {
+		t.Errorf("above both limits: %+v, want Send(5)", d)
+	}
+	busy := q(5, 99)
+	busy.InFlight = 1
+	if d := r.Decide(busy); d.Rows != 0 {
+		t.Errorf("no free instance: %+v", d)
+	}
+	const n = 20000
+	waits := 0
+	for i := range n {
+		qq := q(2, 99-float64(i)*1e-6)
+		d := r.Decide(qq)
+		if d != r.Decide(qq) {
+			t.Fatal("the same state got two answers")
+		}
+		if d.Rows == 0 {
+			waits++
+		}
+	}
+	if share := float64(waits) / n; math.Abs(share-0.3) > 0.015 {
+		t.Errorf("waited in %.3f of the mixed states, want 0.3", share)
+	}
+}
+
+func TestBudgetWithoutEnergyUsesBusyTime(t *testing.T) {
+	p := newBudget(t, "1.10x")
+	r := p.Plan(estimate(900))
+	br, ok := r.(BudgetRule)
+	if !ok {
+		t.Fatalf("Plan = %v", r.Status())
+	}
+	if !strings.Contains(r.Status().Note, "GPU busy time") {
+		t.Errorf("note %q does not say energy is taken from busy time", r.Status().Note)
+	}
+	c, m := br.Constrained()
+	if m.BetaMJ != m.AlphaMs || m.Zeta0MJ != m.Tau0Ms {
+		t.Errorf("busy-time energy line %v/%v, want tau's %v/%v", m.BetaMJ, m.Zeta0MJ, m.AlphaMs, m.Tau0Ms)
+	}
+	// Power in "W at 1 W busy" is the utilisation, below 1.
+	if !(c.PowerW > 0 && c.PowerW < 1) {
+		t.Errorf("busy share %v, want in (0, 1)", c.PowerW)
+	}
+}
+
+func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
+	for _, e := range []Estimate{
+		{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1},
+		energyEstimate(0),
+		energyEstimate(4000),
+	} {
+		p := newBudget(t, "1.10x")
+		r := p.Plan(e)
+		if d := r.Decide(Queue{Now: at(0), Rows: 3, OldestArrival: at(0), Instances: 1, MaxBatch: 32}); d != Send(3) {
+			t.Errorf("%+v: fallback holds rows: %+v (%v)", e, d, r.Status())
+		}
+		if p.Solves() != 0 {
+			t.Errorf("a fallback solved")
+		}
+	}
+}
+
+// The SLA guard sends a partial batch once the deadline comes close, even
+// where the budget rule would wait.
+func TestBudgetSLAGuard(t *testing.T) {
+	p, err := New(NameBudget, Options{Params: map[string]string{"latency_budget": "2x", "sla": "5ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := energyEstimate(2000)
+	r := p.Plan(e)
+	if !strings.Contains(r.Status().Note, "SLA guard") {
+		t.Fatalf("status %v", r.Status())
+	}
+	q := Queue{Now: at(0.1), Rows: 1, OldestArrival: at(0), Instances: 1, MaxBatch: 32}
+	if d := r.Decide(q); d.Rows != 0 {
+		t.Fatalf("fresh row: %+v, want a wait", d)
+	}
+	q.Now = at(4.5) // 0.5 ms of slack left, less than 1.5*tau(2)
+	if d := r.Decide(q); d.Rows != 1 {
+		t.Errorf("deadline close: %+v, want a send", d)
+	}
+}

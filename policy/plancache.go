@@ -1,0 +1,81 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ratebatch/ratebatch/smdp"
+)
+
+// gridModel is the SMDP model the solving policies (smdp, budget) plan
+// for: the measured fit and energy line, with the arrival rate rounded to a
+// geometric grid of ratio 1+resolve, so Poisson noise around one load does
+// not trigger a solve per window. The grid point replaces the measured rate
+// only while it is a stable load. reason is non-empty when the estimate
+// gives nothing to solve for; the caller is then work-conserving and says
+// why.
+func gridModel(e Estimate, resolve float64) (grid int, m smdp.Model, reason string) {
+	switch {
+	case !e.Observed():
+		return 0, m, "no rate measured yet: work-conserving until the first window ends"
+	case e.RatePerSec == 0:
+		return 0, m, "no arrivals in the last window: work-conserving"
+	case math.IsInf(e.RatePerSec, 1):
+		return 0, m, "overload: the measured rate is infinite; serving min(queue, B_max)"
+	}
+	ratio := 1 + resolve
+	lambda := e.RatePerSec / 1000
+	grid = int(math.Round(math.Log(lambda) / math.Log(ratio)))
+	m = smdp.Model{AlphaMs: e.AlphaMs, Tau0Ms: e.Tau0Ms, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
+	if e.HasEnergy {
+		m.BetaMJ, m.Zeta0MJ = e.BetaMJ, e.Zeta0MJ
+	}
+	if m.Rho() >= 1 {
+		// The grid point may lie above a stable measured rate.
+		m.LambdaPerMs = lambda
+	}
+	if rho := m.Rho(); !(rho < 1) {
+		return grid, m, fmt.Sprintf("overload: %.4g req/s is at or above the throughput of full batches (%.4g req/s, rho %.3f); serving min(queue, B_max)",
+			e.RatePerSec, 1000*m.MuPerMs(m.MaxBatch), rho)
+	}
+	return grid, m, ""
+}
+
+// planCache keeps solved rules, one per grid rate and fit, most recently
+// used first, so a busy proxy does not solve every window and a rate that
+// comes back costs no solve.
+type planCache struct {
+	entries []planEntry
+}
+
+type planEntry struct {
+	grid int
+	m    smdp.Model // the fit and energy line it was solved for
+	rule Rule
+}
+
+// lookup returns a rule for the grid rate whose fit is within the relative
+// tolerance tol of m's (alpha, tau0; the energy line and B_max exactly),
+// moving it to the front.
+func (c *planCache) lookup(grid int, m smdp.Model, tol float64) (Rule, bool) {
+	for i, e := range c.entries {
+		if e.grid != grid || e.m.MaxBatch != m.MaxBatch || e.m.BetaMJ != m.BetaMJ || e.m.Zeta0MJ != m.Zeta0MJ {
+			continue
+		}
+		if math.Abs(m.AlphaMs-e.m.AlphaMs) > tol*e.m.AlphaMs || math.Abs(m.Tau0Ms-e.m.Tau0Ms) > tol*max(e.m.Tau0Ms, e.m.AlphaMs) {
+			continue
+		}
+		copy(c.entries[1:i+1], c.entries[:i])
+		c.entries[0] = e
+		return e.rule, true
+	}
+	return nil, false
+}
+
+// add puts a rule at the front, dropping the least recently used beyond size.
+func (c *planCache) add(grid int, m smdp.Model, r Rule, size int) {
+	c.entries = append([]planEntry{{grid: grid, m: m, rule: r}}, c.entries...)
+	if len(c.entries) > size {
+		c.entries = c.entries[:size]
+	}
+}

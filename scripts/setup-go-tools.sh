@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Go tools `make lint` runs, at pinned versions, into
+# $(repo)/bin/tools, so a fresh clone (CI) lints with the same checks as a
+# developer's machine. Idempotent: a tool already installed at its pinned
+# version is left alone. Prints the tools directory when done.
+#
+# Usage: scripts/setup-go-tools.sh
+# Env:   GO          the go command (default go)
+#        TOOLS_BIN   where the tools go (default $(repo)/bin/tools)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+go=${GO:-go}
+bin=${TOOLS_BIN:-$repo/bin/tools}
+
+# Each tool: the binary name, its package, the pinned module version. Bump a
+# version here, not in the Makefile: the check below then reinstalls it.
+tools=(
+	"staticcheck honnef.co/go/tools/cmd/staticcheck v0.8.2"
+)
+
+mkdir -p "$bin"
+for t in "${tools[@]}"; do
+	read -r name pkg version <<<"$t"
+	exe=$bin/$name
+	# `go version -m` prints the module line "mod <path> <version> <sum>";
+	# a binary built by another Go or at another version is rebuilt.
+	if [[ -x $exe ]] && "$go" version -m "$exe" 2>/dev/null |
+		awk -v v="$version" '$1 == "mod" && $3 == v { found = 1 } END { exit !found }'; then
+		continue
+	fi
+	printf 'setup-go-tools: installing %s@%s into %s\n' "$pkg" "$version" "$bin" >&2
+	GOBIN=$bin "$go" install "$pkg@$version"
+done
+echo "$bin"
