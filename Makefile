@@ -7,7 +7,7 @@ BIN := bin/ratebatch
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/ratebatch
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/ratebatch
 
 ## demo: the embedded default (emulator + proxy + load, then a report)
 demo: build

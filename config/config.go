@@ -302,13 +302,25 @@ func oneOf(field, got string, allowed ...string) error {
 	return fieldErr(field, "must be one of %s, got %q", strings.Join(allowed, ", "), got)
 }
 
-// FieldError names the configuration field that is wrong.
+// FieldError names the configuration field that is wrong and, when it came
+// from a file, the file and line.
 type FieldError struct {
 	Field string
 	Msg   string
+	File  string // empty unless the value came from a YAML file
+	Line  int    // 0 unless the value came from a YAML file
 }
 
-func (e *FieldError) Error() string { return "config: " + e.Field + ": " + e.Msg }
+func (e *FieldError) Error() string {
+	where := ""
+	switch {
+	case e.File != "" && e.Line > 0:
+		where = fmt.Sprintf("%s line %d: ", e.File, e.Line)
+	case e.Line > 0:
+		where = fmt.Sprintf("line %d: ", e.Line)
+	}
+	return "config: " + where + e.Field + ": " + e.Msg
+}
 
 func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}

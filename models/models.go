@@ -421,7 +421,7 @@ func (r *Registry) latencyBudget(model string) string {
 // SetPolicyBudget switches a batched model (or every one, for model "") to
 // the budget policy with the given latency budget ("1.10x", "4ms"), which
 // then stays that model's budget.
-func (r *Registry) SetPolicyBudget(model, budget string) error {
+func (r *Registry) SetPolicyBudget(ctx context.Context, model, budget string) error {
 	if _, err := smdp.ParseBudget(budget); err != nil {
 		return err
 	}
@@ -432,7 +432,7 @@ func (r *Registry) SetPolicyBudget(model, budget string) error {
 	}
 	r.budgets[model] = budget
 	r.mu.Unlock()
-	if err := r.SetPolicy(model, policy.NameBudget); err != nil {
+	if err := r.SetPolicy(ctx, model, policy.NameBudget); err != nil {
 		r.mu.Lock()
 		if had {
 			r.budgets[model] = prev
@@ -446,24 +446,33 @@ func (r *Registry) SetPolicyBudget(model, budget string) error {
 }
 
 // SetPolicy switches a batched model (or every one, for model "") to the
-// named policy at run time.
-func (r *Registry) SetPolicy(model, name string) error {
+// named policy at run time, and returns once each switched model publishes
+// a rule of the new policy (or ctx ends), so the state read next is the new
+// one.
+func (r *Registry) SetPolicy(ctx context.Context, model, name string) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	found := false
+	var planned []<-chan struct{}
 	for _, e := range r.models {
 		if !e.batched || (model != "" && e.name != model) {
 			continue
 		}
 		pol, err := r.newPolicy(e.name, name)
 		if err != nil {
+			r.mu.Unlock()
 			return err
 		}
-		e.mon.SetPolicy(pol)
-		found = true
+		planned = append(planned, e.mon.SetPolicy(pol))
 	}
-	if !found {
+	r.mu.Unlock()
+	if len(planned) == 0 {
 		return fmt.Errorf("no batched model %q", model)
+	}
+	for _, p := range planned {
+		select {
+		case <-p:
+		case <-ctx.Done():
+			return fmt.Errorf("policy %s set, but its first rule is not planned yet: %w", name, ctx.Err())
+		}
 	}
 	return nil
 }

@@ -103,6 +103,7 @@ type Monitor struct {
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
+	planned   chan struct{} // closed once pol's first rule is published
 	maxBatch  int
 	instances int
 	last      time.Time
@@ -295,12 +296,20 @@ func (m *Monitor) Changed() <-chan struct{} { return m.changed }
 
 // SetPolicy replaces the policy and re-plans with the last window's
 // figures: in Run's goroutine when it runs (a plan may be a slow SMDP
-// solve, which must not hold up the caller), else at once.
-func (m *Monitor) SetPolicy(p policy.Policy) {
+// solve, which must not hold up the caller), else at once. The returned
+// channel is closed once a rule of p (or of a later policy) is published, so
+// a caller that wants to report the new state, as PUT /policy does, can wait
+// for it.
+func (m *Monitor) SetPolicy(p policy.Policy) <-chan struct{} {
 	m.mu.Lock()
 	m.pol = p
+	if m.planned == nil {
+		m.planned = make(chan struct{})
+	}
+	done := m.planned
 	m.mu.Unlock()
 	m.requestPlan()
+	return done
 }
 
 func (m *Monitor) requestPlan() {
@@ -441,6 +450,8 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	}
 	m.mu.Lock()
 	pol, maxBatch, instances := m.pol, m.maxBatch, m.instances
+	planned := m.planned
+	m.planned = nil
 	m.mu.Unlock()
 	e := policy.Estimate{
 		Now:       now,
@@ -459,6 +470,9 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		e.Energy, e.HasEnergy = *en, true
 	}
 	m.current.Store(&published{rule: pol.Plan(e), est: e, fit: fit})
+	if planned != nil {
+		close(planned)
+	}
 	select {
 	case m.changed <- struct{}{}:
 	default: // a wake-up is already pending

@@ -178,20 +178,29 @@ func TestSetPolicyDoesNotBlockWhileRunning(t *testing.T) {
 	}
 	adhoc, _ := policy.New("adhoc", policy.Options{})
 	slow := slowPolicy{Policy: adhoc, release: make(chan struct{})}
-	returned := make(chan struct{})
-	go func() { m.SetPolicy(slow); close(returned) }()
+	returned := make(chan (<-chan struct{}))
+	go func() { returned <- m.SetPolicy(slow) }()
+	var planned <-chan struct{}
 	select {
-	case <-returned:
+	case planned = <-returned:
 	case <-time.After(2 * time.Second):
 		t.Fatal("SetPolicy waited for the plan")
 	}
+	select {
+	case <-planned:
+		t.Fatal("SetPolicy's channel closed before the new policy planned")
+	case <-time.After(20 * time.Millisecond):
+	}
 	close(slow.release) // the monitor's goroutine finishes the plan
-	deadline := time.Now().Add(5 * time.Second)
-	for m.Snapshot().Policy != "adhoc" {
-		if time.Now().After(deadline) {
-			t.Fatal("the new policy's rule was never published")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-planned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new policy's rule was never published")
+	}
+	// Closed means published: the state read now is the new policy's
+	// (what PUT /policy answers with).
+	if got := m.Snapshot().Policy; got != "adhoc" {
+		t.Fatalf("policy when SetPolicy's channel closed = %q, want adhoc", got)
 	}
 }
 

@@ -169,7 +169,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
 			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -190,7 +190,7 @@ func (p *liveProxy) status() any {
 		"doors":          p.front.Doors(),
 		"energy":         p.meter.Snapshot(),
 		"energy_fit":     p.energyFit.Status(),
-		"config":         cfg,
+		"config":         p.cfg.Document(),
 	}
 }
 

@@ -367,6 +367,7 @@ func metricValue(text, series string) float64 {
 func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
 	_, admin, _ := startProxy(t, em.Addr(), nil)
+	var answer []byte
 	put := func(token, body string) int {
 		req, _ := http.NewRequest(http.MethodPut, admin+"/policy", strings.NewReader(body))
 		if token != "" {
@@ -376,6 +377,7 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		answer, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
@@ -390,6 +392,31 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	}
 	if c := put("test-token", `{"model":"simple","policy":"adhoc"}`); c != 200 {
 		t.Fatalf("good change: %d, want 200", c)
+	}
+	// The answer is the new state, not the one before the change.
+	var changed struct {
+		Models []struct {
+			Model string `json:"model"`
+			Rule  struct {
+				Policy string `json:"policy"`
+			} `json:"rule"`
+		} `json:"models"`
+		Config struct {
+			Policy struct {
+				Window string `json:"window"`
+			} `json:"policy"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(answer, &changed); err != nil {
+		t.Fatalf("PUT /policy answer is not JSON: %v: %s", err, answer)
+	}
+	for _, m := range changed.Models {
+		if m.Model == "simple" && m.Rule.Policy != "adhoc" {
+			t.Errorf("PUT /policy answered with simple's old policy %q, want adhoc", m.Rule.Policy)
+		}
+	}
+	if changed.Config.Policy.Window == "" {
+		t.Errorf("status config lacks policy.window in YAML spelling: %s", answer)
 	}
 	_, status := getText(t, admin+"/status")
 	if !strings.Contains(status, `"policy": "adhoc"`) {
