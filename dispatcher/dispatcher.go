@@ -276,8 +276,8 @@ func (q *modelQueue) enqueue(c *Call) error {
 	case q.rows+c.Rows > q.spec.QueueRows:
 		q.mu.Unlock()
 		m.rejected(q.name, "queue_full")
-		return &kserve.Error{Status: http.StatusServiceUnavailable,
-			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}
+		return &queueFull{&kserve.Error{Status: http.StatusServiceUnavailable,
+			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}}
 	}
 	c.arrived = now
 	c.level = c.Priority

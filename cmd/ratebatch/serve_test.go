@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -366,6 +367,7 @@ func metricValue(text, series string) float64 {
 func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
 	_, admin, _ := startProxy(t, em.Addr(), nil)
+	var answer []byte
 	put := func(token, body string) int {
 		req, _ := http.NewRequest(http.MethodPut, admin+"/policy", strings.NewReader(body))
 		if token != "" {
@@ -375,6 +377,7 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		answer, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
@@ -390,12 +393,54 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	if c := put("test-token", `{"model":"simple","policy":"adhoc"}`); c != 200 {
 		t.Fatalf("good change: %d, want 200", c)
 	}
+	// The answer is the new state, not the one before the change.
+	var changed struct {
+		Models []struct {
+			Model string `json:"model"`
+			Rule  struct {
+				Policy string `json:"policy"`
+			} `json:"rule"`
+		} `json:"models"`
+		Config struct {
+			Policy struct {
+				Window string `json:"window"`
+			} `json:"policy"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(answer, &changed); err != nil {
+		t.Fatalf("PUT /policy answer is not JSON: %v: %s", err, answer)
+	}
+	for _, m := range changed.Models {
+		if m.Model == "simple" && m.Rule.Policy != "adhoc" {
+			t.Errorf("PUT /policy answered with simple's old policy %q, want adhoc", m.Rule.Policy)
+		}
+	}
+	if changed.Config.Policy.Window == "" {
+		t.Errorf("status config lacks policy.window in YAML spelling: %s", answer)
+	}
 	_, status := getText(t, admin+"/status")
 	if !strings.Contains(status, `"policy": "adhoc"`) {
 		t.Fatalf("status does not show the new policy: %s", status)
 	}
 	if strings.Contains(status, "test-token") {
 		t.Fatal("status leaks the admin token")
+	}
+	// The budget policy with its latency budget, at run time.
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"model":"simple","policy":"budget","latency_budget":"0.5x"}`, 400},
+		{`{"model":"simple","policy":"adhoc","latency_budget":"1.2x"}`, 400},
+		{`{"model":"simple","policy":"budget","latency_budget":"1.25x"}`, 200},
+	} {
+		if c := put("test-token", tc.body); c != tc.want {
+			t.Fatalf("%s: %d, want %d", tc.body, c, tc.want)
+		}
+	}
+	_, status = getText(t, admin+"/status")
+	if !strings.Contains(status, `"policy": "budget"`) {
+		t.Fatalf("status does not show the budget policy: %s", status)
 	}
 }
 
@@ -634,10 +679,12 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var got struct {
-		Alpha float64 `json:"alpha_ms"`
-		Tau0  float64 `json:"tau0_ms"`
-		N     int     `json:"n"`
-		Sizes []struct {
+		Alpha       float64  `json:"alpha_ms"`
+		Tau0        float64  `json:"tau0_ms"`
+		ServerAlpha *float64 `json:"server_alpha_ms"`
+		ServerTau0  *float64 `json:"server_tau0_ms"`
+		N           int      `json:"n"`
+		Sizes       []struct {
 			Batch int `json:"batch_size"`
 		} `json:"sizes"`
 	}
@@ -650,6 +697,10 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 	// The round trip adds HTTP time to tau0; the slope is the emulator's.
 	if got.Alpha < 0.2 || got.Alpha > 0.45 || got.Tau0 < 1.0 || got.Tau0 > 4 {
 		t.Fatalf("fitted tau(b) = %.3f*b + %.3f ms, want about 0.305*b + 1.05 (+ HTTP overhead)", got.Alpha, got.Tau0)
+	}
+	// The server's own statistics give its compute line, without HTTP.
+	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.01 || math.Abs(*got.ServerTau0-1.052) > 0.05 {
+		t.Fatalf("server line %v*b + %v, want the emulator's 0.3051*b + 1.052", got.ServerAlpha, got.ServerTau0)
 	}
 	out.Reset()
 	if code := run(context.Background(), []string{"fit", "--csv", csv, "--json"}, &out, &errb); code != 0 {
