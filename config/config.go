@@ -8,6 +8,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -40,16 +41,12 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, batchmonitor+, or passthrough (no batching)"`
-	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
-	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
-	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
-	WaitBound     time.Duration `yaml:"wait_bound" help:"longest a partial batch is held (0: the policy's documented default)"`
-	SLA           time.Duration `yaml:"sla" help:"slack: latency target per request when the request carries no timeout parameter"`
-	W1            float64       `yaml:"w1" help:"smdp: weight of mean latency (per ms) in the cost"`
-	W2            float64       `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
-	MaxInFlight   int           `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
-	RowCap        int           `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
+	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
+	// Options are the policies' own parameters (policy.w1, policy.sla,
+	// ...), declared, documented and validated by package policy.
+	policy.Options `yaml:",inline"`
+	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -102,11 +99,9 @@ func Default() Config {
 		Listen:      ":9000",
 		AdminListen: "127.0.0.1:9002",
 		Policy: Policy{
-			Name:          "batchmonitor+",
-			Window:        time.Second,
-			MaxQueueDelay: 5 * time.Millisecond,
-			W1:            1,
-			W2:            0,
+			Name:    "batchmonitor+",
+			Window:  time.Second,
+			Options: policy.Options{MaxQueueDelay: 5 * time.Millisecond, W1: 1},
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,
@@ -154,22 +149,20 @@ func (c *Config) Validate() error {
 	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {
 		return err
 	}
+	if err := c.Policy.Options.Validate(); err != nil {
+		var pe *policy.ParamError
+		if errors.As(err, &pe) {
+			return fieldErr("policy."+pe.Param, "%s", pe.Msg)
+		}
+		return fieldErr("policy", "%v", err)
+	}
 	checks := []struct {
 		field string
 		bad   bool
 		msg   string
 	}{
 		{"policy.window", c.Policy.Window <= 0, "must be > 0"},
-		{"policy.max_queue_delay", c.Policy.MaxQueueDelay < 0, "must be >= 0"},
-		{"policy.batch", c.Policy.Batch < 0, "must be >= 0"},
-		{"policy.wait_bound", c.Policy.WaitBound < 0, "must be >= 0"},
-		{"policy.sla", c.Policy.SLA < 0, "must be >= 0"},
-		{"policy.w1", !(c.Policy.W1 >= 0), "must be >= 0"},
-		{"policy.w2", !(c.Policy.W2 >= 0), "must be >= 0"},
-		{"policy.w1", c.Policy.W1 == 0 && c.Policy.W2 == 0, "w1 and w2 cannot both be 0"},
-		{"policy.w1", c.usesPolicy("smdp") && !(c.Policy.W1 > 0), "must be > 0 for the smdp policy (it prices latency; raise w2 to favour energy)"},
 		{"policy.max_in_flight", c.Policy.MaxInFlight < 0, "must be >= 0"},
-		{"policy.row_cap", c.Policy.RowCap < 0, "must be >= 0"},
 		{"limits.max_body_bytes", c.Limits.MaxBodyBytes <= 0, "must be > 0"},
 		{"limits.queue_rows", c.Limits.QueueRows <= 0, "must be > 0"},
 		{"limits.read_header_timeout", c.Limits.ReadHeaderTimeout <= 0, "must be > 0"},
@@ -218,19 +211,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-// usesPolicy reports whether any model may run the named policy.
-func (c *Config) usesPolicy(name string) bool {
-	if c.Policy.Name == name {
-		return true
-	}
-	for _, m := range c.Models {
-		if m.Policy == name {
-			return true
-		}
-	}
-	return false
 }
 
 // ModelPolicy returns the policy name that applies to a model.

@@ -35,11 +35,15 @@ func collect(t reflect.Type, index []int, prefix string) []option {
 	var out []option
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, flags, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		idx := append(append([]int(nil), index...), i)
+		if flags == "inline" && f.Type.Kind() == reflect.Struct {
+			out = append(out, collect(f.Type, idx, prefix)...)
+			continue
+		}
 		if name == "" || name == "-" || f.Tag.Get("noflag") == "true" {
 			continue
 		}
-		idx := append(append([]int(nil), index...), i)
 		path := prefix + name
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 			out = append(out, collect(f.Type, idx, path+".")...)

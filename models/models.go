@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -318,29 +317,16 @@ func batchTotals(stats []triton.BatchStat) []monitor.BatchTotal {
 	return out
 }
 
-// newPolicy builds the named policy with the configured options.
+// newPolicy builds the named policy with the configured options and the
+// model's overrides of them.
 func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
-	p := r.cfg.Policy
-	o := policy.Options{Batch: p.Batch, MaxQueueDelay: p.MaxQueueDelay, MaxWait: p.WaitBound}
-	sla := p.SLA
-	if m := r.cfg.Models[model]; m.SLA > 0 {
-		sla = m.SLA
+	o := r.cfg.Policy.Options
+	m := r.cfg.Models[model]
+	if m.SLA > 0 {
+		o.SLA = m.SLA
 	}
-	switch name {
-	case "smdp":
-		o.Params = map[string]string{"w1": fmtFloat(p.W1), "w2": fmtFloat(p.W2)}
-	case "slack":
-		if sla > 0 {
-			o.Params = map[string]string{"sla": sla.String()}
-		}
-	case "elastic":
-		if p.RowCap > 0 {
-			o.Params = map[string]string{"row_cap": strconv.Itoa(p.RowCap)}
-		}
-	case "static":
-		if o.Batch == 0 {
-			o.Batch = max(r.cfg.Models[model].MaxBatchSize, 0)
-		}
+	if o.Batch == 0 {
+		o.Batch = max(m.MaxBatchSize, 0)
 	}
 	pol, err := policy.New(name, o)
 	if err != nil {
@@ -348,8 +334,6 @@ func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
 	}
 	return pol, nil
 }
-
-func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // seed finds the starting tau(b) line: the configured profile CSV, else the
 // upstream's per-batch-size statistics, else the monitor's default.

@@ -85,62 +85,23 @@ type Budget struct {
 
 // NewBudget returns the policy with the given budget (zero: the default).
 func NewBudget(b smdp.Budget) (*Budget, error) {
-	if b.IsZero() {
-		b = DefaultLatencyBudget
+	if err := (Options{LatencyBudget: b}).Validate(); err != nil {
+		return nil, err
 	}
-	if !(b.Factor >= 1 || (b.Factor == 0 && b.AbsoluteMs > 0)) || math.IsInf(b.Factor, 0) || math.IsInf(b.AbsoluteMs, 0) {
-		return nil, fmt.Errorf("latency budget %s: want a factor >= 1 of ad-hoc's mean latency (1.10x) or a duration > 0 (4ms)", b)
-	}
-	return &Budget{Budget: b}, nil
+	return &Budget{Budget: or(b, DefaultLatencyBudget)}, nil
 }
 
 func init() {
 	Register(NameBudget, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameBudget, "latency_budget", "smax", "resolve", "seed", "sla", "safety"); err != nil {
-			return nil, err
-		}
-		var b smdp.Budget
-		if s, ok := o.Params["latency_budget"]; ok {
-			var err error
-			if b, err = smdp.ParseBudget(s); err != nil {
-				return nil, err
-			}
-		}
-		p, err := NewBudget(b)
-		if err != nil {
-			return nil, err
-		}
-		if p.SMax, err = o.Int("smax", 0); err != nil {
-			return nil, err
-		}
-		if p.Resolve, err = o.Float("resolve", DefaultBudgetResolve); err != nil {
-			return nil, err
-		}
-		seed, err := o.Int("seed", 0)
-		if err != nil {
-			return nil, err
-		}
-		p.Seed = uint64(seed)
-		if p.SLA, err = o.Duration("sla", 0); err != nil {
-			return nil, err
-		}
-		if p.Safety, err = o.Float("safety", DefaultSlackSafety); err != nil {
-			return nil, err
-		}
-		switch {
-		case p.SMax < 0:
-			return nil, fmt.Errorf("parameter smax must be >= 0 (0: automatic), got %d", p.SMax)
-		case !(p.Resolve > 0 && p.Resolve <= 1):
-			return nil, fmt.Errorf("parameter resolve must be in (0, 1], got %v", p.Resolve)
-		case o.MaxWait < 0:
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
-		case p.SLA < 0:
-			return nil, fmt.Errorf("parameter sla must be >= 0, got %v", p.SLA)
-		case !(p.Safety >= 1) || math.IsInf(p.Safety, 0):
-			return nil, fmt.Errorf("parameter safety must be a finite number >= 1, got %v", p.Safety)
-		}
-		p.MaxWait = o.MaxWait
-		return p, nil
+		return &Budget{
+			Budget:  or(o.LatencyBudget, DefaultLatencyBudget),
+			SMax:    o.SMax,
+			Resolve: or(o.Resolve, DefaultBudgetResolve),
+			MaxWait: o.MaxWait,
+			Seed:    o.Seed,
+			SLA:     o.SLA,
+			Safety:  or(o.Safety, DefaultSlackSafety),
+		}, nil
 	})
 }
 

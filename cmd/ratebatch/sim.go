@@ -17,6 +17,7 @@ import (
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/profile"
 	"github.com/ratebatch/ratebatch/sim"
+	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -42,7 +43,6 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	seed := fs.Uint64("seed", 1, "seed of arrivals and jitter; a seed gives the same arrivals to every policy")
 	window := fs.Duration("window", sim.DefaultWindow, "monitor window: how often the arrival rate is measured and the policy plans")
 	instances := fs.Int("instances", 1, "batches the server runs at once")
-	batch := fs.Int("batch", 8, "static: the exact batch size b")
 	maxQueueDelay := fs.Float64("max-queue-delay-ms", float64(policy.DefaultMaxQueueDelay)/float64(time.Millisecond),
 		"maxbatch: longest the oldest request waits for a full batch of B_max, in ms")
 	maxWait := fs.Float64("max-wait-ms", 0, fmt.Sprintf("batchmonitor and static: longest the oldest request of a partial batch waits while the server is free, in ms "+
@@ -51,7 +51,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	idleWatts := fs.Float64("idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
 	slaMs := fs.Float64("sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
 	seriesCSV := fs.String("series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
-	latencyBudget := fs.String("latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
+	var opts policy.Options
+	fs.IntVar(&opts.Batch, "batch", 8, "static: the exact batch size b")
+	fs.Func("latency-budget", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)", func(s string) (err error) {
+		opts.LatencyBudget, err = smdp.ParseBudget(s)
+		return err
+	})
 	asJSON := fs.Bool("json", false, "print JSON: one object, or an array with --policy all or a list")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -126,14 +131,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageErr("--idle-watts must be >= 0, got %v", *idleWatts)
 	}
 
-	opts := policy.Options{
-		Batch:         *batch,
-		MaxQueueDelay: msDuration(*maxQueueDelay),
-		MaxWait:       msDuration(*maxWait),
-	}
-	if set["latency-budget"] {
-		opts.Params = map[string]string{"latency_budget": *latencyBudget}
-	}
+	opts.MaxQueueDelay, opts.MaxWait = msDuration(*maxQueueDelay), msDuration(*maxWait)
 	pols, err := simPolicies(*policies, opts, stderr)
 	if err != nil {
 		return usageErr("--policy: %v", err)
