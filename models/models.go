@@ -20,6 +20,7 @@ import (
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/triton"
 )
 
@@ -52,6 +53,7 @@ type Registry struct {
 	tried   map[string]time.Time // on-demand lookups, by model
 	lastErr error
 	lastRun time.Time
+	budgets map[string]string // latency budgets set at run time, by model ("" for all)
 }
 
 type entry struct {
@@ -71,7 +73,8 @@ func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Regi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background()}
+	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
+		budgets: map[string]string{}}
 }
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
@@ -258,17 +261,15 @@ func (r *Registry) startMonitor(e *entry) {
 // that path), and the monitor learns from round trips instead.
 const statsGiveUp = 3
 
-// pollStats reads the upstream's per-batch-size statistics of a model once
-// per window and hands them to its monitor, which learns tau(b) from their
+// pollStats reads the upstream's per-batch-size statistics of a model every
+// slice of a window and hands them to its monitor, which learns tau(b) from their
 // differences: the server's own compute time per batch, free of network,
 // HTTP and queueing. It returns when ctx ends or the server has no
 // statistics.
 func (r *Registry) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
-	every := r.cfg.Policy.Window
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
+	// As often as the monitor re-plans, so that from the second read on
+	// (a slice after the model's first request) the fit is the server's.
+	t := time.NewTicker(mon.TickEvery())
 	defer t.Stop()
 	failed, worked := 0, false
 	for {
@@ -328,6 +329,7 @@ func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
 	if o.Batch == 0 {
 		o.Batch = max(m.MaxBatchSize, 0)
 	}
+	o.LatencyBudget = r.latencyBudget(model)
 	pol, err := policy.New(name, o)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", model, err)
@@ -377,25 +379,77 @@ func fitCSV(path string) (*regression.Line, error) {
 	return &fit.Line, nil
 }
 
-// SetPolicy switches a batched model (or every one, for model "") to the
-// named policy at run time.
-func (r *Registry) SetPolicy(model, name string) error {
+// latencyBudget is the budget that applies to a model: set at run time
+// (SetLatencyBudget), else the model's config, else policy.latency_budget.
+// Called with r.mu held.
+func (r *Registry) latencyBudget(model string) string {
+	if b, ok := r.budgets[model]; ok {
+		return b
+	}
+	if b, ok := r.budgets[""]; ok {
+		return b
+	}
+	if b := r.cfg.Models[model].LatencyBudget; b != "" {
+		return b
+	}
+	return r.cfg.Policy.LatencyBudget
+}
+
+// SetPolicyBudget switches a batched model (or every one, for model "") to
+// the budget policy with the given latency budget ("1.10x", "4ms"), which
+// then stays that model's budget.
+func (r *Registry) SetPolicyBudget(ctx context.Context, model, budget string) error {
+	if _, err := smdp.ParseBudget(budget); err != nil {
+		return err
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	found := false
+	prev, had := r.budgets[model]
+	if model == "" {
+		clear(r.budgets)
+	}
+	r.budgets[model] = budget
+	r.mu.Unlock()
+	if err := r.SetPolicy(ctx, model, policy.NameBudget); err != nil {
+		r.mu.Lock()
+		if had {
+			r.budgets[model] = prev
+		} else {
+			delete(r.budgets, model)
+		}
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// SetPolicy switches a batched model (or every one, for model "") to the
+// named policy at run time, and returns once each switched model publishes
+// a rule of the new policy (or ctx ends), so the state read next is the new
+// one.
+func (r *Registry) SetPolicy(ctx context.Context, model, name string) error {
+	r.mu.Lock()
+	var planned []<-chan struct{}
 	for _, e := range r.models {
 		if !e.batched || (model != "" && e.name != model) {
 			continue
 		}
 		pol, err := r.newPolicy(e.name, name)
 		if err != nil {
+			r.mu.Unlock()
 			return err
 		}
-		e.mon.SetPolicy(pol)
-		found = true
+		planned = append(planned, e.mon.SetPolicy(pol))
 	}
-	if !found {
+	r.mu.Unlock()
+	if len(planned) == 0 {
 		return fmt.Errorf("no batched model %q", model)
+	}
+	for _, p := range planned {
+		select {
+		case <-p:
+		case <-ctx.Done():
+			return fmt.Errorf("policy %s set, but its first rule is not planned yet: %w", name, ctx.Err())
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,8 +136,7 @@ func TestBatchMonitorPlusOptions(t *testing.T) {
 		want BatchMonitorPlus
 		err  string
 	}{
-		{"defaults", Options{}, NewBatchMonitorPlus(), ""},
-		{"defaults spelt out", Options{}, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
+		{"defaults", Options{}, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
 		{"all set", Options{Util: 0.8, From: 2, NoDrain: true}, BatchMonitorPlus{Util: 0.8, From: 2}, ""},
 		{"util above 1", Options{Util: 1.2}, BatchMonitorPlus{}, "util"},
 		{"util negative", Options{Util: -0.5}, BatchMonitorPlus{}, "util"},
@@ -154,9 +154,48 @@ func TestBatchMonitorPlusOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.(BatchMonitorPlus) != tt.want {
+			got := p.(BatchMonitorPlus)
+			if got.explorer == nil {
+				t.Fatal("no explorer: a doubting rule would never measure other sizes")
+			}
+			got.explorer = nil
+			if got != tt.want {
 				t.Fatalf("policy %+v, want %+v", p, tt.want)
 			}
 		})
+	}
+}
+
+func TestExplorerHalvesOneBatchInEvery(t *testing.T) {
+	x := &Explorer{Every: 4}
+	rule := Limit{Policy: "x", Limit: 1, Explore: x}
+	q := Queue{Now: at(10), Rows: 8, OldestArrival: at(9), Instances: 1, MaxBatch: 8}
+	var sizes []int
+	for range 8 {
+		sizes = append(sizes, rule.Decide(q).Rows)
+	}
+	if want := []int{8, 8, 8, 4, 8, 8, 8, 4}; !slices.Equal(sizes, want) {
+		t.Fatalf("sizes %v, want %v", sizes, want)
+	}
+	// Small batches, and rows with deadlines, are never split.
+	small := q
+	small.Rows = 3
+	withDeadline := q
+	withDeadline.EarliestDeadline = at(20)
+	for range 8 {
+		if n := rule.Decide(small).Rows; n != 3 {
+			t.Fatalf("a batch of 3 was cut to %d", n)
+		}
+		if n := rule.Decide(withDeadline).Rows; n != 8 {
+			t.Fatalf("rows with a deadline: batch cut to %d", n)
+		}
+	}
+	// A doubting estimate gets an exploring rule, a trusted one none.
+	p := NewBatchMonitorPlus()
+	if l := p.Plan(doubted(estimate(2000))).(Limit); l.Explore == nil {
+		t.Fatal("doubting rule does not explore")
+	}
+	if l := p.Plan(estimate(2000)).(Limit); l.Explore != nil {
+		t.Fatal("trusted rule explores")
 	}
 }

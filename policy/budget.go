@@ -85,23 +85,28 @@ type Budget struct {
 
 // NewBudget returns the policy with the given budget (zero: the default).
 func NewBudget(b smdp.Budget) (*Budget, error) {
-	if err := (Options{LatencyBudget: b}).Validate(); err != nil {
-		return nil, err
+	if b.IsZero() {
+		b = DefaultLatencyBudget
 	}
-	return &Budget{Budget: or(b, DefaultLatencyBudget)}, nil
+	if !(b.Factor >= 1 || (b.Factor == 0 && b.AbsoluteMs > 0)) || math.IsInf(b.Factor, 0) || math.IsInf(b.AbsoluteMs, 0) {
+		return nil, fmt.Errorf("latency budget %s: want a factor >= 1 of ad-hoc's mean latency (1.10x) or a duration > 0 (4ms)", b)
+	}
+	return &Budget{Budget: b}, nil
 }
 
 func init() {
 	Register(NameBudget, func(o Options) (Policy, error) {
-		return &Budget{
-			Budget:  or(o.LatencyBudget, DefaultLatencyBudget),
-			SMax:    o.SMax,
-			Resolve: or(o.Resolve, DefaultBudgetResolve),
-			MaxWait: o.MaxWait,
-			Seed:    o.Seed,
-			SLA:     o.SLA,
-			Safety:  or(o.Safety, DefaultSlackSafety),
-		}, nil
+		b, err := o.budget()
+		if err != nil {
+			return nil, err
+		}
+		p, err := NewBudget(b)
+		if err != nil {
+			return nil, err
+		}
+		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
+		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
+		return p, nil
 	})
 }
 

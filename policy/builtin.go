@@ -30,7 +30,7 @@ const (
 
 func init() {
 	Register(NameBatchMonitor, func(o Options) (Policy, error) {
-		return BatchMonitor{MaxWait: o.MaxWait}, nil
+		return BatchMonitor{MaxWait: o.MaxWait, explorer: &Explorer{Every: DefaultExploreEvery}}, nil
 	})
 	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
 	Register(NameMaxBatch, func(o Options) (Policy, error) {
@@ -92,13 +92,17 @@ func fallback(name string, e Estimate, err error) Rule {
 // the estimate uses while it cannot: before any rate is measured (holding
 // the first requests of a model for partners at a guessed rate is what
 // builds a queue at a cold start), and while the tau(b) fit is in doubt.
-func conserving(name string, e Estimate) (Rule, bool) {
+//
+// While in doubt it also explores (Explorer): one batch in 16 of 4 rows or
+// more leaves with half of them, so that traffic that forms one size only
+// (B_max at high load) still measures the line.
+func conserving(name string, e Estimate, x *Explorer) (Rule, bool) {
 	// Limit 1 sends whatever waits, up to B_max, whenever an instance is free.
 	switch {
 	case !e.Observed():
 		return Limit{Policy: name, Limit: 1, Note: "work-conserving: no arrival rate measured yet"}, true
 	case e.FitDoubt != "":
-		return Limit{Policy: name, Limit: 1, Note: "work-conserving: " + e.FitDoubt}, true
+		return Limit{Policy: name, Limit: 1, Note: "work-conserving: " + e.FitDoubt, Explore: x}, true
 	}
 	return nil, false
 }
@@ -134,6 +138,8 @@ func ChooseBatch(ratePerSec float64, tau batchcost.Latency, maxBatch int) int {
 type BatchMonitor struct {
 	// MaxWait overrides the default bound tau(pbs) when > 0.
 	MaxWait time.Duration
+
+	explorer *Explorer // shared by the rules it plans; see conserving
 }
 
 // Name implements Policy.
@@ -144,7 +150,7 @@ func (p BatchMonitor) Plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return fallback(NameBatchMonitor, e, err)
 	}
-	if r, ok := conserving(NameBatchMonitor, e); ok {
+	if r, ok := conserving(NameBatchMonitor, e, p.explorer); ok {
 		return r
 	}
 	pbs := ChooseBatch(e.RatePerSec, e.Latency, e.MaxBatch)

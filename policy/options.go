@@ -35,9 +35,9 @@ type Options struct {
 	W1     float64 `yaml:"w1" help:"smdp: weight of mean latency (per ms) in the cost"`
 	W2     float64 `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
 	RowCap int     `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
-	// LatencyBudget is budget's mean-latency budget (zero:
-	// DefaultLatencyBudget).
-	LatencyBudget smdp.Budget `yaml:"-"`
+	// LatencyBudget is budget's mean-latency budget as smdp.ParseBudget
+	// reads it (empty: DefaultLatencyBudget).
+	LatencyBudget string `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 
 	// Util and From tune batchmonitor+ (zero: DefaultUtil, DefaultFrom);
 	// NoDrain makes it send the planned size only instead of the queue.
@@ -104,10 +104,22 @@ func (o Options) Validate() error {
 	case !(o.Resolve >= 0 && o.Resolve <= 1):
 		return paramErr("resolve", "must be in (0, 1] (0: the policy's default), got %v", o.Resolve)
 	}
-	if b := o.LatencyBudget; !b.IsZero() && (!(b.Factor >= 1 || (b.Factor == 0 && b.AbsoluteMs > 0)) || math.IsInf(b.Factor, 0) || math.IsInf(b.AbsoluteMs, 0)) {
-		return paramErr("latency_budget", "%s: want a factor >= 1 of ad-hoc's mean latency (1.10x) or a duration > 0 (4ms)", b)
+	if _, err := o.budget(); err != nil {
+		return err
 	}
 	return nil
+}
+
+// budget is LatencyBudget read (zero when empty).
+func (o Options) budget() (smdp.Budget, error) {
+	if o.LatencyBudget == "" {
+		return smdp.Budget{}, nil
+	}
+	b, err := smdp.ParseBudget(o.LatencyBudget)
+	if err != nil {
+		return b, paramErr("latency_budget", "%v", err)
+	}
+	return b, nil
 }
 
 // weights are W1 and W2 with both zero read as the default objective.

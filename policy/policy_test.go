@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/smdp"
 )
 
 var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -276,7 +275,8 @@ func TestOptionsValidateNamesTheParameter(t *testing.T) {
 		{Options{Target: "most"}, "target"},
 		{Options{SMax: -1}, "smax"},
 		{Options{Resolve: 2}, "resolve"},
-		{Options{LatencyBudget: smdp.Budget{Factor: 0.9}}, "latency_budget"},
+		{Options{LatencyBudget: "0.9x"}, "latency_budget"},
+		{Options{LatencyBudget: "soon"}, "latency_budget"},
 	}
 	for _, tt := range tests {
 		var pe *ParamError
