@@ -252,6 +252,21 @@ func validOptions(prefix string, o policy.Options) error {
 	return err
 }
 
+// MetricsURL is Triton's Prometheus metrics URL for the triton energy
+// source: power.metrics_url, or by default the upstream's host with
+// Triton's metrics port, http://HOST:8002/metrics (an IPv6 host keeps its
+// brackets).
+func (c *Config) MetricsURL() string {
+	if c.Power.MetricsURL != "" {
+		return c.Power.MetricsURL
+	}
+	u, err := url.Parse(c.Upstream)
+	if err != nil {
+		return ""
+	}
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(u.Hostname(), "8002"), Path: "/metrics"}).String()
+}
+
 // ModelPolicy returns the policy name that applies to a model.
 func (c *Config) ModelPolicy(model string) string {
 	if m, ok := c.Models[model]; ok && m.Policy != "" {

@@ -291,3 +291,18 @@ func TestUpstreamGRPCAddr(t *testing.T) {
 		t.Errorf("grpc_listen = listen: got %v, want a grpc_listen error", err)
 	}
 }
+
+func TestMetricsURL(t *testing.T) {
+	for _, tc := range []struct{ upstream, metrics, want string }{
+		{"http://triton:8000", "", "http://triton:8002/metrics"},
+		{"http://[::1]:8000", "", "http://[::1]:8002/metrics"},
+		{"https://[2001:db8::7]/base", "", "http://[2001:db8::7]:8002/metrics"},
+		{"http://127.0.0.1:8000", "", "http://127.0.0.1:8002/metrics"},
+		{"http://[::1]:8000", "http://gpu-host:9400/metrics", "http://gpu-host:9400/metrics"},
+	} {
+		c := Config{Upstream: tc.upstream, Power: Power{MetricsURL: tc.metrics}}
+		if got := c.MetricsURL(); got != tc.want {
+			t.Errorf("upstream %q, metrics_url %q: got %q, want %q", tc.upstream, tc.metrics, got, tc.want)
+		}
+	}
+}

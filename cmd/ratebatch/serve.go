@@ -91,9 +91,8 @@ type liveProxy struct {
 // reports every energy figure as absent.
 func openMeter(cfg *config.Config) (*power.Meter, error) {
 	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: cfg.Power.MetricsURL}
-	if cfg.Power.Source == power.KindTriton && o.TritonMetricsURL == "" {
-		u, _ := url.Parse(cfg.Upstream)
-		o.TritonMetricsURL = "http://" + u.Hostname() + ":8002/metrics"
+	if cfg.Power.Source == power.KindTriton {
+		o.TritonMetricsURL = cfg.MetricsURL()
 	}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
