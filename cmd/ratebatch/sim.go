@@ -85,9 +85,6 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case n > 1:
 		return usageErr("give only one of --rate, --rho and --trace")
 	case set["rate"]:
-		if !(*rate > 0) {
-			return usageErr("--rate must be > 0 requests/s, got %v", *rate)
-		}
 		c.RatePerSec = *rate
 	case set["rho"]:
 		if !(*rho > 0) {
@@ -114,29 +111,28 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if countSet(set, "trace-scale", "speedup") > 0 && !set["trace"] {
 		return usageErr("--trace-scale and --speedup need --trace")
 	}
+	// The policy's own options are checked by policy.New, the run's by
+	// sim.Config.Validate; the flags only add what is theirs: a delay of 0
+	// would select maxbatch's default, not "no delay", and a wait is a
+	// duration.
 	switch {
-	case *requests < 0:
-		return usageErr("--requests must be >= 0, got %d", *requests)
-	case *window < sim.MinWindow:
-		return usageErr("--window must be at least %v, got %v", sim.MinWindow, *window)
-	case *instances < 1:
-		return usageErr("--instances must be >= 1, got %d", *instances)
 	case !(*maxQueueDelay > 0):
 		return usageErr("--max-queue-delay-ms must be > 0, got %v", *maxQueueDelay)
 	case !(*maxWait >= 0):
 		return usageErr("--max-wait-ms must be >= 0, got %v", *maxWait)
-	case !(*slaMs >= 0):
-		return usageErr("--sla-ms must be >= 0, got %v", *slaMs)
-	case !(*jitter >= 0 && *jitter < 1):
-		return usageErr("--jitter must be in [0, 1), got %v", *jitter)
-	case !(*idleWatts >= 0):
-		return usageErr("--idle-watts must be >= 0, got %v", *idleWatts)
 	}
 
 	opts.MaxQueueDelay, opts.MaxWait = msDuration(*maxQueueDelay), msDuration(*maxWait)
 	pols, err := simPolicies(*policies, opts, stderr)
 	if err != nil {
 		return usageErr("--policy: %v", err)
+	}
+	if len(pols) == 0 {
+		return usageErr("--policy: no policy could be built")
+	}
+	c.Policy = pols[0]
+	if err := c.Validate(); err != nil {
+		return usageErr("%v", simFlagErr(err, set))
 	}
 
 	results := make([]sim.Result, 0, len(pols))
@@ -162,6 +158,23 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	printSimTable(stdout, c, results)
 	return nil
+}
+
+// simFlagErr names the flag behind the sim.Config field an error is about.
+func simFlagErr(err error, set map[string]bool) error {
+	var ie *sim.InvalidError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	flag := map[string]string{"Requests": "requests", "Window": "window", "Instances": "instances",
+		"Jitter": "jitter", "IdleWatts": "idle-watts", "SLA": "sla-ms", "RatePerSec": "rate"}[ie.Field]
+	if ie.Field == "RatePerSec" && set["rho"] {
+		flag = "rho"
+	}
+	if flag == "" {
+		return err
+	}
+	return fmt.Errorf("--%s: %w", flag, err)
 }
 
 // simPolicies builds the policies named by spec: one name, a comma list, or
