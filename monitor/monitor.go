@@ -239,8 +239,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		if first || t.Count < prev.Count || t.Time < prev.Time {
 			continue
 		}
-		if !seen {
-			prev = BatchTotal{}
+		if !seen || prev.Count == 0 {
+			// The first executions of a size on this server include its
+			// warm-up (a Python backend's first call takes hundreds of
+			// ms; caches, autotuning): they set the baseline, they are
+			// not learnt.
+			continue
 		}
 		n := t.Count - prev.Count
 		if n == 0 {

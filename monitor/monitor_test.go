@@ -365,3 +365,23 @@ func TestDoubtUntilTheLineIsKnown(t *testing.T) {
 		t.Fatalf("a clear line is still doubted: %q", s.FitDoubt)
 	}
 }
+
+func TestServerWarmUpIsNotLearnt(t *testing.T) {
+	m, clk := newMonitorDefaultSeed(t, 8)
+	m.ObserveServer(nil) // a fresh server: nothing ran yet
+	// The first executions include a 500 ms warm-up; then 1 + b ms each.
+	totals := []BatchTotal{{Batch: 1, Count: 10, Time: 500*time.Millisecond + 10*2*time.Millisecond}, {Batch: 4, Count: 10, Time: 10 * 5 * time.Millisecond}}
+	m.ObserveServer(totals)
+	for w := 1; w <= 5; w++ {
+		totals[0].Count += 10
+		totals[0].Time += 10 * 2 * time.Millisecond
+		totals[1].Count += 10
+		totals[1].Time += 10 * 5 * time.Millisecond
+		m.ObserveServer(totals)
+	}
+	clk.add(m.TickEvery())
+	m.Tick()
+	if s := m.Snapshot(); math.Abs(s.AlphaMs-1) > 0.01 || math.Abs(s.Tau0Ms-1) > 0.05 {
+		t.Fatalf("fit %v*b + %v, want 1*b + 1: the warm-up was learnt", s.AlphaMs, s.Tau0Ms)
+	}
+}

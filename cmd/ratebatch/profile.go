@@ -61,11 +61,14 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		top = min(top, *maxBatch)
 	}
 
-	// The server's own per-size statistics around the run, when it keeps
-	// them: its compute time, without the network and HTTP the round trip
-	// carries (the line the proxy's monitor learns from the same figures).
+	// The server's own per-size statistics around each size's timed
+	// requests (after its warm-up: a Python backend's first call takes
+	// hundreds of ms), when it keeps them: its compute time, without the
+	// network and HTTP the round trip carries (the line the proxy's monitor
+	// learns from the same figures).
 	tc := triton.NewClient(*upstream, nil)
-	statsBefore, statsErr := tc.ModelStats(ctx, *model)
+	var serverSamples []regression.Sample
+	statsOK := true
 
 	var all []regression.Sample
 	type size struct {
@@ -75,9 +78,22 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var sizes []size
 	for b := 1; b <= top; b++ {
-		lat, errs, err := timeBatch(ctx, *upstream, *model, b, *warmup, *samples, *binary, *timeout)
+		if *warmup > 0 {
+			if _, _, err := timeBatch(ctx, *upstream, *model, b, 0, *warmup, *binary, *timeout); err != nil {
+				return fmt.Errorf("batch size %d: warm-up: %w", b, err)
+			}
+		}
+		before, statsErr := tc.ModelStats(ctx, *model)
+		lat, errs, err := timeBatch(ctx, *upstream, *model, b, 0, *samples, *binary, *timeout)
 		if err != nil {
 			return fmt.Errorf("batch size %d: %w", b, err)
+		}
+		if statsOK = statsOK && statsErr == nil; statsOK {
+			if after, err := tc.ModelStats(ctx, *model); err == nil {
+				serverSamples = append(serverSamples, statsDelta(before, after)...)
+			} else {
+				statsOK = false
+			}
 		}
 		for _, l := range lat {
 			all = append(all, regression.Sample{Batch: b, LatencyMs: l})
@@ -102,11 +118,9 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("fitting the measurements: %w", err)
 	}
 	var server *regression.Fit
-	if statsErr == nil {
-		if after, err := tc.ModelStats(ctx, *model); err == nil {
-			if f, err := regression.FitSamples(statsDelta(statsBefore, after), regression.Options{OutlierCut: -1}); err == nil {
-				server = &f
-			}
+	if statsOK {
+		if f, err := regression.FitSamples(serverSamples, regression.Options{OutlierCut: -1}); err == nil {
+			server = &f
 		}
 	}
 	if *asJSON {
