@@ -458,6 +458,16 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
 	}
+	if m.serverFed.Load() {
+		// The policy plans with the line as the proxy lives it: the proxy
+		// sends an instance its next batch only once the last one's answer
+		// is back, so the round trip beyond the server's compute holds the
+		// instance like compute does. The fit and the status keep the two
+		// apart; only the plan adds them.
+		if o := math.Float64frombits(m.overhead.Load()); o > 0 {
+			e.Tau0Ms += o
+		}
+	}
 	if m.energy != nil {
 		e.BetaMJ, e.Zeta0MJ, e.HasEnergy = m.energy.BetaMJ, m.energy.Zeta0MJ, true
 	}

@@ -324,6 +324,11 @@ func TestServerStatisticsTeachTheFit(t *testing.T) {
 	if s.OverheadMs == nil || math.Abs(*s.OverheadMs-3) > 0.3 {
 		t.Fatalf("overhead %v ms, want about 3", s.OverheadMs)
 	}
+	// The plan sees the line as the proxy lives it: batchmonitor's bound
+	// tau(2) includes the overhead (0.5*2 + 4 + 3 ms).
+	if w := m.Rule().Status().MaxWait; math.Abs(w.Seconds()*1000-8) > 0.5 {
+		t.Fatalf("planned tau(2) %v, want about 8 ms (compute 5 + overhead 3)", w)
+	}
 	// A server restart (counts down) starts a new baseline, learning nothing wrong.
 	clear(totals)
 	totals[2] = &BatchTotal{Batch: 2, Count: 1, Time: time.Second}
