@@ -2,12 +2,12 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go test-triton test-deploy lint fuzz bench clean
+.PHONY: all build demo test test-go test-triton test-deploy lint fuzz bench clean generate proto-tools
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/ratebatch
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/ratebatch
 
 ## demo: the embedded default (emulator + proxy + load, then a report)
 demo: build
@@ -34,8 +34,19 @@ lint:
 	$(TOOLS)/staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
+# In CI the generated-code check must run, not skip: install protoc first.
 test-go:
+	@if [ "$$CI" = true ]; then scripts/setup-proto.sh; fi
 	$(GO) test -race -count=1 ./...
+
+## generate: regenerate the committed gRPC code from grpcproxy/inference/inference.proto
+generate: proto-tools
+	cd grpcproxy/inference && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I. \
+	  --go_out=. --go_opt=paths=source_relative \
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative inference.proto
+
+proto-tools:
+	scripts/setup-proto.sh
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s

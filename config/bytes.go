@@ -29,7 +29,7 @@ func ParseBytes(s string) (Bytes, error) {
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || n < 0 || (n > 0 && mult > (1<<62)/n) {
-		return 0, fmt.Errorf("not a size (e.g. 65536, 512KiB, 64MiB): %q", s)
+		return 0, fmt.Errorf("wants a size (e.g. 65536, 512KiB, 64MiB), got %q", s)
 	}
 	return Bytes(n * mult), nil
 }

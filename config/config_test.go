@@ -111,6 +111,8 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"bad env duration", "upstream: http://u", map[string]string{"RATEBATCH_LIMITS_READ_TIMEOUT": "soon"}, "limits.read_timeout"},
 		{"smdp without latency weight", "upstream: http://u\npolicy: {name: smdp, w1: 0, w2: 1}", nil, "policy.w1"},
 		{"negative queue", "upstream: http://u\nlimits: {queue_rows: -1}", nil, "limits.queue_rows"},
+		{"latency budget below ad-hoc", "upstream: http://u\npolicy: {name: budget, latency_budget: 0.9x}", nil, "policy.latency_budget"},
+		{"bad model latency budget", "upstream: http://u\nmodels: {m: {latency_budget: soon}}", nil, "models.m.latency_budget"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,3 +236,27 @@ func TestConfigDocUpToDate(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIG.md's option table")
+
+func TestUpstreamGRPCAddr(t *testing.T) {
+	for _, tc := range []struct{ upstream, grpc, want string }{
+		{"http://triton:8000", "", "triton:8001"},
+		{"http://[::1]:8000/base", "", "[::1]:8001"},
+		{"https://triton.example", "", "triton.example:8001"},
+		{"http://triton:8000", "other:9001", "other:9001"},
+	} {
+		c := Config{Upstream: tc.upstream, UpstreamGRPC: tc.grpc}
+		if got := c.UpstreamGRPCAddr(); got != tc.want {
+			t.Errorf("upstream %q, upstream_grpc %q: got %q, want %q", tc.upstream, tc.grpc, got, tc.want)
+		}
+	}
+	bad := Default()
+	bad.Upstream = "http://triton:8000"
+	bad.UpstreamGRPC = "triton"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "upstream_grpc") {
+		t.Errorf("upstream_grpc without a port: got %v, want an upstream_grpc error", err)
+	}
+	bad.UpstreamGRPC, bad.GRPCListen = "", bad.Listen
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "grpc_listen") {
+		t.Errorf("grpc_listen = listen: got %v, want a grpc_listen error", err)
+	}
+}

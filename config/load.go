@@ -1,19 +1,20 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"maps"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/ratebatch/ratebatch/regression"
 )
 
 // EnvPrefix starts every environment variable ratebatch reads.
@@ -124,6 +125,11 @@ func Load(src Source) (*Config, error) {
 			return nil, fmt.Errorf("config: reading %s: %w", src.File, err)
 		}
 		if err := decodeYAML(data, &cfg); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				fe.File = src.File
+				return nil, fe
+			}
 			return nil, fmt.Errorf("config: %s: %w", src.File, err)
 		}
 	}
@@ -155,15 +161,40 @@ func Load(src Source) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkProfiles(filepath.Dir(src.File)); err != nil {
+		return nil, err
+	}
 	return &cfg, nil
 }
 
-func decodeYAML(data []byte, cfg *Config) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true) // a misspelt key is refused, by name and line
-	// An empty file decodes to io.EOF: it means "no overrides".
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return err
+// checkProfiles resolves each model's profile_csv against dir, the config
+// file's directory (so a config and its profiles can move together), and
+// refuses one that cannot be read or fitted: a typo in a path
+// should stop the start, not surface as a warning at the model's first
+// request.
+func (c *Config) checkProfiles(dir string) error {
+	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
+		m := c.Models[name]
+		if m.ProfileCSV == "" {
+			continue
+		}
+		field := "models." + name + ".profile_csv"
+		if !filepath.IsAbs(m.ProfileCSV) {
+			m.ProfileCSV = filepath.Join(dir, m.ProfileCSV)
+			c.Models[name] = m
+		}
+		f, err := os.Open(m.ProfileCSV)
+		if err != nil {
+			return fieldErr(field, "cannot read the profile: %v", err)
+		}
+		samples, err := regression.ReadCSV(f)
+		f.Close()
+		if err == nil {
+			_, err = regression.FitSamples(samples, regression.Options{})
+		}
+		if err != nil {
+			return fieldErr(field, "%s is not a usable profile (columns %s,%s): %v", m.ProfileCSV, regression.ColumnBatch, regression.ColumnLatency, err)
+		}
 	}
 	return nil
 }
@@ -173,7 +204,7 @@ func setField(f reflect.Value, s string) error {
 	case time.Duration:
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf("not a duration (e.g. 250ms, 1s): %q", s)
+			return fmt.Errorf("wants a duration (e.g. 250ms, 1s), got %q", s)
 		}
 		f.SetInt(int64(d))
 		return nil
@@ -191,19 +222,19 @@ func setField(f reflect.Value, s string) error {
 	case reflect.Int:
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return fmt.Errorf("not an integer: %q", s)
+			return fmt.Errorf("wants an integer, got %q", s)
 		}
 		f.SetInt(int64(n))
 	case reflect.Float64:
 		x, err := strconv.ParseFloat(s, 64)
 		if err != nil {
-			return fmt.Errorf("not a number: %q", s)
+			return fmt.Errorf("wants a number, got %q", s)
 		}
 		f.SetFloat(x)
 	case reflect.Bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return fmt.Errorf("not a boolean: %q", s)
+			return fmt.Errorf("wants true or false, got %q", s)
 		}
 		f.SetBool(b)
 	default:

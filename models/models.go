@@ -21,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/triton"
 )
 
@@ -53,6 +54,7 @@ type Registry struct {
 	tried   map[string]time.Time // on-demand lookups, by model
 	lastErr error
 	lastRun time.Time
+	budgets map[string]string // latency budgets set at run time, by model ("" for all)
 }
 
 type entry struct {
@@ -72,7 +74,8 @@ func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Regi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background()}
+	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
+		budgets: map[string]string{}}
 }
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
@@ -331,6 +334,14 @@ func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
 		if sla > 0 {
 			o.Params = map[string]string{"sla": sla.String()}
 		}
+	case "budget":
+		o.Params = map[string]string{}
+		if b := r.latencyBudget(model); b != "" {
+			o.Params["latency_budget"] = b
+		}
+		if sla > 0 {
+			o.Params["sla"] = sla.String()
+		}
 	case "elastic":
 		if p.RowCap > 0 {
 			o.Params = map[string]string{"row_cap": strconv.Itoa(p.RowCap)}
@@ -391,25 +402,77 @@ func fitCSV(path string) (*regression.Line, error) {
 	return &fit.Line, nil
 }
 
-// SetPolicy switches a batched model (or every one, for model "") to the
-// named policy at run time.
-func (r *Registry) SetPolicy(model, name string) error {
+// latencyBudget is the budget that applies to a model: set at run time
+// (SetLatencyBudget), else the model's config, else policy.latency_budget.
+// Called with r.mu held.
+func (r *Registry) latencyBudget(model string) string {
+	if b, ok := r.budgets[model]; ok {
+		return b
+	}
+	if b, ok := r.budgets[""]; ok {
+		return b
+	}
+	if b := r.cfg.Models[model].LatencyBudget; b != "" {
+		return b
+	}
+	return r.cfg.Policy.LatencyBudget
+}
+
+// SetPolicyBudget switches a batched model (or every one, for model "") to
+// the budget policy with the given latency budget ("1.10x", "4ms"), which
+// then stays that model's budget.
+func (r *Registry) SetPolicyBudget(ctx context.Context, model, budget string) error {
+	if _, err := smdp.ParseBudget(budget); err != nil {
+		return err
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	found := false
+	prev, had := r.budgets[model]
+	if model == "" {
+		clear(r.budgets)
+	}
+	r.budgets[model] = budget
+	r.mu.Unlock()
+	if err := r.SetPolicy(ctx, model, policy.NameBudget); err != nil {
+		r.mu.Lock()
+		if had {
+			r.budgets[model] = prev
+		} else {
+			delete(r.budgets, model)
+		}
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// SetPolicy switches a batched model (or every one, for model "") to the
+// named policy at run time, and returns once each switched model publishes
+// a rule of the new policy (or ctx ends), so the state read next is the new
+// one.
+func (r *Registry) SetPolicy(ctx context.Context, model, name string) error {
+	r.mu.Lock()
+	var planned []<-chan struct{}
 	for _, e := range r.models {
 		if !e.batched || (model != "" && e.name != model) {
 			continue
 		}
 		pol, err := r.newPolicy(e.name, name)
 		if err != nil {
+			r.mu.Unlock()
 			return err
 		}
-		e.mon.SetPolicy(pol)
-		found = true
+		planned = append(planned, e.mon.SetPolicy(pol))
 	}
-	if !found {
+	r.mu.Unlock()
+	if len(planned) == 0 {
 		return fmt.Errorf("no batched model %q", model)
+	}
+	for _, p := range planned {
+		select {
+		case <-p:
+		case <-ctx.Done():
+			return fmt.Errorf("policy %s set, but its first rule is not planned yet: %w", name, ctx.Err())
+		}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -35,13 +36,10 @@ type Config struct {
 	// upstream's per-batch-size statistics); nil starts from Default.
 	Seed *regression.Line
 	// Energy, when known, is the per-batch energy line zeta(b) in mJ.
-	Energy *EnergyLine
+	Energy *batchcost.Energy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
-
-// EnergyLine is zeta(b) = BetaMJ*b + Zeta0MJ.
-type EnergyLine struct{ BetaMJ, Zeta0MJ float64 }
 
 // DefaultSeed is the tau(b) line assumed before anything is measured: a
 // millisecond per batch plus a tenth per row, small enough that batching
@@ -81,7 +79,7 @@ type Monitor struct {
 	window time.Duration
 	now    func() time.Time
 	est    *regression.Estimator
-	energy *EnergyLine
+	energy atomic.Pointer[batchcost.Energy] // nil: unknown; SetEnergy replaces it
 
 	arrivals atomic.Int64 // rows since the last slice; reset only by the monitor
 	total    atomic.Int64
@@ -105,6 +103,7 @@ type Monitor struct {
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
+	planned   chan struct{} // closed once pol's first rule is published
 	maxBatch  int
 	instances int
 	last      time.Time
@@ -153,13 +152,13 @@ func New(c Config) (*Monitor, error) {
 		rate:      rateEstimator{window: c.Window},
 		fitOpts:   fitOpts,
 		guessed:   c.Seed == nil,
-		energy:    c.Energy,
 		changed:   make(chan struct{}, 1),
 		replan:    make(chan struct{}, 1),
 		pol:       c.Policy,
 		maxBatch:  c.MaxBatch,
 		instances: max(c.Instances, 1),
 	}
+	m.energy.Store(c.Energy)
 	m.last = now()
 	m.plan(m.last, 0, 0) // the policy's starting rule
 	return m, nil
@@ -301,12 +300,20 @@ func (m *Monitor) Changed() <-chan struct{} { return m.changed }
 
 // SetPolicy replaces the policy and re-plans with the last window's
 // figures: in Run's goroutine when it runs (a plan may be a slow SMDP
-// solve, which must not hold up the caller), else at once.
-func (m *Monitor) SetPolicy(p policy.Policy) {
+// solve, which must not hold up the caller), else at once. The returned
+// channel is closed once a rule of p (or of a later policy) is published, so
+// a caller that wants to report the new state, as PUT /policy does, can wait
+// for it.
+func (m *Monitor) SetPolicy(p policy.Policy) <-chan struct{} {
 	m.mu.Lock()
 	m.pol = p
+	if m.planned == nil {
+		m.planned = make(chan struct{})
+	}
+	done := m.planned
 	m.mu.Unlock()
 	m.requestPlan()
+	return done
 }
 
 func (m *Monitor) requestPlan() {
@@ -324,6 +331,10 @@ func (m *Monitor) replanNow() {
 	prev := m.current.Load().est
 	m.plan(m.now(), prev.Window, prev.Arrivals)
 }
+
+// SetEnergy replaces the batch energy line zeta(b) (nil: unknown), as a
+// meter's fit learns it; the next window plans with it.
+func (m *Monitor) SetEnergy(line *batchcost.Energy) { m.energy.Store(line) }
 
 // SetLimits updates the model's max batch size and instance count, as read
 // from the upstream's model config, and re-plans.
@@ -443,13 +454,14 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	}
 	m.mu.Lock()
 	pol, maxBatch, instances := m.pol, m.maxBatch, m.instances
+	planned := m.planned
+	m.planned = nil
 	m.mu.Unlock()
 	e := policy.Estimate{
 		Now:       now,
 		Window:    window,
 		Arrivals:  arrivals,
-		AlphaMs:   fit.AlphaMs,
-		Tau0Ms:    fit.Tau0Ms,
+		Latency:   fit.Line,
 		FitR2:     fit.R2,
 		FitDoubt:  m.doubt(fit),
 		MaxBatch:  maxBatch,
@@ -465,13 +477,16 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		// instance like compute does. The fit and the status keep the two
 		// apart; only the plan adds them.
 		if o := math.Float64frombits(m.overhead.Load()); o > 0 {
-			e.Tau0Ms += o
+			e.Latency.Tau0Ms += o
 		}
 	}
-	if m.energy != nil {
-		e.BetaMJ, e.Zeta0MJ, e.HasEnergy = m.energy.BetaMJ, m.energy.Zeta0MJ, true
+	if en := m.energy.Load(); en != nil {
+		e.Energy, e.HasEnergy = *en, true
 	}
 	m.current.Store(&published{rule: pol.Plan(e), est: e, fit: fit})
+	if planned != nil {
+		close(planned)
+	}
 	select {
 	case m.changed <- struct{}{}:
 	default: // a wake-up is already pending

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -177,20 +178,29 @@ func TestSetPolicyDoesNotBlockWhileRunning(t *testing.T) {
 	}
 	adhoc, _ := policy.New("adhoc", policy.Options{})
 	slow := slowPolicy{Policy: adhoc, release: make(chan struct{})}
-	returned := make(chan struct{})
-	go func() { m.SetPolicy(slow); close(returned) }()
+	returned := make(chan (<-chan struct{}))
+	go func() { returned <- m.SetPolicy(slow) }()
+	var planned <-chan struct{}
 	select {
-	case <-returned:
+	case planned = <-returned:
 	case <-time.After(2 * time.Second):
 		t.Fatal("SetPolicy waited for the plan")
 	}
+	select {
+	case <-planned:
+		t.Fatal("SetPolicy's channel closed before the new policy planned")
+	case <-time.After(20 * time.Millisecond):
+	}
 	close(slow.release) // the monitor's goroutine finishes the plan
-	deadline := time.Now().Add(5 * time.Second)
-	for m.Snapshot().Policy != "adhoc" {
-		if time.Now().After(deadline) {
-			t.Fatal("the new policy's rule was never published")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-planned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new policy's rule was never published")
+	}
+	// Closed means published: the state read now is the new policy's
+	// (what PUT /policy answers with).
+	if got := m.Snapshot().Policy; got != "adhoc" {
+		t.Fatalf("policy when SetPolicy's channel closed = %q, want adhoc", got)
 	}
 }
 
@@ -389,4 +399,35 @@ func TestServerWarmUpIsNotLearnt(t *testing.T) {
 	if s := m.Snapshot(); math.Abs(s.AlphaMs-1) > 0.01 || math.Abs(s.Tau0Ms-1) > 0.05 {
 		t.Fatalf("fit %v*b + %v, want 1*b + 1: the warm-up was learnt", s.AlphaMs, s.Tau0Ms)
 	}
+}
+
+// SetEnergy reaches the policy's estimate at the next plan.
+func TestSetEnergyReachesThePlan(t *testing.T) {
+	var got []policy.Estimate
+	rec := planRecorder(func(e policy.Estimate) { got = append(got, e) })
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Tick()
+	m.SetEnergy(&batchcost.Energy{BetaMJ: 2, Zeta0MJ: 3})
+	m.Tick()
+	if n := len(got); n < 3 || got[n-2].HasEnergy || !got[n-1].HasEnergy || got[n-1].BetaMJ != 2 || got[n-1].Zeta0MJ != 3 {
+		t.Fatalf("estimates %+v: want no energy before SetEnergy and 2/3 after", got)
+	}
+	m.SetEnergy(nil)
+	m.Tick()
+	if got[len(got)-1].HasEnergy {
+		t.Error("energy still set after SetEnergy(nil)")
+	}
+}
+
+// planRecorder is a policy that records every estimate it plans for.
+type planRecorder func(policy.Estimate)
+
+func (planRecorder) Name() string { return "recorder" }
+
+func (f planRecorder) Plan(e policy.Estimate) policy.Rule {
+	f(e)
+	return policy.Fill{Policy: "recorder", Batch: 1}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // NameBatchMonitorPlus is the improved BatchMonitor.
@@ -29,9 +31,9 @@ const (
 // ChooseBatchFor generalises Algorithm 1: the smallest b in from..maxBatch
 // with ratePerSec < util * b/tau(b), or maxBatch when none qualifies.
 // ChooseBatch is ChooseBatchFor with from 2 and util 1.
-func ChooseBatchFor(ratePerSec, alphaMs, tau0Ms float64, from, maxBatch int, util float64) int {
+func ChooseBatchFor(ratePerSec float64, tau batchcost.Latency, from, maxBatch int, util float64) int {
 	for b := max(from, 1); b <= maxBatch; b++ {
-		if ratePerSec < util*1000*float64(b)/(alphaMs*float64(b)+tau0Ms) {
+		if ratePerSec < util*1000*float64(b)/tau.TauMs(b) {
 			return b
 		}
 	}
@@ -124,7 +126,7 @@ func (p BatchMonitorPlus) Plan(e Estimate) Rule {
 	if r, ok := conserving(NameBatchMonitorPlus, e, p.explorer); ok {
 		return r
 	}
-	b := ChooseBatchFor(e.RatePerSec, e.AlphaMs, e.Tau0Ms, p.From, e.MaxBatch, util)
+	b := ChooseBatchFor(e.RatePerSec, e.Latency, p.From, e.MaxBatch, util)
 	wait := p.MaxWait
 	if wait <= 0 {
 		wait = time.Duration(DefaultWaitShare * float64(e.TauDuration(b)))

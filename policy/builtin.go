@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // Names of the built-in policies.
@@ -135,10 +137,10 @@ func conserving(name string, e Estimate, x *Explorer) (Rule, bool) {
 // smallest b in 2..maxBatch whose throughput b/tau(b) exceeds the arrival
 // rate, or maxBatch when none does. The search starts at 2, so a single
 // request is never the answer unless maxBatch is 1.
-func ChooseBatch(ratePerSec, alphaMs, tau0Ms float64, maxBatch int) int {
+func ChooseBatch(ratePerSec float64, tau batchcost.Latency, maxBatch int) int {
 	for b := 2; b <= maxBatch; b++ {
 		// b/tau(b) requests per ms; compare per second.
-		if ratePerSec < 1000*float64(b)/(alphaMs*float64(b)+tau0Ms) {
+		if ratePerSec < 1000*float64(b)/tau.TauMs(b) {
 			return b
 		}
 	}
@@ -177,7 +179,7 @@ func (p BatchMonitor) Plan(e Estimate) Rule {
 	if r, ok := conserving(NameBatchMonitor, e, p.explorer); ok {
 		return r
 	}
-	pbs := ChooseBatch(e.RatePerSec, e.AlphaMs, e.Tau0Ms, e.MaxBatch)
+	pbs := ChooseBatch(e.RatePerSec, e.Latency, e.MaxBatch)
 	wait := p.MaxWait
 	if wait <= 0 {
 		wait = e.TauDuration(pbs)

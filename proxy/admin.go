@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -19,8 +21,16 @@ type AdminOptions struct {
 	Gatherer prometheus.Gatherer
 	// Status returns the JSON-serialisable state of the proxy.
 	Status func() any
-	// SetPolicy switches a model ("" for all) to a policy.
-	SetPolicy func(model, policy string) error
+	// SetPolicy switches a model ("" for all) to a policy and returns once
+	// the new policy's rule is in force, so the answer shows the new state.
+	SetPolicy func(ctx context.Context, model, policy string) error
+	// SetPolicyBudget switches a model ("" for all) to the budget policy
+	// with the given latency budget, as SetPolicy does; nil refuses
+	// latency_budget.
+	SetPolicyBudget func(ctx context.Context, model, budget string) error
+	// Logger records policy changes (who asked, what changed); nil: slog's
+	// default.
+	Logger *slog.Logger
 	// Token guards mutating calls; empty refuses them all.
 	Token string
 	// Ready reports whether the proxy serves (for a readiness probe).
@@ -34,6 +44,10 @@ type AdminOptions struct {
 // GET /healthz, GET /readyz, PUT /policy (bearer token) and, when
 // enabled, /debug/pprof/.
 func NewAdmin(o AdminOptions) http.Handler {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	r := chi.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	r.Get("/status", func(w http.ResponseWriter, _ *http.Request) {
@@ -61,8 +75,9 @@ func NewAdmin(o AdminOptions) http.Handler {
 			return
 		}
 		var body struct {
-			Model  string `json:"model"`
-			Policy string `json:"policy"`
+			Model         string `json:"model"`
+			Policy        string `json:"policy"`
+			LatencyBudget string `json:"latency_budget"`
 		}
 		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 4096))
 		dec.DisallowUnknownFields()
@@ -70,10 +85,23 @@ func NewAdmin(o AdminOptions) http.Handler {
 			kserve.WriteError(w, http.StatusBadRequest, `want {"model": "name or empty for all", "policy": "name"}`)
 			return
 		}
-		if err := o.SetPolicy(body.Model, body.Policy); err != nil {
+		set := o.SetPolicy
+		if body.LatencyBudget != "" {
+			if body.Policy != "budget" || o.SetPolicyBudget == nil {
+				kserve.WriteError(w, http.StatusBadRequest, `latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
+				return
+			}
+			set = func(ctx context.Context, model, _ string) error { return o.SetPolicyBudget(ctx, model, body.LatencyBudget) }
+		}
+		if err := set(req.Context(), body.Model, body.Policy); err != nil {
 			kserve.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		model := body.Model
+		if model == "" {
+			model = "(all batched models)"
+		}
+		log.Info("policy changed by PUT /policy", "model", model, "policy", body.Policy, "remote", req.RemoteAddr)
 		writeJSON(w, http.StatusOK, o.Status())
 	})
 	return r

@@ -25,7 +25,6 @@ import (
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/profile"
-	"github.com/ratebatch/ratebatch/regression"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -223,11 +222,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	mc := monitor.Config{
 		Model: p.Name, Policy: c.Policy, Window: c.Window,
 		MaxBatch: p.MaxBatch, Instances: c.Instances,
-		Seed: &regression.Line{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms},
+		Seed: &p.Latency,
 		Now:  func() time.Time { return Epoch.Add(r.now) },
 	}
 	if p.HasEnergy {
-		mc.Energy = &monitor.EnergyLine{BetaMJ: p.BetaMJ, Zeta0MJ: p.Zeta0MJ}
+		mc.Energy = &p.Energy
 	}
 	mon, err := monitor.New(mc)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register("compare", "run every policy in the simulator over a load grid and paper300, price each against the SMDP optimum, write docs/RESULTS.md", runCompare)
+	register("compare", "run every policy in the simulator over a load grid and paper300, price each against the SMDP optimum, write out/compare/RESULTS.md", runCompare)
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,8 +34,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	peak := fs.Float64("trace-peak-rho", compare.DefaultTracePeakRho, "also run a copy of the trace scaled so its peak reaches this rho (0: skip)")
 	policies := fs.String("policies", "all", "comma list of policies to compare, or all ("+strings.Join(policy.Names(), ", ")+")")
 	workers := fs.Int("workers", 0, "runs in parallel (0: one per CPU)")
-	out := fs.String("out", "docs/RESULTS.md", "write the Markdown report here (empty: do not write it)")
-	plotsDir := fs.String("plots-dir", "docs/img", "write the SVG plots here (empty: no plots)")
+	// The defaults stay under out/, so running compare anywhere never
+	// overwrites a docs/ directory; the project's docs/RESULTS.md is made
+	// with --out docs/RESULTS.md --plots-dir docs/img, as it says.
+	out := fs.String("out", "out/compare/RESULTS.md", "write the Markdown report here (empty: do not write it); docs/RESULTS.md is made with --out docs/RESULTS.md --plots-dir docs/img")
+	plotsDir := fs.String("plots-dir", "out/compare/img", "write the SVG plots here (empty: no plots)")
 	asJSON := fs.Bool("json", false, "print the full report as JSON on stdout")
 	quiet := fs.Bool("quiet", false, "do not report progress on stderr")
 	if err := parseFlags(fs, args); err != nil {

@@ -118,4 +118,34 @@ func TestLoadSamplesAndReport(t *testing.T) {
 	if code := run(context.Background(), []string{"report", "--run", "x=" + dir + "/missing.csv"}, &out, &errb); code != 1 {
 		t.Fatalf("missing file: exit %d", code)
 	}
+
+	// --dir without --names finds the runs itself, the demo's policies
+	// first in the demo's order; a run without samples is read without.
+	runs := filepath.Join(dir, "runs")
+	os.MkdirAll(runs, 0o755)
+	for name, files := range map[string][]string{"zeta": {"a.csv"}, "adhoc": {"a.csv", "a.samples.csv"}, "batchmonitor": {"a.csv", "a.samples.csv"}} {
+		for i, f := range files {
+			data, _ := os.ReadFile(filepath.Join(dir, f))
+			suffix := []string{".load.csv", ".samples.csv"}[i]
+			os.WriteFile(filepath.Join(runs, name+suffix), data, 0o644)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"report", "--dir", runs, "--out", dir + "/rep2", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("report --dir without --names: exit %d: %s", code, errb.String())
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rep.Rows {
+		got = append(got, r.Name)
+	}
+	if strings.Join(got, ",") != "batchmonitor,adhoc,zeta" {
+		t.Errorf("runs found in --dir: %v, want batchmonitor,adhoc,zeta", got)
+	}
+	if code := run(context.Background(), []string{"report", "--dir", t.TempDir()}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no NAME.load.csv") {
+		t.Errorf("empty --dir: exit %d, stderr %q", code, errb.String())
+	}
 }

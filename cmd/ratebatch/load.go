@@ -42,7 +42,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	payloads := fs.Int("payloads", 0, "distinct prebuilt request bodies (0: up to 1024 within 64 MiB)")
 	csvPath := fs.String("csv", "", "write every request to this CSV file (start_ms,latency_ms,status,error)")
 	admin := fs.String("admin", "", "the proxy's admin URL (e.g. http://127.0.0.1:9002): sample its /status during the run")
-	samplesPath := fs.String("samples-csv", "", "with --admin: write the samples (rate, batch size, requests per joule over time) here for `ratebatch report`")
+	samplesPath := fs.String("samples-csv", "", "with --admin: write the samples (rate, batch size, requests per joule over time) here for ratebatch report")
 	progress := fs.Bool("progress", false, "print a line of progress per second to stderr")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile here (go tool pprof)")

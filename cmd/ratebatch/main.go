@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -51,8 +52,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "ratebatch: unknown command %q\n\n", name)
-		usage(stderr)
+		fmt.Fprintf(stderr, "ratebatch: unknown command %q", name)
+		if near := closest(name); near != "" {
+			fmt.Fprintf(stderr, "; did you mean %q?", near)
+		}
+		fmt.Fprintln(stderr, "\nRun 'ratebatch -h' for the list of commands.")
 		return 2
 	}
 	err := cmd.run(ctx, args, stdout, stderr)
@@ -83,20 +87,84 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'ratebatch <command> -h' for a command's flags.")
 }
 
+// closest returns the command nearest to a mistyped name (edit distance at
+// most 2, or a unique prefix), or "".
+func closest(name string) string {
+	best, bestD := "", 3
+	var prefixed []string
+	for n := range commands {
+		if strings.HasPrefix(n, name) {
+			prefixed = append(prefixed, n)
+		}
+		if d := editDistance(name, n); d < bestD || (d == bestD && n < best) {
+			best, bestD = n, d
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 // newFlagSet returns a flag set that reports errors instead of exiting, so
-// that commands stay testable.
+// that commands stay testable. Its -h text starts with the command's usage
+// line and summary; a command with more to say sets its own fs.Usage.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("ratebatch "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: ratebatch %s [flags]\n\n", name)
+		if c, ok := commands[name]; ok {
+			fmt.Fprintf(fs.Output(), "%s.\n\n", upperFirst(c.summary))
+		}
+		fmt.Fprintln(fs.Output(), "Flags:")
+		fs.PrintDefaults()
+	}
 	return fs
 }
 
-// parseFlags parses args and maps flag errors to errUsage.
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// parseFlags parses args and maps flag errors to errUsage. A mistake prints
+// the error and one line pointing at -h, not the whole help, so the error
+// stays on screen; -h prints the help.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	help := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = help
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			help()
 			return err
 		}
+		fmt.Fprintf(fs.Output(), "Run '%s -h' for its flags.\n", fs.Name())
 		return errUsage
 	}
 	if fs.NArg() > 0 {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/grpcproxy"
 	"github.com/ratebatch/ratebatch/models"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -73,12 +74,18 @@ type liveProxy struct {
 	disp     *dispatcher.Dispatcher
 	models   *models.Registry
 	data     *proxy.Server
+	front    *proxy.Metrics
+	grpc     *grpcproxy.Server // nil when grpc_listen is empty
+	grpcUp   io.Closer
+	grpcLn   net.Listener
 	admin    *http.Server
 	dataLn   net.Listener
 	adminLn  net.Listener
 	started  time.Time
 	upstream *url.URL
 	meter    *power.Meter
+	// energyFit learns zeta(b) per model from the meter (energyfit.go).
+	energyFit *energyFitter
 	// discovered is set once the upstream's model list has been read:
 	// until then /readyz says not ready (requests still pass through).
 	discovered atomic.Bool
@@ -126,7 +133,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	}
 	reg.MustRegister(meter)
 	disp := dispatcher.New(dispatcher.Options{
-		Upstream: client, Retries: cfg.Upstreams.Retries, RetryAfter: cfg.Limits.RetryAfter,
+		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg),
 		Busy: func(model string) func(int) {
 			return meter.Begin(model, "").End
@@ -137,7 +144,9 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	mr := models.New(tc, disp, cfg, log)
 	reg.MustRegister(models.NewCollector(mr))
 
-	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now()}
+	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
+		front: proxy.NewMetrics(reg)}
+	p.energyFit = newEnergyFitter(meter, disp.Snapshots, mr.Monitors)
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -145,11 +154,22 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Metrics:           proxy.NewMetrics(reg), Logger: log,
+		Metrics:           p.front, Logger: log,
 	})
+	if cfg.GRPCListen != "" {
+		cc, err := grpcproxy.Dial(cfg.UpstreamGRPCAddr())
+		if err != nil {
+			return nil, err
+		}
+		p.grpcUp = cc
+		p.grpc = grpcproxy.New(grpcproxy.Options{
+			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			Ready: p.discovered.Load, Metrics: p.front, Logger: log,
+		})
+	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
 			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -167,8 +187,10 @@ func (p *liveProxy) status() any {
 		"uptime_seconds": time.Since(p.started).Seconds(),
 		"models":         p.models.Statuses(),
 		"queues":         p.disp.Snapshots(),
+		"doors":          p.front.Doors(),
 		"energy":         p.meter.Snapshot(),
-		"config":         cfg,
+		"energy_fit":     p.energyFit.Status(),
+		"config":         p.cfg.Document(),
 	}
 }
 
@@ -181,6 +203,13 @@ func (p *liveProxy) listen() error {
 	if p.adminLn, err = net.Listen("tcp", p.cfg.AdminListen); err != nil {
 		p.dataLn.Close()
 		return fmt.Errorf("admin_listen: %w", err)
+	}
+	if p.grpc != nil {
+		if p.grpcLn, err = net.Listen("tcp", p.cfg.GRPCListen); err != nil {
+			p.dataLn.Close()
+			p.adminLn.Close()
+			return fmt.Errorf("grpc_listen: %w", err)
+		}
 	}
 	return nil
 }
@@ -197,11 +226,17 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer stopBg()
 	go p.discover(bg)
 	go p.meter.Run(bg)
+	go p.energyFit.run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- p.data.Serve(p.dataLn) }()
 	go func() { errc <- serveOn(p.admin, p.adminLn) }()
+	if p.grpc != nil {
+		go func() { errc <- p.grpc.Serve(p.grpcLn) }()
+		defer p.grpcUp.Close()
+		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
+	}
 	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
 
 	var runErr error
@@ -214,9 +249,20 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer cancel()
 	drained := make(chan error, 1)
 	go func() { drained <- p.disp.Drain(grace) }()
+	grpcDone := make(chan struct{})
+	go func() { // at once with the HTTP door's: both wait for their batches
+		defer close(grpcDone)
+		if p.grpc == nil {
+			return
+		}
+		if err := p.grpc.Shutdown(grace); err != nil {
+			p.log.Warn("gRPC listener did not close in time", "err", err)
+		}
+	}()
 	if err := p.data.Shutdown(grace); err != nil {
 		p.log.Warn("data listener did not close in time", "err", err)
 	}
+	<-grpcDone
 	if err := <-drained; err != nil {
 		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/kserve"
 )
@@ -32,6 +33,35 @@ func startEmulator(t *testing.T, o emulator.Options) *emulator.Server {
 	}
 	t.Cleanup(func() { em.Close() })
 	return em
+}
+
+// waitUntil polls cond, as an operator would watch /status or /metrics,
+// until it holds; after 10 s the test fails naming what it waited for.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// queueStatus is model's queue as the admin /status endpoint reports it.
+func queueStatus(t *testing.T, admin, model string) dispatcher.Snapshot {
+	t.Helper()
+	code, body := getText(t, admin+"/status")
+	var st struct {
+		Queues []dispatcher.Snapshot `json:"queues"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("GET /status: %d %.200s", code, body)
+	}
+	for _, q := range st.Queues {
+		if q.Model == model {
+			return q
+		}
+	}
+	return dispatcher.Snapshot{Model: model}
 }
 
 // startProxy runs `ratebatch serve` in-process against upstream and waits
@@ -298,14 +328,17 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
 	em.Close() // killed mid-traffic
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "the proxy to mark the upstream down", func() bool {
+		_, m := getText(t, admin+"/metrics")
+		return metricValue(m, `ratebatch_upstream_errors_total{kind="marked_down",model="simple"}`) > 0
+	})
 	if err := em.Start(addr, ""); err != nil {
 		t.Fatalf("restarting the emulator: %v", err)
 	}
 	before := okCount.Load()
-	time.Sleep(200 * time.Millisecond)
+	waitUntil(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
 	close(stop)
 	wg.Wait()
 	if okCount.Load() <= before {
@@ -334,6 +367,7 @@ func metricValue(text, series string) float64 {
 func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
 	_, admin, _ := startProxy(t, em.Addr(), nil)
+	var answer []byte
 	put := func(token, body string) int {
 		req, _ := http.NewRequest(http.MethodPut, admin+"/policy", strings.NewReader(body))
 		if token != "" {
@@ -343,6 +377,7 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		answer, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
@@ -358,12 +393,54 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	if c := put("test-token", `{"model":"simple","policy":"adhoc"}`); c != 200 {
 		t.Fatalf("good change: %d, want 200", c)
 	}
+	// The answer is the new state, not the one before the change.
+	var changed struct {
+		Models []struct {
+			Model string `json:"model"`
+			Rule  struct {
+				Policy string `json:"policy"`
+			} `json:"rule"`
+		} `json:"models"`
+		Config struct {
+			Policy struct {
+				Window string `json:"window"`
+			} `json:"policy"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(answer, &changed); err != nil {
+		t.Fatalf("PUT /policy answer is not JSON: %v: %s", err, answer)
+	}
+	for _, m := range changed.Models {
+		if m.Model == "simple" && m.Rule.Policy != "adhoc" {
+			t.Errorf("PUT /policy answered with simple's old policy %q, want adhoc", m.Rule.Policy)
+		}
+	}
+	if changed.Config.Policy.Window == "" {
+		t.Errorf("status config lacks policy.window in YAML spelling: %s", answer)
+	}
 	_, status := getText(t, admin+"/status")
 	if !strings.Contains(status, `"policy": "adhoc"`) {
 		t.Fatalf("status does not show the new policy: %s", status)
 	}
 	if strings.Contains(status, "test-token") {
 		t.Fatal("status leaks the admin token")
+	}
+	// The budget policy with its latency budget, at run time.
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"model":"simple","policy":"budget","latency_budget":"0.5x"}`, 400},
+		{`{"model":"simple","policy":"adhoc","latency_budget":"1.2x"}`, 400},
+		{`{"model":"simple","policy":"budget","latency_budget":"1.25x"}`, 200},
+	} {
+		if c := put("test-token", tc.body); c != tc.want {
+			t.Fatalf("%s: %d, want %d", tc.body, c, tc.want)
+		}
+	}
+	_, status = getText(t, admin+"/status")
+	if !strings.Contains(status, `"policy": "budget"`) {
+		t.Fatalf("status does not show the budget policy: %s", status)
 	}
 }
 
@@ -458,10 +535,10 @@ func TestServeTimeoutParameter(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 300 * time.Millisecond}
 	}})
-	base, _, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
+	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
 	url := base + "/v2/models/simple/infer"
 	go post(t, url, simpleBody("busy", 0, 1)) // occupies the only instance
-	time.Sleep(50 * time.Millisecond)
+	waitUntil(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
 	body := bytes.Replace(simpleBody("late", 0, 1), []byte(`{"id":"late",`), []byte(`{"id":"late","parameters":{"timeout":20000},`), 1)
 	start := time.Now()
 	code, r, _ := post(t, url, body)
@@ -479,7 +556,7 @@ func TestServeTimeoutParameter(t *testing.T) {
 
 func TestServeGracefulShutdownDrains(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
-	base, _, stop := startProxy(t, em.Addr(), func(c *config.Config) {
+	base, admin, stop := startProxy(t, em.Addr(), func(c *config.Config) {
 		// A rule that would hold these requests for an hour: only the drain sends them.
 		c.Policy.Name = "static"
 		c.Policy.Batch = 8
@@ -501,8 +578,8 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // all three are queued, waiting for a batch of 8
-	stop()                             // SIGTERM
+	waitUntil(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
+	stop() // SIGTERM
 	wg.Wait()
 	for i, c := range codes {
 		if c != 200 {

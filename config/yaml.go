@@ -1,0 +1,242 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// decodeYAML applies a YAML document to cfg. It walks the document's nodes
+// beside Config's fields instead of letting yaml.Decode fill the struct, so
+// that every mistake is reported as the README promises: by the field's YAML
+// path, its line, and what the field wants ("limits.queue_rows: line 3: wants
+// an integer, got \"lots\""), not as yaml's "cannot unmarshal !!str into int".
+func decodeYAML(data []byte, cfg *Config) error {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	// An empty file decodes to io.EOF: it means "no overrides".
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
+}
+
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	bytesType    = reflect.TypeFor[Bytes]()
+	// unmarshalerType: a type that reads itself (other than Bytes, which
+	// the walker parses as a scalar) is left to yaml.
+	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+)
+
+// decodeNode sets v from n; path is v's YAML path ("" for the document).
+func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // "key:" with no value keeps the default
+	}
+	t := v.Type()
+	switch {
+	case t == durationType || t == bytesType:
+	case reflect.PointerTo(t).Implements(unmarshalerType):
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			return nodeErr(n, path, "%v", err)
+		}
+		return nil
+	case t.Kind() == reflect.Struct:
+		return decodeStruct(n, v, path)
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+		return decodeMap(n, v, path)
+	case t.Kind() == reflect.String || t.Kind() == reflect.Int || t.Kind() == reflect.Float64 || t.Kind() == reflect.Bool:
+	default:
+		// A type this walker does not know (a list, a custom unmarshaler):
+		// yaml decodes it; the error still gets the field and line.
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			return nodeErr(n, path, "%v", err)
+		}
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return nodeErr(n, path, "wants %s, got a %s", want(t), kindName(n.Kind))
+	}
+	if err := setScalar(v, n); err != nil {
+		return nodeErr(n, path, "%v", err)
+	}
+	return nil
+}
+
+func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
+	if n.Kind != yaml.MappingNode {
+		return nodeErr(n, path, "wants a mapping of keys, got %s", describe(n))
+	}
+	t := v.Type()
+	fields := map[string]int{}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = i
+			names = append(names, name)
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		idx, ok := fields[k.Value]
+		if !ok {
+			slices.Sort(names)
+			return nodeErr(k, join(path, k.Value), "unknown key (known here: %s)", strings.Join(names, ", "))
+		}
+		if err := decodeNode(val, v.Field(idx), join(path, k.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeMap(n *yaml.Node, v reflect.Value, path string) error {
+	if n.Kind != yaml.MappingNode {
+		return nodeErr(n, path, "wants a mapping of names, got %s", describe(n))
+	}
+	if v.IsNil() {
+		v.Set(reflect.MakeMap(v.Type()))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		elem := reflect.New(v.Type().Elem()).Elem()
+		if old := v.MapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key())); old.IsValid() {
+			elem.Set(old)
+		}
+		if err := decodeNode(val, elem, join(path, k.Value)); err != nil {
+			return err
+		}
+		v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), elem)
+	}
+	return nil
+}
+
+// setScalar parses a YAML scalar into v. Durations get a hint when written
+// as a bare number, since YAML reads `window: 10` as the integer 10 and Go
+// durations need a unit.
+func setScalar(v reflect.Value, n *yaml.Node) error {
+	s := n.Value
+	if v.Type() == durationType {
+		if _, err := strconv.ParseFloat(s, 64); err == nil {
+			return fmt.Errorf("wants a duration with a unit, got the bare number %s: write %ss (or %sms)", s, s, s)
+		}
+	}
+	if err := setField(v, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// want names what a field of type t accepts, for error messages.
+func want(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "a duration (e.g. 250ms, 1s)"
+	case t == bytesType:
+		return "a size (e.g. 65536, 512KiB, 64MiB)"
+	}
+	switch t.Kind() {
+	case reflect.Int:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "a string"
+}
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	}
+	return "value"
+}
+
+func describe(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return strconv.Quote(n.Value)
+	}
+	return "a " + kindName(n.Kind)
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func nodeErr(n *yaml.Node, path, format string, args ...any) error {
+	return &FieldError{Field: path, Line: n.Line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Document returns the configuration as its YAML file would spell it, for
+// the status endpoint: keys are the YAML names (policy.window, not Window),
+// durations read as in the file ("1s", not 1000000000) and sizes with their
+// unit ("64MiB"). Secrets are masked as in Redacted.
+func (c Config) Document() map[string]any {
+	r := c.Redacted()
+	return document(reflect.ValueOf(r)).(map[string]any)
+}
+
+func document(v reflect.Value) any {
+	t := v.Type()
+	switch {
+	case t == durationType:
+		return time.Duration(v.Int()).String()
+	case t == bytesType:
+		return Bytes(v.Int()).String()
+	case t.Kind() == reflect.Struct:
+		out := map[string]any{}
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name == "" || name == "-" || !t.Field(i).IsExported() {
+				continue
+			}
+			out[name] = document(v.Field(i))
+		}
+		return out
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+		out := map[string]any{}
+		iter := v.MapRange()
+		for iter.Next() {
+			out[iter.Key().String()] = document(iter.Value())
+		}
+		return out
+	case t.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			return nil
+		}
+		return document(v.Elem())
+	case t.Kind() == reflect.Slice:
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = document(v.Index(i))
+		}
+		return out
+	}
+	return v.Interface()
+}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestYAMLTypeErrorsNameFieldAndLine: a value of the wrong type is refused
+// with its YAML path, its line and what the field wants, as README.md
+// promises ("a bad value is refused at start with its field named").
+func TestYAMLTypeErrorsNameFieldAndLine(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		field string
+		line  int
+		want  []string // substrings of the message
+	}{
+		{"integer", "upstream: http://u\nlimits:\n  queue_rows: lots\n", "limits.queue_rows", 3, []string{"line 3", "wants an integer", `"lots"`}},
+		{"bare number duration", "upstream: http://u\npolicy:\n  window: 10\n", "policy.window", 3, []string{"write 10s"}},
+		{"bad duration", "upstream: http://u\npolicy: {window: soon}\n", "policy.window", 2, []string{"wants a duration"}},
+		{"size", "upstream: http://u\nlimits:\n  max_body_bytes: 64 megs\n", "limits.max_body_bytes", 3, []string{"line 3", "wants a size", "64MiB"}},
+		{"float", "upstream: http://u\npolicy:\n  w2: heavy\n", "policy.w2", 3, []string{"wants a number"}},
+		{"bool", "upstream: http://u\nadmin_pprof: perhaps\n", "admin_pprof", 2, []string{"wants true or false"}},
+		{"mapping for scalar", "upstream: http://u\nlimits:\n  queue_rows: {a: 1}\n", "limits.queue_rows", 3, []string{"wants an integer, got a mapping"}},
+		{"scalar for section", "upstream: http://u\nlimits: 5\n", "limits", 2, []string{"wants a mapping"}},
+		{"model field", "upstream: http://u\nmodels:\n  m:\n    sla: 20\n", "models.m.sla", 4, []string{"write 20s"}},
+		{"unknown key", "upstream: http://u\npolicy:\n  windw: 1s\n", "policy.windw", 3, []string{"unknown key", "window"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeFile(t, tt.yaml)
+			_, err := Load(Source{File: file})
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("err = %v, want a FieldError", err)
+			}
+			if fe.Field != tt.field || fe.Line != tt.line || fe.File != file {
+				t.Errorf("field %q line %d file %q, want %q line %d %q (err %v)", fe.Field, fe.Line, fe.File, tt.field, tt.line, file, err)
+			}
+			for _, w := range append(tt.want, tt.field) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestYAMLValuesStillDecode: the walker reads everything yaml.Decode did.
+func TestYAMLValuesStillDecode(t *testing.T) {
+	c, err := Load(Source{File: writeFile(t, `
+upstream: http://u
+admin_pprof: true
+policy: {name: smdp, window: 250ms, w1: 1, w2: 0.5}
+limits: {max_body_bytes: 1048576, queue_rows: 7}
+models:
+  a: {policy: adhoc, max_batch_size: 4, sla: 20ms}
+  b:
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AdminPprof || c.Policy.Name != "smdp" || c.Policy.Window.Milliseconds() != 250 || c.Policy.W2 != 0.5 ||
+		c.Limits.MaxBodyBytes != 1<<20 || c.Limits.QueueRows != 7 ||
+		c.Models["a"].MaxBatchSize != 4 || c.Models["a"].SLA.Milliseconds() != 20 || c.Models["a"].Policy != "adhoc" {
+		t.Fatalf("decoded %+v", c)
+	}
+	if _, ok := c.Models["b"]; !ok {
+		t.Error("model b with no settings was dropped")
+	}
+}
+
+// TestProfileCSVCheckedAtLoad: a missing or unusable profile is refused at
+// start with its field named, and a relative path is read against the config
+// file's directory.
+func TestProfileCSVCheckedAtLoad(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("good.csv", "batch_size,latency_ms\n1,1.5\n2,2.0\n4,3.0\n")
+	write("bad.csv", "size,ms\n1,x\n")
+	write("cfg.yaml", "upstream: http://u\nmodels:\n  m: {profile_csv: good.csv}\n")
+	write("missing.yaml", "upstream: http://u\nmodels:\n  m: {profile_csv: nowhere.csv}\n")
+	write("bad.yaml", "upstream: http://u\nmodels:\n  m: {profile_csv: bad.csv}\n")
+
+	// Run from elsewhere, so a path read against the working directory fails.
+	t.Chdir(t.TempDir())
+	c, err := Load(Source{File: filepath.Join(dir, "cfg.yaml")})
+	if err != nil {
+		t.Fatalf("relative profile next to the config: %v", err)
+	}
+	if got, want := c.Models["m"].ProfileCSV, filepath.Join(dir, "good.csv"); got != want {
+		t.Errorf("profile_csv = %q, want %q (resolved against the config file)", got, want)
+	}
+	for _, f := range []string{"missing.yaml", "bad.yaml"} {
+		_, err := Load(Source{File: filepath.Join(dir, f)})
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "models.m.profile_csv" {
+			t.Errorf("%s: err = %v, want a FieldError on models.m.profile_csv", f, err)
+		}
+	}
+}
+
+// TestDocumentSpellsYAML: the status endpoint shows the configuration with
+// YAML names and human durations and sizes, and no secret.
+func TestDocumentSpellsYAML(t *testing.T) {
+	c := Default()
+	c.Upstream = "http://user:pw@u:8000"
+	c.AdminToken = "s3cret"
+	c.Models = map[string]Model{"m": {SLA: 20 * time.Millisecond, ProfileCSV: "p.csv"}}
+	data, err := json.Marshal(c.Document())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(data)
+	for _, want := range []string{`"window":"1s"`, `"max_body_bytes":"64MiB"`, `"queue_rows":4096`,
+		`"admin_token":"REDACTED"`, `"sla":"20ms"`, `"profile_csv":"p.csv"`, `"discovery_interval":"30s"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("document lacks %s: %s", want, got)
+		}
+	}
+	for _, bad := range []string{"Window", "1000000000", "s3cret", ":pw@"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("document shows %q: %s", bad, got)
+		}
+	}
+}
