@@ -164,23 +164,23 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Report is a comparison's outcome.
 type Report struct {
-	W1        float64   `json:"w1"`
-	W2        float64   `json:"w2"`
-	Requests  int       `json:"requests"`
-	Seed      uint64    `json:"seed"`
-	SLAFactor float64   `json:"sla_factor"`
-	Policies  []string  `json:"policies"`
-	Presets   []Preset  `json:"presets"`
-	Grid      []Point   `json:"grid"`
-	Traces    []Case    `json:"traces"`
-	Ablation  []Case    `json:"ablation"`
-	Instances []Case    `json:"two_instances"`
-	Variants  []string  `json:"ablation_variants"`
+	W1        float64  `json:"w1"`
+	W2        float64  `json:"w2"`
+	Requests  int      `json:"requests"`
+	Seed      uint64   `json:"seed"`
+	SLAFactor float64  `json:"sla_factor"`
+	Policies  []string `json:"policies"`
+	Presets   []Preset `json:"presets"`
+	Grid      []Point  `json:"grid"`
+	Traces    []Case   `json:"traces"`
+	Ablation  []Case   `json:"ablation"`
+	Instances []Case   `json:"two_instances"`
+	Variants  []string `json:"ablation_variants"`
 	// Frontier is the latency budget's trade-off per grid point, and
 	// TraceBudgets the budget policy on the traces next to batchmonitor.
 	Frontier     []Frontier `json:"frontier"`
 	TraceBudgets []Case     `json:"trace_budgets"`
-	Rhos      []float64 `json:"rhos"`
+	Rhos         []float64  `json:"rhos"`
 }
 
 // Preset is one model's profile as the report states it.
@@ -526,7 +526,7 @@ func stationary(pol policy.Policy, m smdp.Model, sMax int) (string, []int, bool)
 		if !(util > 0 && util <= 1) {
 			util = 1
 		}
-		b := policy.ChooseBatchFor(1000*m.LambdaPerMs, m.AlphaMs, m.Tau0Ms, p.From, m.MaxBatch, util)
+		b := policy.ChooseBatchFor(1000*m.LambdaPerMs, m.Latency, p.From, m.MaxBatch, util)
 		if p.Drain {
 			return fmt.Sprintf("limit:%d", b), smdp.ControlLimit(m, sMax, b), true
 		}
@@ -535,8 +535,8 @@ func stationary(pol policy.Policy, m smdp.Model, sMax int) (string, []int, bool)
 		b := min(p.Batch, m.MaxBatch)
 		return fmt.Sprintf("static:%d", b), smdp.Static(m, sMax, b), true
 	case *policy.SMDP:
-		e := policy.Estimate{Window: time.Second, RatePerSec: 1000 * m.LambdaPerMs, AlphaMs: m.AlphaMs, Tau0Ms: m.Tau0Ms,
-			BetaMJ: m.BetaMJ, Zeta0MJ: m.Zeta0MJ, HasEnergy: m.BetaMJ > 0 || m.Zeta0MJ > 0, MaxBatch: m.MaxBatch, Instances: 1}
+		e := policy.Estimate{Window: time.Second, RatePerSec: 1000 * m.LambdaPerMs, Latency: m.Latency,
+			Energy: m.Energy, HasEnergy: m.BetaMJ > 0 || m.Zeta0MJ > 0, MaxBatch: m.MaxBatch, Instances: 1}
 		if r, ok := p.Plan(e).(policy.SMDPRule); ok {
 			if t := r.Table(); len(t) == sMax+2 {
 				_, solved := r.Solution()
@@ -631,8 +631,8 @@ func quasiStatic(live *policy.SMDP, p profile.Profile, tr *trace.Series, w1, w2 
 		if rate <= 0 {
 			continue
 		}
-		e := policy.Estimate{Window: time.Second, RatePerSec: rate, AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms,
-			BetaMJ: p.BetaMJ, Zeta0MJ: p.Zeta0MJ, HasEnergy: true, MaxBatch: p.MaxBatch, Instances: 1}
+		e := policy.Estimate{Window: time.Second, RatePerSec: rate, Latency: p.Latency,
+			Energy: p.Energy, HasEnergy: true, MaxBatch: p.MaxBatch, Instances: 1}
 		r, ok := live.Plan(e).(policy.SMDPRule)
 		if !ok {
 			return 0, false

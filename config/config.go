@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/smdp"
 )
 
 // Config is the whole configuration of `ratebatch serve`.
@@ -44,7 +45,7 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
 	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
 	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
@@ -54,6 +55,7 @@ type Policy struct {
 	W2            float64       `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
 	MaxInFlight   int           `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 	RowCap        int           `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
+	LatencyBudget string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -72,6 +74,7 @@ type UpstreamOpts struct {
 	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
+	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
 }
 
 // Power selects where energy figures come from.
@@ -98,6 +101,8 @@ type Model struct {
 	MaxBatchSize int `yaml:"max_batch_size"`
 	// SLA overrides policy.sla for this model.
 	SLA time.Duration `yaml:"sla"`
+	// LatencyBudget overrides policy.latency_budget for this model.
+	LatencyBudget string `yaml:"latency_budget"`
 }
 
 // Default returns the configuration used where nothing else is said.
@@ -121,7 +126,7 @@ func Default() Config {
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
 		},
-		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1},
+		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second},
 		Power:     Power{Source: "none", Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
@@ -192,6 +197,7 @@ func (c *Config) Validate() error {
 		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
+		{"upstream_client.hold", c.Upstreams.Hold < 0, "must be >= 0"},
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
@@ -200,6 +206,9 @@ func (c *Config) Validate() error {
 		if ch.bad {
 			return fieldErr(ch.field, "%s", ch.msg)
 		}
+	}
+	if err := validBudget("policy.latency_budget", c.Policy.LatencyBudget); err != nil {
+		return err
 	}
 	if err := oneOf("power.source", c.Power.Source, "none", "nvml", "triton"); err != nil {
 		return err
@@ -228,6 +237,20 @@ func (c *Config) Validate() error {
 		if m.SLA < 0 {
 			return fieldErr(path+".sla", "must be >= 0")
 		}
+		if err := validBudget(path+".latency_budget", m.LatencyBudget); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validBudget checks a latency budget ("" is the policy's default).
+func validBudget(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	if _, err := smdp.ParseBudget(s); err != nil {
+		return fieldErr(field, "%v", err)
 	}
 	return nil
 }

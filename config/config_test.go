@@ -111,6 +111,8 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"bad env duration", "upstream: http://u", map[string]string{"RATEBATCH_LIMITS_READ_TIMEOUT": "soon"}, "limits.read_timeout"},
 		{"smdp without latency weight", "upstream: http://u\npolicy: {name: smdp, w1: 0, w2: 1}", nil, "policy.w1"},
 		{"negative queue", "upstream: http://u\nlimits: {queue_rows: -1}", nil, "limits.queue_rows"},
+		{"latency budget below ad-hoc", "upstream: http://u\npolicy: {name: budget, latency_budget: 0.9x}", nil, "policy.latency_budget"},
+		{"bad model latency budget", "upstream: http://u\nmodels: {m: {latency_budget: soon}}", nil, "models.m.latency_budget"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/triton"
 )
 
@@ -53,6 +54,7 @@ type Registry struct {
 	tried   map[string]time.Time // on-demand lookups, by model
 	lastErr error
 	lastRun time.Time
+	budgets map[string]string // latency budgets set at run time, by model ("" for all)
 }
 
 type entry struct {
@@ -72,7 +74,8 @@ func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Regi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background()}
+	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
+		budgets: map[string]string{}}
 }
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
@@ -259,17 +262,15 @@ func (r *Registry) startMonitor(e *entry) {
 // that path), and the monitor learns from round trips instead.
 const statsGiveUp = 3
 
-// pollStats reads the upstream's per-batch-size statistics of a model once
-// per window and hands them to its monitor, which learns tau(b) from their
+// pollStats reads the upstream's per-batch-size statistics of a model every
+// slice of a window and hands them to its monitor, which learns tau(b) from their
 // differences: the server's own compute time per batch, free of network,
 // HTTP and queueing. It returns when ctx ends or the server has no
 // statistics.
 func (r *Registry) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
-	every := r.cfg.Policy.Window
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
+	// As often as the monitor re-plans, so that from the second read on
+	// (a slice after the model's first request) the fit is the server's.
+	t := time.NewTicker(mon.TickEvery())
 	defer t.Stop()
 	failed, worked := 0, false
 	for {
@@ -333,6 +334,14 @@ func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
 		if sla > 0 {
 			o.Params = map[string]string{"sla": sla.String()}
 		}
+	case "budget":
+		o.Params = map[string]string{}
+		if b := r.latencyBudget(model); b != "" {
+			o.Params["latency_budget"] = b
+		}
+		if sla > 0 {
+			o.Params["sla"] = sla.String()
+		}
 	case "elastic":
 		if p.RowCap > 0 {
 			o.Params = map[string]string{"row_cap": strconv.Itoa(p.RowCap)}
@@ -391,6 +400,49 @@ func fitCSV(path string) (*regression.Line, error) {
 		return nil, err
 	}
 	return &fit.Line, nil
+}
+
+// latencyBudget is the budget that applies to a model: set at run time
+// (SetLatencyBudget), else the model's config, else policy.latency_budget.
+// Called with r.mu held.
+func (r *Registry) latencyBudget(model string) string {
+	if b, ok := r.budgets[model]; ok {
+		return b
+	}
+	if b, ok := r.budgets[""]; ok {
+		return b
+	}
+	if b := r.cfg.Models[model].LatencyBudget; b != "" {
+		return b
+	}
+	return r.cfg.Policy.LatencyBudget
+}
+
+// SetPolicyBudget switches a batched model (or every one, for model "") to
+// the budget policy with the given latency budget ("1.10x", "4ms"), which
+// then stays that model's budget.
+func (r *Registry) SetPolicyBudget(model, budget string) error {
+	if _, err := smdp.ParseBudget(budget); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	prev, had := r.budgets[model]
+	if model == "" {
+		clear(r.budgets)
+	}
+	r.budgets[model] = budget
+	r.mu.Unlock()
+	if err := r.SetPolicy(model, policy.NameBudget); err != nil {
+		r.mu.Lock()
+		if had {
+			r.budgets[model] = prev
+		} else {
+			delete(r.budgets, model)
+		}
+		r.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // SetPolicy switches a batched model (or every one, for model "") to the

@@ -192,6 +192,34 @@ func TestRefreshReconciles(t *testing.T) {
 	if err := r.SetPolicy("", "nonsense"); err == nil {
 		t.Error("unknown policy accepted")
 	}
+	// A latency budget set at run time applies to that model only and
+	// survives a later switch back to budget.
+	if err := r.SetPolicyBudget("simple", "1.5x"); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	got, other := r.latencyBudget("simple"), r.latencyBudget("resnet")
+	r.mu.Unlock()
+	if got != "1.5x" || other != r.cfg.Policy.LatencyBudget {
+		t.Errorf("budgets simple %q resnet %q, want 1.5x and the config's %q", got, other, r.cfg.Policy.LatencyBudget)
+	}
+	for _, s := range r.Statuses() {
+		if s.Model == "simple" && s.Rule.Policy != "budget" {
+			t.Errorf("policy after SetPolicyBudget = %q", s.Rule.Policy)
+		}
+	}
+	if err := r.SetPolicyBudget("simple", "fast"); err == nil {
+		t.Error("budget fast accepted")
+	}
+	if err := r.SetPolicyBudget("nobatch", "1.2x"); err == nil {
+		t.Error("budget on a model that is not batched accepted")
+	}
+	r.mu.Lock()
+	_, kept := r.budgets["nobatch"]
+	r.mu.Unlock()
+	if kept {
+		t.Error("a failed SetPolicyBudget kept its budget")
+	}
 
 	up.mu.Lock()
 	up.down = true

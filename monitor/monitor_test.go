@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -364,4 +365,35 @@ func TestDoubtUntilTheLineIsKnown(t *testing.T) {
 	if s := tick(); s.FitDoubt != "" {
 		t.Fatalf("a clear line is still doubted: %q", s.FitDoubt)
 	}
+}
+
+// SetEnergy reaches the policy's estimate at the next plan.
+func TestSetEnergyReachesThePlan(t *testing.T) {
+	var got []policy.Estimate
+	rec := planRecorder(func(e policy.Estimate) { got = append(got, e) })
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Tick()
+	m.SetEnergy(&batchcost.Energy{BetaMJ: 2, Zeta0MJ: 3})
+	m.Tick()
+	if n := len(got); n < 3 || got[n-2].HasEnergy || !got[n-1].HasEnergy || got[n-1].BetaMJ != 2 || got[n-1].Zeta0MJ != 3 {
+		t.Fatalf("estimates %+v: want no energy before SetEnergy and 2/3 after", got)
+	}
+	m.SetEnergy(nil)
+	m.Tick()
+	if got[len(got)-1].HasEnergy {
+		t.Error("energy still set after SetEnergy(nil)")
+	}
+}
+
+// planRecorder is a policy that records every estimate it plans for.
+type planRecorder func(policy.Estimate)
+
+func (planRecorder) Name() string { return "recorder" }
+
+func (f planRecorder) Plan(e policy.Estimate) policy.Rule {
+	f(e)
+	return policy.Fill{Policy: "recorder", Batch: 1}
 }

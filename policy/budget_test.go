@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/smdp"
 )
 
@@ -174,7 +175,7 @@ func TestBudgetWithoutEnergyUsesBusyTime(t *testing.T) {
 
 func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
 	for _, e := range []Estimate{
-		{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1},
+		{Now: t0, Latency: batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}, MaxBatch: 32, Instances: 1},
 		energyEstimate(0),
 		energyEstimate(4000),
 	} {

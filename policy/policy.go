@@ -26,6 +26,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // Estimate is what the monitor knows at the end of a window. Rates are per
@@ -42,16 +44,16 @@ type Estimate struct {
 	// The current fit of the batch latency tau(b) = AlphaMs*b + Tau0Ms
 	// (AlphaMs > 0, Tau0Ms >= 0), seeded from a profile and updated from
 	// observed batches, and the quality of that fit (R^2, 1 = perfect).
-	AlphaMs, Tau0Ms float64
-	FitR2           float64
+	batchcost.Latency
+	FitR2 float64
 	// FitDoubt, when not empty, says why the fit is not to be trusted yet
 	// (too few or too alike batches, too much noise). Rules that size
 	// batches from the line then stay work-conserving and say why.
 	FitDoubt string
 
 	// The batch energy zeta(b) = BetaMJ*b + Zeta0MJ where known.
-	BetaMJ, Zeta0MJ float64
-	HasEnergy       bool
+	batchcost.Energy
+	HasEnergy bool
 
 	MaxBatch  int // the model's max_batch_size (B_max), >= 1
 	Instances int // batches the upstream can run at once, >= 1
@@ -59,14 +61,6 @@ type Estimate struct {
 
 // Observed reports whether the estimate carries a measured window.
 func (e Estimate) Observed() bool { return e.Window > 0 }
-
-// TauMs is the predicted latency of a batch of b rows in milliseconds.
-func (e Estimate) TauMs(b int) float64 { return e.AlphaMs*float64(b) + e.Tau0Ms }
-
-// TauDuration is TauMs as a duration.
-func (e Estimate) TauDuration(b int) time.Duration {
-	return time.Duration(e.TauMs(b) * float64(time.Millisecond))
-}
 
 // Validate names the first field that makes the estimate unusable for Plan.
 func (e Estimate) Validate() error {
@@ -77,14 +71,13 @@ func (e Estimate) Validate() error {
 		return fmt.Errorf("estimate: arrivals must be >= 0, got %d", e.Arrivals)
 	case !(e.RatePerSec >= 0):
 		return fmt.Errorf("estimate: rate must be >= 0 per second, got %v", e.RatePerSec)
-	case !(e.AlphaMs > 0):
-		return fmt.Errorf("estimate: alpha must be > 0 ms, got %v", e.AlphaMs)
-	case !(e.Tau0Ms >= 0):
-		return fmt.Errorf("estimate: tau0 must be >= 0 ms, got %v", e.Tau0Ms)
 	case e.MaxBatch < 1:
 		return fmt.Errorf("estimate: max batch must be >= 1, got %d", e.MaxBatch)
 	case e.Instances < 1:
 		return fmt.Errorf("estimate: instances must be >= 1, got %d", e.Instances)
+	}
+	if err := e.Latency.Validate(); err != nil {
+		return fmt.Errorf("estimate: %w", err)
 	}
 	return nil
 }

@@ -5,16 +5,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func at(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 
-// googlenet-p4: tau(b) = 0.3051 b + 1.052 ms, B_max 32.
+// googlenet is googlenet-p4's line: tau(b) = 0.3051 b + 1.052 ms (B_max 32).
+var googlenet = batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}
+
 func estimate(rate float64) Estimate {
 	return Estimate{Now: t0, Window: time.Second, Arrivals: int(rate), RatePerSec: rate,
-		AlphaMs: 0.3051, Tau0Ms: 1.052, FitR2: 1, MaxBatch: 32, Instances: 1}
+		Latency: googlenet, FitR2: 1, MaxBatch: 32, Instances: 1}
 }
 
 func TestChooseBatch(t *testing.T) {
@@ -37,7 +41,7 @@ func TestChooseBatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ChooseBatch(tt.rate, 0.3051, 1.052, tt.bmax); got != tt.want {
+			if got := ChooseBatch(tt.rate, googlenet, tt.bmax); got != tt.want {
 				t.Fatalf("ChooseBatch(%v) = %d, want %d", tt.rate, got, tt.want)
 			}
 		})
@@ -47,7 +51,7 @@ func TestChooseBatch(t *testing.T) {
 func TestChooseBatchIsSmallestCovering(t *testing.T) {
 	// Property: the answer b covers the rate and b-1 does not (for b > 2).
 	for rate := 0.0; rate < 3000; rate += 7.3 {
-		b := ChooseBatch(rate, 0.3051, 1.052, 32)
+		b := ChooseBatch(rate, googlenet, 32)
 		mu := func(b int) float64 { return 1000 * float64(b) / (0.3051*float64(b) + 1.052) }
 		if b < 32 && !(rate < mu(b)) {
 			t.Fatalf("rate %v: b=%d does not cover it (mu=%v)", rate, b, mu(b))
@@ -111,14 +115,14 @@ func TestBuiltinPlans(t *testing.T) {
 		wantWait time.Duration
 		wantNote string
 	}{
-		{"batchmonitor starts work-conserving", NameBatchMonitor, Options{}, Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, 1, 0, "no arrival rate"},
+		{"batchmonitor starts work-conserving", NameBatchMonitor, Options{}, Estimate{Now: t0, Latency: googlenet, MaxBatch: 32, Instances: 1}, 1, 0, "no arrival rate"},
 		{"batchmonitor doubts the fit", NameBatchMonitor, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor+ doubts the fit", NameBatchMonitorPlus, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor low rate picks 2, waits tau(2)", NameBatchMonitor, Options{}, estimate(10), 2, tau(2), ""},
-		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), ChooseBatch(2000, 0.3051, 1.052, 32), tau(ChooseBatch(2000, 0.3051, 1.052, 32)), ""},
+		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), ChooseBatch(2000, googlenet, 32), tau(ChooseBatch(2000, googlenet, 32)), ""},
 		{"batchmonitor overload picks B_max", NameBatchMonitor, Options{}, estimate(1e5), 32, tau(32), ""},
 		{"batchmonitor explicit wait", NameBatchMonitor, Options{MaxWait: 7 * time.Millisecond}, estimate(10), 2, 7 * time.Millisecond, ""},
-		{"batchmonitor bad estimate falls back", NameBatchMonitor, Options{}, Estimate{Window: time.Second, AlphaMs: -1, MaxBatch: 32, Instances: 1}, 32, 0, "alpha"},
+		{"batchmonitor bad estimate falls back", NameBatchMonitor, Options{}, Estimate{Window: time.Second, Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 32, Instances: 1}, 32, 0, "alpha"},
 		{"adhoc", NameAdhoc, Options{}, estimate(10), 32, 0, ""},
 		{"maxbatch default delay", NameMaxBatch, Options{}, estimate(10), 32, DefaultMaxQueueDelay, ""},
 		{"maxbatch delay", NameMaxBatch, Options{MaxQueueDelay: 3 * time.Millisecond}, estimate(10), 32, 3 * time.Millisecond, ""},
@@ -284,7 +288,7 @@ func TestQueueHelpers(t *testing.T) {
 	if (Queue{Now: at(5)}).Waited() != 0 {
 		t.Fatal("empty queue waited")
 	}
-	if err := (Estimate{AlphaMs: 1, MaxBatch: 1, Instances: 0}).Validate(); err == nil || !strings.Contains(err.Error(), "instances") {
+	if err := (Estimate{Latency: batchcost.Latency{AlphaMs: 1}, MaxBatch: 1, Instances: 0}).Validate(); err == nil || !strings.Contains(err.Error(), "instances") {
 		t.Fatalf("Validate: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // NameSlack is the SLA-aware slack policy.
@@ -93,10 +95,10 @@ func (p Slack) Plan(e Estimate) Rule {
 	if p.Target != TargetMax {
 		target = 1
 		if e.Observed() {
-			target = ChooseBatch(e.RatePerSec, e.AlphaMs, e.Tau0Ms, e.MaxBatch)
+			target = ChooseBatch(e.RatePerSec, e.Latency, e.MaxBatch)
 		}
 	}
-	r := SlackRule{target: target, sla: p.SLA, safety: safety, alphaMs: e.AlphaMs, tau0Ms: e.Tau0Ms}
+	r := SlackRule{target: target, sla: p.SLA, safety: safety, line: e.Latency}
 	if e.Observed() && e.RatePerSec > 0 {
 		r.gap = time.Duration(float64(time.Second) / e.RatePerSec)
 	}
@@ -105,11 +107,11 @@ func (p Slack) Plan(e Estimate) Rule {
 
 // SlackRule is one planned slack rule.
 type SlackRule struct {
-	target          int
-	sla             time.Duration
-	safety          float64
-	alphaMs, tau0Ms float64
-	gap             time.Duration // mean time between arrivals; 0: unknown
+	target int
+	sla    time.Duration
+	safety float64
+	line   batchcost.Latency
+	gap    time.Duration // mean time between arrivals; 0: unknown
 }
 
 // Decide implements Rule.
@@ -145,7 +147,7 @@ func (r SlackRule) Decide(q Queue) Decision {
 }
 
 func (r SlackRule) tau(b int, factor float64) time.Duration {
-	return time.Duration(factor * (r.alphaMs*float64(b) + r.tau0Ms) * float64(time.Millisecond))
+	return time.Duration(factor * r.line.TauMs(b) * float64(time.Millisecond))
 }
 
 // Status implements Rule. MaxWait is the SLA (the longest a row without its

@@ -21,7 +21,7 @@ func TestSlackDecide(t *testing.T) {
 		}
 		return qq
 	}
-	target := ChooseBatch(2000, 0.3051, 1.052, 32)
+	target := ChooseBatch(2000, googlenet, 32)
 	tests := []struct {
 		name string
 		rule Rule

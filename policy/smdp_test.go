@@ -34,7 +34,7 @@ func TestSMDPFallbacks(t *testing.T) {
 		e    Estimate
 		note string
 	}{
-		{"before the first window", Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "no rate measured"},
+		{"before the first window", Estimate{Now: t0, Latency: googlenet, MaxBatch: 32, Instances: 1}, "no rate measured"},
 		{"a window without arrivals", energyEstimate(0), "no arrivals"},
 		{"overload", energyEstimate(4000), "overload"},
 		{"an infinite rate", func() Estimate { e := energyEstimate(1); e.RatePerSec = math.Inf(1); return e }(), "overload"},

@@ -21,6 +21,9 @@ type AdminOptions struct {
 	Status func() any
 	// SetPolicy switches a model ("" for all) to a policy.
 	SetPolicy func(model, policy string) error
+	// SetPolicyBudget switches a model ("" for all) to the budget policy
+	// with the given latency budget; nil refuses latency_budget.
+	SetPolicyBudget func(model, budget string) error
 	// Token guards mutating calls; empty refuses them all.
 	Token string
 	// Ready reports whether the proxy serves (for a readiness probe).
@@ -61,8 +64,9 @@ func NewAdmin(o AdminOptions) http.Handler {
 			return
 		}
 		var body struct {
-			Model  string `json:"model"`
-			Policy string `json:"policy"`
+			Model         string `json:"model"`
+			Policy        string `json:"policy"`
+			LatencyBudget string `json:"latency_budget"`
 		}
 		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 4096))
 		dec.DisallowUnknownFields()
@@ -70,7 +74,15 @@ func NewAdmin(o AdminOptions) http.Handler {
 			kserve.WriteError(w, http.StatusBadRequest, `want {"model": "name or empty for all", "policy": "name"}`)
 			return
 		}
-		if err := o.SetPolicy(body.Model, body.Policy); err != nil {
+		set := o.SetPolicy
+		if body.LatencyBudget != "" {
+			if body.Policy != "budget" || o.SetPolicyBudget == nil {
+				kserve.WriteError(w, http.StatusBadRequest, `latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
+				return
+			}
+			set = func(model, _ string) error { return o.SetPolicyBudget(model, body.LatencyBudget) }
+		}
+		if err := set(body.Model, body.Policy); err != nil {
 			kserve.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}

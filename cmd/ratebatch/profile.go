@@ -61,6 +61,12 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		top = min(top, *maxBatch)
 	}
 
+	// The server's own per-size statistics around the run, when it keeps
+	// them: its compute time, without the network and HTTP the round trip
+	// carries (the line the proxy's monitor learns from the same figures).
+	tc := triton.NewClient(*upstream, nil)
+	statsBefore, statsErr := tc.ModelStats(ctx, *model)
+
 	var all []regression.Sample
 	type size struct {
 		Batch    int     `json:"batch_size"`
@@ -95,17 +101,37 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("fitting the measurements: %w", err)
 	}
+	var server *regression.Fit
+	if statsErr == nil {
+		if after, err := tc.ModelStats(ctx, *model); err == nil {
+			if f, err := regression.FitSamples(statsDelta(statsBefore, after), regression.Options{OutlierCut: -1}); err == nil {
+				server = &f
+			}
+		}
+	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(struct {
+		out := struct {
 			Model   string  `json:"model"`
 			AlphaMs float64 `json:"alpha_ms"`
 			Tau0Ms  float64 `json:"tau0_ms"`
 			R2      float64 `json:"r2"`
 			N       int     `json:"n"`
 			Sizes   []size  `json:"sizes"`
-		}{*model, fit.AlphaMs, fit.Tau0Ms, fit.R2, fit.N, sizes})
+			// The server's own compute line from its batch statistics;
+			// null when it keeps none.
+			ServerAlphaMs *float64 `json:"server_alpha_ms"`
+			ServerTau0Ms  *float64 `json:"server_tau0_ms"`
+		}{Model: *model, AlphaMs: fit.AlphaMs, Tau0Ms: fit.Tau0Ms, R2: fit.R2, N: fit.N, Sizes: sizes}
+		if server != nil {
+			out.ServerAlphaMs, out.ServerTau0Ms = &server.AlphaMs, &server.Tau0Ms
+		}
+		return json.NewEncoder(stdout).Encode(out)
 	}
 	fmt.Fprintf(stdout, "tau(b) = %.4g*b + %.4g ms, R^2 %.4f over %d samples\n", fit.AlphaMs, fit.Tau0Ms, fit.R2, fit.N)
+	if server != nil {
+		fmt.Fprintf(stdout, "server's own compute (batch statistics): tau(b) = %.4g*b + %.4g ms; the round trip adds %.3g ms at b=1\n",
+			server.AlphaMs, server.Tau0Ms, fit.TauMs(1)-server.TauMs(1))
+	}
 	if *out != "" {
 		fmt.Fprintf(stdout, "samples written to %s\n", *out)
 	}
@@ -155,4 +181,30 @@ func writeSamples(path string, s []regression.Sample) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// statsDelta is the mean compute time per batch size of the executions
+// between two reads of a model's batch statistics, weighted by their count.
+func statsDelta(before, after []triton.BatchStat) []regression.Sample {
+	type tot struct{ n, ns int64 }
+	sum := func(stats []triton.BatchStat) map[int]tot {
+		m := map[int]tot{}
+		for _, s := range stats {
+			t := m[s.BatchSize]
+			t.n += s.ComputeInfer.Count
+			t.ns += s.ComputeInput.Ns + s.ComputeInfer.Ns + s.ComputeOutput.Ns
+			m[s.BatchSize] = t
+		}
+		return m
+	}
+	b, a := sum(before), sum(after)
+	var out []regression.Sample
+	for size, t := range a {
+		d := tot{t.n - b[size].n, t.ns - b[size].ns}
+		if size >= 1 && d.n > 0 && d.ns > 0 {
+			out = append(out, regression.Sample{Batch: size, LatencyMs: float64(d.ns) / float64(d.n) / 1e6, Weight: float64(d.n)})
+		}
+	}
+	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
+	return out
 }

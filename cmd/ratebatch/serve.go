@@ -84,6 +84,8 @@ type liveProxy struct {
 	started  time.Time
 	upstream *url.URL
 	meter    *power.Meter
+	// energyFit learns zeta(b) per model from the meter (energyfit.go).
+	energyFit *energyFitter
 	// discovered is set once the upstream's model list has been read:
 	// until then /readyz says not ready (requests still pass through).
 	discovered atomic.Bool
@@ -131,7 +133,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	}
 	reg.MustRegister(meter)
 	disp := dispatcher.New(dispatcher.Options{
-		Upstream: client, Retries: cfg.Upstreams.Retries, RetryAfter: cfg.Limits.RetryAfter,
+		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg),
 		Busy: func(model string) func(int) {
 			return meter.Begin(model, "").End
@@ -144,6 +146,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg)}
+	p.energyFit = newEnergyFitter(meter, disp.Snapshots, mr.Monitors)
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -166,7 +169,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken,
 			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -186,6 +189,7 @@ func (p *liveProxy) status() any {
 		"queues":         p.disp.Snapshots(),
 		"doors":          p.front.Doors(),
 		"energy":         p.meter.Snapshot(),
+		"energy_fit":     p.energyFit.Status(),
 		"config":         cfg,
 	}
 }
@@ -222,6 +226,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer stopBg()
 	go p.discover(bg)
 	go p.meter.Run(bg)
+	go p.energyFit.run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 3)
