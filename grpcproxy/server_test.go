@@ -542,10 +542,12 @@ func TestHealthAndLimits(t *testing.T) {
 	if _, err := r.client.ModelInfer(context.Background(), big); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("message over max_body_bytes: got %v, want RESOURCE_EXHAUSTED", err)
 	}
-	// gzip, as tritonclient's compression_algorithm="gzip" sends it.
-	resp, err := r.client.ModelInfer(context.Background(), simpleRaw("z", []int32{4}, []int32{1}), grpc.UseCompressor(gzip.Name))
-	if err != nil || output(t, resp, "OUTPUT0")[0] != 5 {
-		t.Errorf("gzip call: %v, %v", resp, err)
+	// gzip and deflate, as tritonclient's compression_algorithm sends them.
+	for _, alg := range []string{gzip.Name, "deflate"} {
+		resp, err := r.client.ModelInfer(context.Background(), simpleRaw("z", []int32{4}, []int32{1}), grpc.UseCompressor(alg))
+		if err != nil || output(t, resp, "OUTPUT0")[0] != 5 {
+			t.Errorf("%s call: %v, %v", alg, resp, err)
+		}
 	}
 }
 
