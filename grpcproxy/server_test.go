@@ -91,8 +91,9 @@ func (p planner) Observe(int, time.Duration) {}
 // fakeTriton stands for Triton's gRPC port: it answers relayed calls from
 // the raw bytes it got, so a test sees exactly what went through.
 type fakeTriton struct {
-	calls atomic.Int32
-	md    atomic.Value // metadata.MD of the last call
+	calls    atomic.Int32
+	md       atomic.Value // metadata.MD of the last call
+	deadline atomic.Value // time.Time: the last call's deadline, zero if none
 }
 
 var metadataAnswer = []byte("\x0a\x06simple\x12\x011") // a ModelMetadataResponse: name, versions
@@ -102,6 +103,8 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	md, _ := metadata.FromIncomingContext(ss.Context())
 	f.md.Store(md)
+	d, _ := ss.Context().Deadline()
+	f.deadline.Store(d)
 	switch method {
 	case "/inference.GRPCInferenceService/ModelMetadata":
 		var in frame
@@ -462,6 +465,16 @@ func TestPassThrough(t *testing.T) {
 	}
 	if md := r.triton.md.Load().(metadata.MD); len(md.Get("x-client")) != 1 || md.Get("x-client")[0] != "42" {
 		t.Errorf("Triton got metadata %v, want x-client: 42", md)
+	}
+
+	// The client's deadline goes with a relayed call.
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.cc.Invoke(dctx, "/inference.GRPCInferenceService/ModelMetadata", &frame{b: []byte("x")}, &got, grpc.ForceCodecV2(codec{})); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.triton.deadline.Load().(time.Time); d.IsZero() || time.Until(d) > time.Minute || time.Until(d) < 50*time.Second {
+		t.Errorf("Triton saw deadline %v, want the client's, about a minute away", d)
 	}
 
 	// A method of a newer Triton.
