@@ -238,8 +238,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		if first || t.Count < prev.Count || t.Time < prev.Time {
 			continue
 		}
-		if !seen {
-			prev = BatchTotal{}
+		if !seen || prev.Count == 0 {
+			// The first executions of a size on this server include its
+			// warm-up (a Python backend's first call takes hundreds of
+			// ms; caches, autotuning): they set the baseline, they are
+			// not learnt.
+			continue
 		}
 		n := t.Count - prev.Count
 		if n == 0 {
@@ -465,6 +469,16 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
+	}
+	if m.serverFed.Load() {
+		// The policy plans with the line as the proxy lives it: the proxy
+		// sends an instance its next batch only once the last one's answer
+		// is back, so the round trip beyond the server's compute holds the
+		// instance like compute does. The fit and the status keep the two
+		// apart; only the plan adds them.
+		if o := math.Float64frombits(m.overhead.Load()); o > 0 {
+			e.Latency.Tau0Ms += o
+		}
 	}
 	if en := m.energy.Load(); en != nil {
 		e.Energy, e.HasEnergy = *en, true
