@@ -36,17 +36,17 @@ lint:
 
 # In CI the generated-code check must run, not skip: install protoc first.
 test-go:
-	@if [ "$$CI" = true ]; then scripts/setup-proto.sh; fi
+	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
 	$(GO) test -race -count=1 ./...
 
 ## generate: regenerate the committed gRPC code from grpcproxy/inference/inference.proto
 generate: proto-tools
-	cd grpcproxy/inference && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I. \
+	cd grpcproxy/inference && PATH="$(TOOLS):$$PATH" protoc -I. \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative inference.proto
 
 proto-tools:
-	scripts/setup-proto.sh
+	GO=$(GO) scripts/setup-proto.sh >/dev/null
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s

@@ -18,7 +18,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -151,16 +150,12 @@ func (o *Options) build(name string, prof profile.Profile, sla time.Duration) (p
 	case policy.NameStatic:
 		opts.Batch = min(DefaultStaticBatch, prof.MaxBatch)
 	case policy.NameSMDP:
-		opts.Params = map[string]string{"w1": ftoa(o.W1), "w2": ftoa(o.W2)}
+		opts.W1, opts.W2 = o.W1, o.W2
 	case policy.NameSlack:
-		if sla > 0 {
-			opts.Params = map[string]string{"sla": sla.String()}
-		}
+		opts.SLA = sla
 	}
 	return policy.New(name, opts)
 }
-
-func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Report is a comparison's outcome.
 type Report struct {

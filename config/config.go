@@ -8,6 +8,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/smdp"
 )
 
 // Config is the whole configuration of `ratebatch serve`.
@@ -45,17 +45,12 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
-	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
-	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
-	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
-	WaitBound     time.Duration `yaml:"wait_bound" help:"longest a partial batch is held (0: the policy's documented default)"`
-	SLA           time.Duration `yaml:"sla" help:"slack: latency target per request when the request carries no timeout parameter"`
-	W1            float64       `yaml:"w1" help:"smdp: weight of mean latency (per ms) in the cost"`
-	W2            float64       `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
-	MaxInFlight   int           `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
-	RowCap        int           `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
-	LatencyBudget string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
+	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
+	// Options are the policies' own parameters (policy.w1, policy.sla,
+	// ...), declared, documented and validated by package policy.
+	policy.Options `yaml:",inline"`
+	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -111,11 +106,9 @@ func Default() Config {
 		Listen:      ":9000",
 		AdminListen: "127.0.0.1:9002",
 		Policy: Policy{
-			Name:          "batchmonitor+",
-			Window:        time.Second,
-			MaxQueueDelay: 5 * time.Millisecond,
-			W1:            1,
-			W2:            0,
+			Name:    "batchmonitor+",
+			Window:  time.Second,
+			Options: policy.Options{MaxQueueDelay: 5 * time.Millisecond, W1: 1},
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,
@@ -171,22 +164,16 @@ func (c *Config) Validate() error {
 	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {
 		return err
 	}
+	if err := validOptions("policy.", c.Policy.Options); err != nil {
+		return err
+	}
 	checks := []struct {
 		field string
 		bad   bool
 		msg   string
 	}{
 		{"policy.window", c.Policy.Window <= 0, "must be > 0"},
-		{"policy.max_queue_delay", c.Policy.MaxQueueDelay < 0, "must be >= 0"},
-		{"policy.batch", c.Policy.Batch < 0, "must be >= 0"},
-		{"policy.wait_bound", c.Policy.WaitBound < 0, "must be >= 0"},
-		{"policy.sla", c.Policy.SLA < 0, "must be >= 0"},
-		{"policy.w1", !(c.Policy.W1 >= 0), "must be >= 0"},
-		{"policy.w2", !(c.Policy.W2 >= 0), "must be >= 0"},
-		{"policy.w1", c.Policy.W1 == 0 && c.Policy.W2 == 0, "w1 and w2 cannot both be 0"},
-		{"policy.w1", c.usesPolicy("smdp") && !(c.Policy.W1 > 0), "must be > 0 for the smdp policy (it prices latency; raise w2 to favour energy)"},
 		{"policy.max_in_flight", c.Policy.MaxInFlight < 0, "must be >= 0"},
-		{"policy.row_cap", c.Policy.RowCap < 0, "must be >= 0"},
 		{"limits.max_body_bytes", c.Limits.MaxBodyBytes <= 0, "must be > 0"},
 		{"limits.queue_rows", c.Limits.QueueRows <= 0, "must be > 0"},
 		{"limits.read_header_timeout", c.Limits.ReadHeaderTimeout <= 0, "must be > 0"},
@@ -206,9 +193,6 @@ func (c *Config) Validate() error {
 		if ch.bad {
 			return fieldErr(ch.field, "%s", ch.msg)
 		}
-	}
-	if err := validBudget("policy.latency_budget", c.Policy.LatencyBudget); err != nil {
-		return err
 	}
 	if err := oneOf("power.source", c.Power.Source, "none", "nvml", "triton"); err != nil {
 		return err
@@ -237,20 +221,9 @@ func (c *Config) Validate() error {
 		if m.SLA < 0 {
 			return fieldErr(path+".sla", "must be >= 0")
 		}
-		if err := validBudget(path+".latency_budget", m.LatencyBudget); err != nil {
+		if err := validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// validBudget checks a latency budget ("" is the policy's default).
-func validBudget(field, s string) error {
-	if s == "" {
-		return nil
-	}
-	if _, err := smdp.ParseBudget(s); err != nil {
-		return fieldErr(field, "%v", err)
 	}
 	return nil
 }
@@ -268,17 +241,30 @@ func (c *Config) UpstreamGRPCAddr() string {
 	return net.JoinHostPort(u.Hostname(), "8001")
 }
 
-// usesPolicy reports whether any model may run the named policy.
-func (c *Config) usesPolicy(name string) bool {
-	if c.Policy.Name == name {
-		return true
+// validOptions validates policy options (package policy owns their bounds)
+// and names the field at fault under prefix.
+func validOptions(prefix string, o policy.Options) error {
+	err := o.Validate()
+	var pe *policy.ParamError
+	if errors.As(err, &pe) {
+		return fieldErr(prefix+pe.Param, "%s", pe.Msg)
 	}
-	for _, m := range c.Models {
-		if m.Policy == name {
-			return true
-		}
+	return err
+}
+
+// MetricsURL is Triton's Prometheus metrics URL for the triton energy
+// source: power.metrics_url, or by default the upstream's host with
+// Triton's metrics port, http://HOST:8002/metrics (an IPv6 host keeps its
+// brackets).
+func (c *Config) MetricsURL() string {
+	if c.Power.MetricsURL != "" {
+		return c.Power.MetricsURL
 	}
-	return false
+	u, err := url.Parse(c.Upstream)
+	if err != nil {
+		return ""
+	}
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(u.Hostname(), "8002"), Path: "/metrics"}).String()
 }
 
 // ModelPolicy returns the policy name that applies to a model.

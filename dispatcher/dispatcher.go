@@ -41,7 +41,7 @@ type ModelSpec struct {
 type Options struct {
 	Upstream Upstream
 	// Retries of a batch after a connection error, each after a jittered
-	// pause growing from RetryBackoff (0: 10ms) to 250ms.
+	// pause growing from RetryBackoff (0: 10ms) to 100ms.
 	Retries      int
 	RetryBackoff time.Duration
 	// Hold is how long a caller waits for an upstream that refuses

@@ -45,8 +45,8 @@ func (u *fakeUpstream) Infer(model, version string, batch Body) (*Reply, error) 
 	for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
 	}
 	if u.refuse.Load() {
-		u.refused.Add(1)
 		time.Sleep(time.Millisecond) // a refused dial is not instant: concurrent ones overlap
+		u.refused.Add(1)
 		return nil, &ConnError{Err: errors.New("dial tcp: connect: connection refused"), Dial: true}
 	}
 	if u.gate != nil {

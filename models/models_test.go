@@ -25,11 +25,13 @@ type fakeUpstream struct {
 	down    bool
 	noStats bool // ModelStats fails, as on a server without statistics
 	reads   int  // ModelStats calls
+	indexes int  // RepositoryIndex calls
 }
 
 func (f *fakeUpstream) RepositoryIndex(context.Context) ([]triton.IndexEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.indexes++
 	if f.down {
 		return nil, errors.New("connection refused")
 	}
@@ -61,6 +63,12 @@ func (f *fakeUpstream) setStats(m string, s []triton.BatchStat) {
 	f.mu.Lock()
 	f.stats[m] = s
 	f.mu.Unlock()
+}
+
+func (f *fakeUpstream) attempts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.indexes
 }
 
 func (f *fakeUpstream) statReads() int {
@@ -321,5 +329,60 @@ func TestStatisticsFeedTheMonitor(t *testing.T) {
 	}
 	if s := r.Statuses()[0].Rule; s.FitSource != "round trip" {
 		t.Fatalf("fit source %q", s.FitSource)
+	}
+}
+
+// Discover retries the model list until the upstream answers (Triton may
+// start after the proxy), and only then reports the registry discovered.
+func TestDiscoverRetriesUntilTheUpstreamAnswers(t *testing.T) {
+	defer func(first, last time.Duration) { discoverFirstRetry, discoverMaxRetry = first, last }(discoverFirstRetry, discoverMaxRetry)
+	discoverFirstRetry, discoverMaxRetry = time.Millisecond, 4*time.Millisecond
+
+	up := &fakeUpstream{
+		down:    true,
+		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
+		stats:   map[string][]triton.BatchStat{},
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, q, &cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Discover(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Down: several attempts, none of which may mark the registry discovered.
+	for up.attempts() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	if r.Discovered() {
+		t.Fatal("discovered while the upstream is down")
+	}
+	up.mu.Lock()
+	up.down = false
+	up.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !r.Discovered() {
+		if time.Now().After(deadline) {
+			t.Fatal("not discovered after the upstream came up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(r.Statuses()) != 1 {
+		t.Fatalf("statuses %+v, want the upstream's one model", r.Statuses())
+	}
+
+	// Discover gives up with ctx, also while still retrying.
+	cancel()
+	<-done
+	up2 := &fakeUpstream{down: true}
+	r2 := New(up2, q, &cfg, nil)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	r2.Discover(ctx2) // returns at once
+	if r2.Discovered() {
+		t.Fatal("discovered a down upstream")
 	}
 }

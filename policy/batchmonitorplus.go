@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -82,31 +79,8 @@ func NewBatchMonitorPlus() BatchMonitorPlus {
 
 func init() {
 	Register(NameBatchMonitorPlus, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameBatchMonitorPlus, "util", "from", "drain"); err != nil {
-			return nil, err
-		}
 		p := NewBatchMonitorPlus()
-		var err error
-		if p.Util, err = o.Float("util", p.Util); err != nil {
-			return nil, err
-		}
-		if p.From, err = o.Int("from", p.From); err != nil {
-			return nil, err
-		}
-		if s, ok := o.Params["drain"]; ok {
-			if p.Drain, err = strconv.ParseBool(strings.TrimSpace(s)); err != nil {
-				return nil, fmt.Errorf("parameter drain: %q is not true or false", s)
-			}
-		}
-		switch {
-		case !(p.Util > 0 && p.Util <= 1):
-			return nil, fmt.Errorf("parameter util must be in (0, 1], got %v", p.Util)
-		case p.From != 1 && p.From != 2:
-			return nil, fmt.Errorf("parameter from must be 1 or 2, got %d", p.From)
-		case o.MaxWait < 0:
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
-		}
-		p.MaxWait = o.MaxWait
+		p.Util, p.From, p.Drain, p.MaxWait = or(o.Util, DefaultUtil), or(o.From, DefaultFrom), !o.NoDrain, o.MaxWait
 		return p, nil
 	})
 }

@@ -131,22 +131,20 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 
 func TestBatchMonitorPlusOptions(t *testing.T) {
 	tests := []struct {
-		name   string
-		params map[string]string
-		want   BatchMonitorPlus
-		err    string
+		name string
+		o    Options
+		want BatchMonitorPlus
+		err  string
 	}{
-		{"defaults", nil, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
-		{"all set", map[string]string{"util": "0.8", "from": "2", "drain": "false"}, BatchMonitorPlus{Util: 0.8, From: 2}, ""},
-		{"util above 1", map[string]string{"util": "1.2"}, BatchMonitorPlus{}, "util"},
-		{"util zero", map[string]string{"util": "0"}, BatchMonitorPlus{}, "util"},
-		{"from 3", map[string]string{"from": "3"}, BatchMonitorPlus{}, "from"},
-		{"drain not a bool", map[string]string{"drain": "maybe"}, BatchMonitorPlus{}, "drain"},
-		{"unknown", map[string]string{"w2": "1"}, BatchMonitorPlus{}, "w2"},
+		{"defaults", Options{}, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
+		{"all set", Options{Util: 0.8, From: 2, NoDrain: true}, BatchMonitorPlus{Util: 0.8, From: 2}, ""},
+		{"util above 1", Options{Util: 1.2}, BatchMonitorPlus{}, "util"},
+		{"util negative", Options{Util: -0.5}, BatchMonitorPlus{}, "util"},
+		{"from 3", Options{From: 3}, BatchMonitorPlus{}, "from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameBatchMonitorPlus, Options{Params: tt.params})
+			p, err := New(NameBatchMonitorPlus, tt.o)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want it to mention %q", err, tt.err)

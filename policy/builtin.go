@@ -30,41 +30,15 @@ const (
 
 func init() {
 	Register(NameBatchMonitor, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameBatchMonitor); err != nil {
-			return nil, err
-		}
-		if o.MaxWait < 0 {
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
-		}
 		return BatchMonitor{MaxWait: o.MaxWait, explorer: &Explorer{Every: DefaultExploreEvery}}, nil
 	})
-	Register(NameAdhoc, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameAdhoc); err != nil {
-			return nil, err
-		}
-		return Adhoc{}, nil
-	})
+	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
 	Register(NameMaxBatch, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameMaxBatch); err != nil {
-			return nil, err
-		}
-		switch {
-		case o.MaxQueueDelay < 0:
-			return nil, fmt.Errorf("max queue delay must be >= 0, got %v", o.MaxQueueDelay)
-		case o.MaxQueueDelay == 0:
-			o.MaxQueueDelay = DefaultMaxQueueDelay
-		}
-		return MaxBatch{MaxQueueDelay: o.MaxQueueDelay}, nil
+		return MaxBatch{MaxQueueDelay: or(o.MaxQueueDelay, DefaultMaxQueueDelay)}, nil
 	})
 	Register(NameStatic, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameStatic); err != nil {
-			return nil, err
-		}
-		switch {
-		case o.Batch < 1:
-			return nil, fmt.Errorf("batch size must be >= 1, got %d (set the static batch size)", o.Batch)
-		case o.MaxWait < 0:
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
+		if o.Batch < 1 {
+			return nil, paramErr("batch", "batch size must be >= 1, got %d (set the static batch size)", o.Batch)
 		}
 		return Static{Batch: o.Batch, MaxWait: o.MaxWait}, nil
 	})

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -179,82 +178,8 @@ func (s Status) String() string {
 	return out
 }
 
-// Options configure a policy. Fields a policy does not use are ignored;
-// zero values select the policy's documented default.
-type Options struct {
-	// Batch is static's exact batch size b.
-	Batch int
-	// MaxQueueDelay is maxbatch's deadline: the longest the oldest row waits
-	// for a full batch of B_max (Triton's max_queue_delay).
-	MaxQueueDelay time.Duration
-	// MaxWait bounds how long batchmonitor and static hold the oldest row of a
-	// partial batch while an instance is free.
-	MaxWait time.Duration
-	// Params carry settings of policies added later (smdp weights, slack's
-	// SLA, ...) as text, so that config files and flags reach them without
-	// this struct growing. Read them with Float, Int and Duration.
-	Params map[string]string
-}
-
-// Float reads the named parameter, def when absent.
-func (o Options) Float(key string, def float64) (float64, error) {
-	s, ok := o.Params[key]
-	if !ok {
-		return def, nil
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %q is not a number", key, s)
-	}
-	return v, nil
-}
-
-// Int reads the named integer parameter, def when absent.
-func (o Options) Int(key string, def int) (int, error) {
-	s, ok := o.Params[key]
-	if !ok {
-		return def, nil
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %q is not an integer", key, s)
-	}
-	return v, nil
-}
-
-// Duration reads the named duration parameter ("250ms"), def when absent.
-func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
-	s, ok := o.Params[key]
-	if !ok {
-		return def, nil
-	}
-	v, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %q is not a duration (e.g. 250ms)", key, s)
-	}
-	return v, nil
-}
-
-// CheckParams reports parameters a policy does not know, so a typo in a
-// config file is an error rather than a silently ignored setting.
-func (o Options) CheckParams(policy string, known ...string) error {
-	var unknown []string
-	for k := range o.Params {
-		if !slices.Contains(known, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	slices.Sort(unknown)
-	if len(known) == 0 {
-		return fmt.Errorf("policy %s takes no parameters, got %s", policy, strings.Join(unknown, ", "))
-	}
-	return fmt.Errorf("policy %s: unknown parameter %s (known: %s)", policy, strings.Join(unknown, ", "), strings.Join(known, ", "))
-}
-
-// Factory builds a policy from options, rejecting options it cannot use.
+// Factory builds a policy from options New has validated (Options.Validate),
+// rejecting what only this policy cannot use.
 type Factory func(o Options) (Policy, error)
 
 var (
@@ -287,6 +212,9 @@ func New(name string, o Options) (Policy, error) {
 	registryMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
 	p, err := f(o)
 	if err != nil {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -200,7 +201,7 @@ func TestNewErrors(t *testing.T) {
 		{"static needs a batch", NameStatic, Options{}, "batch size"},
 		{"negative delay", NameMaxBatch, Options{MaxQueueDelay: -1}, "max queue delay"},
 		{"negative wait", NameBatchMonitor, Options{MaxWait: -1}, "max wait"},
-		{"unknown parameter", NameAdhoc, Options{Params: map[string]string{"w2": "1"}}, "w2"},
+		{"weights without latency", NameAdhoc, Options{W2: 1}, "w1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -222,23 +223,23 @@ func (testPolicy) Plan(e Estimate) Rule { return Fill{Policy: "test-registered",
 
 func TestRegisterOpen(t *testing.T) {
 	Register("test-registered", func(o Options) (Policy, error) {
-		if err := o.CheckParams("test-registered", "k"); err != nil {
-			return nil, err
-		}
-		if _, err := o.Float("k", 1); err != nil {
-			return nil, err
+		if o.Batch > 4 {
+			return nil, paramErr("batch", "at most 4, got %d", o.Batch)
 		}
 		return testPolicy{}, nil
 	})
-	p, err := New("test-registered", Options{Params: map[string]string{"k": "2.5"}})
+	p, err := New("test-registered", Options{Batch: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Plan(estimate(1)).Status().BatchSize; got != 3 {
 		t.Fatalf("registered policy planned batch %d, want 3", got)
 	}
-	if _, err := New("test-registered", Options{Params: map[string]string{"k": "x"}}); err == nil || !strings.Contains(err.Error(), "not a number") {
+	if _, err := New("test-registered", Options{Batch: 5}); err == nil || !strings.Contains(err.Error(), "at most 4") {
 		t.Fatalf("bad parameter error %v", err)
+	}
+	if _, err := New("test-registered", Options{Batch: -1}); err == nil || !strings.Contains(err.Error(), "batch") {
+		t.Fatalf("New does not validate the options before the factory: %v", err)
 	}
 	found := false
 	for _, n := range Names() {
@@ -255,28 +256,36 @@ func TestRegisterOpen(t *testing.T) {
 	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
 }
 
-func TestOptionsParams(t *testing.T) {
-	o := Options{Params: map[string]string{"f": " 1.5", "i": "7", "d": "250ms", "bad": "x"}}
-	if v, err := o.Float("f", 0); err != nil || v != 1.5 {
-		t.Fatalf("Float = %v, %v", v, err)
+func TestOptionsValidateNamesTheParameter(t *testing.T) {
+	tests := []struct {
+		o    Options
+		want string // the *ParamError's Param
+	}{
+		{Options{MaxQueueDelay: -1}, "max_queue_delay"},
+		{Options{Batch: -1}, "batch"},
+		{Options{MaxWait: -1}, "wait_bound"},
+		{Options{SLA: -1}, "sla"},
+		{Options{W1: math.NaN()}, "w1"},
+		{Options{W1: 0, W2: 1}, "w1"},
+		{Options{W1: 1, W2: -1}, "w2"},
+		{Options{RowCap: -1}, "row_cap"},
+		{Options{Util: 1.2}, "util"},
+		{Options{From: 3}, "from"},
+		{Options{Safety: 0.9}, "safety"},
+		{Options{Target: "most"}, "target"},
+		{Options{SMax: -1}, "smax"},
+		{Options{Resolve: 2}, "resolve"},
+		{Options{LatencyBudget: "0.9x"}, "latency_budget"},
+		{Options{LatencyBudget: "soon"}, "latency_budget"},
 	}
-	if v, err := o.Int("i", 0); err != nil || v != 7 {
-		t.Fatalf("Int = %v, %v", v, err)
-	}
-	if v, err := o.Duration("d", 0); err != nil || v != 250*time.Millisecond {
-		t.Fatalf("Duration = %v, %v", v, err)
-	}
-	if v, err := o.Float("missing", 3); err != nil || v != 3 {
-		t.Fatalf("default Float = %v, %v", v, err)
-	}
-	for _, f := range []func() error{
-		func() error { _, err := o.Int("bad", 0); return err },
-		func() error { _, err := o.Duration("bad", 0); return err },
-		func() error { _, err := o.Float("bad", 0); return err },
-	} {
-		if err := f(); err == nil || !strings.Contains(err.Error(), "bad") {
-			t.Fatalf("error %v should name the parameter", err)
+	for _, tt := range tests {
+		var pe *ParamError
+		if err := tt.o.Validate(); !errors.As(err, &pe) || pe.Param != tt.want {
+			t.Errorf("%+v: Validate() = %v, want a ParamError for %s", tt.o, err, tt.want)
 		}
+	}
+	if err := (Options{}).Validate(); err != nil {
+		t.Fatalf("zero Options (every default): %v", err)
 	}
 }
 

@@ -2,8 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"math"
-	"strings"
 	"time"
 
 	"github.com/ratebatch/ratebatch/batchcost"
@@ -55,27 +53,7 @@ const (
 
 func init() {
 	Register(NameSlack, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameSlack, "sla", "safety", "target"); err != nil {
-			return nil, err
-		}
-		var p Slack
-		var err error
-		if p.SLA, err = o.Duration("sla", 0); err != nil {
-			return nil, err
-		}
-		if p.Safety, err = o.Float("safety", DefaultSlackSafety); err != nil {
-			return nil, err
-		}
-		p.Target = strings.TrimSpace(o.Params["target"])
-		switch {
-		case p.SLA < 0:
-			return nil, fmt.Errorf("parameter sla must be >= 0, got %v", p.SLA)
-		case !(p.Safety >= 1) || math.IsInf(p.Safety, 0):
-			return nil, fmt.Errorf("parameter safety must be a finite number >= 1 (it over-estimates batch time), got %v", p.Safety)
-		case p.Target != "" && p.Target != TargetRate && p.Target != TargetMax:
-			return nil, fmt.Errorf("parameter target must be %q or %q, got %q", TargetRate, TargetMax, p.Target)
-		}
-		return p, nil
+		return Slack{SLA: o.SLA, Safety: or(o.Safety, DefaultSlackSafety), Target: o.Target}, nil
 	})
 }
 

@@ -91,7 +91,9 @@ func NewAdmin(o AdminOptions) http.Handler {
 				kserve.WriteError(w, http.StatusBadRequest, `latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
 				return
 			}
-			set = func(ctx context.Context, model, _ string) error { return o.SetPolicyBudget(ctx, model, body.LatencyBudget) }
+			set = func(ctx context.Context, model, _ string) error {
+				return o.SetPolicyBudget(ctx, model, body.LatencyBudget)
+			}
 		}
 		if err := set(req.Context(), body.Model, body.Policy); err != nil {
 			kserve.WriteError(w, http.StatusBadRequest, err.Error())

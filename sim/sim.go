@@ -14,7 +14,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -74,32 +73,55 @@ type Config struct {
 	Series bool
 }
 
-func (c *Config) normalize() error {
+// InvalidError names the Config field Run cannot use, so that a caller
+// can point at its own spelling of it (the sim command, at its flag).
+type InvalidError struct {
+	Field string // the Config field: "RatePerSec", "Jitter", ...
+	Err   error
+}
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+func invalid(field, format string, a ...any) error {
+	return &InvalidError{Field: field, Err: fmt.Errorf(format, a...)}
+}
+
+// Validate reports the first field Run cannot use, as an *InvalidError.
+// Zero values that select a default are valid.
+func (c Config) Validate() error {
 	if err := c.Profile.Validate(); err != nil {
-		return err
-	}
-	if c.Policy == nil {
-		return errors.New("no policy given")
+		return &InvalidError{Field: "Profile", Err: err}
 	}
 	switch {
+	case c.Policy == nil:
+		return invalid("Policy", "no policy given")
 	case c.Trace != nil && c.RatePerSec != 0:
-		return errors.New("give either a rate or a trace, not both")
+		return invalid("RatePerSec", "give either a rate or a trace, not both")
 	case c.Trace == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
-		return fmt.Errorf("arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
+		return invalid("RatePerSec", "arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
 	case c.Requests < 0:
-		return fmt.Errorf("requests must be >= 0, got %d", c.Requests)
+		return invalid("Requests", "requests must be >= 0, got %d", c.Requests)
 	case c.Window < 0 || (c.Window > 0 && c.Window < MinWindow):
-		return fmt.Errorf("window must be at least %v, got %v", MinWindow, c.Window)
+		return invalid("Window", "window must be at least %v, got %v", MinWindow, c.Window)
 	case c.Instances < 0:
-		return fmt.Errorf("instances must be >= 1, got %d", c.Instances)
+		return invalid("Instances", "instances must be >= 1, got %d", c.Instances)
 	case !(c.Jitter >= 0 && c.Jitter < 1):
-		return fmt.Errorf("jitter must be in [0, 1), got %v", c.Jitter)
+		return invalid("Jitter", "jitter must be in [0, 1), got %v", c.Jitter)
 	case !(c.IdleWatts >= 0) || math.IsInf(c.IdleWatts, 0):
-		return fmt.Errorf("idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
+		return invalid("IdleWatts", "idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
 	case c.SLA < 0:
-		return fmt.Errorf("SLA must be >= 0, got %v", c.SLA)
+		return invalid("SLA", "SLA must be >= 0, got %v", c.SLA)
 	case c.DrainLimit < 0:
-		return fmt.Errorf("drain limit must be >= 0, got %v", c.DrainLimit)
+		return invalid("DrainLimit", "drain limit must be >= 0, got %v", c.DrainLimit)
+	}
+	return nil
+}
+
+// normalize validates c and fills its defaults.
+func (c *Config) normalize() error {
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	if c.Trace == nil && c.Requests == 0 {
 		c.Requests = DefaultRequests

@@ -395,3 +395,26 @@ func BenchmarkRunMillion(b *testing.B) {
 		})
 	}
 }
+
+// Validate names the field at fault, so that a command can name its flag.
+func TestValidateNamesTheField(t *testing.T) {
+	good := Config{Profile: preset(t, "googlenet-p4"), Policy: policy.Adhoc{}, RatePerSec: 10}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for field, mod := range map[string]func(*Config){
+		"Profile":    func(c *Config) { c.Profile.AlphaMs = 0 },
+		"Policy":     func(c *Config) { c.Policy = nil },
+		"RatePerSec": func(c *Config) { c.RatePerSec = -1 },
+		"Window":     func(c *Config) { c.Window = time.Microsecond },
+		"Jitter":     func(c *Config) { c.Jitter = 1 },
+		"SLA":        func(c *Config) { c.SLA = -1 },
+	} {
+		c := good
+		mod(&c)
+		var ie *InvalidError
+		if err := c.Validate(); !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("%s: Validate() = %v, want an InvalidError for %s", field, err, field)
+		}
+	}
+}

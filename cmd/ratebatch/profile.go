@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"slices"
 	"time"
 
-	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/profiler"
 	"github.com/ratebatch/ratebatch/regression"
-	"github.com/ratebatch/ratebatch/triton"
 )
 
 func init() {
@@ -49,93 +45,36 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "ratebatch profile: --samples must be >= 1 and --warmup >= 0")
 		return errUsage
 	}
-	cfg, err := triton.NewClient(*upstream, nil).ModelConfig(ctx, *model)
+	o := profiler.Options{Upstream: *upstream, Model: *model, Samples: *samples, Warmup: *warmup,
+		MaxBatch: *maxBatch, Binary: *binary, Timeout: *timeout}
+	if !*asJSON {
+		o.Progress = func(s profiler.Size) {
+			fmt.Fprintf(stdout, "b=%-4d median %8.3f ms  (%d ok, %d errors)\n", s.Batch, s.MedianMs, s.OK, s.Errors)
+		}
+	}
+	res, err := profiler.Run(ctx, o)
 	if err != nil {
-		return fmt.Errorf("reading %s's config: %w", *model, err)
-	}
-	top := cfg.MaxBatchSize
-	if top < 1 {
-		return fmt.Errorf("model %s has max_batch_size %d: it takes no batches, there is nothing to profile", *model, top)
-	}
-	if *maxBatch > 0 {
-		top = min(top, *maxBatch)
-	}
-
-	// The server's own per-size statistics around each size's timed
-	// requests (after its warm-up: a Python backend's first call takes
-	// hundreds of ms), when it keeps them: its compute time, without the
-	// network and HTTP the round trip carries (the line the proxy's monitor
-	// learns from the same figures).
-	tc := triton.NewClient(*upstream, nil)
-	var serverSamples []regression.Sample
-	statsOK := true
-
-	var all []regression.Sample
-	type size struct {
-		Batch    int     `json:"batch_size"`
-		MedianMs float64 `json:"median_ms"`
-		Errors   int64   `json:"errors"`
-	}
-	var sizes []size
-	for b := 1; b <= top; b++ {
-		if *warmup > 0 {
-			if _, _, err := timeBatch(ctx, *upstream, *model, b, 0, *warmup, *binary, *timeout); err != nil {
-				return fmt.Errorf("batch size %d: warm-up: %w", b, err)
-			}
-		}
-		before, statsErr := tc.ModelStats(ctx, *model)
-		lat, errs, err := timeBatch(ctx, *upstream, *model, b, 0, *samples, *binary, *timeout)
-		if err != nil {
-			return fmt.Errorf("batch size %d: %w", b, err)
-		}
-		if statsOK = statsOK && statsErr == nil; statsOK {
-			if after, err := tc.ModelStats(ctx, *model); err == nil {
-				serverSamples = append(serverSamples, statsDelta(before, after)...)
-			} else {
-				statsOK = false
-			}
-		}
-		for _, l := range lat {
-			all = append(all, regression.Sample{Batch: b, LatencyMs: l})
-		}
-		slices.Sort(lat)
-		med := math.NaN()
-		if len(lat) > 0 {
-			med = lat[len(lat)/2]
-		}
-		sizes = append(sizes, size{Batch: b, MedianMs: med, Errors: errs})
-		if !*asJSON {
-			fmt.Fprintf(stdout, "b=%-4d median %8.3f ms  (%d ok, %d errors)\n", b, med, len(lat), errs)
-		}
+		return err
 	}
 	if *out != "" {
-		if err := writeSamples(*out, all); err != nil {
+		if err := writeSamples(*out, res.Samples); err != nil {
 			return err
 		}
 	}
-	fit, err := regression.FitSamples(all, regression.Options{})
-	if err != nil {
-		return fmt.Errorf("fitting the measurements: %w", err)
-	}
-	var server *regression.Fit
-	if statsOK {
-		if f, err := regression.FitSamples(serverSamples, regression.Options{OutlierCut: -1}); err == nil {
-			server = &f
-		}
-	}
+	fit, server := res.Fit, res.Server
 	if *asJSON {
 		out := struct {
-			Model   string  `json:"model"`
-			AlphaMs float64 `json:"alpha_ms"`
-			Tau0Ms  float64 `json:"tau0_ms"`
-			R2      float64 `json:"r2"`
-			N       int     `json:"n"`
-			Sizes   []size  `json:"sizes"`
+			Model   string          `json:"model"`
+			AlphaMs float64         `json:"alpha_ms"`
+			Tau0Ms  float64         `json:"tau0_ms"`
+			R2      float64         `json:"r2"`
+			N       int             `json:"n"`
+			Sizes   []profiler.Size `json:"sizes"`
 			// The server's own compute line from its batch statistics;
 			// null when it keeps none.
 			ServerAlphaMs *float64 `json:"server_alpha_ms"`
 			ServerTau0Ms  *float64 `json:"server_tau0_ms"`
-		}{Model: *model, AlphaMs: fit.AlphaMs, Tau0Ms: fit.Tau0Ms, R2: fit.R2, N: fit.N, Sizes: sizes}
+		}{Model: *model, AlphaMs: fit.AlphaMs, Tau0Ms: fit.Tau0Ms, R2: fit.R2, N: fit.N, Sizes: res.Sizes}
 		if server != nil {
 			out.ServerAlphaMs, out.ServerTau0Ms = &server.AlphaMs, &server.Tau0Ms
 		}
@@ -152,39 +91,6 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// timeBatch sends warmup+samples requests of b rows one at a time and
-// returns the timed latencies in ms of the ok ones.
-func timeBatch(ctx context.Context, target, model string, b, warmup, samples int, binary bool, timeout time.Duration) ([]float64, int64, error) {
-	// One request in flight and arrivals far faster than answers: a closed
-	// loop, each request sent the moment the previous one is answered.
-	res, err := loadgen.Run(ctx, loadgen.Config{
-		Target: target, Model: model, Rows: b, Binary: binary,
-		Rate: loadgen.ConstantRate(1e6), Duration: time.Hour, Requests: warmup + samples,
-		MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Timeout: timeout, Payloads: 1, Seed: uint64(b),
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	if res.Summary.Sent == 0 {
-		return nil, 0, errors.New("no request was sent")
-	}
-	var lat []float64
-	var errs int64
-	for i, r := range res.Records {
-		if r.Err != loadgen.KindNone {
-			errs++
-			continue
-		}
-		if i >= warmup {
-			lat = append(lat, float64(r.Latency)/float64(time.Millisecond))
-		}
-	}
-	if len(lat) == 0 {
-		return nil, errs, fmt.Errorf("all %d requests failed (by kind: %v, statuses: %v)", errs, res.Summary.ErrorsByKind, res.Summary.StatusCounts)
-	}
-	return lat, errs, nil
-}
-
 func writeSamples(path string, s []regression.Sample) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -195,30 +101,4 @@ func writeSamples(path string, s []regression.Sample) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return f.Close()
-}
-
-// statsDelta is the mean compute time per batch size of the executions
-// between two reads of a model's batch statistics, weighted by their count.
-func statsDelta(before, after []triton.BatchStat) []regression.Sample {
-	type tot struct{ n, ns int64 }
-	sum := func(stats []triton.BatchStat) map[int]tot {
-		m := map[int]tot{}
-		for _, s := range stats {
-			t := m[s.BatchSize]
-			t.n += s.ComputeInfer.Count
-			t.ns += s.ComputeInput.Ns + s.ComputeInfer.Ns + s.ComputeOutput.Ns
-			m[s.BatchSize] = t
-		}
-		return m
-	}
-	b, a := sum(before), sum(after)
-	var out []regression.Sample
-	for size, t := range a {
-		d := tot{t.n - b[size].n, t.ns - b[size].ns}
-		if size >= 1 && d.n > 0 && d.ns > 0 {
-			out = append(out, regression.Sample{Batch: size, LatencyMs: float64(d.ns) / float64(d.n) / 1e6, Weight: float64(d.n)})
-		}
-	}
-	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
-	return out
 }

@@ -731,7 +731,7 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 				return emulator.Fault{Delay: tt.delay}
 			}})
 			lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
-				c.Policy.Name, c.Policy.Batch, c.Policy.WaitBound = "static", tt.batch, time.Hour
+				c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", tt.batch, time.Hour
 			})
 			before := takeFootprint()
 			var wg sync.WaitGroup
@@ -807,7 +807,7 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
 	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
 		// Partial batches wait up to 30 ms: leavers mostly leave from the queue.
-		c.Policy.Name, c.Policy.Batch, c.Policy.WaitBound = "static", 8, 30*time.Millisecond
+		c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", 8, 30*time.Millisecond
 	})
 	before := takeFootprint()
 	done := make(chan loadgen.Result)

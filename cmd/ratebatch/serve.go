@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,18 +85,14 @@ type liveProxy struct {
 	meter    *power.Meter
 	// energyFit learns zeta(b) per model from the meter (energyfit.go).
 	energyFit *energyFitter
-	// discovered is set once the upstream's model list has been read:
-	// until then /readyz says not ready (requests still pass through).
-	discovered atomic.Bool
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
 // reports every energy figure as absent.
 func openMeter(cfg *config.Config) (*power.Meter, error) {
 	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: cfg.Power.MetricsURL}
-	if cfg.Power.Source == power.KindTriton && o.TritonMetricsURL == "" {
-		u, _ := url.Parse(cfg.Upstream)
-		o.TritonMetricsURL = "http://" + u.Hostname() + ":8002/metrics"
+	if cfg.Power.Source == power.KindTriton {
+		o.TritonMetricsURL = cfg.MetricsURL()
 	}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
@@ -164,13 +159,13 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
-			Ready: p.discovered.Load, Metrics: p.front, Logger: log,
+			Ready: mr.Discovered, Metrics: p.front, Logger: log,
 		})
 	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
-			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
+			Ready: mr.Discovered, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -224,7 +219,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	}
 	bg, stopBg := context.WithCancel(context.Background())
 	defer stopBg()
-	go p.discover(bg)
+	go p.models.Discover(bg)
 	go p.meter.Run(bg)
 	go p.energyFit.run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
@@ -269,28 +264,6 @@ func (p *liveProxy) run(ctx context.Context) error {
 	stopBg()
 	p.admin.Shutdown(grace)
 	return runErr
-}
-
-// discover reads the upstream's models, retrying quickly until the first
-// success (Triton may start after the proxy), then keeps them current.
-func (p *liveProxy) discover(ctx context.Context) {
-	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		err := p.models.Refresh(ctx)
-		if !errors.Is(err, models.ErrUnreachable) {
-			p.discovered.Store(true)
-			if err != nil {
-				p.log.Warn("some models could not be read; retrying at the next discovery", "err", err)
-			}
-			break
-		}
-		p.log.Warn("model discovery failed; inference passes through until it succeeds", "err", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
-	p.models.Run(ctx)
 }
 
 func serveOn(s *http.Server, ln net.Listener) error {

@@ -560,7 +560,7 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 		// A rule that would hold these requests for an hour: only the drain sends them.
 		c.Policy.Name = "static"
 		c.Policy.Batch = 8
-		c.Policy.WaitBound = time.Hour
+		c.Policy.MaxWait = time.Hour
 	})
 	url := base + "/v2/models/simple/infer"
 	var wg sync.WaitGroup
