@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go test-triton test-deploy lint fuzz bench clean
+.PHONY: all build demo test test-go test-triton test-deploy lint fuzz bench clean generate proto-tools
 
 all: build
 
@@ -34,8 +34,19 @@ lint:
 	$(TOOLS)/staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
+# In CI the generated-code check must run, not skip: install protoc first.
 test-go:
+	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
 	$(GO) test -race -count=1 ./...
+
+## generate: regenerate the committed gRPC code from grpcproxy/inference/inference.proto
+generate: proto-tools
+	cd grpcproxy/inference && PATH="$(TOOLS):$$PATH" protoc -I. \
+	  --go_out=. --go_opt=paths=source_relative \
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative inference.proto
+
+proto-tools:
+	GO=$(GO) scripts/setup-proto.sh >/dev/null
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s

@@ -13,24 +13,18 @@ package capacity
 import (
 	"fmt"
 	"math"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
-// Model is the batch latency line of one model on one GPU.
-type Model struct {
-	AlphaMs float64 // latency slope per request in a batch
-	Tau0Ms  float64 // fixed latency of any batch
-}
+// Model is the batch latency line of one model on one GPU. It is the line
+// itself, as its own type only to carry the bounds below as methods (its
+// Latency method would clash with an embedded batchcost.Latency):
+// capacity.Model(p.Latency) converts a profile's line.
+type Model batchcost.Latency
 
 // Validate reports the first unusable parameter.
-func (m Model) Validate() error {
-	switch {
-	case !(m.AlphaMs > 0) || math.IsInf(m.AlphaMs, 0):
-		return fmt.Errorf("alpha must be a finite number > 0 ms, got %v", m.AlphaMs)
-	case !(m.Tau0Ms >= 0) || math.IsInf(m.Tau0Ms, 0):
-		return fmt.Errorf("tau0 must be a finite number >= 0 ms, got %v", m.Tau0Ms)
-	}
-	return nil
-}
+func (m Model) Validate() error { return batchcost.Latency(m).Validate() }
 
 // MaxRatePerMs is the stability limit 1/alpha: no rate at or above it is
 // served with finite latency.
@@ -124,31 +118,15 @@ func (m Model) MinMeanBatch(lambdaPerMs float64) (float64, error) {
 	return math.Max(1, lambdaPerMs*m.Tau0Ms/(1-l.Rho)), nil
 }
 
-// Energy is the linear batch energy line zeta(b) = beta*b + zeta0 in mJ.
-type Energy struct {
-	BetaMJ  float64
-	Zeta0MJ float64
-}
-
-// Validate reports the first unusable parameter.
-func (e Energy) Validate() error {
-	switch {
-	case !(e.BetaMJ >= 0) || math.IsInf(e.BetaMJ, 0):
-		return fmt.Errorf("beta must be a finite number >= 0 mJ, got %v", e.BetaMJ)
-	case !(e.Zeta0MJ >= 0) || math.IsInf(e.Zeta0MJ, 0):
-		return fmt.Errorf("zeta0 must be a finite number >= 0 mJ, got %v", e.Zeta0MJ)
-	case e.BetaMJ == 0 && e.Zeta0MJ == 0:
-		return fmt.Errorf("beta and zeta0 are both 0: batches would cost no energy")
-	}
-	return nil
-}
-
 // MinRequestsPerJoule is the lower bound on ad-hoc batching's energy
 // efficiency, 1/(beta + zeta0/E[B]) with E[B] replaced by MinMeanBatch,
 // converted from requests per mJ to requests per J.
-func (m Model) MinRequestsPerJoule(lambdaPerMs float64, e Energy) (float64, error) {
+func (m Model) MinRequestsPerJoule(lambdaPerMs float64, e batchcost.Energy) (float64, error) {
 	if err := e.Validate(); err != nil {
 		return 0, err
+	}
+	if e.BetaMJ == 0 && e.Zeta0MJ == 0 {
+		return 0, fmt.Errorf("beta and zeta0 are both 0: batches would cost no energy")
 	}
 	b, err := m.MinMeanBatch(lambdaPerMs)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/profile"
 	"github.com/ratebatch/ratebatch/smdp"
 )
@@ -109,7 +110,7 @@ func TestPhiBoundsExactAdHocLatency(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sm := smdp.Model{AlphaMs: m.AlphaMs, Tau0Ms: m.Tau0Ms, MaxBatch: bmax, LambdaPerMs: l}
+			sm := smdp.Model{Latency: batchcost.Latency(m), MaxBatch: bmax, LambdaPerMs: l}
 			ev, err := smdp.Evaluate(sm, smdp.Options{W1: 1, Epsilon: 1, SMax: bmax, IterMax: 1}, smdp.AdHoc(sm, bmax))
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +137,7 @@ func TestPhiBoundsExactAdHocLatency(t *testing.T) {
 
 func TestMinRequestsPerJoule(t *testing.T) {
 	m := Model{AlphaMs: 0.3051, Tau0Ms: 1.052}
-	e := Energy{BetaMJ: 19.90, Zeta0MJ: 19.60}
+	e := batchcost.Energy{BetaMJ: 19.90, Zeta0MJ: 19.60}
 	low, err := m.MinRequestsPerJoule(0, e)
 	if err != nil {
 		t.Fatal(err)
@@ -172,9 +173,15 @@ func TestInvalidInput(t *testing.T) {
 		{"unstable", func() error { _, err := good.Latency(2); return err }, "unstable"},
 		{"target below tau(1)", func() error { _, err := good.MaxRate(1.5); return err }, "lone request"},
 		{"target NaN", func() error { _, err := good.MaxRate(math.NaN()); return err }, "target"},
-		{"energy negative", func() error { _, err := good.MinRequestsPerJoule(0.1, Energy{-1, 1}); return err }, "beta"},
-		{"energy zero", func() error { _, err := good.MinRequestsPerJoule(0.1, Energy{}); return err }, "both 0"},
-		{"efficiency unstable", func() error { _, err := good.MinRequestsPerJoule(3, Energy{1, 1}); return err }, "unstable"},
+		{"energy negative", func() error {
+			_, err := good.MinRequestsPerJoule(0.1, batchcost.Energy{BetaMJ: -1, Zeta0MJ: 1})
+			return err
+		}, "beta"},
+		{"energy zero", func() error { _, err := good.MinRequestsPerJoule(0.1, batchcost.Energy{}); return err }, "both 0"},
+		{"efficiency unstable", func() error {
+			_, err := good.MinRequestsPerJoule(3, batchcost.Energy{BetaMJ: 1, Zeta0MJ: 1})
+			return err
+		}, "unstable"},
 	}
 	for _, tt := range tests {
 		if err := tt.call(); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -18,7 +18,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -151,16 +150,12 @@ func (o *Options) build(name string, prof profile.Profile, sla time.Duration) (p
 	case policy.NameStatic:
 		opts.Batch = min(DefaultStaticBatch, prof.MaxBatch)
 	case policy.NameSMDP:
-		opts.Params = map[string]string{"w1": ftoa(o.W1), "w2": ftoa(o.W2)}
+		opts.W1, opts.W2 = o.W1, o.W2
 	case policy.NameSlack:
-		if sla > 0 {
-			opts.Params = map[string]string{"sla": sla.String()}
-		}
+		opts.SLA = sla
 	}
 	return policy.New(name, opts)
 }
-
-func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Report is a comparison's outcome.
 type Report struct {
@@ -526,7 +521,7 @@ func stationary(pol policy.Policy, m smdp.Model, sMax int) (string, []int, bool)
 		if !(util > 0 && util <= 1) {
 			util = 1
 		}
-		b := policy.ChooseBatchFor(1000*m.LambdaPerMs, m.AlphaMs, m.Tau0Ms, p.From, m.MaxBatch, util)
+		b := policy.ChooseBatchFor(1000*m.LambdaPerMs, m.Latency, p.From, m.MaxBatch, util)
 		if p.Drain {
 			return fmt.Sprintf("limit:%d", b), smdp.ControlLimit(m, sMax, b), true
 		}
@@ -535,8 +530,8 @@ func stationary(pol policy.Policy, m smdp.Model, sMax int) (string, []int, bool)
 		b := min(p.Batch, m.MaxBatch)
 		return fmt.Sprintf("static:%d", b), smdp.Static(m, sMax, b), true
 	case *policy.SMDP:
-		e := policy.Estimate{Window: time.Second, RatePerSec: 1000 * m.LambdaPerMs, AlphaMs: m.AlphaMs, Tau0Ms: m.Tau0Ms,
-			BetaMJ: m.BetaMJ, Zeta0MJ: m.Zeta0MJ, HasEnergy: m.BetaMJ > 0 || m.Zeta0MJ > 0, MaxBatch: m.MaxBatch, Instances: 1}
+		e := policy.Estimate{Window: time.Second, RatePerSec: 1000 * m.LambdaPerMs, Latency: m.Latency,
+			Energy: m.Energy, HasEnergy: m.BetaMJ > 0 || m.Zeta0MJ > 0, MaxBatch: m.MaxBatch, Instances: 1}
 		if r, ok := p.Plan(e).(policy.SMDPRule); ok {
 			if t := r.Table(); len(t) == sMax+2 {
 				_, solved := r.Solution()
@@ -631,8 +626,8 @@ func quasiStatic(live *policy.SMDP, p profile.Profile, tr *trace.Series, w1, w2 
 		if rate <= 0 {
 			continue
 		}
-		e := policy.Estimate{Window: time.Second, RatePerSec: rate, AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms,
-			BetaMJ: p.BetaMJ, Zeta0MJ: p.Zeta0MJ, HasEnergy: true, MaxBatch: p.MaxBatch, Instances: 1}
+		e := policy.Estimate{Window: time.Second, RatePerSec: rate, Latency: p.Latency,
+			Energy: p.Energy, HasEnergy: true, MaxBatch: p.MaxBatch, Instances: 1}
 		r, ok := live.Plan(e).(policy.SMDPRule)
 		if !ok {
 			return 0, false

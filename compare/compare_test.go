@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/profile"
 	"github.com/ratebatch/ratebatch/sim"
@@ -218,8 +219,7 @@ func TestExactCostMatchesSimulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	live.MaxWait = 20 * time.Millisecond
-	e := policy.Estimate{Window: time.Second, RatePerSec: 1000 * m.LambdaPerMs, AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms,
-		BetaMJ: p.BetaMJ, Zeta0MJ: p.Zeta0MJ, HasEnergy: true, MaxBatch: p.MaxBatch, Instances: 1}
+	e := policy.Estimate{Window: time.Second, RatePerSec: 1000 * m.LambdaPerMs, Latency: batchcost.Latency{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms}, Energy: batchcost.Energy{BetaMJ: p.BetaMJ, Zeta0MJ: p.Zeta0MJ}, HasEnergy: true, MaxBatch: p.MaxBatch, Instances: 1}
 	table, ok := live.Plan(e).(policy.SMDPRule)
 	if !ok || table.ControlLimit() < 2 {
 		t.Fatalf("no table with a waiting region: %+v", live.Plan(e).Status())

@@ -7,6 +7,7 @@ import (
 	"math"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ratebatch/ratebatch/policy"
@@ -554,3 +555,5 @@ func (m md) limits() {
 	m.p("- The SMDP assumes Poisson arrivals at a known rate; the live smdp policy measures the rate per window and solves on a grid " +
 		"of rates 10% apart, so its table can be one grid step off.")
 }
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

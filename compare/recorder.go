@@ -77,7 +77,7 @@ func (rr recordedRule) Decide(q policy.Queue) policy.Decision {
 		r.concurrent++
 	}
 	// The simulator's batch end, to the nanosecond.
-	end := q.Now.Add(max(time.Duration(r.prof.TauMs(n)*float64(time.Millisecond)), 1))
+	end := q.Now.Add(max(r.prof.TauDuration(n), 1))
 	for _, at := range r.arrivals[r.head : r.head+n] {
 		ms := float64(end.Sub(at)) / float64(time.Millisecond)
 		r.sumMs += ms

@@ -8,7 +8,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -21,6 +23,9 @@ type Config struct {
 	Upstream    string `yaml:"upstream" help:"Triton's HTTP base URL, e.g. http://127.0.0.1:8000 (required)"`
 	Listen      string `yaml:"listen" help:"data address: serves Triton's HTTP API to clients"`
 	AdminListen string `yaml:"admin_listen" help:"admin address: /metrics, /status, policy changes; keep it private"`
+	GRPCListen  string `yaml:"grpc_listen" help:"gRPC address: serves Triton's gRPC API (inference.GRPCInferenceService) to clients; empty: off"`
+	// UpstreamGRPC is where gRPC calls are relayed; see UpstreamGRPCAddr.
+	UpstreamGRPC string `yaml:"upstream_grpc" help:"Triton's gRPC HOST:PORT for relayed gRPC calls (default: the upstream's host, port 8001)"`
 	// AdminToken guards mutating admin calls. It is never logged.
 	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
@@ -40,16 +45,12 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name          string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, slack, elastic, batchmonitor+, or passthrough (no batching)"`
-	Window        time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
-	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
-	Batch         int           `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
-	WaitBound     time.Duration `yaml:"wait_bound" help:"longest a partial batch is held (0: the policy's documented default)"`
-	SLA           time.Duration `yaml:"sla" help:"slack: latency target per request when the request carries no timeout parameter"`
-	W1            float64       `yaml:"w1" help:"smdp: weight of mean latency (per ms) in the cost"`
-	W2            float64       `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
-	MaxInFlight   int           `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
-	RowCap        int           `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
+	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
+	// Options are the policies' own parameters (policy.w1, policy.sla,
+	// ...), declared, documented and validated by package policy.
+	policy.Options `yaml:",inline"`
+	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -68,6 +69,7 @@ type UpstreamOpts struct {
 	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
+	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
 }
 
 // Power selects where energy figures come from.
@@ -94,6 +96,8 @@ type Model struct {
 	MaxBatchSize int `yaml:"max_batch_size"`
 	// SLA overrides policy.sla for this model.
 	SLA time.Duration `yaml:"sla"`
+	// LatencyBudget overrides policy.latency_budget for this model.
+	LatencyBudget string `yaml:"latency_budget"`
 }
 
 // Default returns the configuration used where nothing else is said.
@@ -102,11 +106,9 @@ func Default() Config {
 		Listen:      ":9000",
 		AdminListen: "127.0.0.1:9002",
 		Policy: Policy{
-			Name:          "batchmonitor+",
-			Window:        time.Second,
-			MaxQueueDelay: 5 * time.Millisecond,
-			W1:            1,
-			W2:            0,
+			Name:    "batchmonitor+",
+			Window:  time.Second,
+			Options: policy.Options{MaxQueueDelay: 5 * time.Millisecond, W1: 1},
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,
@@ -117,7 +119,7 @@ func Default() Config {
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
 		},
-		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1},
+		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second},
 		Power:     Power{Source: "none", Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
@@ -151,7 +153,18 @@ func (c *Config) Validate() error {
 	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		return fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen)
 	}
+	if c.GRPCListen != "" && (c.GRPCListen == c.Listen || c.GRPCListen == c.AdminListen) && !strings.HasSuffix(c.GRPCListen, ":0") {
+		return fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen)
+	}
+	if c.UpstreamGRPC != "" {
+		if host, port, err := net.SplitHostPort(c.UpstreamGRPC); err != nil || host == "" || port == "" {
+			return fieldErr("upstream_grpc", "must be HOST:PORT, got %q", c.UpstreamGRPC)
+		}
+	}
 	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {
+		return err
+	}
+	if err := validOptions("policy.", c.Policy.Options); err != nil {
 		return err
 	}
 	checks := []struct {
@@ -160,16 +173,7 @@ func (c *Config) Validate() error {
 		msg   string
 	}{
 		{"policy.window", c.Policy.Window <= 0, "must be > 0"},
-		{"policy.max_queue_delay", c.Policy.MaxQueueDelay < 0, "must be >= 0"},
-		{"policy.batch", c.Policy.Batch < 0, "must be >= 0"},
-		{"policy.wait_bound", c.Policy.WaitBound < 0, "must be >= 0"},
-		{"policy.sla", c.Policy.SLA < 0, "must be >= 0"},
-		{"policy.w1", !(c.Policy.W1 >= 0), "must be >= 0"},
-		{"policy.w2", !(c.Policy.W2 >= 0), "must be >= 0"},
-		{"policy.w1", c.Policy.W1 == 0 && c.Policy.W2 == 0, "w1 and w2 cannot both be 0"},
-		{"policy.w1", c.usesPolicy("smdp") && !(c.Policy.W1 > 0), "must be > 0 for the smdp policy (it prices latency; raise w2 to favour energy)"},
 		{"policy.max_in_flight", c.Policy.MaxInFlight < 0, "must be >= 0"},
-		{"policy.row_cap", c.Policy.RowCap < 0, "must be >= 0"},
 		{"limits.max_body_bytes", c.Limits.MaxBodyBytes <= 0, "must be > 0"},
 		{"limits.queue_rows", c.Limits.QueueRows <= 0, "must be > 0"},
 		{"limits.read_header_timeout", c.Limits.ReadHeaderTimeout <= 0, "must be > 0"},
@@ -180,6 +184,7 @@ func (c *Config) Validate() error {
 		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
+		{"upstream_client.hold", c.Upstreams.Hold < 0, "must be >= 0"},
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
@@ -216,21 +221,50 @@ func (c *Config) Validate() error {
 		if m.SLA < 0 {
 			return fieldErr(path+".sla", "must be >= 0")
 		}
+		if err := validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// usesPolicy reports whether any model may run the named policy.
-func (c *Config) usesPolicy(name string) bool {
-	if c.Policy.Name == name {
-		return true
+// UpstreamGRPCAddr is Triton's gRPC address: upstream_grpc, or by default
+// the upstream's host with Triton's gRPC port, 8001.
+func (c *Config) UpstreamGRPCAddr() string {
+	if c.UpstreamGRPC != "" {
+		return c.UpstreamGRPC
 	}
-	for _, m := range c.Models {
-		if m.Policy == name {
-			return true
-		}
+	u, err := url.Parse(c.Upstream)
+	if err != nil {
+		return ""
 	}
-	return false
+	return net.JoinHostPort(u.Hostname(), "8001")
+}
+
+// validOptions validates policy options (package policy owns their bounds)
+// and names the field at fault under prefix.
+func validOptions(prefix string, o policy.Options) error {
+	err := o.Validate()
+	var pe *policy.ParamError
+	if errors.As(err, &pe) {
+		return fieldErr(prefix+pe.Param, "%s", pe.Msg)
+	}
+	return err
+}
+
+// MetricsURL is Triton's Prometheus metrics URL for the triton energy
+// source: power.metrics_url, or by default the upstream's host with
+// Triton's metrics port, http://HOST:8002/metrics (an IPv6 host keeps its
+// brackets).
+func (c *Config) MetricsURL() string {
+	if c.Power.MetricsURL != "" {
+		return c.Power.MetricsURL
+	}
+	u, err := url.Parse(c.Upstream)
+	if err != nil {
+		return ""
+	}
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(u.Hostname(), "8002"), Path: "/metrics"}).String()
 }
 
 // ModelPolicy returns the policy name that applies to a model.

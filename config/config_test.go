@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -111,6 +113,11 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"bad env duration", "upstream: http://u", map[string]string{"RATEBATCH_LIMITS_READ_TIMEOUT": "soon"}, "limits.read_timeout"},
 		{"smdp without latency weight", "upstream: http://u\npolicy: {name: smdp, w1: 0, w2: 1}", nil, "policy.w1"},
 		{"negative queue", "upstream: http://u\nlimits: {queue_rows: -1}", nil, "limits.queue_rows"},
+		{"negative sla", "upstream: http://u\npolicy: {sla: -1s}", nil, "policy.sla"},
+		{"negative row cap from env", "upstream: http://u", map[string]string{"RATEBATCH_POLICY_ROW_CAP": "-1"}, "policy.row_cap"},
+		{"negative wait bound", "upstream: http://u\npolicy: {wait_bound: -1ms}", nil, "policy.wait_bound"},
+		{"latency budget below ad-hoc", "upstream: http://u\npolicy: {name: budget, latency_budget: 0.9x}", nil, "policy.latency_budget"},
+		{"bad model latency budget", "upstream: http://u\nmodels: {m: {latency_budget: soon}}", nil, "models.m.latency_budget"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,6 +137,32 @@ func TestUnknownYAMLKeyRefused(t *testing.T) {
 	_, err := Load(Source{File: writeFile(t, "upstream: http://u\npolicy:\n  windw: 1s\n")})
 	if err == nil || !strings.Contains(err.Error(), "windw") {
 		t.Fatalf("err = %v, want it to name the unknown key", err)
+	}
+}
+
+// The policies' parameters are package policy's typed Options: the file,
+// the environment and the flags fill them under their usual keys, and the
+// Go-only ones are no configuration keys.
+func TestPolicyOptionsFilledDirectly(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	BindFlags(fs)
+	if err := fs.Parse([]string{"--policy-w2", "0.5"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(Source{
+		File:      writeFile(t, "upstream: http://u\npolicy: {name: smdp, sla: 50ms, batch: 4}\n"),
+		LookupEnv: env(map[string]string{"RATEBATCH_POLICY_ROW_CAP": "48"}),
+		Flags:     fs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := policy.Options{MaxQueueDelay: 5 * time.Millisecond, Batch: 4, SLA: 50 * time.Millisecond, W1: 1, W2: 0.5, RowCap: 48}
+	if c.Policy.Options != want {
+		t.Fatalf("policy options %+v, want %+v", c.Policy.Options, want)
+	}
+	if _, err := Load(Source{File: writeFile(t, "upstream: http://u\npolicy: {util: 0.5}\n")}); err == nil || !strings.Contains(err.Error(), "util") {
+		t.Fatalf("a Go-only parameter as a YAML key: err = %v", err)
 	}
 }
 
@@ -234,3 +267,42 @@ func TestConfigDocUpToDate(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIG.md's option table")
+
+func TestUpstreamGRPCAddr(t *testing.T) {
+	for _, tc := range []struct{ upstream, grpc, want string }{
+		{"http://triton:8000", "", "triton:8001"},
+		{"http://[::1]:8000/base", "", "[::1]:8001"},
+		{"https://triton.example", "", "triton.example:8001"},
+		{"http://triton:8000", "other:9001", "other:9001"},
+	} {
+		c := Config{Upstream: tc.upstream, UpstreamGRPC: tc.grpc}
+		if got := c.UpstreamGRPCAddr(); got != tc.want {
+			t.Errorf("upstream %q, upstream_grpc %q: got %q, want %q", tc.upstream, tc.grpc, got, tc.want)
+		}
+	}
+	bad := Default()
+	bad.Upstream = "http://triton:8000"
+	bad.UpstreamGRPC = "triton"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "upstream_grpc") {
+		t.Errorf("upstream_grpc without a port: got %v, want an upstream_grpc error", err)
+	}
+	bad.UpstreamGRPC, bad.GRPCListen = "", bad.Listen
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "grpc_listen") {
+		t.Errorf("grpc_listen = listen: got %v, want a grpc_listen error", err)
+	}
+}
+
+func TestMetricsURL(t *testing.T) {
+	for _, tc := range []struct{ upstream, metrics, want string }{
+		{"http://triton:8000", "", "http://triton:8002/metrics"},
+		{"http://[::1]:8000", "", "http://[::1]:8002/metrics"},
+		{"https://[2001:db8::7]/base", "", "http://[2001:db8::7]:8002/metrics"},
+		{"http://127.0.0.1:8000", "", "http://127.0.0.1:8002/metrics"},
+		{"http://[::1]:8000", "http://gpu-host:9400/metrics", "http://gpu-host:9400/metrics"},
+	} {
+		c := Config{Upstream: tc.upstream, Power: Power{MetricsURL: tc.metrics}}
+		if got := c.MetricsURL(); got != tc.want {
+			t.Errorf("upstream %q, metrics_url %q: got %q, want %q", tc.upstream, tc.metrics, got, tc.want)
+		}
+	}
+}

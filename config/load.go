@@ -34,13 +34,12 @@ var options = collect(reflect.TypeOf(Config{}), nil, "")
 
 func collect(t reflect.Type, index []int, prefix string) []option {
 	var out []option
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" || f.Tag.Get("noflag") == "true" {
+	for _, yf := range yamlFields(t) {
+		f, name := yf.field, yf.name
+		if f.Tag.Get("noflag") == "true" {
 			continue
 		}
-		idx := append(append([]int(nil), index...), i)
+		idx := append(append([]int(nil), index...), yf.index...)
 		path := prefix + name
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 			out = append(out, collect(f.Type, idx, path+".")...)

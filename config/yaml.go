@@ -81,19 +81,45 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
 	return nil
 }
 
+// yamlField is a struct field as the YAML file sees it: the fields of a
+// struct embedded with `yaml:",inline"` (config.Policy's policy.Options)
+// are the outer struct's own keys.
+type yamlField struct {
+	name  string
+	index []int // reflect field index path from the outer struct
+	field reflect.StructField
+}
+
+// yamlFields lists t's YAML keys in declaration order; fields without a
+// name or tagged "-" are not keys.
+func yamlFields(t reflect.Type) []yamlField {
+	var out []yamlField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opts == "inline" && f.Type.Kind() == reflect.Struct {
+			for _, in := range yamlFields(f.Type) {
+				in.index = append([]int{i}, in.index...)
+				out = append(out, in)
+			}
+			continue
+		}
+		if name != "" && name != "-" && f.IsExported() {
+			out = append(out, yamlField{name: name, index: []int{i}, field: f})
+		}
+	}
+	return out
+}
+
 func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
 	if n.Kind != yaml.MappingNode {
 		return nodeErr(n, path, "wants a mapping of keys, got %s", describe(n))
 	}
-	t := v.Type()
-	fields := map[string]int{}
+	fields := map[string][]int{}
 	var names []string
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if name != "" && name != "-" {
-			fields[name] = i
-			names = append(names, name)
-		}
+	for _, f := range yamlFields(v.Type()) {
+		fields[f.name] = f.index
+		names = append(names, f.name)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
@@ -102,7 +128,7 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
 			slices.Sort(names)
 			return nodeErr(k, join(path, k.Value), "unknown key (known here: %s)", strings.Join(names, ", "))
 		}
-		if err := decodeNode(val, v.Field(idx), join(path, k.Value)); err != nil {
+		if err := decodeNode(val, v.FieldByIndex(idx), join(path, k.Value)); err != nil {
 			return err
 		}
 	}
@@ -211,12 +237,8 @@ func document(v reflect.Value) any {
 		return Bytes(v.Int()).String()
 	case t.Kind() == reflect.Struct:
 		out := map[string]any{}
-		for i := 0; i < t.NumField(); i++ {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-			if name == "" || name == "-" || !t.Field(i).IsExported() {
-				continue
-			}
-			out[name] = document(v.Field(i))
+		for _, f := range yamlFields(t) {
+			out[f.name] = document(v.FieldByIndex(f.index))
 		}
 		return out
 	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:

@@ -198,6 +198,16 @@ func TestComposeRatebatchConfig(t *testing.T) {
 		t.Errorf("listen %s: clients expect Triton's usual HTTP port 8000", cfg.Listen)
 	}
 
+	// gRPC door: published as Triton's usual 8001, relaying to Triton's gRPC port.
+	grpcListen := mustPort(t, "grpc_listen", cfg.GRPCListen)
+	if grpcListen != "8001" || !slices.Contains(rb.Ports, grpcListen+":"+grpcListen) {
+		t.Errorf("grpc_listen %s: want Triton's usual gRPC port 8001, published as 8001:8001 (ports %q)", cfg.GRPCListen, rb.Ports)
+	}
+	tritonGRPC, _ := flagValue(triton.Command, "--grpc-port")
+	if host, port, _ := net.SplitHostPort(cfg.UpstreamGRPCAddr()); host != "triton" || port != tritonGRPC {
+		t.Errorf("upstream_grpc %s: want triton:%s (triton's --grpc-port)", cfg.UpstreamGRPCAddr(), tritonGRPC)
+	}
+
 	// Admin port: reachable from the Prometheus container, and scraped.
 	host, admin, _ := net.SplitHostPort(cfg.AdminListen)
 	if host != "" && host != "0.0.0.0" && host != "::" {
@@ -382,6 +392,16 @@ func TestKubernetesRatebatchConfig(t *testing.T) {
 	}
 	if tritonHTTP == mustPort(t, "listen", cfg.Listen) {
 		t.Errorf("Triton's --http-port %s collides with ratebatch's listen port", tritonHTTP)
+	}
+	tritonGRPC, _ := flagValue(triton.Args, "--grpc-port")
+	if got, want := mustPort(t, "grpc_listen", cfg.GRPCListen), rb.port("grpc"); got != want || got != "8001" {
+		t.Errorf("grpc_listen %s, but the container port named grpc is %s (want Triton's usual 8001)", cfg.GRPCListen, want)
+	}
+	if host, port, _ := net.SplitHostPort(cfg.UpstreamGRPCAddr()); host != "127.0.0.1" && host != "localhost" || port != tritonGRPC || port != triton.port("triton-grpc") {
+		t.Errorf("upstream_grpc %s: want Triton's gRPC port in the same pod, 127.0.0.1:%s", cfg.UpstreamGRPCAddr(), tritonGRPC)
+	}
+	if tritonGRPC == mustPort(t, "grpc_listen", cfg.GRPCListen) {
+		t.Errorf("Triton's --grpc-port %s collides with ratebatch's grpc_listen port", tritonGRPC)
 	}
 	if cfg.Power.Source == "triton" {
 		if u := metricsURL(t, cfg); u.Port() != tritonMetrics || u.Port() != triton.port("triton-metrics") {

@@ -40,8 +40,15 @@ type ModelSpec struct {
 // Options configure a Dispatcher.
 type Options struct {
 	Upstream Upstream
-	// Retries of a batch after a connection error.
-	Retries int
+	// Retries of a batch after a connection error, each after a jittered
+	// pause growing from RetryBackoff (0: 10ms) to 100ms.
+	Retries      int
+	RetryBackoff time.Duration
+	// Hold is how long a caller waits for an upstream that refuses
+	// connections to come back before it gets 503, counted from its arrival;
+	// a caller's own Expire (Triton's timeout parameter) wins when earlier.
+	// 0: no hold, the batch fails once its retries are spent.
+	Hold time.Duration
 	// RetryAfter is what 503s on overload advise.
 	RetryAfter time.Duration
 	Metrics    *Metrics
@@ -56,6 +63,7 @@ type Options struct {
 type Dispatcher struct {
 	o       Options
 	now     func() time.Time
+	health  *upstreamHealth
 	mu      sync.RWMutex
 	models  map[string]*modelQueue
 	wg      sync.WaitGroup // queue loops
@@ -73,7 +81,7 @@ func New(o Options) *Dispatcher {
 		o.Metrics = NewMetrics(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
 }
 
 // Errors a caller may get before its call is queued.
@@ -137,9 +145,9 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	}
 	// The caller decides, and runs its own batch if one leaves now: at low
 	// load a request then never waits for another goroutine to wake.
-	if mine := q.decide(c, false); mine != nil {
+	if mine := q.afterArrival(c); mine != nil {
 		q.execute(*mine)
-		q.decide(nil, false) // what queued meanwhile goes to the workers
+		q.afterOwnBatch()
 	}
 	select {
 	case r := <-c.done:
@@ -268,8 +276,8 @@ func (q *modelQueue) enqueue(c *Call) error {
 	case q.rows+c.Rows > q.spec.QueueRows:
 		q.mu.Unlock()
 		m.rejected(q.name, "queue_full")
-		return &kserve.Error{Status: http.StatusServiceUnavailable,
-			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}
+		return &queueFull{&kserve.Error{Status: http.StatusServiceUnavailable,
+			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}}
 	}
 	c.arrived = now
 	c.level = c.Priority
@@ -316,13 +324,21 @@ func (q *modelQueue) withdraw(c *Call) bool {
 	return true
 }
 
+// The queue is decided on by three kinds of goroutine, each at its own
+// moment: the decision loop (run) on rule changes, wake-ups and signals;
+// a caller right after enqueueing (afterArrival, then afterOwnBatch); and a
+// worker whose batch just freed an instance (afterWorkerBatch). All form
+// batches with the same pass (form); they differ in which batch, if any,
+// they run themselves and in who keeps the rule's next appointment.
+
 // run is the decision loop: it re-decides on every arrival, completion,
-// rule change and on the wake-up time the rule asked for.
+// rule change and on the wake-up time the rule asked for, and keeps those
+// appointments itself. Every batch it forms goes to a worker.
 func (q *modelQueue) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		next, _ := q.step(nil, false)
+		next := q.dispatch(nil)
 		if !next.IsZero() {
 			timer.Reset(max(next.Sub(q.d.now()), 0))
 		}
@@ -341,25 +357,67 @@ func (q *modelQueue) run(ctx context.Context) {
 	}
 }
 
-// decide runs a decision pass on the calling goroutine. It returns the
-// batch holding own, for the caller to execute itself, or with keep set,
-// the first batch; the other batches go to workers. When the rule asks to
-// decide again at a later time, the decision loop is woken to keep that
-// appointment.
-func (q *modelQueue) decide(own *Call, keep bool) *batch {
-	next, mine := q.step(own, keep)
-	if !next.IsZero() {
-		q.signal()
-	}
+// afterArrival is Submit's pass right after own was queued. It returns the
+// batch holding own, if one leaves now, for the caller to run on its own
+// goroutine (no hand-off at low load); the other batches go to workers.
+func (q *modelQueue) afterArrival(own *Call) *batch {
+	var mine *batch
+	q.keepAppointment(q.dispatch(func(b *batch) bool {
+		if mine == nil && slices.Contains(b.calls, own) {
+			mine = b
+			return true
+		}
+		return false
+	}))
 	return mine
 }
 
-// step sends every batch the rule wants now and returns when to decide
-// again (zero: on the next event). The batch holding own (or with keep,
-// the first batch) is returned instead of sent.
-func (q *modelQueue) step(own *Call, keep bool) (next time.Time, mine *batch) {
-	var batches []batch
+// afterOwnBatch is Submit's pass once the caller ran its own batch: what
+// queued meanwhile goes to workers.
+func (q *modelQueue) afterOwnBatch() { q.keepAppointment(q.dispatch(nil)) }
+
+// afterWorkerBatch is a worker's pass once its batch freed an instance: the
+// first batch that leaves is returned for the worker to run next itself,
+// the others go to other workers.
+func (q *modelQueue) afterWorkerBatch() *batch {
+	var mine *batch
+	q.keepAppointment(q.dispatch(func(b *batch) bool {
+		if mine == nil {
+			mine = b
+			return true
+		}
+		return false
+	}))
+	return mine
+}
+
+// keepAppointment wakes the decision loop when the rule asked to decide
+// again at a later time: a caller or a worker does not wait for it.
+func (q *modelQueue) keepAppointment(next time.Time) {
+	if !next.IsZero() {
+		q.signal()
+	}
+}
+
+// dispatch forms every batch the rule wants now and launches each on a
+// worker, except those keep claims for the calling goroutine. It returns
+// when to decide again (zero: on the next event).
+func (q *modelQueue) dispatch(keep func(*batch) bool) (next time.Time) {
+	batches, next := q.form()
+	for i := range batches {
+		if keep != nil && keep(&batches[i]) {
+			continue
+		}
+		q.launch(batches[i])
+	}
+	return next
+}
+
+// form takes out of the queue every batch the rule wants now, counting
+// them in flight, and returns them with when to decide again.
+func (q *modelQueue) form() (batches []batch, next time.Time) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	now := q.d.now()
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
@@ -400,23 +458,15 @@ func (q *modelQueue) step(own *Call, keep bool) (next time.Time, mine *batch) {
 			q.inFlightRows += rows
 			q.batchesSent++
 			q.rowsSent += int64(rows)
-			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner})
+			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner,
+				instances: q.spec.Instances})
 		}
 	}
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
 		q.idleClosed = true
 		close(q.idle)
 	}
-	q.mu.Unlock()
-	for i := range batches {
-		b := &batches[i]
-		if mine == nil && (keep || own != nil && slices.Contains(b.calls, own)) {
-			mine = b
-			continue
-		}
-		q.launch(*b)
-	}
-	return next, mine
+	return batches, next
 }
 
 // launch hands a batch to an idle worker, or starts one. Workers outlive
@@ -437,7 +487,7 @@ func (q *modelQueue) worker(b batch) {
 		q.execute(b)
 		// The instance it used is free: the worker decides and goes on with
 		// the next batch itself.
-		if next := q.decide(nil, true); next != nil {
+		if next := q.afterWorkerBatch(); next != nil {
 			b = *next
 			continue
 		}
@@ -508,4 +558,7 @@ type batch struct {
 	rows    int
 	sent    time.Time
 	planner Planner // the model's planner when the batch left, to learn from it
+	// instances is the model's instance limit when the batch left: it also
+	// bounds the caller-by-caller resends of a batch the upstream refused.
+	instances int
 }

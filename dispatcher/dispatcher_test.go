@@ -28,14 +28,31 @@ type fakeUpstream struct {
 	connErrs atomic.Int32 // fail this many calls with a connection error
 	status   atomic.Int32 // answer every call with this status when non-zero
 	timeout  atomic.Bool
+	refuse   atomic.Bool  // refuse connections: the upstream is down
+	calls    atomic.Int32 // Infer calls so far
+	refused  atomic.Int32 // calls refused while down
+	running  atomic.Int32 // calls in progress
+	peak     atomic.Int32 // most calls in progress at once
+	slow     atomic.Int64 // nanoseconds every call takes
 }
 
 const badValue = -999
 
 func (u *fakeUpstream) Infer(model, version string, batch Body) (*Reply, error) {
+	u.calls.Add(1)
+	n := u.running.Add(1)
+	defer u.running.Add(-1)
+	for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
+	}
+	if u.refuse.Load() {
+		time.Sleep(time.Millisecond) // a refused dial is not instant: concurrent ones overlap
+		u.refused.Add(1)
+		return nil, &ConnError{Err: errors.New("dial tcp: connect: connection refused"), Dial: true}
+	}
 	if u.gate != nil {
 		<-u.gate
 	}
+	time.Sleep(time.Duration(u.slow.Load()))
 	if u.connErrs.Add(-1) >= 0 {
 		return nil, &ConnError{Err: errors.New("connection reset by peer")}
 	}
@@ -298,6 +315,45 @@ func TestBadMemberFailsAlone(t *testing.T) {
 	assertAccounting(t, h.m, 3)
 }
 
+// The caller-by-caller resends of a refused batch stay within the model's
+// instance limit.
+func TestBadMemberResendsBounded(t *testing.T) {
+	up := &fakeUpstream{gate: make(chan struct{})}
+	up.slow.Store(int64(5 * time.Millisecond))
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 8, MaxWait: time.Hour}, ModelSpec{Instances: 2}, up)
+	calls := make([]*Call, 8)
+	results := make([]Result, 8)
+	var wg sync.WaitGroup
+	for i := range calls {
+		calls[i] = call(t, int32(10*i+10), 1)
+		if i == 3 {
+			calls[i] = call(t, badValue, 1)
+		}
+		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", calls[i]) })
+	}
+	waitFor(t, func() bool { return up.calls.Load() == 1 }) // the full batch is at the gate
+	close(up.gate)
+	wg.Wait()
+	for i, c := range calls {
+		if i == 3 {
+			if status(results[i].Err) != 400 {
+				t.Fatalf("bad member: %v, want 400", results[i].Err)
+			}
+			continue
+		}
+		if err := checkAnswer(c, results[i]); err != nil {
+			t.Fatalf("good member %d: %v", i, err)
+		}
+	}
+	if p := up.peak.Load(); p > 2 {
+		t.Fatalf("%d calls at once reached the upstream, want at most the 2 instances", p)
+	}
+	if got := up.calls.Load(); got != 9 {
+		t.Fatalf("%d upstream calls, want the batch and 8 resends", got)
+	}
+	assertAccounting(t, h.m, 8)
+}
+
 func TestAdmission(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
 	defer close(up.gate)
@@ -399,4 +455,35 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Drain past its deadline answers what is still queued with 503 rather than
+// leaving it waiting for an instance that a hung batch holds.
+func TestDrainTimeoutFailsQueued(t *testing.T) {
+	up := &fakeUpstream{gate: make(chan struct{})}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 1}, up)
+	first, queued := call(t, 1, 1), call(t, 2, 1)
+	firstDone, queuedDone := make(chan Result, 1), make(chan Result, 1)
+	go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	go func() { queuedDone <- h.d.Submit(context.Background(), "simple", queued) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.d.Drain(ctx); err == nil {
+		t.Fatal("drain returned nil with a batch stuck upstream")
+	}
+	r := <-queuedDone
+	if status(r.Err) != http.StatusServiceUnavailable || r.Err.Error() != "proxy shut down before the request was sent" {
+		t.Fatalf("queued call on drain timeout: %v, want 503 'proxy shut down before the request was sent'", r.Err)
+	}
+	if s := h.d.Snapshots()[0]; s.QueuedRows != 0 {
+		t.Fatalf("%d rows still queued after the drain timeout", s.QueuedRows)
+	}
+	close(up.gate) // the stuck batch completes and is still answered
+	if err := checkAnswer(first, <-firstDone); err != nil {
+		t.Fatalf("the batch in flight: %v", err)
+	}
+	assertAccounting(t, h.m, 2)
 }

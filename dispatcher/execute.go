@@ -21,7 +21,7 @@ func (q *modelQueue) execute(b batch) {
 	if q.d.o.Busy != nil {
 		busyEnd = q.d.o.Busy(q.name)
 	}
-	results, latency, ok := q.send(b.calls)
+	results, latency, ok := q.send(b)
 	if ok {
 		b.planner.Observe(b.rows, latency)
 		q.series.upstream.Observe(latency.Seconds())
@@ -49,27 +49,31 @@ func (q *modelQueue) execute(b batch) {
 	// No signal: whoever executed the batch decides next (Submit, worker).
 }
 
-// send runs a batch upstream: one retry per connection error as configured,
-// and when the upstream rejects a batch of several callers as a bad request,
-// each caller again on its own so that only the bad one fails. ok reports a
-// whole-batch success, whose latency teaches the monitor.
-func (q *modelQueue) send(calls []*Call) (results []Result, latency time.Duration, ok bool) {
+// send runs a batch upstream: connection errors are retried as configured
+// and held out while the upstream is down (see attempt); when the upstream
+// rejects a batch of several callers as a bad request, each caller goes
+// again on its own, at most the model's instance limit at once, so that
+// only the bad one fails. ok reports a whole-batch success, whose latency
+// teaches the monitor.
+func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok bool) {
+	calls := b.calls
 	reqs := make([]*kserve.Request, len(calls))
 	for i, c := range calls {
 		reqs[i] = c.Req
 	}
 	version := calls[0].Version
-	results, latency, status := q.sendMerged(version, reqs)
+	results, latency, status := q.sendMerged(version, reqs, q.holdUntil(calls...))
 	if status == http.StatusBadRequest && len(calls) > 1 {
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
+		slots := make(chan struct{}, max(b.instances, 1))
 		var wg sync.WaitGroup
 		for i := range reqs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rs, _, _ := q.sendMerged(version, reqs[i:i+1])
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				rs, _, _ := q.sendMerged(version, reqs[i:i+1], q.holdUntil(calls[i]))
 				results[i] = rs[0]
-			}()
+			})
 		}
 		wg.Wait()
 		return results, 0, false
@@ -77,9 +81,29 @@ func (q *modelQueue) send(calls []*Call) (results []Result, latency time.Duratio
 	return results, latency, status == http.StatusOK
 }
 
+// holdUntil is how long calls may wait for an upstream that is down: the
+// earliest of their deadlines, each its Expire or else its arrival plus
+// Options.Hold. Zero means no hold.
+func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
+	var until time.Time
+	for _, c := range calls {
+		d := c.Expire
+		if d.IsZero() {
+			if q.d.o.Hold <= 0 {
+				return time.Time{}
+			}
+			d = c.arrived.Add(q.d.o.Hold)
+		}
+		if until.IsZero() || d.Before(until) {
+			until = d
+		}
+	}
+	return until
+}
+
 // sendMerged merges reqs, posts them and splits the answer. status is the
 // upstream's HTTP status, or 0 when there was none.
-func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUntil time.Time) ([]Result, time.Duration, int) {
 	name := q.name
 	m := q.d.o.Metrics
 	fail := func(status int, format string, args ...any) ([]Result, time.Duration, int) {
@@ -94,22 +118,14 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request) ([]Resul
 	if err != nil {                     // the proxy only queues calls of one key together
 		return fail(http.StatusInternalServerError, "forming the batch: %v", err)
 	}
-	var reply *Reply
-	var start time.Time
-	for attempt := 0; ; attempt++ {
-		start = q.d.now()
-		reply, err = q.d.o.Upstream.Infer(name, version, b)
-		var ce *ConnError
-		if err == nil || !errors.As(err, &ce) || attempt >= q.d.o.Retries {
-			break
-		}
-		m.UpstreamErrors.WithLabelValues(name, "connection_retry").Inc()
-	}
-	latency := q.d.now().Sub(start)
+	reply, latency, err := q.attempt(version, b, holdUntil)
 	switch {
 	case errors.Is(err, ErrUpstreamTimeout):
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
 		return fail(http.StatusGatewayTimeout, "upstream did not answer model '%s' in time", name)
+	case errors.Is(err, errUpstreamDown):
+		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
+		return fail(http.StatusServiceUnavailable, "upstream for model '%s' is down: %v", name, err)
 	case err != nil:
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %v", name, err)
@@ -154,4 +170,88 @@ func statusClass(s int) string {
 		return "4xx"
 	}
 	return "other"
+}
+
+// errUpstreamDown ends a batch held past its deadline for an upstream that
+// refuses connections: its callers get a 503, as for any unavailable
+// service, rather than the 502 of a connection that broke.
+var errUpstreamDown = errors.New("refusing connections")
+
+// attempt posts a merged batch until the upstream answers. A connection
+// error is retried up to Options.Retries times after a jittered pause. A
+// connection that cannot be made marks the upstream down, and while it is
+// down the batch does not give up at its retries but is held until
+// holdUntil: one held batch at a time tries the upstream (the probe), the
+// others wait for its outcome, and all resume once it answers. Past
+// holdUntil a batch that cannot reach the upstream fails at once with
+// errUpstreamDown. latency is the last attempt's.
+func (q *modelQueue) attempt(version string, b Body, holdUntil time.Time) (reply *Reply, latency time.Duration, err error) {
+	h, m, name := q.d.health, q.d.o.Metrics, q.name
+	held := func() bool { return q.d.now().Before(holdUntil) }
+	probe := false // this batch holds the probe role
+	giveUp := func(err error) (*Reply, time.Duration, error) {
+		if probe {
+			h.release()
+		}
+		return nil, latency, err
+	}
+	for retries, failures := 0, 0; ; {
+		if !probe {
+			var send bool
+			var wait <-chan struct{}
+			if send, probe, wait = h.admit(); !send {
+				// Another batch is probing the down upstream: wait for its
+				// outcome, or give up at the deadline without a try.
+				if !held() {
+					return giveUp(fmt.Errorf("%w (not back within the caller's deadline)", errUpstreamDown))
+				}
+				t := time.NewTimer(holdUntil.Sub(q.d.now()))
+				select {
+				case <-wait:
+				case <-t.C:
+				case <-q.d.ctx.Done():
+					t.Stop()
+					return giveUp(fmt.Errorf("%w (proxy shutting down)", errUpstreamDown))
+				}
+				t.Stop()
+				continue
+			}
+		}
+		start := q.d.now()
+		reply, err = q.d.o.Upstream.Infer(name, version, b)
+		latency = q.d.now().Sub(start)
+		var ce *ConnError
+		if !errors.As(err, &ce) {
+			h.reached() // an answer, or a timeout of a request it took
+			return reply, latency, err
+		}
+		failures++
+		if ce.Dial && h.refused() {
+			m.UpstreamErrors.WithLabelValues(name, "marked_down").Inc()
+		}
+		if probe && !ce.Dial {
+			// The connection was made and then broke: the upstream is
+			// there or coming up. Let the next batch's try tell.
+			h.release()
+			probe = false
+		}
+		switch {
+		case ce.Dial && held():
+			m.UpstreamErrors.WithLabelValues(name, "held").Inc()
+		case retries < q.d.o.Retries:
+			retries++
+			m.UpstreamErrors.WithLabelValues(name, "connection_retry").Inc()
+		case ce.Dial:
+			return giveUp(fmt.Errorf("%w: %v", errUpstreamDown, err))
+		default:
+			return giveUp(err)
+		}
+		pause := backoff(q.d.o.RetryBackoff, failures)
+		if ce.Dial && !holdUntil.IsZero() {
+			pause = min(pause, max(holdUntil.Sub(q.d.now()), 0))
+		}
+		if !sleep(q.d.ctx, pause) {
+			return giveUp(fmt.Errorf("%w (proxy shutting down)", errUpstreamDown))
+		}
+	}
 }

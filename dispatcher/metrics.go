@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"model"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_upstream_errors_total",
-			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry).",
+			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry; held: a refused connection while the batch waits for the upstream; marked_down: the upstream taken for down).",
 		}, []string{"model", "kind"}),
 	}
 	if reg != nil {

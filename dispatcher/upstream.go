@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"sync"
@@ -54,8 +55,13 @@ type Reply struct {
 var ErrUpstreamTimeout = errors.New("upstream did not answer in time")
 
 // ConnError wraps a failure to reach the upstream or a dropped connection:
-// the batch may be retried.
-type ConnError struct{ Err error }
+// the batch may be retried. Dial is set when no connection could be made
+// (refused, unreachable, dial timeout): nothing reached the upstream, and
+// the dispatcher takes it for down until a probe gets an answer.
+type ConnError struct {
+	Err  error
+	Dial bool
+}
 
 func (e *ConnError) Error() string { return "upstream connection: " + e.Err.Error() }
 func (e *ConnError) Unwrap() error { return e.Err }
@@ -83,6 +89,13 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	// connection errors, and only as often as configured.
 	hc.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
 	return &HTTPUpstream{hc: hc, base: u.Scheme + "://" + u.Host + trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
+}
+
+// isDialError reports whether err is a failure to make a connection, as
+// opposed to one that broke after it was made.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, fasthttp.ErrDialTimeout)
 }
 
 func trimSlash(p string) string {
@@ -125,7 +138,7 @@ func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			return nil, ErrUpstreamTimeout
 		}
-		return nil, &ConnError{Err: err}
+		return nil, &ConnError{Err: err, Dial: isDialError(err)}
 	}
 	hl := -1
 	if v := resp.Header.Peek(kserve.HeaderContentLength); len(v) > 0 {

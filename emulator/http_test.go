@@ -68,7 +68,7 @@ func TestEndpoints(t *testing.T) {
 			if _, ok := raw["dynamic_batching"]; ok {
 				t.Error("config has dynamic_batching; the emulator executes each request as one batch")
 			}
-			var c modelConfig
+			var c kserve.ModelConfig
 			mustUnmarshal(t, b, &c)
 			if c.MaxBatchSize != 8 || c.Input[0].DataType != "TYPE_INT32" || !slices.Equal(c.Input[0].Dims, []int64{16}) {
 				t.Errorf("config = %+v, want max_batch_size 8, TYPE_INT32 dims [16]", c)
@@ -78,14 +78,14 @@ func TestEndpoints(t *testing.T) {
 			}
 		}},
 		{"GET", "/v2/models/image/config", "", 200, func(t *testing.T, b []byte) {
-			var c modelConfig
+			var c kserve.ModelConfig
 			mustUnmarshal(t, b, &c)
 			if c.MaxBatchSize != p.MaxBatch || c.Output[0].DataType != "TYPE_FP32" || !slices.Equal(c.Output[0].Dims, []int64{1000}) {
 				t.Errorf("image config = %+v, want max_batch_size %d (the preset's), TYPE_FP32 [1000] out", c, p.MaxBatch)
 			}
 		}},
 		{"GET", "/v2/models/simple_nobatch/versions/1/config", "", 200, func(t *testing.T, b []byte) {
-			var c modelConfig
+			var c kserve.ModelConfig
 			mustUnmarshal(t, b, &c)
 			if c.MaxBatchSize != 0 {
 				t.Errorf("max_batch_size = %d, want 0", c.MaxBatchSize)

@@ -36,55 +36,6 @@ func (m *model) metadata() kserve.ModelMetadata {
 	return md
 }
 
-// modelConfig is the subset of Triton's ModelConfig (model_config.proto, in
-// the JSON form of GET /v2/models/{m}/config) that describes the emulated
-// models. dynamic_batching is absent on purpose: the emulator, like Triton
-// without a dynamic batcher, executes each request as one batch.
-type modelConfig struct {
-	Name                 string          `json:"name"`
-	Platform             string          `json:"platform"`
-	Backend              string          `json:"backend"`
-	VersionPolicy        map[string]any  `json:"version_policy"`
-	MaxBatchSize         int             `json:"max_batch_size"`
-	Input                []configInput   `json:"input"`
-	Output               []configOutput  `json:"output"`
-	BatchInput           []any           `json:"batch_input"`
-	BatchOutput          []any           `json:"batch_output"`
-	InstanceGroup        []instanceGroup `json:"instance_group"`
-	DefaultModelFilename string          `json:"default_model_filename"`
-	Parameters           map[string]any  `json:"parameters"`
-	ModelWarmup          []any           `json:"model_warmup"`
-}
-
-type configInput struct {
-	Name             string  `json:"name"`
-	DataType         string  `json:"data_type"`
-	Format           string  `json:"format"`
-	Dims             []int64 `json:"dims"`
-	IsShapeTensor    bool    `json:"is_shape_tensor"`
-	AllowRaggedBatch bool    `json:"allow_ragged_batch"`
-	Optional         bool    `json:"optional"`
-}
-
-type configOutput struct {
-	Name          string  `json:"name"`
-	DataType      string  `json:"data_type"`
-	Dims          []int64 `json:"dims"`
-	LabelFilename string  `json:"label_filename"`
-	IsShapeTensor bool    `json:"is_shape_tensor"`
-}
-
-type instanceGroup struct {
-	Name             string `json:"name"`
-	Kind             string `json:"kind"`
-	Count            int    `json:"count"`
-	GPUs             []int  `json:"gpus"`
-	SecondaryDevices []any  `json:"secondary_devices"`
-	Profile          []any  `json:"profile"`
-	Passive          bool   `json:"passive"`
-	HostPolicy       string `json:"host_policy"`
-}
-
 // configType is the model-config spelling of a datatype: TYPE_INT32 for
 // INT32, TYPE_FP32 for FP32, TYPE_STRING for BYTES.
 func configType(d string) string {
@@ -94,8 +45,8 @@ func configType(d string) string {
 	return "TYPE_" + strings.ToUpper(d)
 }
 
-func (m *model) config() modelConfig {
-	c := modelConfig{
+func (m *model) config() kserve.ModelConfig {
+	c := kserve.ModelConfig{
 		Name:          m.name,
 		Platform:      platform,
 		Backend:       backend,
@@ -103,7 +54,7 @@ func (m *model) config() modelConfig {
 		MaxBatchSize:  m.maxBatch,
 		BatchInput:    []any{},
 		BatchOutput:   []any{},
-		InstanceGroup: []instanceGroup{{
+		InstanceGroup: []kserve.InstanceGroup{{
 			Name: m.name + "_0", Kind: "KIND_GPU", Count: m.instances, GPUs: []int{0},
 			SecondaryDevices: []any{}, Profile: []any{},
 		}},
@@ -111,10 +62,10 @@ func (m *model) config() modelConfig {
 		ModelWarmup: []any{},
 	}
 	for _, t := range m.inputs {
-		c.Input = append(c.Input, configInput{Name: t.name, DataType: configType(string(t.datatype)), Format: "FORMAT_NONE", Dims: t.dims})
+		c.Input = append(c.Input, kserve.ConfigInput{Name: t.name, DataType: configType(string(t.datatype)), Format: "FORMAT_NONE", Dims: t.dims})
 	}
 	for _, t := range m.outputs {
-		c.Output = append(c.Output, configOutput{Name: t.name, DataType: configType(string(t.datatype)), Dims: t.dims})
+		c.Output = append(c.Output, kserve.ConfigOutput{Name: t.name, DataType: configType(string(t.datatype)), Dims: t.dims})
 	}
 	return c
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/profile"
 )
 
@@ -168,7 +168,7 @@ func TestNoEnergyWithoutPublishedFigures(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	noEnergy, _ := profile.Lookup("resnet50-titanrtx")
-	bad := profile.Profile{Name: "bad", AlphaMs: -1, MaxBatch: 4}
+	bad := profile.Profile{Name: "bad", Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 4}
 	tests := []struct {
 		name string
 		opts Options

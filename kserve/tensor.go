@@ -172,3 +172,22 @@ func (t *Tensor) Int32s() ([]int32, error) { return Values[int32](t) }
 
 // Float32s is Values[float32](t): FP32, FP16 or BF16 data as float32.
 func (t *Tensor) Float32s() ([]float32, error) { return Values[float32](t) }
+
+// CheckData verifies that t's Data holds exactly the elements its datatype
+// and shape declare (for BYTES, well-formed length prefixes). Decoding the
+// HTTP forms checks this itself; a request built another way (the gRPC
+// door) must pass it before it may join a batch, or one caller's bad
+// tensor would fail the whole batch when it is merged.
+func (t *Tensor) CheckData() error {
+	if !t.Datatype.Valid() {
+		return fmt.Errorf("tensor %q: unknown datatype %q (want one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES)", t.Name, t.Datatype)
+	}
+	n, err := t.Elements()
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	if err := checkData(t.Datatype, t.Shape, n, t.Data); err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	return nil
+}

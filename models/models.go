@@ -12,8 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"sort"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
@@ -21,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/triton"
 )
 
@@ -53,6 +54,10 @@ type Registry struct {
 	tried   map[string]time.Time // on-demand lookups, by model
 	lastErr error
 	lastRun time.Time
+	budgets map[string]string // latency budgets set at run time, by model ("" for all)
+
+	// discovered is set once the upstream's model list has been read.
+	discovered atomic.Bool
 }
 
 type entry struct {
@@ -67,13 +72,50 @@ type entry struct {
 	warning   string
 }
 
-// New returns an empty registry; call Refresh, then Run.
+// New returns an empty registry; call Discover (or Refresh, then Run).
 func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Registry {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background()}
+	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
+		budgets: map[string]string{}}
 }
+
+// Retry delays of Discover's first read of the model list: doubling from
+// the first to the last, so a proxy started before Triton finds it within a
+// few seconds of its start without hammering it meanwhile.
+var (
+	discoverFirstRetry = 250 * time.Millisecond
+	discoverMaxRetry   = 5 * time.Second
+)
+
+// Discover reads the upstream's models, retrying until the model list is
+// read once (Triton may start after the proxy), then keeps them current as
+// Run does, until ctx ends. Until that first read, Discovered is false and
+// the proxy passes inference through.
+func (r *Registry) Discover(ctx context.Context) {
+	for delay := discoverFirstRetry; ; delay = min(2*delay, discoverMaxRetry) {
+		err := r.Refresh(ctx)
+		if !errors.Is(err, ErrUnreachable) {
+			r.discovered.Store(true)
+			if err != nil {
+				r.log.Warn("some models could not be read; retrying at the next discovery", "err", err)
+			}
+			break
+		}
+		r.log.Warn("model discovery failed; inference passes through until it succeeds", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+	r.Run(ctx)
+}
+
+// Discovered reports whether the upstream's model list has been read (by
+// Discover): the readiness of the proxy.
+func (r *Registry) Discovered() bool { return r.discovered.Load() }
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
 // monitors it started run until then too.
@@ -259,17 +301,15 @@ func (r *Registry) startMonitor(e *entry) {
 // that path), and the monitor learns from round trips instead.
 const statsGiveUp = 3
 
-// pollStats reads the upstream's per-batch-size statistics of a model once
-// per window and hands them to its monitor, which learns tau(b) from their
+// pollStats reads the upstream's per-batch-size statistics of a model every
+// slice of a window and hands them to its monitor, which learns tau(b) from their
 // differences: the server's own compute time per batch, free of network,
 // HTTP and queueing. It returns when ctx ends or the server has no
 // statistics.
 func (r *Registry) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
-	every := r.cfg.Policy.Window
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
+	// As often as the monitor re-plans, so that from the second read on
+	// (a slice after the model's first request) the fit is the server's.
+	t := time.NewTicker(mon.TickEvery())
 	defer t.Stop()
 	failed, worked := 0, false
 	for {
@@ -318,38 +358,24 @@ func batchTotals(stats []triton.BatchStat) []monitor.BatchTotal {
 	return out
 }
 
-// newPolicy builds the named policy with the configured options.
+// newPolicy builds the named policy with the configured options and the
+// model's overrides of them.
 func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
-	p := r.cfg.Policy
-	o := policy.Options{Batch: p.Batch, MaxQueueDelay: p.MaxQueueDelay, MaxWait: p.WaitBound}
-	sla := p.SLA
-	if m := r.cfg.Models[model]; m.SLA > 0 {
-		sla = m.SLA
+	o := r.cfg.Policy.Options
+	m := r.cfg.Models[model]
+	if m.SLA > 0 {
+		o.SLA = m.SLA
 	}
-	switch name {
-	case "smdp":
-		o.Params = map[string]string{"w1": fmtFloat(p.W1), "w2": fmtFloat(p.W2)}
-	case "slack":
-		if sla > 0 {
-			o.Params = map[string]string{"sla": sla.String()}
-		}
-	case "elastic":
-		if p.RowCap > 0 {
-			o.Params = map[string]string{"row_cap": strconv.Itoa(p.RowCap)}
-		}
-	case "static":
-		if o.Batch == 0 {
-			o.Batch = max(r.cfg.Models[model].MaxBatchSize, 0)
-		}
+	if o.Batch == 0 {
+		o.Batch = max(m.MaxBatchSize, 0)
 	}
+	o.LatencyBudget = r.latencyBudget(model)
 	pol, err := policy.New(name, o)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", model, err)
 	}
 	return pol, nil
 }
-
-func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // seed finds the starting tau(b) line: the configured profile CSV, else the
 // upstream's per-batch-size statistics, else the monitor's default.
@@ -391,6 +417,49 @@ func fitCSV(path string) (*regression.Line, error) {
 		return nil, err
 	}
 	return &fit.Line, nil
+}
+
+// latencyBudget is the budget that applies to a model: set at run time
+// (SetLatencyBudget), else the model's config, else policy.latency_budget.
+// Called with r.mu held.
+func (r *Registry) latencyBudget(model string) string {
+	if b, ok := r.budgets[model]; ok {
+		return b
+	}
+	if b, ok := r.budgets[""]; ok {
+		return b
+	}
+	if b := r.cfg.Models[model].LatencyBudget; b != "" {
+		return b
+	}
+	return r.cfg.Policy.LatencyBudget
+}
+
+// SetPolicyBudget switches a batched model (or every one, for model "") to
+// the budget policy with the given latency budget ("1.10x", "4ms"), which
+// then stays that model's budget.
+func (r *Registry) SetPolicyBudget(ctx context.Context, model, budget string) error {
+	if _, err := smdp.ParseBudget(budget); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	prev, had := r.budgets[model]
+	if model == "" {
+		clear(r.budgets)
+	}
+	r.budgets[model] = budget
+	r.mu.Unlock()
+	if err := r.SetPolicy(ctx, model, policy.NameBudget); err != nil {
+		r.mu.Lock()
+		if had {
+			r.budgets[model] = prev
+		} else {
+			delete(r.budgets, model)
+		}
+		r.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // SetPolicy switches a batched model (or every one, for model "") to the

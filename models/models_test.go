@@ -25,11 +25,13 @@ type fakeUpstream struct {
 	down    bool
 	noStats bool // ModelStats fails, as on a server without statistics
 	reads   int  // ModelStats calls
+	indexes int  // RepositoryIndex calls
 }
 
 func (f *fakeUpstream) RepositoryIndex(context.Context) ([]triton.IndexEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.indexes++
 	if f.down {
 		return nil, errors.New("connection refused")
 	}
@@ -61,6 +63,12 @@ func (f *fakeUpstream) setStats(m string, s []triton.BatchStat) {
 	f.mu.Lock()
 	f.stats[m] = s
 	f.mu.Unlock()
+}
+
+func (f *fakeUpstream) attempts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.indexes
 }
 
 func (f *fakeUpstream) statReads() int {
@@ -192,6 +200,34 @@ func TestRefreshReconciles(t *testing.T) {
 	if err := r.SetPolicy(context.Background(), "", "nonsense"); err == nil {
 		t.Error("unknown policy accepted")
 	}
+	// A latency budget set at run time applies to that model only and
+	// survives a later switch back to budget.
+	if err := r.SetPolicyBudget(context.Background(), "simple", "1.5x"); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	got, other := r.latencyBudget("simple"), r.latencyBudget("resnet")
+	r.mu.Unlock()
+	if got != "1.5x" || other != r.cfg.Policy.LatencyBudget {
+		t.Errorf("budgets simple %q resnet %q, want 1.5x and the config's %q", got, other, r.cfg.Policy.LatencyBudget)
+	}
+	for _, s := range r.Statuses() {
+		if s.Model == "simple" && s.Rule.Policy != "budget" {
+			t.Errorf("policy after SetPolicyBudget = %q", s.Rule.Policy)
+		}
+	}
+	if err := r.SetPolicyBudget(context.Background(), "simple", "fast"); err == nil {
+		t.Error("budget fast accepted")
+	}
+	if err := r.SetPolicyBudget(context.Background(), "nobatch", "1.2x"); err == nil {
+		t.Error("budget on a model that is not batched accepted")
+	}
+	r.mu.Lock()
+	_, kept := r.budgets["nobatch"]
+	r.mu.Unlock()
+	if kept {
+		t.Error("a failed SetPolicyBudget kept its budget")
+	}
 
 	up.mu.Lock()
 	up.down = true
@@ -293,5 +329,60 @@ func TestStatisticsFeedTheMonitor(t *testing.T) {
 	}
 	if s := r.Statuses()[0].Rule; s.FitSource != "round trip" {
 		t.Fatalf("fit source %q", s.FitSource)
+	}
+}
+
+// Discover retries the model list until the upstream answers (Triton may
+// start after the proxy), and only then reports the registry discovered.
+func TestDiscoverRetriesUntilTheUpstreamAnswers(t *testing.T) {
+	defer func(first, last time.Duration) { discoverFirstRetry, discoverMaxRetry = first, last }(discoverFirstRetry, discoverMaxRetry)
+	discoverFirstRetry, discoverMaxRetry = time.Millisecond, 4*time.Millisecond
+
+	up := &fakeUpstream{
+		down:    true,
+		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
+		stats:   map[string][]triton.BatchStat{},
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, q, &cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Discover(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Down: several attempts, none of which may mark the registry discovered.
+	for up.attempts() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	if r.Discovered() {
+		t.Fatal("discovered while the upstream is down")
+	}
+	up.mu.Lock()
+	up.down = false
+	up.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !r.Discovered() {
+		if time.Now().After(deadline) {
+			t.Fatal("not discovered after the upstream came up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(r.Statuses()) != 1 {
+		t.Fatalf("statuses %+v, want the upstream's one model", r.Statuses())
+	}
+
+	// Discover gives up with ctx, also while still retrying.
+	cancel()
+	<-done
+	up2 := &fakeUpstream{down: true}
+	r2 := New(up2, q, &cfg, nil)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	r2.Discover(ctx2) // returns at once
+	if r2.Discovered() {
+		t.Fatal("discovered a down upstream")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -35,13 +36,10 @@ type Config struct {
 	// upstream's per-batch-size statistics); nil starts from Default.
 	Seed *regression.Line
 	// Energy, when known, is the per-batch energy line zeta(b) in mJ.
-	Energy *EnergyLine
+	Energy *batchcost.Energy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
-
-// EnergyLine is zeta(b) = BetaMJ*b + Zeta0MJ.
-type EnergyLine struct{ BetaMJ, Zeta0MJ float64 }
 
 // DefaultSeed is the tau(b) line assumed before anything is measured: a
 // millisecond per batch plus a tenth per row, small enough that batching
@@ -63,11 +61,10 @@ const Slices = 4
 // noise) picks batch sizes that cost latency for nothing.
 const MaxRelErr = 0.2
 
-// serverDecay is the factor the per-size batch counts of the server's
-// statistics decay by per read (once per window): a half-life of about 69
-// windows, long because a model's line does not drift, and the memory of
-// sizes seen earlier is what keeps the line identified.
-const serverDecay = 0.99
+// serverHalfLife is the half-life of the per-size batch counts of the
+// server's statistics: long, because a model's line does not drift, and the
+// memory of sizes seen earlier is what keeps the line identified.
+const serverHalfLife = time.Minute
 
 // sizeMean is the decayed batch count and summed time of one batch size.
 type sizeMean struct{ n, ms float64 }
@@ -82,7 +79,7 @@ type Monitor struct {
 	window time.Duration
 	now    func() time.Time
 	est    *regression.Estimator
-	energy *EnergyLine
+	energy atomic.Pointer[batchcost.Energy] // nil: unknown; SetEnergy replaces it
 
 	arrivals atomic.Int64 // rows since the last slice; reset only by the monitor
 	total    atomic.Int64
@@ -94,6 +91,7 @@ type Monitor struct {
 	serverMu      sync.Mutex
 	lastTotals    map[int]BatchTotal
 	perSize       map[int]*sizeMean
+	lastRead      time.Time
 	fitOpts       regression.Options // for fits of the server's means
 	serverBatches atomic.Int64
 	serverFed     atomic.Bool
@@ -154,13 +152,13 @@ func New(c Config) (*Monitor, error) {
 		rate:      rateEstimator{window: c.Window},
 		fitOpts:   fitOpts,
 		guessed:   c.Seed == nil,
-		energy:    c.Energy,
 		changed:   make(chan struct{}, 1),
 		replan:    make(chan struct{}, 1),
 		pol:       c.Policy,
 		maxBatch:  c.MaxBatch,
 		instances: max(c.Instances, 1),
 	}
+	m.energy.Store(c.Energy)
 	m.last = now()
 	m.plan(m.last, 0, 0) // the policy's starting rule
 	return m, nil
@@ -209,7 +207,7 @@ type BatchTotal struct {
 // ObserveServer takes the server's cumulative per-batch-size statistics.
 // The first call only sets the baseline. Each later one adds the batches
 // run since the call before to a mean per batch size, whose weight (the
-// batch count) decays by serverDecay per call: the fit then runs on one
+// batch count) halves every serverHalfLife: the fit then runs on one
 // point per size, each as sure as the batches behind it. A size the traffic
 // has not formed lately keeps its mean, with a fading weight, so the line
 // stays anchored when load concentrates on a few sizes (at high load nearly
@@ -224,9 +222,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		m.lastTotals = make(map[int]BatchTotal, len(totals))
 		m.perSize = map[int]*sizeMean{}
 	}
+	now := m.now()
+	decay := math.Exp2(-float64(now.Sub(m.lastRead)) / float64(serverHalfLife))
+	m.lastRead = now
 	for _, a := range m.perSize {
-		a.n *= serverDecay
-		a.ms *= serverDecay
+		a.n *= decay
+		a.ms *= decay
 	}
 	for _, t := range totals {
 		if t.Batch < 1 || t.Count < 0 {
@@ -237,8 +238,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		if first || t.Count < prev.Count || t.Time < prev.Time {
 			continue
 		}
-		if !seen {
-			prev = BatchTotal{}
+		if !seen || prev.Count == 0 {
+			// The first executions of a size on this server include its
+			// warm-up (a Python backend's first call takes hundreds of
+			// ms; caches, autotuning): they set the baseline, they are
+			// not learnt.
+			continue
 		}
 		n := t.Count - prev.Count
 		if n == 0 {
@@ -275,7 +280,13 @@ func (m *Monitor) serverSamples() []regression.Sample {
 // arrive, else of the round trips.
 func (m *Monitor) fit() (regression.Fit, error) {
 	if m.serverFed.Load() {
-		return regression.FitSamples(m.serverSamples(), m.fitOpts)
+		// One mean per size, each over many batches: a size's mean is no
+		// outlier to reject (the heavy tail is part of the mean the
+		// server's throughput depends on), and a robust scale over a few
+		// unequally weighted points would reject all but the heaviest.
+		o := m.fitOpts
+		o.OutlierCut = -1
+		return regression.FitSamples(m.serverSamples(), o)
 	}
 	return m.est.Fit()
 }
@@ -320,6 +331,10 @@ func (m *Monitor) replanNow() {
 	prev := m.current.Load().est
 	m.plan(m.now(), prev.Window, prev.Arrivals)
 }
+
+// SetEnergy replaces the batch energy line zeta(b) (nil: unknown), as a
+// meter's fit learns it; the next window plans with it.
+func (m *Monitor) SetEnergy(line *batchcost.Energy) { m.energy.Store(line) }
 
 // SetLimits updates the model's max batch size and instance count, as read
 // from the upstream's model config, and re-plans.
@@ -446,8 +461,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		Now:       now,
 		Window:    window,
 		Arrivals:  arrivals,
-		AlphaMs:   fit.AlphaMs,
-		Tau0Ms:    fit.Tau0Ms,
+		Latency:   fit.Line,
 		FitR2:     fit.R2,
 		FitDoubt:  m.doubt(fit),
 		MaxBatch:  maxBatch,
@@ -456,8 +470,18 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
 	}
-	if m.energy != nil {
-		e.BetaMJ, e.Zeta0MJ, e.HasEnergy = m.energy.BetaMJ, m.energy.Zeta0MJ, true
+	if m.serverFed.Load() {
+		// The policy plans with the line as the proxy lives it: the proxy
+		// sends an instance its next batch only once the last one's answer
+		// is back, so the round trip beyond the server's compute holds the
+		// instance like compute does. The fit and the status keep the two
+		// apart; only the plan adds them.
+		if o := math.Float64frombits(m.overhead.Load()); o > 0 {
+			e.Latency.Tau0Ms += o
+		}
+	}
+	if en := m.energy.Load(); en != nil {
+		e.Energy, e.HasEnergy = *en, true
 	}
 	m.current.Store(&published{rule: pol.Plan(e), est: e, fit: fit})
 	if planned != nil {
@@ -476,6 +500,8 @@ func (m *Monitor) doubt(f regression.Fit) string {
 		return "no batch measured yet"
 	case f.N == 0:
 		return "" // a measured seed (profile, server statistics) and nothing newer
+	case !m.guessed && f.N-f.Outliers < 3:
+		return "" // a measured seed, and too few samples yet to judge it by
 	case m.guessed && f.KeptSizes < 2:
 		return fmt.Sprintf("one batch size among %d samples kept: the slope is unknown", f.N-f.Outliers)
 	case f.RelErr() > MaxRelErr:

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +20,13 @@ func TestChooseBatchFor(t *testing.T) {
 		{"from 2 at light load holds for a pair", 10, 2, 1, 2},
 		{"from 0 acts as 1", 10, 0, 1, 1},
 		{"just under mu(1)", mu(1) - 1e-6, 1, 1, 1},
-		{"util 0.8 needs headroom", 0.9 * mu(5), 1, 0.8, ChooseBatch(0.9*mu(5)/0.8, 0.3051, 1.052, 32)},
+		{"util 0.8 needs headroom", 0.9 * mu(5), 1, 0.8, ChooseBatch(0.9*mu(5)/0.8, googlenet, 32)},
 		{"util 0.8 near saturation gives B_max", 0.85 * mu(32), 1, 0.8, 32},
-		{"util 1 from 2 is Algorithm 1", 1234, 2, 1, ChooseBatch(1234, 0.3051, 1.052, 32)},
+		{"util 1 from 2 is Algorithm 1", 1234, 2, 1, ChooseBatch(1234, googlenet, 32)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ChooseBatchFor(tt.rate, 0.3051, 1.052, tt.from, 32, tt.util); got != tt.want {
+			if got := ChooseBatchFor(tt.rate, googlenet, tt.from, 32, tt.util); got != tt.want {
 				t.Fatalf("ChooseBatchFor = %d, want %d", got, tt.want)
 			}
 		})
@@ -34,7 +35,7 @@ func TestChooseBatchFor(t *testing.T) {
 	// the size below it does not.
 	for rate := 0.0; rate < 3000; rate += 11.7 {
 		for _, u := range []float64{0.6, 0.8, 1} {
-			b := ChooseBatchFor(rate, 0.3051, 1.052, 1, 32, u)
+			b := ChooseBatchFor(rate, googlenet, 1, 32, u)
 			if b < 32 && !(rate < u*mu(b)) {
 				t.Fatalf("rate %v util %v: b=%d does not cover it", rate, u, b)
 			}
@@ -91,14 +92,14 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 		wantB    int
 		wantWait time.Duration
 	}{
-		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "Limit", 1, 0},
+		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, Latency: googlenet, MaxBatch: 32, Instances: 1}, "Limit", 1, 0},
 		{"defaults at light load never hold", NewBatchMonitorPlus(), estimate(10), "Limit", 1, half(1)},
 		{"defaults under load use Algorithm 1's size as a limit", NewBatchMonitorPlus(), estimate(rate), "Limit",
-			ChooseBatch(rate, 0.3051, 1.052, 32), half(ChooseBatch(rate, 0.3051, 1.052, 32))},
+			ChooseBatch(rate, googlenet, 32), half(ChooseBatch(rate, googlenet, 32))},
 		{"without drain it is a fixed size", BatchMonitorPlus{Util: 1, From: 2}, estimate(10), "Fill", 2, half(2)},
 		{"explicit wait", BatchMonitorPlus{Util: 1, From: 2, Drain: true, MaxWait: time.Millisecond}, estimate(10), "Limit", 2, time.Millisecond},
 		{"util out of range acts as 1", BatchMonitorPlus{Util: 7, From: 2, Drain: true}, estimate(rate), "Limit",
-			ChooseBatch(rate, 0.3051, 1.052, 32), half(ChooseBatch(rate, 0.3051, 1.052, 32))},
+			ChooseBatch(rate, googlenet, 32), half(ChooseBatch(rate, googlenet, 32))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,22 +131,20 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 
 func TestBatchMonitorPlusOptions(t *testing.T) {
 	tests := []struct {
-		name   string
-		params map[string]string
-		want   BatchMonitorPlus
-		err    string
+		name string
+		o    Options
+		want BatchMonitorPlus
+		err  string
 	}{
-		{"defaults", nil, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
-		{"all set", map[string]string{"util": "0.8", "from": "2", "drain": "false"}, BatchMonitorPlus{Util: 0.8, From: 2}, ""},
-		{"util above 1", map[string]string{"util": "1.2"}, BatchMonitorPlus{}, "util"},
-		{"util zero", map[string]string{"util": "0"}, BatchMonitorPlus{}, "util"},
-		{"from 3", map[string]string{"from": "3"}, BatchMonitorPlus{}, "from"},
-		{"drain not a bool", map[string]string{"drain": "maybe"}, BatchMonitorPlus{}, "drain"},
-		{"unknown", map[string]string{"w2": "1"}, BatchMonitorPlus{}, "w2"},
+		{"defaults", Options{}, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
+		{"all set", Options{Util: 0.8, From: 2, NoDrain: true}, BatchMonitorPlus{Util: 0.8, From: 2}, ""},
+		{"util above 1", Options{Util: 1.2}, BatchMonitorPlus{}, "util"},
+		{"util negative", Options{Util: -0.5}, BatchMonitorPlus{}, "util"},
+		{"from 3", Options{From: 3}, BatchMonitorPlus{}, "from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameBatchMonitorPlus, Options{Params: tt.params})
+			p, err := New(NameBatchMonitorPlus, tt.o)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want it to mention %q", err, tt.err)
@@ -155,9 +154,48 @@ func TestBatchMonitorPlusOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.(BatchMonitorPlus) != tt.want {
+			got := p.(BatchMonitorPlus)
+			if got.explorer == nil {
+				t.Fatal("no explorer: a doubting rule would never measure other sizes")
+			}
+			got.explorer = nil
+			if got != tt.want {
 				t.Fatalf("policy %+v, want %+v", p, tt.want)
 			}
 		})
+	}
+}
+
+func TestExplorerHalvesOneBatchInEvery(t *testing.T) {
+	x := &Explorer{Every: 4}
+	rule := Limit{Policy: "x", Limit: 1, Explore: x}
+	q := Queue{Now: at(10), Rows: 8, OldestArrival: at(9), Instances: 1, MaxBatch: 8}
+	var sizes []int
+	for range 8 {
+		sizes = append(sizes, rule.Decide(q).Rows)
+	}
+	if want := []int{8, 8, 8, 4, 8, 8, 8, 4}; !slices.Equal(sizes, want) {
+		t.Fatalf("sizes %v, want %v", sizes, want)
+	}
+	// Small batches, and rows with deadlines, are never split.
+	small := q
+	small.Rows = 3
+	withDeadline := q
+	withDeadline.EarliestDeadline = at(20)
+	for range 8 {
+		if n := rule.Decide(small).Rows; n != 3 {
+			t.Fatalf("a batch of 3 was cut to %d", n)
+		}
+		if n := rule.Decide(withDeadline).Rows; n != 8 {
+			t.Fatalf("rows with a deadline: batch cut to %d", n)
+		}
+	}
+	// A doubting estimate gets an exploring rule, a trusted one none.
+	p := NewBatchMonitorPlus()
+	if l := p.Plan(doubted(estimate(2000))).(Limit); l.Explore == nil {
+		t.Fatal("doubting rule does not explore")
+	}
+	if l := p.Plan(estimate(2000)).(Limit); l.Explore != nil {
+		t.Fatal("trusted rule explores")
 	}
 }

@@ -96,50 +96,16 @@ func NewBudget(b smdp.Budget) (*Budget, error) {
 
 func init() {
 	Register(NameBudget, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameBudget, "latency_budget", "smax", "resolve", "seed", "sla", "safety"); err != nil {
+		b, err := o.budget()
+		if err != nil {
 			return nil, err
-		}
-		var b smdp.Budget
-		if s, ok := o.Params["latency_budget"]; ok {
-			var err error
-			if b, err = smdp.ParseBudget(s); err != nil {
-				return nil, err
-			}
 		}
 		p, err := NewBudget(b)
 		if err != nil {
 			return nil, err
 		}
-		if p.SMax, err = o.Int("smax", 0); err != nil {
-			return nil, err
-		}
-		if p.Resolve, err = o.Float("resolve", DefaultBudgetResolve); err != nil {
-			return nil, err
-		}
-		seed, err := o.Int("seed", 0)
-		if err != nil {
-			return nil, err
-		}
-		p.Seed = uint64(seed)
-		if p.SLA, err = o.Duration("sla", 0); err != nil {
-			return nil, err
-		}
-		if p.Safety, err = o.Float("safety", DefaultSlackSafety); err != nil {
-			return nil, err
-		}
-		switch {
-		case p.SMax < 0:
-			return nil, fmt.Errorf("parameter smax must be >= 0 (0: automatic), got %d", p.SMax)
-		case !(p.Resolve > 0 && p.Resolve <= 1):
-			return nil, fmt.Errorf("parameter resolve must be in (0, 1], got %v", p.Resolve)
-		case o.MaxWait < 0:
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
-		case p.SLA < 0:
-			return nil, fmt.Errorf("parameter sla must be >= 0, got %v", p.SLA)
-		case !(p.Safety >= 1) || math.IsInf(p.Safety, 0):
-			return nil, fmt.Errorf("parameter safety must be a finite number >= 1, got %v", p.Safety)
-		}
-		p.MaxWait = o.MaxWait
+		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
+		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
 		return p, nil
 	})
 }

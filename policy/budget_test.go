@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/smdp"
 )
 
 func newBudget(t *testing.T, b string) *Budget {
 	t.Helper()
-	p, err := New(NameBudget, Options{Params: map[string]string{"latency_budget": b}})
+	p, err := New(NameBudget, Options{LatencyBudget: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,16 +30,16 @@ func TestBudgetOptions(t *testing.T) {
 	if b := newBudget(t, "4ms").Budget; b != (smdp.Budget{AbsoluteMs: 4}) {
 		t.Errorf("4ms read as %+v", b)
 	}
-	for _, bad := range []map[string]string{
-		{"latency_budget": "0.9x"},
-		{"latency_budget": "soon"},
-		{"latency_budget": "1.1x", "w2": "1"},
-		{"sla": "-1s"},
-		{"safety": "0.5"},
-		{"resolve": "0"},
+	for _, bad := range []Options{
+		{LatencyBudget: "0.9x"},
+		{LatencyBudget: "soon"},
+		{LatencyBudget: "1.1x", W2: 1},
+		{SLA: -time.Second},
+		{Safety: 0.5},
+		{Resolve: 2},
 	} {
-		if _, err := New(NameBudget, Options{Params: bad}); err == nil {
-			t.Errorf("params %v accepted", bad)
+		if _, err := New(NameBudget, bad); err == nil {
+			t.Errorf("options %+v accepted", bad)
 		}
 	}
 }
@@ -174,7 +175,7 @@ func TestBudgetWithoutEnergyUsesBusyTime(t *testing.T) {
 
 func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
 	for _, e := range []Estimate{
-		{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1},
+		{Now: t0, Latency: batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}, MaxBatch: 32, Instances: 1},
 		energyEstimate(0),
 		energyEstimate(4000),
 	} {
@@ -192,7 +193,7 @@ func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
 // The SLA guard sends a partial batch once the deadline comes close, even
 // where the budget rule would wait.
 func TestBudgetSLAGuard(t *testing.T) {
-	p, err := New(NameBudget, Options{Params: map[string]string{"latency_budget": "2x", "sla": "5ms"}})
+	p, err := New(NameBudget, Options{LatencyBudget: "2x", SLA: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // Names of the built-in policies.
@@ -28,41 +30,15 @@ const (
 
 func init() {
 	Register(NameBatchMonitor, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameBatchMonitor); err != nil {
-			return nil, err
-		}
-		if o.MaxWait < 0 {
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
-		}
-		return BatchMonitor{MaxWait: o.MaxWait}, nil
+		return BatchMonitor{MaxWait: o.MaxWait, explorer: &Explorer{Every: DefaultExploreEvery}}, nil
 	})
-	Register(NameAdhoc, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameAdhoc); err != nil {
-			return nil, err
-		}
-		return Adhoc{}, nil
-	})
+	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
 	Register(NameMaxBatch, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameMaxBatch); err != nil {
-			return nil, err
-		}
-		switch {
-		case o.MaxQueueDelay < 0:
-			return nil, fmt.Errorf("max queue delay must be >= 0, got %v", o.MaxQueueDelay)
-		case o.MaxQueueDelay == 0:
-			o.MaxQueueDelay = DefaultMaxQueueDelay
-		}
-		return MaxBatch{MaxQueueDelay: o.MaxQueueDelay}, nil
+		return MaxBatch{MaxQueueDelay: or(o.MaxQueueDelay, DefaultMaxQueueDelay)}, nil
 	})
 	Register(NameStatic, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameStatic); err != nil {
-			return nil, err
-		}
-		switch {
-		case o.Batch < 1:
-			return nil, fmt.Errorf("batch size must be >= 1, got %d (set the static batch size)", o.Batch)
-		case o.MaxWait < 0:
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
+		if o.Batch < 1 {
+			return nil, paramErr("batch", "batch size must be >= 1, got %d (set the static batch size)", o.Batch)
 		}
 		return Static{Batch: o.Batch, MaxWait: o.MaxWait}, nil
 	})
@@ -116,13 +92,17 @@ func fallback(name string, e Estimate, err error) Rule {
 // the estimate uses while it cannot: before any rate is measured (holding
 // the first requests of a model for partners at a guessed rate is what
 // builds a queue at a cold start), and while the tau(b) fit is in doubt.
-func conserving(name string, e Estimate) (Rule, bool) {
+//
+// While in doubt it also explores (Explorer): one batch in 16 of 4 rows or
+// more leaves with half of them, so that traffic that forms one size only
+// (B_max at high load) still measures the line.
+func conserving(name string, e Estimate, x *Explorer) (Rule, bool) {
 	// Limit 1 sends whatever waits, up to B_max, whenever an instance is free.
 	switch {
 	case !e.Observed():
 		return Limit{Policy: name, Limit: 1, Note: "work-conserving: no arrival rate measured yet"}, true
 	case e.FitDoubt != "":
-		return Limit{Policy: name, Limit: 1, Note: "work-conserving: " + e.FitDoubt}, true
+		return Limit{Policy: name, Limit: 1, Note: "work-conserving: " + e.FitDoubt, Explore: x}, true
 	}
 	return nil, false
 }
@@ -131,10 +111,10 @@ func conserving(name string, e Estimate) (Rule, bool) {
 // smallest b in 2..maxBatch whose throughput b/tau(b) exceeds the arrival
 // rate, or maxBatch when none does. The search starts at 2, so a single
 // request is never the answer unless maxBatch is 1.
-func ChooseBatch(ratePerSec, alphaMs, tau0Ms float64, maxBatch int) int {
+func ChooseBatch(ratePerSec float64, tau batchcost.Latency, maxBatch int) int {
 	for b := 2; b <= maxBatch; b++ {
 		// b/tau(b) requests per ms; compare per second.
-		if ratePerSec < 1000*float64(b)/(alphaMs*float64(b)+tau0Ms) {
+		if ratePerSec < 1000*float64(b)/tau.TauMs(b) {
 			return b
 		}
 	}
@@ -158,6 +138,8 @@ func ChooseBatch(ratePerSec, alphaMs, tau0Ms float64, maxBatch int) int {
 type BatchMonitor struct {
 	// MaxWait overrides the default bound tau(pbs) when > 0.
 	MaxWait time.Duration
+
+	explorer *Explorer // shared by the rules it plans; see conserving
 }
 
 // Name implements Policy.
@@ -168,10 +150,10 @@ func (p BatchMonitor) Plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return fallback(NameBatchMonitor, e, err)
 	}
-	if r, ok := conserving(NameBatchMonitor, e); ok {
+	if r, ok := conserving(NameBatchMonitor, e, p.explorer); ok {
 		return r
 	}
-	pbs := ChooseBatch(e.RatePerSec, e.AlphaMs, e.Tau0Ms, e.MaxBatch)
+	pbs := ChooseBatch(e.RatePerSec, e.Latency, e.MaxBatch)
 	wait := p.MaxWait
 	if wait <= 0 {
 		wait = e.TauDuration(pbs)

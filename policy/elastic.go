@@ -25,19 +25,7 @@ type Elastic struct {
 }
 
 func init() {
-	Register(NameElastic, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameElastic, "row_cap"); err != nil {
-			return nil, err
-		}
-		rc, err := o.Int("row_cap", 0)
-		if err != nil {
-			return nil, err
-		}
-		if rc < 0 {
-			return nil, fmt.Errorf("parameter row_cap must be >= 0 (0: the model's max batch size), got %d", rc)
-		}
-		return Elastic{RowCap: rc}, nil
-	})
+	Register(NameElastic, func(o Options) (Policy, error) { return Elastic{RowCap: o.RowCap}, nil })
 }
 
 // Name implements Policy.

@@ -42,16 +42,11 @@ func TestElasticDecide(t *testing.T) {
 }
 
 func TestElasticOptions(t *testing.T) {
-	p, err := New(NameElastic, Options{Params: map[string]string{"row_cap": "48"}})
+	p, err := New(NameElastic, Options{RowCap: 48})
 	if err != nil || p.(Elastic).RowCap != 48 {
 		t.Fatalf("New = %+v, %v", p, err)
 	}
-	for params, want := range map[string]string{"-1": "row_cap", "x": "row_cap"} {
-		if _, err := New(NameElastic, Options{Params: map[string]string{"row_cap": params}}); err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("row_cap %q: error %v", params, err)
-		}
-	}
-	if _, err := New(NameElastic, Options{Params: map[string]string{"cap": "1"}}); err == nil {
-		t.Fatal("unknown parameter accepted")
+	if _, err := New(NameElastic, Options{RowCap: -1}); err == nil || !strings.Contains(err.Error(), "row_cap") {
+		t.Fatalf("row_cap -1: error %v", err)
 	}
 }

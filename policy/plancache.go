@@ -26,9 +26,9 @@ func gridModel(e Estimate, resolve float64) (grid int, m smdp.Model, reason stri
 	ratio := 1 + resolve
 	lambda := e.RatePerSec / 1000
 	grid = int(math.Round(math.Log(lambda) / math.Log(ratio)))
-	m = smdp.Model{AlphaMs: e.AlphaMs, Tau0Ms: e.Tau0Ms, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
+	m = smdp.Model{Latency: e.Latency, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
 	if e.HasEnergy {
-		m.BetaMJ, m.Zeta0MJ = e.BetaMJ, e.Zeta0MJ
+		m.Energy = e.Energy
 	}
 	if m.Rho() >= 1 {
 		// The grid point may lie above a stable measured rate.
@@ -59,7 +59,7 @@ type planEntry struct {
 // moving it to the front.
 func (c *planCache) lookup(grid int, m smdp.Model, tol float64) (Rule, bool) {
 	for i, e := range c.entries {
-		if e.grid != grid || e.m.MaxBatch != m.MaxBatch || e.m.BetaMJ != m.BetaMJ || e.m.Zeta0MJ != m.Zeta0MJ {
+		if e.grid != grid || e.m.MaxBatch != m.MaxBatch || e.m.Energy != m.Energy {
 			continue
 		}
 		if math.Abs(m.AlphaMs-e.m.AlphaMs) > tol*e.m.AlphaMs || math.Abs(m.Tau0Ms-e.m.Tau0Ms) > tol*max(e.m.Tau0Ms, e.m.AlphaMs) {

@@ -22,10 +22,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // Estimate is what the monitor knows at the end of a window. Rates are per
@@ -42,16 +43,16 @@ type Estimate struct {
 	// The current fit of the batch latency tau(b) = AlphaMs*b + Tau0Ms
 	// (AlphaMs > 0, Tau0Ms >= 0), seeded from a profile and updated from
 	// observed batches, and the quality of that fit (R^2, 1 = perfect).
-	AlphaMs, Tau0Ms float64
-	FitR2           float64
+	batchcost.Latency
+	FitR2 float64
 	// FitDoubt, when not empty, says why the fit is not to be trusted yet
 	// (too few or too alike batches, too much noise). Rules that size
 	// batches from the line then stay work-conserving and say why.
 	FitDoubt string
 
 	// The batch energy zeta(b) = BetaMJ*b + Zeta0MJ where known.
-	BetaMJ, Zeta0MJ float64
-	HasEnergy       bool
+	batchcost.Energy
+	HasEnergy bool
 
 	MaxBatch  int // the model's max_batch_size (B_max), >= 1
 	Instances int // batches the upstream can run at once, >= 1
@@ -59,14 +60,6 @@ type Estimate struct {
 
 // Observed reports whether the estimate carries a measured window.
 func (e Estimate) Observed() bool { return e.Window > 0 }
-
-// TauMs is the predicted latency of a batch of b rows in milliseconds.
-func (e Estimate) TauMs(b int) float64 { return e.AlphaMs*float64(b) + e.Tau0Ms }
-
-// TauDuration is TauMs as a duration.
-func (e Estimate) TauDuration(b int) time.Duration {
-	return time.Duration(e.TauMs(b) * float64(time.Millisecond))
-}
 
 // Validate names the first field that makes the estimate unusable for Plan.
 func (e Estimate) Validate() error {
@@ -77,14 +70,13 @@ func (e Estimate) Validate() error {
 		return fmt.Errorf("estimate: arrivals must be >= 0, got %d", e.Arrivals)
 	case !(e.RatePerSec >= 0):
 		return fmt.Errorf("estimate: rate must be >= 0 per second, got %v", e.RatePerSec)
-	case !(e.AlphaMs > 0):
-		return fmt.Errorf("estimate: alpha must be > 0 ms, got %v", e.AlphaMs)
-	case !(e.Tau0Ms >= 0):
-		return fmt.Errorf("estimate: tau0 must be >= 0 ms, got %v", e.Tau0Ms)
 	case e.MaxBatch < 1:
 		return fmt.Errorf("estimate: max batch must be >= 1, got %d", e.MaxBatch)
 	case e.Instances < 1:
 		return fmt.Errorf("estimate: instances must be >= 1, got %d", e.Instances)
+	}
+	if err := e.Latency.Validate(); err != nil {
+		return fmt.Errorf("estimate: %w", err)
 	}
 	return nil
 }
@@ -186,82 +178,8 @@ func (s Status) String() string {
 	return out
 }
 
-// Options configure a policy. Fields a policy does not use are ignored;
-// zero values select the policy's documented default.
-type Options struct {
-	// Batch is static's exact batch size b.
-	Batch int
-	// MaxQueueDelay is maxbatch's deadline: the longest the oldest row waits
-	// for a full batch of B_max (Triton's max_queue_delay).
-	MaxQueueDelay time.Duration
-	// MaxWait bounds how long batchmonitor and static hold the oldest row of a
-	// partial batch while an instance is free.
-	MaxWait time.Duration
-	// Params carry settings of policies added later (smdp weights, slack's
-	// SLA, ...) as text, so that config files and flags reach them without
-	// this struct growing. Read them with Float, Int and Duration.
-	Params map[string]string
-}
-
-// Float reads the named parameter, def when absent.
-func (o Options) Float(key string, def float64) (float64, error) {
-	s, ok := o.Params[key]
-	if !ok {
-		return def, nil
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %q is not a number", key, s)
-	}
-	return v, nil
-}
-
-// Int reads the named integer parameter, def when absent.
-func (o Options) Int(key string, def int) (int, error) {
-	s, ok := o.Params[key]
-	if !ok {
-		return def, nil
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %q is not an integer", key, s)
-	}
-	return v, nil
-}
-
-// Duration reads the named duration parameter ("250ms"), def when absent.
-func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
-	s, ok := o.Params[key]
-	if !ok {
-		return def, nil
-	}
-	v, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %q is not a duration (e.g. 250ms)", key, s)
-	}
-	return v, nil
-}
-
-// CheckParams reports parameters a policy does not know, so a typo in a
-// config file is an error rather than a silently ignored setting.
-func (o Options) CheckParams(policy string, known ...string) error {
-	var unknown []string
-	for k := range o.Params {
-		if !slices.Contains(known, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	slices.Sort(unknown)
-	if len(known) == 0 {
-		return fmt.Errorf("policy %s takes no parameters, got %s", policy, strings.Join(unknown, ", "))
-	}
-	return fmt.Errorf("policy %s: unknown parameter %s (known: %s)", policy, strings.Join(unknown, ", "), strings.Join(known, ", "))
-}
-
-// Factory builds a policy from options, rejecting options it cannot use.
+// Factory builds a policy from options New has validated (Options.Validate),
+// rejecting what only this policy cannot use.
 type Factory func(o Options) (Policy, error)
 
 var (
@@ -294,6 +212,9 @@ func New(name string, o Options) (Policy, error) {
 	registryMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
 	p, err := f(o)
 	if err != nil {

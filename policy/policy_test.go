@@ -2,19 +2,24 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func at(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 
-// googlenet-p4: tau(b) = 0.3051 b + 1.052 ms, B_max 32.
+// googlenet is googlenet-p4's line: tau(b) = 0.3051 b + 1.052 ms (B_max 32).
+var googlenet = batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}
+
 func estimate(rate float64) Estimate {
 	return Estimate{Now: t0, Window: time.Second, Arrivals: int(rate), RatePerSec: rate,
-		AlphaMs: 0.3051, Tau0Ms: 1.052, FitR2: 1, MaxBatch: 32, Instances: 1}
+		Latency: googlenet, FitR2: 1, MaxBatch: 32, Instances: 1}
 }
 
 func TestChooseBatch(t *testing.T) {
@@ -37,7 +42,7 @@ func TestChooseBatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ChooseBatch(tt.rate, 0.3051, 1.052, tt.bmax); got != tt.want {
+			if got := ChooseBatch(tt.rate, googlenet, tt.bmax); got != tt.want {
 				t.Fatalf("ChooseBatch(%v) = %d, want %d", tt.rate, got, tt.want)
 			}
 		})
@@ -47,7 +52,7 @@ func TestChooseBatch(t *testing.T) {
 func TestChooseBatchIsSmallestCovering(t *testing.T) {
 	// Property: the answer b covers the rate and b-1 does not (for b > 2).
 	for rate := 0.0; rate < 3000; rate += 7.3 {
-		b := ChooseBatch(rate, 0.3051, 1.052, 32)
+		b := ChooseBatch(rate, googlenet, 32)
 		mu := func(b int) float64 { return 1000 * float64(b) / (0.3051*float64(b) + 1.052) }
 		if b < 32 && !(rate < mu(b)) {
 			t.Fatalf("rate %v: b=%d does not cover it (mu=%v)", rate, b, mu(b))
@@ -111,14 +116,14 @@ func TestBuiltinPlans(t *testing.T) {
 		wantWait time.Duration
 		wantNote string
 	}{
-		{"batchmonitor starts work-conserving", NameBatchMonitor, Options{}, Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, 1, 0, "no arrival rate"},
+		{"batchmonitor starts work-conserving", NameBatchMonitor, Options{}, Estimate{Now: t0, Latency: googlenet, MaxBatch: 32, Instances: 1}, 1, 0, "no arrival rate"},
 		{"batchmonitor doubts the fit", NameBatchMonitor, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor+ doubts the fit", NameBatchMonitorPlus, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor low rate picks 2, waits tau(2)", NameBatchMonitor, Options{}, estimate(10), 2, tau(2), ""},
-		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), ChooseBatch(2000, 0.3051, 1.052, 32), tau(ChooseBatch(2000, 0.3051, 1.052, 32)), ""},
+		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), ChooseBatch(2000, googlenet, 32), tau(ChooseBatch(2000, googlenet, 32)), ""},
 		{"batchmonitor overload picks B_max", NameBatchMonitor, Options{}, estimate(1e5), 32, tau(32), ""},
 		{"batchmonitor explicit wait", NameBatchMonitor, Options{MaxWait: 7 * time.Millisecond}, estimate(10), 2, 7 * time.Millisecond, ""},
-		{"batchmonitor bad estimate falls back", NameBatchMonitor, Options{}, Estimate{Window: time.Second, AlphaMs: -1, MaxBatch: 32, Instances: 1}, 32, 0, "alpha"},
+		{"batchmonitor bad estimate falls back", NameBatchMonitor, Options{}, Estimate{Window: time.Second, Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 32, Instances: 1}, 32, 0, "alpha"},
 		{"adhoc", NameAdhoc, Options{}, estimate(10), 32, 0, ""},
 		{"maxbatch default delay", NameMaxBatch, Options{}, estimate(10), 32, DefaultMaxQueueDelay, ""},
 		{"maxbatch delay", NameMaxBatch, Options{MaxQueueDelay: 3 * time.Millisecond}, estimate(10), 32, 3 * time.Millisecond, ""},
@@ -196,7 +201,7 @@ func TestNewErrors(t *testing.T) {
 		{"static needs a batch", NameStatic, Options{}, "batch size"},
 		{"negative delay", NameMaxBatch, Options{MaxQueueDelay: -1}, "max queue delay"},
 		{"negative wait", NameBatchMonitor, Options{MaxWait: -1}, "max wait"},
-		{"unknown parameter", NameAdhoc, Options{Params: map[string]string{"w2": "1"}}, "w2"},
+		{"weights without latency", NameAdhoc, Options{W2: 1}, "w1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -218,23 +223,23 @@ func (testPolicy) Plan(e Estimate) Rule { return Fill{Policy: "test-registered",
 
 func TestRegisterOpen(t *testing.T) {
 	Register("test-registered", func(o Options) (Policy, error) {
-		if err := o.CheckParams("test-registered", "k"); err != nil {
-			return nil, err
-		}
-		if _, err := o.Float("k", 1); err != nil {
-			return nil, err
+		if o.Batch > 4 {
+			return nil, paramErr("batch", "at most 4, got %d", o.Batch)
 		}
 		return testPolicy{}, nil
 	})
-	p, err := New("test-registered", Options{Params: map[string]string{"k": "2.5"}})
+	p, err := New("test-registered", Options{Batch: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Plan(estimate(1)).Status().BatchSize; got != 3 {
 		t.Fatalf("registered policy planned batch %d, want 3", got)
 	}
-	if _, err := New("test-registered", Options{Params: map[string]string{"k": "x"}}); err == nil || !strings.Contains(err.Error(), "not a number") {
+	if _, err := New("test-registered", Options{Batch: 5}); err == nil || !strings.Contains(err.Error(), "at most 4") {
 		t.Fatalf("bad parameter error %v", err)
+	}
+	if _, err := New("test-registered", Options{Batch: -1}); err == nil || !strings.Contains(err.Error(), "batch") {
+		t.Fatalf("New does not validate the options before the factory: %v", err)
 	}
 	found := false
 	for _, n := range Names() {
@@ -251,28 +256,36 @@ func TestRegisterOpen(t *testing.T) {
 	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
 }
 
-func TestOptionsParams(t *testing.T) {
-	o := Options{Params: map[string]string{"f": " 1.5", "i": "7", "d": "250ms", "bad": "x"}}
-	if v, err := o.Float("f", 0); err != nil || v != 1.5 {
-		t.Fatalf("Float = %v, %v", v, err)
+func TestOptionsValidateNamesTheParameter(t *testing.T) {
+	tests := []struct {
+		o    Options
+		want string // the *ParamError's Param
+	}{
+		{Options{MaxQueueDelay: -1}, "max_queue_delay"},
+		{Options{Batch: -1}, "batch"},
+		{Options{MaxWait: -1}, "wait_bound"},
+		{Options{SLA: -1}, "sla"},
+		{Options{W1: math.NaN()}, "w1"},
+		{Options{W1: 0, W2: 1}, "w1"},
+		{Options{W1: 1, W2: -1}, "w2"},
+		{Options{RowCap: -1}, "row_cap"},
+		{Options{Util: 1.2}, "util"},
+		{Options{From: 3}, "from"},
+		{Options{Safety: 0.9}, "safety"},
+		{Options{Target: "most"}, "target"},
+		{Options{SMax: -1}, "smax"},
+		{Options{Resolve: 2}, "resolve"},
+		{Options{LatencyBudget: "0.9x"}, "latency_budget"},
+		{Options{LatencyBudget: "soon"}, "latency_budget"},
 	}
-	if v, err := o.Int("i", 0); err != nil || v != 7 {
-		t.Fatalf("Int = %v, %v", v, err)
-	}
-	if v, err := o.Duration("d", 0); err != nil || v != 250*time.Millisecond {
-		t.Fatalf("Duration = %v, %v", v, err)
-	}
-	if v, err := o.Float("missing", 3); err != nil || v != 3 {
-		t.Fatalf("default Float = %v, %v", v, err)
-	}
-	for _, f := range []func() error{
-		func() error { _, err := o.Int("bad", 0); return err },
-		func() error { _, err := o.Duration("bad", 0); return err },
-		func() error { _, err := o.Float("bad", 0); return err },
-	} {
-		if err := f(); err == nil || !strings.Contains(err.Error(), "bad") {
-			t.Fatalf("error %v should name the parameter", err)
+	for _, tt := range tests {
+		var pe *ParamError
+		if err := tt.o.Validate(); !errors.As(err, &pe) || pe.Param != tt.want {
+			t.Errorf("%+v: Validate() = %v, want a ParamError for %s", tt.o, err, tt.want)
 		}
+	}
+	if err := (Options{}).Validate(); err != nil {
+		t.Fatalf("zero Options (every default): %v", err)
 	}
 }
 
@@ -284,7 +297,7 @@ func TestQueueHelpers(t *testing.T) {
 	if (Queue{Now: at(5)}).Waited() != 0 {
 		t.Fatal("empty queue waited")
 	}
-	if err := (Estimate{AlphaMs: 1, MaxBatch: 1, Instances: 0}).Validate(); err == nil || !strings.Contains(err.Error(), "instances") {
+	if err := (Estimate{Latency: batchcost.Latency{AlphaMs: 1}, MaxBatch: 1, Instances: 0}).Validate(); err == nil || !strings.Contains(err.Error(), "instances") {
 		t.Fatalf("Validate: %v", err)
 	}
 }

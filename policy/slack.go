@@ -2,9 +2,9 @@ package policy
 
 import (
 	"fmt"
-	"math"
-	"strings"
 	"time"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // NameSlack is the SLA-aware slack policy.
@@ -53,27 +53,7 @@ const (
 
 func init() {
 	Register(NameSlack, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameSlack, "sla", "safety", "target"); err != nil {
-			return nil, err
-		}
-		var p Slack
-		var err error
-		if p.SLA, err = o.Duration("sla", 0); err != nil {
-			return nil, err
-		}
-		if p.Safety, err = o.Float("safety", DefaultSlackSafety); err != nil {
-			return nil, err
-		}
-		p.Target = strings.TrimSpace(o.Params["target"])
-		switch {
-		case p.SLA < 0:
-			return nil, fmt.Errorf("parameter sla must be >= 0, got %v", p.SLA)
-		case !(p.Safety >= 1) || math.IsInf(p.Safety, 0):
-			return nil, fmt.Errorf("parameter safety must be a finite number >= 1 (it over-estimates batch time), got %v", p.Safety)
-		case p.Target != "" && p.Target != TargetRate && p.Target != TargetMax:
-			return nil, fmt.Errorf("parameter target must be %q or %q, got %q", TargetRate, TargetMax, p.Target)
-		}
-		return p, nil
+		return Slack{SLA: o.SLA, Safety: or(o.Safety, DefaultSlackSafety), Target: o.Target}, nil
 	})
 }
 
@@ -93,10 +73,10 @@ func (p Slack) Plan(e Estimate) Rule {
 	if p.Target != TargetMax {
 		target = 1
 		if e.Observed() {
-			target = ChooseBatch(e.RatePerSec, e.AlphaMs, e.Tau0Ms, e.MaxBatch)
+			target = ChooseBatch(e.RatePerSec, e.Latency, e.MaxBatch)
 		}
 	}
-	r := SlackRule{target: target, sla: p.SLA, safety: safety, alphaMs: e.AlphaMs, tau0Ms: e.Tau0Ms}
+	r := SlackRule{target: target, sla: p.SLA, safety: safety, line: e.Latency}
 	if e.Observed() && e.RatePerSec > 0 {
 		r.gap = time.Duration(float64(time.Second) / e.RatePerSec)
 	}
@@ -105,11 +85,11 @@ func (p Slack) Plan(e Estimate) Rule {
 
 // SlackRule is one planned slack rule.
 type SlackRule struct {
-	target          int
-	sla             time.Duration
-	safety          float64
-	alphaMs, tau0Ms float64
-	gap             time.Duration // mean time between arrivals; 0: unknown
+	target int
+	sla    time.Duration
+	safety float64
+	line   batchcost.Latency
+	gap    time.Duration // mean time between arrivals; 0: unknown
 }
 
 // Decide implements Rule.
@@ -145,7 +125,7 @@ func (r SlackRule) Decide(q Queue) Decision {
 }
 
 func (r SlackRule) tau(b int, factor float64) time.Duration {
-	return time.Duration(factor * (r.alphaMs*float64(b) + r.tau0Ms) * float64(time.Millisecond))
+	return time.Duration(factor * r.line.TauMs(b) * float64(time.Millisecond))
 }
 
 // Status implements Rule. MaxWait is the SLA (the longest a row without its

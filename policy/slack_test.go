@@ -21,7 +21,7 @@ func TestSlackDecide(t *testing.T) {
 		}
 		return qq
 	}
-	target := ChooseBatch(2000, 0.3051, 1.052, 32)
+	target := ChooseBatch(2000, googlenet, 32)
 	tests := []struct {
 		name string
 		rule Rule
@@ -79,22 +79,20 @@ func TestSlackMeetsDeadlines(t *testing.T) {
 
 func TestSlackOptions(t *testing.T) {
 	tests := []struct {
-		name   string
-		params map[string]string
-		want   Slack
-		err    string
+		name string
+		o    Options
+		want Slack
+		err  string
 	}{
-		{"defaults", nil, Slack{Safety: DefaultSlackSafety}, ""},
-		{"all set", map[string]string{"sla": "50ms", "safety": "2", "target": "max"}, Slack{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}, ""},
-		{"bad duration", map[string]string{"sla": "50"}, Slack{}, "sla"},
-		{"negative sla", map[string]string{"sla": "-1ms"}, Slack{}, "sla"},
-		{"safety below 1", map[string]string{"safety": "0.9"}, Slack{}, "safety"},
-		{"bad target", map[string]string{"target": "most"}, Slack{}, "target"},
-		{"unknown", map[string]string{"w1": "1"}, Slack{}, "w1"},
+		{"defaults", Options{}, Slack{Safety: DefaultSlackSafety}, ""},
+		{"all set", Options{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}, Slack{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}, ""},
+		{"negative sla", Options{SLA: -time.Millisecond}, Slack{}, "sla"},
+		{"safety below 1", Options{Safety: 0.9}, Slack{}, "safety"},
+		{"bad target", Options{Target: "most"}, Slack{}, "target"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameSlack, Options{Params: tt.params})
+			p, err := New(NameSlack, tt.o)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want it to mention %q", err, tt.err)

@@ -75,50 +75,20 @@ type SMDP struct {
 }
 
 // NewSMDP returns the policy with weights w1 (latency, > 0) and w2 (power,
-// >= 0).
+// >= 0); both zero select the default, w1 1 and w2 0.
 func NewSMDP(w1, w2 float64) (*SMDP, error) {
-	switch {
-	case !(w1 > 0) || math.IsInf(w1, 0):
-		return nil, fmt.Errorf("w1 (weight of mean latency per ms) must be a finite number > 0, got %v; favour energy with a larger w2 instead", w1)
-	case !(w2 >= 0) || math.IsInf(w2, 0):
-		return nil, fmt.Errorf("w2 (weight of mean power per W) must be a finite number >= 0, got %v", w2)
+	o := Options{W1: w1, W2: w2}
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
+	w1, w2 = o.weights()
 	return &SMDP{W1: w1, W2: w2}, nil
 }
 
 func init() {
 	Register(NameSMDP, func(o Options) (Policy, error) {
-		if err := o.CheckParams(NameSMDP, "w1", "w2", "smax", "resolve"); err != nil {
-			return nil, err
-		}
-		w1, err := o.Float("w1", 1)
-		if err != nil {
-			return nil, err
-		}
-		w2, err := o.Float("w2", 0)
-		if err != nil {
-			return nil, err
-		}
-		p, err := NewSMDP(w1, w2)
-		if err != nil {
-			return nil, err
-		}
-		if p.SMax, err = o.Int("smax", 0); err != nil {
-			return nil, err
-		}
-		if p.Resolve, err = o.Float("resolve", DefaultResolve); err != nil {
-			return nil, err
-		}
-		switch {
-		case p.SMax < 0:
-			return nil, fmt.Errorf("parameter smax must be >= 0 (0: automatic), got %d", p.SMax)
-		case !(p.Resolve > 0 && p.Resolve <= 1):
-			return nil, fmt.Errorf("parameter resolve must be in (0, 1], got %v", p.Resolve)
-		case o.MaxWait < 0:
-			return nil, fmt.Errorf("max wait must be >= 0, got %v", o.MaxWait)
-		}
-		p.MaxWait = o.MaxWait
-		return p, nil
+		w1, w2 := o.weights()
+		return &SMDP{W1: w1, W2: w2, SMax: o.SMax, Resolve: or(o.Resolve, DefaultResolve), MaxWait: o.MaxWait}, nil
 	})
 }
 

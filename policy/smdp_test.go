@@ -34,7 +34,7 @@ func TestSMDPFallbacks(t *testing.T) {
 		e    Estimate
 		note string
 	}{
-		{"before the first window", Estimate{Now: t0, AlphaMs: 0.3051, Tau0Ms: 1.052, MaxBatch: 32, Instances: 1}, "no rate measured"},
+		{"before the first window", Estimate{Now: t0, Latency: googlenet, MaxBatch: 32, Instances: 1}, "no rate measured"},
 		{"a window without arrivals", energyEstimate(0), "no arrivals"},
 		{"overload", energyEstimate(4000), "overload"},
 		{"an infinite rate", func() Estimate { e := energyEstimate(1); e.RatePerSec = math.Inf(1); return e }(), "overload"},
@@ -205,28 +205,26 @@ func TestSMDPWithoutEnergyIgnoresW2(t *testing.T) {
 
 func TestSMDPOptions(t *testing.T) {
 	tests := []struct {
-		name   string
-		params map[string]string
-		maxW   time.Duration
-		check  func(*SMDP) bool
-		err    string
+		name  string
+		o     Options
+		check func(*SMDP) bool
+		err   string
 	}{
-		{"defaults", nil, 0, func(p *SMDP) bool { return p.W1 == 1 && p.W2 == 0 && p.Resolve == DefaultResolve && p.SMax == 0 }, ""},
-		{"all set", map[string]string{"w1": "2", "w2": "0.5", "smax": "300", "resolve": "0.2"}, time.Second,
+		{"defaults", Options{}, func(p *SMDP) bool { return p.W1 == 1 && p.W2 == 0 && p.Resolve == DefaultResolve && p.SMax == 0 }, ""},
+		{"all set", Options{W1: 2, W2: 0.5, SMax: 300, Resolve: 0.2, MaxWait: time.Second},
 			func(p *SMDP) bool {
 				return p.W1 == 2 && p.W2 == 0.5 && p.SMax == 300 && p.Resolve == 0.2 && p.MaxWait == time.Second
 			}, ""},
-		{"w1 zero", map[string]string{"w1": "0"}, 0, nil, "w1"},
-		{"w2 negative", map[string]string{"w2": "-1"}, 0, nil, "w2"},
-		{"w2 not a number", map[string]string{"w2": "lots"}, 0, nil, "w2"},
-		{"smax negative", map[string]string{"smax": "-1"}, 0, nil, "smax"},
-		{"resolve zero", map[string]string{"resolve": "0"}, 0, nil, "resolve"},
-		{"unknown", map[string]string{"sla": "1s"}, 0, nil, "sla"},
-		{"negative wait", nil, -1, nil, "max wait"},
+		{"w1 zero", Options{W2: 1}, nil, "w1"},
+		{"w2 negative", Options{W1: 1, W2: -1}, nil, "w2"},
+		{"w2 not a number", Options{W1: 1, W2: math.NaN()}, nil, "w2"},
+		{"smax negative", Options{SMax: -1}, nil, "smax"},
+		{"resolve above 1", Options{Resolve: 1.5}, nil, "resolve"},
+		{"negative wait", Options{MaxWait: -1}, nil, "max wait"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameSMDP, Options{Params: tt.params, MaxWait: tt.maxW})
+			p, err := New(NameSMDP, tt.o)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want it to mention %q", err, tt.err)

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 func TestPresetsValid(t *testing.T) {
@@ -49,12 +51,12 @@ func TestValidate(t *testing.T) {
 		p    Profile
 		ok   bool
 	}{
-		{"good", Profile{AlphaMs: 1, Tau0Ms: 0, MaxBatch: 1}, true},
-		{"zero alpha", Profile{AlphaMs: 0, Tau0Ms: 1, MaxBatch: 1}, false},
-		{"negative tau0", Profile{AlphaMs: 1, Tau0Ms: -1, MaxBatch: 1}, false},
-		{"NaN alpha", Profile{AlphaMs: math.NaN(), MaxBatch: 1}, false},
-		{"no batch", Profile{AlphaMs: 1, MaxBatch: 0}, false},
-		{"negative energy", Profile{AlphaMs: 1, MaxBatch: 1, HasEnergy: true, BetaMJ: -1}, false},
+		{"good", Profile{Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 0}, MaxBatch: 1}, true},
+		{"zero alpha", Profile{Latency: batchcost.Latency{AlphaMs: 0, Tau0Ms: 1}, MaxBatch: 1}, false},
+		{"negative tau0", Profile{Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: -1}, MaxBatch: 1}, false},
+		{"NaN alpha", Profile{Latency: batchcost.Latency{AlphaMs: math.NaN()}, MaxBatch: 1}, false},
+		{"no batch", Profile{Latency: batchcost.Latency{AlphaMs: 1}, MaxBatch: 0}, false},
+		{"negative energy", Profile{Latency: batchcost.Latency{AlphaMs: 1}, MaxBatch: 1, HasEnergy: true, Energy: batchcost.Energy{BetaMJ: -1}}, false},
 	}
 	for _, tt := range tests {
 		if err := tt.p.Validate(); (err == nil) != tt.ok {

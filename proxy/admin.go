@@ -24,6 +24,10 @@ type AdminOptions struct {
 	// SetPolicy switches a model ("" for all) to a policy and returns once
 	// the new policy's rule is in force, so the answer shows the new state.
 	SetPolicy func(ctx context.Context, model, policy string) error
+	// SetPolicyBudget switches a model ("" for all) to the budget policy
+	// with the given latency budget, as SetPolicy does; nil refuses
+	// latency_budget.
+	SetPolicyBudget func(ctx context.Context, model, budget string) error
 	// Logger records policy changes (who asked, what changed); nil: slog's
 	// default.
 	Logger *slog.Logger
@@ -71,8 +75,9 @@ func NewAdmin(o AdminOptions) http.Handler {
 			return
 		}
 		var body struct {
-			Model  string `json:"model"`
-			Policy string `json:"policy"`
+			Model         string `json:"model"`
+			Policy        string `json:"policy"`
+			LatencyBudget string `json:"latency_budget"`
 		}
 		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 4096))
 		dec.DisallowUnknownFields()
@@ -80,7 +85,17 @@ func NewAdmin(o AdminOptions) http.Handler {
 			kserve.WriteError(w, http.StatusBadRequest, `want {"model": "name or empty for all", "policy": "name"}`)
 			return
 		}
-		if err := o.SetPolicy(req.Context(), body.Model, body.Policy); err != nil {
+		set := o.SetPolicy
+		if body.LatencyBudget != "" {
+			if body.Policy != "budget" || o.SetPolicyBudget == nil {
+				kserve.WriteError(w, http.StatusBadRequest, `latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
+				return
+			}
+			set = func(ctx context.Context, model, _ string) error {
+				return o.SetPolicyBudget(ctx, model, body.LatencyBudget)
+			}
+		}
+		if err := set(req.Context(), body.Model, body.Policy); err != nil {
 			kserve.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}

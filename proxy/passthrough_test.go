@@ -233,12 +233,20 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 // timeout) costs the client nothing: the request, a POST included, goes
 // again on a new connection.
 func TestPassthroughRetriesStaleConnection(t *testing.T) {
-	var calls atomic.Int64
-	front, up := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var calls, closed atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
-	}), 0)
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	front := startFront(t, proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20})
 	post := func() int {
 		resp, err := http.Post(front+"/v2/models/other/infer", "application/json", strings.NewReader(`{"inputs":[]}`))
 		if err != nil {
@@ -252,7 +260,11 @@ func TestPassthroughRetriesStaleConnection(t *testing.T) {
 		t.Fatalf("first POST: %d", c)
 	}
 	up.CloseClientConnections() // the proxy's pooled connection is now dead
-	time.Sleep(20 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); closed.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never closed the kept-alive connection")
+		}
+	}
 	if c := post(); c != 200 {
 		t.Fatalf("POST after the upstream closed the kept-alive connection: %d, want 200", c)
 	}

@@ -121,6 +121,7 @@ func New(o Options) *Server {
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		CloseOnShutdown:              true,
+		ReduceMemoryUsage:            true,
 		Logger:                       fasthttpLogger{o.Logger},
 	}
 	s.srv.HeaderReceived = s.headerReceived
@@ -245,17 +246,13 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
-	key, rows, batchable := kserve.BatchKey(req)
+	call, batchable, err := dispatcher.NewCall(req, version, start)
 	if !batchable {
 		// Shared memory, sequences, ...: Triton handles those itself.
 		s.passBuffered(ctx, raw)
 		return
 	}
-	call := &dispatcher.Call{Version: version, Req: req, Rows: int(rows), Key: key}
-	if version != "" {
-		call.Key = "v" + version + "\x00" + key
-	}
-	if err := scheduleParams(req, call, start); err != nil {
+	if err != nil {
 		s.fail(ctx, model, err)
 		return
 	}
@@ -277,28 +274,6 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.log.Debug("writing response", "model", model, "err", err)
 	}
 	s.m.latencyOf(model).Observe(time.Since(start).Seconds())
-}
-
-// scheduleParams reads Triton's schedule-policy parameters: "priority"
-// (1 is highest, 0 the default level) and "timeout" in microseconds.
-func scheduleParams(req *kserve.Request, c *dispatcher.Call, now time.Time) error {
-	if v, ok := req.Parameters["priority"]; ok {
-		p, ok := req.Parameters.Int("priority")
-		if !ok || p < 0 {
-			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'priority' must be a non-negative integer, got %v", v)}
-		}
-		c.Priority = uint64(p)
-	}
-	if v, ok := req.Parameters[kserve.ParamTimeout]; ok {
-		us, ok := req.Parameters.Int(kserve.ParamTimeout)
-		if !ok || us < 0 {
-			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'timeout' must be a non-negative integer of microseconds, got %v", v)}
-		}
-		if us > 0 {
-			c.Expire = now.Add(time.Duration(us) * time.Microsecond)
-		}
-	}
-	return nil
 }
 
 // Body buffers are reused: once Submit has returned nothing refers to a
@@ -421,7 +396,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
 	}
-	s.m.Errors.WithLabelValues(model, strconv.Itoa(status)).Inc()
+	s.m.Errors.WithLabelValues(model, ProtocolHTTP, strconv.Itoa(status)).Inc()
 	writeError(ctx, status, msg)
 }
 

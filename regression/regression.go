@@ -25,6 +25,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/ratebatch/ratebatch/batchcost"
 )
 
 // Sample is one observed batch: its size and how long it took; or, with
@@ -57,25 +59,11 @@ func (s Sample) validate() error {
 	return nil
 }
 
-// Line is tau(b) = AlphaMs*b + Tau0Ms.
-type Line struct {
-	AlphaMs float64 `json:"alpha_ms"`
-	Tau0Ms  float64 `json:"tau0_ms"`
-}
-
-// TauMs is the line's latency for a batch of b in ms.
-func (l Line) TauMs(b int) float64 { return l.AlphaMs*float64(b) + l.Tau0Ms }
-
-// Validate reports whether the line is a usable latency model.
-func (l Line) Validate() error {
-	switch {
-	case !(l.AlphaMs > 0) || math.IsInf(l.AlphaMs, 0):
-		return fmt.Errorf("alpha must be a finite number > 0 ms, got %v", l.AlphaMs)
-	case !(l.Tau0Ms >= 0) || math.IsInf(l.Tau0Ms, 0):
-		return fmt.Errorf("tau0 must be a finite number >= 0 ms, got %v", l.Tau0Ms)
-	}
-	return nil
-}
+// Line is the line a fit returns, tau(b) = AlphaMs*b + Tau0Ms. It is
+// batchcost.Latency itself (an alias, not a second type): the fitting code
+// reads best speaking of a line, and every package that plans with the fit
+// takes the very same type.
+type Line = batchcost.Latency
 
 // Fit is a fitted line and how much to trust it.
 type Fit struct {

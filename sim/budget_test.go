@@ -31,7 +31,7 @@ func TestBudgetPolicyMeetsItsBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		adhoc := run(newPolicy(t, policy.NameAdhoc, policy.Options{}))
-		got := run(newPolicy(t, policy.NameBudget, policy.Options{Params: map[string]string{"latency_budget": tc.budget}}))
+		got := run(newPolicy(t, policy.NameBudget, policy.Options{LatencyBudget: tc.budget}))
 		opt, err := smdp.SolveBudget(context.Background(), smdp.ModelFor(prof, tc.rho), b, 0)
 		if err != nil {
 			t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // than ad-hoc somewhere on the grid of each preset with energy figures).
 func TestDefaultPolicyNeverHurts(t *testing.T) {
 	name := config.Default().Policy.Name
-	def, err := policy.New(name, policy.Options{})
+	def, err := policy.New(name, config.Default().Policy.Options)
 	if err != nil {
 		t.Fatal(err)
 	}

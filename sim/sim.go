@@ -1,8 +1,9 @@
 // Package sim is a discrete-event simulation of one model queue in front of
-// a GPU. It drives the same policy code as the live proxy on a virtual
-// clock: a monitor that counts arrivals per window and plans a rule from the
-// arrival rate and an online fit of tau(b), and a dispatcher that asks the
-// rule on every arrival, completion and requested wake-up.
+// a GPU. It drives the live proxy's own code on a virtual clock: the
+// monitor (package monitor: arrival counting, rate estimate, online fit of
+// tau(b), Plan) and the policy's rule, asked on every arrival, completion
+// and requested wake-up as the dispatcher asks it. The clock, and who calls
+// Monitor.Tick, are the only differences.
 //
 // The model: Poisson arrivals at a fixed rate or following a rate series;
 // each batch of b requests takes tau(b) = alpha*b + tau0 (optionally with
@@ -13,7 +14,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/stats"
+	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/profile"
-	"github.com/ratebatch/ratebatch/regression"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -73,32 +73,55 @@ type Config struct {
 	Series bool
 }
 
-func (c *Config) normalize() error {
+// InvalidError names the Config field Run cannot use, so that a caller
+// can point at its own spelling of it (the sim command, at its flag).
+type InvalidError struct {
+	Field string // the Config field: "RatePerSec", "Jitter", ...
+	Err   error
+}
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+func invalid(field, format string, a ...any) error {
+	return &InvalidError{Field: field, Err: fmt.Errorf(format, a...)}
+}
+
+// Validate reports the first field Run cannot use, as an *InvalidError.
+// Zero values that select a default are valid.
+func (c Config) Validate() error {
 	if err := c.Profile.Validate(); err != nil {
-		return err
-	}
-	if c.Policy == nil {
-		return errors.New("no policy given")
+		return &InvalidError{Field: "Profile", Err: err}
 	}
 	switch {
+	case c.Policy == nil:
+		return invalid("Policy", "no policy given")
 	case c.Trace != nil && c.RatePerSec != 0:
-		return errors.New("give either a rate or a trace, not both")
+		return invalid("RatePerSec", "give either a rate or a trace, not both")
 	case c.Trace == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
-		return fmt.Errorf("arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
+		return invalid("RatePerSec", "arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
 	case c.Requests < 0:
-		return fmt.Errorf("requests must be >= 0, got %d", c.Requests)
+		return invalid("Requests", "requests must be >= 0, got %d", c.Requests)
 	case c.Window < 0 || (c.Window > 0 && c.Window < MinWindow):
-		return fmt.Errorf("window must be at least %v, got %v", MinWindow, c.Window)
+		return invalid("Window", "window must be at least %v, got %v", MinWindow, c.Window)
 	case c.Instances < 0:
-		return fmt.Errorf("instances must be >= 1, got %d", c.Instances)
+		return invalid("Instances", "instances must be >= 1, got %d", c.Instances)
 	case !(c.Jitter >= 0 && c.Jitter < 1):
-		return fmt.Errorf("jitter must be in [0, 1), got %v", c.Jitter)
+		return invalid("Jitter", "jitter must be in [0, 1), got %v", c.Jitter)
 	case !(c.IdleWatts >= 0) || math.IsInf(c.IdleWatts, 0):
-		return fmt.Errorf("idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
+		return invalid("IdleWatts", "idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
 	case c.SLA < 0:
-		return fmt.Errorf("SLA must be >= 0, got %v", c.SLA)
+		return invalid("SLA", "SLA must be >= 0, got %v", c.SLA)
 	case c.DrainLimit < 0:
-		return fmt.Errorf("drain limit must be >= 0, got %v", c.DrainLimit)
+		return invalid("DrainLimit", "drain limit must be >= 0, got %v", c.DrainLimit)
+	}
+	return nil
+}
+
+// normalize validates c and fills its defaults.
+func (c *Config) normalize() error {
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	if c.Trace == nil && c.Requests == 0 {
 		c.Requests = DefaultRequests
@@ -171,7 +194,7 @@ type slot struct {
 type run struct {
 	c    Config
 	rule policy.Rule
-	fit  *regression.Estimator
+	mon  *monitor.Monitor
 
 	now    time.Duration
 	queue  []time.Duration // arrival times, FIFO from head
@@ -213,19 +236,25 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return Result{}, fmt.Errorf("sim: %w", err)
 	}
 	p := c.Profile
-	fit, err := regression.NewEstimator(regression.Options{
-		Prior:    &regression.Line{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms},
-		MaxBatch: p.MaxBatch,
-	})
-	if err != nil {
-		return Result{}, fmt.Errorf("sim: seeding the latency fit: %w", err)
-	}
 	r := &run{
 		c:         c,
-		fit:       fit,
 		slots:     make([]slot, c.Instances),
 		jitterRNG: rand.New(rand.NewPCG(c.Seed, 0x6a69747465720000)),
 	}
+	mc := monitor.Config{
+		Model: p.Name, Policy: c.Policy, Window: c.Window,
+		MaxBatch: p.MaxBatch, Instances: c.Instances,
+		Seed: &p.Latency,
+		Now:  func() time.Time { return Epoch.Add(r.now) },
+	}
+	if p.HasEnergy {
+		mc.Energy = &p.Energy
+	}
+	mon, err := monitor.New(mc)
+	if err != nil {
+		return Result{}, fmt.Errorf("sim: %w", err)
+	}
+	r.mon = mon
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
 	if c.Trace != nil {
 		r.arrivals = c.Trace.Arrivals(arrivalRNG)
@@ -237,7 +266,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		r.queue = make([]time.Duration, 0, min(n, 1<<16))
 	}
 	r.drawArrival()
-	r.rule = c.Policy.Plan(r.estimate(0, 0))
+	r.rule = mon.Rule()
 	r.win = Window{BatchSize: r.rule.Status().BatchSize}
 	if err := r.loop(ctx); err != nil {
 		return Result{}, fmt.Errorf("sim %s: %w", c.Policy.Name(), err)
@@ -259,34 +288,6 @@ func (r *run) drawArrival() {
 	r.haveArrival = true
 }
 
-func (r *run) estimate(window time.Duration, arrivals int) policy.Estimate {
-	p := r.c.Profile
-	e := policy.Estimate{
-		Now:       Epoch.Add(r.now),
-		Window:    window,
-		Arrivals:  arrivals,
-		AlphaMs:   p.AlphaMs,
-		Tau0Ms:    p.Tau0Ms,
-		FitR2:     1,
-		HasEnergy: p.HasEnergy,
-		MaxBatch:  p.MaxBatch,
-		Instances: r.c.Instances,
-	}
-	if p.HasEnergy {
-		e.BetaMJ, e.Zeta0MJ = p.BetaMJ, p.Zeta0MJ
-	}
-	if window > 0 {
-		e.RatePerSec = float64(arrivals) / window.Seconds()
-	}
-	if f, err := r.fit.Fit(); err == nil {
-		e.AlphaMs, e.Tau0Ms, e.FitR2 = f.AlphaMs, f.Tau0Ms, f.R2
-		if f.N == 0 {
-			e.FitR2 = 1 // the profile itself
-		}
-	}
-	return e
-}
-
 // Event kinds, in the order they are handled when they fall on one instant:
 // a completion frees an instance before an arrival is decided on.
 const (
@@ -301,7 +302,8 @@ const (
 const ctxCheckEvery = 1 << 16
 
 func (r *run) loop(ctx context.Context) error {
-	nextTick := r.c.Window
+	slice := r.mon.TickEvery()
+	nextTick, nextWindow := slice, r.c.Window
 	var lastArrival time.Duration
 	for events := 1; ; events++ {
 		if events%ctxCheckEvery == 0 {
@@ -342,11 +344,20 @@ func (r *run) loop(ctx context.Context) error {
 			r.queue = append(r.queue, at)
 			r.arrived++
 			r.winCount++
+			r.mon.Arrive(1)
 			lastArrival = at
 			r.drawArrival()
 		case evTick:
-			r.tick()
-			nextTick += r.c.Window
+			// The monitor re-plans every slice; the series is per window.
+			r.mon.Tick()
+			r.rule = r.mon.Rule()
+			if r.now >= nextWindow {
+				r.closeWindow()
+				r.winCount = 0
+				r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
+				nextWindow += r.c.Window
+			}
+			nextTick += slice
 		case evWake:
 			r.woken = false
 		}
@@ -360,13 +371,6 @@ func (r *run) advance(t time.Duration) {
 	r.area += float64(inSystem) * (t - r.lastEvent).Seconds()
 	r.lastEvent = t
 	r.now = t
-}
-
-func (r *run) tick() {
-	r.closeWindow()
-	r.rule = r.c.Policy.Plan(r.estimate(r.c.Window, r.winCount))
-	r.winCount = 0
-	r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
 }
 
 func (r *run) closeWindow() {
@@ -471,7 +475,7 @@ func (r *run) complete(i int) {
 	r.win.Completed += s.rows
 	r.winLatSum += s.latSum
 	// The observation is valid by construction (rows >= 1, latency > 0).
-	_ = r.fit.Observe(s.rows, float64(s.end-s.start)/float64(time.Millisecond))
+	r.mon.Observe(s.rows, s.end-s.start)
 }
 
 func (r *run) result() Result {

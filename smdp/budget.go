@@ -167,15 +167,15 @@ func SolveBudget(ctx context.Context, m Model, b Budget, sMax int) (Constrained,
 	budget := c.BudgetMs
 	feasible := func(p Point) bool { return p.LatencyMs <= budget }
 
-	// First: the least-latency policy (w2 = 0), or ad-hoc if the solver's
-	// limit is not feasible.
-	lo, err := s.optimum(0)
-	if err != nil {
-		return Constrained{}, err
-	}
-	wLo := 0.0
-	if !feasible(lo) || adhoc.LatencyMs < lo.LatencyMs && feasible(adhoc) {
-		lo = adhoc
+	// First: ad-hoc when it meets the budget (any relative budget), else
+	// the least-latency policy (w2 = 0). Ad-hoc need not be on the hull
+	// (at high load a small limit can be faster); the crossing steps below
+	// replace it by the hull vertex if not.
+	lo, wLo := adhoc, 0.0
+	if !feasible(lo) {
+		if lo, err = s.optimum(0); err != nil {
+			return Constrained{}, err
+		}
 	}
 	if !feasible(lo) {
 		return Constrained{}, fmt.Errorf("%w: the budget %.4g ms is below %.4g ms, the mean latency of the fastest policy at this load",

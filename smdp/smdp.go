@@ -36,18 +36,17 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/profile"
 )
 
 // Model is the batch service queue: the linear latency and energy lines of
 // one model on one GPU and the arrival rate.
 type Model struct {
-	AlphaMs     float64 // latency slope per request in a batch
-	Tau0Ms      float64 // fixed latency of any batch
-	BetaMJ      float64 // energy slope per request; 0 when unknown
-	Zeta0MJ     float64 // fixed energy of any batch; 0 when unknown
-	MaxBatch    int     // B_max
-	LambdaPerMs float64 // Poisson arrival rate
+	batchcost.Latency
+	batchcost.Energy         // zero when unknown
+	MaxBatch         int     // B_max
+	LambdaPerMs      float64 // Poisson arrival rate
 }
 
 // ModelFor builds a Model from a published profile at the given load
@@ -55,22 +54,13 @@ type Model struct {
 // whose energy line is zero: its power part is then meaningless and w2
 // should be 0.
 func ModelFor(p profile.Profile, rho float64) Model {
-	m := Model{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms, MaxBatch: p.MaxBatch}
+	m := Model{Latency: p.Latency, MaxBatch: p.MaxBatch}
 	if p.HasEnergy {
-		m.BetaMJ, m.Zeta0MJ = p.BetaMJ, p.Zeta0MJ
+		m.Energy = p.Energy
 	}
 	m.LambdaPerMs = rho * m.MuPerMs(m.MaxBatch)
 	return m
 }
-
-// TauMs is the batch processing time tau(b).
-func (m Model) TauMs(b int) float64 { return m.AlphaMs*float64(b) + m.Tau0Ms }
-
-// ZetaMJ is the batch energy zeta(b).
-func (m Model) ZetaMJ(b int) float64 { return m.BetaMJ*float64(b) + m.Zeta0MJ }
-
-// MuPerMs is the throughput b/tau(b) of back-to-back batches of b.
-func (m Model) MuPerMs(b int) float64 { return float64(b) / m.TauMs(b) }
 
 // Rho is the load lambda / mu(B_max); the queue is stable only below 1.
 func (m Model) Rho() float64 { return m.LambdaPerMs / m.MuPerMs(m.MaxBatch) }
@@ -78,15 +68,13 @@ func (m Model) Rho() float64 { return m.LambdaPerMs / m.MuPerMs(m.MaxBatch) }
 // Validate reports the first parameter that makes the model unusable,
 // including an unstable load.
 func (m Model) Validate() error {
+	if err := m.Latency.Validate(); err != nil {
+		return err
+	}
+	if err := m.Energy.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case !(m.AlphaMs > 0) || math.IsInf(m.AlphaMs, 0):
-		return fmt.Errorf("alpha must be a finite number > 0 ms, got %v", m.AlphaMs)
-	case !(m.Tau0Ms >= 0) || math.IsInf(m.Tau0Ms, 0):
-		return fmt.Errorf("tau0 must be a finite number >= 0 ms, got %v", m.Tau0Ms)
-	case !(m.BetaMJ >= 0) || math.IsInf(m.BetaMJ, 0):
-		return fmt.Errorf("beta must be a finite number >= 0 mJ, got %v", m.BetaMJ)
-	case !(m.Zeta0MJ >= 0) || math.IsInf(m.Zeta0MJ, 0):
-		return fmt.Errorf("zeta0 must be a finite number >= 0 mJ, got %v", m.Zeta0MJ)
 	case m.MaxBatch < 1:
 		return fmt.Errorf("max batch (B_max) must be >= 1, got %d", m.MaxBatch)
 	case !(m.LambdaPerMs > 0) || math.IsInf(m.LambdaPerMs, 0):

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/profile"
 )
 
@@ -70,7 +71,7 @@ func TestPoissonIsADistribution(t *testing.T) {
 // time is D + lambda*D^2/(2(1-lambda*D)) (Pollaczek-Khinchine).
 func TestEvaluateMatchesMD1(t *testing.T) {
 	for _, rho := range []float64{0.1, 0.5, 0.8, 0.95} {
-		m := Model{AlphaMs: 0.5, Tau0Ms: 1.5, BetaMJ: 3, Zeta0MJ: 7, MaxBatch: 1}
+		m := Model{Latency: batchcost.Latency{AlphaMs: 0.5, Tau0Ms: 1.5}, Energy: batchcost.Energy{BetaMJ: 3, Zeta0MJ: 7}, MaxBatch: 1}
 		d := m.TauMs(1)
 		m.LambdaPerMs = rho / d
 		o := Options{W1: 1, W2: 0.5, Epsilon: DefaultEpsilon, SMax: 400, IterMax: DefaultIterMax}
@@ -345,7 +346,7 @@ func TestBatchMonitorSize(t *testing.T) {
 }
 
 func TestPolicyBuilders(t *testing.T) {
-	m := Model{AlphaMs: 1, Tau0Ms: 1, MaxBatch: 4, LambdaPerMs: 0.5}
+	m := Model{Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 1}, MaxBatch: 4, LambdaPerMs: 0.5}
 	tests := []struct {
 		spec    string
 		want    []int
@@ -386,7 +387,7 @@ func TestPolicyBuilders(t *testing.T) {
 }
 
 func TestInvalidInput(t *testing.T) {
-	good := Model{AlphaMs: 0.3, Tau0Ms: 1, BetaMJ: 2, Zeta0MJ: 3, MaxBatch: 8, LambdaPerMs: 1}
+	good := Model{Latency: batchcost.Latency{AlphaMs: 0.3, Tau0Ms: 1}, Energy: batchcost.Energy{BetaMJ: 2, Zeta0MJ: 3}, MaxBatch: 8, LambdaPerMs: 1}
 	opts := Options{W1: 1, W2: 1, Co: 5, Epsilon: 0.01, SMax: 50, IterMax: 100}
 	mod := func(f func(*Model)) Model { m := good; f(&m); return m }
 	opt := func(f func(*Options)) Options { o := opts; f(&o); return o }
@@ -422,7 +423,7 @@ func TestInvalidInput(t *testing.T) {
 }
 
 func TestEvaluateRejectsBadPolicies(t *testing.T) {
-	m := Model{AlphaMs: 0.3, Tau0Ms: 1, MaxBatch: 4, LambdaPerMs: 1}
+	m := Model{Latency: batchcost.Latency{AlphaMs: 0.3, Tau0Ms: 1}, MaxBatch: 4, LambdaPerMs: 1}
 	o := Options{W1: 1, Epsilon: 0.01, SMax: 6, IterMax: 10}
 	tests := []struct {
 		name   string

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/ratebatch/ratebatch/kserve"
@@ -45,91 +44,12 @@ func (c *Client) RepositoryIndex(ctx context.Context) ([]IndexEntry, error) {
 	return out, nil
 }
 
-// ModelConfig is the part of Triton's model configuration the proxy uses.
-type ModelConfig struct {
-	Name          string          `json:"name"`
-	Platform      string          `json:"platform"`
-	Backend       string          `json:"backend"`
-	MaxBatchSize  int             `json:"max_batch_size"`
-	Input         []ConfigTensor  `json:"input"`
-	Output        []ConfigTensor  `json:"output"`
-	InstanceGroup []InstanceGroup `json:"instance_group"`
-	// DynamicBatching is present when Triton batches the model itself.
-	DynamicBatching json.RawMessage `json:"dynamic_batching,omitempty"`
-	// SequenceBatching is present for stateful models, which must not be
-	// batched by a proxy that cannot see sequence boundaries.
-	SequenceBatching json.RawMessage `json:"sequence_batching,omitempty"`
-	// Decoupled models answer with a stream; the proxy passes them through.
-	ModelTransactionPolicy struct {
-		Decoupled bool `json:"decoupled"`
-	} `json:"model_transaction_policy"`
-}
-
-// ConfigTensor is an input or output of a model config. Triton prints int64
-// dims as JSON numbers or, from protobuf's JSON mapping, as strings.
-type ConfigTensor struct {
-	Name     string `json:"name"`
-	DataType string `json:"data_type"`
-	Dims     Dims   `json:"dims"`
-}
-
-// Dims decodes dims written as numbers or as strings.
-type Dims []int64
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Dims) UnmarshalJSON(b []byte) error {
-	var raw []json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
-	}
-	out := make(Dims, len(raw))
-	for i, r := range raw {
-		s := strings.Trim(string(r), `"`)
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return fmt.Errorf("dim %d: %q is not an integer", i, s)
-		}
-		out[i] = v
-	}
-	*d = out
-	return nil
-}
-
-// InstanceGroup is one instance_group entry.
-type InstanceGroup struct {
-	Kind  string `json:"kind"`
-	Count int    `json:"count"`
-	GPUs  []int  `json:"gpus"`
-}
-
-// Instances is how many executions of the model can run at once: the sum
-// over instance groups of count, times the GPUs listed for KIND_GPU groups.
-func (m *ModelConfig) Instances() int {
-	n := 0
-	for _, g := range m.InstanceGroup {
-		c := max(g.Count, 1)
-		if g.Kind == "KIND_GPU" && len(g.GPUs) > 1 {
-			c *= len(g.GPUs)
-		}
-		n += c
-	}
-	return max(n, 1)
-}
-
-// Batchable reports whether the proxy may batch the model, and why not.
-func (m *ModelConfig) Batchable() (bool, string) {
-	switch {
-	case m.MaxBatchSize <= 0:
-		return false, "max_batch_size is 0 (the model takes no batch dimension)"
-	case len(m.SequenceBatching) > 0 && string(m.SequenceBatching) != "null":
-		return false, "sequence batching: requests carry state"
-	case m.ModelTransactionPolicy.Decoupled:
-		return false, "decoupled model: responses stream"
-	case m.Platform == "ensemble":
-		return false, "ensemble: its steps batch on their own"
-	}
-	return true, ""
-}
+// ModelConfig and InstanceGroup are Triton's model configuration, which
+// kserve owns with the other bodies of the protocol's endpoints.
+type (
+	ModelConfig   = kserve.ModelConfig
+	InstanceGroup = kserve.InstanceGroup
+)
 
 // ModelConfig reads GET /v2/models/{m}/config.
 func (c *Client) ModelConfig(ctx context.Context, model string) (*ModelConfig, error) {

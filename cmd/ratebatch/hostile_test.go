@@ -410,7 +410,7 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 			t.Errorf("the upstream's password appears in the %s", what)
 		}
 	}
-	if !strings.Contains(status, `"AdminToken": "REDACTED"`) {
+	if !strings.Contains(status, `"admin_token": "REDACTED"`) {
 		t.Errorf("status should show the token as REDACTED: %.400s", status)
 	}
 	if !strings.Contains(logs.String(), "level=DEBUG") {

@@ -5,7 +5,9 @@ import (
 
 	"math"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +76,16 @@ func TestLearnTauFromNothing(t *testing.T) {
 	if long() {
 		step, tol, rhos = 30*time.Second, 0.10, []float64{0.2, 0.5, 0.8}
 	}
+	if s := os.Getenv("RATEBATCH_RHOS"); s != "" { // e.g. "0.8" to rerun one step
+		rhos = nil
+		for _, f := range strings.Split(s, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rhos = append(rhos, r)
+		}
+	}
 	if s := os.Getenv("RATEBATCH_STEP"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -137,4 +149,131 @@ func meanBatch(t *testing.T, lt *liveTest) float64 {
 		}
 	}
 	return math.NaN()
+}
+
+// runStep offers Poisson load at rho to a fresh realistic emulator through
+// a fresh proxy running the named policy ("" for the default), from idle,
+// and returns the run's summary.
+func runStep(t *testing.T, pol string, rho float64, d time.Duration, seed uint64) loadgen.Summary {
+	t.Helper()
+	em, truth := learnServer(t, seed)
+	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+		c.Policy.Window = time.Second
+		if pol != "" {
+			c.Policy.Name = pol
+		}
+	})
+	defer lt.stop()
+	if os.Getenv("RATEBATCH_TRACE_MONITOR") != "" {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+				for _, st := range lt.p.models.Statuses() {
+					if r := st.Rule; r != nil && st.Model == emulator.SimpleModel {
+						t.Logf("%s rate %.0f b %d wait %.2f alpha %.3f tau0 %.3f src %s note %q", pol, r.RatePerSec, r.BatchSize, r.MaxWaitMs, r.AlphaMs, r.Tau0Ms, r.FitSource, r.Note)
+					}
+				}
+			}
+		}()
+	}
+	res, err := loadgen.Run(context.Background(), loadgen.Config{
+		Target: lt.base, Model: emulator.SimpleModel, Rate: loadgen.ConstantRate(rateFor(truth, 8, rho)),
+		Duration: d, Seed: seed, Binary: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Summary.OK != res.Summary.Scheduled {
+		t.Errorf("%s: %d ok of %d scheduled (%v)", pol, res.Summary.OK, res.Summary.Scheduled, res.Summary.ErrorsByKind)
+	}
+	return res.Summary
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestColdStartStep steps the load from idle to rho 0.8 and compares the
+// default policy's p99 over the first 3 s with ad-hoc's (each run on a
+// fresh proxy and server, alternating, median over the repetitions).
+func TestColdStartStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live load")
+	}
+	reps, tol := 1, 1.5
+	if long() {
+		reps, tol = 5, 1.10
+	}
+	def := config.Default().Policy.Name
+	var ad, dp []float64
+	for i := range reps {
+		a := runStep(t, "adhoc", 0.8, 3*time.Second, uint64(100+i))
+		d := runStep(t, "", 0.8, 3*time.Second, uint64(100+i))
+		t.Logf("rep %d: p99 adhoc %.2f ms, %s %.2f ms (%.2fx); mean %.2f vs %.2f ms", i, a.P99LatencyMs, def, d.P99LatencyMs, d.P99LatencyMs/a.P99LatencyMs, a.MeanLatencyMs, d.MeanLatencyMs)
+		ad, dp = append(ad, a.P99LatencyMs), append(dp, d.P99LatencyMs)
+	}
+	r := median(dp) / median(ad)
+	t.Logf("cold start to rho 0.8, first 3 s: p99 %s %.2f ms vs adhoc %.2f ms: %.2fx (median of %d)", def, median(dp), median(ad), r, reps)
+	if r > tol && !raceEnabled {
+		t.Errorf("the default policy's p99 over the first 3 s is %.2fx ad-hoc's, want <= %.2fx", r, tol)
+	}
+}
+
+// TestSequentialClient sends requests one after another (a single client
+// waiting for each answer) directly to the realistic emulator, through the
+// proxy with the default policy, and through the proxy with ad-hoc, in
+// alternating rounds, and compares mean latencies.
+func TestSequentialClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live load")
+	}
+	rounds, per, tolDirect, tolAdhoc := 2, 100, 1.30, 1.10
+	if long() {
+		rounds, per, tolDirect, tolAdhoc = 5, 400, 1.10, 1.05
+	}
+	em, _ := learnServer(t, 7)
+	def := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Window = time.Second })
+	adhoc := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Window = time.Second; c.Policy.Name = "adhoc" })
+	targets := []struct{ name, url string }{{"direct", "http://" + em.Addr()}, {"default", def.base}, {"adhoc", adhoc.base}}
+	sum := map[string]float64{}
+	n := map[string]int64{}
+	for r := range rounds {
+		for _, tg := range targets {
+			res, err := loadgen.Run(context.Background(), loadgen.Config{
+				Target: tg.url, Model: emulator.SimpleModel, Rate: loadgen.ConstantRate(1e6), Duration: time.Minute,
+				Requests: per, MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Seed: uint64(r + 1), Binary: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Summary.OK != int64(per) {
+				t.Fatalf("%s: %d ok of %d", tg.name, res.Summary.OK, per)
+			}
+			sum[tg.name] += res.Summary.MeanLatencyMs * float64(res.Summary.OK)
+			n[tg.name] += res.Summary.OK
+		}
+	}
+	mean := func(k string) float64 { return sum[k] / float64(n[k]) }
+	t.Logf("sequential client, mean latency: direct %.3f ms, through the proxy: default (%s) %.3f ms (%.2fx direct), adhoc %.3f ms (default %.2fx adhoc)",
+		mean("direct"), config.Default().Policy.Name, mean("default"), mean("default")/mean("direct"), mean("adhoc"), mean("default")/mean("adhoc"))
+	if raceEnabled {
+		return // the ratios above are logged; the race detector decides them
+	}
+	if r := mean("default") / mean("direct"); r > tolDirect {
+		t.Errorf("default policy %.2fx direct's mean latency, want <= %.2fx", r, tolDirect)
+	}
+	if r := mean("default") / mean("adhoc"); r > tolAdhoc {
+		t.Errorf("default policy %.2fx ad-hoc's mean latency, want <= %.2fx", r, tolAdhoc)
+	}
 }

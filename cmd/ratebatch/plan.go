@@ -53,7 +53,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	m := capacity.Model{AlphaMs: prof.AlphaMs, Tau0Ms: prof.Tau0Ms}
+	m := capacity.Model(prof.Latency)
 	if countSet(set, "rate", "rho", "latency-ms") == 0 {
 		return usageErr("give --rate RPS, --rho R or --latency-ms X")
 	}
@@ -94,7 +94,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if prof.HasEnergy {
-		rpj, err := m.MinRequestsPerJoule(lambda, capacity.Energy{BetaMJ: prof.BetaMJ, Zeta0MJ: prof.Zeta0MJ})
+		rpj, err := m.MinRequestsPerJoule(lambda, prof.Energy)
 		if err != nil {
 			return usageErr("%v", err)
 		}

@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"slices"
 	"time"
 
-	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/profiler"
 	"github.com/ratebatch/ratebatch/regression"
-	"github.com/ratebatch/ratebatch/triton"
 )
 
 func init() {
@@ -49,100 +45,50 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "ratebatch profile: --samples must be >= 1 and --warmup >= 0")
 		return errUsage
 	}
-	cfg, err := triton.NewClient(*upstream, nil).ModelConfig(ctx, *model)
+	o := profiler.Options{Upstream: *upstream, Model: *model, Samples: *samples, Warmup: *warmup,
+		MaxBatch: *maxBatch, Binary: *binary, Timeout: *timeout}
+	if !*asJSON {
+		o.Progress = func(s profiler.Size) {
+			fmt.Fprintf(stdout, "b=%-4d median %8.3f ms  (%d ok, %d errors)\n", s.Batch, s.MedianMs, s.OK, s.Errors)
+		}
+	}
+	res, err := profiler.Run(ctx, o)
 	if err != nil {
-		return fmt.Errorf("reading %s's config: %w", *model, err)
-	}
-	top := cfg.MaxBatchSize
-	if top < 1 {
-		return fmt.Errorf("model %s has max_batch_size %d: it takes no batches, there is nothing to profile", *model, top)
-	}
-	if *maxBatch > 0 {
-		top = min(top, *maxBatch)
-	}
-
-	var all []regression.Sample
-	type size struct {
-		Batch    int     `json:"batch_size"`
-		MedianMs float64 `json:"median_ms"`
-		Errors   int64   `json:"errors"`
-	}
-	var sizes []size
-	for b := 1; b <= top; b++ {
-		lat, errs, err := timeBatch(ctx, *upstream, *model, b, *warmup, *samples, *binary, *timeout)
-		if err != nil {
-			return fmt.Errorf("batch size %d: %w", b, err)
-		}
-		for _, l := range lat {
-			all = append(all, regression.Sample{Batch: b, LatencyMs: l})
-		}
-		slices.Sort(lat)
-		med := math.NaN()
-		if len(lat) > 0 {
-			med = lat[len(lat)/2]
-		}
-		sizes = append(sizes, size{Batch: b, MedianMs: med, Errors: errs})
-		if !*asJSON {
-			fmt.Fprintf(stdout, "b=%-4d median %8.3f ms  (%d ok, %d errors)\n", b, med, len(lat), errs)
-		}
+		return err
 	}
 	if *out != "" {
-		if err := writeSamples(*out, all); err != nil {
+		if err := writeSamples(*out, res.Samples); err != nil {
 			return err
 		}
 	}
-	fit, err := regression.FitSamples(all, regression.Options{})
-	if err != nil {
-		return fmt.Errorf("fitting the measurements: %w", err)
-	}
+	fit, server := res.Fit, res.Server
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(struct {
-			Model   string  `json:"model"`
-			AlphaMs float64 `json:"alpha_ms"`
-			Tau0Ms  float64 `json:"tau0_ms"`
-			R2      float64 `json:"r2"`
-			N       int     `json:"n"`
-			Sizes   []size  `json:"sizes"`
-		}{*model, fit.AlphaMs, fit.Tau0Ms, fit.R2, fit.N, sizes})
+		out := struct {
+			Model   string          `json:"model"`
+			AlphaMs float64         `json:"alpha_ms"`
+			Tau0Ms  float64         `json:"tau0_ms"`
+			R2      float64         `json:"r2"`
+			N       int             `json:"n"`
+			Sizes   []profiler.Size `json:"sizes"`
+			// The server's own compute line from its batch statistics;
+			// null when it keeps none.
+			ServerAlphaMs *float64 `json:"server_alpha_ms"`
+			ServerTau0Ms  *float64 `json:"server_tau0_ms"`
+		}{Model: *model, AlphaMs: fit.AlphaMs, Tau0Ms: fit.Tau0Ms, R2: fit.R2, N: fit.N, Sizes: res.Sizes}
+		if server != nil {
+			out.ServerAlphaMs, out.ServerTau0Ms = &server.AlphaMs, &server.Tau0Ms
+		}
+		return json.NewEncoder(stdout).Encode(out)
 	}
 	fmt.Fprintf(stdout, "tau(b) = %.4g*b + %.4g ms, R^2 %.4f over %d samples\n", fit.AlphaMs, fit.Tau0Ms, fit.R2, fit.N)
+	if server != nil {
+		fmt.Fprintf(stdout, "server's own compute (batch statistics): tau(b) = %.4g*b + %.4g ms; the round trip adds %.3g ms at b=1\n",
+			server.AlphaMs, server.Tau0Ms, fit.TauMs(1)-server.TauMs(1))
+	}
 	if *out != "" {
 		fmt.Fprintf(stdout, "samples written to %s\n", *out)
 	}
 	return nil
-}
-
-// timeBatch sends warmup+samples requests of b rows one at a time and
-// returns the timed latencies in ms of the ok ones.
-func timeBatch(ctx context.Context, target, model string, b, warmup, samples int, binary bool, timeout time.Duration) ([]float64, int64, error) {
-	// One request in flight and arrivals far faster than answers: a closed
-	// loop, each request sent the moment the previous one is answered.
-	res, err := loadgen.Run(ctx, loadgen.Config{
-		Target: target, Model: model, Rows: b, Binary: binary,
-		Rate: loadgen.ConstantRate(1e6), Duration: time.Hour, Requests: warmup + samples,
-		MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Timeout: timeout, Payloads: 1, Seed: uint64(b),
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	if res.Summary.Sent == 0 {
-		return nil, 0, errors.New("no request was sent")
-	}
-	var lat []float64
-	var errs int64
-	for i, r := range res.Records {
-		if r.Err != loadgen.KindNone {
-			errs++
-			continue
-		}
-		if i >= warmup {
-			lat = append(lat, float64(r.Latency)/float64(time.Millisecond))
-		}
-	}
-	if len(lat) == 0 {
-		return nil, errs, fmt.Errorf("all %d requests failed (by kind: %v, statuses: %v)", errs, res.Summary.ErrorsByKind, res.Summary.StatusCounts)
-	}
-	return lat, errs, nil
 }
 
 func writeSamples(path string, s []regression.Sample) error {

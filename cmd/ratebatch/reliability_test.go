@@ -18,6 +18,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -426,23 +427,11 @@ func TestReliabilityUpstreamKilledMidBatch(t *testing.T) {
 		return emulator.Fault{Delay: 15 * time.Millisecond} // every batch is in flight for a while
 	}})
 	addr := em.Addr()
-	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout = 3 * time.Second })
-	offerLoad(t, lt.base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
-	before := takeFootprint()
-	warm := lt.settled(t, "simple")
-
+	// No hold: this test is about the errors of an outage the callers are
+	// not held through (TestReliabilityUpstreamRestartHeld holds them).
+	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, 0 })
 	const killAt, restartAt, d = 700 * time.Millisecond, 1200 * time.Millisecond, 2500 * time.Millisecond
-	done := make(chan loadgen.Result)
-	go func() { done <- offerLoad(t, lt.base, loadgen.ConstantRate(150), d, 2) }()
-	time.Sleep(killAt)
-	em.Close()
-	time.Sleep(restartAt - killAt)
-	if err := em.Start(addr, ""); err != nil {
-		t.Fatalf("restarting the emulator: %v", err)
-	}
-	res := <-done
-	l := lt.settled(t, "simple")
-	l = l.minus(warm)
+	res, l, before := runOutage(t, lt, em, addr, loadgen.ConstantRate(150), killAt, restartAt-killAt, d, 2)
 	checkBooks(t, res.Summary, l, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
 	if res.Summary.Errors == 0 || l.upstream["connection"] == 0 {
 		t.Fatalf("the upstream's death went unnoticed (%d client errors, %v failed upstream calls): the test did not test", res.Summary.Errors, l.upstream["connection"])
@@ -457,6 +446,63 @@ func TestReliabilityUpstreamKilledMidBatch(t *testing.T) {
 	t.Logf("kill %v..%v: %d sent, %d ok, errors by status %v, upstream errors %v",
 		killAt, restartAt, res.Summary.Sent, res.Summary.OK, res.Summary.StatusCounts, l.upstream)
 	expectNoLeak(t, before)
+}
+
+// The upstream is killed under 400 req/s and restarted 1.5 s later, within
+// the hold (upstream_client.hold, 5 s by default): the outage costs the
+// callers latency, not errors. Their batches wait while one probe at a time
+// tries the upstream, and resume once it is back; every request sent is
+// answered, and all but a handful (at most 0.5%: those whose batch was on
+// the connection that the kill broke, past their retry) with 200. With
+// RATEBATCH_TEST_HOLD=0 the same run shows the outage without the hold.
+func TestReliabilityUpstreamRestartHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	hold := 5 * time.Second
+	if v := os.Getenv("RATEBATCH_TEST_HOLD"); v != "" {
+		var err error
+		if hold, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("RATEBATCH_TEST_HOLD: %v", err)
+		}
+	}
+	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	addr := em.Addr()
+	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, hold })
+	const killAt, down, d = 700 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond
+	res, l, before := runOutage(t, lt, em, addr, loadgen.ConstantRate(400), killAt, down, d, 3)
+	checkBooks(t, res.Summary, l, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
+	if l.upstream["marked_down"] == 0 {
+		t.Fatalf("the upstream was never marked down (upstream errors %v): the test did not test", l.upstream)
+	}
+	t.Logf("hold %v, down %v..%v: %d sent, %d ok, errors by status %v, p50 %.1f ms, p99 %.1f ms, max %.1f ms, upstream errors %v",
+		hold, killAt, killAt+down, res.Summary.Sent, res.Summary.OK, res.Summary.StatusCounts,
+		res.Summary.P50LatencyMs, res.Summary.P99LatencyMs, res.Summary.MaxLatencyMs, l.upstream)
+	if hold > down && float64(res.Summary.Errors) > 0.005*float64(res.Summary.Sent) {
+		t.Fatalf("%d of %d requests failed across an outage shorter than the hold", res.Summary.Errors, res.Summary.Sent)
+	}
+	expectNoLeak(t, before)
+}
+
+// runOutage warms the proxy up, then offers load at rate for d while the
+// emulator serving at addr is killed at killAt and restarted down later. It
+// returns the load's result, the proxy's ledger of the run and the
+// footprint before it, for expectNoLeak.
+func runOutage(t *testing.T, lt *liveTest, em *emulator.Server, addr string, rate loadgen.Rate, killAt, down, d time.Duration, seed uint64) (loadgen.Result, ledger, footprint) {
+	t.Helper()
+	offerLoad(t, lt.base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
+	before := takeFootprint()
+	warm := lt.settled(t, "simple")
+	done := make(chan loadgen.Result)
+	go func() { done <- offerLoad(t, lt.base, rate, d, seed) }()
+	time.Sleep(killAt)
+	em.Close()
+	time.Sleep(down)
+	if err := em.Start(addr, ""); err != nil {
+		t.Fatalf("restarting the emulator: %v", err)
+	}
+	res := <-done
+	return res, lt.settled(t, "simple").minus(warm), before
 }
 
 // minus is the ledger of what happened since base.
@@ -685,7 +731,7 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 				return emulator.Fault{Delay: tt.delay}
 			}})
 			lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
-				c.Policy.Name, c.Policy.Batch, c.Policy.WaitBound = "static", tt.batch, time.Hour
+				c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", tt.batch, time.Hour
 			})
 			before := takeFootprint()
 			var wg sync.WaitGroup
@@ -761,7 +807,7 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
 	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
 		// Partial batches wait up to 30 ms: leavers mostly leave from the queue.
-		c.Policy.Name, c.Policy.Batch, c.Policy.WaitBound = "static", 8, 30*time.Millisecond
+		c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", 8, 30*time.Millisecond
 	})
 	before := takeFootprint()
 	done := make(chan loadgen.Result)

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/grpcproxy"
 	"github.com/ratebatch/ratebatch/models"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -73,24 +73,26 @@ type liveProxy struct {
 	disp     *dispatcher.Dispatcher
 	models   *models.Registry
 	data     *proxy.Server
+	front    *proxy.Metrics
+	grpc     *grpcproxy.Server // nil when grpc_listen is empty
+	grpcUp   io.Closer
+	grpcLn   net.Listener
 	admin    *http.Server
 	dataLn   net.Listener
 	adminLn  net.Listener
 	started  time.Time
 	upstream *url.URL
 	meter    *power.Meter
-	// discovered is set once the upstream's model list has been read:
-	// until then /readyz says not ready (requests still pass through).
-	discovered atomic.Bool
+	// energyFit learns zeta(b) per model from the meter (energyfit.go).
+	energyFit *energyFitter
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
 // reports every energy figure as absent.
 func openMeter(cfg *config.Config) (*power.Meter, error) {
 	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: cfg.Power.MetricsURL}
-	if cfg.Power.Source == power.KindTriton && o.TritonMetricsURL == "" {
-		u, _ := url.Parse(cfg.Upstream)
-		o.TritonMetricsURL = "http://" + u.Hostname() + ":8002/metrics"
+	if cfg.Power.Source == power.KindTriton {
+		o.TritonMetricsURL = cfg.MetricsURL()
 	}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
@@ -126,7 +128,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	}
 	reg.MustRegister(meter)
 	disp := dispatcher.New(dispatcher.Options{
-		Upstream: client, Retries: cfg.Upstreams.Retries, RetryAfter: cfg.Limits.RetryAfter,
+		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg),
 		Busy: func(model string) func(int) {
 			return meter.Begin(model, "").End
@@ -137,7 +139,9 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	mr := models.New(tc, disp, cfg, log)
 	reg.MustRegister(models.NewCollector(mr))
 
-	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now()}
+	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
+		front: proxy.NewMetrics(reg)}
+	p.energyFit = newEnergyFitter(meter, disp.Snapshots, mr.Monitors)
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -145,12 +149,23 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Metrics:           proxy.NewMetrics(reg), Logger: log,
+		Metrics:           p.front, Logger: log,
 	})
+	if cfg.GRPCListen != "" {
+		cc, err := grpcproxy.Dial(cfg.UpstreamGRPCAddr())
+		if err != nil {
+			return nil, err
+		}
+		p.grpcUp = cc
+		p.grpc = grpcproxy.New(grpcproxy.Options{
+			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			Ready: mr.Discovered, Metrics: p.front, Logger: log,
+		})
+	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Token: cfg.AdminToken, Logger: log,
-			Ready: p.discovered.Load, Pprof: cfg.AdminPprof,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
+			Ready: mr.Discovered, Pprof: cfg.AdminPprof,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -167,7 +182,9 @@ func (p *liveProxy) status() any {
 		"uptime_seconds": time.Since(p.started).Seconds(),
 		"models":         p.models.Statuses(),
 		"queues":         p.disp.Snapshots(),
+		"doors":          p.front.Doors(),
 		"energy":         p.meter.Snapshot(),
+		"energy_fit":     p.energyFit.Status(),
 		"config":         p.cfg.Document(),
 	}
 }
@@ -182,6 +199,13 @@ func (p *liveProxy) listen() error {
 		p.dataLn.Close()
 		return fmt.Errorf("admin_listen: %w", err)
 	}
+	if p.grpc != nil {
+		if p.grpcLn, err = net.Listen("tcp", p.cfg.GRPCListen); err != nil {
+			p.dataLn.Close()
+			p.adminLn.Close()
+			return fmt.Errorf("grpc_listen: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -195,13 +219,19 @@ func (p *liveProxy) run(ctx context.Context) error {
 	}
 	bg, stopBg := context.WithCancel(context.Background())
 	defer stopBg()
-	go p.discover(bg)
+	go p.models.Discover(bg)
 	go p.meter.Run(bg)
+	go p.energyFit.run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- p.data.Serve(p.dataLn) }()
 	go func() { errc <- serveOn(p.admin, p.adminLn) }()
+	if p.grpc != nil {
+		go func() { errc <- p.grpc.Serve(p.grpcLn) }()
+		defer p.grpcUp.Close()
+		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
+	}
 	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
 
 	var runErr error
@@ -214,37 +244,26 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer cancel()
 	drained := make(chan error, 1)
 	go func() { drained <- p.disp.Drain(grace) }()
+	grpcDone := make(chan struct{})
+	go func() { // at once with the HTTP door's: both wait for their batches
+		defer close(grpcDone)
+		if p.grpc == nil {
+			return
+		}
+		if err := p.grpc.Shutdown(grace); err != nil {
+			p.log.Warn("gRPC listener did not close in time", "err", err)
+		}
+	}()
 	if err := p.data.Shutdown(grace); err != nil {
 		p.log.Warn("data listener did not close in time", "err", err)
 	}
+	<-grpcDone
 	if err := <-drained; err != nil {
 		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
 	}
 	stopBg()
 	p.admin.Shutdown(grace)
 	return runErr
-}
-
-// discover reads the upstream's models, retrying quickly until the first
-// success (Triton may start after the proxy), then keeps them current.
-func (p *liveProxy) discover(ctx context.Context) {
-	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		err := p.models.Refresh(ctx)
-		if !errors.Is(err, models.ErrUnreachable) {
-			p.discovered.Store(true)
-			if err != nil {
-				p.log.Warn("some models could not be read; retrying at the next discovery", "err", err)
-			}
-			break
-		}
-		p.log.Warn("model discovery failed; inference passes through until it succeeds", "err", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
-	p.models.Run(ctx)
 }
 
 func serveOn(s *http.Server, ln net.Listener) error {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/kserve"
 )
@@ -31,6 +33,35 @@ func startEmulator(t *testing.T, o emulator.Options) *emulator.Server {
 	}
 	t.Cleanup(func() { em.Close() })
 	return em
+}
+
+// waitUntil polls cond, as an operator would watch /status or /metrics,
+// until it holds; after 10 s the test fails naming what it waited for.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// queueStatus is model's queue as the admin /status endpoint reports it.
+func queueStatus(t *testing.T, admin, model string) dispatcher.Snapshot {
+	t.Helper()
+	code, body := getText(t, admin+"/status")
+	var st struct {
+		Queues []dispatcher.Snapshot `json:"queues"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("GET /status: %d %.200s", code, body)
+	}
+	for _, q := range st.Queues {
+		if q.Model == model {
+			return q
+		}
+	}
+	return dispatcher.Snapshot{Model: model}
 }
 
 // startProxy runs `ratebatch serve` in-process against upstream and waits
@@ -297,14 +328,17 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
 	em.Close() // killed mid-traffic
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "the proxy to mark the upstream down", func() bool {
+		_, m := getText(t, admin+"/metrics")
+		return metricValue(m, `ratebatch_upstream_errors_total{kind="marked_down",model="simple"}`) > 0
+	})
 	if err := em.Start(addr, ""); err != nil {
 		t.Fatalf("restarting the emulator: %v", err)
 	}
 	before := okCount.Load()
-	time.Sleep(200 * time.Millisecond)
+	waitUntil(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
 	close(stop)
 	wg.Wait()
 	if okCount.Load() <= before {
@@ -390,6 +424,23 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	}
 	if strings.Contains(status, "test-token") {
 		t.Fatal("status leaks the admin token")
+	}
+	// The budget policy with its latency budget, at run time.
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"model":"simple","policy":"budget","latency_budget":"0.5x"}`, 400},
+		{`{"model":"simple","policy":"adhoc","latency_budget":"1.2x"}`, 400},
+		{`{"model":"simple","policy":"budget","latency_budget":"1.25x"}`, 200},
+	} {
+		if c := put("test-token", tc.body); c != tc.want {
+			t.Fatalf("%s: %d, want %d", tc.body, c, tc.want)
+		}
+	}
+	_, status = getText(t, admin+"/status")
+	if !strings.Contains(status, `"policy": "budget"`) {
+		t.Fatalf("status does not show the budget policy: %s", status)
 	}
 }
 
@@ -484,10 +535,10 @@ func TestServeTimeoutParameter(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 300 * time.Millisecond}
 	}})
-	base, _, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
+	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
 	url := base + "/v2/models/simple/infer"
 	go post(t, url, simpleBody("busy", 0, 1)) // occupies the only instance
-	time.Sleep(50 * time.Millisecond)
+	waitUntil(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
 	body := bytes.Replace(simpleBody("late", 0, 1), []byte(`{"id":"late",`), []byte(`{"id":"late","parameters":{"timeout":20000},`), 1)
 	start := time.Now()
 	code, r, _ := post(t, url, body)
@@ -505,11 +556,11 @@ func TestServeTimeoutParameter(t *testing.T) {
 
 func TestServeGracefulShutdownDrains(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
-	base, _, stop := startProxy(t, em.Addr(), func(c *config.Config) {
+	base, admin, stop := startProxy(t, em.Addr(), func(c *config.Config) {
 		// A rule that would hold these requests for an hour: only the drain sends them.
 		c.Policy.Name = "static"
 		c.Policy.Batch = 8
-		c.Policy.WaitBound = time.Hour
+		c.Policy.MaxWait = time.Hour
 	})
 	url := base + "/v2/models/simple/infer"
 	var wg sync.WaitGroup
@@ -527,8 +578,8 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // all three are queued, waiting for a batch of 8
-	stop()                             // SIGTERM
+	waitUntil(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
+	stop() // SIGTERM
 	wg.Wait()
 	for i, c := range codes {
 		if c != 200 {
@@ -628,10 +679,12 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var got struct {
-		Alpha float64 `json:"alpha_ms"`
-		Tau0  float64 `json:"tau0_ms"`
-		N     int     `json:"n"`
-		Sizes []struct {
+		Alpha       float64  `json:"alpha_ms"`
+		Tau0        float64  `json:"tau0_ms"`
+		ServerAlpha *float64 `json:"server_alpha_ms"`
+		ServerTau0  *float64 `json:"server_tau0_ms"`
+		N           int      `json:"n"`
+		Sizes       []struct {
 			Batch int `json:"batch_size"`
 		} `json:"sizes"`
 	}
@@ -644,6 +697,10 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 	// The round trip adds HTTP time to tau0; the slope is the emulator's.
 	if got.Alpha < 0.2 || got.Alpha > 0.45 || got.Tau0 < 1.0 || got.Tau0 > 4 {
 		t.Fatalf("fitted tau(b) = %.3f*b + %.3f ms, want about 0.305*b + 1.05 (+ HTTP overhead)", got.Alpha, got.Tau0)
+	}
+	// The server's own statistics give its compute line, without HTTP.
+	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.01 || math.Abs(*got.ServerTau0-1.052) > 0.05 {
+		t.Fatalf("server line %v*b + %v, want the emulator's 0.3051*b + 1.052", got.ServerAlpha, got.ServerTau0)
 	}
 	out.Reset()
 	if code := run(context.Background(), []string{"fit", "--csv", csv, "--json"}, &out, &errb); code != 0 {

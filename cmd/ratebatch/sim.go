@@ -38,11 +38,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	traceName := fs.String("trace", "", "arrival rate series: a built-in name ("+strings.Join(trace.Names(), ", ")+
 		") or a CSV file (columns time_s,rate_rps). "+trace.Paper300+": "+trace.Shape(trace.Paper300))
 	traceScale := fs.Float64("trace-scale", 1, "multiply the trace's rates by this factor (keeps its shape)")
+	speedup := fs.Float64("speedup", 1, "play the trace this many times faster, keeping its rates, as demo and load do (paper300 with 5 lasts 60 s)")
 	requests := fs.Int("requests", 0, fmt.Sprintf("arrivals to simulate (default %d with --rate/--rho; with --trace a cap, 0 = whole trace)", sim.DefaultRequests))
 	seed := fs.Uint64("seed", 1, "seed of arrivals and jitter; a seed gives the same arrivals to every policy")
 	window := fs.Duration("window", sim.DefaultWindow, "monitor window: how often the arrival rate is measured and the policy plans")
 	instances := fs.Int("instances", 1, "batches the server runs at once")
-	batch := fs.Int("batch", 8, "static: the exact batch size b")
 	maxQueueDelay := fs.Float64("max-queue-delay-ms", float64(policy.DefaultMaxQueueDelay)/float64(time.Millisecond),
 		"maxbatch: longest the oldest request waits for a full batch of B_max, in ms")
 	maxWait := fs.Float64("max-wait-ms", 0, fmt.Sprintf("batchmonitor and static: longest the oldest request of a partial batch waits while the server is free, in ms "+
@@ -51,7 +51,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	idleWatts := fs.Float64("idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
 	slaMs := fs.Float64("sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
 	seriesCSV := fs.String("series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
-	latencyBudget := fs.String("latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
+	var opts policy.Options
+	fs.IntVar(&opts.Batch, "batch", 8, "static: the exact batch size b")
+	fs.StringVar(&opts.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
 	asJSON := fs.Bool("json", false, "print JSON: one object, or an array with --policy all or a list")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -83,9 +85,6 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case n > 1:
 		return usageErr("give only one of --rate, --rho and --trace")
 	case set["rate"]:
-		if !(*rate > 0) {
-			return usageErr("--rate must be > 0 requests/s, got %v", *rate)
-		}
 		c.RatePerSec = *rate
 	case set["rho"]:
 		if !(*rho > 0) {
@@ -98,45 +97,42 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usageErr("--trace: %v", err)
 		}
 		c.Trace = tr
+		if set["speedup"] {
+			if c.Trace, err = c.Trace.Compress(*speedup); err != nil {
+				return usageErr("--speedup: %v", err)
+			}
+		}
 		if set["trace-scale"] {
-			if c.Trace, err = tr.Scale(*traceScale); err != nil {
+			if c.Trace, err = c.Trace.Scale(*traceScale); err != nil {
 				return usageErr("--trace-scale: %v", err)
 			}
 		}
 	}
-	if set["trace-scale"] && !set["trace"] {
-		return usageErr("--trace-scale needs --trace")
+	if countSet(set, "trace-scale", "speedup") > 0 && !set["trace"] {
+		return usageErr("--trace-scale and --speedup need --trace")
 	}
+	// The policy's own options are checked by policy.New, the run's by
+	// sim.Config.Validate; the flags only add what is theirs: a delay of 0
+	// would select maxbatch's default, not "no delay", and a wait is a
+	// duration.
 	switch {
-	case *requests < 0:
-		return usageErr("--requests must be >= 0, got %d", *requests)
-	case *window < sim.MinWindow:
-		return usageErr("--window must be at least %v, got %v", sim.MinWindow, *window)
-	case *instances < 1:
-		return usageErr("--instances must be >= 1, got %d", *instances)
 	case !(*maxQueueDelay > 0):
 		return usageErr("--max-queue-delay-ms must be > 0, got %v", *maxQueueDelay)
 	case !(*maxWait >= 0):
 		return usageErr("--max-wait-ms must be >= 0, got %v", *maxWait)
-	case !(*slaMs >= 0):
-		return usageErr("--sla-ms must be >= 0, got %v", *slaMs)
-	case !(*jitter >= 0 && *jitter < 1):
-		return usageErr("--jitter must be in [0, 1), got %v", *jitter)
-	case !(*idleWatts >= 0):
-		return usageErr("--idle-watts must be >= 0, got %v", *idleWatts)
 	}
 
-	opts := policy.Options{
-		Batch:         *batch,
-		MaxQueueDelay: msDuration(*maxQueueDelay),
-		MaxWait:       msDuration(*maxWait),
-	}
-	if set["latency-budget"] {
-		opts.Params = map[string]string{"latency_budget": *latencyBudget}
-	}
+	opts.MaxQueueDelay, opts.MaxWait = msDuration(*maxQueueDelay), msDuration(*maxWait)
 	pols, err := simPolicies(*policies, opts, stderr)
 	if err != nil {
 		return usageErr("--policy: %v", err)
+	}
+	if len(pols) == 0 {
+		return usageErr("--policy: no policy could be built")
+	}
+	c.Policy = pols[0]
+	if err := c.Validate(); err != nil {
+		return usageErr("%v", simFlagErr(err, set))
 	}
 
 	results := make([]sim.Result, 0, len(pols))
@@ -162,6 +158,23 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	printSimTable(stdout, c, results)
 	return nil
+}
+
+// simFlagErr names the flag behind the sim.Config field an error is about.
+func simFlagErr(err error, set map[string]bool) error {
+	var ie *sim.InvalidError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	flag := map[string]string{"Requests": "requests", "Window": "window", "Instances": "instances",
+		"Jitter": "jitter", "IdleWatts": "idle-watts", "SLA": "sla-ms", "RatePerSec": "rate"}[ie.Field]
+	if ie.Field == "RatePerSec" && set["rho"] {
+		flag = "rho"
+	}
+	if flag == "" {
+		return err
+	}
+	return fmt.Errorf("--%s: %w", flag, err)
 }
 
 // simPolicies builds the policies named by spec: one name, a comma list, or

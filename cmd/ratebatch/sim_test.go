@@ -161,6 +161,20 @@ func TestSimTraceFileAndSeries(t *testing.T) {
 	if !strings.HasPrefix(lines[0], "policy,start_s,arrivals,rate_rps,batch_size") || len(lines) < 1+2*10 {
 		t.Fatalf("series CSV has %d lines:\n%s", len(lines), data)
 	}
+
+	// --speedup plays the trace faster at the same rates, as demo's does:
+	// half the arrivals over half the time.
+	code, out, errs = runCmd(t, "sim", "--policy", "adhoc", "--trace", tr, "--speedup", "2", "--json")
+	if code != 0 {
+		t.Fatalf("speedup: exit %d: %s", code, errs)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if n := r["requests"].(float64); math.Abs(n-1000) > 4*math.Sqrt(1000) {
+		t.Fatalf("speedup 2: %v requests, want the trace's 1000 ± 4 sd", n)
+	}
 }
 
 func TestSimErrors(t *testing.T) {
@@ -178,10 +192,15 @@ func TestSimErrors(t *testing.T) {
 		{"custom needs tau0", []string{"--policy", "adhoc", "--rate", "1", "--alpha", "1"}, 2, "--alpha and --tau0"},
 		{"bad alpha", []string{"--policy", "adhoc", "--rate", "1", "--alpha", "-1", "--tau0", "1"}, 2, "alpha must be > 0"},
 		{"energy on a preset without", []string{"--policy", "adhoc", "--rate", "1", "--preset", "resnet50-titanrtx", "--beta", "1"}, 2, "no energy figures"},
-		{"bad rate", []string{"--policy", "adhoc", "--rate", "-3"}, 2, "--rate must be > 0"},
+		{"bad rate", []string{"--policy", "adhoc", "--rate", "-3"}, 2, "--rate: arrival rate must be a finite number > 0"},
+		{"bad rho", []string{"--policy", "adhoc", "--rho", "-0.5"}, 2, "--rho must be > 0"},
+		{"bad window", []string{"--policy", "adhoc", "--rate", "1", "--window", "1us"}, 2, "--window: window must be at least"},
+		{"bad sla", []string{"--policy", "adhoc", "--rate", "1", "--sla-ms", "-1"}, 2, "--sla-ms: SLA must be >= 0"},
+		{"bad instances", []string{"--policy", "adhoc", "--rate", "1", "--instances", "-2"}, 2, "--instances"},
 		{"unknown trace", []string{"--policy", "adhoc", "--trace", "day"}, 2, "paper300"},
 		{"missing trace file", []string{"--policy", "adhoc", "--trace", "/nonexistent/x.csv"}, 2, "reading the trace"},
-		{"scale without trace", []string{"--policy", "adhoc", "--rate", "1", "--trace-scale", "2"}, 2, "--trace-scale needs --trace"},
+		{"scale without trace", []string{"--policy", "adhoc", "--rate", "1", "--trace-scale", "2"}, 2, "need --trace"},
+		{"speedup without trace", []string{"--policy", "adhoc", "--rate", "1", "--speedup", "2"}, 2, "need --trace"},
 		{"bad jitter", []string{"--policy", "adhoc", "--rate", "1", "--jitter", "1"}, 2, "--jitter"},
 		{"static batch", []string{"--policy", "static", "--rate", "1", "--batch", "0"}, 2, "batch size must be >= 1"},
 		{"bad delay", []string{"--policy", "maxbatch", "--rate", "1", "--max-queue-delay-ms", "0"}, 2, "--max-queue-delay-ms"},

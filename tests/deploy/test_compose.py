@@ -112,9 +112,11 @@ def test_only_ratebatch_data_port_is_public(compose):
             fields = p.split(":")
             host_ip = fields[0] if len(fields) == 3 else ""
             published[(name, fields[-1])] = host_ip
-    assert published.get(("ratebatch", "8000")) == "", "ratebatch must publish 8000:8000 on all interfaces"
+    data_ports = {("ratebatch", "8000"), ("ratebatch", "8001")}  # HTTP and gRPC doors
+    for door in data_ports:
+        assert published.get(door) == "", f"ratebatch must publish {door[1]}:{door[1]} on all interfaces"
     for (name, port), ip in published.items():
-        if (name, port) != ("ratebatch", "8000"):
+        if (name, port) not in data_ports:
             assert ip == "127.0.0.1", f"services.{name}: port {port} should bind 127.0.0.1 only"
 
 

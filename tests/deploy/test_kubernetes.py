@@ -180,7 +180,7 @@ def test_only_ratebatch_is_exposed_to_clients(k8s_docs):
         exposed = {p["targetPort"] for p in svc["spec"]["ports"]}
         assert not exposed & triton_ports, f"{name_of(svc)} exposes Triton's {exposed & triton_ports}"
     client = one(k8s_docs, "Service", "ratebatch")
-    assert [(p["port"], p["targetPort"]) for p in client["spec"]["ports"]] == [(8000, "http")]
+    assert [(p["port"], p["targetPort"]) for p in client["spec"]["ports"]] == [(8000, "http"), (8001, "grpc")]
     np = one(k8s_docs, "NetworkPolicy")
     assert matches(np["spec"]["podSelector"]["matchLabels"], one(k8s_docs, "Deployment")["spec"]["template"]["metadata"]["labels"])
     allowed = {p["port"] for rule in np["spec"]["ingress"] for p in rule["ports"]}

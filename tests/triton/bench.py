@@ -8,6 +8,11 @@ arrivals), the throughput and p50/p99 latency that perf_analyzer sees for:
                           (the default tries 500, 2000 and 5000; the main table
                           keeps, per rate, the delay that did best)
   ratebatch-<policy>      Triton with batching off behind `ratebatch serve --policy <policy>`
+                          (ratebatch-passthrough: the proxy batches nothing, so
+                          it measures what the proxy's relaying adds)
+
+--protocol grpc points perf_analyzer at Triton's gRPC port and at the
+proxy's gRPC door (`--grpc-listen`) instead, and writes its own section.
 
 The model is server.py's `simple` with a simulated execution cost of
 --tau0-ms + --alpha-ms per row, so batching pays off the way it does on a GPU.
@@ -26,6 +31,7 @@ rounds each setup kept up: single runs on a shared machine vary.
 
   .venv/bin/python tests/triton/bench.py                       # markdown to stdout
   .venv/bin/python tests/triton/bench.py --update-doc docs/BENCHMARKS.md
+  .venv/bin/python tests/triton/bench.py --protocol grpc --update-doc docs/BENCHMARKS.md
 
 --update-doc rewrites only the text between the BEGIN/END markers of this
 bench inside its section of the file (see MARK_BEGIN); the section's prose
@@ -59,6 +65,7 @@ from conftest import (  # noqa: E402  (a script next to its fixtures)
     REPO,
     RatebatchProxy,
     TritonServer,
+    free_ports,
     http_get,
     http_request,
     perf_analyzer_argv,
@@ -71,6 +78,17 @@ MODEL = "simple"
 SECTION = "## Real Triton: direct vs behind ratebatch (perf_analyzer)"
 MARK_BEGIN = "<!-- tests/triton/bench.py: BEGIN generated -->"
 MARK_END = "<!-- tests/triton/bench.py: END generated -->"
+# --protocol grpc writes its own section, between its own markers.
+SECTION_GRPC = "## Real Triton over gRPC: direct vs behind ratebatch (perf_analyzer -i grpc)"
+MARK_BEGIN_GRPC = "<!-- tests/triton/bench.py --protocol grpc: BEGIN generated -->"
+MARK_END_GRPC = "<!-- tests/triton/bench.py --protocol grpc: END generated -->"
+
+
+def markers(protocol: str) -> tuple[str, str, str]:
+    """The section heading and markers of the protocol's generated block."""
+    if protocol == "grpc":
+        return SECTION_GRPC, MARK_BEGIN_GRPC, MARK_END_GRPC
+    return SECTION, MARK_BEGIN, MARK_END
 
 DEFAULT_RATES = (50.0, 200.0, 400.0)
 DEFAULT_DELAYS_US = (500, 2000, 5000)
@@ -137,7 +155,7 @@ class Measurement:
         return self.inferences / self.executions
 
 
-def perf_command(url: str, rate: float, interval_ms: int, csv_path: Path) -> list[str]:
+def perf_command(url: str, rate: float, interval_ms: int, csv_path: Path, protocol: str = "http") -> list[str]:
     """The perf_analyzer invocation for one setup and one rate.
 
     -a: asynchronous requests, so an open-loop rate is not capped by threads;
@@ -153,6 +171,7 @@ def perf_command(url: str, rate: float, interval_ms: int, csv_path: Path) -> lis
         "--measurement-interval", str(interval_ms),
         "-r", "3", "-s", "1000",
         "-f", str(csv_path),
+        protocol=protocol,
     )  # fmt: skip
 
 
@@ -267,7 +286,7 @@ def not_batched_reason(proxy: RatebatchProxy) -> str:
 
 def measure(setup: Setup, url: str, rate: float, args, workdir: Path) -> Measurement:
     csv_path = workdir / f"{setup.name}-{rate:g}.csv"
-    argv = perf_command(url, rate, args.interval_ms, csv_path)
+    argv = perf_command(url, rate, args.interval_ms, csv_path, args.protocol)
     m = Measurement(setup.name, rate, display_command(argv), load1=os.getloadavg()[0])
     log(f"{setup.name} @ {rate:g}/s (load {m.load1:.1f}) ...")
     try:
@@ -333,17 +352,21 @@ def start_targets(setups: list[Setup], args, workdir: Path, started: list) -> li
         triton = flavours[s.triton_flags(args.tau0_ms, args.alpha_ms)]
         if not s.policy:
             warm_up(triton.url)
-            targets.append(Target(s, triton.url, triton))
+            targets.append(Target(s, triton.grpc_url if args.protocol == "grpc" else triton.url, triton))
             continue
         # debug: the proxy says why a model is not batched only at that level
-        proxy = start_ratebatch(
-            args.ratebatch_bin, triton.base_url, workdir / s.name, "--policy", s.policy, "--log-level", "debug"
-        )
+        flags = ["--policy", s.policy, "--log-level", "debug"]
+        grpc_url = ""
+        if args.protocol == "grpc":
+            (port,) = free_ports(1)
+            grpc_url = f"127.0.0.1:{port}"
+            flags += ["--grpc-listen", grpc_url, "--upstream-grpc", triton.grpc_url]
+        proxy = start_ratebatch(args.ratebatch_bin, triton.base_url, workdir / s.name, *flags)
         started.append(proxy)
-        warm_up(proxy.url)
-        t = Target(s, proxy.url, triton, proxy)
+        warm_up(proxy.url)  # over HTTP: the proxy learns the model for both doors
+        t = Target(s, grpc_url or proxy.url, triton, proxy)
         batched, status = proxy_batches(proxy)
-        if not batched:
+        if not batched and s.policy != "passthrough":
             t.unavailable = f"not available: {status}; {not_batched_reason(proxy)}"
             log(f"{s.name}: {t.unavailable}")
         targets.append(t)
@@ -536,7 +559,8 @@ def render(results: list[Measurement], notes: dict[str, str], args, elapsed_s: f
     delays = [s for s in order if s.startswith("triton-on-")]
     tuning = sorted((s for s in summaries if s.setup in delays), key=lambda s: (s.rate, order.index(s.setup)))
 
-    out = [MARK_BEGIN, ""]
+    _, mark_begin, mark_end = markers(args.protocol)
+    out = [mark_begin, ""]
     rounds = ""
     if args.rounds > 1:
         rounds = (
@@ -547,7 +571,7 @@ def render(results: list[Measurement], notes: dict[str, str], args, elapsed_s: f
     out.append(
         f"Model `simple` (server.py) with a simulated cost of {args.tau0_ms:g} ms + {args.alpha_ms:g} ms per row"
         f" per execution, max batch {MAX_BATCH_SIZE}, one model instance; perf_analyzer (tritonclient 2.51) over"
-        f" HTTP, Poisson arrivals, three {args.interval_ms} ms windows per rate.{rounds} Machine: {os.cpu_count()}"
+        f" {'gRPC' if args.protocol == 'grpc' else 'HTTP'}, Poisson arrivals, three {args.interval_ms} ms windows per rate.{rounds} Machine: {os.cpu_count()}"
         f" cores ({platform.machine()}), shared with other jobs; `uptime` before: `{uptime[0]}`; after:"
         f" `{uptime[1]}`. Whole run: {elapsed_s:.0f} s."
     )
@@ -579,7 +603,9 @@ def render(results: list[Measurement], notes: dict[str, str], args, elapsed_s: f
         "with Triton started as `.venv/bin/python tests/triton/server.py --dynamic-batching off|on"
         f" [--max-queue-delay-us D] --tau0-ms {args.tau0_ms:g} --alpha-ms {args.alpha_ms:g}` and the proxy as"
         f" `{display_binary(args.ratebatch_bin)} serve --upstream http://HOST:PORT --listen HOST:PORT"
-        " --admin-listen HOST:PORT --policy P --log-level debug`.",
+        " --admin-listen HOST:PORT"
+        + (" --grpc-listen HOST:PORT --upstream-grpc HOST:PORT" if args.protocol == "grpc" else "")
+        + " --policy P --log-level debug`.",
         "",
     ]
     out += table(main_rows, args.rounds)
@@ -589,26 +615,28 @@ def render(results: list[Measurement], notes: dict[str, str], args, elapsed_s: f
         out += table([(s.setup, s) for s in tuning], args.rounds)
     if notes:
         out += [""] + [f"- `{k}`: {v}" for k, v in notes.items()]
-    out += ["", MARK_END]
+    out += ["", mark_end]
     return "\n".join(out) + "\n"
 
 
-def update_doc(path: Path, generated: str) -> None:
-    """Put generated between this bench's markers in its section of path.
+def update_doc(path: Path, generated: str, protocol: str = "http") -> None:
+    """Put generated between this bench's markers (the protocol's) in its
+    section of path.
 
     Creates the section (heading, markers) at the end of the file if it is
     missing; never touches text outside the markers.
     """
+    section, mark_begin, mark_end = markers(protocol)
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        _, tail = rest.split(MARK_END, 1)
+    if mark_begin in text and mark_end in text:
+        head, rest = text.split(mark_begin, 1)
+        _, tail = rest.split(mark_end, 1)
         text = head + generated.rstrip("\n") + tail
     else:
-        if SECTION not in text:
-            text = text.rstrip("\n") + f"\n\n{SECTION}\n"
-        head, tail = text.split(SECTION, 1)
-        text = head + SECTION + "\n\n" + generated + tail
+        if section not in text:
+            text = text.rstrip("\n") + f"\n\n{section}\n"
+        head, tail = text.split(section, 1)
+        text = head + section + "\n\n" + generated + tail
     path.write_text(text)
 
 
@@ -679,6 +707,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("RATEBATCH_BIN") or str(REPO / "bin" / "ratebatch"),
         help="ratebatch binary (default $RATEBATCH_BIN, else bin/ratebatch from `make build`)",
     )
+    p.add_argument(
+        "--protocol",
+        choices=["http", "grpc"],
+        default="http",
+        help="perf_analyzer -i: Triton's HTTP port and the proxy's --listen, or Triton's gRPC port and the"
+        " proxy's --grpc-listen (default %(default)s)",
+    )
     p.add_argument("--out", help="also write the generated markdown to this file")
     p.add_argument("--json", help="also write every measurement as JSON to this file")
     p.add_argument(
@@ -730,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(generated)
     if args.update_doc:
-        update_doc(Path(args.update_doc), generated)
+        update_doc(Path(args.update_doc), generated, args.protocol)
     print(generated, end="")
     return 0
 

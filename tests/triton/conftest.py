@@ -380,6 +380,7 @@ def target(request) -> Target:
     return request.getfixturevalue("ratebatch")
 
 
-def perf_analyzer_argv(target_url: str, model: str, *extra: str) -> list[str]:
-    """perf_analyzer (tritonclient 2.51.0's, via tests/triton/perf_analyzer) against target_url."""
-    return [str(PERF_ANALYZER), "-m", model, "-u", target_url, "-i", "http", *extra]
+def perf_analyzer_argv(target_url: str, model: str, *extra: str, protocol: str = "http") -> list[str]:
+    """perf_analyzer (tritonclient 2.51.0's, via tests/triton/perf_analyzer) against target_url,
+    over protocol (http or grpc)."""
+    return [str(PERF_ANALYZER), "-m", model, "-u", target_url, "-i", protocol, *extra]

@@ -8,6 +8,11 @@ Models
           k+2000, ... (see image_reference), so every output row depends only
           on its own input row and a mixed-up batch split is detectable.
 
+With --decoupled, a third model:
+  countdown  IN INT32 [1] -> a stream of IN answers OUT INT32 [1] = IN, IN-1,
+          ..., 1 (a decoupled model: only ModelStreamInfer reaches it).
+It is off by default so that the other tests see two models.
+
 Batching is Triton's: --dynamic-batching off leaves Triton's default scheduler
 (every request executes alone), on enables its dynamic batcher with
 --max-queue-delay-us. --tau0-ms/--alpha-ms make each execution sleep
@@ -92,6 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tau0-ms", type=float, default=0.0, help="fixed sleep per execution, ms")
     p.add_argument("--alpha-ms", type=float, default=0.0, help="extra sleep per batched request, ms")
+    p.add_argument("--decoupled", action="store_true", help="also serve the decoupled model countdown")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton's --log-verbose level")
     p.add_argument(
         "--access-token",
@@ -250,6 +256,22 @@ def main(argv: list[str] | None = None) -> int:
             config=model_config,
             strict=True,
         )
+        if args.decoupled:
+
+            def infer_countdown(requests):
+                # One answer per request per step; a request of n answers n times.
+                n = max(int(r["IN"].reshape(-1)[0]) for r in requests)
+                for step in range(n):
+                    yield [{"OUT": np.array([int(r["IN"].reshape(-1)[0]) - step], dtype=np.int32)} for r in requests]
+
+            triton.bind(
+                model_name="countdown",
+                infer_func=infer_countdown,
+                inputs=[Tensor(name="IN", dtype=np.int32, shape=(1,))],
+                outputs=[Tensor(name="OUT", dtype=np.int32, shape=(1,))],
+                config=ModelConfig(batching=False, decoupled=True),
+                strict=False,
+            )
         triton.run()
         a = args.address
         ready = (

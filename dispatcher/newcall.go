@@ -1,0 +1,64 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// ErrQueueFull is in the chain of the error Submit returns when the model's
+// queue has no room (alongside a *kserve.Error with status 503), so that a
+// front door can answer with its own protocol's word for it.
+var ErrQueueFull = errors.New("queue is full")
+
+// queueFull is the 503 of a full queue that also matches ErrQueueFull.
+type queueFull struct{ err *kserve.Error }
+
+func (e *queueFull) Error() string   { return e.err.Msg }
+func (e *queueFull) Unwrap() []error { return []error{e.err, ErrQueueFull} }
+
+// NewCall prepares the call of a decoded inference request for Submit, the
+// same way whichever front door it came through, so that callers of both
+// doors share batches: the batch key (prefixed by the version when one is
+// named), the rows and Triton's schedule parameters. batchable is false
+// (and err nil) for requests Triton must handle alone: shared memory,
+// sequences, inputs without a common batch dimension.
+func NewCall(req *kserve.Request, version string, now time.Time) (c *Call, batchable bool, err error) {
+	key, rows, ok := kserve.BatchKey(req)
+	if !ok {
+		return nil, false, nil
+	}
+	c = &Call{Version: version, Req: req, Rows: int(rows), Key: key}
+	if version != "" {
+		c.Key = "v" + version + "\x00" + key
+	}
+	if err := scheduleParams(req, c, now); err != nil {
+		return nil, true, err
+	}
+	return c, true, nil
+}
+
+// scheduleParams reads Triton's schedule-policy parameters: "priority"
+// (1 is highest, 0 the default level) and "timeout" in microseconds.
+func scheduleParams(req *kserve.Request, c *Call, now time.Time) error {
+	if v, ok := req.Parameters["priority"]; ok {
+		p, ok := req.Parameters.Int("priority")
+		if !ok || p < 0 {
+			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'priority' must be a non-negative integer, got %v", v)}
+		}
+		c.Priority = uint64(p)
+	}
+	if v, ok := req.Parameters[kserve.ParamTimeout]; ok {
+		us, ok := req.Parameters.Int(kserve.ParamTimeout)
+		if !ok || us < 0 {
+			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'timeout' must be a non-negative integer of microseconds, got %v", v)}
+		}
+		if us > 0 {
+			c.Expire = now.Add(time.Duration(us) * time.Microsecond)
+		}
+	}
+	return nil
+}

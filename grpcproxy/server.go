@@ -1,0 +1,410 @@
+// Package grpcproxy is ratebatch's second front door: Triton's gRPC service
+// (inference.GRPCInferenceService, the KServe v2 gRPC protocol). ModelInfer
+// calls of batched models go to the same dispatcher queues as the HTTP
+// door's, so callers of both doors share batches; every other call, and
+// ModelInfer of models the proxy does not batch, is relayed to Triton's
+// gRPC port as raw bytes, message by message, so that metadata, config,
+// statistics, repository, shared memory, trace and log calls, the
+// ModelStreamInfer stream of decoupled models and any method a newer Triton
+// adds answer exactly as Triton does.
+package grpcproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/encoding/gzip" // clients may compress, as with Triton
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ratebatch/ratebatch/dispatcher"
+	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// Batcher queues inference calls of the models it batches.
+type Batcher interface {
+	// Model reports whether the model is batched and its max batch size.
+	Model(name string) (maxBatch int, ok bool)
+	Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result
+}
+
+// Discoverer learns models on demand; optional.
+type Discoverer interface {
+	Ensure(ctx context.Context, model string)
+}
+
+// Metrics is where the door reports, shared with the HTTP door so that
+// both count in the same series under their protocol label
+// (*proxy.Metrics is one).
+type Metrics interface {
+	Answered(model, protocol string, d time.Duration)
+	Failed(model, protocol, status string)
+	Passed(protocol string, failed bool)
+}
+
+// Protocol is this door's value of the metrics' protocol label.
+const Protocol = "grpc"
+
+// MethodModelInfer is the one method the door reads.
+const MethodModelInfer = "/inference.GRPCInferenceService/ModelInfer"
+
+// Options configure a Server.
+type Options struct {
+	// Upstream reaches Triton's gRPC port (see Dial).
+	Upstream   grpc.ClientConnInterface
+	Batcher    Batcher
+	Discoverer Discoverer
+	// MaxRecvBytes bounds a received message, decompressed (RESOURCE_EXHAUSTED
+	// past it). Zero: Triton's own limit, 2 GiB - 1.
+	MaxRecvBytes int
+	// Keepalive of client connections; zero fields take Triton's defaults
+	// (ping an idle connection after 2 h, drop it 20 s after an unanswered
+	// ping, refuse client pings more often than every 5 minutes).
+	KeepaliveTime, KeepaliveTimeout, KeepaliveMinPing time.Duration
+	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
+	Ready   func() bool
+	Metrics Metrics
+	Logger  *slog.Logger
+}
+
+// Triton's gRPC defaults (its --grpc-keepalive-* options).
+const (
+	tritonMaxMessage       = math.MaxInt32
+	tritonKeepaliveTime    = 2 * time.Hour
+	tritonKeepaliveTimeout = 20 * time.Second
+	tritonMinPing          = 5 * time.Minute
+)
+
+// Server serves Triton's gRPC API.
+type Server struct {
+	o       Options
+	srv     *grpc.Server
+	log     *slog.Logger
+	closing atomic.Bool
+}
+
+// New returns the gRPC front door.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
+	if o.MaxRecvBytes <= 0 {
+		o.MaxRecvBytes = tritonMaxMessage
+	}
+	ka := keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}
+	if ka.Time <= 0 {
+		ka.Time = tritonKeepaliveTime
+	}
+	if ka.Timeout <= 0 {
+		ka.Timeout = tritonKeepaliveTimeout
+	}
+	minPing := o.KeepaliveMinPing
+	if minPing <= 0 {
+		minPing = tritonMinPing
+	}
+	s := &Server{o: o, log: o.Logger}
+	s.srv = grpc.NewServer(
+		grpc.ForceServerCodecV2(codec{}),
+		grpc.UnknownServiceHandler(s.handle),
+		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
+		grpc.MaxSendMsgSize(tritonMaxMessage),
+		grpc.KeepaliveParams(ka),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing}),
+	)
+	healthpb.RegisterHealthServer(s.srv, &health{s: s})
+	return s
+}
+
+// Dial returns the pass-through client of Triton's gRPC port at addr
+// (host:port). Messages of any size Triton accepts go through.
+func Dial(addr string) (*grpc.ClientConn, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{}),
+			grpc.MaxCallRecvMsgSize(tritonMaxMessage), grpc.MaxCallSendMsgSize(tritonMaxMessage)))
+	if err != nil {
+		return nil, fmt.Errorf("upstream gRPC %s: %w", addr, err)
+	}
+	return cc, nil
+}
+
+// Serve serves on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(ln); !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting, reports NOT_SERVING, lets calls in progress
+// finish and closes the connections, or cuts them when ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	done := make(chan struct{})
+	go func() { s.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.srv.Stop()
+		<-done
+		return fmt.Errorf("grpc: %w", ctx.Err())
+	}
+}
+
+// handle serves every call of a service the server does not declare: all
+// of Triton's, read (ModelInfer) or relayed (the rest).
+func (s *Server) handle(_ any, ss grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(ss)
+	if method == MethodModelInfer && s.o.Batcher != nil {
+		return s.modelInfer(ss)
+	}
+	return s.forward(ss, method, nil)
+}
+
+// modelInfer batches a ModelInfer call of a batched model and relays the
+// others.
+func (s *Server) modelInfer(ss grpc.ServerStream) error {
+	start := time.Now()
+	ctx := ss.Context()
+	first := &frame{}
+	if err := ss.RecvMsg(first); err != nil {
+		return err
+	}
+	m := &pb.ModelInferRequest{}
+	if err := proto.Unmarshal(first.b, m); err != nil {
+		return status.Errorf(codes.InvalidArgument, "malformed ModelInferRequest: %v", err)
+	}
+	model := m.GetModelName()
+	_, ok := s.o.Batcher.Model(model)
+	if !ok && s.o.Discoverer != nil && model != "" {
+		s.o.Discoverer.Ensure(ctx, model)
+		_, ok = s.o.Batcher.Model(model)
+	}
+	if !ok {
+		return s.forward(ss, MethodModelInfer, first)
+	}
+	req, err := toRequest(m)
+	if err != nil {
+		return s.fail(model, err)
+	}
+	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), start)
+	if !batchable {
+		// Shared memory, sequences, ...: Triton handles those itself.
+		return s.forward(ss, MethodModelInfer, first)
+	}
+	if err != nil {
+		return s.fail(model, err)
+	}
+	res := s.o.Batcher.Submit(ctx, model, call)
+	if res.Err != nil {
+		return s.fail(model, res.Err)
+	}
+	err = ss.SendMsg(toResponse(res.Resp)) // marshals before it returns
+	res.Release()
+	if err != nil {
+		s.log.Debug("writing gRPC response", "model", model, "err", err)
+		return err
+	}
+	s.o.Metrics.Answered(model, Protocol, time.Since(start))
+	return nil
+}
+
+// fail answers a batched call's error with the status Triton would give.
+func (s *Server) fail(model string, err error) error {
+	st := statusOf(err)
+	s.o.Metrics.Failed(model, Protocol, st.Code().String())
+	return st.Err()
+}
+
+// statusOf maps the proxy's errors (a *kserve.Error carries an HTTP
+// status) to gRPC status codes as Triton's gRPC server uses them.
+func statusOf(err error) *status.Status {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.New(codes.DeadlineExceeded, "deadline exceeded while the request was queued")
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, "request cancelled by the client")
+	case errors.Is(err, dispatcher.ErrQueueFull):
+		return status.New(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, dispatcher.ErrUnknownModel):
+		return status.New(codes.NotFound, err.Error())
+	}
+	return status.New(codeOf(kserve.ErrorStatus(err)), err.Error())
+}
+
+// codeOf is the gRPC code for an HTTP status (the mapping of gRPC's own
+// HTTP/gRPC status table, with 400 as INVALID_ARGUMENT, as Triton answers
+// bad input).
+func codeOf(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusOK:
+		return codes.OK
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
+		return codes.InvalidArgument
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.NotFound
+	case http.StatusConflict:
+		return codes.AlreadyExists
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded
+	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	case http.StatusNotImplemented:
+		return codes.Unimplemented
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return codes.Unavailable
+	}
+	if httpStatus >= 400 && httpStatus < 500 {
+		return codes.InvalidArgument
+	}
+	return codes.Internal
+}
+
+// forward relays a call to the upstream message by message, both ways at
+// once (a stream's messages are not waited for), with the client's
+// metadata and deadline, and gives the client the upstream's headers,
+// trailers and status. first, when set, is a message already read.
+func (s *Server) forward(ss grpc.ServerStream, method string, first *frame) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	md, _ := metadata.FromIncomingContext(ctx)
+	out := metadata.MD{}
+	for k, v := range md {
+		if strings.HasPrefix(k, ":") || k == "user-agent" || k == "content-type" || k == "te" {
+			continue
+		}
+		out[k] = v
+	}
+	ctx = metadata.NewOutgoingContext(ctx, out)
+	cs, err := s.o.Upstream.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		s.o.Metrics.Passed(Protocol, true)
+		return err
+	}
+	// Client to upstream.
+	go func() {
+		if first != nil {
+			if cs.SendMsg(first) != nil {
+				return // the upstream's status comes from RecvMsg below
+			}
+		}
+		for {
+			f := &frame{}
+			if err := ss.RecvMsg(f); err != nil {
+				if err == io.EOF {
+					cs.CloseSend()
+				} else {
+					cancel() // the client's stream broke: abandon the upstream call
+				}
+				return
+			}
+			if cs.SendMsg(f) != nil {
+				return
+			}
+		}
+	}()
+	// Upstream to client.
+	for n := 0; ; n++ {
+		f := &frame{}
+		err := cs.RecvMsg(f)
+		if n == 0 && err == nil {
+			if h, herr := cs.Header(); herr == nil {
+				if err := ss.SendHeader(h); err != nil {
+					return err
+				}
+			}
+		}
+		if err != nil {
+			ss.SetTrailer(cs.Trailer())
+			if err == io.EOF {
+				s.o.Metrics.Passed(Protocol, false)
+				return nil
+			}
+			s.o.Metrics.Passed(Protocol, status.Code(err) == codes.Unavailable && n == 0)
+			return err
+		}
+		if err := ss.SendMsg(f); err != nil {
+			return err
+		}
+	}
+}
+
+// health answers grpc.health.v1 for the proxy itself: SERVING once it has
+// read the upstream's models (as /readyz), NOT_SERVING while it shuts down.
+type health struct {
+	healthpb.UnimplementedHealthServer
+	s *Server
+}
+
+// services the health check knows: the whole server and Triton's service.
+func knownService(name string) bool {
+	return name == "" || name == "inference.GRPCInferenceService"
+}
+
+func (h *health) state() healthpb.HealthCheckResponse_ServingStatus {
+	if h.s.closing.Load() || (h.s.o.Ready != nil && !h.s.o.Ready()) {
+		return healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	return healthpb.HealthCheckResponse_SERVING
+}
+
+func (h *health) Check(_ context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if !knownService(r.GetService()) {
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", r.GetService())
+	}
+	return &healthpb.HealthCheckResponse{Status: h.state()}, nil
+}
+
+// Watch sends the status, then every change of it (checked each second).
+func (h *health) Watch(r *healthpb.HealthCheckRequest, w grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+		if knownService(r.GetService()) {
+			st = h.state()
+		}
+		if st != last {
+			if err := w.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
+				return err
+			}
+			last = st
+		}
+		select {
+		case <-w.Context().Done():
+			return status.FromContextError(w.Context().Err()).Err()
+		case <-tick.C:
+		}
+	}
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Answered(string, string, time.Duration) {}
+func (noMetrics) Failed(string, string, string)          {}
+func (noMetrics) Passed(string, bool)                    {}
