@@ -153,6 +153,11 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 		lanes[i] = l
 		defer l.stop()
 	}
+	fmt.Fprintln(stdout, "live pages (open in a browser while the demo runs):")
+	for _, l := range lanes {
+		fmt.Fprintf(stdout, "  %-14s http://%s/ui/\n", l.policy, l.proxy.adminLn.Addr())
+	}
+	fmt.Fprintln(stdout)
 
 	var wg sync.WaitGroup
 	for _, l := range lanes {
