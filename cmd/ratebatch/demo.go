@@ -255,15 +255,17 @@ func (l *demoLane) stop() {
 }
 
 // showProgress prints one line a second until done: the offered rate, then
-// per policy the batch size in force, p50 latency and requests per joule.
+// per policy what was sent, p50 latency and requests per joule.
 func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
-	const cell = "%3s %7s %6s" // b, p50 ms, req/J
+	const cell = "%5s %7s %6s" // b, p50 ms, req/J
 	head1, head2 := fmt.Sprintf("%5s %9s", "", ""), fmt.Sprintf("%5s %9s", "time", "offered/s")
 	for _, l := range lanes {
 		width := len(fmt.Sprintf(cell, "", "", ""))
 		head1 += " | " + fmt.Sprintf("%-*s", width, l.policy)
 		head2 += " | " + fmt.Sprintf(cell, "b", "p50 ms", "req/J")
 	}
+	fmt.Fprintln(w, "Each second: b = mean rows per batch the proxy sent in the last second, p50 = median latency of")
+	fmt.Fprintln(w, "the answers completed in it, req/J = requests per joule over the meter's shortest window; - = none.")
 	fmt.Fprintln(w, head1)
 	fmt.Fprintln(w, head2)
 	tick := time.NewTicker(time.Second)
@@ -282,17 +284,37 @@ func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
 			if i == 0 {
 				line = fmt.Sprintf("%4.0fs %9.0f", s.Elapsed.Seconds(), s.TargetRPS)
 			}
-			b, rpj := "-", "-"
-			if smp, ok := l.sampler.Latest(); ok {
-				b = fmt.Sprint(smp.BatchSize)
-				if smp.RequestsPerJoule != nil {
-					rpj = fmt.Sprintf("%.1f", *smp.RequestsPerJoule)
-				}
-			}
-			line += " | " + fmt.Sprintf(cell, b, fmt.Sprintf("%.2f", s.P50LatencyMs), rpj)
+			b, p50, rpj := progressCells(s, l.sampler.Samples())
+			line += " | " + fmt.Sprintf(cell, b, p50, rpj)
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// progressCells are one lane's figures for the last second: the mean rows
+// per batch actually sent (not the rule's cap), the p50 of the answers
+// completed, requests per joule; "-" where the second had none.
+func progressCells(s loadgen.Snapshot, samples []report.Sample) (b, p50, rpj string) {
+	b, p50, rpj = "-", "-", "-"
+	if s.OKRPS > 0 {
+		p50 = fmt.Sprintf("%.2f", s.P50LatencyMs)
+	}
+	if n := len(samples); n > 0 {
+		last := samples[n-1]
+		if last.RequestsPerJoule != nil {
+			rpj = fmt.Sprintf("%.1f", *last.RequestsPerJoule)
+		}
+		// The newest sample at least a second older than the last.
+		for i := n - 2; i >= 0; i-- {
+			if last.T-samples[i].T >= 0.999 {
+				if db := last.BatchesSent - samples[i].BatchesSent; db > 0 {
+					b = fmt.Sprintf("%.2f", float64(last.RowsSent-samples[i].RowsSent)/float64(db))
+				}
+				break
+			}
+		}
+	}
+	return b, p50, rpj
 }
 
 func writeDemoReport(stdout io.Writer, dir string, runs []report.Run, problems []string) error {
