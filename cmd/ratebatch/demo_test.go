@@ -25,10 +25,14 @@ func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	text := out.String()
-	for _, want := range []string{"| batchmonitor |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg"} {
+	for _, want := range []string{"| batchmonitor |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg",
+		"light regime: peak rho 0.10", "loaded regime: peak rho 0.80", "/ui/", "b = mean rows per batch"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "loaded", "summary.md")); err != nil {
+		t.Errorf("no loaded-regime report: %v", err)
 	}
 	// The files the report command reads back.
 	for _, pol := range []string{"batchmonitor", "adhoc"} {
