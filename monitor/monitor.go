@@ -291,6 +291,10 @@ func (m *Monitor) fit() (regression.Fit, error) {
 	return m.est.Fit()
 }
 
+// Samples returns the recent (batch size, latency) observations the tau(b)
+// fit is made from, oldest first.
+func (m *Monitor) Samples() []regression.Sample { return m.est.Samples() }
+
 // Rule returns the rule in force.
 func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
 
