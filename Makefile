@@ -35,9 +35,14 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
 # In CI the generated-code check must run, not skip: install protoc first.
+# Headless Chromium (scripts/setup-chromium.sh) tests the live page /ui.
+# bin/testprogress prints each package's result as it finishes and, every
+# 20 s, which packages still run.
 test-go:
 	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
-	$(GO) test -race -count=1 ./...
+	scripts/setup-chromium.sh
+	$(GO) build -o bin/testprogress ./internal/testprogress
+	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
 
 ## generate: regenerate the committed gRPC code from grpcproxy/inference/inference.proto
 generate: proto-tools

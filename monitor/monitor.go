@@ -291,6 +291,10 @@ func (m *Monitor) fit() (regression.Fit, error) {
 	return m.est.Fit()
 }
 
+// Samples returns the recent (batch size, latency) observations the tau(b)
+// fit is made from, oldest first.
+func (m *Monitor) Samples() []regression.Sample { return m.est.Samples() }
+
 // Rule returns the rule in force.
 func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
 
@@ -520,9 +524,8 @@ type Snapshot struct {
 	Note       string        `json:"note,omitempty"`
 	RatePerSec float64       `json:"rate_rps"`
 	Window     time.Duration `json:"-"`
-	AlphaMs    float64       `json:"alpha_ms"`
-	Tau0Ms     float64       `json:"tau0_ms"`
-	R2         float64       `json:"r2"`
+	batchcost.Latency
+	R2 float64 `json:"r2"`
 	// SEAlphaMs and SETau0Ms are the fit's standard errors (null while the
 	// samples cannot tell), FitDoubt why the rule does not trust it yet.
 	SEAlphaMs *float64 `json:"se_alpha_ms"`
@@ -555,8 +558,7 @@ func (m *Monitor) Snapshot() Snapshot {
 		Note:       st.Note,
 		RatePerSec: p.est.RatePerSec,
 		Window:     p.est.Window,
-		AlphaMs:    p.fit.AlphaMs,
-		Tau0Ms:     p.fit.Tau0Ms,
+		Latency:    p.fit.Line,
 		R2:         p.fit.R2,
 		SEAlphaMs:  finite(p.fit.SEAlphaMs),
 		SETau0Ms:   finite(p.fit.SETau0Ms),

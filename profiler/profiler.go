@@ -170,7 +170,7 @@ func statsDelta(before, after []triton.BatchStat) []regression.Sample {
 		for _, s := range stats {
 			t := m[s.BatchSize]
 			t.n += s.ComputeInfer.Count
-			t.ns += s.ComputeInput.Ns + s.ComputeInfer.Ns + s.ComputeOutput.Ns
+			t.ns += s.ComputeNs()
 			m[s.BatchSize] = t
 		}
 		return m
