@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/smdp"
 )
 
@@ -75,7 +75,7 @@ func TestPhiStartsAtTau1AndIncreases(t *testing.T) {
 }
 
 func TestMaxRateMeetsTarget(t *testing.T) {
-	for _, p := range profile.All() {
+	for _, p := range preset.All() {
 		m := Model{AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms}
 		for _, factor := range []float64{1.01, 1.5, 3, 10, 100} {
 			target := factor * (p.AlphaMs + p.Tau0Ms)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
 	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/trace"
@@ -48,7 +48,7 @@ var DefaultRhos = []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9}
 
 // Options describe one comparison.
 type Options struct {
-	Presets  []profile.Profile
+	Presets  []preset.Profile
 	Rhos     []float64
 	Requests int // arrivals per constant-rate run
 	Seed     uint64
@@ -145,7 +145,7 @@ func orderedPolicies() []string {
 }
 
 // build makes the named policy with the comparison's settings.
-func (o *Options) build(name string, prof profile.Profile, sla time.Duration) (policy.Policy, error) {
+func (o *Options) build(name string, prof preset.Profile, sla time.Duration) (policy.Policy, error) {
 	var opts policy.Options
 	switch name {
 	case policy.NameStatic:
@@ -392,7 +392,7 @@ feed:
 }
 
 // sla is the preset's SLA.
-func (o *Options) sla(p profile.Profile) time.Duration {
+func (o *Options) sla(p preset.Profile) time.Duration {
 	return time.Duration(o.SLAFactor * p.TauMs(p.MaxBatch) * float64(time.Millisecond))
 }
 
@@ -408,7 +408,7 @@ func (o *Options) smdpOptions(m smdp.Model) (smdp.Options, error) {
 }
 
 // point runs every policy and every ablation variant at one constant load.
-func (o *Options) point(ctx context.Context, p profile.Profile, rho float64) (Point, Case, error) {
+func (o *Options) point(ctx context.Context, p preset.Profile, rho float64) (Point, Case, error) {
 	m := smdp.ModelFor(p, rho)
 	rate := 1000 * m.LambdaPerMs
 	pt := Point{Preset: p.Name, Rho: rho, RatePerSec: rate}
@@ -561,7 +561,7 @@ var variants = []variant{
 
 // traceRun runs every policy on the trace scaled by scale, then the
 // ablation variants, and prices them against the quasi-static reference.
-func (o *Options) traceRun(ctx context.Context, p profile.Profile, scale float64) (Case, error) {
+func (o *Options) traceRun(ctx context.Context, p preset.Profile, scale float64) (Case, error) {
 	tr := o.Trace
 	if scale != 1 {
 		var err error
@@ -617,7 +617,7 @@ func (o *Options) traceRun(ctx context.Context, p profile.Profile, scale float64
 // on its rate grid), latency averaged over requests and power over time as
 // the measured cost is. It ignores the transients between seconds, so it is
 // a reference, not a bound.
-func quasiStatic(live *policy.SMDP, p profile.Profile, tr *trace.Series, w1, w2 float64) (float64, bool) {
+func quasiStatic(live *policy.SMDP, p preset.Profile, tr *trace.Series, w1, w2 float64) (float64, bool) {
 	var latSum, weight, powSum float64
 	n := int(tr.Duration() / time.Second)
 	for i := range n {
@@ -644,7 +644,7 @@ func quasiStatic(live *policy.SMDP, p profile.Profile, tr *trace.Series, w1, w2 
 
 // twoInstances runs the policies that differ on a server with two
 // instances, at a load relative to one instance's capacity.
-func (o *Options) twoInstances(ctx context.Context, p profile.Profile, rho float64) (Case, error) {
+func (o *Options) twoInstances(ctx context.Context, p preset.Profile, rho float64) (Case, error) {
 	run := Case{Preset: p.Name, Load: fmt.Sprintf("two instances, rho %.2g of one", rho), Rho: rho}
 	sla := o.sla(p)
 	c := sim.Config{Profile: p, RatePerSec: rho * 1000 * p.MuPerMs(p.MaxBatch), Requests: o.Requests, Seed: o.Seed, Instances: 2}

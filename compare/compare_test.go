@@ -10,15 +10,15 @@ import (
 
 	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
 	"github.com/ratebatch/ratebatch/smdp"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
-func preset(t *testing.T, name string) profile.Profile {
+func lookupPreset(t *testing.T, name string) preset.Profile {
 	t.Helper()
-	p, err := profile.Lookup(name)
+	p, err := preset.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func preset(t *testing.T, name string) profile.Profile {
 
 func options(t *testing.T) *Options {
 	t.Helper()
-	o := &Options{Presets: []profile.Profile{preset(t, "googlenet-p4")}, Rhos: []float64{0.5}, Requests: 20_000, Seed: 1,
+	o := &Options{Presets: []preset.Profile{lookupPreset(t, "googlenet-p4")}, Rhos: []float64{0.5}, Requests: 20_000, Seed: 1,
 		W1: 1, W2: 0.1, SLAFactor: DefaultSLAFactor}
 	if err := o.normalize(); err != nil {
 		t.Fatal(err)
@@ -35,14 +35,14 @@ func options(t *testing.T) *Options {
 	return o
 }
 
-func rateAt(p profile.Profile, rho float64) float64 { return rho * 1000 * p.MuPerMs(p.MaxBatch) }
+func rateAt(p preset.Profile, rho float64) float64 { return rho * 1000 * p.MuPerMs(p.MaxBatch) }
 
 // The recorder's rebuilt latencies agree with the simulator's own figures
 // for every kind of rule, on one instance and on two, at a constant rate and
 // on a trace; and it counts violations against the SLA it is given.
 func TestRecorderMatchesSimulator(t *testing.T) {
 	o := options(t)
-	p := preset(t, "googlenet-p4")
+	p := lookupPreset(t, "googlenet-p4")
 	tr, err := trace.Lookup(trace.Paper300)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestRecorderMatchesSimulator(t *testing.T) {
 // If the simulator's batches did not take tau(n) of the profile the
 // recorder believes in, its rebuilt latencies differ and it says so.
 func TestRecorderDetectsDisagreement(t *testing.T) {
-	p := preset(t, "googlenet-p4")
+	p := lookupPreset(t, "googlenet-p4")
 	wrong := p
 	wrong.Tau0Ms *= 1.1
 	rec := newRecorder(policy.Adhoc{}, wrong, 0)
@@ -123,7 +123,7 @@ func TestSlackFewerViolationsThanBatchMonitor(t *testing.T) {
 	o := options(t)
 	fewer := 0
 	for _, name := range []string{"googlenet-p4", "resnet50-p4"} {
-		p := preset(t, name)
+		p := lookupPreset(t, name)
 		sla := o.sla(p)
 		c := sim.Config{Profile: p, RatePerSec: rateAt(p, 0.5), Requests: o.Requests, Seed: 2}
 		viol := map[string]float64{}
@@ -155,7 +155,7 @@ func TestSlackFewerViolationsThanBatchMonitor(t *testing.T) {
 // instances, and cannot with one.
 func TestElasticUsesSecondInstance(t *testing.T) {
 	o := options(t)
-	p := preset(t, "resnet50-v100")
+	p := lookupPreset(t, "resnet50-v100")
 	for _, inst := range []int{1, 2} {
 		c := sim.Config{Profile: p, RatePerSec: rateAt(p, 0.9), Requests: 10_000, Seed: 4, Instances: inst}
 		row, err := o.simulate(context.Background(), policy.Elastic{}, c, 0)
@@ -172,7 +172,7 @@ func TestElasticUsesSecondInstance(t *testing.T) {
 // load while keeping the energy gain over ad-hoc.
 func TestBatchMonitorPlusFixesBacklog(t *testing.T) {
 	o := options(t)
-	p := preset(t, "googlenet-p4")
+	p := lookupPreset(t, "googlenet-p4")
 	c := sim.Config{Profile: p, RatePerSec: rateAt(p, 0.6), Requests: o.Requests, Seed: 5}
 	rows := map[string]Row{}
 	for _, name := range []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus} {
@@ -202,7 +202,7 @@ func (f fixed) Plan(policy.Estimate) policy.Rule { return f.rule }
 // agrees with the simulator's long-run cost of the same policy, within
 // the sampling error of independent replications.
 func TestExactCostMatchesSimulation(t *testing.T) {
-	p := preset(t, "googlenet-p4")
+	p := lookupPreset(t, "googlenet-p4")
 	const rho, w1, w2 = 0.5, 1.0, 0.1
 	m := smdp.ModelFor(p, rho)
 	o := &Options{W1: w1, W2: w2}
@@ -284,7 +284,7 @@ func TestRunTinyGrid(t *testing.T) {
 		t.Fatal(err)
 	}
 	var progress int
-	o := Options{Presets: []profile.Profile{preset(t, "googlenet-p4")}, Rhos: []float64{0.3, 0.7}, Requests: 3000, Seed: 1,
+	o := Options{Presets: []preset.Profile{lookupPreset(t, "googlenet-p4")}, Rhos: []float64{0.3, 0.7}, Requests: 3000, Seed: 1,
 		W1: 1, W2: 0.1, SLAFactor: 2, Trace: tr, TracePeakRho: 0.5, Progress: func(int, int, string) { progress++ }}
 	rep, err := Run(context.Background(), o)
 	if err != nil {
@@ -343,9 +343,9 @@ func TestRunTinyGrid(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	noEnergy := preset(t, "resnet152-titanrtx")
+	noEnergy := lookupPreset(t, "resnet152-titanrtx")
 	good := func() Options {
-		return Options{Presets: []profile.Profile{preset(t, "googlenet-p4")}, Rhos: []float64{0.5}, W1: 1, W2: 0.1}
+		return Options{Presets: []preset.Profile{lookupPreset(t, "googlenet-p4")}, Rhos: []float64{0.5}, W1: 1, W2: 0.1}
 	}
 	tests := []struct {
 		name   string

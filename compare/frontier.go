@@ -8,7 +8,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/plot"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
 	"github.com/ratebatch/ratebatch/smdp"
 )
@@ -90,7 +90,7 @@ func (o *Options) frontierJobs(rep *Report) []job {
 	return jobs
 }
 
-func (o *Options) frontier(ctx context.Context, p profile.Profile, rho float64) (Frontier, error) {
+func (o *Options) frontier(ctx context.Context, p preset.Profile, rho float64) (Frontier, error) {
 	m := smdp.ModelFor(p, rho)
 	sMax := policy.SMDPStates(m.MaxBatch)
 	f := Frontier{Preset: p.Name, Rho: rho}
@@ -171,7 +171,7 @@ func (o *Options) traceBudgetJobs(rep *Report, scales []float64) []job {
 
 // traceBudgets runs ad-hoc, batchmonitor and the budget policy at
 // batchmonitor's latency relative to ad-hoc on the scaled trace.
-func (o *Options) traceBudgets(ctx context.Context, p profile.Profile, scale float64) (Case, error) {
+func (o *Options) traceBudgets(ctx context.Context, p preset.Profile, scale float64) (Case, error) {
 	tr := o.Trace
 	if scale != 1 {
 		var err error

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
 )
 
@@ -24,7 +24,7 @@ import (
 // concurrency-safe Rule the live dispatcher needs.
 type recorder struct {
 	inner policy.Policy
-	prof  profile.Profile
+	prof  preset.Profile
 	slaMs float64 // 0: no SLA
 
 	arrivals []time.Time // FIFO of waiting rows
@@ -36,7 +36,7 @@ type recorder struct {
 	lostTrack            error
 }
 
-func newRecorder(p policy.Policy, prof profile.Profile, sla time.Duration) *recorder {
+func newRecorder(p policy.Policy, prof preset.Profile, sla time.Duration) *recorder {
 	return &recorder{inner: p, prof: prof, slaMs: float64(sla) / float64(time.Millisecond)}
 }
 

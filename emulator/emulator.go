@@ -25,7 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // Options configures an emulator. The zero value is valid: the default
@@ -35,7 +35,7 @@ type Options struct {
 	// Profile gives tau(b) and zeta(b) of every model and the image model's
 	// max_batch_size; "simple" keeps max_batch_size 8 but takes its timing
 	// from the profile too. The zero Profile means profile.DefaultPreset.
-	Profile profile.Profile
+	Profile preset.Profile
 	// TimeScale multiplies every batch execution time: 1 runs at the
 	// profile's speed, 0.1 ten times faster, 0 executes instantly (for
 	// measuring the proxy's own overhead). Energy per batch is zeta(b)
@@ -106,8 +106,8 @@ type Server struct {
 
 // New validates the options and builds a server; it does not listen.
 func New(opts Options) (*Server, error) {
-	if opts.Profile == (profile.Profile{}) {
-		p, err := profile.Lookup(profile.DefaultPreset)
+	if opts.Profile == (preset.Profile{}) {
+		p, err := preset.Lookup(preset.DefaultPreset)
 		if err != nil {
 			return nil, fmt.Errorf("emulator: default preset: %w", err)
 		}
@@ -183,7 +183,7 @@ func (s *Server) MetricsHandler() http.Handler { return s.metrics }
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // Profile is the batch service profile the server emulates.
-func (s *Server) Profile() profile.Profile { return s.opts.Profile }
+func (s *Server) Profile() preset.Profile { return s.opts.Profile }
 
 // Models lists the names of the served models.
 func (s *Server) Models() []string {

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 func TestFaults(t *testing.T) {
-	p, _ := profile.Lookup(profile.DefaultPreset)
+	p, _ := preset.Lookup(preset.DefaultPreset)
 	tests := []struct {
 		name       string
 		fault      Fault

@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 func TestEndpoints(t *testing.T) {
-	p, err := profile.Lookup("resnet50-v100")
+	p, err := preset.Lookup("resnet50-v100")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // gather returns metric families by name from the server's registry.
@@ -59,7 +59,7 @@ next:
 }
 
 func TestTritonMetrics(t *testing.T) {
-	p, err := profile.Lookup("googlenet-p4")
+	p, err := preset.Lookup("googlenet-p4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestTritonMetrics(t *testing.T) {
 }
 
 func TestNoEnergyWithoutPublishedFigures(t *testing.T) {
-	p, err := profile.Lookup("resnet50-titanrtx")
+	p, err := preset.Lookup("resnet50-titanrtx")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +167,8 @@ func TestNoEnergyWithoutPublishedFigures(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	noEnergy, _ := profile.Lookup("resnet50-titanrtx")
-	bad := profile.Profile{Name: "bad", Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 4}
+	noEnergy, _ := preset.Lookup("resnet50-titanrtx")
+	bad := preset.Profile{Name: "bad", Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 4}
 	tests := []struct {
 		name string
 		opts Options

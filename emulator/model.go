@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // SimpleMaxBatch is the simple model's max_batch_size, as Triton's example.
@@ -60,7 +60,7 @@ type model struct {
 	// (len rows*inputs[i].rowBytes()), both in spec order.
 	compute func(rows int, ins, outs [][]byte)
 
-	timing    profile.Profile // tau(b) and zeta(b) of one batch
+	timing    preset.Profile // tau(b) and zeta(b) of one batch
 	instances int
 	pool      *instancePool
 	stats     *modelStats
@@ -79,7 +79,7 @@ func (m *model) shape(t tensorSpec) []int64 {
 	return append([]int64{-1}, t.dims...)
 }
 
-func newModels(p profile.Profile, instances int) []*model {
+func newModels(p preset.Profile, instances int) []*model {
 	simpleIn := []tensorSpec{
 		{name: "INPUT0", datatype: kserve.Int32, dims: []int64{16}},
 		{name: "INPUT1", datatype: kserve.Int32, dims: []int64{16}},

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 func TestRealismPresets(t *testing.T) {
@@ -42,7 +42,7 @@ func TestRealismPresets(t *testing.T) {
 // TestRealismBatchTimes checks the drawn batch times: median on the line,
 // a tail of the configured share, stalls, and the same draws for a seed.
 func TestRealismBatchTimes(t *testing.T) {
-	p, _ := profile.Lookup(profile.DefaultPreset)
+	p, _ := preset.Lookup(preset.DefaultPreset)
 	r := Realism{Sigma: 0.05, TailShare: 0.02, TailMin: 3, TailMax: 10, StallShare: 0.01, Stall: 50 * time.Millisecond}
 	draw := func(seed uint64) []time.Duration {
 		s, err := New(Options{Profile: p, TimeScale: 1, Realism: r, Seed: seed})
@@ -99,7 +99,7 @@ func TestRealismBatchTimes(t *testing.T) {
 // transfer cost lengthen the round trip but stay out of the statistics,
 // and that the true line is served.
 func TestRealismOutsideTheBatch(t *testing.T) {
-	p, _ := profile.Lookup("resnet50-p4")
+	p, _ := preset.Lookup("resnet50-p4")
 	r := Realism{Overhead: 2 * time.Millisecond, PerMiB: 10 * time.Millisecond}
 	clock := newFakeClock()
 	s, ts := newTestServer(t, Options{Profile: p, TimeScale: 1, Realism: r, Clock: clock})

@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // wantExec is the execution time the emulator must give a batch.
-func wantExec(p profile.Profile, rows int, scale float64) time.Duration {
+func wantExec(p preset.Profile, rows int, scale float64) time.Duration {
 	return time.Duration(p.TauMs(rows) * scale * float64(time.Millisecond))
 }
 
 func TestExecutionTimeFollowsProfile(t *testing.T) {
-	p, err := profile.Lookup("resnet50-p4")
+	p, err := preset.Lookup("resnet50-p4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func requestFor(t testing.TB, model string, rows, seed int) []byte {
 }
 
 func TestJitter(t *testing.T) {
-	p, _ := profile.Lookup(profile.DefaultPreset)
+	p, _ := preset.Lookup(preset.DefaultPreset)
 	durations := func(seed uint64) []time.Duration {
 		s, err := New(Options{Profile: p, TimeScale: 1, Jitter: 0.2, Seed: seed})
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 // sampling) and draws the constrained optimum's requests per joule (within
 // 1%).
 func TestBudgetPolicyMeetsItsBudget(t *testing.T) {
-	prof := preset(t, "googlenet-p4")
+	prof := lookupPreset(t, "googlenet-p4")
 	for _, tc := range []struct {
 		rho    float64
 		budget string

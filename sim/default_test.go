@@ -6,7 +6,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // TestDefaultPolicyNeverHurts holds the configured default policy to the
@@ -24,8 +24,8 @@ func TestDefaultPolicyNeverHurts(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		requests, jitters = 10_000, []float64{0}
 	}
-	for _, pname := range profile.Names() {
-		p, _ := profile.Lookup(pname)
+	for _, pname := range preset.Names() {
+		p, _ := preset.Lookup(pname)
 		bestGain := 0.0
 		for _, rho := range []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9} {
 			for _, jitter := range jitters {

@@ -41,7 +41,7 @@ func TestPartnerTimerAgainstTheConstrainedOptimum(t *testing.T) {
 	const requests = 100_000
 	best := -100.0
 	for _, name := range []string{"googlenet-p4", "resnet50-v100", "resnet50-p4"} {
-		prof := preset(t, name)
+		prof := lookupPreset(t, name)
 		for _, rho := range []float64{0.05, 0.1, 0.2} {
 			m := smdp.ModelFor(prof, rho)
 			hull, err := smdp.Frontier(m, 0)

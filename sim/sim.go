@@ -23,7 +23,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -44,7 +44,7 @@ var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Config describes one run. Give exactly one of RatePerSec and Trace.
 type Config struct {
-	Profile profile.Profile
+	Profile preset.Profile
 	Policy  policy.Policy
 
 	RatePerSec float64       // constant Poisson arrival rate

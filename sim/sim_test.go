@@ -11,13 +11,13 @@ import (
 
 	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
-func preset(t testing.TB, name string) profile.Profile {
+func lookupPreset(t testing.TB, name string) preset.Profile {
 	t.Helper()
-	p, err := profile.Lookup(name)
+	p, err := preset.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestAdhocMatchesClosedFormBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long simulation")
 	}
-	p := profile.Profile{Name: "googlenet-unbounded", Latency: batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}, MaxBatch: 1 << 20}
+	p := preset.Profile{Name: "googlenet-unbounded", Latency: batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}, MaxBatch: 1 << 20}
 	const reps, requests = 4, 50_000
 	tests := []struct {
 		rho      float64 // lambda*alpha
@@ -92,10 +92,10 @@ func TestLittlesLaw(t *testing.T) {
 		name string
 		c    Config
 	}{
-		{"adhoc constant rate", Config{Profile: preset(t, "resnet152-titanrtx"), Policy: newPolicy(t, "adhoc", policy.Options{}), RatePerSec: 250, Requests: 20_000}},
-		{"batchmonitor trace", Config{Profile: preset(t, "resnet152-titanrtx"), Policy: newPolicy(t, "batchmonitor", policy.Options{}), Trace: tr}},
-		{"maxbatch two instances", Config{Profile: preset(t, "googlenet-p4"), Policy: newPolicy(t, "maxbatch", policy.Options{}), RatePerSec: 3000, Requests: 20_000, Instances: 2}},
-		{"static with jitter", Config{Profile: preset(t, "resnet50-p4"), Policy: newPolicy(t, "static", policy.Options{Batch: 8}), RatePerSec: 500, Requests: 20_000, Jitter: 0.3}},
+		{"adhoc constant rate", Config{Profile: lookupPreset(t, "resnet152-titanrtx"), Policy: newPolicy(t, "adhoc", policy.Options{}), RatePerSec: 250, Requests: 20_000}},
+		{"batchmonitor trace", Config{Profile: lookupPreset(t, "resnet152-titanrtx"), Policy: newPolicy(t, "batchmonitor", policy.Options{}), Trace: tr}},
+		{"maxbatch two instances", Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: newPolicy(t, "maxbatch", policy.Options{}), RatePerSec: 3000, Requests: 20_000, Instances: 2}},
+		{"static with jitter", Config{Profile: lookupPreset(t, "resnet50-p4"), Policy: newPolicy(t, "static", policy.Options{Batch: 8}), RatePerSec: 500, Requests: 20_000, Jitter: 0.3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,7 +114,7 @@ func TestLittlesLaw(t *testing.T) {
 
 func TestDeterministic(t *testing.T) {
 	tr, _ := trace.Lookup(trace.Paper300)
-	c := Config{Profile: preset(t, "googlenet-p4"), Policy: newPolicy(t, "batchmonitor", policy.Options{}), Trace: tr, Seed: 42, Jitter: 0.2, Series: true}
+	c := Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: newPolicy(t, "batchmonitor", policy.Options{}), Trace: tr, Seed: 42, Jitter: 0.2, Series: true}
 	a, err := Run(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestSameArrivalsAcrossPolicies(t *testing.T) {
 	tr, _ := trace.Lookup(trace.Paper300)
 	var first []int
 	for _, name := range []string{"adhoc", "batchmonitor", "maxbatch"} {
-		res, err := Run(context.Background(), Config{Profile: preset(t, "googlenet-p4"), Policy: newPolicy(t, name, policy.Options{}), Trace: tr, Seed: 9, Series: true})
+		res, err := Run(context.Background(), Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: newPolicy(t, name, policy.Options{}), Trace: tr, Seed: 9, Series: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestSameArrivalsAcrossPolicies(t *testing.T) {
 // The monitor wiring: each window's batch size is Algorithm 1 applied to the
 // previous window's counted rate and the profile's line.
 func TestBatchMonitorFollowsRate(t *testing.T) {
-	p := preset(t, "resnet152-titanrtx")
+	p := lookupPreset(t, "resnet152-titanrtx")
 	tr, _ := trace.Lookup(trace.Paper300)
 	res, err := Run(context.Background(), Config{Profile: p, Policy: newPolicy(t, "batchmonitor", policy.Options{}), Trace: tr, Seed: 5, Series: true})
 	if err != nil {
@@ -200,7 +200,7 @@ func TestBatchMonitorFollowsRate(t *testing.T) {
 }
 
 func TestPolicyBounds(t *testing.T) {
-	g := preset(t, "googlenet-p4")
+	g := lookupPreset(t, "googlenet-p4")
 	tests := []struct {
 		name  string
 		c     Config
@@ -274,7 +274,7 @@ func TestPolicyBounds(t *testing.T) {
 }
 
 func TestEnergy(t *testing.T) {
-	g := preset(t, "googlenet-p4")
+	g := lookupPreset(t, "googlenet-p4")
 	base := Config{Profile: g, Policy: policy.Adhoc{}, RatePerSec: 2000, Requests: 10000, Seed: 1}
 	r, err := Run(context.Background(), base)
 	if err != nil {
@@ -299,7 +299,7 @@ func TestEnergy(t *testing.T) {
 		t.Fatalf("idle energy %v J, want %v; rpj %v vs %v", *ri.EnergyJ, wantIdle, *ri.RequestsPerJoule, *r.RequestsPerJoule)
 	}
 	none := base
-	none.Profile = preset(t, "resnet50-titanrtx")
+	none.Profile = lookupPreset(t, "resnet50-titanrtx")
 	rn, err := Run(context.Background(), none)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +311,7 @@ func TestEnergy(t *testing.T) {
 
 func TestTraceRun(t *testing.T) {
 	tr, _ := trace.Lookup(trace.Paper300)
-	r, err := Run(context.Background(), Config{Profile: preset(t, "googlenet-p4"), Policy: policy.Adhoc{}, Trace: tr, Seed: 2})
+	r, err := Run(context.Background(), Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: policy.Adhoc{}, Trace: tr, Seed: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestTraceRun(t *testing.T) {
 	if r.DurationS < 290 || r.DurationS > 301 { // the last arrival comes at 1 req/s
 		t.Fatalf("duration %v s, want 290..301", r.DurationS)
 	}
-	capped, err := Run(context.Background(), Config{Profile: preset(t, "googlenet-p4"), Policy: policy.Adhoc{}, Trace: tr, Seed: 2, Requests: 100})
+	capped, err := Run(context.Background(), Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: policy.Adhoc{}, Trace: tr, Seed: 2, Requests: 100})
 	if err != nil || capped.Requests != 100 {
 		t.Fatalf("capped run: %d requests, %v", capped.Requests, err)
 	}
@@ -337,7 +337,7 @@ func (stuckRule) Status() policy.Status               { return policy.Status{Pol
 type stuckRule struct{}
 
 func TestStuckRuleIsAnError(t *testing.T) {
-	_, err := Run(context.Background(), Config{Profile: preset(t, "googlenet-p4"), Policy: stuckPolicy{}, RatePerSec: 100, Requests: 10, DrainLimit: time.Minute})
+	_, err := Run(context.Background(), Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: stuckPolicy{}, RatePerSec: 100, Requests: 10, DrainLimit: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "still waiting") {
 		t.Fatalf("error %v, want a stuck-queue error", err)
 	}
@@ -346,14 +346,14 @@ func TestStuckRuleIsAnError(t *testing.T) {
 func TestCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Run(ctx, Config{Profile: preset(t, "googlenet-p4"), Policy: policy.Adhoc{}, RatePerSec: 1000, Requests: 1_000_000})
+	_, err := Run(ctx, Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: policy.Adhoc{}, RatePerSec: 1000, Requests: 1_000_000})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
 }
 
 func TestConfigErrors(t *testing.T) {
-	g := preset(t, "googlenet-p4")
+	g := lookupPreset(t, "googlenet-p4")
 	tr, _ := trace.Lookup(trace.Paper300)
 	tests := []struct {
 		name string
@@ -363,7 +363,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no policy", Config{Profile: g, RatePerSec: 1}, "no policy"},
 		{"no rate", Config{Profile: g, Policy: policy.Adhoc{}}, "arrival rate"},
 		{"rate and trace", Config{Profile: g, Policy: policy.Adhoc{}, RatePerSec: 1, Trace: tr}, "not both"},
-		{"bad profile", Config{Profile: profile.Profile{Name: "p", Latency: batchcost.Latency{AlphaMs: 0}, MaxBatch: 1}, Policy: policy.Adhoc{}, RatePerSec: 1}, "alpha"},
+		{"bad profile", Config{Profile: preset.Profile{Name: "p", Latency: batchcost.Latency{AlphaMs: 0}, MaxBatch: 1}, Policy: policy.Adhoc{}, RatePerSec: 1}, "alpha"},
 		{"jitter", Config{Profile: g, Policy: policy.Adhoc{}, RatePerSec: 1, Jitter: 1}, "jitter"},
 		{"idle", Config{Profile: g, Policy: policy.Adhoc{}, RatePerSec: 1, IdleWatts: -1}, "idle power"},
 		{"instances", Config{Profile: g, Policy: policy.Adhoc{}, RatePerSec: 1, Instances: -1}, "instances"},
@@ -381,7 +381,7 @@ func TestConfigErrors(t *testing.T) {
 
 // BenchmarkRunMillion simulates one million requests per iteration.
 func BenchmarkRunMillion(b *testing.B) {
-	g := preset(b, "googlenet-p4")
+	g := lookupPreset(b, "googlenet-p4")
 	for _, name := range []string{"adhoc", "batchmonitor"} {
 		b.Run(name, func(b *testing.B) {
 			pol := newPolicy(b, name, policy.Options{})
@@ -398,7 +398,7 @@ func BenchmarkRunMillion(b *testing.B) {
 
 // Validate names the field at fault, so that a command can name its flag.
 func TestValidateNamesTheField(t *testing.T) {
-	good := Config{Profile: preset(t, "googlenet-p4"), Policy: policy.Adhoc{}, RatePerSec: 10}
+	good := Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: policy.Adhoc{}, RatePerSec: 10}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}

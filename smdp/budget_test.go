@@ -48,9 +48,9 @@ type budgetCase struct {
 
 func budgetCases(t *testing.T) []budgetCase {
 	return []budgetCase{
-		{"googlenet-p4 rho 0.1 1.10x", ModelFor(preset(t, "googlenet-p4"), 0.1), Budget{Factor: 1.1}},
-		{"googlenet-p4 rho 0.3 1.10x", ModelFor(preset(t, "googlenet-p4"), 0.3), Budget{Factor: 1.1}},
-		{"googlenet-p4 rho 0.6 1.5x", ModelFor(preset(t, "googlenet-p4"), 0.6), Budget{Factor: 1.5}},
+		{"googlenet-p4 rho 0.1 1.10x", ModelFor(lookupPreset(t, "googlenet-p4"), 0.1), Budget{Factor: 1.1}},
+		{"googlenet-p4 rho 0.3 1.10x", ModelFor(lookupPreset(t, "googlenet-p4"), 0.3), Budget{Factor: 1.1}},
+		{"googlenet-p4 rho 0.6 1.5x", ModelFor(lookupPreset(t, "googlenet-p4"), 0.6), Budget{Factor: 1.5}},
 		{"resnet50-p4/32 rho 0.4 4ms", ModelFor(capped(t, "resnet50-p4", 32), 0.4), Budget{AbsoluteMs: 4.5}},
 	}
 }
@@ -136,7 +136,7 @@ func TestSolveBudgetMeetsBudgetOnTheHull(t *testing.T) {
 // The randomised evaluation reduces to the deterministic one at shares 0
 // and 1, and its latency at a share is what a brute-force bisection finds.
 func TestEvaluateRandomizedEndpoints(t *testing.T) {
-	m := ModelFor(preset(t, "googlenet-p4"), 0.3)
+	m := ModelFor(lookupPreset(t, "googlenet-p4"), 0.3)
 	o := Options{W1: 1, W2: 0.5, Epsilon: DefaultEpsilon, SMax: 120, IterMax: DefaultIterMax}
 	e, err := NewEvaluator(m, o)
 	if err != nil {
@@ -166,7 +166,7 @@ func TestEvaluateRandomizedEndpoints(t *testing.T) {
 }
 
 func TestSolveBudgetEdges(t *testing.T) {
-	m := ModelFor(preset(t, "googlenet-p4"), 0.3)
+	m := ModelFor(lookupPreset(t, "googlenet-p4"), 0.3)
 	if _, err := SolveBudget(context.Background(), m, Budget{AbsoluteMs: 0.5}, 0); !errors.Is(err, ErrBudgetInfeasible) {
 		t.Errorf("budget below tau(1): err %v, want ErrBudgetInfeasible", err)
 	}
@@ -199,7 +199,7 @@ func TestSolveBudgetEdges(t *testing.T) {
 // The constrained optimum lies on the frontier of control limits, and the
 // frontier is convex and decreasing.
 func TestSolveBudgetLiesOnTheFrontier(t *testing.T) {
-	m := ModelFor(preset(t, "googlenet-p4"), 0.5)
+	m := ModelFor(lookupPreset(t, "googlenet-p4"), 0.5)
 	hull, err := Frontier(m, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ import (
 	"math"
 
 	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // Model is the batch service queue: the linear latency and energy lines of
@@ -53,7 +53,7 @@ type Model struct {
 // rho = lambda / mu(B_max). A profile without energy figures yields a model
 // whose energy line is zero: its power part is then meaningless and w2
 // should be 0.
-func ModelFor(p profile.Profile, rho float64) Model {
+func ModelFor(p preset.Profile, rho float64) Model {
 	m := Model{Latency: p.Latency, MaxBatch: p.MaxBatch}
 	if p.HasEnergy {
 		m.Energy = p.Energy

@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
-func preset(t testing.TB, name string) profile.Profile {
+func lookupPreset(t testing.TB, name string) preset.Profile {
 	t.Helper()
-	p, err := profile.Lookup(name)
+	p, err := preset.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +23,8 @@ func preset(t testing.TB, name string) profile.Profile {
 }
 
 // capped returns a preset with its max batch lowered, to keep tests small.
-func capped(t testing.TB, name string, bmax int) profile.Profile {
-	p := preset(t, name)
+func capped(t testing.TB, name string, bmax int) preset.Profile {
+	p := lookupPreset(t, name)
 	p.MaxBatch = bmax
 	return p
 }
@@ -102,7 +102,7 @@ func TestEvaluateMatchesMD1(t *testing.T) {
 // of real relative values plus noise.
 func TestExpectationsMatchTransitionRows(t *testing.T) {
 	for _, rho := range []float64{0.05, 0.5, 0.95} {
-		m := ModelFor(preset(t, "googlenet-p4"), rho)
+		m := ModelFor(lookupPreset(t, "googlenet-p4"), rho)
 		o := Options{W1: 1, Co: 1, Epsilon: DefaultEpsilon, SMax: 90, IterMax: 1}
 		k := newKernel(m, o)
 		J := make([]float64, k.n)
@@ -132,7 +132,7 @@ func TestExpectationsMatchTransitionRows(t *testing.T) {
 // The stationary distribution must satisfy pi P = pi to near machine
 // precision, including on chains with transient states.
 func TestStationaryResidual(t *testing.T) {
-	p := preset(t, "googlenet-p4")
+	p := lookupPreset(t, "googlenet-p4")
 	for _, rho := range []float64{0.05, 0.5, 0.9} {
 		m := ModelFor(p, rho)
 		o := Options{W1: 1, W2: 1, Co: 10, Epsilon: DefaultEpsilon, SMax: 120, IterMax: 1}
@@ -283,7 +283,7 @@ func TestOptimumBeatsBaselines(t *testing.T) {
 // Delta flags a state bound that is too small, and shrinks below the
 // acceptance level once SMax is reasonable.
 func TestDeltaShrinksWithSMax(t *testing.T) {
-	m := ModelFor(preset(t, "googlenet-p4"), 0.9)
+	m := ModelFor(lookupPreset(t, "googlenet-p4"), 0.9)
 	small := options(t, m, 1, 1, m.MaxBatch, DefaultEpsilon)
 	large := options(t, m, 1, 1, 200, DefaultEpsilon)
 	pol := AdHoc(m, small.SMax)
@@ -307,7 +307,7 @@ func TestDeltaShrinksWithSMax(t *testing.T) {
 // power-heavy objective then prefers never serving again once the queue is
 // full: a finite-model artifact that Delta exposes. DefaultCo removes it.
 func TestDefaultCoPreventsParkingInOverflow(t *testing.T) {
-	m := ModelFor(preset(t, "googlenet-p4"), 0.5)
+	m := ModelFor(lookupPreset(t, "googlenet-p4"), 0.5)
 	o := options(t, m, 1, 10, DefaultSMax, DefaultEpsilon)
 	good, err := Solve(context.Background(), m, o)
 	if err != nil {
@@ -327,7 +327,7 @@ func TestDefaultCoPreventsParkingInOverflow(t *testing.T) {
 }
 
 func TestBatchMonitorSize(t *testing.T) {
-	p := preset(t, "googlenet-p4") // mu(b) = b/(0.3051b + 1.052)
+	p := lookupPreset(t, "googlenet-p4") // mu(b) = b/(0.3051b + 1.052)
 	for _, tc := range []struct {
 		lambda float64
 		want   int
@@ -444,7 +444,7 @@ func TestEvaluateRejectsBadPolicies(t *testing.T) {
 }
 
 func TestSolveStopsAtIterMaxAndOnCancel(t *testing.T) {
-	m := ModelFor(preset(t, "googlenet-p4"), 0.5)
+	m := ModelFor(lookupPreset(t, "googlenet-p4"), 0.5)
 	o := options(t, m, 1, 1, 100, DefaultEpsilon)
 	o.IterMax = 5
 	sol, err := Solve(context.Background(), m, o)
@@ -463,7 +463,7 @@ func TestSolveStopsAtIterMaxAndOnCancel(t *testing.T) {
 }
 
 func BenchmarkSolve(b *testing.B) {
-	p := preset(b, "googlenet-p4") // B_max = 32
+	p := lookupPreset(b, "googlenet-p4") // B_max = 32
 	for _, rho := range []float64{0.5, 0.9, 0.95} {
 		b.Run(fmt.Sprintf("bmax=32/smax=200/rho=%v", rho), func(b *testing.B) {
 			m := ModelFor(p, rho)
@@ -481,7 +481,7 @@ func BenchmarkSolve(b *testing.B) {
 }
 
 func BenchmarkEvaluate(b *testing.B) {
-	m := ModelFor(preset(b, "googlenet-p4"), 0.5)
+	m := ModelFor(lookupPreset(b, "googlenet-p4"), 0.5)
 	o := options(b, m, 1, 1, 200, DefaultEpsilon)
 	pol := BatchMonitor(m, o.SMax)
 	for b.Loop() {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/compare"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -52,7 +52,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o := compare.Options{Requests: *requests, Seed: *seed, W1: *w1, W2: *w2, SLAFactor: *slaFactor,
 		TracePeakRho: *peak, Workers: *workers}
 	for _, name := range splitList(*presets) {
-		p, err := profile.Lookup(name)
+		p, err := preset.Lookup(name)
 		if err != nil {
 			return usageErr("--presets: %v", err)
 		}

@@ -16,9 +16,9 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/loadreport"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
-	"github.com/ratebatch/ratebatch/report"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -56,7 +56,7 @@ const loadedRho = 0.8
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
 	var o demoOpts
-	fs.StringVar(&o.preset, "preset", profile.DefaultPreset, "GPU profile the emulator plays (one with energy figures: "+strings.Join(energyPresets(), ", ")+")")
+	fs.StringVar(&o.preset, "preset", preset.DefaultPreset, "GPU profile the emulator plays (one with energy figures: "+strings.Join(energyPresets(), ", ")+")")
 	fs.StringVar(&o.traceName, "trace", trace.Paper300, "load trace (built-in name or CSV time_s,rate_rps)")
 	fs.Float64Var(&o.speedup, "speedup", 5, "play the trace this many times faster (rates kept): paper300 / 5 = 60 s")
 	fs.Float64Var(&o.traceScale, "trace-scale", 1, "multiply the trace's rates (heavier load)")
@@ -113,7 +113,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func energyPresets() []string {
 	var out []string
-	for _, p := range profile.All() {
+	for _, p := range preset.All() {
 		if p.HasEnergy {
 			out = append(out, p.Name)
 		}
@@ -126,7 +126,7 @@ type demoLane struct {
 	policy  string
 	em      *emulator.Server
 	proxy   *liveProxy
-	sampler *report.Sampler
+	sampler *loadreport.Sampler
 	mu      sync.Mutex
 	snap    loadgen.Snapshot
 	result  loadgen.Result
@@ -135,7 +135,7 @@ type demoLane struct {
 }
 
 func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
-	prof, err := profile.Lookup(o.preset)
+	prof, err := preset.Lookup(o.preset)
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 
 // peakRho is the trace's peak rate over the throughput of full batches of
 // the emulated model: mu(B_max) = B_max / tau(B_max).
-func peakRho(series *trace.Series, prof profile.Profile, model string) float64 {
+func peakRho(series *trace.Series, prof preset.Profile, model string) float64 {
 	b := float64(prof.MaxBatch)
 	if model == emulator.SimpleModel {
 		b = emulator.SimpleMaxBatch
@@ -201,7 +201,7 @@ func peakRho(series *trace.Series, prof profile.Profile, model string) float64 {
 }
 
 // demoRegime runs every policy's lane through the trace once, at o.timeScale.
-func demoRegime(ctx context.Context, o demoOpts, prof profile.Profile, series *trace.Series, stdout io.Writer) error {
+func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *trace.Series, stdout io.Writer) error {
 	model := o.model
 	_, verify := loadgen.VerifierFor(model)
 
@@ -242,7 +242,7 @@ func demoRegime(ctx context.Context, o demoOpts, prof profile.Profile, series *t
 	go func() { wg.Wait(); close(done) }()
 	showProgress(stdout, lanes, done)
 
-	var runs []report.Run
+	var runs []loadreport.Run
 	var problems []string
 	for _, l := range lanes {
 		if l.err != nil {
@@ -256,12 +256,12 @@ func demoRegime(ctx context.Context, o demoOpts, prof profile.Profile, series *t
 			problems = append(problems, fmt.Sprintf("%s: %d errors %v, %d dropped by the client (first verify error: %q)",
 				l.policy, s.Errors, s.ErrorsByKind, s.Dropped, l.result.FirstVerifyError))
 		}
-		runs = append(runs, report.Run{Name: l.policy, Records: l.result.Records, Samples: l.sampler.Samples()})
+		runs = append(runs, loadreport.Run{Name: l.policy, Records: l.result.Records, Samples: l.sampler.Samples()})
 	}
 	return writeDemoReport(stdout, o.out, runs, problems)
 }
 
-func startLane(ctx context.Context, pol string, prof profile.Profile, o demoOpts) (*demoLane, error) {
+func startLane(ctx context.Context, pol string, prof preset.Profile, o demoOpts) (*demoLane, error) {
 	if pol != "passthrough" && !slices.Contains(policy.Names(), pol) {
 		return nil, fmt.Errorf("unknown policy %q (known: %s)", pol, strings.Join(policy.Names(), ", "))
 	}
@@ -297,7 +297,7 @@ func startLane(ctx context.Context, pol string, prof profile.Profile, o demoOpts
 	pctx, stop := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() { p.run(pctx); close(served) }()
-	l := &demoLane{policy: pol, em: em, proxy: p, sampler: report.NewSampler("http://"+p.adminLn.Addr().String(), o.model)}
+	l := &demoLane{policy: pol, em: em, proxy: p, sampler: loadreport.NewSampler("http://"+p.adminLn.Addr().String(), o.model)}
 	l.stopFn = func() { stop(); <-served; em.Close() }
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, ok := p.disp.Model(o.model); ok {
@@ -357,7 +357,7 @@ func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
 // progressCells are one lane's figures for the last second: the mean rows
 // per batch actually sent (not the rule's cap), the p50 of the answers
 // completed, requests per joule; "-" where the second had none.
-func progressCells(s loadgen.Snapshot, samples []report.Sample) (b, p50, rpj string) {
+func progressCells(s loadgen.Snapshot, samples []loadreport.Sample) (b, p50, rpj string) {
 	b, p50, rpj = "-", "-", "-"
 	if s.OKRPS > 0 {
 		p50 = fmt.Sprintf("%.2f", s.P50LatencyMs)
@@ -380,25 +380,25 @@ func progressCells(s loadgen.Snapshot, samples []report.Sample) (b, p50, rpj str
 	return b, p50, rpj
 }
 
-func writeDemoReport(stdout io.Writer, dir string, runs []report.Run, problems []string) error {
+func writeDemoReport(stdout io.Writer, dir string, runs []loadreport.Run, problems []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	rows := report.Summarize(runs)
+	rows := loadreport.Summarize(runs)
 	fmt.Fprintln(stdout, "\nComparison (ratios against the first policy):")
-	report.WriteTable(stdout, rows)
+	loadreport.WriteTable(stdout, rows)
 	table, err := os.Create(filepath.Join(dir, "summary.md"))
 	if err != nil {
 		return err
 	}
-	report.WriteTable(table, rows)
+	loadreport.WriteTable(table, rows)
 	table.Close()
 	for _, r := range runs {
 		if err := writeRunFiles(dir, r); err != nil {
 			return err
 		}
 	}
-	paths, err := report.WritePlots(dir, runs)
+	paths, err := loadreport.WritePlots(dir, runs)
 	if err != nil {
 		return err
 	}
@@ -413,11 +413,11 @@ func writeDemoReport(stdout io.Writer, dir string, runs []report.Run, problems [
 }
 
 // writeRunFiles keeps a run as the two CSVs `ratebatch report` reads.
-func writeRunFiles(dir string, r report.Run) error {
+func writeRunFiles(dir string, r loadreport.Run) error {
 	if err := writeFile(filepath.Join(dir, r.Name+".load.csv"), func(w io.Writer) error { return loadgen.WriteCSV(w, r.Records) }); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, r.Name+".samples.csv"), func(w io.Writer) error { return report.WriteSamplesCSV(w, r.Samples) })
+	return writeFile(filepath.Join(dir, r.Name+".samples.csv"), func(w io.Writer) error { return loadreport.WriteSamplesCSV(w, r.Samples) })
 }
 
 // writeFile creates path and fills it with fn.

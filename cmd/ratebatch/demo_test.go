@@ -14,7 +14,7 @@ import (
 	"github.com/ratebatch/ratebatch/emulator"
 
 	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/report"
+	"github.com/ratebatch/ratebatch/loadreport"
 )
 
 func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
@@ -49,7 +49,7 @@ func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		smp, err := report.ReadSamplesCSV(f)
+		smp, err := loadreport.ReadSamplesCSV(f)
 		f.Close()
 		if err != nil || len(smp) == 0 {
 			t.Fatalf("%s samples: %d, %v", pol, len(smp), err)
@@ -103,8 +103,8 @@ func TestLoadSamplesAndReport(t *testing.T) {
 		t.Fatalf("report exit %d: %s", code, errb.String())
 	}
 	var rep struct {
-		Rows  []report.Row `json:"rows"`
-		Plots []string     `json:"plots"`
+		Rows  []loadreport.Row `json:"rows"`
+		Plots []string         `json:"plots"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestLoadSamplesAndReport(t *testing.T) {
 
 func TestDemoProgressCells(t *testing.T) {
 	rpj := 12.5
-	samples := []report.Sample{
+	samples := []loadreport.Sample{
 		{T: 0, BatchesSent: 10, RowsSent: 80},
 		{T: 0.5, BatchesSent: 12, RowsSent: 90},
 		{T: 1.0, BatchesSent: 14, RowsSent: 100, RequestsPerJoule: &rpj},
@@ -167,7 +167,7 @@ func TestDemoProgressCells(t *testing.T) {
 		t.Errorf("cells %q %q %q, want 5.00 3.25 12.5", b, p50, r)
 	}
 	// A second without completions or batches shows -, not 0.00.
-	idle := []report.Sample{{T: 0, BatchesSent: 14, RowsSent: 100}, {T: 1, BatchesSent: 14, RowsSent: 100}}
+	idle := []loadreport.Sample{{T: 0, BatchesSent: 14, RowsSent: 100}, {T: 1, BatchesSent: 14, RowsSent: 100}}
 	b, p50, r = progressCells(loadgen.Snapshot{}, idle)
 	if b != "-" || p50 != "-" || r != "-" {
 		t.Errorf("idle second: %q %q %q, want - - -", b, p50, r)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/emulator"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 func init() {
@@ -25,7 +25,7 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("emulate", stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "address of the KServe v2 HTTP API (Triton's port 8000)")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:8002", "address of GET /metrics (Triton's port 8002); empty to disable")
-	preset := fs.String("preset", profile.DefaultPreset, "model profile giving tau(b) and zeta(b) of every model; one of "+fmt.Sprint(profile.Names()))
+	presetName := fs.String("preset", preset.DefaultPreset, "model profile giving tau(b) and zeta(b) of every model; one of "+fmt.Sprint(preset.Names()))
 	scale := fs.Float64("tau-scale", 1, "multiplies every batch execution time; 0 executes instantly (overhead benchmarks)")
 	instances := fs.Int("instances", 1, "instances of each model; each runs one batch at a time")
 	jitter := fs.Float64("jitter", 0, "relative spread of execution times: tau(b) times a uniform factor in [1-j, 1+j], 0 <= j < 1")
@@ -41,7 +41,7 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "ratebatch emulate: --listen must not be empty")
 		return errUsage
 	}
-	p, err := profile.Lookup(*preset)
+	p, err := preset.Lookup(*presetName)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratebatch emulate: --preset: %v\n", err)
 		return errUsage

@@ -25,7 +25,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/models"
+	"github.com/ratebatch/ratebatch/registry"
 )
 
 // rawExchange writes req on a fresh connection, half-closes it when asked,
@@ -473,7 +473,7 @@ func TestHostileUnknownModelFlood(t *testing.T) {
 	defer counting.Close()
 	lt := startLive(t, strings.TrimPrefix(counting.URL, "http://"), nil, nil)
 	client := newClient()
-	const names, workers = 3 * models.MaxOnDemandLookups / 2, 8
+	const names, workers = 3 * registry.MaxOnDemandLookups / 2, 8
 	var wg sync.WaitGroup
 	var wrong atomic.Int64
 	for w := range workers {
@@ -499,7 +499,7 @@ func TestHostileUnknownModelFlood(t *testing.T) {
 	if wrong.Load() > 0 {
 		t.Fatalf("%d requests for unknown models were not answered with the upstream's 404", wrong.Load())
 	}
-	if n := lookups.Load(); n > models.MaxOnDemandLookups {
-		t.Fatalf("%d made-up names caused %d upstream lookups (and as many remembered names), want at most %d", names, n, models.MaxOnDemandLookups)
+	if n := lookups.Load(); n > registry.MaxOnDemandLookups {
+		t.Fatalf("%d made-up names caused %d upstream lookups (and as many remembered names), want at most %d", names, n, registry.MaxOnDemandLookups)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/loadgen"
 	"github.com/ratebatch/ratebatch/monitor"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 // The figures of docs/LEARNING.md come from the tests in this file run with
@@ -27,7 +27,7 @@ func long() bool { return os.Getenv("RATEBATCH_LONG") != "" }
 // the resnet50-titanrtx line on the "simple" model (B_max 8), realistic.
 func learnServer(t *testing.T, seed uint64) (*emulator.Server, emulator.TrueLine) {
 	t.Helper()
-	p, err := profile.Lookup("resnet50-titanrtx")
+	p, err := preset.Lookup("resnet50-titanrtx")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/report"
+	"github.com/ratebatch/ratebatch/loadreport"
 	"github.com/ratebatch/ratebatch/trace"
 )
 
@@ -134,10 +134,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cfg.Progress = func(s loadgen.Snapshot) { printLoadProgress(stderr, s) }
 	}
 
-	var sampler *report.Sampler
+	var sampler *loadreport.Sampler
 	stopSampling := func() {}
 	if *admin != "" {
-		sampler = report.NewSampler(*admin, *model)
+		sampler = loadreport.NewSampler(*admin, *model)
 		if _, err := sampler.Poll(ctx); err != nil {
 			return fmt.Errorf("--admin: %w", err)
 		}
@@ -159,7 +159,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if sampler != nil && *samplesPath != "" {
 		sampler.Poll(context.Background()) // the final figures
-		if err := writeFile(*samplesPath, func(w io.Writer) error { return report.WriteSamplesCSV(w, sampler.Samples()) }); err != nil {
+		if err := writeFile(*samplesPath, func(w io.Writer) error { return loadreport.WriteSamplesCSV(w, sampler.Samples()) }); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/report"
+	"github.com/ratebatch/ratebatch/loadreport"
 )
 
 func init() {
@@ -68,7 +68,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "ratebatch report: give at least one --run, or a --dir holding NAME.load.csv files")
 		return errUsage
 	}
-	var loaded []report.Run
+	var loaded []loadreport.Run
 	for _, spec := range runs {
 		r, err := readRun(spec)
 		if err != nil {
@@ -76,24 +76,24 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		loaded = append(loaded, r)
 	}
-	rows := report.Summarize(loaded)
+	rows := loadreport.Summarize(loaded)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	if err := writeFile(*out+"/summary.md", func(w io.Writer) error { return report.WriteTable(w, rows) }); err != nil {
+	if err := writeFile(*out+"/summary.md", func(w io.Writer) error { return loadreport.WriteTable(w, rows) }); err != nil {
 		return err
 	}
-	paths, err := report.WritePlots(*out, loaded)
+	paths, err := loadreport.WritePlots(*out, loaded)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(struct {
-			Rows  []report.Row `json:"rows"`
-			Plots []string     `json:"plots"`
+			Rows  []loadreport.Row `json:"rows"`
+			Plots []string         `json:"plots"`
 		}{rows, paths})
 	}
-	report.WriteTable(stdout, rows)
+	loadreport.WriteTable(stdout, rows)
 	fmt.Fprintf(stdout, "\nwrote %s/summary.md and:\n", *out)
 	for _, p := range paths {
 		fmt.Fprintln(stdout, "  "+p)
@@ -136,13 +136,13 @@ func runsIn(dir string) ([]string, error) {
 	return names, nil
 }
 
-func readRun(spec string) (report.Run, error) {
+func readRun(spec string) (loadreport.Run, error) {
 	name, files, ok := strings.Cut(spec, "=")
 	if !ok || name == "" || files == "" {
-		return report.Run{}, fmt.Errorf("--run %q: want NAME=LOAD.csv[,SAMPLES.csv]", spec)
+		return loadreport.Run{}, fmt.Errorf("--run %q: want NAME=LOAD.csv[,SAMPLES.csv]", spec)
 	}
 	loadPath, samplesPath, _ := strings.Cut(files, ",")
-	r := report.Run{Name: name}
+	r := loadreport.Run{Name: name}
 	f, err := os.Open(loadPath)
 	if err != nil {
 		return r, fmt.Errorf("run %s: %w", name, err)
@@ -157,7 +157,7 @@ func readRun(spec string) (report.Run, error) {
 		if err != nil {
 			return r, fmt.Errorf("run %s: %w", name, err)
 		}
-		r.Samples, err = report.ReadSamplesCSV(f)
+		r.Samples, err = loadreport.ReadSamplesCSV(f)
 		f.Close()
 		if err != nil {
 			return r, fmt.Errorf("run %s: %s: %w", name, samplesPath, err)

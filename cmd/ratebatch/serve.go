@@ -19,10 +19,10 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/grpcproxy"
-	"github.com/ratebatch/ratebatch/models"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/proxy"
+	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/triton"
 	"github.com/ratebatch/ratebatch/ui"
 )
@@ -73,7 +73,7 @@ type liveProxy struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	disp     *dispatcher.Dispatcher
-	models   *models.Registry
+	models   *registry.Models
 	data     *proxy.Server
 	front    *proxy.Metrics
 	grpc     *grpcproxy.Server // nil when grpc_listen is empty
@@ -139,8 +139,8 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	})
 	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
-	mr := models.New(tc, disp, cfg, log)
-	reg.MustRegister(models.NewCollector(mr))
+	mr := registry.New(tc, disp, cfg, log)
+	reg.MustRegister(registry.NewCollector(mr))
 
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg)}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
 	"github.com/ratebatch/ratebatch/trace"
 )
@@ -297,7 +297,7 @@ type profileFlags struct {
 // --bmax on fs.
 func addProfileFlags(fs *flag.FlagSet) *profileFlags {
 	return &profileFlags{
-		preset: fs.String("preset", profile.DefaultPreset, "model profile; one of "+strings.Join(profile.Names(), ", ")+
+		preset: fs.String("preset", preset.DefaultPreset, "model profile; one of "+strings.Join(preset.Names(), ", ")+
 			". --alpha etc. override its fields; without --preset, --alpha and --tau0 give a custom model"),
 		alpha: fs.Float64("alpha", 0, "batch latency slope alpha in ms per request: tau(b) = alpha*b + tau0"),
 		tau0:  fs.Float64("tau0", 0, "batch latency intercept tau0 in ms"),
@@ -309,18 +309,18 @@ func addProfileFlags(fs *flag.FlagSet) *profileFlags {
 
 // profile returns the preset with the set fields overridden, or the custom
 // model when model fields are set without --preset.
-func (m *profileFlags) profile(fs *flag.FlagSet) (profile.Profile, error) {
+func (m *profileFlags) profile(fs *flag.FlagSet) (preset.Profile, error) {
 	set := flagsSet(fs)
 	custom := !set["preset"] && (set["alpha"] || set["tau0"])
-	var p profile.Profile
+	var p preset.Profile
 	if custom {
 		if !set["alpha"] || !set["tau0"] {
 			return p, errors.New("a custom model needs both --alpha and --tau0 (or name a --preset)")
 		}
-		p = profile.Profile{Name: "custom", MaxBatch: 32, Source: "flags"}
+		p = preset.Profile{Name: "custom", MaxBatch: 32, Source: "flags"}
 	} else {
 		var err error
-		if p, err = profile.Lookup(*m.preset); err != nil {
+		if p, err = preset.Lookup(*m.preset); err != nil {
 			return p, fmt.Errorf("--preset: %w", err)
 		}
 		if set["alpha"] || set["tau0"] || set["beta"] || set["zeta0"] || set["bmax"] {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -77,7 +77,7 @@ func TestSimRhoSetsRate(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := profile.Lookup("googlenet-p4")
+	p, _ := preset.Lookup("googlenet-p4")
 	want := 0.5 * 1000 * p.MuPerMs(p.MaxBatch)
 	if math.Abs(r.Throughput-want) > 0.03*want {
 		t.Fatalf("throughput %v, want about rho*mu(B_max) = %v", r.Throughput, want)

@@ -14,7 +14,7 @@ import (
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/loadgen"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
 	"github.com/ratebatch/ratebatch/trace"
 )
@@ -45,7 +45,7 @@ func TestSimPredictsLive(t *testing.T) {
 		loads = []string{"rho 0.3", "rho 0.7", "paper300/10"}
 		tolB, tolE, tolL = 0.05, 0.03, 0.10
 	}
-	base, _ := profile.Lookup("googlenet-p4")
+	base, _ := preset.Lookup("googlenet-p4")
 	p := base
 	p.MaxBatch = 8 // the emulator's simple model
 	p.AlphaMs, p.Tau0Ms = base.AlphaMs*simLiveScale, base.Tau0Ms*simLiveScale

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/profile"
+	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/smdp"
 )
 
@@ -246,7 +246,7 @@ func smdpRequestsPerJoule(m smdp.Model, powerW float64) *float64 {
 
 func floatRef(v float64) *float64 { return &v }
 
-func printSMDP(w io.Writer, prof profile.Profile, m smdp.Model, o smdp.Options, autoCo bool, sol smdp.Solution, rows []smdpPolicyRow) {
+func printSMDP(w io.Writer, prof preset.Profile, m smdp.Model, o smdp.Options, autoCo bool, sol smdp.Solution, rows []smdpPolicyRow) {
 	energy := "no energy figures"
 	if prof.HasEnergy {
 		energy = fmt.Sprintf("zeta(b) = %g*b + %g mJ", m.BetaMJ, m.Zeta0MJ)
@@ -372,7 +372,7 @@ type smdpBudgetReport struct {
 	SMax            int        `json:"smax"`
 }
 
-func runSMDPBudget(ctx context.Context, stdout io.Writer, prof profile.Profile, m smdp.Model, b smdp.Budget, sMax int, asJSON bool) error {
+func runSMDPBudget(ctx context.Context, stdout io.Writer, prof preset.Profile, m smdp.Model, b smdp.Budget, sMax int, asJSON bool) error {
 	c, err := smdp.SolveBudget(ctx, m, b, sMax)
 	if err != nil {
 		return err

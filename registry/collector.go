@@ -1,4 +1,4 @@
-package models
+package registry
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -27,10 +27,10 @@ var (
 
 // Collector exports every monitor's state at scrape time, so the request
 // path never touches a gauge.
-type Collector struct{ r *Registry }
+type Collector struct{ r *Models }
 
 // NewCollector returns a collector over r's monitors.
-func NewCollector(r *Registry) *Collector { return &Collector{r: r} }
+func NewCollector(r *Models) *Collector { return &Collector{r: r} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {

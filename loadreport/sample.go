@@ -3,7 +3,7 @@
 // the arrival rate, the chosen batch size, latency and requests per joule.
 // Its inputs are a load run's records (package loadgen) and samples of the
 // proxy's admin /status taken while the run lasted.
-package report
+package loadreport
 
 import (
 	"context"

@@ -3,7 +3,7 @@
 // monitor seeded from a profile or the upstream's statistics and a policy
 // from the configuration, registers it with the dispatcher, and re-reads the
 // upstream periodically so loads, unloads and config changes take effect.
-package models
+package registry
 
 import (
 	"context"
@@ -41,8 +41,8 @@ type Queues interface {
 // as opposed to trouble with one model.
 var ErrUnreachable = errors.New("reading the upstream's repository index")
 
-// Registry owns the per-model monitors.
-type Registry struct {
+// Models owns the per-model monitors.
+type Models struct {
 	up     Upstream
 	queues Queues
 	cfg    *config.Config
@@ -73,11 +73,11 @@ type entry struct {
 }
 
 // New returns an empty registry; call Discover (or Refresh, then Run).
-func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Registry {
+func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Models {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
+	return &Models{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
 		budgets: map[string]string{}}
 }
 
@@ -93,7 +93,7 @@ var (
 // read once (Triton may start after the proxy), then keeps them current as
 // Run does, until ctx ends. Until that first read, Discovered is false and
 // the proxy passes inference through.
-func (r *Registry) Discover(ctx context.Context) {
+func (r *Models) Discover(ctx context.Context) {
 	for delay := discoverFirstRetry; ; delay = min(2*delay, discoverMaxRetry) {
 		err := r.Refresh(ctx)
 		if !errors.Is(err, ErrUnreachable) {
@@ -115,11 +115,11 @@ func (r *Registry) Discover(ctx context.Context) {
 
 // Discovered reports whether the upstream's model list has been read (by
 // Discover): the readiness of the proxy.
-func (r *Registry) Discovered() bool { return r.discovered.Load() }
+func (r *Models) Discovered() bool { return r.discovered.Load() }
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
 // monitors it started run until then too.
-func (r *Registry) Run(ctx context.Context) {
+func (r *Models) Run(ctx context.Context) {
 	r.mu.Lock()
 	r.ctx = ctx
 	for _, e := range r.models {
@@ -156,7 +156,7 @@ const MaxOnDemandLookups = 1024
 // first time a request names it. Later calls return at once: a model is
 // looked up at most once per discovery interval, so unknown names cost the
 // upstream little.
-func (r *Registry) Ensure(ctx context.Context, model string) {
+func (r *Models) Ensure(ctx context.Context, model string) {
 	r.mu.Lock()
 	_, known := r.models[model]
 	last, tried := r.tried[model]
@@ -186,7 +186,7 @@ func (r *Registry) Ensure(ctx context.Context, model string) {
 	}
 }
 
-func (r *Registry) retryAfter() time.Duration {
+func (r *Models) retryAfter() time.Duration {
 	if r.cfg.Discovery > 0 {
 		return r.cfg.Discovery
 	}
@@ -194,7 +194,7 @@ func (r *Registry) retryAfter() time.Duration {
 }
 
 // Refresh reads the upstream's ready models and reconciles.
-func (r *Registry) Refresh(ctx context.Context) error {
+func (r *Models) Refresh(ctx context.Context) error {
 	idx, err := r.up.RepositoryIndex(ctx)
 	r.mu.Lock()
 	r.lastRun, r.lastErr = time.Now(), err
@@ -214,7 +214,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *Registry) reconcile(ctx context.Context, name string) error {
+func (r *Models) reconcile(ctx context.Context, name string) error {
 	mc, err := r.up.ModelConfig(ctx, name)
 	if err != nil {
 		return fmt.Errorf("model %s: reading config: %w", name, err)
@@ -286,7 +286,7 @@ func (r *Registry) reconcile(ctx context.Context, name string) error {
 
 // startMonitor runs e's monitor under the registry's context. Called with
 // r.mu held.
-func (r *Registry) startMonitor(e *entry) {
+func (r *Models) startMonitor(e *entry) {
 	if e.mon == nil || e.cancel != nil || r.ctx == context.Background() {
 		return
 	}
@@ -306,7 +306,7 @@ const statsGiveUp = 3
 // differences: the server's own compute time per batch, free of network,
 // HTTP and queueing. It returns when ctx ends or the server has no
 // statistics.
-func (r *Registry) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
+func (r *Models) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
 	// As often as the monitor re-plans, so that from the second read on
 	// (a slice after the model's first request) the fit is the server's.
 	t := time.NewTicker(mon.TickEvery())
@@ -360,7 +360,7 @@ func batchTotals(stats []triton.BatchStat) []monitor.BatchTotal {
 
 // newPolicy builds the named policy with the configured options and the
 // model's overrides of them.
-func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
+func (r *Models) newPolicy(model, name string) (policy.Policy, error) {
 	o := r.cfg.Policy.Options
 	m := r.cfg.Models[model]
 	if m.SLA > 0 {
@@ -379,7 +379,7 @@ func (r *Registry) newPolicy(model, name string) (policy.Policy, error) {
 
 // seed finds the starting tau(b) line: the configured profile CSV, else the
 // upstream's per-batch-size statistics, else the monitor's default.
-func (r *Registry) seed(ctx context.Context, name string) (*regression.Line, string) {
+func (r *Models) seed(ctx context.Context, name string) (*regression.Line, string) {
 	if path := r.cfg.Models[name].ProfileCSV; path != "" {
 		line, err := fitCSV(path)
 		if err == nil {
@@ -422,7 +422,7 @@ func fitCSV(path string) (*regression.Line, error) {
 // latencyBudget is the budget that applies to a model: set at run time
 // (SetLatencyBudget), else the model's config, else policy.latency_budget.
 // Called with r.mu held.
-func (r *Registry) latencyBudget(model string) string {
+func (r *Models) latencyBudget(model string) string {
 	if b, ok := r.budgets[model]; ok {
 		return b
 	}
@@ -438,7 +438,7 @@ func (r *Registry) latencyBudget(model string) string {
 // SetPolicyBudget switches a batched model (or every one, for model "") to
 // the budget policy with the given latency budget ("1.10x", "4ms"), which
 // then stays that model's budget.
-func (r *Registry) SetPolicyBudget(ctx context.Context, model, budget string) error {
+func (r *Models) SetPolicyBudget(ctx context.Context, model, budget string) error {
 	if _, err := smdp.ParseBudget(budget); err != nil {
 		return err
 	}
@@ -466,7 +466,7 @@ func (r *Registry) SetPolicyBudget(ctx context.Context, model, budget string) er
 // named policy at run time, and returns once each switched model publishes
 // a rule of the new policy (or ctx ends), so the state read next is the new
 // one.
-func (r *Registry) SetPolicy(ctx context.Context, model, name string) error {
+func (r *Models) SetPolicy(ctx context.Context, model, name string) error {
 	r.mu.Lock()
 	var planned []<-chan struct{}
 	for _, e := range r.models {
@@ -505,7 +505,7 @@ type Status struct {
 }
 
 // Statuses returns every known model's state, sorted by name.
-func (r *Registry) Statuses() []Status {
+func (r *Models) Statuses() []Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]Status, 0, len(r.models))
@@ -522,7 +522,7 @@ func (r *Registry) Statuses() []Status {
 }
 
 // Monitors returns the batched models' monitors, for metrics.
-func (r *Registry) Monitors() []*monitor.Monitor {
+func (r *Models) Monitors() []*monitor.Monitor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*monitor.Monitor

@@ -2,7 +2,7 @@
 // latency tau(b) = alpha*b + tau0 and, where published, the linear batch
 // energy zeta(b) = beta*b + zeta0. The simulator, the emulator and the
 // planners read the same presets so their figures agree.
-package profile
+package preset
 
 import (
 	"fmt"

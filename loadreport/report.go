@@ -1,4 +1,4 @@
-package report
+package loadreport
 
 import (
 	"fmt"
