@@ -35,18 +35,23 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
 # In CI the generated-code check must run, not skip: install protoc first.
+# Headless Chromium (scripts/setup-chromium.sh) tests the live page /ui.
+# bin/testprogress prints each package's result as it finishes and, every
+# 20 s, which packages still run.
 test-go:
-	@if [ "$$CI" = true ]; then scripts/setup-proto.sh; fi
-	$(GO) test -race -count=1 ./...
+	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
+	scripts/setup-chromium.sh
+	$(GO) build -o bin/testprogress ./internal/testprogress
+	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
 
 ## generate: regenerate the committed gRPC code from grpcproxy/inference/inference.proto
 generate: proto-tools
-	cd grpcproxy/inference && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I. \
+	cd grpcproxy/inference && PATH="$(TOOLS):$$PATH" protoc -I. \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative inference.proto
 
 proto-tools:
-	scripts/setup-proto.sh
+	GO=$(GO) scripts/setup-proto.sh >/dev/null
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s

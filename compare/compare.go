@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/profile"
 	"github.com/ratebatch/ratebatch/sim"
@@ -180,11 +181,9 @@ type Report struct {
 
 // Preset is one model's profile as the report states it.
 type Preset struct {
-	Name      string  `json:"name"`
-	AlphaMs   float64 `json:"alpha_ms"`
-	Tau0Ms    float64 `json:"tau0_ms"`
-	BetaMJ    float64 `json:"beta_mj"`
-	Zeta0MJ   float64 `json:"zeta0_mj"`
+	Name string `json:"name"`
+	batchcost.Latency
+	batchcost.Energy
 	MaxBatch  int     `json:"max_batch"`
 	MaxRPS    float64 `json:"max_rps"` // mu(B_max) per second
 	SLAMs     float64 `json:"sla_ms"`
@@ -266,7 +265,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	var jobs []job
 	for _, p := range o.Presets {
-		pr := Preset{Name: p.Name, AlphaMs: p.AlphaMs, Tau0Ms: p.Tau0Ms, BetaMJ: p.BetaMJ, Zeta0MJ: p.Zeta0MJ,
+		pr := Preset{Name: p.Name, Latency: p.Latency, Energy: p.Energy,
 			MaxBatch: p.MaxBatch, MaxRPS: 1000 * p.MuPerMs(p.MaxBatch), SLAMs: o.SLAFactor * p.TauMs(p.MaxBatch),
 			StaticB: min(DefaultStaticBatch, p.MaxBatch)}
 		if o.Trace != nil {

@@ -234,11 +234,17 @@ func (c *Config) UpstreamGRPCAddr() string {
 	if c.UpstreamGRPC != "" {
 		return c.UpstreamGRPC
 	}
+	return c.upstreamHostPort("8001")
+}
+
+// upstreamHostPort is the upstream's host with another of Triton's ports
+// (an IPv6 host keeps its brackets); "" when upstream is no URL.
+func (c *Config) upstreamHostPort(port string) string {
 	u, err := url.Parse(c.Upstream)
-	if err != nil {
+	if err != nil || u.Hostname() == "" {
 		return ""
 	}
-	return net.JoinHostPort(u.Hostname(), "8001")
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // validOptions validates policy options (package policy owns their bounds)
@@ -260,11 +266,10 @@ func (c *Config) MetricsURL() string {
 	if c.Power.MetricsURL != "" {
 		return c.Power.MetricsURL
 	}
-	u, err := url.Parse(c.Upstream)
-	if err != nil {
-		return ""
+	if hp := c.upstreamHostPort("8002"); hp != "" {
+		return "http://" + hp + "/metrics"
 	}
-	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(u.Hostname(), "8002"), Path: "/metrics"}).String()
+	return ""
 }
 
 // ModelPolicy returns the policy name that applies to a model.

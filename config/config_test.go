@@ -268,16 +268,23 @@ func TestConfigDocUpToDate(t *testing.T) {
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIG.md's option table")
 
-func TestUpstreamGRPCAddr(t *testing.T) {
-	for _, tc := range []struct{ upstream, grpc, want string }{
-		{"http://triton:8000", "", "triton:8001"},
-		{"http://[::1]:8000/base", "", "[::1]:8001"},
-		{"https://triton.example", "", "triton.example:8001"},
-		{"http://triton:8000", "other:9001", "other:9001"},
+// Triton's gRPC address and metrics URL default to the upstream's host on
+// Triton's ports; an IPv6 host keeps its brackets.
+func TestUpstreamDerivedDefaults(t *testing.T) {
+	for _, tc := range []struct{ upstream, grpc, metrics, wantGRPC, wantMetrics string }{
+		{"http://triton:8000", "", "", "triton:8001", "http://triton:8002/metrics"},
+		{"http://[::1]:8000/base", "", "", "[::1]:8001", "http://[::1]:8002/metrics"},
+		{"https://[2001:db8::7]", "", "", "[2001:db8::7]:8001", "http://[2001:db8::7]:8002/metrics"},
+		{"https://triton.example", "", "", "triton.example:8001", "http://triton.example:8002/metrics"},
+		{"http://127.0.0.1:8000", "", "", "127.0.0.1:8001", "http://127.0.0.1:8002/metrics"},
+		{"http://triton:8000", "other:9001", "http://gpu-host:9400/metrics", "other:9001", "http://gpu-host:9400/metrics"},
 	} {
-		c := Config{Upstream: tc.upstream, UpstreamGRPC: tc.grpc}
-		if got := c.UpstreamGRPCAddr(); got != tc.want {
-			t.Errorf("upstream %q, upstream_grpc %q: got %q, want %q", tc.upstream, tc.grpc, got, tc.want)
+		c := Config{Upstream: tc.upstream, UpstreamGRPC: tc.grpc, Power: Power{MetricsURL: tc.metrics}}
+		if got := c.UpstreamGRPCAddr(); got != tc.wantGRPC {
+			t.Errorf("upstream %q, upstream_grpc %q: got %q, want %q", tc.upstream, tc.grpc, got, tc.wantGRPC)
+		}
+		if got := c.MetricsURL(); got != tc.wantMetrics {
+			t.Errorf("upstream %q, metrics_url %q: got %q, want %q", tc.upstream, tc.metrics, got, tc.wantMetrics)
 		}
 	}
 	bad := Default()
@@ -289,20 +296,5 @@ func TestUpstreamGRPCAddr(t *testing.T) {
 	bad.UpstreamGRPC, bad.GRPCListen = "", bad.Listen
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "grpc_listen") {
 		t.Errorf("grpc_listen = listen: got %v, want a grpc_listen error", err)
-	}
-}
-
-func TestMetricsURL(t *testing.T) {
-	for _, tc := range []struct{ upstream, metrics, want string }{
-		{"http://triton:8000", "", "http://triton:8002/metrics"},
-		{"http://[::1]:8000", "", "http://[::1]:8002/metrics"},
-		{"https://[2001:db8::7]/base", "", "http://[2001:db8::7]:8002/metrics"},
-		{"http://127.0.0.1:8000", "", "http://127.0.0.1:8002/metrics"},
-		{"http://[::1]:8000", "http://gpu-host:9400/metrics", "http://gpu-host:9400/metrics"},
-	} {
-		c := Config{Upstream: tc.upstream, Power: Power{MetricsURL: tc.metrics}}
-		if got := c.MetricsURL(); got != tc.want {
-			t.Errorf("upstream %q, metrics_url %q: got %q, want %q", tc.upstream, tc.metrics, got, tc.want)
-		}
 	}
 }

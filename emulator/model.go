@@ -9,6 +9,9 @@ import (
 	"github.com/ratebatch/ratebatch/profile"
 )
 
+// SimpleMaxBatch is the simple model's max_batch_size, as Triton's example.
+const SimpleMaxBatch = 8
+
 // The models every emulator serves.
 const (
 	// SimpleModel mirrors Triton's example "simple": INPUT0 and INPUT1,
@@ -86,9 +89,9 @@ func newModels(p profile.Profile, instances int) []*model {
 		{name: "OUTPUT1", datatype: kserve.Int32, dims: []int64{16}},
 	}
 	simple := p
-	simple.MaxBatch = 8
+	simple.MaxBatch = SimpleMaxBatch
 	ms := []*model{
-		{name: SimpleModel, maxBatch: 8, inputs: simpleIn, outputs: simpleOut, compute: sumDiff, timing: simple},
+		{name: SimpleModel, maxBatch: SimpleMaxBatch, inputs: simpleIn, outputs: simpleOut, compute: sumDiff, timing: simple},
 		{name: NoBatchModel, maxBatch: 0, inputs: simpleIn, outputs: simpleOut, compute: sumDiff, timing: simple},
 		{
 			name:     ImageModel,

@@ -91,8 +91,9 @@ func (p planner) Observe(int, time.Duration) {}
 // fakeTriton stands for Triton's gRPC port: it answers relayed calls from
 // the raw bytes it got, so a test sees exactly what went through.
 type fakeTriton struct {
-	calls atomic.Int32
-	md    atomic.Value // metadata.MD of the last call
+	calls    atomic.Int32
+	md       atomic.Value // metadata.MD of the last call
+	deadline atomic.Value // time.Time: the last call's deadline, zero if none
 }
 
 var metadataAnswer = []byte("\x0a\x06simple\x12\x011") // a ModelMetadataResponse: name, versions
@@ -102,6 +103,8 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	md, _ := metadata.FromIncomingContext(ss.Context())
 	f.md.Store(md)
+	d, _ := ss.Context().Deadline()
+	f.deadline.Store(d)
 	switch method {
 	case "/inference.GRPCInferenceService/ModelMetadata":
 		var in frame
@@ -464,6 +467,16 @@ func TestPassThrough(t *testing.T) {
 		t.Errorf("Triton got metadata %v, want x-client: 42", md)
 	}
 
+	// The client's deadline goes with a relayed call.
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.cc.Invoke(dctx, "/inference.GRPCInferenceService/ModelMetadata", &frame{b: []byte("x")}, &got, grpc.ForceCodecV2(codec{})); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.triton.deadline.Load().(time.Time); d.IsZero() || time.Until(d) > time.Minute || time.Until(d) < 50*time.Second {
+		t.Errorf("Triton saw deadline %v, want the client's, about a minute away", d)
+	}
+
 	// A method of a newer Triton.
 	if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/SomethingNew", &frame{b: []byte("abc")}, &got, grpc.ForceCodecV2(codec{})); err != nil || string(got.b) != "abc" {
 		t.Errorf("unknown method: got %q, %v; want it relayed", got.b, err)
@@ -542,10 +555,12 @@ func TestHealthAndLimits(t *testing.T) {
 	if _, err := r.client.ModelInfer(context.Background(), big); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("message over max_body_bytes: got %v, want RESOURCE_EXHAUSTED", err)
 	}
-	// gzip, as tritonclient's compression_algorithm="gzip" sends it.
-	resp, err := r.client.ModelInfer(context.Background(), simpleRaw("z", []int32{4}, []int32{1}), grpc.UseCompressor(gzip.Name))
-	if err != nil || output(t, resp, "OUTPUT0")[0] != 5 {
-		t.Errorf("gzip call: %v, %v", resp, err)
+	// gzip and deflate, as tritonclient's compression_algorithm sends them.
+	for _, alg := range []string{gzip.Name, "deflate"} {
+		resp, err := r.client.ModelInfer(context.Background(), simpleRaw("z", []int32{4}, []int32{1}), grpc.UseCompressor(alg))
+		if err != nil || output(t, resp, "OUTPUT0")[0] != 5 {
+			t.Errorf("%s call: %v, %v", alg, resp, err)
+		}
 	}
 }
 

@@ -30,13 +30,16 @@ var datatypeCases = []struct {
 	{Int16, "[3]", "[-32768,0,32767]", "00800000ff7f", "[-32768,0,32767]"},
 	{Int32, "[2]", "[-2147483648,2147483647]", "00000080ffffff7f", "[-2147483648,2147483647]"},
 	{Int64, "[2]", "[-9223372036854775808,9223372036854775807]", "0000000000000080ffffffffffffff7f", "[-9223372036854775808,9223372036854775807]"},
+	// Floats are written as Triton writes them (rapidjson): FP32 widened to a
+	// double in its shortest form, always with a point or an exponent (as
+	// captured from tritonserver 2.51: 4.0, 1.2999999523162842, 1e-7, 1e21).
 	// FP16 vectors from Python's struct.pack('<e', x).
-	{FP16, "[4]", "[1, -2.0, 0.1, 65504]", "003c00c0662eff7b", "[1,-2,0.1,65500]"},
-	{FP16, "[3]", "[5.960464477539063e-08, 0.333, -0]", "01005435" + "0080", "[6e-8,0.333,-0]"},
-	{BF16, "[3]", "[1, -2, 0.1]", "803f00c0cd3d", "[1,-2,0.1]"},
-	{FP32, "[4]", "[0.1, 1e-45, -0.0, 3.4028234663852886e38]", "cdcccc3d" + "01000000" + "00000080" + "ffff7f7f", "[0.1,1e-45,-0,3.4028235e+38]"},
+	{FP16, "[4]", "[1, -2.0, 0.1, 65504]", "003c00c0662eff7b", "[1.0,-2.0,0.1,65500.0]"},
+	{FP16, "[3]", "[5.960464477539063e-08, 0.333, -0]", "01005435" + "0080", "[6e-8,0.333,-0.0]"},
+	{BF16, "[3]", "[1, -2, 0.1]", "803f00c0cd3d", "[1.0,-2.0,0.1]"},
+	{FP32, "[4]", "[0.1, 1e-45, -0.0, 3.4028234663852886e38]", "cdcccc3d" + "01000000" + "00000080" + "ffff7f7f", "[0.10000000149011612,1.401298464324817e-45,-0.0,3.4028234663852887e38]"},
 	{FP32, "[3]", "[NaN, Infinity, -Infinity]", "0000c07f" + "0000807f" + "000080ff", "[NaN,Infinity,-Infinity]"},
-	{FP64, "[3]", "[0.1, -1e300, 5e-324]", "9a9999999999b93f" + "9c7500883ce437fe" + "0100000000000000", "[0.1,-1e+300,5e-324]"},
+	{FP64, "[3]", "[0.1, -1e300, 5e-324]", "9a9999999999b93f" + "9c7500883ce437fe" + "0100000000000000", "[0.1,-1e300,5e-324]"},
 	{Bytes, "[3]", `["", "héllo", "\u65e5\ud83d\ude00\n"]`, "00000000" + "06000000" + hex.EncodeToString([]byte("héllo")) + "08000000" + hex.EncodeToString([]byte("日😀\n")), `["","héllo","日😀\n"]`},
 }
 
@@ -176,7 +179,7 @@ func TestMixedFormsAndNesting(t *testing.T) {
 	}
 	wantHeader := `{"id":"req-1","parameters":{"binary_data_output":true,"extra":{"a": [1, null]},"priority":2},"inputs":[` +
 		`{"name":"INPUT0","datatype":"INT32","shape":[2,3],"parameters":{"binary_data_size":24}},` +
-		`{"name":"INPUT1","datatype":"FP32","shape":[2,2,2],"parameters":{"custom":"kept","n":7},"data":[1.5,2,3,4,5,6,7,-8.25]},` +
+		`{"name":"INPUT1","datatype":"FP32","shape":[2,2,2],"parameters":{"custom":"kept","n":7},"data":[1.5,2.0,3.0,4.0,5.0,6.0,7.0,-8.25]},` +
 		`{"name":"INPUT2","datatype":"BYTES","shape":[1,2],"parameters":{"binary_data_size":13}}],` +
 		`"outputs":[{"name":"OUT","parameters":{"binary_data":false}}]}`
 	if string(out[:hl]) != wantHeader {

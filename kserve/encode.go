@@ -312,12 +312,12 @@ func appendParamValue(dst []byte, v any) ([]byte, error) {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return dst, fmt.Errorf("%v has no JSON form", v)
 		}
-		return appendFloat(dst, v, 64), nil
+		return appendFloat(dst, v), nil
 	case float32:
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return dst, fmt.Errorf("%v has no JSON form", v)
 		}
-		return appendFloat(dst, float64(v), 32), nil
+		return appendFloat(dst, float64(v)), nil
 	case RawJSON:
 		if len(v) == 0 {
 			return append(dst, "null"...), nil

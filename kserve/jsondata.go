@@ -265,9 +265,9 @@ func appendJSONData(dst []byte, dt Datatype, data []byte, strictUTF8 bool) ([]by
 		case BF16:
 			dst = appendHalf(dst, le.Uint16(data[off:]), BF16ToFloat32, BF16FromFloat64)
 		case FP32:
-			dst = appendFloat(dst, float64(math.Float32frombits(le.Uint32(data[off:]))), 32)
+			dst = appendFloat(dst, float64(math.Float32frombits(le.Uint32(data[off:]))))
 		case FP64:
-			dst = appendFloat(dst, math.Float64frombits(le.Uint64(data[off:])), 64)
+			dst = appendFloat(dst, math.Float64frombits(le.Uint64(data[off:])))
 		case Bytes:
 			l := int(le.Uint32(data[off:]))
 			off += 4
@@ -285,10 +285,17 @@ func appendJSONData(dst []byte, dt Datatype, data []byte, strictUTF8 bool) ([]by
 	return append(dst, ']'), nil
 }
 
-// appendFloat writes a float as encoding/json does (shortest form that reads
-// back to the same value at the given precision), with tokens for NaN and
-// infinities.
-func appendFloat(dst []byte, f float64, bits int) []byte {
+// appendFloat writes a float as Triton does, so an answer through the proxy
+// reads byte for byte as Triton's own: Triton's JSON writer (rapidjson)
+// widens FP32 to a double and writes the shortest decimal that reads back to
+// that double, always with a decimal point or an exponent: 4 is "4.0", the
+// float32 nearest 1.3 is "1.2999999523162842", 1e-7 is "1e-7", 1e21 is
+// "1e21". Non-finite values are written as the tokens NaN, Infinity and
+// -Infinity, as Python's json module does, since JSON has no numbers for them.
+//
+// The digits come from grisu2 (grisu.go), rapidjson's own algorithm, not
+// from strconv: the two differ in the last digit of some 17-digit values.
+func appendFloat(dst []byte, f float64) []byte {
 	switch {
 	case math.IsNaN(f):
 		return append(dst, "NaN"...)
@@ -296,23 +303,46 @@ func appendFloat(dst []byte, f float64, bits int) []byte {
 		return append(dst, "Infinity"...)
 	case math.IsInf(f, -1):
 		return append(dst, "-Infinity"...)
-	}
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 {
-		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
-			format = 'e'
+	case f == 0:
+		if math.Signbit(f) {
+			return append(dst, "-0.0"...)
 		}
+		return append(dst, "0.0"...)
 	}
-	dst = strconv.AppendFloat(dst, f, format, -1, bits)
-	if format == 'e' { // e-09 -> e-9
-		n := len(dst)
-		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
-			dst[n-2] = dst[n-1]
-			dst = dst[:n-1]
+	if f < 0 {
+		dst = append(dst, '-')
+		f = -f
+	}
+	var digits [24]byte
+	d, k := grisu2(digits[:0], f)
+	// As rapidjson's Prettify: the value is 0.d1d2...dn x 10^kk.
+	n := len(d)
+	kk := n + k
+	switch {
+	case n <= kk && kk <= 21: // 1234e7 -> 12340000000.0
+		dst = append(dst, d...)
+		for range kk - n {
+			dst = append(dst, '0')
 		}
+		return append(dst, ".0"...)
+	case 0 < kk && kk <= 21: // 1234e-2 -> 12.34
+		dst = append(dst, d[:kk]...)
+		dst = append(dst, '.')
+		return append(dst, d[kk:]...)
+	case -6 < kk && kk <= 0: // 1234e-6 -> 0.001234
+		dst = append(dst, "0."...)
+		for range -kk {
+			dst = append(dst, '0')
+		}
+		return append(dst, d...)
 	}
-	return dst
+	dst = append(dst, d[0]) // 1e30, 1.234e33, 1e-7
+	if n > 1 {
+		dst = append(dst, '.')
+		dst = append(dst, d[1:]...)
+	}
+	dst = append(dst, 'e')
+	return strconv.AppendInt(dst, int64(kk-1), 10)
 }
 
 // appendHalf writes a 16-bit float with the fewest significant digits that
@@ -321,16 +351,16 @@ func appendFloat(dst []byte, f float64, bits int) []byte {
 func appendHalf(dst []byte, h uint16, widen func(uint16) float32, narrow func(float64) uint16) []byte {
 	f := float64(widen(h))
 	if math.IsNaN(f) || math.IsInf(f, 0) || f == 0 {
-		return appendFloat(dst, f, 64)
+		return appendFloat(dst, f)
 	}
 	var buf [32]byte
 	for digits := 1; digits < 9; digits++ {
 		short, err := strconv.ParseFloat(string(strconv.AppendFloat(buf[:0], f, 'e', digits-1, 64)), 64)
 		if err == nil && narrow(short) == h {
-			return appendFloat(dst, short, 64)
+			return appendFloat(dst, short)
 		}
 	}
-	return appendFloat(dst, f, 32)
+	return appendFloat(dst, f)
 }
 
 const hexDigits = "0123456789abcdef"

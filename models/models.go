@@ -349,7 +349,7 @@ func batchTotals(stats []triton.BatchStat) []monitor.BatchTotal {
 			by[s.BatchSize] = b
 		}
 		b.Count += s.ComputeInfer.Count
-		b.Time += time.Duration(s.ComputeInput.Ns + s.ComputeInfer.Ns + s.ComputeOutput.Ns)
+		b.Time += time.Duration(s.ComputeNs())
 	}
 	for _, b := range by {
 		out = append(out, *b)

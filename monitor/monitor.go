@@ -238,8 +238,12 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		if first || t.Count < prev.Count || t.Time < prev.Time {
 			continue
 		}
-		if !seen {
-			prev = BatchTotal{}
+		if !seen || prev.Count == 0 {
+			// The first executions of a size on this server include its
+			// warm-up (a Python backend's first call takes hundreds of
+			// ms; caches, autotuning): they set the baseline, they are
+			// not learnt.
+			continue
 		}
 		n := t.Count - prev.Count
 		if n == 0 {
@@ -286,6 +290,10 @@ func (m *Monitor) fit() (regression.Fit, error) {
 	}
 	return m.est.Fit()
 }
+
+// Samples returns the recent (batch size, latency) observations the tau(b)
+// fit is made from, oldest first.
+func (m *Monitor) Samples() []regression.Sample { return m.est.Samples() }
 
 // Rule returns the rule in force.
 func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
@@ -466,6 +474,16 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
 	}
+	if m.serverFed.Load() {
+		// The policy plans with the line as the proxy lives it: the proxy
+		// sends an instance its next batch only once the last one's answer
+		// is back, so the round trip beyond the server's compute holds the
+		// instance like compute does. The fit and the status keep the two
+		// apart; only the plan adds them.
+		if o := math.Float64frombits(m.overhead.Load()); o > 0 {
+			e.Latency.Tau0Ms += o
+		}
+	}
 	if en := m.energy.Load(); en != nil {
 		e.Energy, e.HasEnergy = *en, true
 	}
@@ -506,9 +524,8 @@ type Snapshot struct {
 	Note       string        `json:"note,omitempty"`
 	RatePerSec float64       `json:"rate_rps"`
 	Window     time.Duration `json:"-"`
-	AlphaMs    float64       `json:"alpha_ms"`
-	Tau0Ms     float64       `json:"tau0_ms"`
-	R2         float64       `json:"r2"`
+	batchcost.Latency
+	R2 float64 `json:"r2"`
 	// SEAlphaMs and SETau0Ms are the fit's standard errors (null while the
 	// samples cannot tell), FitDoubt why the rule does not trust it yet.
 	SEAlphaMs *float64 `json:"se_alpha_ms"`
@@ -541,8 +558,7 @@ func (m *Monitor) Snapshot() Snapshot {
 		Note:       st.Note,
 		RatePerSec: p.est.RatePerSec,
 		Window:     p.est.Window,
-		AlphaMs:    p.fit.AlphaMs,
-		Tau0Ms:     p.fit.Tau0Ms,
+		Latency:    p.fit.Line,
 		R2:         p.fit.R2,
 		SEAlphaMs:  finite(p.fit.SEAlphaMs),
 		SETau0Ms:   finite(p.fit.SETau0Ms),

@@ -334,6 +334,11 @@ func TestServerStatisticsTeachTheFit(t *testing.T) {
 	if s.OverheadMs == nil || math.Abs(*s.OverheadMs-3) > 0.3 {
 		t.Fatalf("overhead %v ms, want about 3", s.OverheadMs)
 	}
+	// The plan sees the line as the proxy lives it: batchmonitor's bound
+	// tau(2) includes the overhead (0.5*2 + 4 + 3 ms).
+	if w := m.Rule().Status().MaxWait; math.Abs(w.Seconds()*1000-8) > 0.5 {
+		t.Fatalf("planned tau(2) %v, want about 8 ms (compute 5 + overhead 3)", w)
+	}
 	// A server restart (counts down) starts a new baseline, learning nothing wrong.
 	clear(totals)
 	totals[2] = &BatchTotal{Batch: 2, Count: 1, Time: time.Second}
@@ -373,6 +378,26 @@ func TestDoubtUntilTheLineIsKnown(t *testing.T) {
 	}
 	if s := tick(); s.FitDoubt != "" {
 		t.Fatalf("a clear line is still doubted: %q", s.FitDoubt)
+	}
+}
+
+func TestServerWarmUpIsNotLearnt(t *testing.T) {
+	m, clk := newMonitorDefaultSeed(t, 8)
+	m.ObserveServer(nil) // a fresh server: nothing ran yet
+	// The first executions include a 500 ms warm-up; then 1 + b ms each.
+	totals := []BatchTotal{{Batch: 1, Count: 10, Time: 500*time.Millisecond + 10*2*time.Millisecond}, {Batch: 4, Count: 10, Time: 10 * 5 * time.Millisecond}}
+	m.ObserveServer(totals)
+	for w := 1; w <= 5; w++ {
+		totals[0].Count += 10
+		totals[0].Time += 10 * 2 * time.Millisecond
+		totals[1].Count += 10
+		totals[1].Time += 10 * 5 * time.Millisecond
+		m.ObserveServer(totals)
+	}
+	clk.add(m.TickEvery())
+	m.Tick()
+	if s := m.Snapshot(); math.Abs(s.AlphaMs-1) > 0.01 || math.Abs(s.Tau0Ms-1) > 0.05 {
+		t.Fatalf("fit %v*b + %v, want 1*b + 1: the warm-up was learnt", s.AlphaMs, s.Tau0Ms)
 	}
 }
 

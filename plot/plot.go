@@ -41,6 +41,9 @@ type Figure struct {
 	LogY bool
 	// Width and Height are the size in pixels; 0 selects 720 x 420.
 	Width, Height int
+	// XMin and XMax fix the x axis when XMax > XMin, so that figures over
+	// the same time share one range; otherwise the data decide.
+	XMin, XMax float64
 }
 
 // Default size and layout, in pixels.
@@ -101,6 +104,16 @@ func (f Figure) size() (int, int) {
 	return w, h
 }
 
+// drawable reports whether s has a point to draw.
+func (f Figure) drawable(s Series) bool {
+	for j := range s.X {
+		if f.usable(s.X[j], s.Y[j]) {
+			return true
+		}
+	}
+	return false
+}
+
 func (f Figure) usable(x, y float64) bool {
 	ok := !math.IsNaN(x) && !math.IsInf(x, 0) && !math.IsNaN(y) && !math.IsInf(y, 0)
 	return ok && (!f.LogY || y > 0)
@@ -155,9 +168,15 @@ func (f Figure) WriteSVG(w io.Writer) error {
 	}
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#333"/>`+"\n", left, top, right-left, bottom-top)
 	fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", (left+right)/2, height-10, esc(f.XLabel))
-	fmt.Fprintf(b, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", (top+bottom)/2, esc(f.YLabel))
+	ylabel := f.YLabel
+	if f.LogY && !strings.Contains(strings.ToLower(ylabel), "log") {
+		ylabel += " (log scale)" // a reader must not take the spacing as linear
+	}
+	fmt.Fprintf(b, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", (top+bottom)/2, esc(ylabel))
 
-	// Lines, then the legend.
+	// Lines, then the legend. A series with nothing to draw gets no legend
+	// entry: a name beside no line only misleads.
+	entry := 0
 	for i, s := range f.Series {
 		color, dash := style(i)
 		if s.Color != "" {
@@ -188,7 +207,11 @@ func (f Figure) WriteSVG(w io.Writer) error {
 				}
 			}
 		}
-		ly := top + 8 + float64(i)*18
+		if !f.drawable(s) {
+			continue
+		}
+		ly := top + 8 + float64(entry)*18
+		entry++
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"%s/>`+"\n", right+12, ly, right+36, ly, color, dash)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" dominant-baseline="middle">%s</text>`+"\n", right+42, ly, esc(s.Name))
 	}
@@ -209,6 +232,9 @@ func (f Figure) bounds() (x0, x1, y0, y1 float64) {
 		}
 	}
 	x0, x1 = widen(x0, x1, false)
+	if f.XMax > f.XMin {
+		x0, x1 = f.XMin, f.XMax
+	}
 	y0, y1 = widen(y0, y1, f.LogY)
 	if !f.LogY && y0 > 0 && y0 < 0.5*y1 {
 		y0 = 0 // a positive quantity reads best from zero

@@ -175,3 +175,30 @@ func BenchmarkWriteSVG(b *testing.B) {
 		}
 	}
 }
+
+// TestLegendLogAndRange: a series with nothing to draw gets no legend entry,
+// a logarithmic axis says so, and a fixed x range overrides the data's.
+func TestLegendLogAndRange(t *testing.T) {
+	f := Figure{Title: "t", XLabel: "time (s)", YLabel: "ms", LogY: true, XMin: 0, XMax: 80,
+		Series: []Series{
+			{Name: "drawn", X: []float64{0, 10, 20}, Y: []float64{1, 2, 3}},
+			{Name: "empty-run", X: []float64{0, 10}, Y: []float64{math.NaN(), math.NaN()}},
+		}}
+	var b bytes.Buffer
+	if err := f.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if strings.Contains(svg, ">empty-run<") {
+		t.Error("a series without points has a legend entry")
+	}
+	if !strings.Contains(svg, ">drawn<") {
+		t.Error("the drawn series lost its legend entry")
+	}
+	if !strings.Contains(svg, "ms (log scale)") {
+		t.Error("the logarithmic axis does not say so")
+	}
+	if !strings.Contains(svg, ">80<") {
+		t.Error("the x axis does not reach the fixed XMax 80")
+	}
+}

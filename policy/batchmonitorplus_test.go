@@ -129,43 +129,6 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 	}
 }
 
-func TestBatchMonitorPlusOptions(t *testing.T) {
-	tests := []struct {
-		name string
-		o    Options
-		want BatchMonitorPlus
-		err  string
-	}{
-		{"defaults", Options{}, BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}, ""},
-		{"all set", Options{Util: 0.8, From: 2, NoDrain: true}, BatchMonitorPlus{Util: 0.8, From: 2}, ""},
-		{"util above 1", Options{Util: 1.2}, BatchMonitorPlus{}, "util"},
-		{"util negative", Options{Util: -0.5}, BatchMonitorPlus{}, "util"},
-		{"from 3", Options{From: 3}, BatchMonitorPlus{}, "from"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameBatchMonitorPlus, tt.o)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want it to mention %q", err, tt.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := p.(BatchMonitorPlus)
-			if got.explorer == nil {
-				t.Fatal("no explorer: a doubting rule would never measure other sizes")
-			}
-			got.explorer = nil
-			if got != tt.want {
-				t.Fatalf("policy %+v, want %+v", p, tt.want)
-			}
-		})
-	}
-}
-
 func TestExplorerHalvesOneBatchInEvery(t *testing.T) {
 	x := &Explorer{Every: 4}
 	rule := Limit{Policy: "x", Limit: 1, Explore: x}

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"errors"
-	"math"
 	"strings"
 	"testing"
 	"time"
@@ -254,39 +253,6 @@ func TestRegisterOpen(t *testing.T) {
 		}
 	}()
 	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
-}
-
-func TestOptionsValidateNamesTheParameter(t *testing.T) {
-	tests := []struct {
-		o    Options
-		want string // the *ParamError's Param
-	}{
-		{Options{MaxQueueDelay: -1}, "max_queue_delay"},
-		{Options{Batch: -1}, "batch"},
-		{Options{MaxWait: -1}, "wait_bound"},
-		{Options{SLA: -1}, "sla"},
-		{Options{W1: math.NaN()}, "w1"},
-		{Options{W1: 0, W2: 1}, "w1"},
-		{Options{W1: 1, W2: -1}, "w2"},
-		{Options{RowCap: -1}, "row_cap"},
-		{Options{Util: 1.2}, "util"},
-		{Options{From: 3}, "from"},
-		{Options{Safety: 0.9}, "safety"},
-		{Options{Target: "most"}, "target"},
-		{Options{SMax: -1}, "smax"},
-		{Options{Resolve: 2}, "resolve"},
-		{Options{LatencyBudget: "0.9x"}, "latency_budget"},
-		{Options{LatencyBudget: "soon"}, "latency_budget"},
-	}
-	for _, tt := range tests {
-		var pe *ParamError
-		if err := tt.o.Validate(); !errors.As(err, &pe) || pe.Param != tt.want {
-			t.Errorf("%+v: Validate() = %v, want a ParamError for %s", tt.o, err, tt.want)
-		}
-	}
-	if err := (Options{}).Validate(); err != nil {
-		t.Fatalf("zero Options (every default): %v", err)
-	}
 }
 
 func TestQueueHelpers(t *testing.T) {

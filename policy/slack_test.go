@@ -77,38 +77,6 @@ func TestSlackMeetsDeadlines(t *testing.T) {
 	}
 }
 
-func TestSlackOptions(t *testing.T) {
-	tests := []struct {
-		name string
-		o    Options
-		want Slack
-		err  string
-	}{
-		{"defaults", Options{}, Slack{Safety: DefaultSlackSafety}, ""},
-		{"all set", Options{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}, Slack{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}, ""},
-		{"negative sla", Options{SLA: -time.Millisecond}, Slack{}, "sla"},
-		{"safety below 1", Options{Safety: 0.9}, Slack{}, "safety"},
-		{"bad target", Options{Target: "most"}, Slack{}, "target"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameSlack, tt.o)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want it to mention %q", err, tt.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.(Slack) != tt.want {
-				t.Fatalf("policy %+v, want %+v", p, tt.want)
-			}
-		})
-	}
-}
-
 func TestSlackStatus(t *testing.T) {
 	st := Slack{SLA: 30 * time.Millisecond}.Plan(estimate(10)).Status()
 	if st.Policy != NameSlack || st.MaxWait != 30*time.Millisecond || st.BatchSize != 2 {

@@ -203,44 +203,6 @@ func TestSMDPWithoutEnergyIgnoresW2(t *testing.T) {
 	}
 }
 
-func TestSMDPOptions(t *testing.T) {
-	tests := []struct {
-		name  string
-		o     Options
-		check func(*SMDP) bool
-		err   string
-	}{
-		{"defaults", Options{}, func(p *SMDP) bool { return p.W1 == 1 && p.W2 == 0 && p.Resolve == DefaultResolve && p.SMax == 0 }, ""},
-		{"all set", Options{W1: 2, W2: 0.5, SMax: 300, Resolve: 0.2, MaxWait: time.Second},
-			func(p *SMDP) bool {
-				return p.W1 == 2 && p.W2 == 0.5 && p.SMax == 300 && p.Resolve == 0.2 && p.MaxWait == time.Second
-			}, ""},
-		{"w1 zero", Options{W2: 1}, nil, "w1"},
-		{"w2 negative", Options{W1: 1, W2: -1}, nil, "w2"},
-		{"w2 not a number", Options{W1: 1, W2: math.NaN()}, nil, "w2"},
-		{"smax negative", Options{SMax: -1}, nil, "smax"},
-		{"resolve above 1", Options{Resolve: 1.5}, nil, "resolve"},
-		{"negative wait", Options{MaxWait: -1}, nil, "max wait"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(NameSMDP, tt.o)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want it to mention %q", err, tt.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !tt.check(p.(*SMDP)) {
-				t.Fatalf("policy %+v", p)
-			}
-		})
-	}
-}
-
 func TestSMDPSmallSMaxIsRaised(t *testing.T) {
 	p := newSMDP(t, 1, 0.1)
 	p.SMax = 10 // below B_max 32

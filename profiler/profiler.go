@@ -76,15 +76,32 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		top = min(top, o.MaxBatch)
 	}
 
-	// The server's own per-size statistics around the run, when it keeps
-	// them (the line the proxy's monitor learns from the same figures).
-	statsBefore, statsErr := tc.ModelStats(ctx, o.Model)
+	// The server's own per-size statistics around each size's timed
+	// requests (after its warm-up: a Python backend's first call takes
+	// hundreds of ms), when it keeps them: its compute time, without the
+	// network and HTTP the round trip carries (the line the proxy's monitor
+	// learns from the same figures).
+	var serverSamples []regression.Sample
+	statsOK := true
 
 	var res Result
 	for b := 1; b <= top; b++ {
-		lat, errs, err := timeBatch(ctx, o, b)
+		if o.Warmup > 0 {
+			if _, _, err := timeBatch(ctx, o, b, 0, o.Warmup); err != nil {
+				return Result{}, fmt.Errorf("batch size %d: warm-up: %w", b, err)
+			}
+		}
+		before, statsErr := tc.ModelStats(ctx, o.Model)
+		lat, errs, err := timeBatch(ctx, o, b, 0, o.Samples)
 		if err != nil {
 			return Result{}, fmt.Errorf("batch size %d: %w", b, err)
+		}
+		if statsOK = statsOK && statsErr == nil; statsOK {
+			if after, err := tc.ModelStats(ctx, o.Model); err == nil {
+				serverSamples = append(serverSamples, statsDelta(before, after)...)
+			} else {
+				statsOK = false
+			}
 		}
 		for _, l := range lat {
 			res.Samples = append(res.Samples, regression.Sample{Batch: b, LatencyMs: l})
@@ -103,11 +120,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if res.Fit, err = regression.FitSamples(res.Samples, regression.Options{}); err != nil {
 		return Result{}, fmt.Errorf("fitting the measurements: %w", err)
 	}
-	if statsErr == nil {
-		if after, err := tc.ModelStats(ctx, o.Model); err == nil {
-			if f, err := regression.FitSamples(statsDelta(statsBefore, after), regression.Options{OutlierCut: -1}); err == nil {
-				res.Server = &f
-			}
+	if statsOK {
+		if f, err := regression.FitSamples(serverSamples, regression.Options{OutlierCut: -1}); err == nil {
+			res.Server = &f
 		}
 	}
 	return res, nil
@@ -115,12 +130,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // timeBatch sends warmup+samples requests of b rows one at a time and
 // returns the timed latencies in ms of the ok ones.
-func timeBatch(ctx context.Context, o Options, b int) ([]float64, int64, error) {
+func timeBatch(ctx context.Context, o Options, b, warmup, samples int) ([]float64, int64, error) {
 	// One request in flight and arrivals far faster than answers: a closed
 	// loop, each request sent the moment the previous one is answered.
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		Target: o.Upstream, Model: o.Model, Rows: b, Binary: o.Binary,
-		Rate: loadgen.ConstantRate(1e6), Duration: time.Hour, Requests: o.Warmup + o.Samples,
+		Rate: loadgen.ConstantRate(1e6), Duration: time.Hour, Requests: warmup + samples,
 		MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Timeout: o.Timeout, Payloads: 1, Seed: uint64(b),
 	})
 	if err != nil {
@@ -136,7 +151,7 @@ func timeBatch(ctx context.Context, o Options, b int) ([]float64, int64, error) 
 			errs++
 			continue
 		}
-		if i >= o.Warmup {
+		if i >= warmup {
 			lat = append(lat, float64(r.Latency)/float64(time.Millisecond))
 		}
 	}
@@ -155,7 +170,7 @@ func statsDelta(before, after []triton.BatchStat) []regression.Sample {
 		for _, s := range stats {
 			t := m[s.BatchSize]
 			t.n += s.ComputeInfer.Count
-			t.ns += s.ComputeInput.Ns + s.ComputeInfer.Ns + s.ComputeOutput.Ns
+			t.ns += s.ComputeNs()
 			m[s.BatchSize] = t
 		}
 		return m

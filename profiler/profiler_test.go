@@ -3,6 +3,7 @@ package profiler
 import (
 	"context"
 	"math"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,24 +12,23 @@ import (
 	"github.com/ratebatch/ratebatch/triton"
 )
 
-func startEmulator(t *testing.T) *emulator.Server {
+// emulated serves the emulator's KServe API on loopback and returns its URL.
+func emulated(t *testing.T) string {
 	t.Helper()
 	em, err := emulator.New(emulator.Options{TimeScale: 1}) // googlenet-p4: tau(b) = 0.3051*b + 1.052 ms
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := em.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { em.Close() })
-	return em
+	ts := httptest.NewServer(em.Handler())
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
 
 func TestRunMeasuresTheServersLine(t *testing.T) {
-	em := startEmulator(t)
+	up := emulated(t)
 	var progress []int
 	res, err := Run(context.Background(), Options{
-		Upstream: "http://" + em.Addr(), Model: "simple", Samples: 6, Warmup: 1, MaxBatch: 6,
+		Upstream: up, Model: "simple", Samples: 6, Warmup: 1, MaxBatch: 6,
 		Binary: true, Timeout: 10 * time.Second,
 		Progress: func(s Size) { progress = append(progress, s.Batch) },
 	})
@@ -55,8 +55,7 @@ func TestRunMeasuresTheServersLine(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	em := startEmulator(t)
-	up := "http://" + em.Addr()
+	up := emulated(t)
 	tests := []struct {
 		name string
 		o    Options

@@ -35,6 +35,9 @@ type AdminOptions struct {
 	Token string
 	// Ready reports whether the proxy serves (for a readiness probe).
 	Ready func() bool
+	// UI, when set, serves the live page under /ui (read-only, so like
+	// /status it needs no token).
+	UI http.Handler
 	// Pprof mounts net/http/pprof at /debug/pprof/: CPU and allocation
 	// profiles of the live process, off by default.
 	Pprof bool
@@ -42,7 +45,7 @@ type AdminOptions struct {
 
 // NewAdmin returns the admin handler: GET /metrics, GET /status,
 // GET /healthz, GET /readyz, PUT /policy (bearer token) and, when
-// enabled, /debug/pprof/.
+// enabled, the live page /ui and /debug/pprof/.
 func NewAdmin(o AdminOptions) http.Handler {
 	log := o.Logger
 	if log == nil {
@@ -61,6 +64,10 @@ func NewAdmin(o AdminOptions) http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
+	if o.UI != nil {
+		r.Handle("/ui", o.UI)
+		r.Handle("/ui/*", o.UI)
+	}
 	if o.Pprof {
 		r.HandleFunc("/debug/pprof/*", pprof.Index)
 		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -289,6 +289,19 @@ func (e *Estimator) Observed() int {
 	return e.total
 }
 
+// Samples returns the window's samples, oldest first: the points the next
+// Fit will see (the live page draws them beside the fitted line).
+func (e *Estimator) Samples() []Sample {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Sample, 0, e.count)
+	start := (e.next - e.count + len(e.ring)) % len(e.ring)
+	for i := range e.count {
+		out = append(out, e.ring[(start+i)%len(e.ring)])
+	}
+	return out
+}
+
 // Fit fits the window. With no samples it returns the prior, if seeded, and
 // ErrNoSamples otherwise.
 func (e *Estimator) Fit() (Fit, error) {

@@ -388,3 +388,20 @@ func TestCountWeighsLikeCopies(t *testing.T) {
 		t.Fatalf("negative count: error %v", err)
 	}
 }
+
+func TestEstimatorSamplesOldestFirst(t *testing.T) {
+	e, err := NewEstimator(Options{Window: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Samples(); len(got) != 0 {
+		t.Fatalf("empty estimator has samples %v", got)
+	}
+	for b := 1; b <= 5; b++ {
+		e.Observe(b, float64(b))
+	}
+	got := e.Samples()
+	if len(got) != 3 || got[0].Batch != 3 || got[1].Batch != 4 || got[2].Batch != 5 {
+		t.Fatalf("Samples() = %v, want batches 3, 4, 5 (the window, oldest first)", got)
+	}
+}

@@ -127,7 +127,7 @@ func PerSecond(records []loadgen.Record, bucket time.Duration) (t, arrivals, p50
 func Figures(runs []Run) []NamedFigure {
 	rate := plot.Figure{Title: "Arrival rate", XLabel: "time (s)", YLabel: "requests/s"}
 	batch := plot.Figure{Title: "Mean batch size sent", XLabel: "time (s)", YLabel: "rows per batch"}
-	lat := plot.Figure{Title: "Latency (p50 per second)", XLabel: "time (s)", YLabel: "ms", LogY: true}
+	lat := plot.Figure{Title: "Latency (p50 per second)", XLabel: "time (s)", YLabel: "ms, logarithmic scale", LogY: true}
 	rpj := plot.Figure{Title: "Energy efficiency (sliding window)", XLabel: "time (s)", YLabel: "requests per joule"}
 	for i, r := range runs {
 		t, arr, p50 := PerSecond(r.Records, time.Second)
@@ -156,7 +156,36 @@ func Figures(runs []Run) []NamedFigure {
 		batch.Series = append(batch.Series, plot.Series{Name: r.Name, X: st, Y: sb})
 		rpj.Series = append(rpj.Series, plot.Series{Name: r.Name, X: st, Y: sr})
 	}
-	return []NamedFigure{{"rate", rate}, {"batch_size", batch}, {"latency", lat}, {"requests_per_joule", rpj}}
+	// One x range for all four, so that a moment sits at the same place in
+	// each: from 0 to the last second any run has.
+	end := 0.0
+	window := ""
+	for _, f := range []plot.Figure{rate, batch, lat, rpj} {
+		for _, s := range f.Series {
+			for _, x := range s.X {
+				if !math.IsNaN(x) && !math.IsInf(x, 0) {
+					end = max(end, x)
+				}
+			}
+		}
+	}
+	for _, r := range runs {
+		for _, s := range r.Samples {
+			if s.EnergyWindow != "" {
+				window = s.EnergyWindow
+			}
+		}
+	}
+	if window != "" {
+		rpj.Title = "Energy efficiency (requests per joule over a " + window + " sliding window)"
+	}
+	figs := []NamedFigure{{"rate", rate}, {"batch_size", batch}, {"latency", lat}, {"requests_per_joule", rpj}}
+	for i := range figs {
+		if end > 0 {
+			figs[i].Figure.XMin, figs[i].Figure.XMax = 0, end
+		}
+	}
+	return figs
 }
 
 // NamedFigure is a figure with the file stem it is written under.

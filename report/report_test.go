@@ -102,3 +102,23 @@ func TestSampleOfPrefersTheModelsEnergyShare(t *testing.T) {
 		t.Fatalf("sample %+v: no energy section must leave energy unknown", s)
 	}
 }
+
+// TestFiguresShareTheTimeAxis: every figure spans the same seconds, and the
+// energy figure names its window.
+func TestFiguresShareTheTimeAxis(t *testing.T) {
+	rpj := 3.0
+	var recs []loadgen.Record
+	for i := range 60 {
+		recs = append(recs, loadgen.Record{Start: time.Duration(i) * time.Second, Latency: time.Millisecond, Status: 200})
+	}
+	runs := []Run{{Name: "a", Records: recs, Samples: []Sample{
+		{T: 0, RequestsPerJoule: &rpj, EnergyWindow: "10s"}, {T: 80, BatchesSent: 1, RowsSent: 1, RequestsPerJoule: &rpj, EnergyWindow: "10s"}}}}
+	for _, nf := range Figures(runs) {
+		if nf.Figure.XMin != 0 || nf.Figure.XMax != 80 {
+			t.Errorf("%s: x axis %v..%v, want 0..80 like the others", nf.Name, nf.Figure.XMin, nf.Figure.XMax)
+		}
+		if nf.Name == "requests_per_joule" && !strings.Contains(nf.Figure.Title, "10s sliding window") {
+			t.Errorf("energy title %q does not state its window", nf.Figure.Title)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type Sample struct {
 	// TotalRequestsPerJoule since the proxy started; nil when unknown.
 	RequestsPerJoule, TotalRequestsPerJoule *float64
 	PowerW                                  *float64
+	// EnergyWindow names the meter's sliding window RequestsPerJoule is
+	// over ("10s"); empty when unknown (not kept in the CSV).
+	EnergyWindow string
 }
 
 // status is the part of the admin /status document a sample reads.
@@ -158,6 +161,7 @@ func sampleOf(st *status, model string, t float64) Sample {
 			}
 		}
 		if shortest != "" {
+			smp.EnergyWindow = shortest
 			smp.RequestsPerJoule = windows[shortest].RequestsPerJoule
 			smp.PowerW = windows[shortest].AvgPowerW
 		}

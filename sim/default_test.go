@@ -20,15 +20,15 @@ func TestDefaultPolicyNeverHurts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requests := 20_000
-	if testing.Short() {
-		requests = 5_000
+	requests, jitters := 20_000, []float64{0, 0.3}
+	if testing.Short() || raceEnabled {
+		requests, jitters = 10_000, []float64{0}
 	}
 	for _, pname := range profile.Names() {
 		p, _ := profile.Lookup(pname)
 		bestGain := 0.0
 		for _, rho := range []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9} {
-			for _, jitter := range []float64{0, 0.3} {
+			for _, jitter := range jitters {
 				rate := rho * 1000 * float64(p.MaxBatch) / p.TauMs(p.MaxBatch)
 				run := func(pol policy.Policy) Result {
 					r, err := Run(context.Background(), Config{Profile: p, Policy: pol, RatePerSec: rate, Requests: requests, Seed: 1, Jitter: jitter})

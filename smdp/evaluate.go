@@ -179,12 +179,8 @@ func (k *kernel) stationary(rowOf func(s int, visit func(j int, p float64))) ([]
 			return nil, fmt.Errorf("policy evaluation: state %s cannot return to the rest of its class (transition probabilities underflowed)", k.stateName(idx[m]))
 		}
 		for i := 0; i < m; i++ {
-			f := A[i][m] / out
-			if f == 0 {
-				continue
-			}
-			for j := 0; j < m; j++ {
-				A[i][j] += f * A[m][j]
+			if f := A[i][m] / out; f != 0 {
+				axpy(f, A[m], A[i][:m])
 			}
 		}
 	}

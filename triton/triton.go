@@ -78,14 +78,20 @@ type BatchStat struct {
 	} `json:"compute_output"`
 }
 
-// MeanMs is the mean execution time of the batch size: input, infer and
-// output compute together, in milliseconds; 0 when nothing ran.
+// ComputeNs is the total execution time of the batch size's executions
+// (ComputeInfer.Count of them): input, infer and output compute together,
+// the time a batch holds the model, in nanoseconds.
+func (b BatchStat) ComputeNs() int64 {
+	return b.ComputeInput.Ns + b.ComputeInfer.Ns + b.ComputeOutput.Ns
+}
+
+// MeanMs is the mean execution time (ComputeNs) of the batch size in
+// milliseconds; 0 when nothing ran.
 func (b BatchStat) MeanMs() float64 {
 	if b.ComputeInfer.Count == 0 {
 		return 0
 	}
-	ns := b.ComputeInput.Ns + b.ComputeInfer.Ns + b.ComputeOutput.Ns
-	return float64(ns) / float64(b.ComputeInfer.Count) / 1e6
+	return float64(b.ComputeNs()) / float64(b.ComputeInfer.Count) / 1e6
 }
 
 // ModelStats reads GET /v2/models/{m}/stats and returns the batch_stats of

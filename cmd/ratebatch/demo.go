@@ -42,7 +42,16 @@ type demoOpts struct {
 	binary     bool
 	model      string
 	realism    emulator.Realism
+	// regimes are run one after the other: light (the trace as it is) and
+	// loaded (the GPU slowed so the trace's peak reaches loadedRho).
+	regimes []string
+	// timeScale slows the emulated GPU (set per regime).
+	timeScale float64
 }
+
+// loadedRho is the load at the trace's peak in the loaded regime, as in
+// docs/RESULTS.md's loaded copy of paper300.
+const loadedRho = 0.8
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
@@ -57,6 +66,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&o.idleWatts, "idle-watts", 0, "emulated idle power in W (0: none, as in the published profiles)")
 	fs.BoolVar(&o.binary, "binary", true, "send tensors in Triton's binary form")
 	fs.StringVar(&o.model, "model", emulator.SimpleModel, "emulated model to load: "+emulator.SimpleModel+" (INT32 [16] add/sub, answers verified) or "+emulator.ImageModel+" (FP32 [3,224,224], 600 KB a request)")
+	regimes := fs.String("regimes", "light,loaded", "comma list: light (the trace as it is; paper300 barely loads the GPU) and loaded (the GPU slowed so the trace's peak reaches rho 0.8)")
 	realism := fs.String("realism", "exact", "roughness of the emulated server: "+strings.Join(emulator.RealismNames(), ", ")+" (see docs/LEARNING.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ratebatch demo [flags]   (also: ratebatch with no command)")
@@ -72,6 +82,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var err error
 	if o.realism, err = emulator.LookupRealism(*realism); err != nil {
 		fmt.Fprintf(stderr, "ratebatch demo: --realism: %v\n", err)
+		return errUsage
+	}
+	for _, r := range strings.Split(*regimes, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "light", "loaded":
+			o.regimes = append(o.regimes, r)
+		case "":
+		default:
+			fmt.Fprintf(stderr, "ratebatch demo: --regimes: unknown regime %q (light, loaded)\n", r)
+			return errUsage
+		}
+	}
+	if len(o.regimes) == 0 {
+		fmt.Fprintln(stderr, "ratebatch demo: --regimes: name light, loaded or both")
 		return errUsage
 	}
 	if *pols != "" {
@@ -132,15 +156,54 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 	if len(o.policies) == 0 {
 		return errors.New("no policy to run")
 	}
-	model := o.model
-	_, verify := loadgen.VerifierFor(model)
 	energy := "no energy figures: requests per joule stays empty"
 	if prof.HasEnergy {
 		energy = fmt.Sprintf("zeta(b) = %g*b + %g mJ", prof.BetaMJ, prof.Zeta0MJ)
 	}
 	fmt.Fprintf(stdout, "ratebatch demo: emulated GPU %s, tau(b) = %g*b + %g ms, %s\n", prof.Name, prof.AlphaMs, prof.Tau0Ms, energy)
-	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q, policies %s\n\n",
-		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), model, strings.Join(o.policies, ", "))
+	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q, policies %s\n",
+		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), o.model, strings.Join(o.policies, ", "))
+	peak := peakRho(series, prof, o.model)
+	for i, regime := range o.regimes {
+		ro := o
+		ro.timeScale = 1
+		if regime == "loaded" {
+			// Slowing the GPU k-fold loads it as rates k times higher would
+			// (rho = lambda*tau), at the same CPU cost for the load.
+			ro.timeScale = loadedRho / peak
+		}
+		if i > 0 {
+			ro.out = filepath.Join(o.out, regime)
+		}
+		fmt.Fprintf(stdout, "\n== %s regime: peak rho %.2f", regime, peak*ro.timeScale)
+		if regime == "loaded" {
+			fmt.Fprintf(stdout, " (the GPU %.1fx slower, as if the trace's rates were %.1fx higher, as docs/RESULTS.md's loaded copy)", ro.timeScale, ro.timeScale)
+		} else {
+			fmt.Fprint(stdout, " (the trace as it is: the GPU is nearly idle, so the policies barely differ)")
+		}
+		fmt.Fprintf(stdout, "; results in %s\n\n", ro.out)
+		if err := demoRegime(ctx, ro, prof, series, stdout); err != nil {
+			return fmt.Errorf("%s regime: %w", regime, err)
+		}
+	}
+	return nil
+}
+
+// peakRho is the trace's peak rate over the throughput of full batches of
+// the emulated model: mu(B_max) = B_max / tau(B_max).
+func peakRho(series *trace.Series, prof profile.Profile, model string) float64 {
+	b := float64(prof.MaxBatch)
+	if model == emulator.SimpleModel {
+		b = emulator.SimpleMaxBatch
+	}
+	mu := 1000 * b / (prof.AlphaMs*b + prof.Tau0Ms)
+	return series.MaxRate() / mu
+}
+
+// demoRegime runs every policy's lane through the trace once, at o.timeScale.
+func demoRegime(ctx context.Context, o demoOpts, prof profile.Profile, series *trace.Series, stdout io.Writer) error {
+	model := o.model
+	_, verify := loadgen.VerifierFor(model)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -153,6 +216,11 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 		lanes[i] = l
 		defer l.stop()
 	}
+	fmt.Fprintln(stdout, "live pages (open in a browser while the demo runs):")
+	for _, l := range lanes {
+		fmt.Fprintf(stdout, "  %-14s http://%s/ui/\n", l.policy, l.proxy.adminLn.Addr())
+	}
+	fmt.Fprintln(stdout)
 
 	var wg sync.WaitGroup
 	for _, l := range lanes {
@@ -197,7 +265,7 @@ func startLane(ctx context.Context, pol string, prof profile.Profile, o demoOpts
 	if pol != "passthrough" && !slices.Contains(policy.Names(), pol) {
 		return nil, fmt.Errorf("unknown policy %q (known: %s)", pol, strings.Join(policy.Names(), ", "))
 	}
-	em, err := emulator.New(emulator.Options{Profile: prof, TimeScale: 1, Seed: o.seed, IdleWatts: o.idleWatts, Realism: o.realism})
+	em, err := emulator.New(emulator.Options{Profile: prof, TimeScale: o.timeScale, Seed: o.seed, IdleWatts: o.idleWatts, Realism: o.realism})
 	if err != nil {
 		return nil, err
 	}
@@ -250,15 +318,17 @@ func (l *demoLane) stop() {
 }
 
 // showProgress prints one line a second until done: the offered rate, then
-// per policy the batch size in force, p50 latency and requests per joule.
+// per policy what was sent, p50 latency and requests per joule.
 func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
-	const cell = "%3s %7s %6s" // b, p50 ms, req/J
+	const cell = "%5s %7s %6s" // b, p50 ms, req/J
 	head1, head2 := fmt.Sprintf("%5s %9s", "", ""), fmt.Sprintf("%5s %9s", "time", "offered/s")
 	for _, l := range lanes {
 		width := len(fmt.Sprintf(cell, "", "", ""))
 		head1 += " | " + fmt.Sprintf("%-*s", width, l.policy)
 		head2 += " | " + fmt.Sprintf(cell, "b", "p50 ms", "req/J")
 	}
+	fmt.Fprintln(w, "Each second: b = mean rows per batch the proxy sent in the last second, p50 = median latency of")
+	fmt.Fprintln(w, "the answers completed in it, req/J = requests per joule over the meter's shortest window; - = none.")
 	fmt.Fprintln(w, head1)
 	fmt.Fprintln(w, head2)
 	tick := time.NewTicker(time.Second)
@@ -277,17 +347,37 @@ func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
 			if i == 0 {
 				line = fmt.Sprintf("%4.0fs %9.0f", s.Elapsed.Seconds(), s.TargetRPS)
 			}
-			b, rpj := "-", "-"
-			if smp, ok := l.sampler.Latest(); ok {
-				b = fmt.Sprint(smp.BatchSize)
-				if smp.RequestsPerJoule != nil {
-					rpj = fmt.Sprintf("%.1f", *smp.RequestsPerJoule)
-				}
-			}
-			line += " | " + fmt.Sprintf(cell, b, fmt.Sprintf("%.2f", s.P50LatencyMs), rpj)
+			b, p50, rpj := progressCells(s, l.sampler.Samples())
+			line += " | " + fmt.Sprintf(cell, b, p50, rpj)
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// progressCells are one lane's figures for the last second: the mean rows
+// per batch actually sent (not the rule's cap), the p50 of the answers
+// completed, requests per joule; "-" where the second had none.
+func progressCells(s loadgen.Snapshot, samples []report.Sample) (b, p50, rpj string) {
+	b, p50, rpj = "-", "-", "-"
+	if s.OKRPS > 0 {
+		p50 = fmt.Sprintf("%.2f", s.P50LatencyMs)
+	}
+	if n := len(samples); n > 0 {
+		last := samples[n-1]
+		if last.RequestsPerJoule != nil {
+			rpj = fmt.Sprintf("%.1f", *last.RequestsPerJoule)
+		}
+		// The newest sample at least a second older than the last.
+		for i := n - 2; i >= 0; i-- {
+			if last.T-samples[i].T >= 0.999 {
+				if db := last.BatchesSent - samples[i].BatchesSent; db > 0 {
+					b = fmt.Sprintf("%.2f", float64(last.RowsSent-samples[i].RowsSent)/float64(db))
+				}
+				break
+			}
+		}
+	}
+	return b, p50, rpj
 }
 
 func writeDemoReport(stdout io.Writer, dir string, runs []report.Run, problems []string) error {

@@ -25,10 +25,14 @@ func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	text := out.String()
-	for _, want := range []string{"| batchmonitor |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg"} {
+	for _, want := range []string{"| batchmonitor |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg",
+		"light regime: peak rho 0.10", "loaded regime: peak rho 0.80", "/ui/", "b = mean rows per batch"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "loaded", "summary.md")); err != nil {
+		t.Errorf("no loaded-regime report: %v", err)
 	}
 	// The files the report command reads back.
 	for _, pol := range []string{"batchmonitor", "adhoc"} {
@@ -147,5 +151,25 @@ func TestLoadSamplesAndReport(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"report", "--dir", t.TempDir()}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no NAME.load.csv") {
 		t.Errorf("empty --dir: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestDemoProgressCells(t *testing.T) {
+	rpj := 12.5
+	samples := []report.Sample{
+		{T: 0, BatchesSent: 10, RowsSent: 80},
+		{T: 0.5, BatchesSent: 12, RowsSent: 90},
+		{T: 1.0, BatchesSent: 14, RowsSent: 100, RequestsPerJoule: &rpj},
+	}
+	// 4 batches of 20 rows in the last second: 5 rows a batch, whatever the cap.
+	b, p50, r := progressCells(loadgen.Snapshot{OKRPS: 100, P50LatencyMs: 3.25}, samples)
+	if b != "5.00" || p50 != "3.25" || r != "12.5" {
+		t.Errorf("cells %q %q %q, want 5.00 3.25 12.5", b, p50, r)
+	}
+	// A second without completions or batches shows -, not 0.00.
+	idle := []report.Sample{{T: 0, BatchesSent: 14, RowsSent: 100}, {T: 1, BatchesSent: 14, RowsSent: 100}}
+	b, p50, r = progressCells(loadgen.Snapshot{}, idle)
+	if b != "-" || p50 != "-" || r != "-" {
+		t.Errorf("idle second: %q %q %q, want - - -", b, p50, r)
 	}
 }

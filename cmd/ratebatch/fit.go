@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -40,15 +41,14 @@ func runFit(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(struct {
-			AlphaMs  float64 `json:"alpha_ms"`
-			Tau0Ms   float64 `json:"tau0_ms"`
+			batchcost.Latency
 			R2       float64 `json:"r2"`
 			N        int     `json:"n"`
 			Sizes    int     `json:"sizes"`
 			Outliers int     `json:"outliers"`
 			// Rejected are the rejected samples, numbered from 1 in file order.
 			Rejected []rejectedSample `json:"rejected"`
-		}{f.AlphaMs, f.Tau0Ms, f.R2, f.N, f.Sizes, f.Outliers, rejected(samples, f.Rejected)})
+		}{f.Line, f.R2, f.N, f.Sizes, f.Outliers, rejected(samples, f.Rejected)})
 	}
 	fmt.Fprintf(stdout, "tau(b) = %.6g*b + %.6g ms  (alpha %.6g ms, tau0 %.6g ms)\n", f.AlphaMs, f.Tau0Ms, f.AlphaMs, f.Tau0Ms)
 	fmt.Fprintf(stdout, "R^2 %.6f over n %d samples, %d batch sizes, %d outliers rejected\n", f.R2, f.N, f.Sizes, f.Outliers)

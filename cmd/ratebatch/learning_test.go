@@ -225,7 +225,7 @@ func TestColdStartStep(t *testing.T) {
 	}
 	r := median(dp) / median(ad)
 	t.Logf("cold start to rho 0.8, first 3 s: p99 %s %.2f ms vs adhoc %.2f ms: %.2fx (median of %d)", def, median(dp), median(ad), r, reps)
-	if r > tol {
+	if r > tol && !raceEnabled {
 		t.Errorf("the default policy's p99 over the first 3 s is %.2fx ad-hoc's, want <= %.2fx", r, tol)
 	}
 }
@@ -267,6 +267,9 @@ func TestSequentialClient(t *testing.T) {
 	mean := func(k string) float64 { return sum[k] / float64(n[k]) }
 	t.Logf("sequential client, mean latency: direct %.3f ms, through the proxy: default (%s) %.3f ms (%.2fx direct), adhoc %.3f ms (default %.2fx adhoc)",
 		mean("direct"), config.Default().Policy.Name, mean("default"), mean("default")/mean("direct"), mean("adhoc"), mean("default")/mean("adhoc"))
+	if raceEnabled {
+		return // the ratios above are logged; the race detector decides them
+	}
 	if r := mean("default") / mean("direct"); r > tolDirect {
 		t.Errorf("default policy %.2fx direct's mean latency, want <= %.2fx", r, tolDirect)
 	}

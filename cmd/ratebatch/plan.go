@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/capacity"
 )
 
@@ -27,8 +28,7 @@ type planReport struct {
 	MinRequestsPerJ   *float64 `json:"min_requests_per_joule"` // null without energy figures
 	StabilityLimitRPS float64  `json:"stability_limit_rps"`
 	Preset            string   `json:"preset"`
-	AlphaMs           float64  `json:"alpha_ms"`
-	Tau0Ms            float64  `json:"tau0_ms"`
+	batchcost.Latency
 }
 
 func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,7 +61,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageErr("give only one of --rate and --rho")
 	}
 
-	rep := planReport{Preset: prof.Name, AlphaMs: m.AlphaMs, Tau0Ms: m.Tau0Ms, StabilityLimitRPS: 1000 * m.MaxRatePerMs()}
+	rep := planReport{Preset: prof.Name, Latency: prof.Latency, StabilityLimitRPS: 1000 * m.MaxRatePerMs()}
 	var lambda float64 // requests per ms
 	switch {
 	case set["rate"]:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/profiler"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -64,17 +65,16 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fit, server := res.Fit, res.Server
 	if *asJSON {
 		out := struct {
-			Model   string          `json:"model"`
-			AlphaMs float64         `json:"alpha_ms"`
-			Tau0Ms  float64         `json:"tau0_ms"`
-			R2      float64         `json:"r2"`
-			N       int             `json:"n"`
-			Sizes   []profiler.Size `json:"sizes"`
+			Model string `json:"model"`
+			batchcost.Latency
+			R2    float64         `json:"r2"`
+			N     int             `json:"n"`
+			Sizes []profiler.Size `json:"sizes"`
 			// The server's own compute line from its batch statistics;
 			// null when it keeps none.
 			ServerAlphaMs *float64 `json:"server_alpha_ms"`
 			ServerTau0Ms  *float64 `json:"server_tau0_ms"`
-		}{Model: *model, AlphaMs: fit.AlphaMs, Tau0Ms: fit.Tau0Ms, R2: fit.R2, N: fit.N, Sizes: res.Sizes}
+		}{Model: *model, Latency: fit.Line, R2: fit.R2, N: fit.N, Sizes: res.Sizes}
 		if server != nil {
 			out.ServerAlphaMs, out.ServerTau0Ms = &server.AlphaMs, &server.Tau0Ms
 		}

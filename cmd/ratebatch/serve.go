@@ -20,9 +20,11 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/grpcproxy"
 	"github.com/ratebatch/ratebatch/models"
+	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/triton"
+	"github.com/ratebatch/ratebatch/ui"
 )
 
 func init() {
@@ -83,6 +85,7 @@ type liveProxy struct {
 	started  time.Time
 	upstream *url.URL
 	meter    *power.Meter
+	ui       *ui.Recorder
 	// energyFit learns zeta(b) per model from the meter (energyfit.go).
 	energyFit *energyFitter
 }
@@ -141,6 +144,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg)}
+	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
 	p.energyFit = newEnergyFitter(meter, disp.Snapshots, mr.Monitors)
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
@@ -165,7 +169,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
-			Ready: mr.Discovered, Pprof: cfg.AdminPprof,
+			Ready: mr.Discovered, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -190,6 +194,58 @@ func (p *liveProxy) status() any {
 }
 
 // listen binds both listeners, so that a port in use fails at start.
+// uiStates is what the live page samples each second: per batched model the
+// rule, the fit and its recent points, the batches sent and requests per
+// joule over the meter's shortest window (the model's share where the meter
+// attributes energy to models).
+func (p *liveProxy) uiStates() []ui.State {
+	queues := map[string]dispatcher.Snapshot{}
+	for _, q := range p.disp.Snapshots() {
+		queues[q.Model] = q
+	}
+	energy := p.meter.Snapshot()
+	shortest := func(ws map[string]power.Figures) *float64 {
+		best := ""
+		for k, w := range ws {
+			if k != power.TotalWindow && (best == "" || w.Seconds < ws[best].Seconds) {
+				best = k
+			}
+		}
+		if best == "" {
+			return nil
+		}
+		return ws[best].RequestsPerJoule
+	}
+	samples := map[string]*monitor.Monitor{}
+	for _, m := range p.models.Monitors() {
+		samples[m.Snapshot().Model] = m
+	}
+	var out []ui.State
+	for _, st := range p.models.Statuses() {
+		if !st.Batched || st.Rule == nil {
+			continue
+		}
+		s := ui.State{Model: st.Model, Policy: st.Rule.Policy, RateRPS: st.Rule.RatePerSec, BatchSize: st.Rule.BatchSize,
+			MaxBatch: st.Rule.MaxBatch, AlphaMs: st.Rule.AlphaMs, Tau0Ms: st.Rule.Tau0Ms, R2: st.Rule.R2}
+		if q, ok := queues[st.Model]; ok {
+			s.BatchesSent, s.RowsSent = q.BatchesSent, q.RowsSent
+		}
+		if len(energy.Models) == 0 {
+			s.RequestsPerJoule = shortest(energy.Windows)
+		}
+		for _, m := range energy.Models {
+			if m.Model == st.Model {
+				s.RequestsPerJoule = shortest(m.Windows)
+			}
+		}
+		if m := samples[st.Model]; m != nil {
+			s.Batches = m.Samples()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 func (p *liveProxy) listen() error {
 	var err error
 	if p.dataLn, err = net.Listen("tcp", p.cfg.Listen); err != nil {
@@ -221,6 +277,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	defer stopBg()
 	go p.models.Discover(bg)
 	go p.meter.Run(bg)
+	go p.ui.Run(bg)
 	go p.energyFit.run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 

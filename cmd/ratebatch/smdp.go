@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/profile"
 	"github.com/ratebatch/ratebatch/smdp"
 )
@@ -35,9 +36,8 @@ type smdpReport struct {
 	MeanBatch        float64  `json:"mean_batch"`
 	RequestsPerJoule *float64 `json:"requests_per_joule"`
 
-	Preset            string   `json:"preset"`
-	AlphaMs           float64  `json:"alpha_ms"`
-	Tau0Ms            float64  `json:"tau0_ms"`
+	Preset string `json:"preset"`
+	batchcost.Latency
 	BetaMJ            *float64 `json:"beta_mj"`
 	Zeta0MJ           *float64 `json:"zeta0_mj"`
 	MaxBatch          int      `json:"bmax"`
@@ -207,7 +207,7 @@ func runSMDP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			G: sol.G, Delta: sol.Delta, Iterations: sol.Iterations, ControlLimit: sol.ControlLimit, Policy: sol.Policy,
 			Converged: sol.Converged, GLower: sol.GLower, GUpper: sol.GUpper,
 			LatencyMs: sol.LatencyMs, OverflowCost: sol.OverflowCost, MeanBatch: sol.MeanBatch,
-			Preset: prof.Name, AlphaMs: m.AlphaMs, Tau0Ms: m.Tau0Ms, MaxBatch: m.MaxBatch,
+			Preset: prof.Name, Latency: m.Latency, MaxBatch: m.MaxBatch,
 			Rho: m.Rho(), RateRPS: m.LambdaPerMs * 1000,
 			W1: o.W1, W2: o.W2, SMax: o.SMax, Co: o.Co, Epsilon: o.Epsilon, Eta: sol.Eta,
 			BatchMonitorBatch: smdp.BatchMonitorSize(m),

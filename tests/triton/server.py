@@ -44,6 +44,23 @@ IMAGE_CLASSES = 1000
 VECTOR_LEN = 16
 
 
+# The echo model's inputs (and outputs): one per datatype Triton writes as
+# JSON numbers. (FP16 and BF16 have no JSON form in Triton.)
+ECHO_DATATYPES = {
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "BOOL": np.bool_,
+}
+
+
 def image_reference(batch: np.ndarray) -> np.ndarray:
     """The image model's function: per-row sums of stride-1000 slices.
 
@@ -164,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         _sleep_for(INPUT.shape[0], args.tau0_ms, args.alpha_ms)
         return {"OUTPUT": image_reference(INPUT)}
 
+    @batch
+    def infer_echo(**inputs):
+        # Every output is its input: the JSON answer shows how the server
+        # writes each datatype's numbers (tests/triton/test_json_numbers.py).
+        return {name.replace("IN_", "OUT_"): value for name, value in inputs.items()}
+
     batcher = None
     if args.dynamic_batching == "on":
         batcher = DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)
@@ -222,6 +245,14 @@ def main(argv: list[str] | None = None) -> int:
             infer_func=infer_image,
             inputs=[Tensor(name="INPUT", dtype=np.float32, shape=IMAGE_SHAPE)],
             outputs=[Tensor(name="OUTPUT", dtype=np.float32, shape=(IMAGE_CLASSES,))],
+            config=model_config,
+            strict=True,
+        )
+        triton.bind(
+            model_name="echo",
+            infer_func=infer_echo,
+            inputs=[Tensor(name=f"IN_{dt}", dtype=t, shape=(-1,)) for dt, t in ECHO_DATATYPES.items()],
+            outputs=[Tensor(name=f"OUT_{dt}", dtype=t, shape=(-1,)) for dt, t in ECHO_DATATYPES.items()],
             config=model_config,
             strict=True,
         )

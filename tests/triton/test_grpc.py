@@ -135,8 +135,9 @@ def test_grpc_infer(door, gtriton, rows):
         r = c.infer("image", [i])
         np.testing.assert_allclose(r.as_numpy("OUTPUT"), image_reference(x), rtol=1e-5)
         # compressed both ways, as Triton's server accepts it
-        r = c.infer("simple", simple_inputs(a, b), compression_algorithm="gzip")
-        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        for alg in ("gzip", "deflate"):
+            r = c.infer("simple", simple_inputs(a, b), compression_algorithm=alg)
+            np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
 
 
 def test_grpc_async_infer(door):
