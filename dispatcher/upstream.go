@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -56,7 +56,7 @@ var ErrUpstreamTimeout = errors.New("upstream did not answer in time")
 
 // ConnError wraps a failure to reach the upstream or a dropped connection:
 // the batch may be retried. Dial is set when no connection could be made
-// (refused, unreachable, dial timeout): nothing reached the upstream, and
+// (refused, or no route to the host): nothing listens there, and
 // the dispatcher takes it for down until a probe gets an answer.
 type ConnError struct {
 	Err  error
@@ -91,11 +91,13 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	return &HTTPUpstream{hc: hc, base: u.Scheme + "://" + u.Host + trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
 }
 
-// isDialError reports whether err is a failure to make a connection, as
-// opposed to one that broke after it was made.
+// isDialError reports whether err is a connection the upstream's host
+// refused or could not be routed to: nothing listens there (a restarting
+// server). A dial that timed out is not one: an upstream too busy to accept
+// is overloaded, not down, and its callers should not be held for it.
 func isDialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, fasthttp.ErrDialTimeout)
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH)
 }
 
 func trimSlash(p string) string {

@@ -106,3 +106,22 @@ func TestFloatFormRules(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAppendFloat: every finite double is written with a point or an
+// exponent and reads back to itself.
+func FuzzAppendFloat(f *testing.F) {
+	for _, seed := range []uint64{0, math.Float64bits(4), math.Float64bits(1.3), math.Float64bits(float64(float32(3.4e38))), 1} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, bits uint64) {
+		v := math.Float64frombits(bits)
+		s := string(appendFloat(nil, v))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return
+		}
+		back, err := strconv.ParseFloat(s, 64)
+		if err != nil || back != v || math.Signbit(back) != math.Signbit(v) || !strings.ContainsAny(s, ".e") {
+			t.Fatalf("appendFloat(%v) = %q, reads back as %v (%v)", v, s, back, err)
+		}
+	})
+}

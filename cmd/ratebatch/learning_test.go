@@ -67,12 +67,13 @@ func modelSnapshot(t *testing.T, lt *liveTest, model string) monitor.Snapshot {
 // TestLearnTauFromNothing starts a proxy with no profile in front of the
 // realistic emulator, offers Poisson load at rho 0.2, 0.5 and 0.8 (a fresh
 // proxy and server each), and scores the fitted line against the server's
-// true mean line.
+// true mean line: alpha and tau0 within 10% with RATEBATCH_LONG (30 s
+// steps), tau(4) within 15% in the 3-s short version.
 func TestLearnTauFromNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live load")
 	}
-	step, tol, rhos := 3*time.Second, 0.25, []float64{0.5}
+	step, tol, rhos := 3*time.Second, 0.15, []float64{0.5}
 	if long() {
 		step, tol, rhos = 30*time.Second, 0.10, []float64{0.2, 0.5, 0.8}
 	}
@@ -124,8 +125,14 @@ func TestLearnTauFromNothing(t *testing.T) {
 		if s.FitSource != "server statistics" {
 			t.Errorf("rho %v: fit learnt from %q, want the server's statistics", rho, s.FitSource)
 		}
-		if math.Abs(ea) > tol || math.Abs(et) > tol {
-			t.Errorf("rho %v: fit %.4g*b + %.4g, want the true %.4g*b + %.4g within %.0f%%", rho, s.AlphaMs, s.Tau0Ms, truth.AlphaMs, truth.Tau0Ms, 100*tol)
+		if long() {
+			if math.Abs(ea) > tol || math.Abs(et) > tol {
+				t.Errorf("rho %v: fit %.4g*b + %.4g, want the true %.4g*b + %.4g within %.0f%%", rho, s.AlphaMs, s.Tau0Ms, truth.AlphaMs, truth.Tau0Ms, 100*tol)
+			}
+		} else if got, want := 4*s.AlphaMs+s.Tau0Ms, 4*truth.AlphaMs+truth.Tau0Ms; math.Abs(got/want-1) > tol {
+			// A few seconds of a heavy-tailed server pin the line
+			// mid-range, not its two coefficients apart.
+			t.Errorf("rho %v: fitted tau(4) %.3f ms, true %.3f ms: not within %.0f%%", rho, got, want, 100*tol)
 		}
 		lt.stop()
 	}

@@ -114,7 +114,7 @@ function render(h) {
       card("Arrival rate (requests/s)", `now ${fmt(last.rate_rps)}/s, as the monitor counted its last window`, rate) +
       card("Batch size (rows)", `chosen ${fmt(last.batch_size)}, sent ${fmt(last.sent_batch)} per batch in the last second; max ${m.max_batch_size}`, batch) +
       card("Latency, end to end (ms)", `last second: p50 ${fmt(last.p50_ms)}, p90 ${fmt(last.p90_ms)}, p99 ${fmt(last.p99_ms)} ms`, lat) +
-      card("Requests per joule", hasEnergy ? `now ${fmt(last.requests_per_joule)} over the meter's shortest window` : "no energy figures (power.source none)", rpj) +
+      card("Requests per joule", hasEnergy ? `now ${fmt(last.requests_per_joule)} over the meter's shortest window` : "no figure yet: no energy measured for this model (or power.source none)", rpj) +
       card("Batch latency tau(b) and its fit (ms)", `tau(b) = ${fmt(m.alpha_ms)}·b + ${fmt(m.tau0_ms)} ms, R² ${fmt(m.r2)}, from ${(m.batches || []).length} recent batches`, fit) +
       `</div>`;
   }
