@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/energyfit"
 	"github.com/ratebatch/ratebatch/grpcproxy"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/power"
@@ -86,8 +87,8 @@ type liveProxy struct {
 	upstream *url.URL
 	meter    *power.Meter
 	ui       *ui.Recorder
-	// energyFit learns zeta(b) per model from the meter (energyfit.go).
-	energyFit *energyFitter
+	// energyFit learns zeta(b) per model from the meter.
+	energyFit *energyfit.Fitter
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
@@ -145,7 +146,7 @@ func newProxy(cfg *config.Config, log *slog.Logger) (*liveProxy, error) {
 	p := &liveProxy{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg)}
 	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
-	p.energyFit = newEnergyFitter(meter, disp.Snapshots, mr.Monitors)
+	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -278,7 +279,7 @@ func (p *liveProxy) run(ctx context.Context) error {
 	go p.models.Discover(bg)
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
-	go p.energyFit.run(bg, p.cfg.Policy.Window)
+	go p.energyFit.Run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 3)

@@ -1,4 +1,8 @@
-package main
+// Package energyfit learns each batched model's batch energy line zeta(b)
+// from the power meter while the proxy runs, and hands it to the model's
+// monitor, so that energy-aware policies (budget, smdp's w2) plan with the
+// GPU's own figures rather than a preset's.
+package energyfit
 
 import (
 	"context"
@@ -12,7 +16,7 @@ import (
 	"github.com/ratebatch/ratebatch/power"
 )
 
-// energyFitter gives each batched model's monitor the batch energy line
+// Fitter gives each batched model's monitor the batch energy line
 // zeta(b) the power meter measures (power.ZetaFit: window energy, idle
 // power apart, against the batches and rows sent in the window), so that
 // energy-aware policies (budget, smdp's w2) plan with the GPU's real
@@ -20,7 +24,7 @@ import (
 // the GPU's energy cannot be split between them by this fit. Without a
 // meter nothing is set, and the budget policy takes energy proportional to
 // busy time (its note in /status says so).
-type energyFitter struct {
+type Fitter struct {
 	meter     *power.Meter
 	snapshots func() []dispatcher.Snapshot
 	monitors  func() []*monitor.Monitor
@@ -35,12 +39,15 @@ type energyFitter struct {
 	primed bool
 }
 
-func newEnergyFitter(m *power.Meter, snapshots func() []dispatcher.Snapshot, monitors func() []*monitor.Monitor) *energyFitter {
-	return &energyFitter{meter: m, snapshots: snapshots, monitors: monitors,
+// New returns a fitter reading m, the dispatcher's batch counters
+// (snapshots) and the batched models' monitors; Run drives it.
+func New(m *power.Meter, snapshots func() []dispatcher.Snapshot, monitors func() []*monitor.Monitor) *Fitter {
+	return &Fitter{meter: m, snapshots: snapshots, monitors: monitors,
 		fits: map[string]*power.ZetaFit{}, status: map[string]string{}, prevB: map[string][2]int64{}}
 }
 
-func (f *energyFitter) run(ctx context.Context, every time.Duration) {
+// Run takes one window every interval until ctx ends.
+func (f *Fitter) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -48,13 +55,14 @@ func (f *energyFitter) run(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f.step()
+			f.Step()
 		}
 	}
 }
 
-// step takes one window from the meter and the dispatcher's counters.
-func (f *energyFitter) step() {
+// Step takes one window from the meter and the dispatcher's counters. Run
+// calls it; tests may too.
+func (f *Fitter) Step() {
 	snap := f.meter.Snapshot()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -102,7 +110,7 @@ func (f *energyFitter) step() {
 }
 
 // apply hands the fit's line to the model's monitor.
-func (f *energyFitter) apply(model string, fit *power.ZetaFit) {
+func (f *Fitter) apply(model string, fit *power.ZetaFit) {
 	beta, zeta0, busyW, fitted, err := fit.Line()
 	if err != nil {
 		f.status[model] = err.Error()
@@ -125,7 +133,7 @@ func (f *energyFitter) apply(model string, fit *power.ZetaFit) {
 }
 
 // Status is the fit's state per model for /status.
-func (f *energyFitter) Status() map[string]string {
+func (f *Fitter) Status() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make(map[string]string, len(f.status))

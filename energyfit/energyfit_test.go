@@ -1,4 +1,4 @@
-package main
+package energyfit
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func TestEnergyFitterFeedsTheMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	var batches, rows int64
-	f := newEnergyFitter(meter,
+	f := New(meter,
 		func() []dispatcher.Snapshot {
 			return []dispatcher.Snapshot{{Model: "m", BatchesSent: batches, RowsSent: rows}}
 		},
@@ -67,7 +67,7 @@ func TestEnergyFitterFeedsTheMonitor(t *testing.T) {
 			t.Fatal(err)
 		}
 		span.End(int(n * size))
-		f.step()
+		f.Step()
 	}
 	mon.Tick()
 	if !est.HasEnergy || math.Abs(est.BetaMJ-beta) > 0.01*beta || math.Abs(est.Zeta0MJ-zeta0) > 0.01*zeta0 {
@@ -83,8 +83,8 @@ func TestEnergyFitterWithoutMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newEnergyFitter(meter, func() []dispatcher.Snapshot { return nil }, func() []*monitor.Monitor { return nil })
-	f.step()
+	f := New(meter, func() []dispatcher.Snapshot { return nil }, func() []*monitor.Monitor { return nil })
+	f.Step()
 	if st := f.Status()["*"]; !strings.Contains(st, "busy time") {
 		t.Errorf("status without a meter %q, want it to say energy follows busy time", st)
 	}
