@@ -698,9 +698,12 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 	if got.Alpha < 0.2 || got.Alpha > 0.45 || got.Tau0 < 1.0 || got.Tau0 > 4 {
 		t.Fatalf("fitted tau(b) = %.3f*b + %.3f ms, want about 0.305*b + 1.05 (+ HTTP overhead)", got.Alpha, got.Tau0)
 	}
-	// The server's own statistics give its compute line, without HTTP.
-	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.01 || math.Abs(*got.ServerTau0-1.052) > 0.05 {
-		t.Fatalf("server line %v*b + %v, want the emulator's 0.3051*b + 1.052", got.ServerAlpha, got.ServerTau0)
+	// The server's own statistics give its compute line, without HTTP: the
+	// emulator's line plus its own input and output handling (a few tens of
+	// microseconds; about 0.09 ms under the race detector), well below the
+	// round trip's.
+	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.01 || *got.ServerTau0 < 1.0 || *got.ServerTau0 > 1.2 {
+		t.Fatalf("server line %s, want the emulator's 0.3051*b + 1.052", fmtLine(got.ServerAlpha, got.ServerTau0))
 	}
 	out.Reset()
 	if code := run(context.Background(), []string{"fit", "--csv", csv, "--json"}, &out, &errb); code != 0 {
@@ -794,4 +797,12 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	if code, _ := getText(t, admin+"/healthz"); code != 200 {
 		t.Fatalf("healthz %d", code)
 	}
+}
+
+// fmtLine prints a line whose coefficients may be absent (null in JSON).
+func fmtLine(alpha, tau0 *float64) string {
+	if alpha == nil || tau0 == nil {
+		return "absent"
+	}
+	return fmt.Sprintf("%.4f*b + %.4f", *alpha, *tau0)
 }
