@@ -121,7 +121,6 @@ func New(o Options) *Server {
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		CloseOnShutdown:              true,
-		ReduceMemoryUsage:            true,
 		Logger:                       fasthttpLogger{o.Logger},
 	}
 	s.srv.HeaderReceived = s.headerReceived
