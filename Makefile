@@ -30,7 +30,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	GO=$(GO) scripts/setup-go-tools.sh >/dev/null
+	GO=$(GO) scripts/setup-go-tools.sh staticcheck >/dev/null
 	$(TOOLS)/staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Go tools `make lint` runs, at pinned versions, into
-# $(repo)/bin/tools, so a fresh clone (CI) lints with the same checks as a
+# Installs the project's Go tools, at pinned versions, into $(repo)/bin/tools,
+# so a fresh clone (CI) lints and generates with the same tools as a
 # developer's machine. Idempotent: a tool already installed at its pinned
 # version is left alone. Prints the tools directory when done.
 #
-# Usage: scripts/setup-go-tools.sh
+# Usage: scripts/setup-go-tools.sh [TOOL...]   (default: every tool below)
 # Env:   GO          the go command (default go)
 #        TOOLS_BIN   where the tools go (default $(repo)/bin/tools)
 set -euo pipefail
@@ -15,13 +15,21 @@ bin=${TOOLS_BIN:-$repo/bin/tools}
 
 # Each tool: the binary name, its package, the pinned module version. Bump a
 # version here, not in the Makefile: the check below then reinstalls it.
+# protoc-gen-go's version is google.golang.org/protobuf's in go.mod, the
+# plugins' the versions the committed gRPC code was generated with.
 tools=(
 	"staticcheck honnef.co/go/tools/cmd/staticcheck v0.8.2"
+	"protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.12"
+	"protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.5.1"
 )
 
+want=" $* "
 mkdir -p "$bin"
 for t in "${tools[@]}"; do
 	read -r name pkg version <<<"$t"
+	if (($# > 0)) && [[ $want != *" $name "* ]]; then
+		continue
+	fi
 	exe=$bin/$name
 	# `go version -m` prints the module line "mod <path> <version> <sum>";
 	# a binary built by another Go or at another version is rebuilt.

@@ -14,12 +14,6 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 go=${GO:-go}
 bin=${TOOLS_BIN:-$repo/bin/tools}
 
-# protoc-gen-go's version is google.golang.org/protobuf's in go.mod.
-plugins=(
-	"protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.12"
-	"protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.5.1"
-)
-
 if ! command -v protoc >/dev/null; then
 	sudo=""
 	[[ $(id -u) -ne 0 ]] && sudo=sudo
@@ -28,15 +22,6 @@ if ! command -v protoc >/dev/null; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq protobuf-compiler >/dev/null
 fi
 
-mkdir -p "$bin"
-for p in "${plugins[@]}"; do
-	read -r name pkg version <<<"$p"
-	exe=$bin/$name
-	if [[ -x $exe ]] && "$go" version -m "$exe" 2>/dev/null |
-		awk -v v="$version" '$1 == "mod" && $3 == v { found = 1 } END { exit !found }'; then
-		continue
-	fi
-	printf 'setup-proto: installing %s@%s into %s\n' "$pkg" "$version" "$bin" >&2
-	GOBIN=$bin "$go" install "$pkg@$version"
-done
-echo "$bin"
+# The Go plugins are pinned with the other Go tools.
+scripts_dir=$(dirname "$0")
+GO=$go TOOLS_BIN=$bin "$scripts_dir/setup-go-tools.sh" protoc-gen-go protoc-gen-go-grpc
