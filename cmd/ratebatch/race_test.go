@@ -4,5 +4,5 @@ package main
 
 // raceEnabled: the race detector slows the proxy several times over, so
 // the live tests that compare latencies log their ratios instead of
-// asserting them.
+// asserting them; `make test` runs them again without it, asserting.
 const raceEnabled = true
