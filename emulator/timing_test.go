@@ -43,6 +43,9 @@ func TestExecutionTimeFollowsProfile(t *testing.T) {
 				if r := post(t, ts.URL+"/v2/models/"+tt.model+"/infer", body, -1); r.status != 200 {
 					t.Fatalf("%d %s", r.status, r.errMsg)
 				}
+				// The statistics are recorded once the response is written,
+				// which a large response lets the client see first.
+				waitFor(t, func() bool { st, _ := s.Stats(tt.model); return st.ExecutionCount == uint64(i+1) }, "batch %d in the statistics", i+1)
 				d := wantExec(p, rows, tt.scale)
 				if got := clock.Now().Sub(before); got != d {
 					t.Errorf("batch of %d advanced the clock by %v, want tau(%d)*%v = %v", rows, got, rows, tt.scale, d)

@@ -701,8 +701,11 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 	// The server's own statistics give its compute line, without HTTP: the
 	// emulator's line plus its own input and output handling (a few tens of
 	// microseconds; about 0.09 ms under the race detector), well below the
-	// round trip's.
-	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.01 || *got.ServerTau0 < 1.0 || *got.ServerTau0 > 1.2 {
+	// round trip's. The emulator sleeps for tau(b), so a loaded machine's
+	// late wake-ups add to both: the bounds allow 10% on the slope and
+	// 0.35 ms on the intercept, and still catch a line from the wrong
+	// statistic (the round trip's, or the queue's).
+	if got.ServerAlpha == nil || math.Abs(*got.ServerAlpha-0.3051) > 0.03 || *got.ServerTau0 < 1.0 || *got.ServerTau0 > 1.4 {
 		t.Fatalf("server line %s, want the emulator's 0.3051*b + 1.052", fmtLine(got.ServerAlpha, got.ServerTau0))
 	}
 	out.Reset()
