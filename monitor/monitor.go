@@ -9,6 +9,7 @@
 package monitor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -66,8 +67,22 @@ const MaxRelErr = 0.2
 // memory of sizes seen earlier is what keeps the line identified.
 const serverHalfLife = time.Minute
 
-// sizeMean is the decayed batch count and summed time of one batch size.
-type sizeMean struct{ n, ms float64 }
+// sizeMean is the decayed batch count and summed time of one batch size,
+// and its latest reads.
+type sizeMean struct {
+	n, ms float64
+	reads []sizeRead // oldest first, at most maxReads
+}
+
+// sizeRead is one read's batches of a size: how many, and their mean time.
+type sizeRead struct {
+	n  float64
+	ms float64
+}
+
+// maxReads is how many reads of a size its typical time is the median of:
+// at a quarter-window read, the last half minute at a 1-s window.
+const maxReads = 128
 
 // overheadGain is the weight of the newest batch in the moving average of
 // the round trip's overhead over the server's own figure.
@@ -206,9 +221,10 @@ type BatchTotal struct {
 
 // ObserveServer takes the server's cumulative per-batch-size statistics.
 // The first call only sets the baseline. Each later one adds the batches
-// run since the call before to a mean per batch size, whose weight (the
-// batch count) halves every serverHalfLife: the fit then runs on one
-// point per size, each as sure as the batches behind it. A size the traffic
+// run since the call before to its batch size (a decayed count and sum, whose
+// weight halves every serverHalfLife, and the read's mean kept for the
+// size's typical time; see serverSamples): the fit then runs on one point
+// per size, each as sure as the batches behind it. A size the traffic
 // has not formed lately keeps its mean, with a fading weight, so the line
 // stays anchored when load concentrates on a few sizes (at high load nearly
 // every batch is B_max, and the intercept would otherwise be a guess). A
@@ -254,26 +270,86 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 			a = &sizeMean{}
 			m.perSize[t.Batch] = a
 		}
+		ms := float64(t.Time-prev.Time) / float64(time.Millisecond)
 		a.n += float64(n)
-		a.ms += float64(t.Time-prev.Time) / float64(time.Millisecond)
+		a.ms += ms
+		if len(a.reads) == maxReads {
+			a.reads = slices.Delete(a.reads, 0, 1)
+		}
+		a.reads = append(a.reads, sizeRead{n: float64(n), ms: ms / float64(n)})
 		m.serverBatches.Add(n)
 		m.serverFed.Store(true)
 	}
 }
 
-// serverSamples is the per-size means of the server's statistics, weighted
-// by their decayed batch counts.
+// serverSamples is one point per batch size for the fit, weighted by its
+// decayed batch count: the size's typical time (the median of its reads'
+// means, weighted by their batches) scaled by the pooled ratio of the mean
+// to the typical time over all sizes.
+//
+// Why not each size's plain mean: a real server's batch times are heavy
+// tailed (a share of batches several times slower), and the mean of a
+// size seen a few dozen times has most likely seen none of them: unbiased
+// on average, it usually reads low, and by a lot when it does not. At high
+// load nearly every batch is B_max, so the line's other end rests on such
+// rarely formed sizes, and the intercept, extrapolated from them, read 30-40%
+// low in two runs of three (docs/LEARNING.md). The median of the reads is
+// the body of the distribution whether a size was seen 20 times or 20000
+// (the reads of a rare size hold one batch each, those of a busy size
+// dozens, and a tail batch moves the median of neither), so every size's
+// typical time has the same relation to its mean; that relation, the tail's
+// share, is then measured where the batches are, as the ratio of the summed
+// time of all sizes to their summed typical times. It assumes the tail
+// scales with the batch's time (as slowdowns from contention, clocks or
+// caches do); an additive stall is spread over the line's slope instead of
+// its intercept, which is well within the fit's noise at a stall rate that
+// leaves a server usable.
 func (m *Monitor) serverSamples() []regression.Sample {
 	m.serverMu.Lock()
 	defer m.serverMu.Unlock()
 	out := make([]regression.Sample, 0, len(m.perSize))
+	var all, typical float64
 	for b, a := range m.perSize {
-		if a.n > 0 && a.ms > 0 {
-			out = append(out, regression.Sample{Batch: b, LatencyMs: a.ms / a.n, Weight: a.n})
+		if a.n > 0 && a.ms > 0 && len(a.reads) > 0 {
+			med := medianRead(a.reads)
+			if !(med > 0) {
+				continue
+			}
+			out = append(out, regression.Sample{Batch: b, LatencyMs: med, Weight: a.n})
+			all += a.ms
+			typical += a.n * med
+		}
+	}
+	if typical > 0 {
+		tail := all / typical
+		for i := range out {
+			out[i].LatencyMs *= tail
 		}
 	}
 	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
 	return out
+}
+
+// medianRead is the median of the reads' mean times, each weighted by its
+// batches.
+func medianRead(reads []sizeRead) float64 {
+	r := slices.Clone(reads)
+	slices.SortFunc(r, func(x, y sizeRead) int { return cmp.Compare(x.ms, y.ms) })
+	var total float64
+	for _, x := range r {
+		total += x.n
+	}
+	var cum float64
+	for i, x := range r {
+		cum += x.n
+		if cum > total/2 {
+			return x.ms
+		}
+		if cum == total/2 && i+1 < len(r) {
+			return (x.ms + r[i+1].ms) / 2
+		}
+	}
+	return r[len(r)-1].ms
 }
 
 // fit is the current tau(b) fit: of the server's per-size means once they

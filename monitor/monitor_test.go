@@ -431,3 +431,77 @@ func (f planRecorder) Plan(e policy.Estimate) policy.Rule {
 	f(e)
 	return policy.Fill{Policy: "recorder", Batch: 1}
 }
+
+// TestHeavyTailRareSizesKeepTheLine is the high-load case of a heavy-tailed
+// server: nearly every batch is B_max, a second size is formed one batch in
+// 32, and 1% of batches are 3-10x slower. The intercept is extrapolated from
+// the rarely formed size, whose plain mean usually has seen no tail batch
+// and reads low; the fit of the typical times scaled by the pooled tail
+// keeps tau0 within 10% of the true mean line in nearly every run, where
+// the plain means do not.
+func TestHeavyTailRareSizesKeepTheLine(t *testing.T) {
+	median := regression.Line{AlphaMs: 1.18, Tau0Ms: 2.44}
+	const sigma, tailShare = 0.05, 0.01
+	// The true mean line: log-normal spread and a tail U(3,10) times slower.
+	factor := math.Exp(sigma*sigma/2) * (1 - tailShare + tailShare*6.5)
+	truth := regression.Line{AlphaMs: factor * median.AlphaMs, Tau0Ms: factor * median.Tau0Ms}
+	const runs = 40
+	var good, plainGood int
+	for seed := range uint64(runs) {
+		m, clk := newMonitorDefaultSeed(t, 8)
+		rng := rand.New(rand.NewPCG(seed, 99))
+		batch := func(b int) time.Duration {
+			ms := median.TauMs(b) * math.Exp(sigma*rng.NormFloat64())
+			if rng.Float64() < tailShare {
+				ms *= 3 + 7*rng.Float64()
+			}
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+		totals := map[int]*BatchTotal{4: {Batch: 4}, 8: {Batch: 8}}
+		plain := map[int]*sizeMean{4: {}, 8: {}}
+		snapshot := func() []BatchTotal { return []BatchTotal{*totals[4], *totals[8]} }
+		add := func(b int, d time.Duration, learnt bool) {
+			totals[b].Count++
+			totals[b].Time += d
+			if learnt {
+				plain[b].n++
+				plain[b].ms += float64(d) / float64(time.Millisecond)
+			}
+		}
+		add(4, batch(4), false) // each size's first executions are a baseline
+		add(8, batch(8), false)
+		m.ObserveServer(snapshot())
+		for range 120 { // 30 s of quarter-window reads at about 64 batches/s
+			for range 16 {
+				if rng.IntN(32) == 0 {
+					add(4, batch(4), true)
+				} else {
+					add(8, batch(8), true)
+				}
+			}
+			m.ObserveServer(snapshot())
+			clk.add(m.TickEvery())
+		}
+		m.Tick()
+		s := m.Snapshot()
+		if math.Abs(s.Tau0Ms/truth.Tau0Ms-1) <= 0.1 && math.Abs(s.AlphaMs/truth.AlphaMs-1) <= 0.1 {
+			good++
+		}
+		var ps []regression.Sample
+		for _, b := range []int{4, 8} {
+			ps = append(ps, regression.Sample{Batch: b, LatencyMs: plain[b].ms / plain[b].n, Weight: plain[b].n})
+		}
+		o := m.fitOpts
+		o.OutlierCut = -1
+		if f, err := regression.FitSamples(ps, o); err == nil && math.Abs(f.Tau0Ms/truth.Tau0Ms-1) <= 0.1 && math.Abs(f.AlphaMs/truth.AlphaMs-1) <= 0.1 {
+			plainGood++
+		}
+	}
+	t.Logf("alpha and tau0 within 10%% of the true mean line: %d of %d runs (plain per-size means: %d)", good, runs, plainGood)
+	if good < runs*9/10 {
+		t.Errorf("only %d of %d runs within 10%%, want 90%%", good, runs)
+	}
+	if plainGood >= good {
+		t.Errorf("the plain means did as well (%d vs %d): the test no longer shows the tail", plainGood, good)
+	}
+}
