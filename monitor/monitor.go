@@ -66,8 +66,42 @@ const MaxRelErr = 0.2
 // memory of sizes seen earlier is what keeps the line identified.
 const serverHalfLife = time.Minute
 
-// sizeMean is the decayed batch count and summed time of one batch size.
-type sizeMean struct{ n, ms float64 }
+// sizeMean is the decayed batch count and summed time of one batch size,
+// and the mean time of its batches in each of the last recentWindows reads
+// that ran any (a ring, next is where the next one goes).
+type sizeMean struct {
+	n, ms  float64
+	recent []float64
+	next   int
+}
+
+// recentWindows is how many per-read means of a size its typical time is
+// the median of: enough for a stable median, few enough to follow a change.
+const recentWindows = 64
+
+// add records n batches that took ms in all since the last read.
+func (a *sizeMean) add(n int64, ms float64) {
+	a.n += float64(n)
+	a.ms += ms
+	mean := ms / float64(n)
+	if len(a.recent) < recentWindows {
+		a.recent = append(a.recent, mean)
+		return
+	}
+	a.recent[a.next] = mean
+	a.next = (a.next + 1) % recentWindows
+}
+
+// typical is the median of the size's recent per-read means.
+func (a *sizeMean) typical() float64 {
+	v := slices.Clone(a.recent)
+	slices.Sort(v)
+	k := len(v)
+	if k%2 == 1 {
+		return v[k/2]
+	}
+	return (v[k/2-1] + v[k/2]) / 2
+}
 
 // overheadGain is the weight of the newest batch in the moving average of
 // the round trip's overhead over the server's own figure.
@@ -254,39 +288,79 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 			a = &sizeMean{}
 			m.perSize[t.Batch] = a
 		}
-		a.n += float64(n)
-		a.ms += float64(t.Time-prev.Time) / float64(time.Millisecond)
+		a.add(n, float64(t.Time-prev.Time)/float64(time.Millisecond))
 		m.serverBatches.Add(n)
 		m.serverFed.Store(true)
 	}
 }
 
-// serverSamples is the per-size means of the server's statistics, weighted
-// by their decayed batch counts.
-func (m *Monitor) serverSamples() []regression.Sample {
+// serverSamples is the typical time of each batch size in the server's
+// statistics (see serverFit), weighted by its decayed batch count, and the
+// decayed counts and summed times behind them.
+func (m *Monitor) serverSamples() (typical []regression.Sample, counts map[int]float64, totalMs float64) {
 	m.serverMu.Lock()
 	defer m.serverMu.Unlock()
-	out := make([]regression.Sample, 0, len(m.perSize))
+	typical = make([]regression.Sample, 0, len(m.perSize))
+	counts = make(map[int]float64, len(m.perSize))
 	for b, a := range m.perSize {
-		if a.n > 0 && a.ms > 0 {
-			out = append(out, regression.Sample{Batch: b, LatencyMs: a.ms / a.n, Weight: a.n})
+		if a.n > 0 && a.ms > 0 && len(a.recent) > 0 {
+			typical = append(typical, regression.Sample{Batch: b, LatencyMs: a.typical(), Weight: a.n})
+			counts[b] = a.n
+			totalMs += a.ms
 		}
 	}
-	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
-	return out
+	slices.SortFunc(typical, func(x, y regression.Sample) int { return x.Batch - y.Batch })
+	return typical, counts, totalMs
 }
 
-// fit is the current tau(b) fit: of the server's per-size means once they
+// serverFit fits the line to the server's statistics in two steps.
+//
+// The line that matters is the mean one: throughput b/tau(b) and Triton's
+// summed statistics both include the rare slow batches (a GC pause, a
+// clock drop, a page fault storm). But a size's mean is a poor point to
+// fit when sizes are seen at very different rates, as at high load, where
+// nearly every batch is B_max and the sizes below it are formed a few dozen
+// times: a 1-in-100 slow batch is in B_max's mean and missing from most
+// small sizes' samples, so those read low, the slope steepens and tau0,
+// extrapolated across the sizes, reads 25-40% low (docs/LEARNING.md).
+//
+// So the shape comes from each size's typical time (the median of its
+// per-read means), which does not depend on how often the size was seen,
+// and the level from all batches pooled: the line is scaled so that it
+// accounts for the time the server really spent on the batches it ran.
+// The scale is known as well as the busiest size's mean, the best-measured
+// figure there is.
+func (m *Monitor) serverFit() (regression.Fit, error) {
+	typical, counts, totalMs := m.serverSamples()
+	// One point per size, each over many batches: a size's point is no
+	// outlier to reject, and a robust scale over a few unequally weighted
+	// points would reject all but the heaviest.
+	o := m.fitOpts
+	o.OutlierCut = -1
+	f, err := regression.FitSamples(typical, o)
+	if err != nil || f.N == 0 {
+		return f, err
+	}
+	var predicted float64
+	for b, n := range counts {
+		predicted += n * f.TauMs(b)
+	}
+	if predicted <= 0 || totalMs <= 0 {
+		return f, nil
+	}
+	c := totalMs / predicted
+	f.AlphaMs *= c
+	f.Tau0Ms *= c
+	f.SEAlphaMs *= c
+	f.SETau0Ms *= c
+	return f, nil
+}
+
+// fit is the current tau(b) fit: of the server's statistics once they
 // arrive, else of the round trips.
 func (m *Monitor) fit() (regression.Fit, error) {
 	if m.serverFed.Load() {
-		// One mean per size, each over many batches: a size's mean is no
-		// outlier to reject (the heavy tail is part of the mean the
-		// server's throughput depends on), and a robust scale over a few
-		// unequally weighted points would reject all but the heaviest.
-		o := m.fitOpts
-		o.OutlierCut = -1
-		return regression.FitSamples(m.serverSamples(), o)
+		return m.serverFit()
 	}
 	return m.est.Fit()
 }

@@ -350,6 +350,85 @@ func TestServerStatisticsTeachTheFit(t *testing.T) {
 	}
 }
 
+// TestServerFitIsTheMeanLineWhenSizesAreSeenUnequally is high load on a
+// heavy-tailed server: nearly every batch is B_max, the smaller sizes are
+// formed a few dozen times, and one batch in 100 is 3-10x slower. The fit
+// must still be the mean line (what the server's throughput depends on):
+// a fit of the sizes' plain means reads tau0 far low here, because the
+// rare sizes' means mostly miss the slow batches B_max's mean has.
+func TestServerFitIsTheMeanLineWhenSizesAreSeenUnequally(t *testing.T) {
+	median := regression.Line{AlphaMs: 1.182, Tau0Ms: 2.396}
+	// E[multiplier]: log-normal spread 0.05, and 1% of batches 3-10x.
+	scale := math.Exp(0.05*0.05/2) * (0.99 + 0.01*6.5)
+	truth := regression.Line{AlphaMs: median.AlphaMs * scale, Tau0Ms: median.Tau0Ms * scale}
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		m, clk := newMonitorDefaultSeed(t, 8)
+		rng := rand.New(rand.NewPCG(seed, 7))
+		totals := map[int]*BatchTotal{}
+		run := func(b int) {
+			mult := math.Exp(0.05 * rng.NormFloat64())
+			if rng.Float64() < 0.01 {
+				mult *= 3 + 7*rng.Float64()
+			}
+			if totals[b] == nil {
+				totals[b] = &BatchTotal{Batch: b, Count: 1, Time: time.Second} // a warm-up baseline
+			}
+			totals[b].Count++
+			totals[b].Time += time.Duration(median.TauMs(b) * mult * float64(time.Millisecond))
+		}
+		snapshot := func() []BatchTotal {
+			var out []BatchTotal
+			for _, t := range totals {
+				out = append(out, *t)
+			}
+			return out
+		}
+		for b := 1; b <= 8; b++ {
+			run(b)
+		}
+		m.ObserveServer(snapshot())
+		plain := map[int]*sizeMean{}
+		for range 120 { // 30 s of quarter-second reads at rho 0.8
+			before := map[int]BatchTotal{}
+			for b, t := range totals {
+				before[b] = *t
+			}
+			for range 15 {
+				run(8)
+			}
+			if rng.IntN(3) == 0 {
+				run(1 + rng.IntN(7))
+			}
+			m.ObserveServer(snapshot())
+			for b, t := range totals {
+				if n := t.Count - before[b].Count; n > 0 {
+					if plain[b] == nil {
+						plain[b] = &sizeMean{}
+					}
+					plain[b].add(n, float64(t.Time-before[b].Time)/float64(time.Millisecond))
+				}
+			}
+			clk.add(m.TickEvery())
+			m.Tick()
+		}
+		s := m.Snapshot()
+		var means []regression.Sample
+		for b, a := range plain {
+			means = append(means, regression.Sample{Batch: b, LatencyMs: a.ms / a.n, Weight: a.n})
+		}
+		naive, err := regression.FitSamples(means, regression.Options{OutlierCut: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: fit %.4f*b + %.4f, plain means %.4f*b + %.4f, true mean line %.4f*b + %.4f",
+			seed, s.AlphaMs, s.Tau0Ms, naive.AlphaMs, naive.Tau0Ms, truth.AlphaMs, truth.Tau0Ms)
+		if math.Abs(s.AlphaMs/truth.AlphaMs-1) > 0.05 || math.Abs(s.Tau0Ms/truth.Tau0Ms-1) > 0.10 {
+			t.Errorf("seed %d: fit %.4f*b + %.4f, want the mean line %.4f*b + %.4f (alpha within 5%%, tau0 within 10%%)",
+				seed, s.AlphaMs, s.Tau0Ms, truth.AlphaMs, truth.Tau0Ms)
+		}
+	}
+}
+
 func TestDoubtUntilTheLineIsKnown(t *testing.T) {
 	m, clk := newMonitorDefaultSeed(t, 32)
 	tick := func() Snapshot { clk.add(m.TickEvery()); m.Tick(); return m.Snapshot() } // reads m, clk as reassigned
