@@ -9,7 +9,6 @@
 package monitor
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -68,21 +67,41 @@ const MaxRelErr = 0.2
 const serverHalfLife = time.Minute
 
 // sizeMean is the decayed batch count and summed time of one batch size,
-// and its latest reads.
+// and the mean time of its batches in each of the last recentWindows reads
+// that ran any (a ring, next is where the next one goes).
 type sizeMean struct {
-	n, ms float64
-	reads []sizeRead // oldest first, at most maxReads
+	n, ms  float64
+	recent []float64
+	next   int
 }
 
-// sizeRead is one read's batches of a size: how many, and their mean time.
-type sizeRead struct {
-	n  float64
-	ms float64
+// recentWindows is how many per-read means of a size its typical time is
+// the median of: enough for a stable median, few enough to follow a change.
+const recentWindows = 64
+
+// add records n batches that took ms in all since the last read.
+func (a *sizeMean) add(n int64, ms float64) {
+	a.n += float64(n)
+	a.ms += ms
+	mean := ms / float64(n)
+	if len(a.recent) < recentWindows {
+		a.recent = append(a.recent, mean)
+		return
+	}
+	a.recent[a.next] = mean
+	a.next = (a.next + 1) % recentWindows
 }
 
-// maxReads is how many reads of a size its typical time is the median of:
-// at a quarter-window read, the last half minute at a 1-s window.
-const maxReads = 128
+// typical is the median of the size's recent per-read means.
+func (a *sizeMean) typical() float64 {
+	v := slices.Clone(a.recent)
+	slices.Sort(v)
+	k := len(v)
+	if k%2 == 1 {
+		return v[k/2]
+	}
+	return (v[k/2-1] + v[k/2]) / 2
+}
 
 // overheadGain is the weight of the newest batch in the moving average of
 // the round trip's overhead over the server's own figure.
@@ -221,10 +240,9 @@ type BatchTotal struct {
 
 // ObserveServer takes the server's cumulative per-batch-size statistics.
 // The first call only sets the baseline. Each later one adds the batches
-// run since the call before to its batch size (a decayed count and sum, whose
-// weight halves every serverHalfLife, and the read's mean kept for the
-// size's typical time; see serverSamples): the fit then runs on one point
-// per size, each as sure as the batches behind it. A size the traffic
+// run since the call before to a mean per batch size, whose weight (the
+// batch count) halves every serverHalfLife: the fit then runs on one
+// point per size, each as sure as the batches behind it. A size the traffic
 // has not formed lately keeps its mean, with a fading weight, so the line
 // stays anchored when load concentrates on a few sizes (at high load nearly
 // every batch is B_max, and the intercept would otherwise be a guess). A
@@ -270,99 +288,79 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 			a = &sizeMean{}
 			m.perSize[t.Batch] = a
 		}
-		ms := float64(t.Time-prev.Time) / float64(time.Millisecond)
-		a.n += float64(n)
-		a.ms += ms
-		if len(a.reads) == maxReads {
-			a.reads = slices.Delete(a.reads, 0, 1)
-		}
-		a.reads = append(a.reads, sizeRead{n: float64(n), ms: ms / float64(n)})
+		a.add(n, float64(t.Time-prev.Time)/float64(time.Millisecond))
 		m.serverBatches.Add(n)
 		m.serverFed.Store(true)
 	}
 }
 
-// serverSamples is one point per batch size for the fit, weighted by its
-// decayed batch count: the size's typical time (the median of its reads'
-// means, weighted by their batches) scaled by the pooled ratio of the mean
-// to the typical time over all sizes.
-//
-// Why not each size's plain mean: a real server's batch times are heavy
-// tailed (a share of batches several times slower), and the mean of a
-// size seen a few dozen times has most likely seen none of them: unbiased
-// on average, it usually reads low, and by a lot when it does not. At high
-// load nearly every batch is B_max, so the line's other end rests on such
-// rarely formed sizes, and the intercept, extrapolated from them, read 30-40%
-// low in two runs of three (docs/LEARNING.md). The median of the reads is
-// the body of the distribution whether a size was seen 20 times or 20000
-// (the reads of a rare size hold one batch each, those of a busy size
-// dozens, and a tail batch moves the median of neither), so every size's
-// typical time has the same relation to its mean; that relation, the tail's
-// share, is then measured where the batches are, as the ratio of the summed
-// time of all sizes to their summed typical times. It assumes the tail
-// scales with the batch's time (as slowdowns from contention, clocks or
-// caches do); an additive stall is spread over the line's slope instead of
-// its intercept, which is well within the fit's noise at a stall rate that
-// leaves a server usable.
-func (m *Monitor) serverSamples() []regression.Sample {
+// serverSamples is the typical time of each batch size in the server's
+// statistics (see serverFit), weighted by its decayed batch count, and the
+// decayed counts and summed times behind them.
+func (m *Monitor) serverSamples() (typical []regression.Sample, counts map[int]float64, totalMs float64) {
 	m.serverMu.Lock()
 	defer m.serverMu.Unlock()
-	out := make([]regression.Sample, 0, len(m.perSize))
-	var all, typical float64
+	typical = make([]regression.Sample, 0, len(m.perSize))
+	counts = make(map[int]float64, len(m.perSize))
 	for b, a := range m.perSize {
-		if a.n > 0 && a.ms > 0 && len(a.reads) > 0 {
-			med := medianRead(a.reads)
-			if !(med > 0) {
-				continue
-			}
-			out = append(out, regression.Sample{Batch: b, LatencyMs: med, Weight: a.n})
-			all += a.ms
-			typical += a.n * med
+		if a.n > 0 && a.ms > 0 && len(a.recent) > 0 {
+			typical = append(typical, regression.Sample{Batch: b, LatencyMs: a.typical(), Weight: a.n})
+			counts[b] = a.n
+			totalMs += a.ms
 		}
 	}
-	if typical > 0 {
-		tail := all / typical
-		for i := range out {
-			out[i].LatencyMs *= tail
-		}
-	}
-	slices.SortFunc(out, func(x, y regression.Sample) int { return x.Batch - y.Batch })
-	return out
+	slices.SortFunc(typical, func(x, y regression.Sample) int { return x.Batch - y.Batch })
+	return typical, counts, totalMs
 }
 
-// medianRead is the median of the reads' mean times, each weighted by its
-// batches.
-func medianRead(reads []sizeRead) float64 {
-	r := slices.Clone(reads)
-	slices.SortFunc(r, func(x, y sizeRead) int { return cmp.Compare(x.ms, y.ms) })
-	var total float64
-	for _, x := range r {
-		total += x.n
+// serverFit fits the line to the server's statistics in two steps.
+//
+// The line that matters is the mean one: throughput b/tau(b) and Triton's
+// summed statistics both include the rare slow batches (a GC pause, a
+// clock drop, a page fault storm). But a size's mean is a poor point to
+// fit when sizes are seen at very different rates, as at high load, where
+// nearly every batch is B_max and the sizes below it are formed a few dozen
+// times: a 1-in-100 slow batch is in B_max's mean and missing from most
+// small sizes' samples, so those read low, the slope steepens and tau0,
+// extrapolated across the sizes, reads 25-40% low (docs/LEARNING.md).
+//
+// So the shape comes from each size's typical time (the median of its
+// per-read means), which does not depend on how often the size was seen,
+// and the level from all batches pooled: the line is scaled so that it
+// accounts for the time the server really spent on the batches it ran.
+// The scale is known as well as the busiest size's mean, the best-measured
+// figure there is.
+func (m *Monitor) serverFit() (regression.Fit, error) {
+	typical, counts, totalMs := m.serverSamples()
+	// One point per size, each over many batches: a size's point is no
+	// outlier to reject, and a robust scale over a few unequally weighted
+	// points would reject all but the heaviest.
+	o := m.fitOpts
+	o.OutlierCut = -1
+	f, err := regression.FitSamples(typical, o)
+	if err != nil || f.N == 0 {
+		return f, err
 	}
-	var cum float64
-	for i, x := range r {
-		cum += x.n
-		if cum > total/2 {
-			return x.ms
-		}
-		if cum == total/2 && i+1 < len(r) {
-			return (x.ms + r[i+1].ms) / 2
-		}
+	var predicted float64
+	for b, n := range counts {
+		predicted += n * f.TauMs(b)
 	}
-	return r[len(r)-1].ms
+	if predicted <= 0 || totalMs <= 0 {
+		return f, nil
+	}
+	c := totalMs / predicted
+	f.AlphaMs *= c
+	f.Tau0Ms *= c
+	f.SEAlphaMs *= c
+	f.SETau0Ms *= c
+	return f, nil
 }
 
-// fit is the current tau(b) fit: of the server's per-size means once they
+// fit is the current tau(b) fit: of the server's statistics once they
 // arrive, else of the round trips.
 func (m *Monitor) fit() (regression.Fit, error) {
 	if m.serverFed.Load() {
-		// One mean per size, each over many batches: a size's mean is no
-		// outlier to reject (the heavy tail is part of the mean the
-		// server's throughput depends on), and a robust scale over a few
-		// unequally weighted points would reject all but the heaviest.
-		o := m.fitOpts
-		o.OutlierCut = -1
-		return regression.FitSamples(m.serverSamples(), o)
+		return m.serverFit()
 	}
 	return m.est.Fit()
 }

@@ -126,26 +126,40 @@ type Limit struct {
 	Limit   int
 	MaxWait time.Duration
 	Note    string
-	// Explore, when set, sends every ExploreEvery-th batch of 4 rows or
-	// more at half its size (see explorer).
+	// Explore, when set, sends every Explore.Every-th batch of 4 rows or
+	// more as a batch of one (see Explorer).
 	Explore *Explorer
 }
 
 // Explorer makes a work-conserving rule form batch sizes the traffic would
 // not: while the tau(b) fit is in doubt because the batches all have about
 // the same size (at high load, B_max), every Every-th batch of 4 or more
-// rows leaves with half of them, so the intercept is measured rather than
-// extrapolated. It never holds a row (the rest go with the next batch, at
-// once when an instance is free), skips queues whose rows carry deadlines,
-// and costs at most 1/(2*Every) of a batch's rows in throughput. It is
-// shared by the rules of one model; safe for concurrent use.
+// rows leaves with its oldest row alone, so the intercept is measured
+// rather than extrapolated.
+//
+// Why one row and not, say, half: every split costs the same, one tau0 of
+// instance time, wherever it cuts. What the cut buys is leverage. With
+// means m1 and mB of sizes 1 and B, tau0 = (B*m1 - mB)/(B-1), so an error
+// in m1 reaches tau0 scaled by B/(B-1) (8/7 at B_max 8); with sizes B/2
+// and B, tau0 = 2*m(B/2) - mB doubles an error in m(B/2), which is also
+// twice as large in milliseconds. On a heavy-tailed server the mean of a
+// size seen a hundred times usually reads a few percent low (its rare
+// slow batches are absent from most samples), and halving turned that
+// into tau0 errors of 30-40% at rho 0.8 (docs/LEARNING.md).
+//
+// It never holds a row (the rest go with the next batch, at once when an
+// instance is free), skips queues whose rows carry deadlines, and costs at
+// most one tau0 in Every batches of instance time, only while the doubt
+// lasts. It is shared by the rules of one model; safe for concurrent use.
 type Explorer struct {
 	Every int
 	n     atomic.Uint64
 }
 
 // DefaultExploreEvery is how often a doubting rule explores: one batch in
-// 16, at most about 3% of throughput while the doubt lasts.
+// 16, which costs tau0/(16*tau(B)) of throughput at batch size B (below
+// 1/16, and about 1% where the per-row cost dominates), only while the
+// doubt lasts.
 const DefaultExploreEvery = 16
 
 // size returns the rows to send of n ready to go.
@@ -154,7 +168,7 @@ func (x *Explorer) size(q Queue, n int) int {
 		return n
 	}
 	if x.n.Add(1)%uint64(x.Every) == 0 {
-		return n / 2
+		return 1
 	}
 	return n
 }

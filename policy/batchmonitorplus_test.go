@@ -129,7 +129,7 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 	}
 }
 
-func TestExplorerHalvesOneBatchInEvery(t *testing.T) {
+func TestExplorerSendsOneRowInEvery(t *testing.T) {
 	x := &Explorer{Every: 4}
 	rule := Limit{Policy: "x", Limit: 1, Explore: x}
 	q := Queue{Now: at(10), Rows: 8, OldestArrival: at(9), Instances: 1, MaxBatch: 8}
@@ -137,7 +137,7 @@ func TestExplorerHalvesOneBatchInEvery(t *testing.T) {
 	for range 8 {
 		sizes = append(sizes, rule.Decide(q).Rows)
 	}
-	if want := []int{8, 8, 8, 4, 8, 8, 8, 4}; !slices.Equal(sizes, want) {
+	if want := []int{8, 8, 8, 1, 8, 8, 8, 1}; !slices.Equal(sizes, want) {
 		t.Fatalf("sizes %v, want %v", sizes, want)
 	}
 	// Small batches, and rows with deadlines, are never split.

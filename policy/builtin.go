@@ -94,8 +94,8 @@ func fallback(name string, e Estimate, err error) Rule {
 // builds a queue at a cold start), and while the tau(b) fit is in doubt.
 //
 // While in doubt it also explores (Explorer): one batch in 16 of 4 rows or
-// more leaves with half of them, so that traffic that forms one size only
-// (B_max at high load) still measures the line.
+// more leaves with its oldest row alone, so that traffic that forms one
+// size only (B_max at high load) still measures the line's intercept.
 func conserving(name string, e Estimate, x *Explorer) (Rule, bool) {
 	// Limit 1 sends whatever waits, up to B_max, whenever an instance is free.
 	switch {

@@ -44,9 +44,10 @@ func TestRunMeasuresTheServersLine(t *testing.T) {
 		}
 	}
 	// The server's statistics give its own compute line (the emulator's
-	// sleeps overshoot a little on a busy machine, which lands in tau0);
+	// sleeps overshoot on a busy machine, mostly into tau0 but, with six
+	// samples a size, into the slope too: 10% on alpha, 0.35 ms on tau0);
 	// the round trip adds HTTP time on top of it, never less.
-	if res.Server == nil || math.Abs(res.Server.AlphaMs-0.3051) > 0.02 || res.Server.Tau0Ms < 1.0 || res.Server.Tau0Ms > 1.3 {
+	if res.Server == nil || math.Abs(res.Server.AlphaMs-0.3051) > 0.03 || res.Server.Tau0Ms < 1.0 || res.Server.Tau0Ms > 1.4 {
 		t.Fatalf("server line %+v, want the emulator's 0.3051*b + 1.052", res.Server)
 	}
 	if res.Fit.TauMs(1) < res.Server.TauMs(1) {
