@@ -81,3 +81,28 @@ func (a *arrivals) next() (time.Duration, bool) {
 
 // maxRunLength bounds every run.
 const maxRunLength = 7 * 24 * time.Hour
+
+// Schedule returns the arrival offsets Run draws for rate and seed over a
+// run of d (at most requests of them when requests > 0). The load is open
+// loop, so these are the moments Run sends its requests, less the
+// scheduler's lateness: the simulator replays them (sim.Config.Arrivals) to
+// see the same realisation of the Poisson process as a live run, not
+// another one of the same rate.
+func Schedule(rate Rate, seed uint64, d time.Duration, requests int) ([]time.Duration, error) {
+	if d <= 0 || d > maxRunLength {
+		return nil, fmt.Errorf("duration must be in (0, %v], got %v", maxRunLength, d)
+	}
+	arr, err := newArrivals(rate, seed, d)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for requests <= 0 || len(out) < requests {
+		t, more := arr.next()
+		if !more {
+			break
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

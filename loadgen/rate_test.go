@@ -216,3 +216,38 @@ func BenchmarkArrivals(b *testing.B) {
 		a.next()
 	}
 }
+
+// TestScheduleIsRunsArrivals: Schedule is the arrival sequence a run of the
+// same rate and seed draws, so the simulator can replay a live load.
+func TestScheduleIsRunsArrivals(t *testing.T) {
+	const d = 10 * time.Second
+	got, err := Schedule(ConstantRate(200), 7, d, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr, err := newArrivals(ConstantRate(200), 7, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		want, more := arr.next()
+		if !more {
+			if i != len(got) {
+				t.Fatalf("schedule has %d arrivals, the run draws %d", len(got), i)
+			}
+			break
+		}
+		if i >= len(got) || got[i] != want {
+			t.Fatalf("arrival %d differs from the run's %v", i, want)
+		}
+	}
+	if n := len(got); n < 1800 || n > 2200 {
+		t.Fatalf("%d arrivals at 200/s over %v", n, d)
+	}
+	if capped, _ := Schedule(ConstantRate(200), 7, d, 10); len(capped) != 10 || capped[9] != got[9] {
+		t.Fatalf("capped schedule %v", capped)
+	}
+	if _, err := Schedule(ConstantRate(200), 7, 0, 0); err == nil {
+		t.Fatal("a zero duration was accepted")
+	}
+}

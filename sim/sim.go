@@ -42,13 +42,21 @@ const (
 // Epoch is the virtual clock's time zero as policies see it.
 var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Config describes one run. Give exactly one of RatePerSec and Trace.
+// Config describes one run. Give exactly one of RatePerSec, Trace and
+// Arrivals.
 type Config struct {
 	Profile preset.Profile
 	Policy  policy.Policy
 
 	RatePerSec float64       // constant Poisson arrival rate
 	Trace      *trace.Series // or a rate that follows this series
+	// Arrivals, or exactly these arrival offsets from the start, ascending:
+	// a live load's own schedule (loadgen.Schedule), so that a run replays
+	// the realisation the live proxy saw rather than another draw of the
+	// same rate. Where a policy keeps the server nearly saturated, two
+	// draws differ in their bursts, and so in latency, far more than the
+	// simulator and the proxy differ.
+	Arrivals []time.Duration
 	// Requests is how many arrivals a constant-rate run simulates (default
 	// DefaultRequests); for a trace run it caps the arrivals (0: the whole
 	// trace).
@@ -96,9 +104,13 @@ func (c Config) Validate() error {
 	switch {
 	case c.Policy == nil:
 		return invalid("Policy", "no policy given")
+	case c.Arrivals != nil && (c.Trace != nil || c.RatePerSec != 0):
+		return invalid("Arrivals", "give one of a rate, a trace and arrival times, not several")
+	case c.Arrivals != nil && !validArrivals(c.Arrivals):
+		return invalid("Arrivals", "arrival times must be >= 0 and ascending")
 	case c.Trace != nil && c.RatePerSec != 0:
 		return invalid("RatePerSec", "give either a rate or a trace, not both")
-	case c.Trace == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
+	case c.Trace == nil && c.Arrivals == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
 		return invalid("RatePerSec", "arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
 	case c.Requests < 0:
 		return invalid("Requests", "requests must be >= 0, got %d", c.Requests)
@@ -118,12 +130,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
+func validArrivals(a []time.Duration) bool {
+	for i, t := range a {
+		if t < 0 || (i > 0 && t < a[i-1]) {
+			return false
+		}
+	}
+	return true
+}
+
 // normalize validates c and fills its defaults.
 func (c *Config) normalize() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.Trace == nil && c.Requests == 0 {
+	if c.Trace == nil && c.Arrivals == nil && c.Requests == 0 {
 		c.Requests = DefaultRequests
 	}
 	if c.Window == 0 {
@@ -281,6 +302,13 @@ func (r *run) drawArrival() {
 	}
 	if r.arrivals != nil {
 		r.nextArrival, r.haveArrival = r.arrivals.Next()
+		return
+	}
+	if r.c.Arrivals != nil {
+		r.haveArrival = r.arrived < len(r.c.Arrivals)
+		if r.haveArrival {
+			r.nextArrival = r.c.Arrivals[r.arrived]
+		}
 		return
 	}
 	gap := r.constRNG.ExpFloat64() / r.c.RatePerSec * float64(time.Second)

@@ -409,12 +409,40 @@ func TestValidateNamesTheField(t *testing.T) {
 		"Window":     func(c *Config) { c.Window = time.Microsecond },
 		"Jitter":     func(c *Config) { c.Jitter = 1 },
 		"SLA":        func(c *Config) { c.SLA = -1 },
+		"Arrivals":   func(c *Config) { c.Arrivals = []time.Duration{time.Millisecond} },
 	} {
 		c := good
 		mod(&c)
 		var ie *InvalidError
 		if err := c.Validate(); !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("%s: Validate() = %v, want an InvalidError for %s", field, err, field)
+		}
+	}
+}
+
+// TestArrivalsReplayed runs explicit arrival times (a live load's schedule):
+// adhoc on one instance, so each request's latency follows by hand.
+func TestArrivalsReplayed(t *testing.T) {
+	p := preset.Profile{Name: "line", Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 4}, MaxBatch: 8}
+	ms := time.Millisecond
+	// 0: alone, done at 5. 1 and 2 wait for it, go together at 5, done at 11.
+	// 20: alone again, done at 25.
+	r, err := Run(context.Background(), Config{Profile: p, Policy: policy.Adhoc{}, Arrivals: []time.Duration{0, 1 * ms, 2 * ms, 20 * ms}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := (5.0 + 10 + 9 + 5) / 4
+	if r.Requests != 4 || r.Batches != 3 || math.Abs(r.MeanLatencyMs-want) > 1e-9 {
+		t.Fatalf("requests %d batches %d mean %v ms, want 4, 3, %v", r.Requests, r.Batches, r.MeanLatencyMs, want)
+	}
+	for _, bad := range []Config{
+		{Profile: p, Policy: policy.Adhoc{}, Arrivals: []time.Duration{2 * ms, 1 * ms}},
+		{Profile: p, Policy: policy.Adhoc{}, Arrivals: []time.Duration{-ms}},
+		{Profile: p, Policy: policy.Adhoc{}, Arrivals: []time.Duration{ms}, RatePerSec: 5},
+	} {
+		var ie *InvalidError
+		if err := bad.Validate(); !errors.As(err, &ie) || ie.Field != "Arrivals" {
+			t.Errorf("%v: Validate() = %v, want an InvalidError for Arrivals", bad.Arrivals, err)
 		}
 	}
 }
