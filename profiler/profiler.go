@@ -1,6 +1,7 @@
 // Package profiler measures a model's batch latency line tau(b) against a
-// running server: it sends one request at a time of b rows, for b = 1 up to
-// the model's max_batch_size, times each round trip and fits the line, the
+// running server: it sends one request at a time of b rows, going round the
+// sizes b = 1 up to the model's max_batch_size, times each round trip and
+// fits the line, the
 // tau(b) the proxy will see. Where the server keeps per-batch-size
 // statistics (Triton does), it also fits the server's own compute line from
 // their change over the run, without the network and HTTP the round trip
@@ -14,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -76,42 +76,58 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		top = min(top, o.MaxBatch)
 	}
 
-	// The server's own per-size statistics around each size's timed
-	// requests (after its warm-up: a Python backend's first call takes
-	// hundreds of ms), when it keeps them: its compute time, without the
-	// network and HTTP the round trip carries (the line the proxy's monitor
-	// learns from the same figures).
+	// Every size is warmed up first (a Python backend's first call takes
+	// hundreds of ms), then the timed requests go round the sizes, one
+	// request of each size per round, not all of one size and then the
+	// next: a machine whose load drifts during the run (a shared host,
+	// another job starting) then slows every size alike, where size
+	// blocks turn the drift into a false slope. Measured on a shared
+	// 2-core box against PyTriton before the change, blocks read the
+	// server's line as 0.32*b + 10.4 ms for a model that sleeps at least
+	// 0.5 ms per row (docs/LEARNING.md).
+	for b := 1; b <= top && o.Warmup > 0; b++ {
+		if _, _, err := timeBatch(ctx, o, b, o.Warmup); err != nil {
+			return Result{}, fmt.Errorf("batch size %d: warm-up: %w", b, err)
+		}
+	}
+	// The server's own per-size statistics around the timed requests, when
+	// it keeps them: its compute time, without the network and HTTP the
+	// round trip carries (the line the proxy's monitor learns from the
+	// same figures). They are counted per size, so one read before and
+	// one after cover every size.
+	before, statsErr := tc.ModelStats(ctx, o.Model)
+	lat := make([][]float64, top+1)
+	errs := make([]int64, top+1)
+	for range o.Samples {
+		for b := 1; b <= top; b++ {
+			l, e, err := timeBatch(ctx, o, b, 1)
+			if err != nil {
+				return Result{}, fmt.Errorf("batch size %d: %w", b, err)
+			}
+			lat[b] = append(lat[b], l...)
+			errs[b] += e
+		}
+	}
 	var serverSamples []regression.Sample
-	statsOK := true
+	statsOK := statsErr == nil
+	if statsOK {
+		if after, err := tc.ModelStats(ctx, o.Model); err == nil {
+			serverSamples = statsDelta(before, after)
+		} else {
+			statsOK = false
+		}
+	}
 
 	var res Result
 	for b := 1; b <= top; b++ {
-		if o.Warmup > 0 {
-			if _, _, err := timeBatch(ctx, o, b, 0, o.Warmup); err != nil {
-				return Result{}, fmt.Errorf("batch size %d: warm-up: %w", b, err)
-			}
+		if len(lat[b]) == 0 {
+			return Result{}, fmt.Errorf("batch size %d: all %d requests failed", b, errs[b])
 		}
-		before, statsErr := tc.ModelStats(ctx, o.Model)
-		lat, errs, err := timeBatch(ctx, o, b, 0, o.Samples)
-		if err != nil {
-			return Result{}, fmt.Errorf("batch size %d: %w", b, err)
-		}
-		if statsOK = statsOK && statsErr == nil; statsOK {
-			if after, err := tc.ModelStats(ctx, o.Model); err == nil {
-				serverSamples = append(serverSamples, statsDelta(before, after)...)
-			} else {
-				statsOK = false
-			}
-		}
-		for _, l := range lat {
+		for _, l := range lat[b] {
 			res.Samples = append(res.Samples, regression.Sample{Batch: b, LatencyMs: l})
 		}
-		slices.Sort(lat)
-		med := math.NaN()
-		if len(lat) > 0 {
-			med = lat[len(lat)/2]
-		}
-		s := Size{Batch: b, MedianMs: med, OK: len(lat), Errors: errs}
+		sorted := slices.Sorted(slices.Values(lat[b]))
+		s := Size{Batch: b, MedianMs: sorted[len(sorted)/2], OK: len(sorted), Errors: errs[b]}
 		res.Sizes = append(res.Sizes, s)
 		if o.Progress != nil {
 			o.Progress(s)
@@ -128,14 +144,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	return res, nil
 }
 
-// timeBatch sends warmup+samples requests of b rows one at a time and
-// returns the timed latencies in ms of the ok ones.
-func timeBatch(ctx context.Context, o Options, b, warmup, samples int) ([]float64, int64, error) {
+// timeBatch sends n requests of b rows one at a time and returns the
+// latencies in ms of the ok ones and how many failed. The error is for a
+// run that could not be made at all.
+func timeBatch(ctx context.Context, o Options, b, n int) ([]float64, int64, error) {
 	// One request in flight and arrivals far faster than answers: a closed
 	// loop, each request sent the moment the previous one is answered.
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		Target: o.Upstream, Model: o.Model, Rows: b, Binary: o.Binary,
-		Rate: loadgen.ConstantRate(1e6), Duration: time.Hour, Requests: warmup + samples,
+		Rate: loadgen.ConstantRate(1e6), Duration: time.Hour, Requests: n,
 		MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Timeout: o.Timeout, Payloads: 1, Seed: uint64(b),
 	})
 	if err != nil {
@@ -146,17 +163,12 @@ func timeBatch(ctx context.Context, o Options, b, warmup, samples int) ([]float6
 	}
 	var lat []float64
 	var errs int64
-	for i, r := range res.Records {
+	for _, r := range res.Records {
 		if r.Err != loadgen.KindNone {
 			errs++
 			continue
 		}
-		if i >= warmup {
-			lat = append(lat, float64(r.Latency)/float64(time.Millisecond))
-		}
-	}
-	if len(lat) == 0 {
-		return nil, errs, fmt.Errorf("all %d requests failed (by kind: %v, statuses: %v)", errs, res.Summary.ErrorsByKind, res.Summary.StatusCounts)
+		lat = append(lat, float64(r.Latency)/float64(time.Millisecond))
 	}
 	return lat, errs, nil
 }
