@@ -104,7 +104,12 @@ func (a *sizeMean) typical() float64 {
 }
 
 // overheadGain is the weight of the newest batch in the moving average of
-// the round trip's overhead over the server's own figure.
+// the round trip's overhead over the server's own figure. The first
+// 1/overheadGain batches are averaged plainly instead (the weight of the
+// n-th is 1/n): an average that started from 0 would, for the first few
+// dozen batches after the statistics arrive, plan on compute alone, pick
+// a batch size whose throughput is below the rate, and build a queue
+// (the simulator, fed as the proxy is, showed it: sim.TestOverheadFeedsTheMonitorAsLive).
 const overheadGain = 0.05
 
 // Monitor is the monitor of one model. Its methods are safe for concurrent use.
@@ -130,6 +135,7 @@ type Monitor struct {
 	serverBatches atomic.Int64
 	serverFed     atomic.Bool
 	overhead      atomic.Uint64 // math.Float64bits of the mean overhead in ms
+	overheadN     atomic.Int64  // round trips the overhead is averaged over
 	current       atomic.Pointer[published]
 	changed       chan struct{}
 	replan        chan struct{} // asks Run to plan again now
@@ -220,9 +226,10 @@ func (m *Monitor) Observe(rows int, latency time.Duration) {
 	}
 	p := m.current.Load()
 	gap := ms - p.fit.TauMs(rows)
+	gain := max(overheadGain, 1/float64(m.overheadN.Add(1)))
 	for {
 		old := m.overhead.Load()
-		next := math.Float64bits(math.Float64frombits(old) + overheadGain*(gap-math.Float64frombits(old)))
+		next := math.Float64bits(math.Float64frombits(old) + gain*(gap-math.Float64frombits(old)))
 		if m.overhead.CompareAndSwap(old, next) {
 			return
 		}
@@ -554,7 +561,14 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		// is back, so the round trip beyond the server's compute holds the
 		// instance like compute does. The fit and the status keep the two
 		// apart; only the plan adds them.
-		if o := math.Float64frombits(m.overhead.Load()); o > 0 {
+		if m.overheadN.Load() == 0 {
+			// No round trip measured against the statistics yet: until
+			// one is, the round trips alone are the line as the proxy
+			// lives it, not the compute without what comes around it.
+			if rt, err := m.est.Fit(); err == nil {
+				e.Latency = rt.Line
+			}
+		} else if o := math.Float64frombits(m.overhead.Load()); o > 0 {
 			e.Latency.Tau0Ms += o
 		}
 	}

@@ -15,6 +15,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -68,6 +69,15 @@ type Config struct {
 	// Jitter makes each batch take tau(b)*(1+u), u uniform in
 	// [-Jitter, Jitter); 0 <= Jitter < 1.
 	Jitter float64
+	// Overhead is the round trip beyond the server's compute per batch
+	// (network, HTTP): it holds the instance like compute does, but is not
+	// in the server's statistics. When > 0 the simulated server keeps
+	// per-size statistics as Triton does and the monitor is fed them every
+	// slice, and the round trips apart, as the live proxy's monitor is
+	// (the fit from the statistics, the overhead's moving average from the
+	// round trips, the plan adding the two). 0: the profile's line is the
+	// whole round trip and feeds the fit directly.
+	Overhead time.Duration
 	// IdleWatts is power drawn while no batch runs (W); batch energy zeta(b)
 	// is taken to include the power drawn while the batch runs.
 	IdleWatts float64
@@ -122,6 +132,8 @@ func (c Config) Validate() error {
 		return invalid("Jitter", "jitter must be in [0, 1), got %v", c.Jitter)
 	case !(c.IdleWatts >= 0) || math.IsInf(c.IdleWatts, 0):
 		return invalid("IdleWatts", "idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
+	case c.Overhead < 0:
+		return invalid("Overhead", "overhead must be >= 0, got %v", c.Overhead)
 	case c.SLA < 0:
 		return invalid("SLA", "SLA must be >= 0, got %v", c.SLA)
 	case c.DrainLimit < 0:
@@ -204,11 +216,12 @@ type Window struct {
 
 // slot is one instance: the batch it runs, if any.
 type slot struct {
-	busy   bool
-	end    time.Duration
-	start  time.Duration
-	rows   int
-	latSum float64 // ms, of the rows in the batch
+	busy    bool
+	end     time.Duration
+	start   time.Duration
+	rows    int
+	compute time.Duration // the batch's time in the server's statistics
+	latSum  float64       // ms, of the rows in the batch
 }
 
 // run holds a simulation's state. Times are durations since Epoch.
@@ -225,6 +238,8 @@ type run struct {
 	flyRow int // rows in busy slots
 	wake   time.Duration
 	woken  bool // wake is set
+
+	stats map[int]monitor.BatchTotal // the server's per-size statistics; with Overhead
 
 	nextArrival time.Duration
 	haveArrival bool
@@ -276,6 +291,9 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return Result{}, fmt.Errorf("sim: %w", err)
 	}
 	r.mon = mon
+	if c.Overhead > 0 {
+		r.stats = map[int]monitor.BatchTotal{}
+	}
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
 	if c.Trace != nil {
 		r.arrivals = c.Trace.Arrivals(arrivalRNG)
@@ -377,6 +395,9 @@ func (r *run) loop(ctx context.Context) error {
 			r.drawArrival()
 		case evTick:
 			// The monitor re-plans every slice; the series is per window.
+			if r.stats != nil {
+				r.mon.ObserveServer(slices.Collect(maps.Values(r.stats)))
+			}
 			r.mon.Tick()
 			r.rule = r.mon.Rule()
 			if r.now >= nextWindow {
@@ -464,8 +485,9 @@ func (r *run) dispatch(n int) {
 	if r.c.Jitter > 0 {
 		tau *= 1 + r.c.Jitter*(2*r.jitterRNG.Float64()-1)
 	}
-	end := r.now + max(time.Duration(tau*float64(time.Millisecond)), 1)
-	s := slot{busy: true, start: r.now, end: end, rows: n}
+	compute := max(time.Duration(tau*float64(time.Millisecond)), 1)
+	end := r.now + compute + r.c.Overhead
+	s := slot{busy: true, start: r.now, end: end, rows: n, compute: compute}
 	for _, at := range r.queue[r.head : r.head+n] {
 		ms := float64(end-at) / float64(time.Millisecond)
 		s.latSum += ms
@@ -502,6 +524,11 @@ func (r *run) complete(i int) {
 	r.lastDone = r.now
 	r.win.Completed += s.rows
 	r.winLatSum += s.latSum
+	if r.stats != nil {
+		t := r.stats[s.rows]
+		t.Batch, t.Count, t.Time = s.rows, t.Count+1, t.Time+s.compute
+		r.stats[s.rows] = t
+	}
 	// The observation is valid by construction (rows >= 1, latency > 0).
 	r.mon.Observe(s.rows, s.end-s.start)
 }

@@ -446,3 +446,43 @@ func TestArrivalsReplayed(t *testing.T) {
 		}
 	}
 }
+
+// TestOverheadFeedsTheMonitorAsLive: a per-batch overhead beyond compute
+// holds the instance like compute does, so adhoc (which plans nothing) runs
+// exactly as with the overhead folded into tau0; the rules that plan from
+// the estimate learn the line from the simulated server's statistics and
+// the overhead from the round trips, as the live proxy's monitor does, and
+// land where the folded line does.
+func TestOverheadFeedsTheMonitorAsLive(t *testing.T) {
+	p := lookupPreset(t, "googlenet-p4")
+	p.MaxBatch = 8
+	const ovh = 1100 * time.Microsecond
+	folded := p
+	folded.Tau0Ms += 1.1
+	for _, name := range []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus} {
+		run := func(prof preset.Profile, o time.Duration) Result {
+			pl, err := policy.New(name, policy.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Run(context.Background(), Config{Profile: prof, Policy: pl, RatePerSec: 0.6 * 1000 * folded.MuPerMs(8), Requests: 20000, Seed: 3, Overhead: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		a, b := run(folded, 0), run(p, ovh)
+		t.Logf("%s: folded b %.3f lat %.3f; overhead b %.3f lat %.3f", name, a.MeanBatchSize, a.MeanLatencyMs, b.MeanBatchSize, b.MeanLatencyMs)
+		tol := 0.03
+		if name == policy.NameAdhoc {
+			tol = 1e-6
+		}
+		if math.Abs(b.MeanBatchSize/a.MeanBatchSize-1) > tol || math.Abs(b.MeanLatencyMs/a.MeanLatencyMs-1) > tol {
+			t.Errorf("%s: with the overhead apart b %.4f, latency %.4f ms; folded into tau0 b %.4f, %.4f ms", name, b.MeanBatchSize, b.MeanLatencyMs, a.MeanBatchSize, a.MeanLatencyMs)
+		}
+	}
+	var ie *InvalidError
+	if err := (Config{Profile: p, Policy: policy.Adhoc{}, RatePerSec: 1, Overhead: -1}).Validate(); !errors.As(err, &ie) || ie.Field != "Overhead" {
+		t.Fatalf("negative overhead: %v", err)
+	}
+}
