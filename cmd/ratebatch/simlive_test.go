@@ -28,9 +28,11 @@ const simLiveScale = 4
 // the live proxy in front of the exact emulator, per policy, and compares
 // mean batch size, requests per joule and mean latency (the live one less
 // the client's HTTP hop to the proxy; the proxy's own round trip to the
-// server beyond compute, as its monitor measures it, is part of the line
-// the simulator runs, as it holds the server like compute does). Both run the same monitor and rules; the clock is the
-// only difference.
+// server beyond compute, as its monitor measures it, is the simulated
+// server's per-batch overhead, as it holds the server like compute does).
+// Both run the same monitor and rules, fed the same way (server statistics
+// and round trips apart), on the same arrivals; the clock is the only
+// difference.
 func TestSimPredictsLive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live load")
@@ -158,8 +160,10 @@ func TestSimPredictsLive(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sp := p // what the simulator runs: the line as the proxy sees it
-			sp.Tau0Ms += runOverhead
+			// The simulated server: the profile's compute, and the round
+			// trip beyond it apart (sim.Config.Overhead), so the simulated
+			// monitor learns from statistics and round trips as the live one.
+			ovh := time.Duration(runOverhead * float64(time.Millisecond))
 			// The very arrivals the live load drew: another draw of the same
 			// rate differs in its bursts, which near saturation (batchmonitor's
 			// fixed batch size) moves the mean latency more than any
@@ -171,7 +175,7 @@ func TestSimPredictsLive(t *testing.T) {
 			if len(arrivals) != int(live.Summary.Scheduled) {
 				t.Fatalf("%s: the schedule has %d arrivals, the live run scheduled %d", load, len(arrivals), live.Summary.Scheduled)
 			}
-			c := sim.Config{Profile: sp, Policy: pl, Seed: uint64(li + 1), Window: time.Second, Arrivals: arrivals}
+			c := sim.Config{Profile: p, Policy: pl, Seed: uint64(li + 1), Window: time.Second, Arrivals: arrivals, Overhead: max(ovh, 0)}
 			sr, err := sim.Run(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)
