@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -147,6 +148,10 @@ func writeReport(path string, rep *compare.Report, command, imgRel string) error
 			return fmt.Errorf("writing the report: %w", err)
 		}
 	}
+	kept, err := keptSection(path)
+	if err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("writing the report: %w", err)
@@ -155,10 +160,45 @@ func writeReport(path string, rep *compare.Report, command, imgRel string) error
 		f.Close()
 		return fmt.Errorf("writing the report: %w", err)
 	}
+	if kept != "" {
+		if _, err := io.WriteString(f, "\n"+kept+"\n"); err != nil {
+			f.Close()
+			return fmt.Errorf("writing the report: %w", err)
+		}
+	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	return nil
+}
+
+// The report keeps, across regenerations, the one part of it that compare
+// does not make: figures of live runs (other commands, each named in the
+// section), between these two lines.
+const (
+	keptBegin = "<!-- kept by ratebatch compare: BEGIN -->"
+	keptEnd   = "<!-- kept by ratebatch compare: END -->"
+)
+
+// keptSection returns the kept part of the report at path, markers
+// included, or "" when the file or the part does not exist.
+func keptSection(path string) (string, error) {
+	old, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	_, rest, ok := strings.Cut(string(old), keptBegin)
+	if !ok {
+		return "", nil
+	}
+	body, _, ok := strings.Cut(rest, keptEnd)
+	if !ok {
+		return "", fmt.Errorf("%s has %q without %q", path, keptBegin, keptEnd)
+	}
+	return keptBegin + body + keptEnd, nil
 }
 
 func splitList(s string) []string {

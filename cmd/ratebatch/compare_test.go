@@ -46,6 +46,38 @@ func TestCompareWritesReport(t *testing.T) {
 	}
 }
 
+// Regenerating the report keeps the live figures between the kept markers
+// and replaces everything else; an opened but unclosed part is an error, not
+// a silent loss.
+func TestCompareKeepsTheLiveSection(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "RESULTS.md")
+	live := keptBegin + "\n## Live\n| a | b |\n" + keptEnd
+	if err := os.WriteFile(out, []byte("# stale report\nold figures\n\n"+live+"\ntrailing words\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"compare", "--presets", "googlenet-p4", "--rhos", "0.4", "--requests", "1000", "--trace", "none",
+		"--policies", "adhoc", "--out", out, "--plots-dir", "", "--quiet"}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(md)
+	if strings.Count(got, live) != 1 || strings.Contains(got, "old figures") || strings.Contains(got, "trailing words") || !strings.Contains(got, "| 0.4 |") {
+		t.Fatalf("regenerated report:\n%s", got)
+	}
+	if err := os.WriteFile(out, []byte(keptBegin+"\nno end"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := run(context.Background(), args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), keptEnd) {
+		t.Fatalf("exit %d, stderr %q: want an error naming the missing end marker", code, stderr.String())
+	}
+}
+
 func TestCompareJSON(t *testing.T) {
 	args := []string{"compare", "--presets", "googlenet-p4", "--rhos", "0.4", "--requests", "1000", "--trace", "none",
 		"--policies", "adhoc,batchmonitor", "--out", "", "--plots-dir", "", "--json", "--quiet"}
