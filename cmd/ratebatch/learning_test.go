@@ -213,26 +213,33 @@ func median(v []float64) float64 {
 }
 
 // TestColdStartStep steps the load from idle to rho 0.8 and compares the
-// default policy's p99 over the first 3 s with ad-hoc's (each run on a
-// fresh proxy and server, alternating, median over the repetitions).
+// default policy's p99 over the first 3 s with ad-hoc's: each run on a
+// fresh proxy and server, the two policies of a pair one after the other on
+// the same seeded arrivals, and the figure is the median of the pairs'
+// ratios. A pair shares its arrivals and the machine's moment, so its ratio
+// is the policy's effect; the p99 of 3 s at rho 0.8 on the rough emulator
+// is set by which heavy-tail batches the run draws and swings 5x between
+// pairs, so a ratio of the two policies' separate medians compares
+// different pairs' luck.
 func TestColdStartStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live load")
 	}
 	reps, tol := 1, 1.5
 	if long() {
-		reps, tol = 5, 1.10
+		reps, tol = 9, 1.10
 	}
 	def := config.Default().Policy.Name
-	var ad, dp []float64
+	var ad, dp, ratios []float64
 	for i := range reps {
 		a := runStep(t, "adhoc", 0.8, 3*time.Second, uint64(100+i))
 		d := runStep(t, "", 0.8, 3*time.Second, uint64(100+i))
 		t.Logf("rep %d: p99 adhoc %.2f ms, %s %.2f ms (%.2fx); mean %.2f vs %.2f ms", i, a.P99LatencyMs, def, d.P99LatencyMs, d.P99LatencyMs/a.P99LatencyMs, a.MeanLatencyMs, d.MeanLatencyMs)
 		ad, dp = append(ad, a.P99LatencyMs), append(dp, d.P99LatencyMs)
+		ratios = append(ratios, d.P99LatencyMs/a.P99LatencyMs)
 	}
-	r := median(dp) / median(ad)
-	t.Logf("cold start to rho 0.8, first 3 s: p99 %s %.2f ms vs adhoc %.2f ms: %.2fx (median of %d)", def, median(dp), median(ad), r, reps)
+	r := median(ratios)
+	t.Logf("cold start to rho 0.8, first 3 s: p99 %s vs adhoc %.2fx (median of %d pairs' ratios); medians of each %.2f vs %.2f ms", def, r, reps, median(dp), median(ad))
 	if r > tol && !raceEnabled {
 		t.Errorf("the default policy's p99 over the first 3 s is %.2fx ad-hoc's, want <= %.2fx", r, tol)
 	}
