@@ -17,20 +17,18 @@ import (
 )
 
 // handleInfer serves POST /v2/models/{m}[/versions/{v}]/infer: decode,
-// validate against the model, wait for an instance (FIFO), run the batch
-// for tau(b) on the emulated device, compute the outputs, encode them in
-// the form the caller asked for.
+// then execute (validate against the model, wait for an instance in FIFO
+// order, run the batch for tau(b) on the emulated device, compute the
+// outputs) and encode them in the form the caller asked for.
 func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 	start := s.clock.Now()
 	if !m.ready.Load() {
-		kserve.WriteError(w, http.StatusNotFound, fmt.Sprintf("Request for unknown model: '%s' has no available versions", m.name))
+		kserve.WriteError(w, http.StatusNotFound, notReady(m))
 		return
 	}
 	fail := func(status int, msg string) {
 		m.stats.fail(s.clock.Now().Sub(start))
-		if status != 0 {
-			kserve.WriteError(w, status, msg)
-		}
+		kserve.WriteError(w, status, msg)
 	}
 
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
@@ -59,65 +57,86 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 		fail(kserve.ErrorStatus(err), err.Error())
 		return
 	}
+	err = s.execute(r.Context(), m, req, exchange{start: start, received: received, inBytes: len(body),
+		write: func(resp *kserve.Response) error { return kserve.WriteResponse(w, resp) }})
+	switch {
+	case errors.Is(err, errDrop):
+		dropConnection(w)
+	case errors.Is(err, errNobody):
+	case err != nil:
+		kserve.WriteError(w, kserve.ErrorStatus(err), err.Error())
+	}
+}
+
+func notReady(m *model) string {
+	return fmt.Sprintf("Request for unknown model: '%s' has no available versions", m.name)
+}
+
+// exchange is what execute needs of the door a request came through.
+type exchange struct {
+	start, received time.Time // the request's arrival, and when its body was in
+	inBytes         int       // the request's size, for Realism's transfer cost
+	// write sends the answer; an error means the client went away.
+	write func(*kserve.Response) error
+}
+
+// execute runs one decoded request as Triton would: bind its inputs to the
+// model, spend Realism's cost outside the batch, queue for an instance,
+// run the batch, answer through x.write, and record the execution in the
+// model's statistics. A failure is recorded too and returned: a
+// *kserve.Error for the client, errDrop when a fault drops the connection,
+// errNobody when nobody is left to answer.
+func (s *Server) execute(ctx context.Context, m *model, req *kserve.Request, x exchange) error {
+	fail := func(err error) error {
+		m.stats.fail(s.clock.Now().Sub(x.start))
+		return err
+	}
 	rows, ins, err := m.bindInputs(req)
 	if err != nil {
-		fail(kserve.ErrorStatus(err), err.Error())
-		return
+		return fail(err)
 	}
 	sel, err := m.selectOutputs(req)
 	if err != nil {
-		fail(kserve.ErrorStatus(err), err.Error())
-		return
+		return fail(err)
 	}
 	inputDone := s.clock.Now()
 	// Realism's cost outside the batch: the request's share of the
 	// overhead and its transfer, spent before it queues for an instance.
-	before := s.opts.Realism.transfer(len(body))
-	if err := s.outside(r, before); err != nil {
-		fail(0, "")
-		return
+	if err := s.outside(ctx, s.opts.Realism.transfer(x.inBytes)); err != nil {
+		return fail(errNobody)
 	}
 	ready := s.clock.Now()
 
-	if err := m.pool.acquire(r.Context()); err != nil {
-		fail(0, "") // the client left while queued: nobody to answer
-		return
+	if err := m.pool.acquire(ctx); err != nil {
+		return fail(errNobody) // the client left while queued
 	}
 	queued := s.clock.Now()
-	infer, fault, err := s.runBatch(r.Context(), m, rows, req.ID)
+	infer, fault, err := s.runBatch(ctx, m, rows, req.ID)
 	switch {
 	case errors.Is(err, errClientGone):
-		fail(0, "")
-		return
+		return fail(errNobody)
 	case err != nil:
-		fail(http.StatusServiceUnavailable, err.Error())
-		return
+		return fail(&kserve.Error{Status: http.StatusServiceUnavailable, Msg: err.Error()})
 	case fault.Drop:
-		fail(0, "")
-		dropConnection(w)
-		return
+		return fail(errDrop)
 	case fault.Status != 0:
 		status, msg := fault.Status, fault.Message
 		if status < 400 || status > 599 {
 			status, msg = http.StatusInternalServerError, fmt.Sprintf("fault status %d is not an HTTP error status (400-599): %s", fault.Status, msg)
 		}
-		fail(status, msg)
-		return
+		return fail(&kserve.Error{Status: status, Msg: msg})
 	}
 
 	computed := s.clock.Now()
 	resp := &kserve.Response{ModelName: m.name, ModelVersion: modelVersion, ID: req.ID, Outputs: m.run(rows, ins, sel)}
-	after := s.opts.Realism.transfer(m.outputBytes(rows))
 	sleepStart := s.clock.Now()
-	if err := s.outside(r, after); err != nil {
-		fail(0, "")
-		return
+	if err := s.outside(ctx, s.opts.Realism.transfer(m.outputBytes(rows))); err != nil {
+		return fail(errNobody)
 	}
 	slept := s.clock.Now().Sub(sleepStart)
-	if err := kserve.WriteResponse(w, resp); err != nil {
+	if err := x.write(resp); err != nil {
 		// Encoding our own outputs cannot fail, so the client went away.
-		fail(0, "")
-		return
+		return fail(errNobody)
 	}
 	outputDone := s.clock.Now()
 	// The statistics describe the batch as Triton's do: the time outside
@@ -125,12 +144,13 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 	m.stats.success(execution{
 		end:   outputDone,
 		rows:  rows,
-		total: outputDone.Sub(start),
+		total: outputDone.Sub(x.start),
 		queue: queued.Sub(ready),
-		input: inputDone.Sub(received),
+		input: inputDone.Sub(x.received),
 		infer: infer,
 		out:   max(outputDone.Sub(computed)-slept, 0),
 	})
+	return nil
 }
 
 // runBatch holds an instance (already acquired) for the batch and gives it
@@ -177,12 +197,12 @@ func (s *Server) runBatch(ctx context.Context, m *model, rows int, id string) (t
 }
 
 // outside spends d of Realism's time outside the batch; it ends early, with
-// an error, when the client leaves or the server closes.
-func (s *Server) outside(r *http.Request, d time.Duration) error {
+// an error, when the client leaves (ctx) or the server closes.
+func (s *Server) outside(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.lifeContext(), cancel)
 	defer stop()
@@ -192,6 +212,10 @@ func (s *Server) outside(r *http.Request, d time.Duration) error {
 var (
 	errClosing    = errors.New("the server is shutting down; the batch did not complete")
 	errClientGone = errors.New("the client went away")
+	// errNobody: the request failed with nobody left to answer it.
+	errNobody = errors.New("the client went away before its answer")
+	// errDrop: a fault asked for the connection to be dropped unanswered.
+	errDrop = errors.New("the connection is dropped without an answer, as a crashed server's")
 )
 
 // dropConnection closes the client connection without a response, as a

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
+	"github.com/ratebatch/ratebatch/kservegrpc"
 )
 
 // BenchmarkRelay measures what relaying adds to a unary call: the same
@@ -28,10 +29,10 @@ func BenchmarkRelay(b *testing.B) {
 		cc   *grpc.ClientConn
 	}{{"direct", tritonConn}, {"proxy", r.cc}} {
 		b.Run(tc.name, func(b *testing.B) {
-			in, out := &frame{b: []byte("\x0a\x06simple")}, &frame{}
+			in, out := &kservegrpc.Frame{B: []byte("\x0a\x06simple")}, &kservegrpc.Frame{}
 			ctx := context.Background()
 			for b.Loop() {
-				if err := tc.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", in, out, grpc.ForceCodecV2(codec{})); err != nil {
+				if err := tc.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", in, out, grpc.ForceCodecV2(kservegrpc.Codec{})); err != nil {
 					b.Fatal(err)
 				}
 			}

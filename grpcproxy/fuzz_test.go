@@ -10,6 +10,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/kservegrpc"
 )
 
 // FuzzMergeSplit feeds arbitrary ModelInferRequest bytes through the door's
@@ -37,7 +38,7 @@ func FuzzMergeSplit(f *testing.F) {
 		if proto.Unmarshal(msg, &m) != nil {
 			return
 		}
-		req, err := toRequest(&m)
+		req, err := kservegrpc.ToRequest(&m)
 		if err != nil {
 			return
 		}
@@ -77,7 +78,7 @@ func FuzzMergeSplit(f *testing.F) {
 			t.Fatalf("split: %v", err)
 		}
 		for c, want := range []*kserve.Request{req, &other} {
-			out := toResponse(parts[c])
+			out := kservegrpc.ToResponse(parts[c])
 			enc, err := proto.Marshal(out)
 			if err != nil {
 				t.Fatalf("caller %d: marshal: %v", c, err)

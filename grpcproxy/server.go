@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,6 +34,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/kservegrpc"
 )
 
 // Batcher queues inference calls of the models it batches.
@@ -123,7 +123,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{o: o, log: o.Logger}
 	s.srv = grpc.NewServer(
-		grpc.ForceServerCodecV2(codec{}),
+		grpc.ForceServerCodecV2(kservegrpc.Codec{}),
 		grpc.UnknownServiceHandler(s.handle),
 		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
 		grpc.MaxSendMsgSize(tritonMaxMessage),
@@ -139,7 +139,7 @@ func New(o Options) *Server {
 func Dial(addr string) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{}),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(kservegrpc.Codec{}),
 			grpc.MaxCallRecvMsgSize(tritonMaxMessage), grpc.MaxCallSendMsgSize(tritonMaxMessage)))
 	if err != nil {
 		return nil, fmt.Errorf("upstream gRPC %s: %w", addr, err)
@@ -186,12 +186,12 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	start := time.Now()
 	ctx := ss.Context()
-	first := &frame{}
+	first := &kservegrpc.Frame{}
 	if err := ss.RecvMsg(first); err != nil {
 		return err
 	}
 	m := &pb.ModelInferRequest{}
-	if err := proto.Unmarshal(first.b, m); err != nil {
+	if err := proto.Unmarshal(first.B, m); err != nil {
 		return status.Errorf(codes.InvalidArgument, "malformed ModelInferRequest: %v", err)
 	}
 	model := m.GetModelName()
@@ -203,7 +203,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	if !ok {
 		return s.forward(ss, MethodModelInfer, first)
 	}
-	req, err := toRequest(m)
+	req, err := kservegrpc.ToRequest(m)
 	if err != nil {
 		return s.fail(model, err)
 	}
@@ -219,7 +219,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	if res.Err != nil {
 		return s.fail(model, res.Err)
 	}
-	err = ss.SendMsg(toResponse(res.Resp)) // marshals before it returns
+	err = ss.SendMsg(kservegrpc.ToResponse(res.Resp)) // marshals before it returns
 	res.Release()
 	if err != nil {
 		s.log.Debug("writing gRPC response", "model", model, "err", err)
@@ -249,46 +249,14 @@ func statusOf(err error) *status.Status {
 	case errors.Is(err, dispatcher.ErrUnknownModel):
 		return status.New(codes.NotFound, err.Error())
 	}
-	return status.New(codeOf(kserve.ErrorStatus(err)), err.Error())
-}
-
-// codeOf is the gRPC code for an HTTP status (the mapping of gRPC's own
-// HTTP/gRPC status table, with 400 as INVALID_ARGUMENT, as Triton answers
-// bad input).
-func codeOf(httpStatus int) codes.Code {
-	switch httpStatus {
-	case http.StatusOK:
-		return codes.OK
-	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
-		return codes.InvalidArgument
-	case http.StatusUnauthorized:
-		return codes.Unauthenticated
-	case http.StatusForbidden:
-		return codes.PermissionDenied
-	case http.StatusNotFound:
-		return codes.NotFound
-	case http.StatusConflict:
-		return codes.AlreadyExists
-	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
-		return codes.DeadlineExceeded
-	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		return codes.ResourceExhausted
-	case http.StatusNotImplemented:
-		return codes.Unimplemented
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
-		return codes.Unavailable
-	}
-	if httpStatus >= 400 && httpStatus < 500 {
-		return codes.InvalidArgument
-	}
-	return codes.Internal
+	return status.New(kservegrpc.Code(kserve.ErrorStatus(err)), err.Error())
 }
 
 // forward relays a call to the upstream message by message, both ways at
 // once (a stream's messages are not waited for), with the client's
 // metadata and deadline, and gives the client the upstream's headers,
 // trailers and status. first, when set, is a message already read.
-func (s *Server) forward(ss grpc.ServerStream, method string, first *frame) error {
+func (s *Server) forward(ss grpc.ServerStream, method string, first *kservegrpc.Frame) error {
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -313,7 +281,7 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *frame) erro
 			}
 		}
 		for {
-			f := &frame{}
+			f := &kservegrpc.Frame{}
 			if err := ss.RecvMsg(f); err != nil {
 				if err == io.EOF {
 					cs.CloseSend()
@@ -329,7 +297,7 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *frame) erro
 	}()
 	// Upstream to client.
 	for n := 0; ; n++ {
-		f := &frame{}
+		f := &kservegrpc.Frame{}
 		err := cs.RecvMsg(f)
 		if n == 0 && err == nil {
 			if h, herr := cs.Header(); herr == nil {

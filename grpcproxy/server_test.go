@@ -25,6 +25,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/kservegrpc"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -107,26 +108,26 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 	f.deadline.Store(d)
 	switch method {
 	case "/inference.GRPCInferenceService/ModelMetadata":
-		var in frame
+		var in kservegrpc.Frame
 		if err := ss.RecvMsg(&in); err != nil {
 			return err
 		}
 		ss.SetHeader(metadata.Pairs("x-triton", "header"))
 		ss.SetTrailer(metadata.Pairs("x-triton-trailer", "trailer"))
-		return ss.SendMsg(&frame{b: metadataAnswer})
+		return ss.SendMsg(&kservegrpc.Frame{B: metadataAnswer})
 	case "/inference.GRPCInferenceService/ModelInfer": // an unbatched model
-		var in frame
+		var in kservegrpc.Frame
 		if err := ss.RecvMsg(&in); err != nil {
 			return err
 		}
 		var req pb.ModelInferRequest
-		if err := proto.Unmarshal(in.b, &req); err != nil {
+		if err := proto.Unmarshal(in.B, &req); err != nil {
 			return err
 		}
 		return ss.SendMsg(&pb.ModelInferResponse{ModelName: req.ModelName, Id: "from-triton"})
 	case "/inference.GRPCInferenceService/ModelStreamInfer": // decoupled: two answers per request
 		for {
-			var in frame
+			var in kservegrpc.Frame
 			if err := ss.RecvMsg(&in); err == io.EOF {
 				return nil
 			} else if err != nil {
@@ -141,7 +142,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 	case "/inference.GRPCInferenceService/ServerLive":
 		return status.Error(codes.Unavailable, "triton is starting")
 	}
-	var in frame // any other method: echo
+	var in kservegrpc.Frame // any other method: echo
 	if err := ss.RecvMsg(&in); err != nil {
 		return err
 	}
@@ -175,7 +176,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		t.Fatal(err)
 	}
 	r.tritonAddr = tl.Addr().String()
-	ts := grpc.NewServer(grpc.ForceServerCodecV2(codec{}), grpc.UnknownServiceHandler(r.triton.handle))
+	ts := grpc.NewServer(grpc.ForceServerCodecV2(kservegrpc.Codec{}), grpc.UnknownServiceHandler(r.triton.handle))
 	go ts.Serve(tl)
 	t.Cleanup(ts.Stop)
 	up, err := Dial(tl.Addr().String())
@@ -451,14 +452,14 @@ func TestPassThrough(t *testing.T) {
 	// A method the proxy does not declare, raw bytes both ways, with
 	// metadata, headers and trailers.
 	var header, trailer metadata.MD
-	var got frame
-	err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", &frame{b: []byte("\x0a\x06simple")}, &got,
-		grpc.ForceCodecV2(codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
+	var got kservegrpc.Frame
+	err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", &kservegrpc.Frame{B: []byte("\x0a\x06simple")}, &got,
+		grpc.ForceCodecV2(kservegrpc.Codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got.b, metadataAnswer) {
-		t.Errorf("ModelMetadata answer %q, want Triton's %q", got.b, metadataAnswer)
+	if !bytes.Equal(got.B, metadataAnswer) {
+		t.Errorf("ModelMetadata answer %q, want Triton's %q", got.B, metadataAnswer)
 	}
 	if header.Get("x-triton")[0] != "header" || trailer.Get("x-triton-trailer")[0] != "trailer" {
 		t.Errorf("headers %v trailers %v: want Triton's", header, trailer)
@@ -470,7 +471,7 @@ func TestPassThrough(t *testing.T) {
 	// The client's deadline goes with a relayed call.
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := r.cc.Invoke(dctx, "/inference.GRPCInferenceService/ModelMetadata", &frame{b: []byte("x")}, &got, grpc.ForceCodecV2(codec{})); err != nil {
+	if err := r.cc.Invoke(dctx, "/inference.GRPCInferenceService/ModelMetadata", &kservegrpc.Frame{B: []byte("x")}, &got, grpc.ForceCodecV2(kservegrpc.Codec{})); err != nil {
 		t.Fatal(err)
 	}
 	if d := r.triton.deadline.Load().(time.Time); d.IsZero() || time.Until(d) > time.Minute || time.Until(d) < 50*time.Second {
@@ -478,8 +479,8 @@ func TestPassThrough(t *testing.T) {
 	}
 
 	// A method of a newer Triton.
-	if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/SomethingNew", &frame{b: []byte("abc")}, &got, grpc.ForceCodecV2(codec{})); err != nil || string(got.b) != "abc" {
-		t.Errorf("unknown method: got %q, %v; want it relayed", got.b, err)
+	if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/SomethingNew", &kservegrpc.Frame{B: []byte("abc")}, &got, grpc.ForceCodecV2(kservegrpc.Codec{})); err != nil || string(got.B) != "abc" {
+		t.Errorf("unknown method: got %q, %v; want it relayed", got.B, err)
 	}
 
 	// Triton's error status comes back as it is.
@@ -509,26 +510,26 @@ func TestStreamIsRelayedMessageByMessage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := r.cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
-		"/inference.GRPCInferenceService/ModelStreamInfer", grpc.ForceCodecV2(codec{}))
+		"/inference.GRPCInferenceService/ModelStreamInfer", grpc.ForceCodecV2(kservegrpc.Codec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		msg := []byte(fmt.Sprint("request ", i))
-		if err := st.SendMsg(&frame{b: msg}); err != nil {
+		if err := st.SendMsg(&kservegrpc.Frame{B: msg}); err != nil {
 			t.Fatal(err)
 		}
 		// Each answer arrives before the client sends the next request:
 		// nothing waits for the stream's end.
 		for range 2 {
-			var f frame
-			if err := st.RecvMsg(&f); err != nil || !bytes.Equal(f.b, msg) {
-				t.Fatalf("answer to %q: got %q, %v", msg, f.b, err)
+			var f kservegrpc.Frame
+			if err := st.RecvMsg(&f); err != nil || !bytes.Equal(f.B, msg) {
+				t.Fatalf("answer to %q: got %q, %v", msg, f.B, err)
 			}
 		}
 	}
 	st.CloseSend()
-	if err := st.RecvMsg(&frame{}); err != io.EOF {
+	if err := st.RecvMsg(&kservegrpc.Frame{}); err != io.EOF {
 		t.Errorf("end of stream: got %v, want EOF", err)
 	}
 }
@@ -592,7 +593,7 @@ func TestGRPCOnlyParameterStaysBehind(t *testing.T) {
 		"triton_enable_empty_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: false}},
 		"custom":                             {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 7}},
 	}
-	req, err := toRequest(m)
+	req, err := kservegrpc.ToRequest(m)
 	if err != nil {
 		t.Fatal(err)
 	}

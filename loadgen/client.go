@@ -72,6 +72,20 @@ type answer struct {
 	status    int
 	body      []byte
 	headerLen []byte // Inference-Header-Content-Length as sent, nil when absent
+	grpc      bool   // body is a ModelInferResponse message (or a gRPC status message)
+}
+
+// transport owns the connections of one run, over HTTP or gRPC.
+type transport interface {
+	newSession(binary bool) sender
+	// abort ends the requests in flight at once.
+	abort()
+	close()
+}
+
+// sender is one worker's way to send a prebuilt request.
+type sender interface {
+	post(p *payload) (answer, error)
 }
 
 // httpClient owns the connections of one run. Each worker has a session of
@@ -123,7 +137,7 @@ type session struct {
 	resp fasthttp.Response
 }
 
-func (c *httpClient) newSession(binary bool) *session {
+func (c *httpClient) newSession(binary bool) sender {
 	s := &session{c: c}
 	s.req.SetRequestURI(c.ep.inferURI)
 	s.req.Header.SetMethod(fasthttp.MethodPost)

@@ -58,6 +58,7 @@ type payload struct {
 	headerLen     int    // length of the JSON header in the binary form, -1 for JSON
 	headerLenText []byte // headerLen in decimal, for the HTTP header
 	inputs        []kserve.Tensor
+	grpcBody      []byte // the ModelInferRequest message, for a gRPC run
 }
 
 // resolveShape turns a metadata shape into a concrete one: the leading -1

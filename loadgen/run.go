@@ -13,6 +13,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -56,6 +57,9 @@ type Config struct {
 
 	Rows   int  // rows (batch dimension) per request; 0 means 1
 	Binary bool // Triton's binary tensor extension instead of JSON
+	// GRPC sends ModelInfer over KServe v2 gRPC instead of HTTP; Target is
+	// then host:port (or grpc://host:port) of the gRPC port.
+	GRPC bool
 	// Inputs to send; empty: ask the target (GET /v2/models/{model}).
 	Inputs []kserve.TensorMetadata
 	// Payloads is how many distinct request bodies to prebuild; request i
@@ -123,6 +127,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("max in-flight %d is more connections than one client should open (at most 65536)", c.MaxInFlight)
 	case c.OnFull != DropWhenFull && c.OnFull != WaitWhenFull:
 		return fmt.Errorf("unknown full-pool policy %d", c.OnFull)
+	case c.GRPC && c.Binary:
+		return errors.New("binary is an HTTP form; gRPC always sends tensors as raw bytes")
 	case c.ProgressInterval < 0:
 		return fmt.Errorf("progress interval must be positive, got %v", c.ProgressInterval)
 	}
@@ -149,10 +155,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.check(); err != nil {
 		return Result{}, err
 	}
-	ep, err := parseEndpoint(cfg.Target, cfg.Model, cfg.Version)
-	if err != nil {
-		return Result{}, err
-	}
 	arr, err := newArrivals(cfg.Rate, cfg.Seed, cfg.Duration)
 	if err != nil {
 		return Result{}, err
@@ -168,27 +170,62 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			verifier = v
 		}
 	}
-	inputs := cfg.Inputs
-	if len(inputs) == 0 {
-		md, err := FetchMetadata(ctx, &http.Client{Timeout: cfg.Timeout}, cfg.Target, cfg.Model, cfg.Version)
-		if err != nil {
-			return Result{}, err
-		}
-		inputs = md.Inputs
-	}
-	payloads, err := buildPayloads(inputs, cfg.Rows, cfg.Payloads, cfg.Binary, cfg.Seed, maxPayloadBytes)
+	client, inputs, err := connect(ctx, cfg)
 	if err != nil {
+		return Result{}, err
+	}
+	payloads, err := buildPayloads(inputs, cfg.Rows, cfg.Payloads, cfg.Binary || cfg.GRPC, cfg.Seed, maxPayloadBytes)
+	if err == nil && cfg.GRPC {
+		err = marshalGRPC(payloads, cfg.Model, cfg.Version)
+	}
+	if err != nil {
+		client.close()
 		return Result{}, fmt.Errorf("model %q: %w", cfg.Model, err)
 	}
 	r := &runner{
 		cfg:      cfg,
-		client:   newHTTPClient(ep, cfg.MaxInFlight, cfg.Timeout),
+		client:   client,
 		payloads: payloads,
 		verifier: verifier,
 		jobs:     make(chan job),
 		book:     newRecordBook(bookSize(cfg)),
 	}
 	return r.run(ctx, arr)
+}
+
+// connect makes the run's client for the target's protocol and learns the
+// inputs to send (Config.Inputs, or else the target's model metadata).
+func connect(ctx context.Context, cfg Config) (transport, []kserve.TensorMetadata, error) {
+	inputs := cfg.Inputs
+	if cfg.GRPC {
+		addr, err := grpcTarget(cfg.Target, cfg.Model)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(inputs) == 0 {
+			mctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+			md, err := FetchMetadataGRPC(mctx, cfg.Target, cfg.Model, cfg.Version)
+			cancel()
+			if err != nil {
+				return nil, nil, err
+			}
+			inputs = md.Inputs
+		}
+		c, err := newGRPCClient(addr, cfg.Timeout)
+		return c, inputs, err
+	}
+	ep, err := parseEndpoint(cfg.Target, cfg.Model, cfg.Version)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(inputs) == 0 {
+		md, err := FetchMetadata(ctx, &http.Client{Timeout: cfg.Timeout}, cfg.Target, cfg.Model, cfg.Version)
+		if err != nil {
+			return nil, nil, err
+		}
+		inputs = md.Inputs
+	}
+	return newHTTPClient(ep, cfg.MaxInFlight, cfg.Timeout), inputs, nil
 }
 
 func bookSize(cfg Config) int {
@@ -223,7 +260,7 @@ type job struct {
 
 type runner struct {
 	cfg      Config
-	client   *httpClient
+	client   transport
 	payloads []payload
 	verifier Verifier
 	jobs     chan job
@@ -358,7 +395,7 @@ func (r *runner) schedule(ctx context.Context, arr *arrivals) time.Duration {
 }
 
 // serve sends one request and records what happened.
-func (r *runner) serve(ctx context.Context, s *session, win *window, j job) {
+func (r *runner) serve(ctx context.Context, s sender, win *window, j job) {
 	sent := time.Now()
 	a, err := s.post(j.p)
 	lat := time.Since(sent)
@@ -400,11 +437,7 @@ func (r *runner) check(p *payload, a answer) ErrorKind {
 }
 
 func verifyAnswer(v Verifier, p *payload, a answer) (ErrorKind, error) {
-	headerLen, err := kserve.ParseHeaderLength(string(a.headerLen), len(a.body))
-	if err != nil {
-		return KindDecode, fmt.Errorf("request %s: %w", p.id, err)
-	}
-	resp, err := kserve.DecodeResponse(a.body, headerLen)
+	resp, err := decodeAnswer(a)
 	if err != nil {
 		return KindDecode, fmt.Errorf("request %s: undecodable answer: %w", p.id, err)
 	}
@@ -415,6 +448,17 @@ func verifyAnswer(v Verifier, p *payload, a answer) (ErrorKind, error) {
 		return KindMismatch, fmt.Errorf("request %s: %w", p.id, err)
 	}
 	return KindNone, nil
+}
+
+func decodeAnswer(a answer) (*kserve.Response, error) {
+	if a.grpc {
+		return decodeGRPCAnswer(a.body)
+	}
+	headerLen, err := kserve.ParseHeaderLength(string(a.headerLen), len(a.body))
+	if err != nil {
+		return nil, err
+	}
+	return kserve.DecodeResponse(a.body, headerLen)
 }
 
 // reportProgress calls Config.Progress every interval until done.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Proxy overhead harness (issue 10): offers the same open-loop Poisson load
-# (`ratebatch load`, model `simple`, JSON and binary forms) four ways in one
-# run, and reports added latency and the highest sustainable rate as ratios:
+# (`ratebatch load`, model `simple`, in three forms: HTTP with JSON tensors,
+# HTTP with Triton's binary tensors, and KServe v2 gRPC with raw tensors)
+# four ways in one run, and reports added latency and the highest
+# sustainable rate as ratios:
 #
 #   direct       client -> emulator
 #   nginx        client -> nginx (Debian's, reverse proxy) -> emulator
@@ -39,6 +41,13 @@
 # to the CPUs it may use (2 here, as GOMAXPROCS of the Go proxy), upstream
 # keepalive 256 (ratebatch keeps 256 idle upstream connections per host),
 # proxy_http_version 1.1, access log off (ratebatch logs no requests).
+# The gRPC form goes to each server's gRPC port: the emulator's
+# (--grpc-listen), nginx's grpc_pass on an HTTP/2 listener (upstream
+# keepalive 256, http2_max_concurrent_streams 1024 so that nginx, not the
+# load generator's 4 connections, sets the limit), and both proxies'
+# (--grpc-listen, --upstream-grpc the emulator's gRPC port; the
+# passthrough proxy relays ModelInfer to it, the batching proxy batches it
+# with the HTTP door's queues and sends batches over HTTP).
 #
 # CPU: the load generator runs on the same cores. Each run records the CPU
 # time (utime+stime from /proc) of the client, the proxy (nginx: master and
@@ -52,7 +61,7 @@
 #             (default: a new directory under ${TMPDIR:-/tmp}, printed)
 # Environment (defaults in brackets):
 #   BIN           ratebatch binary [built from this tree into the out dir]
-#   REPEAT [3]  FORMS ["json binary"]  PIN [0]  P99_BOUND_MS [100]
+#   REPEAT [3]  FORMS ["json binary grpc"]  PIN [0]  P99_BOUND_MS [100]
 #   RETRY [0]               extra tries of a step that is not sustained
 #   POLICY [adhoc]          batching policy (adhoc: work-conserving, so the
 #                           figures are the proxy's, not a policy's waiting)
@@ -61,7 +70,7 @@
 #   LAT_RATE [2000] LAT_DURATION [2s] STEP_DURATION [1.5s]
 #   RATES ["5000 10000 15000 20000 25000 30000 40000"]  ladder above LAT_RATE
 #   E2E_PRESET [googlenet-p4] E2E_LAT_RATE [300]
-#   E2E_RATES ["450 600 900 1200 1500 1800 2400"] E2E_FORMS [binary]
+#   E2E_RATES ["450 600 900 1200 1500 1800 2400"] E2E_FORMS ["binary grpc"]
 #   NGINX_WORKERS [CPUs usable by the servers]
 #
 # Needs: Debian (apt-get), go (unless BIN is given), jq and curl (installed
@@ -92,7 +101,7 @@ while (($#)); do
 done
 
 REPEAT=${REPEAT:-3}
-FORMS=${FORMS:-json binary}
+FORMS=${FORMS:-json binary grpc}
 PIN=${PIN:-0}
 P99_BOUND_MS=${P99_BOUND_MS:-100}
 RETRY=${RETRY:-0}
@@ -106,7 +115,7 @@ RATES=${RATES:-5000 10000 15000 20000 25000 30000 40000}
 E2E_PRESET=${E2E_PRESET:-googlenet-p4}
 E2E_LAT_RATE=${E2E_LAT_RATE:-300}
 E2E_RATES=${E2E_RATES:-450 600 900 1200 1500 1800 2400}
-E2E_FORMS=${E2E_FORMS:-binary}
+E2E_FORMS=${E2E_FORMS:-binary grpc}
 if ((quick)); then
 	REPEAT=1 LAT_DURATION=2s STEP_DURATION=1s
 fi
@@ -235,19 +244,31 @@ cpu_ticks() {
 	echo "$sum"
 }
 
-declare -A url cpu_pids emu_pid admin
+declare -A url grpc_addr cpu_pids emu_pid admin
+
+# target_args PHASE TARGET FORM: the load generator's flags for one target
+# and form.
+target_args() {
+	case $3 in
+	grpc) echo --protocol grpc --target "${grpc_addr[$1/$2]}" ;;
+	binary) echo --target "${url[$1/$2]}" --binary ;;
+	*) echo --target "${url[$1/$2]}" ;;
+	esac
+}
 
 # phase_up PHASE EMULATOR_FLAGS BATCH_POLICY: starts an emulator, nginx and
 # both proxies in front of it.
 phase_up() {
 	local phase=$1 emu_flags=$2 policy=$3
-	local pe pm pn pp pa pb pba
-	port pe pm pn pp pa pb pba
+	local pe pm pn pp pa pb pba peg png ppg pbg
+	port pe pm pn pp pa pb pba peg png ppg pbg
 	# shellcheck disable=SC2086
-	start "$phase-emulator" "$BIN" emulate --listen "127.0.0.1:$pe" --metrics-listen "127.0.0.1:$pm" $emu_flags
+	start "$phase-emulator" "$BIN" emulate --listen "127.0.0.1:$pe" --metrics-listen "127.0.0.1:$pm" \
+		--grpc-listen "127.0.0.1:$peg" $emu_flags
 	emu_pid[$phase]=$pid
 	wait_ok "http://127.0.0.1:$pe/v2/health/ready" "$phase-emulator"
 	url[$phase/direct]=http://127.0.0.1:$pe
+	grpc_addr[$phase/direct]=127.0.0.1:$peg
 	cpu_pids[$phase/direct]=""
 
 	mkdir -p "$work/$phase"
@@ -284,24 +305,40 @@ http {
       proxy_set_header Host \$host;
     }
   }
+  upstream emulator_grpc {
+    server 127.0.0.1:$peg;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:$png http2 reuseport;
+    http2_max_concurrent_streams 1024;
+    location / {
+      grpc_pass grpc://emulator_grpc;
+    }
+  }
 }
 EOF
 	start "$phase-nginx" "$NGINX" -p "$work/$phase" -c "$work/$phase/nginx.conf" -e "$work/$phase/error.log"
 	local master=$pid
 	wait_ok "http://127.0.0.1:$pn/v2/health/ready" "$phase-nginx"
 	url[$phase/nginx]=http://127.0.0.1:$pn
+	grpc_addr[$phase/nginx]=127.0.0.1:$png
 	cpu_pids[$phase/nginx]="$master $(ps -o pid= --ppid "$master" | tr '\n' ' ')"
 
 	# shellcheck disable=SC2086
 	start "$phase-passthrough" "$BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$pp" \
-		--admin-listen "127.0.0.1:$pa" --policy passthrough --log-level warn $PROXY_FLAGS
+		--admin-listen "127.0.0.1:$pa" --grpc-listen "127.0.0.1:$ppg" --upstream-grpc "127.0.0.1:$peg" \
+		--policy passthrough --log-level warn $PROXY_FLAGS
 	cpu_pids[$phase/passthrough]=$pid
 	url[$phase/passthrough]=http://127.0.0.1:$pp
+	grpc_addr[$phase/passthrough]=127.0.0.1:$ppg
 	# shellcheck disable=SC2086
 	start "$phase-batching" "$BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$pb" \
-		--admin-listen "127.0.0.1:$pba" --policy "$policy" --log-level warn $PROXY_FLAGS
+		--admin-listen "127.0.0.1:$pba" --grpc-listen "127.0.0.1:$pbg" --upstream-grpc "127.0.0.1:$peg" \
+		--policy "$policy" --log-level warn $PROXY_FLAGS
 	cpu_pids[$phase/batching]=$pid
 	url[$phase/batching]=http://127.0.0.1:$pb
+	grpc_addr[$phase/batching]=127.0.0.1:$pbg
 	wait_ok "http://127.0.0.1:$pa/readyz" "$phase-passthrough"
 	wait_ok "http://127.0.0.1:$pba/readyz" "$phase-batching"
 	admin[$phase]=http://127.0.0.1:$pba
@@ -315,13 +352,12 @@ ncpu_tick=$(getconf CLK_TCK)
 load() {
 	local phase=$1 target=$2 form=$3 rate=$4 dur=$5 rep=$6 step=$7 try=${8:-1}
 	local f="$out/runs/$phase-$target-$form-r$rep-$rate-t$try"
-	local la bin_flag="" s0 e0 t0 t1 s1 e1 cticks
-	[[ $form == binary ]] && bin_flag=--binary
+	local la s0 e0 t0 t1 s1 e1 cticks
 	la=$(cut -d' ' -f1 /proc/loadavg)
 	s0=$(cpu_ticks ${cpu_pids[$phase/$target]}) e0=$(cpu_ticks "${emu_pid[$phase]}") t0=$(date +%s%N)
 	# The shell's cutime+cstime after the load command is its CPU time.
 	cticks=$("${client_pin[@]}" sh -c '"$@" >"$0.json" 2>"$0.err"; read -r s </proc/$$/stat; set -- ${s##*) }; echo $((${14} + ${15}))' \
-		"$f" "$BIN" load --target "${url[$phase/$target]}" --model simple --rate "$rate" --duration "$dur" $bin_flag --json)
+		"$f" "$BIN" load $(target_args "$phase" "$target" "$form") --model simple --rate "$rate" --duration "$dur" --json)
 	t1=$(date +%s%N) s1=$(cpu_ticks ${cpu_pids[$phase/$target]}) e1=$(cpu_ticks "${emu_pid[$phase]}")
 	if ! jq -e .ok "$f.json" >/dev/null 2>&1; then
 		log "load failed ($phase $target $form $rate/s): $(tail -n 3 "$f.err")"
@@ -374,8 +410,9 @@ run_phase() {
 	local phase=$1 first=$2 rates=$3 forms=$4 rep form i t
 	for form in $forms; do # warm-up: connections, JIT-free but pools and caches
 		for t in "${targets[@]}"; do
-			"${client_pin[@]}" "$BIN" load --target "${url[$phase/$t]}" --model simple --rate "$first" --duration 1s \
-				$([[ $form == binary ]] && echo --binary) --json >/dev/null 2>&1 || log "warm-up of $t ($form) failed"
+			# shellcheck disable=SC2046
+			"${client_pin[@]}" "$BIN" load $(target_args "$phase" "$t" "$form") --model simple --rate "$first" --duration 1s \
+				--json >/dev/null 2>&1 || log "warm-up of $t ($form) failed"
 		done
 	done
 	for ((rep = 1; rep <= REPEAT; rep++)); do

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/ratebatch/ratebatch/emulator"
+	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/preset"
 )
 
@@ -24,6 +28,7 @@ const emulateShutdownGrace = 5 * time.Second
 func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("emulate", stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "address of the KServe v2 HTTP API (Triton's port 8000)")
+	grpcListen := fs.String("grpc-listen", "", "address of the KServe v2 gRPC API (Triton's port 8001: liveness, readiness, metadata, ModelInfer); empty: off")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:8002", "address of GET /metrics (Triton's port 8002); empty to disable")
 	presetName := fs.String("preset", preset.DefaultPreset, "model profile giving tau(b) and zeta(b) of every model; one of "+fmt.Sprint(preset.Names()))
 	scale := fs.Float64("tau-scale", 1, "multiplies every batch execution time; 0 executes instantly (overhead benchmarks)")
@@ -69,6 +74,29 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := em.Start(*listen, *metricsListen); err != nil {
 		return err
 	}
+	var grpcAddr string
+	if *grpcListen != "" {
+		ln, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			em.Close()
+			return fmt.Errorf("emulator: listen on %q (--grpc-listen): %w", *grpcListen, err)
+		}
+		grpcAddr = ln.Addr().String()
+		srv := grpc.NewServer()
+		pb.RegisterGRPCInferenceServiceServer(srv, em.GRPC())
+		go srv.Serve(ln) // returns once stopped below
+		defer func() {
+			// Let answers in flight go out, within the grace the HTTP
+			// door has too.
+			done := make(chan struct{})
+			go func() { srv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(emulateShutdownGrace):
+				srv.Stop()
+			}
+		}()
+	}
 
 	if *asJSON {
 		out := struct {
@@ -78,13 +106,17 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Models        []string `json:"models"`
 			Energy        bool     `json:"energy"`
 			Realism       string   `json:"realism"`
-		}{em.Addr(), em.MetricsAddr(), p.Name, em.Models(), p.HasEnergy, *realism}
+			GRPCListen    string   `json:"grpc_listen,omitempty"`
+		}{em.Addr(), em.MetricsAddr(), p.Name, em.Models(), p.HasEnergy, *realism, grpcAddr}
 		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			em.Close()
 			return fmt.Errorf("writing the addresses: %w", err)
 		}
 	} else {
 		fmt.Fprintf(stdout, "emulating %s (%s) on http://%s (models %v)\n", p.Name, *realism, em.Addr(), em.Models())
+		if grpcAddr != "" {
+			fmt.Fprintf(stdout, "gRPC on %s\n", grpcAddr)
+		}
 		if a := em.MetricsAddr(); a != "" {
 			fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", a)
 		}

@@ -37,7 +37,7 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, []string{"emulate", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-			"--preset", "resnet50-v100", "--tau-scale", "0", "--instances", "2", "--idle-watts", "30", "--json"}, &out, &errb)
+			"--grpc-listen", "127.0.0.1:0", "--preset", "resnet50-v100", "--tau-scale", "0", "--instances", "2", "--idle-watts", "30", "--json"}, &out, &errb)
 	}()
 	var info struct {
 		Listen        string   `json:"listen"`
@@ -45,6 +45,7 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 		Preset        string   `json:"preset"`
 		Models        []string `json:"models"`
 		Energy        bool     `json:"energy"`
+		GRPCListen    string   `json:"grpc_listen"`
 	}
 	for i := 0; ; i++ {
 		if s := out.String(); strings.HasSuffix(s, "\n") {
@@ -90,6 +91,16 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(metrics), "nv_energy_consumption{") || !strings.Contains(string(metrics), `nv_gpu_power_usage{gpu_uuid="GPU-emulator-0"} 30`) {
 		t.Errorf("metrics lack energy or the idle power of 30 W:\n%s", metrics)
+	}
+
+	// The gRPC door answers ModelMetadata and ModelInfer: the load
+	// generator learns the inputs from it and verifies every answer.
+	if info.GRPCListen == "" {
+		t.Fatal("--json gives no grpc_listen")
+	}
+	if c, lout, lerr := runCmd(t, "load", "--protocol", "grpc", "--target", info.GRPCListen, "--model", "simple",
+		"--rate", "200", "--duration", "300ms", "--verify", "--json"); c != 0 || !strings.Contains(lout, `"errors": 0`) {
+		t.Errorf("load over gRPC: exit %d, %s %s", c, lout, lerr)
 	}
 
 	cancel()

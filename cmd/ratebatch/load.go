@@ -23,7 +23,8 @@ func init() {
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("load", stderr)
-	target := fs.String("target", "", "base URL of the KServe v2 server or proxy, e.g. http://127.0.0.1:8000")
+	target := fs.String("target", "", "base URL of the KServe v2 server or proxy, e.g. http://127.0.0.1:8000; with --protocol grpc its gRPC host:port, e.g. 127.0.0.1:8001")
+	protocol := fs.String("protocol", "http", "http, or grpc: ModelInfer over KServe v2 gRPC, tensors as raw bytes (as perf_analyzer -i grpc)")
 	model := fs.String("model", "", "model name (inputs are read from GET /v2/models/<model>)")
 	version := fs.String("model-version", "", "model version (default: the server's choice)")
 	rate := fs.Float64("rate", 0, "constant Poisson arrival rate in requests/s")
@@ -63,6 +64,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Seed:        *seed,
 		Rows:        *rows,
 		Binary:      *binaryForm,
+		GRPC:        *protocol == "grpc",
 		Verify:      *verify,
 		Timeout:     *timeout,
 		MaxInFlight: *maxInFlight,
@@ -73,6 +75,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageErr("give the server: --target URL")
 	case *model == "":
 		return usageErr("give the model: --model NAME")
+	case *protocol != "http" && *protocol != "grpc":
+		return usageErr("--protocol must be http or grpc, got %q", *protocol)
+	case *protocol == "grpc" && *binaryForm:
+		return usageErr("--binary is an HTTP form; gRPC always sends tensors as raw bytes")
 	case *rows < 1:
 		return usageErr("--rows must be >= 1, got %d", *rows)
 	case *timeout <= 0:
@@ -180,7 +186,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	} else {
 		form := "JSON"
-		if *binaryForm {
+		switch {
+		case *protocol == "grpc":
+			form = "gRPC"
+		case *binaryForm:
 			form = "binary"
 		}
 		fmt.Fprintf(stdout, "load: %s for %v against %s, model %s (%s, %d row(s)/request, %d distinct bodies, seed %d)\n",

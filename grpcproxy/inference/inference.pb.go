@@ -1,7 +1,9 @@
 // The part of the KServe v2 / Open Inference Protocol gRPC service
 // (inference.GRPCInferenceService) that ratebatch must understand, written
 // from the published specification. Message, field names and numbers are
-// the wire contract. Everything ratebatch only forwards (metadata, config,
+// the wire contract. Server and model metadata are declared for the
+// emulator's gRPC door and the load generator; the proxy relays them like
+// everything else it only forwards. Everything ratebatch only forwards (config,
 // statistics, repository, shared memory, trace, log, ModelStreamInfer, any
 // method a newer Triton adds) is not declared here: the proxy relays those
 // calls as raw bytes, so their answers are Triton's own, byte for byte.
@@ -288,6 +290,230 @@ func (x *ModelReadyResponse) GetReady() bool {
 }
 
 // A parameter value: of a request, a tensor or a response.
+type ServerMetadataRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerMetadataRequest) Reset() {
+	*x = ServerMetadataRequest{}
+	mi := &file_inference_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerMetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerMetadataRequest) ProtoMessage() {}
+
+func (x *ServerMetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerMetadataRequest.ProtoReflect.Descriptor instead.
+func (*ServerMetadataRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{6}
+}
+
+type ServerMetadataResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Extensions    []string               `protobuf:"bytes,3,rep,name=extensions,proto3" json:"extensions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerMetadataResponse) Reset() {
+	*x = ServerMetadataResponse{}
+	mi := &file_inference_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerMetadataResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerMetadataResponse) ProtoMessage() {}
+
+func (x *ServerMetadataResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerMetadataResponse.ProtoReflect.Descriptor instead.
+func (*ServerMetadataResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServerMetadataResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServerMetadataResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ServerMetadataResponse) GetExtensions() []string {
+	if x != nil {
+		return x.Extensions
+	}
+	return nil
+}
+
+type ModelMetadataRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelMetadataRequest) Reset() {
+	*x = ModelMetadataRequest{}
+	mi := &file_inference_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelMetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelMetadataRequest) ProtoMessage() {}
+
+func (x *ModelMetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelMetadataRequest.ProtoReflect.Descriptor instead.
+func (*ModelMetadataRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ModelMetadataRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelMetadataRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type ModelMetadataResponse struct {
+	state         protoimpl.MessageState                  `protogen:"open.v1"`
+	Name          string                                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Versions      []string                                `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	Platform      string                                  `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	Inputs        []*ModelMetadataResponse_TensorMetadata `protobuf:"bytes,4,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Outputs       []*ModelMetadataResponse_TensorMetadata `protobuf:"bytes,5,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelMetadataResponse) Reset() {
+	*x = ModelMetadataResponse{}
+	mi := &file_inference_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelMetadataResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelMetadataResponse) ProtoMessage() {}
+
+func (x *ModelMetadataResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelMetadataResponse.ProtoReflect.Descriptor instead.
+func (*ModelMetadataResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ModelMetadataResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelMetadataResponse) GetVersions() []string {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *ModelMetadataResponse) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *ModelMetadataResponse) GetInputs() []*ModelMetadataResponse_TensorMetadata {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *ModelMetadataResponse) GetOutputs() []*ModelMetadataResponse_TensorMetadata {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
 type InferParameter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to ParameterChoice:
@@ -304,7 +530,7 @@ type InferParameter struct {
 
 func (x *InferParameter) Reset() {
 	*x = InferParameter{}
-	mi := &file_inference_proto_msgTypes[6]
+	mi := &file_inference_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +542,7 @@ func (x *InferParameter) String() string {
 func (*InferParameter) ProtoMessage() {}
 
 func (x *InferParameter) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[6]
+	mi := &file_inference_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +555,7 @@ func (x *InferParameter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferParameter.ProtoReflect.Descriptor instead.
 func (*InferParameter) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{6}
+	return file_inference_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InferParameter) GetParameterChoice() isInferParameter_ParameterChoice {
@@ -436,7 +662,7 @@ type InferTensorContents struct {
 
 func (x *InferTensorContents) Reset() {
 	*x = InferTensorContents{}
-	mi := &file_inference_proto_msgTypes[7]
+	mi := &file_inference_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +674,7 @@ func (x *InferTensorContents) String() string {
 func (*InferTensorContents) ProtoMessage() {}
 
 func (x *InferTensorContents) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[7]
+	mi := &file_inference_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +687,7 @@ func (x *InferTensorContents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferTensorContents.ProtoReflect.Descriptor instead.
 func (*InferTensorContents) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{7}
+	return file_inference_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InferTensorContents) GetBoolContents() []bool {
@@ -538,7 +764,7 @@ type ModelInferRequest struct {
 
 func (x *ModelInferRequest) Reset() {
 	*x = ModelInferRequest{}
-	mi := &file_inference_proto_msgTypes[8]
+	mi := &file_inference_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +776,7 @@ func (x *ModelInferRequest) String() string {
 func (*ModelInferRequest) ProtoMessage() {}
 
 func (x *ModelInferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[8]
+	mi := &file_inference_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +789,7 @@ func (x *ModelInferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInferRequest.ProtoReflect.Descriptor instead.
 func (*ModelInferRequest) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{8}
+	return file_inference_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ModelInferRequest) GetModelName() string {
@@ -630,7 +856,7 @@ type ModelInferResponse struct {
 
 func (x *ModelInferResponse) Reset() {
 	*x = ModelInferResponse{}
-	mi := &file_inference_proto_msgTypes[9]
+	mi := &file_inference_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +868,7 @@ func (x *ModelInferResponse) String() string {
 func (*ModelInferResponse) ProtoMessage() {}
 
 func (x *ModelInferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[9]
+	mi := &file_inference_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +881,7 @@ func (x *ModelInferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInferResponse.ProtoReflect.Descriptor instead.
 func (*ModelInferResponse) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{9}
+	return file_inference_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModelInferResponse) GetModelName() string {
@@ -713,7 +939,7 @@ type ModelStreamInferResponse struct {
 
 func (x *ModelStreamInferResponse) Reset() {
 	*x = ModelStreamInferResponse{}
-	mi := &file_inference_proto_msgTypes[10]
+	mi := &file_inference_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +951,7 @@ func (x *ModelStreamInferResponse) String() string {
 func (*ModelStreamInferResponse) ProtoMessage() {}
 
 func (x *ModelStreamInferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[10]
+	mi := &file_inference_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +964,7 @@ func (x *ModelStreamInferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStreamInferResponse.ProtoReflect.Descriptor instead.
 func (*ModelStreamInferResponse) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{10}
+	return file_inference_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ModelStreamInferResponse) GetErrorMessage() string {
@@ -751,6 +977,67 @@ func (x *ModelStreamInferResponse) GetErrorMessage() string {
 func (x *ModelStreamInferResponse) GetInferResponse() *ModelInferResponse {
 	if x != nil {
 		return x.InferResponse
+	}
+	return nil
+}
+
+type ModelMetadataResponse_TensorMetadata struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Datatype string                 `protobuf:"bytes,2,opt,name=datatype,proto3" json:"datatype,omitempty"`
+	// -1 marks a variable dimension.
+	Shape         []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelMetadataResponse_TensorMetadata) Reset() {
+	*x = ModelMetadataResponse_TensorMetadata{}
+	mi := &file_inference_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelMetadataResponse_TensorMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelMetadataResponse_TensorMetadata) ProtoMessage() {}
+
+func (x *ModelMetadataResponse_TensorMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelMetadataResponse_TensorMetadata.ProtoReflect.Descriptor instead.
+func (*ModelMetadataResponse_TensorMetadata) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{9, 0}
+}
+
+func (x *ModelMetadataResponse_TensorMetadata) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelMetadataResponse_TensorMetadata) GetDatatype() string {
+	if x != nil {
+		return x.Datatype
+	}
+	return ""
+}
+
+func (x *ModelMetadataResponse_TensorMetadata) GetShape() []int64 {
+	if x != nil {
+		return x.Shape
 	}
 	return nil
 }
@@ -768,7 +1055,7 @@ type ModelInferRequest_InferInputTensor struct {
 
 func (x *ModelInferRequest_InferInputTensor) Reset() {
 	*x = ModelInferRequest_InferInputTensor{}
-	mi := &file_inference_proto_msgTypes[11]
+	mi := &file_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +1067,7 @@ func (x *ModelInferRequest_InferInputTensor) String() string {
 func (*ModelInferRequest_InferInputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[11]
+	mi := &file_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +1080,7 @@ func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ModelInferRequest_InferInputTensor.ProtoReflect.Descriptor instead.
 func (*ModelInferRequest_InferInputTensor) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{8, 0}
+	return file_inference_proto_rawDescGZIP(), []int{12, 0}
 }
 
 func (x *ModelInferRequest_InferInputTensor) GetName() string {
@@ -841,7 +1128,7 @@ type ModelInferRequest_InferRequestedOutputTensor struct {
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) Reset() {
 	*x = ModelInferRequest_InferRequestedOutputTensor{}
-	mi := &file_inference_proto_msgTypes[12]
+	mi := &file_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1140,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) String() string {
 func (*ModelInferRequest_InferRequestedOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[12]
+	mi := &file_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1153,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protorefle
 
 // Deprecated: Use ModelInferRequest_InferRequestedOutputTensor.ProtoReflect.Descriptor instead.
 func (*ModelInferRequest_InferRequestedOutputTensor) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{8, 1}
+	return file_inference_proto_rawDescGZIP(), []int{12, 1}
 }
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) GetName() string {
@@ -896,7 +1183,7 @@ type ModelInferResponse_InferOutputTensor struct {
 
 func (x *ModelInferResponse_InferOutputTensor) Reset() {
 	*x = ModelInferResponse_InferOutputTensor{}
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1195,7 @@ func (x *ModelInferResponse_InferOutputTensor) String() string {
 func (*ModelInferResponse_InferOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1208,7 @@ func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ModelInferResponse_InferOutputTensor.ProtoReflect.Descriptor instead.
 func (*ModelInferResponse_InferOutputTensor) Descriptor() ([]byte, []int) {
-	return file_inference_proto_rawDescGZIP(), []int{9, 0}
+	return file_inference_proto_rawDescGZIP(), []int{13, 0}
 }
 
 func (x *ModelInferResponse_InferOutputTensor) GetName() string {
@@ -974,7 +1261,27 @@ const file_inference_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\"*\n" +
 	"\x12ModelReadyResponse\x12\x14\n" +
-	"\x05ready\x18\x01 \x01(\bR\x05ready\"\xd7\x01\n" +
+	"\x05ready\x18\x01 \x01(\bR\x05ready\"\x17\n" +
+	"\x15ServerMetadataRequest\"f\n" +
+	"\x16ServerMetadataResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1e\n" +
+	"\n" +
+	"extensions\x18\x03 \x03(\tR\n" +
+	"extensions\"D\n" +
+	"\x14ModelMetadataRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xcf\x02\n" +
+	"\x15ModelMetadataResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bversions\x18\x02 \x03(\tR\bversions\x12\x1a\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\x12G\n" +
+	"\x06inputs\x18\x04 \x03(\v2/.inference.ModelMetadataResponse.TensorMetadataR\x06inputs\x12I\n" +
+	"\aoutputs\x18\x05 \x03(\v2/.inference.ModelMetadataResponse.TensorMetadataR\aoutputs\x1aV\n" +
+	"\x0eTensorMetadata\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bdatatype\x18\x02 \x01(\tR\bdatatype\x12\x14\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\"\xd7\x01\n" +
 	"\x0eInferParameter\x12\x1f\n" +
 	"\n" +
 	"bool_param\x18\x01 \x01(\bH\x00R\tboolParam\x12!\n" +
@@ -1052,13 +1359,15 @@ const file_inference_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\"\x85\x01\n" +
 	"\x18ModelStreamInferResponse\x12#\n" +
 	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\x12D\n" +
-	"\x0einfer_response\x18\x02 \x01(\v2\x1d.inference.ModelInferResponseR\rinferResponse2\xcd\x02\n" +
+	"\x0einfer_response\x18\x02 \x01(\v2\x1d.inference.ModelInferResponseR\rinferResponse2\xfc\x03\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
 	"\vServerReady\x12\x1d.inference.ServerReadyRequest\x1a\x1e.inference.ServerReadyResponse\"\x00\x12K\n" +
 	"\n" +
-	"ModelReady\x12\x1c.inference.ModelReadyRequest\x1a\x1d.inference.ModelReadyResponse\"\x00\x12K\n" +
+	"ModelReady\x12\x1c.inference.ModelReadyRequest\x1a\x1d.inference.ModelReadyResponse\"\x00\x12W\n" +
+	"\x0eServerMetadata\x12 .inference.ServerMetadataRequest\x1a!.inference.ServerMetadataResponse\"\x00\x12T\n" +
+	"\rModelMetadata\x12\x1f.inference.ModelMetadataRequest\x1a .inference.ModelMetadataResponse\"\x00\x12K\n" +
 	"\n" +
 	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00B4Z2github.com/ratebatch/ratebatch/grpcproxy/inferenceb\x06proto3"
 
@@ -1074,7 +1383,7 @@ func file_inference_proto_rawDescGZIP() []byte {
 	return file_inference_proto_rawDescData
 }
 
-var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_inference_proto_goTypes = []any{
 	(*ServerLiveRequest)(nil),                            // 0: inference.ServerLiveRequest
 	(*ServerLiveResponse)(nil),                           // 1: inference.ServerLiveResponse
@@ -1082,50 +1391,61 @@ var file_inference_proto_goTypes = []any{
 	(*ServerReadyResponse)(nil),                          // 3: inference.ServerReadyResponse
 	(*ModelReadyRequest)(nil),                            // 4: inference.ModelReadyRequest
 	(*ModelReadyResponse)(nil),                           // 5: inference.ModelReadyResponse
-	(*InferParameter)(nil),                               // 6: inference.InferParameter
-	(*InferTensorContents)(nil),                          // 7: inference.InferTensorContents
-	(*ModelInferRequest)(nil),                            // 8: inference.ModelInferRequest
-	(*ModelInferResponse)(nil),                           // 9: inference.ModelInferResponse
-	(*ModelStreamInferResponse)(nil),                     // 10: inference.ModelStreamInferResponse
-	(*ModelInferRequest_InferInputTensor)(nil),           // 11: inference.ModelInferRequest.InferInputTensor
-	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 12: inference.ModelInferRequest.InferRequestedOutputTensor
-	nil, // 13: inference.ModelInferRequest.ParametersEntry
-	nil, // 14: inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	nil, // 15: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	(*ModelInferResponse_InferOutputTensor)(nil), // 16: inference.ModelInferResponse.InferOutputTensor
-	nil, // 17: inference.ModelInferResponse.ParametersEntry
-	nil, // 18: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*ServerMetadataRequest)(nil),                        // 6: inference.ServerMetadataRequest
+	(*ServerMetadataResponse)(nil),                       // 7: inference.ServerMetadataResponse
+	(*ModelMetadataRequest)(nil),                         // 8: inference.ModelMetadataRequest
+	(*ModelMetadataResponse)(nil),                        // 9: inference.ModelMetadataResponse
+	(*InferParameter)(nil),                               // 10: inference.InferParameter
+	(*InferTensorContents)(nil),                          // 11: inference.InferTensorContents
+	(*ModelInferRequest)(nil),                            // 12: inference.ModelInferRequest
+	(*ModelInferResponse)(nil),                           // 13: inference.ModelInferResponse
+	(*ModelStreamInferResponse)(nil),                     // 14: inference.ModelStreamInferResponse
+	(*ModelMetadataResponse_TensorMetadata)(nil),         // 15: inference.ModelMetadataResponse.TensorMetadata
+	(*ModelInferRequest_InferInputTensor)(nil),           // 16: inference.ModelInferRequest.InferInputTensor
+	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 17: inference.ModelInferRequest.InferRequestedOutputTensor
+	nil, // 18: inference.ModelInferRequest.ParametersEntry
+	nil, // 19: inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	nil, // 20: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	(*ModelInferResponse_InferOutputTensor)(nil), // 21: inference.ModelInferResponse.InferOutputTensor
+	nil, // 22: inference.ModelInferResponse.ParametersEntry
+	nil, // 23: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
 }
 var file_inference_proto_depIdxs = []int32{
-	13, // 0: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
-	11, // 1: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
-	12, // 2: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
-	17, // 3: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
-	16, // 4: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
-	9,  // 5: inference.ModelStreamInferResponse.infer_response:type_name -> inference.ModelInferResponse
-	14, // 6: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	7,  // 7: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
-	15, // 8: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	6,  // 9: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
-	6,  // 10: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	6,  // 11: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	18, // 12: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	7,  // 13: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
-	6,  // 14: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
-	6,  // 15: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	0,  // 16: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
-	2,  // 17: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
-	4,  // 18: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
-	8,  // 19: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	1,  // 20: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	3,  // 21: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	5,  // 22: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	9,  // 23: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	15, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	18, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
+	16, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
+	17, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
+	22, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
+	21, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
+	13, // 7: inference.ModelStreamInferResponse.infer_response:type_name -> inference.ModelInferResponse
+	19, // 8: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	11, // 9: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
+	20, // 10: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	10, // 11: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
+	10, // 12: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	10, // 13: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	23, // 14: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	11, // 15: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
+	10, // 16: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
+	10, // 17: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	0,  // 18: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
+	2,  // 19: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
+	4,  // 20: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
+	6,  // 21: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
+	8,  // 22: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
+	12, // 23: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
+	1,  // 24: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	3,  // 25: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	5,  // 26: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	7,  // 27: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
+	9,  // 28: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	13, // 29: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_inference_proto_init() }
@@ -1133,7 +1453,7 @@ func file_inference_proto_init() {
 	if File_inference_proto != nil {
 		return
 	}
-	file_inference_proto_msgTypes[6].OneofWrappers = []any{
+	file_inference_proto_msgTypes[10].OneofWrappers = []any{
 		(*InferParameter_BoolParam)(nil),
 		(*InferParameter_Int64Param)(nil),
 		(*InferParameter_StringParam)(nil),
@@ -1146,7 +1466,7 @@ func file_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inference_proto_rawDesc), len(file_inference_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

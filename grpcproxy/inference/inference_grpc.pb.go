@@ -1,7 +1,9 @@
 // The part of the KServe v2 / Open Inference Protocol gRPC service
 // (inference.GRPCInferenceService) that ratebatch must understand, written
 // from the published specification. Message, field names and numbers are
-// the wire contract. Everything ratebatch only forwards (metadata, config,
+// the wire contract. Server and model metadata are declared for the
+// emulator's gRPC door and the load generator; the proxy relays them like
+// everything else it only forwards. Everything ratebatch only forwards (config,
 // statistics, repository, shared memory, trace, log, ModelStreamInfer, any
 // method a newer Triton adds) is not declared here: the proxy relays those
 // calls as raw bytes, so their answers are Triton's own, byte for byte.
@@ -29,10 +31,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GRPCInferenceService_ServerLive_FullMethodName  = "/inference.GRPCInferenceService/ServerLive"
-	GRPCInferenceService_ServerReady_FullMethodName = "/inference.GRPCInferenceService/ServerReady"
-	GRPCInferenceService_ModelReady_FullMethodName  = "/inference.GRPCInferenceService/ModelReady"
-	GRPCInferenceService_ModelInfer_FullMethodName  = "/inference.GRPCInferenceService/ModelInfer"
+	GRPCInferenceService_ServerLive_FullMethodName     = "/inference.GRPCInferenceService/ServerLive"
+	GRPCInferenceService_ServerReady_FullMethodName    = "/inference.GRPCInferenceService/ServerReady"
+	GRPCInferenceService_ModelReady_FullMethodName     = "/inference.GRPCInferenceService/ModelReady"
+	GRPCInferenceService_ServerMetadata_FullMethodName = "/inference.GRPCInferenceService/ServerMetadata"
+	GRPCInferenceService_ModelMetadata_FullMethodName  = "/inference.GRPCInferenceService/ModelMetadata"
+	GRPCInferenceService_ModelInfer_FullMethodName     = "/inference.GRPCInferenceService/ModelInfer"
 )
 
 // GRPCInferenceServiceClient is the client API for GRPCInferenceService service.
@@ -43,6 +47,9 @@ type GRPCInferenceServiceClient interface {
 	ServerLive(ctx context.Context, in *ServerLiveRequest, opts ...grpc.CallOption) (*ServerLiveResponse, error)
 	ServerReady(ctx context.Context, in *ServerReadyRequest, opts ...grpc.CallOption) (*ServerReadyResponse, error)
 	ModelReady(ctx context.Context, in *ModelReadyRequest, opts ...grpc.CallOption) (*ModelReadyResponse, error)
+	// What the server is, and what one model takes and gives.
+	ServerMetadata(ctx context.Context, in *ServerMetadataRequest, opts ...grpc.CallOption) (*ServerMetadataResponse, error)
+	ModelMetadata(ctx context.Context, in *ModelMetadataRequest, opts ...grpc.CallOption) (*ModelMetadataResponse, error)
 	// Inference with one model: the call ratebatch batches.
 	ModelInfer(ctx context.Context, in *ModelInferRequest, opts ...grpc.CallOption) (*ModelInferResponse, error)
 }
@@ -85,6 +92,26 @@ func (c *gRPCInferenceServiceClient) ModelReady(ctx context.Context, in *ModelRe
 	return out, nil
 }
 
+func (c *gRPCInferenceServiceClient) ServerMetadata(ctx context.Context, in *ServerMetadataRequest, opts ...grpc.CallOption) (*ServerMetadataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServerMetadataResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_ServerMetadata_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) ModelMetadata(ctx context.Context, in *ModelMetadataRequest, opts ...grpc.CallOption) (*ModelMetadataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ModelMetadataResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_ModelMetadata_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gRPCInferenceServiceClient) ModelInfer(ctx context.Context, in *ModelInferRequest, opts ...grpc.CallOption) (*ModelInferResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ModelInferResponse)
@@ -103,6 +130,9 @@ type GRPCInferenceServiceServer interface {
 	ServerLive(context.Context, *ServerLiveRequest) (*ServerLiveResponse, error)
 	ServerReady(context.Context, *ServerReadyRequest) (*ServerReadyResponse, error)
 	ModelReady(context.Context, *ModelReadyRequest) (*ModelReadyResponse, error)
+	// What the server is, and what one model takes and gives.
+	ServerMetadata(context.Context, *ServerMetadataRequest) (*ServerMetadataResponse, error)
+	ModelMetadata(context.Context, *ModelMetadataRequest) (*ModelMetadataResponse, error)
 	// Inference with one model: the call ratebatch batches.
 	ModelInfer(context.Context, *ModelInferRequest) (*ModelInferResponse, error)
 	mustEmbedUnimplementedGRPCInferenceServiceServer()
@@ -123,6 +153,12 @@ func (UnimplementedGRPCInferenceServiceServer) ServerReady(context.Context, *Ser
 }
 func (UnimplementedGRPCInferenceServiceServer) ModelReady(context.Context, *ModelReadyRequest) (*ModelReadyResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ModelReady not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) ServerMetadata(context.Context, *ServerMetadataRequest) (*ServerMetadataResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ServerMetadata not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) ModelMetadata(context.Context, *ModelMetadataRequest) (*ModelMetadataResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ModelMetadata not implemented")
 }
 func (UnimplementedGRPCInferenceServiceServer) ModelInfer(context.Context, *ModelInferRequest) (*ModelInferResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ModelInfer not implemented")
@@ -202,6 +238,42 @@ func _GRPCInferenceService_ModelReady_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GRPCInferenceService_ServerMetadata_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServerMetadataRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).ServerMetadata(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_ServerMetadata_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).ServerMetadata(ctx, req.(*ServerMetadataRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_ModelMetadata_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ModelMetadataRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).ModelMetadata(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_ModelMetadata_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).ModelMetadata(ctx, req.(*ModelMetadataRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _GRPCInferenceService_ModelInfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ModelInferRequest)
 	if err := dec(in); err != nil {
@@ -238,6 +310,14 @@ var GRPCInferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ModelReady",
 			Handler:    _GRPCInferenceService_ModelReady_Handler,
+		},
+		{
+			MethodName: "ServerMetadata",
+			Handler:    _GRPCInferenceService_ServerMetadata_Handler,
+		},
+		{
+			MethodName: "ModelMetadata",
+			Handler:    _GRPCInferenceService_ModelMetadata_Handler,
 		},
 		{
 			MethodName: "ModelInfer",

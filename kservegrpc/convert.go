@@ -1,4 +1,9 @@
-package grpcproxy
+// Package kservegrpc converts between the KServe v2 gRPC messages
+// (inference.GRPCInferenceService, Triton's gRPC API) and kserve's types,
+// and carries gRPC messages as unread bytes. The proxy's gRPC door, the
+// emulator's and the load generator's gRPC client share it, so a tensor
+// reads the same through either door and either end.
+package kservegrpc
 
 import (
 	"encoding/binary"
@@ -10,14 +15,14 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
-// toRequest converts a gRPC inference request into the kserve.Request the
+// ToRequest converts a gRPC inference request into the kserve.Request the
 // dispatcher queues, so that it batches with HTTP callers of the same key.
 // Tensor data ends in the one form kserve keeps: row-major little-endian
 // bytes, BYTES elements each after a 4-byte length. raw_input_contents are
 // used as they are; typed contents are packed. Every tensor is checked
 // against its declared shape before anything is allocated for it, so a
 // huge declared shape costs nothing. Errors are *kserve.Error with 400.
-func toRequest(m *pb.ModelInferRequest) (*kserve.Request, error) {
+func ToRequest(m *pb.ModelInferRequest) (*kserve.Request, error) {
 	raw := m.GetRawInputContents()
 	if len(raw) > 0 && len(raw) != len(m.GetInputs()) {
 		return nil, bad("raw_input_contents has %d entries for %d inputs; the raw form must be used for every input or none", len(raw), len(m.GetInputs()))
@@ -259,11 +264,11 @@ func toParams(p kserve.Parameters) map[string]*pb.InferParameter {
 	return m
 }
 
-// toResponse converts one caller's share of a batched answer. Outputs go
+// ToResponse converts one caller's share of a batched answer. Outputs go
 // in raw_output_contents, as Triton's gRPC server answers whatever form the
 // inputs came in; their bytes alias r's, so r must outlive the message's
 // marshalling.
-func toResponse(r *kserve.Response) *pb.ModelInferResponse {
+func ToResponse(r *kserve.Response) *pb.ModelInferResponse {
 	out := &pb.ModelInferResponse{
 		ModelName: r.ModelName, ModelVersion: r.ModelVersion, Id: r.ID,
 		Parameters:        toParams(r.Parameters),
@@ -282,4 +287,40 @@ func toResponse(r *kserve.Response) *pb.ModelInferResponse {
 		out.RawOutputContents[i] = data
 	}
 	return out
+}
+
+// FromResponse converts an answer received over gRPC into kserve's form,
+// outputs as raw bytes (raw_output_contents, or typed contents packed), so
+// that a client checks it as it checks an HTTP answer.
+func FromResponse(m *pb.ModelInferResponse) (*kserve.Response, error) {
+	raw := m.GetRawOutputContents()
+	if len(raw) > 0 && len(raw) != len(m.GetOutputs()) {
+		return nil, fmt.Errorf("raw_output_contents has %d entries for %d outputs", len(raw), len(m.GetOutputs()))
+	}
+	r := &kserve.Response{ModelName: m.GetModelName(), ModelVersion: m.GetModelVersion(), ID: m.GetId(),
+		Outputs: make([]kserve.Tensor, len(m.GetOutputs()))}
+	var err error
+	if r.Parameters, err = fromParams(m.GetParameters()); err != nil {
+		return nil, fmt.Errorf("response parameters: %w", err)
+	}
+	for i, o := range m.GetOutputs() {
+		t := &r.Outputs[i]
+		t.Name, t.Datatype, t.Shape = o.GetName(), kserve.Datatype(o.GetDatatype()), o.GetShape()
+		if !t.Datatype.Valid() {
+			return nil, fmt.Errorf("output '%s': unknown datatype '%s'", t.Name, o.GetDatatype())
+		}
+		n, err := kserve.ElementCount(t.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("output '%s': %w", t.Name, err)
+		}
+		if len(raw) > 0 {
+			t.Data = raw[i]
+		} else if t.Data, err = packContents(t.Datatype, n, o.GetContents()); err != nil {
+			return nil, fmt.Errorf("output '%s': %w", t.Name, err)
+		}
+		if err := t.CheckData(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
