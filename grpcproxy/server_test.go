@@ -124,6 +124,12 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 		if err := proto.Unmarshal(in.B, &req); err != nil {
 			return err
 		}
+		if req.ModelName == "refused" {
+			ss.SetTrailer(metadata.Pairs("x-triton-trailer", "refused"))
+			return status.Error(codes.InvalidArgument, "triton refuses it")
+		}
+		ss.SetHeader(metadata.Pairs("x-triton", "infer-header"))
+		ss.SetTrailer(metadata.Pairs("x-triton-trailer", "infer-trailer"))
 		return ss.SendMsg(&pb.ModelInferResponse{ModelName: req.ModelName, Id: "from-triton"})
 	case "/inference.GRPCInferenceService/ModelStreamInfer": // decoupled: two answers per request
 		for {
@@ -491,8 +497,22 @@ func TestPassThrough(t *testing.T) {
 	// ModelInfer of a model the proxy does not batch.
 	other := simpleRaw("", []int32{1}, []int32{1})
 	other.ModelName = "not_batched"
-	if resp, err := r.client.ModelInfer(ctx, other); err != nil || resp.Id != "from-triton" {
+	var ih, it metadata.MD
+	if resp, err := r.client.ModelInfer(ctx, other, grpc.Header(&ih), grpc.Trailer(&it)); err != nil || resp.Id != "from-triton" || resp.ModelName != "not_batched" {
 		t.Errorf("unbatched model: got %v, %v; want Triton's answer", resp, err)
+	}
+	if len(ih.Get("x-triton")) != 1 || len(it.Get("x-triton-trailer")) != 1 || it.Get("x-triton-trailer")[0] != "infer-trailer" {
+		t.Errorf("unbatched model: headers %v trailers %v, want Triton's", ih, it)
+	}
+	if md := r.triton.md.Load().(metadata.MD); len(md.Get("x-client")) != 1 {
+		t.Errorf("unbatched model: Triton got metadata %v, want x-client", md)
+	}
+	// Triton's refusal comes back as it is, with its trailer.
+	other.ModelName = "refused"
+	it = nil
+	if _, err := r.client.ModelInfer(ctx, other, grpc.Trailer(&it)); status.Code(err) != codes.InvalidArgument ||
+		status.Convert(err).Message() != "triton refuses it" || len(it.Get("x-triton-trailer")) != 1 {
+		t.Errorf("refused by Triton: got %v with trailers %v, want its INVALID_ARGUMENT and trailer", err, it)
 	}
 	// A shared-memory input passes through too.
 	shm := simpleRaw("", []int32{1}, []int32{1})
@@ -502,6 +522,34 @@ func TestPassThrough(t *testing.T) {
 	}
 	if resp, err := r.client.ModelInfer(ctx, shm); err != nil || resp.Id != "from-triton" {
 		t.Errorf("shared-memory input: got %v, %v; want Triton's answer", resp, err)
+	}
+}
+
+func TestModelName(t *testing.T) {
+	enc := func(m *pb.ModelInferRequest) []byte { b, _ := proto.Marshal(m); return b }
+	twice := append(enc(&pb.ModelInferRequest{ModelName: "first", Id: "x"}), enc(&pb.ModelInferRequest{ModelName: "last"})...)
+	for _, tt := range []struct {
+		name    string
+		b       []byte
+		want    string
+		wantErr bool
+	}{
+		{"after big inputs", enc(&pb.ModelInferRequest{RawInputContents: [][]byte{make([]byte, 1<<16)}, ModelName: "simple", Id: "7"}), "simple", false},
+		{"last occurrence wins", twice, "last", false},
+		{"none", enc(&pb.ModelInferRequest{Id: "7"}), "", false},
+		{"truncated", enc(&pb.ModelInferRequest{ModelName: "simple"})[:4], "", true},
+		{"bad tag", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := modelName(tt.b)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("modelName = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
+			}
+			var m pb.ModelInferRequest
+			if err == nil && (proto.Unmarshal(tt.b, &m) != nil || m.ModelName != got) {
+				t.Fatalf("proto reads model_name %q where modelName read %q", m.ModelName, got)
+			}
+		})
 	}
 }
 
