@@ -35,6 +35,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
+	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kservegrpc"
 )
@@ -141,10 +142,14 @@ func New(o Options) *Server {
 }
 
 // Dial returns the pass-through client of Triton's gRPC port at addr
-// (host:port). Messages of any size Triton accepts go through.
+// (host:port). Messages of any size Triton accepts go through. Its
+// connections make raw reads and writes (package rawconn); dialing them
+// ourselves also means no HTTPS_PROXY from the environment, which has no
+// place between the proxy and the Triton beside it.
 func Dial(addr string) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialRaw),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(kservegrpc.Codec{}),
 			grpc.MaxCallRecvMsgSize(tritonMaxMessage), grpc.MaxCallSendMsgSize(tritonMaxMessage)))
 	if err != nil {
@@ -153,9 +158,19 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// Serve serves on ln until Shutdown.
+func dialRaw(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return rawconn.Wrap(c), nil
+}
+
+// Serve serves on ln until Shutdown; its connections make raw reads and
+// writes (package rawconn).
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(ln); !errors.Is(err, grpc.ErrServerStopped) {
+	if err := s.srv.Serve(rawconn.Listener{Listener: ln}); !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}
 	return nil

@@ -33,6 +33,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -156,7 +157,7 @@ func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
 }
 
 // Serve serves the data port on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(rawconn.Listener{Listener: ln}) }
 
 // Shutdown stops accepting, lets requests in progress finish and closes
 // the connections, or gives up when ctx ends.

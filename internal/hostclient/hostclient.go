@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ratebatch/ratebatch/internal/rawconn"
 )
 
 // New returns a HostClient for the http or https upstream u. A URL without
@@ -22,6 +24,9 @@ func New(u *url.URL) *fasthttp.HostClient {
 		IsTLS:                    u.Scheme == "https",
 		MaxIdleConnDuration:      90 * time.Second,
 		NoDefaultUserAgentHeader: true,
+		// fasthttp's own dialer (its DNS cache, its timeout) with raw
+		// reads and writes on the connection (package rawconn says why).
+		Dial: rawconn.Dialer(fasthttp.Dial),
 	}
 	if hc.IsTLS {
 		hc.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}

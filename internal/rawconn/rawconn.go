@@ -1,0 +1,47 @@
+// Package rawconn makes TCP connections whose reads and writes skip the Go
+// runtime's system-call bookkeeping.
+//
+// A socket the runtime's network poller owns is non-blocking: a read or a
+// write either moves bytes at once or fails with EAGAIN, after which the
+// poller parks the goroutine until the socket is ready. Such a call never
+// blocks, yet net.Conn makes it through syscall.Syscall, whose
+// entersyscall/exitsyscall exist to hand the P to another thread when a call
+// blocks. On the way in, entersyscall also wakes the runtime's monitor
+// thread (sysmon) whenever the process had gone idle, and sysmon then polls
+// every 20 µs for a while before it goes back to sleep. At the rates a proxy
+// usually sees, where the process idles between requests, that was the
+// largest single cost of the pass-through proxy after the kernel's TCP
+// work: a quarter of its CPU time (docs/BENCHMARKS.md, "sysmon"). Reads and
+// writes made with syscall.RawSyscall inside syscall.RawConn's Read and
+// Write keep the poller's readiness waits and deadlines and drop that
+// bookkeeping.
+//
+// Only connections known to be TCP on Linux are wrapped; anything else is
+// returned as it is.
+package rawconn
+
+import "net"
+
+// Listener wraps a listener so that the TCP connections it accepts are
+// wrapped with Wrap.
+type Listener struct{ net.Listener }
+
+// Accept waits for the next connection and wraps it.
+func (l Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return Wrap(c), nil
+}
+
+// Dialer returns dial with every TCP connection it makes wrapped.
+func Dialer(dial func(addr string) (net.Conn, error)) func(addr string) (net.Conn, error) {
+	return func(addr string) (net.Conn, error) {
+		c, err := dial(addr)
+		if err != nil {
+			return nil, err
+		}
+		return Wrap(c), nil
+	}
+}
