@@ -16,39 +16,99 @@ const (
 	hangUpPollMax = 320 * time.Millisecond
 )
 
-// watchHangUp returns a context that ends when the client of conn hangs
-// up, so that a call still queued is withdrawn instead of sent; stop ends
-// the watch. fasthttp does not read a connection while its handler runs,
-// so the watch peeks at the socket now and then.
-func watchHangUp(conn net.Conn) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+// hangUps withdraws the queued calls of clients that hung up. fasthttp does
+// not read a connection while its handler runs, so the watch peeks at the
+// sockets of the calls that have waited. One timer serves every waiting
+// call: it runs every hangUpPoll while any call waits and stops when none
+// does, so a call costs a slot in a slice, not a timer of its own (a timer
+// per request was a quarter of the batching path's allocations and woke
+// the network poller when it was the earliest timer).
+type hangUps struct {
+	mu      sync.Mutex
+	waiting []*hangUpWait
+	timer   *time.Timer
+	armed   bool
+}
+
+// hangUpWait is one waiting call. It is not reused: a poll that peeked
+// at its socket outside the lock must not find another call in its place.
+type hangUpWait struct {
+	cancel context.CancelFunc
+	conn   net.Conn
+	idx    int // in waiting; -1 once stopped
+	next   time.Time
+	every  time.Duration
+}
+
+// watch returns a context that ends when the client of conn hangs up, so
+// that a call still queued is withdrawn instead of sent, and the wait to
+// pass to stop. since is when the call arrived. A connection whose
+// socket cannot be peeked at (not a syscall.Conn) is not watched.
+func (h *hangUps) watch(conn net.Conn, since time.Time) (context.Context, *hangUpWait) {
 	if !canPeek(conn) {
-		return ctx, cancel
+		return context.Background(), nil
 	}
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	every := hangUpPoll
-	mu.Lock() // t is set before the first poll reads it
-	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &hangUpWait{cancel: cancel, conn: conn, next: since.Add(hangUpPoll), every: hangUpPoll}
+	h.mu.Lock()
+	w.idx = len(h.waiting)
+	h.waiting = append(h.waiting, w)
+	if !h.armed {
+		h.armed = true
+		if h.timer == nil {
+			h.timer = time.AfterFunc(hangUpPoll, h.poll)
+		} else {
+			h.timer.Reset(hangUpPoll)
 		}
-		if peerClosed(conn) {
-			cancel()
-			return
-		}
-		every = min(2*every, hangUpPollMax)
-		t.Reset(every)
-	})
-	return ctx, func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		t.Stop()
-		cancel()
 	}
+	h.mu.Unlock()
+	return ctx, w
+}
+
+// stop ends the watch of w (nil: not watched).
+func (h *hangUps) stop(w *hangUpWait) {
+	if w == nil {
+		return
+	}
+	h.mu.Lock()
+	if i := w.idx; i >= 0 {
+		last := len(h.waiting) - 1
+		h.waiting[i] = h.waiting[last]
+		h.waiting[i].idx = i
+		h.waiting[last] = nil
+		h.waiting = h.waiting[:last]
+		w.idx = -1
+	}
+	h.mu.Unlock()
+	w.cancel()
+}
+
+// poll peeks at the sockets of the calls due for a check, outside the lock
+// (a peek is a system call), and withdraws those whose client is gone.
+func (h *hangUps) poll() {
+	now := time.Now()
+	h.mu.Lock()
+	var due []*hangUpWait
+	for _, w := range h.waiting {
+		if !now.Before(w.next) {
+			due = append(due, w)
+		}
+	}
+	h.mu.Unlock()
+	for _, w := range due {
+		if peerClosed(w.conn) {
+			w.cancel() // ends the wait; stop's cancel later does nothing
+		}
+	}
+	h.mu.Lock()
+	for _, w := range due {
+		if w.idx >= 0 {
+			w.every = min(2*w.every, hangUpPollMax)
+			w.next = now.Add(w.every)
+		}
+	}
+	if h.armed = len(h.waiting) > 0; h.armed {
+		h.timer.Reset(hangUpPoll)
+	}
+	h.mu.Unlock()
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"sync"
 	"testing"
 	"time"
 )
@@ -40,8 +41,9 @@ func TestWatchHangUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := tcpPair(t)
-			ctx, stop := watchHangUp(server)
-			defer stop()
+			var h hangUps
+			ctx, w := h.watch(server, time.Now())
+			defer h.stop(w)
 			tc.client(client)
 			select {
 			case <-ctx.Done():
@@ -62,5 +64,85 @@ func TestWatchHangUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHangUpsWatchesEachCallApart: one timer watches many calls; only the
+// call whose client hung up ends, a stopped call leaves the watch, and the
+// timer stops once nothing waits.
+func TestHangUpsWatchesEachCallApart(t *testing.T) {
+	var h hangUps
+	const n = 8
+	clients := make([]net.Conn, n)
+	ctxs := make([]interface{ Err() error }, n)
+	waits := make([]*hangUpWait, n)
+	for i := range n {
+		c, s := tcpPair(t)
+		clients[i] = c
+		ctx, w := h.watch(s, time.Now())
+		ctxs[i], waits[i] = ctx, w
+	}
+	h.stop(waits[5]) // answered early
+	clients[3].Close()
+	clients[5].Close() // hangs up after its answer: not watched any more
+	deadline := time.Now().Add(hangUpPoll + 2*hangUpPollMax)
+	for ctxs[3].Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(2 * hangUpPoll) // the other calls get polled too
+	for i := range n {
+		gone := ctxs[i].Err() != nil
+		if want := i == 3 || i == 5; gone != want { // 5's context ended with its stop
+			t.Errorf("call %d: ended %v, want %v", i, gone, want)
+		}
+	}
+	for i, w := range waits {
+		if i != 5 {
+			h.stop(w)
+		}
+	}
+	h.mu.Lock()
+	left := len(h.waiting)
+	h.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d calls still watched after every stop", left)
+	}
+	time.Sleep(2 * hangUpPoll)
+	h.mu.Lock()
+	armed := h.armed
+	h.mu.Unlock()
+	if armed {
+		t.Error("the timer still runs with nothing waiting")
+	}
+}
+
+// TestHangUpsConcurrent watches and stops from many goroutines while the
+// timer polls (run with -race).
+func TestHangUpsConcurrent(t *testing.T) {
+	var h hangUps
+	_, s := tcpPair(t)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 200 {
+				ctx, w := h.watch(s, time.Now().Add(-hangUpPoll))
+				if j%50 == 0 {
+					time.Sleep(hangUpPoll)
+				}
+				h.stop(w)
+				if ctx.Err() == nil {
+					t.Error("a stopped watch's context did not end")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.waiting) != 0 {
+		t.Fatalf("%d calls still watched", len(h.waiting))
 	}
 }

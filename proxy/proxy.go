@@ -86,6 +86,8 @@ type Server struct {
 	srv    *fasthttp.Server
 	log    *slog.Logger
 	m      *Metrics
+	// hangUps withdraws queued calls whose clients hung up.
+	hangUps hangUps
 }
 
 // maxHeaderBytes bounds a request's headers (431 past it); fasthttp reads
@@ -256,10 +258,10 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
-	wait, stop := watchHangUp(ctx.Conn())
+	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(wait, model, call)
 	gone := wait.Err() != nil
-	stop()
+	s.hangUps.stop(w)
 	if res.Err != nil {
 		if gone {
 			ctx.SetConnectionClose() // the client is gone
