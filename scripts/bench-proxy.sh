@@ -72,6 +72,10 @@
 #   E2E_PRESET [googlenet-p4] E2E_LAT_RATE [300]
 #   E2E_RATES ["450 600 900 1200 1500 1800 2400"] E2E_FORMS ["binary grpc"]
 #   NGINX_WORKERS [CPUs usable by the servers]
+#   BASE_BIN      a second ratebatch binary (say, main's, before a change):
+#                 adds the targets passthrough-base and batching-base, run
+#                 from it with the same flags, so before and after are
+#                 measured in one run against the same direct and nginx
 #
 # Needs: Debian (apt-get), go (unless BIN is given), jq and curl (installed
 # with apt-get when missing). Loopback only. Stops everything it started on
@@ -342,9 +346,29 @@ EOF
 	wait_ok "http://127.0.0.1:$pa/readyz" "$phase-passthrough"
 	wait_ok "http://127.0.0.1:$pba/readyz" "$phase-batching"
 	admin[$phase]=http://127.0.0.1:$pba
+	[[ -n ${BASE_BIN:-} ]] || return 0
+	local qp qa qpg qb qba qbg
+	port qp qa qpg qb qba qbg
+	# shellcheck disable=SC2086
+	start "$phase-passthrough-base" "$BASE_BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$qp" \
+		--admin-listen "127.0.0.1:$qa" --grpc-listen "127.0.0.1:$qpg" --upstream-grpc "127.0.0.1:$peg" \
+		--policy passthrough --log-level warn $PROXY_FLAGS
+	cpu_pids[$phase/passthrough-base]=$pid
+	url[$phase/passthrough-base]=http://127.0.0.1:$qp
+	grpc_addr[$phase/passthrough-base]=127.0.0.1:$qpg
+	# shellcheck disable=SC2086
+	start "$phase-batching-base" "$BASE_BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$qb" \
+		--admin-listen "127.0.0.1:$qba" --grpc-listen "127.0.0.1:$qbg" --upstream-grpc "127.0.0.1:$peg" \
+		--policy "$policy" --log-level warn $PROXY_FLAGS
+	cpu_pids[$phase/batching-base]=$pid
+	url[$phase/batching-base]=http://127.0.0.1:$qb
+	grpc_addr[$phase/batching-base]=127.0.0.1:$qbg
+	wait_ok "http://127.0.0.1:$qa/readyz" "$phase-passthrough-base"
+	wait_ok "http://127.0.0.1:$qba/readyz" "$phase-batching-base"
 }
 
 targets=(direct nginx passthrough batching)
+[[ -n ${BASE_BIN:-} ]] && targets+=(passthrough-base batching-base)
 ncpu_tick=$(getconf CLK_TCK)
 
 # load PHASE TARGET FORM RATE DURATION REP STEP [TRY]: one run; appends a record
@@ -441,6 +465,7 @@ start_s=$(date +%s)
 	echo "overhead: emulator --tau-scale 0; batching policy $POLICY; ladder $LAT_RATE ($LAT_DURATION) then $RATES ($STEP_DURATION each)"
 	echo "e2e: emulator --preset $E2E_PRESET; batching policy $E2E_POLICY; ladder $E2E_LAT_RATE ($LAT_DURATION) then $E2E_RATES ($STEP_DURATION each)"
 	echo "proxy flags: ${PROXY_FLAGS:-none}"
+	[[ -n ${BASE_BIN:-} ]] && echo "base: $("$BASE_BIN" version 2>/dev/null | head -n 1) ($BASE_BIN)"
 	echo "uptime at start: $(uptime)"
 } >"$out/env.txt"
 cat "$out/env.txt" >&2
@@ -457,11 +482,11 @@ echo "uptime at end: $(uptime)" >>"$out/env.txt"
 echo "wall time: $(($(date +%s) - start_s)) s" >>"$out/env.txt"
 
 # --- tables --------------------------------------------------------------------
-jq -rs --argjson bound "$P99_BOUND_MS" --argjson tries $((1 + RETRY)) -f /dev/stdin "$out/runs.jsonl" >"$out/RESULTS.md" <<'JQ'
+jq -rs --argjson bound "$P99_BOUND_MS" --argjson tries $((1 + RETRY)) --argjson targets "$(printf '%s\n' "${targets[@]}" | jq -R . | jq -s .)" -f /dev/stdin "$out/runs.jsonl" >"$out/RESULTS.md" <<'JQ'
 def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end;
 def r(n): if . == null then "n/a" else (. * pow(10; n) | round) / pow(10; n) | tostring end;
 def ratio(a; b): if a == null or b == null or b == 0 then null else a / b end;
-def targets: ["direct", "nginx", "passthrough", "batching"];
+def targets: $targets[];
 def p50: .load.p50_latency_ms;
 def p99: .load.p99_latency_ms;
 . as $all
@@ -473,33 +498,35 @@ def p99: .load.p99_latency_ms;
   | ($P | map(.form) | unique) as $forms
   | "### \($ph): latency at \($P | map(select(.step == 0)) | .[0].rate) req/s",
     "",
-    "| form | target | p50 ms | p99 ms | added p50 ms | added p99 ms | p50 / direct | p99 / direct | p50 / nginx | p99 / nginx | proxy CPU us/req | client CPU % | proxy CPU % | emulator CPU % | load avg |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "| form | target | p50 ms | p99 ms | added p50 ms | added p99 ms | p50 / direct | p99 / direct | p50 / nginx | p99 / nginx | proxy CPU us/req | CPU / nginx | client CPU % | proxy CPU % | emulator CPU % | load avg |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ( $forms[] as $f
     | ($P | map(select(.form == $f and .step == 0 and .attempt == 1))) as $L
-    | targets[] as $t
+    | targets as $t
     | ($L | map(select(.target == $t))) as $T
     # paired(base; f): median over repeats of f applied to [target run, base run]
     | def paired($base; f): [ $T[] as $x | ($L | map(select(.target == $base and .rep == $x.rep)) | .[0]) as $b
                              | select($b != null) | [$x, $b] | f ] | median;
       def vs($base; f; n): if $t == $base or ($base == "nginx" and $t == "direct") then "-" else paired($base; f) | r(n) end;
-      "| \($f) | \($t) | \($T | map(p50) | median | r(3)) | \($T | map(p99) | median | r(3)) | \(vs("direct"; (.[0] | p50) - (.[1] | p50); 3)) | \(vs("direct"; (.[0] | p99) - (.[1] | p99); 3)) | \(vs("direct"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("direct"; ratio(.[0] | p99; .[1] | p99); 2)) | \(vs("nginx"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("nginx"; ratio(.[0] | p99; .[1] | p99); 2)) | \($T | map(.proxy_cpu_us_per_req) | median | r(0)) | \($T | map(.client_cpu_pct) | median | r(0)) | \($T | map(.proxy_cpu_pct) | median | r(0)) | \($T | map(.emulator_cpu_pct) | median | r(0)) | \($T | map(.loadavg) | median | r(2)) |"
+      "| \($f) | \($t) | \($T | map(p50) | median | r(3)) | \($T | map(p99) | median | r(3)) | \(vs("direct"; (.[0] | p50) - (.[1] | p50); 3)) | \(vs("direct"; (.[0] | p99) - (.[1] | p99); 3)) | \(vs("direct"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("direct"; ratio(.[0] | p99; .[1] | p99); 2)) | \(vs("nginx"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("nginx"; ratio(.[0] | p99; .[1] | p99); 2)) | \($T | map(.proxy_cpu_us_per_req) | median | r(0)) | \(vs("nginx"; ratio(.[0].proxy_cpu_us_per_req; .[1].proxy_cpu_us_per_req); 2)) | \($T | map(.client_cpu_pct) | median | r(0)) | \($T | map(.proxy_cpu_pct) | median | r(0)) | \($T | map(.emulator_cpu_pct) | median | r(0)) | \($T | map(.loadavg) | median | r(2)) |"
     ),
     "",
     "### \($ph): highest sustainable rate",
     "",
-    "| form | target | max sustained req/s | per repeat | / direct | / nginx | proxy CPU us/req | client CPU % | proxy CPU % | emulator CPU % | load avg |",
-    "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    "| form | target | max sustained req/s | per repeat | / direct | / nginx | proxy CPU us/req | CPU / nginx's at its max | client CPU % | proxy CPU % | emulator CPU % | load avg |",
+    "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ( $forms[] as $f
     | ($P | map(select(.form == $f))) as $F
     | ($F | map(.rep) | unique) as $reps
     | def best($t; $rep): [ $F[] | select(.target == $t and .rep == $rep and .sustained) | .rate ] | max // 0;
       def maxrate($t): [ $reps[] as $rep | best($t; $rep) ] | median;
       def pairedmax($t; $base): [ $reps[] as $rep | ratio(best($t; $rep); best($base; $rep)) ] | median;
-      targets[] as $t
+      def atmax($t): maxrate($t) as $m | $F | map(select(.target == $t and .sustained and .rate == $m));
+      (atmax("nginx") | map(.proxy_cpu_us_per_req) | median) as $cpun
+    | targets as $t
     | maxrate($t) as $m
     | ($F | map(select(.target == $t and .sustained and .rate == $m))) as $at
-    | "| \($f) | \($t) | \($m) | \([ $reps[] as $rep | best($t; $rep) | tostring ] | join(", ")) | \(if $t == "direct" then "-" else pairedmax($t; "direct") | r(2) end) | \(if $t == "nginx" or $t == "direct" then "-" else pairedmax($t; "nginx") | r(2) end) | \($at | map(.proxy_cpu_us_per_req) | median | r(0)) | \($at | map(.client_cpu_pct) | median | r(0)) | \($at | map(.proxy_cpu_pct) | median | r(0)) | \($at | map(.emulator_cpu_pct) | median | r(0)) | \($at | map(.loadavg) | median | r(2)) |"
+    | "| \($f) | \($t) | \($m) | \([ $reps[] as $rep | best($t; $rep) | tostring ] | join(", ")) | \(if $t == "direct" then "-" else pairedmax($t; "direct") | r(2) end) | \(if $t == "nginx" or $t == "direct" then "-" else pairedmax($t; "nginx") | r(2) end) | \($at | map(.proxy_cpu_us_per_req) | median | r(0)) | \(if $t == "nginx" or $t == "direct" then "-" else ratio($at | map(.proxy_cpu_us_per_req) | median; $cpun) | r(2) end) | \($at | map(.client_cpu_pct) | median | r(0)) | \($at | map(.proxy_cpu_pct) | median | r(0)) | \($at | map(.emulator_cpu_pct) | median | r(0)) | \($at | map(.loadavg) | median | r(2)) |"
     ),
     ""
   )
