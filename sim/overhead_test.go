@@ -141,3 +141,29 @@ func TestTurnaround(t *testing.T) {
 		t.Errorf("lone requests: mean %.6f, max %.6f ms, want %.6f ms", r.MeanLatencyMs, r.MaxLatencyMs, want)
 	}
 }
+
+// TestOverheadInOrder: the n-th batch takes the n-th sample, from the first
+// again after the last; lone requests show each.
+func TestOverheadInOrder(t *testing.T) {
+	p := oneAtATime(t)
+	samples := []time.Duration{100 * time.Microsecond, 2 * time.Millisecond, 700 * time.Microsecond}
+	var arrivals []time.Duration
+	for i := range 7 {
+		arrivals = append(arrivals, time.Duration(i)*20*time.Millisecond)
+	}
+	r, err := Run(context.Background(), Config{Profile: p, Policy: policy.Adhoc{}, Arrivals: arrivals,
+		OverheadSamples: samples, OverheadInOrder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want float64 // the mean of 0.1, 2, 0.7, 0.1, 2, 0.7, 0.1 ms beyond tau(1)
+	for i := range arrivals {
+		want += p.TauMs(1) + ms(samples[i%len(samples)])
+	}
+	want /= float64(len(arrivals))
+	if math.Abs(r.MeanLatencyMs-want) > 1e-6 || math.Abs(r.MaxLatencyMs-(p.TauMs(1)+2)) > 1e-6 {
+		t.Errorf("mean %.6f, max %.6f ms; want %.6f, %.6f ms", r.MeanLatencyMs, r.MaxLatencyMs, want, p.TauMs(1)+2)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -88,6 +88,12 @@ type Config struct {
 	// Every sample must be >= 0. The simulated server keeps statistics as
 	// with Overhead.
 	OverheadSamples []time.Duration
+	// OverheadInOrder replays OverheadSamples in order instead of drawing
+	// them: the n-th batch takes the n-th sample (from the first again
+	// after the last). Given a live run's round trips and its arrivals, a
+	// rare stall then falls about where it fell live, rather than at a
+	// random moment of the run.
+	OverheadInOrder bool
 	// Turnaround is the proxy's own time per batch outside the round trip
 	// it measures: merging the batch before the send, splitting and
 	// delivering the answer and deciding the next batch after it. The
@@ -312,7 +318,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		slots:     make([]slot, c.Instances),
 		jitterRNG: rand.New(rand.NewPCG(c.Seed, 0x6a69747465720000)),
 	}
-	if c.OverheadSamples != nil {
+	if c.OverheadSamples != nil && !c.OverheadInOrder {
 		r.overheadRNG = rand.New(rand.NewPCG(c.Seed, 0x6f76657268656164))
 	}
 	mc := monitor.Config{
@@ -530,8 +536,11 @@ func (r *run) dispatch(n int) {
 	}
 	compute := max(time.Duration(tau*float64(time.Millisecond)), 1)
 	over := r.c.Overhead
-	if r.overheadRNG != nil {
-		over = r.c.OverheadSamples[r.overheadRNG.IntN(len(r.c.OverheadSamples))]
+	switch n := len(r.c.OverheadSamples); {
+	case n > 0 && r.c.OverheadInOrder:
+		over = r.c.OverheadSamples[r.batches%n]
+	case n > 0:
+		over = r.c.OverheadSamples[r.overheadRNG.IntN(n)]
 	}
 	end := r.now + compute + over
 	s := slot{busy: true, start: r.now, end: end, free: end + r.c.Turnaround, rows: n, compute: compute}
