@@ -33,6 +33,7 @@ type batchLog struct {
 // it sent (0: none).
 type decision struct {
 	at       time.Time
+	oldest   time.Time // the oldest waiting row's arrival
 	waiting  int
 	inFlight int
 	sent     int
@@ -53,7 +54,7 @@ func (l *batchLog) decide(r policy.Rule, q policy.Queue) policy.Decision {
 		sent = min(d.Rows, q.Rows, q.MaxBatch)
 	}
 	l.mu.Lock()
-	l.decisions = append(l.decisions, decision{at: q.Now, waiting: q.Rows, inFlight: q.InFlight, sent: sent, planned: r.Status().BatchSize})
+	l.decisions = append(l.decisions, decision{at: q.Now, oldest: q.OldestArrival, waiting: q.Rows, inFlight: q.InFlight, sent: sent, planned: r.Status().BatchSize})
 	l.mu.Unlock()
 	return d
 }
@@ -175,9 +176,9 @@ type liveOverheads struct {
 	// was told it (what the monitor sees).
 	RoundTrip []time.Duration
 	// Hold is, for each batch whose successor was sent by the first
-	// decision after its answer (back to back: the server did not wait for
-	// arrivals), the time from its decision to its successor's beyond
-	// compute: all the instance was held for.
+	// decision after its answer with rows that waited for it (back to back:
+	// the server did not wait for arrivals), the time from its decision to
+	// its successor's beyond compute: all the instance was held for.
 	Hold []time.Duration
 	// Turnaround is Hold less the batch's round trip beyond compute: the
 	// proxy's own time per batch outside the round trip it measures.
@@ -211,7 +212,7 @@ func (l *batchLog) overheads(computeOf func(rows int) time.Duration) liveOverhea
 		if j == len(l.decisions) {
 			break
 		}
-		if d := l.decisions[j]; d.sent > 0 {
+		if d := l.decisions[j]; d.sent > 0 && d.oldest.Before(done) {
 			hold := d.at.Sub(sends[i].at) - computeOf(l.trips[i].rows)
 			o.Hold = append(o.Hold, hold)
 			o.Turnaround = append(o.Turnaround, hold-o.RoundTrip[i])
