@@ -262,6 +262,26 @@ func TestRateEstimatorRarelyMistakesNoiseForAStep(t *testing.T) {
 	}
 }
 
+// A wall clock's ticks are a little early or late; the estimate still
+// spans one window, not a window and a slice.
+func TestRateWindowOnAJitteryClock(t *testing.T) {
+	slice := time.Second / Slices
+	for _, jitter := range []time.Duration{0, time.Microsecond, 100 * time.Microsecond, 10 * time.Millisecond} {
+		r := rateEstimator{window: time.Second}
+		// The i-th tick comes (i mod 3) jitters late.
+		late := func(i int) time.Duration { return time.Duration(i%3) * jitter }
+		for i := 1; i <= 40; i++ {
+			span, count := r.add(100, slice+late(i)-late(i-1))
+			if i < Slices {
+				continue
+			}
+			if span < time.Second-slice/2 || span > time.Second+slice/2 || count != 100*Slices {
+				t.Fatalf("jitter %v, slice %d: %d rows over %v, want %d over about %v", jitter, i, count, span, 100*Slices, time.Second)
+			}
+		}
+	}
+}
+
 func poisson(rng *rand.Rand, mean float64) int {
 	// Knuth's method is fine for a test's means.
 	l, k, p := math.Exp(-mean), 0, 1.0

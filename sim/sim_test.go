@@ -410,6 +410,11 @@ func TestValidateNamesTheField(t *testing.T) {
 		"Jitter":     func(c *Config) { c.Jitter = 1 },
 		"SLA":        func(c *Config) { c.SLA = -1 },
 		"Arrivals":   func(c *Config) { c.Arrivals = []time.Duration{time.Millisecond} },
+		"Overhead":   func(c *Config) { c.Overhead = -1 },
+		"Turnaround": func(c *Config) { c.Turnaround = -1 },
+		"OverheadSamples": func(c *Config) {
+			c.OverheadSamples = []time.Duration{time.Millisecond, -1}
+		},
 	} {
 		c := good
 		mod(&c)

@@ -6,13 +6,16 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/preset"
 	"github.com/ratebatch/ratebatch/sim"
@@ -27,12 +30,14 @@ const simLiveScale = 4
 // B_max's capacity, and paper300 played 10x faster) to the simulator and to
 // the live proxy in front of the exact emulator, per policy, and compares
 // mean batch size, requests per joule and mean latency (the live one less
-// the client's HTTP hop to the proxy; the proxy's own round trip to the
-// server beyond compute, as its monitor measures it, is the simulated
-// server's per-batch overhead, as it holds the server like compute does).
-// Both run the same monitor and rules, fed the same way (server statistics
-// and round trips apart), on the same arrivals; the clock is the only
-// difference.
+// the client's HTTP hop to the proxy and the proxy's work around its round
+// trip, measured with a lone client). Both run the same monitor and rules,
+// fed the same way (server statistics and round trips apart), on the same
+// arrivals. The live proxy's batches are logged test-side (batchLog: its
+// planner and rules wrapped, nothing added to the proxy), and the simulated
+// server is given what they measured: each batch's round trip beyond
+// compute drawn from the run's own, and the proxy's turnaround outside the
+// round trip, which holds the server too.
 func TestSimPredictsLive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live load")
@@ -75,7 +80,10 @@ func TestSimPredictsLive(t *testing.T) {
 		}
 		return tr, tr
 	}
-	start := func(pol string) (*emulator.Server, *liveTest) {
+	// start runs the emulator and the proxy with the named policy, its
+	// batches logged (see batchLog): from the time returned on, the log's
+	// plans are the monitor's ticks.
+	start := func(pol string) (*emulator.Server, *liveTest, *batchLog, time.Time) {
 		em, err := emulator.New(emulator.Options{Profile: base, TimeScale: simLiveScale})
 		if err != nil {
 			t.Fatal(err)
@@ -87,12 +95,44 @@ func TestSimPredictsLive(t *testing.T) {
 		lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
 			c.Policy.Window, c.Policy.Name = time.Second, pol
 			c.Models = map[string]config.Model{emulator.SimpleModel: {ProfileCSV: csv}}
+			c.Discovery = 0 // the spec set below stays
 		})
-		return em, lt
+		log := &batchLog{}
+		var mon *monitor.Monitor
+		for _, m := range lt.p.models.Monitors() {
+			if m.Snapshot().Model == emulator.SimpleModel {
+				mon = m
+			}
+		}
+		if mon == nil {
+			t.Fatal("no monitor of the simple model")
+		}
+		if err := lt.p.disp.SetModel(dispatcher.ModelSpec{
+			Name: emulator.SimpleModel, MaxBatch: p.MaxBatch, Instances: 1,
+			QueueRows: lt.p.cfg.Limits.QueueRows, SLA: lt.p.cfg.Policy.SLA,
+			Planner: &recordingPlanner{Planner: mon, log: log},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pl, err := policy.New(pol, policy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-mon.SetPolicy(recordingPolicy{pl, log})
+		return em, lt, log, time.Now()
 	}
 
-	// The HTTP overhead: a lone client through the proxy, less tau(1).
-	em, lt := start(policy.NameAdhoc)
+	// The exact emulator computes a batch in exactly the profile's tau(b):
+	// the rest of each round trip the proxy measures is beyond compute.
+	computeOf := func(rows int) time.Duration { return time.Duration(p.TauMs(rows) * float64(time.Millisecond)) }
+
+	// The HTTP overhead: a lone client through the proxy, in three parts:
+	// tau(1); the proxy's round trip to the server beyond it (logged per
+	// batch; it holds the server like compute does, and the simulator
+	// gets it per batch); and the rest, the client's own hop to the proxy
+	// and the proxy's work around the round trip, subtracted from the live
+	// latency (a simulated latency ends at the batch's answer).
+	em, lt, lone, _ := start(policy.NameAdhoc)
 	res, err := loadgen.Run(context.Background(), loadgen.Config{
 		Target: lt.base, Model: emulator.SimpleModel, Rate: loadgen.ConstantRate(1e6), Duration: time.Minute,
 		Requests: 200, MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Binary: true,
@@ -100,26 +140,21 @@ func TestSimPredictsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two parts: the proxy's round trip to the server beyond the batch's
-	// compute (the monitor measures it; it holds the server like compute
-	// does, so the simulator gets it as part of tau0), and the client's own
-	// hop to the proxy (subtracted from the live latency).
-	snap := modelSnapshot(t, lt, emulator.SimpleModel)
-	if snap.OverheadMs == nil {
-		t.Fatalf("no overhead measured: %+v", snap)
-	}
-	batchOverhead := *snap.OverheadMs
-	overhead := res.Summary.MeanLatencyMs - p.TauMs(1) - batchOverhead
 	lt.stop()
 	em.Close()
-	t.Logf("HTTP overhead: a lone client's mean %.3f ms through the proxy = tau(1) %.3f ms + proxy-server round trip beyond compute %.3f ms + client-proxy hop %.3f ms",
+	batchOverhead := ms(meanDuration(lone.overheads(computeOf).RoundTrip))
+	overhead := res.Summary.MeanLatencyMs - p.TauMs(1) - batchOverhead
+	t.Logf("HTTP overhead: a lone client's mean %.3f ms through the proxy = tau(1) %.3f ms + proxy-server round trip beyond compute %.3f ms + client-proxy hop and the proxy's own work %.3f ms",
 		res.Summary.MeanLatencyMs, p.TauMs(1), batchOverhead, overhead)
 	t.Logf("%-12s %-14s %7s %7s %6s %7s %7s %6s %8s %8s %6s", "load", "policy", "b sim", "b live", "err", "rpj sim", "rpj liv", "err", "lat sim", "lat liv", "err")
 
 	for li, load := range loads {
 		for _, pol := range pols {
+			if only := os.Getenv("RATEBATCH_SIMLIVE_ONLY"); only != "" && !slices.Contains(strings.Split(only, ","), load+"/"+pol) {
+				continue // e.g. RATEBATCH_SIMLIVE_ONLY="rho 0.7/batchmonitor" reruns one row
+			}
 			rate, series := rateOf(load)
-			em, lt := start(pol)
+			em, lt, liveLog, since := start(pol)
 			dur := d
 			if series != nil {
 				dur = series.Duration()
@@ -132,10 +167,10 @@ func TestSimPredictsLive(t *testing.T) {
 			}
 			// Every batch is answered before the summary returns.
 			bLive := meanBatch(t, lt)
-			// The proxy's round trip beyond compute over this run (it moves
-			// with the machine's load): the mean upstream round trip per
-			// batch less the mean compute the emulator reports.
-			runOverhead := batchOverhead
+			// As the test fed the simulator before: the mean upstream round
+			// trip per batch less the mean compute the emulator's statistics
+			// report, which include its own input and output handling.
+			var statsOverhead float64
 			if rt, n := histogram(t, lt, "ratebatch_upstream_duration_seconds"); n > 0 {
 				st, _ := em.Stats(emulator.SimpleModel)
 				var ns, cnt uint64
@@ -144,7 +179,7 @@ func TestSimPredictsLive(t *testing.T) {
 					cnt += b.ComputeInfer.Count
 				}
 				if cnt > 0 {
-					runOverhead = 1000*rt/float64(n) - float64(ns)/float64(cnt)/1e6
+					statsOverhead = 1000*rt/float64(n) - float64(ns)/float64(cnt)/1e6
 				}
 			}
 			joules, _ := em.EnergyJoules()
@@ -156,33 +191,101 @@ func TestSimPredictsLive(t *testing.T) {
 			rpjLive := float64(live.Summary.OK) / joules
 			latLive := live.Summary.MeanLatencyMs - overhead
 
-			pl, err := policy.New(pol, policy.Options{})
+			// The simulated server: the profile's compute; each batch's
+			// round trip beyond it drawn from this run's own (the simulated
+			// monitor learns from statistics and round trips apart, as the
+			// live one); and the proxy's turnaround, its own time per batch
+			// outside the round trip it measures, which holds the server
+			// but which the monitor does not see. Near saturation a tenth of
+			// a millisecond per batch decides the queue.
+			lo := liveLog.overheads(computeOf)
+			if len(lo.RoundTrip) == 0 {
+				t.Fatalf("%s %s: no batch logged", load, pol)
+			}
+			samples := make([]time.Duration, len(lo.RoundTrip))
+			for i, o := range lo.RoundTrip {
+				samples[i] = max(o, 0) // tau(b) in ms rounds to the nanosecond
+			}
+			turnaround := max(meanDuration(lo.Turnaround), 0)
+			// The very arrivals the live load drew, as they reached the
+			// proxy's queue, with the simulated monitor's slices where the
+			// live monitor's fell. Another draw of the same rate differs in
+			// its bursts, and slices shifted against the arrivals count
+			// other bursts: near saturation (batchmonitor's fixed batch
+			// size) either moves the mean latency more than any difference
+			// between the simulator and the proxy.
+			arrivals, err := liveLog.alignedArrivals(since, time.Second/monitor.Slices)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The simulated server: the profile's compute, and the round
-			// trip beyond it apart (sim.Config.Overhead), so the simulated
-			// monitor learns from statistics and round trips as the live one.
-			ovh := time.Duration(runOverhead * float64(time.Millisecond))
-			// The very arrivals the live load drew: another draw of the same
-			// rate differs in its bursts, which near saturation (batchmonitor's
-			// fixed batch size) moves the mean latency more than any
-			// difference between the simulator and the proxy.
-			arrivals, err := loadgen.Schedule(rate, uint64(li+1), dur, 0)
-			if err != nil {
-				t.Fatal(err)
+			if len(arrivals) != int(live.Summary.OK) {
+				t.Fatalf("%s: %d arrivals logged at the queue, %d answered", load, len(arrivals), live.Summary.OK)
 			}
-			if len(arrivals) != int(live.Summary.Scheduled) {
-				t.Fatalf("%s: the schedule has %d arrivals, the live run scheduled %d", load, len(arrivals), live.Summary.Scheduled)
+			// simulate runs the simulator on the live arrivals at (shifted
+			// by) the given offset from the live slices, with the given
+			// round trip beyond compute and turnaround.
+			simulate := func(log *batchLog, arrivals []time.Duration, shift time.Duration, overhead time.Duration, samples []time.Duration, inOrder bool, turnaround time.Duration) sim.Result {
+				t.Helper()
+				pl, err := policy.New(pol, policy.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				shifted := make([]time.Duration, len(arrivals))
+				for i, a := range arrivals {
+					shifted[i] = a + shift
+				}
+				r, err := sim.Run(context.Background(), sim.Config{Profile: p, Policy: recordingPolicy{pl, log}, Seed: uint64(li + 1),
+					Window: time.Second, Arrivals: shifted, Overhead: overhead, OverheadSamples: samples, OverheadInOrder: inOrder, Turnaround: turnaround})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
 			}
-			c := sim.Config{Profile: p, Policy: pl, Seed: uint64(li + 1), Window: time.Second, Arrivals: arrivals, Overhead: max(ovh, 0)}
-			sr, err := sim.Run(context.Background(), c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			simLog := &batchLog{}
+			sr := simulate(simLog, arrivals, 0, 0, samples, true, turnaround)
 			eb, ee, el := bLive/sr.MeanBatchSize-1, rpjLive / *sr.RequestsPerJoule - 1, latLive/sr.MeanLatencyMs-1
-			t.Logf("%-12s %-14s %7.3f %7.3f %+5.1f%% %7.2f %7.2f %+5.1f%% %8.3f %8.3f %+5.1f%%  (overhead %.2f ms)", load, pol,
-				sr.MeanBatchSize, bLive, 100*eb, *sr.RequestsPerJoule, rpjLive, 100*ee, sr.MeanLatencyMs, latLive, 100*el, runOverhead)
+			t.Logf("%-12s %-14s %7.3f %7.3f %+5.1f%% %7.2f %7.2f %+5.1f%% %8.3f %8.3f %+5.1f%%  (round trip %.3f, turnaround %.3f ms)", load, pol,
+				sr.MeanBatchSize, bLive, 100*eb, *sr.RequestsPerJoule, rpjLive, 100*ee, sr.MeanLatencyMs, latLive, 100*el, ms(meanDuration(samples)), ms(turnaround))
+			t.Logf("    live round trip beyond compute: %s", distribution(lo.RoundTrip))
+			t.Logf("    live turnaround (%d batches sent back to back): %s", len(lo.Turnaround), distribution(lo.Turnaround))
+			t.Logf("    batch sizes sent: live%s; sim%s", histogramString(liveLog.sizes()), histogramString(simLog.sizes()))
+			t.Logf("    planned batch size at each send: live%s; sim%s", histogramString(liveLog.planned()), histogramString(simLog.planned()))
+			if long() {
+				// What each part adds, one after the other, from the way the
+				// test fed the simulator before: the load's schedule (slices
+				// wherever they fall) and a constant round trip beyond the
+				// emulator's statistics.
+				schedule, err := loadgen.Schedule(rate, uint64(li+1), dur, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				statsOvh := time.Duration(max(statsOverhead, 0) * float64(time.Millisecond))
+				steps := []struct {
+					name string
+					r    sim.Result
+				}{
+					{fmt.Sprintf("schedule, %.3f ms beyond statistics (before)", statsOverhead), simulate(&batchLog{}, schedule, 0, statsOvh, nil, false, 0)},
+					{"the queue's arrivals, slices aligned", simulate(&batchLog{}, arrivals, 0, statsOvh, nil, false, 0)},
+					{fmt.Sprintf("%.3f ms beyond compute", ms(meanDuration(samples))), simulate(&batchLog{}, arrivals, 0, meanDuration(samples), nil, false, 0)},
+					{"its samples in order", simulate(&batchLog{}, arrivals, 0, 0, samples, true, 0)},
+					{"and the turnaround", sr},
+				}
+				var b strings.Builder
+				for _, st := range steps {
+					fmt.Fprintf(&b, "; %s %.3f ms (%+.1f%%)", st.name, st.r.MeanLatencyMs, 100*(latLive/st.r.MeanLatencyMs-1))
+				}
+				t.Logf("    sim latency%s", b.String())
+				// How much the figure moves with what the test cannot hold
+				// still: the samples drawn at random rather than in order,
+				// and the slices shifted against the arrivals.
+				drawn := simulate(&batchLog{}, arrivals, 0, 0, samples, false, turnaround)
+				lowest, highest := sr.MeanLatencyMs, sr.MeanLatencyMs
+				for k := 1; k < monitor.Slices*2; k++ {
+					r := simulate(&batchLog{}, arrivals, time.Duration(k)*time.Second/(2*monitor.Slices*monitor.Slices), 0, samples, true, turnaround)
+					lowest, highest = min(lowest, r.MeanLatencyMs), max(highest, r.MeanLatencyMs)
+				}
+				t.Logf("    sim latency with the samples drawn %.3f ms; with the slices shifted by 1/8 to 7/8 of a slice %.3f to %.3f ms", drawn.MeanLatencyMs, lowest, highest)
+			}
 			if (math.Abs(eb) > tolB || math.Abs(ee) > tolE || math.Abs(el) > tolL) && !raceEnabled {
 				t.Errorf("%s %s: live differs from the simulation beyond %.0f%% (batch), %.0f%% (requests per joule), %.0f%% (latency)",
 					load, pol, 100*tolB, 100*tolE, 100*tolL)
@@ -190,6 +293,8 @@ func TestSimPredictsLive(t *testing.T) {
 		}
 	}
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // histogram returns the sum and count of one of the proxy's histograms.
 func histogram(t *testing.T, lt *liveTest, name string) (sum float64, count uint64) {
