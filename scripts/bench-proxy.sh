@@ -248,7 +248,7 @@ cpu_ticks() {
 	echo "$sum"
 }
 
-declare -A url grpc_addr cpu_pids emu_pid admin
+declare -A url grpc_addr cpu_pids emu_pid admin admin_of
 
 # target_args PHASE TARGET FORM: the load generator's flags for one target
 # and form.
@@ -264,8 +264,8 @@ target_args() {
 # both proxies in front of it.
 phase_up() {
 	local phase=$1 emu_flags=$2 policy=$3
-	local pe pm pn pp pa pb pba peg png ppg pbg
-	port pe pm pn pp pa pb pba peg png ppg pbg
+	local pe pm pn peg png
+	port pe pm pn peg png
 	# shellcheck disable=SC2086
 	start "$phase-emulator" "$BIN" emulate --listen "127.0.0.1:$pe" --metrics-listen "127.0.0.1:$pm" \
 		--grpc-listen "127.0.0.1:$peg" $emu_flags
@@ -329,42 +329,29 @@ EOF
 	grpc_addr[$phase/nginx]=127.0.0.1:$png
 	cpu_pids[$phase/nginx]="$master $(ps -o pid= --ppid "$master" | tr '\n' ' ')"
 
+	proxy_up "$phase" passthrough "$BIN" passthrough "$pe" "$peg"
+	proxy_up "$phase" batching "$BIN" "$policy" "$pe" "$peg"
+	admin[$phase]=${admin_of[$phase/batching]}
+	if [[ -n ${BASE_BIN:-} ]]; then
+		proxy_up "$phase" passthrough-base "$BASE_BIN" passthrough "$pe" "$peg"
+		proxy_up "$phase" batching-base "$BASE_BIN" "$policy" "$pe" "$peg"
+	fi
+}
+
+# proxy_up PHASE TARGET BINARY POLICY EMULATOR_PORT EMULATOR_GRPC_PORT:
+# starts `BINARY serve` in front of the phase's emulator as TARGET.
+proxy_up() {
+	local phase=$1 target=$2 bin=$3 policy=$4 pe=$5 peg=$6 pl pa pg
+	port pl pa pg
 	# shellcheck disable=SC2086
-	start "$phase-passthrough" "$BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$pp" \
-		--admin-listen "127.0.0.1:$pa" --grpc-listen "127.0.0.1:$ppg" --upstream-grpc "127.0.0.1:$peg" \
-		--policy passthrough --log-level warn $PROXY_FLAGS
-	cpu_pids[$phase/passthrough]=$pid
-	url[$phase/passthrough]=http://127.0.0.1:$pp
-	grpc_addr[$phase/passthrough]=127.0.0.1:$ppg
-	# shellcheck disable=SC2086
-	start "$phase-batching" "$BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$pb" \
-		--admin-listen "127.0.0.1:$pba" --grpc-listen "127.0.0.1:$pbg" --upstream-grpc "127.0.0.1:$peg" \
+	start "$phase-$target" "$bin" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$pl" \
+		--admin-listen "127.0.0.1:$pa" --grpc-listen "127.0.0.1:$pg" --upstream-grpc "127.0.0.1:$peg" \
 		--policy "$policy" --log-level warn $PROXY_FLAGS
-	cpu_pids[$phase/batching]=$pid
-	url[$phase/batching]=http://127.0.0.1:$pb
-	grpc_addr[$phase/batching]=127.0.0.1:$pbg
-	wait_ok "http://127.0.0.1:$pa/readyz" "$phase-passthrough"
-	wait_ok "http://127.0.0.1:$pba/readyz" "$phase-batching"
-	admin[$phase]=http://127.0.0.1:$pba
-	[[ -n ${BASE_BIN:-} ]] || return 0
-	local qp qa qpg qb qba qbg
-	port qp qa qpg qb qba qbg
-	# shellcheck disable=SC2086
-	start "$phase-passthrough-base" "$BASE_BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$qp" \
-		--admin-listen "127.0.0.1:$qa" --grpc-listen "127.0.0.1:$qpg" --upstream-grpc "127.0.0.1:$peg" \
-		--policy passthrough --log-level warn $PROXY_FLAGS
-	cpu_pids[$phase/passthrough-base]=$pid
-	url[$phase/passthrough-base]=http://127.0.0.1:$qp
-	grpc_addr[$phase/passthrough-base]=127.0.0.1:$qpg
-	# shellcheck disable=SC2086
-	start "$phase-batching-base" "$BASE_BIN" serve --upstream "http://127.0.0.1:$pe" --listen "127.0.0.1:$qb" \
-		--admin-listen "127.0.0.1:$qba" --grpc-listen "127.0.0.1:$qbg" --upstream-grpc "127.0.0.1:$peg" \
-		--policy "$policy" --log-level warn $PROXY_FLAGS
-	cpu_pids[$phase/batching-base]=$pid
-	url[$phase/batching-base]=http://127.0.0.1:$qb
-	grpc_addr[$phase/batching-base]=127.0.0.1:$qbg
-	wait_ok "http://127.0.0.1:$qa/readyz" "$phase-passthrough-base"
-	wait_ok "http://127.0.0.1:$qba/readyz" "$phase-batching-base"
+	cpu_pids[$phase/$target]=$pid
+	url[$phase/$target]=http://127.0.0.1:$pl
+	grpc_addr[$phase/$target]=127.0.0.1:$pg
+	admin_of[$phase/$target]=http://127.0.0.1:$pa
+	wait_ok "http://127.0.0.1:$pa/readyz" "$phase-$target"
 }
 
 targets=(direct nginx passthrough batching)
