@@ -9,8 +9,9 @@
 // each batch of b requests takes tau(b) = alpha*b + tau0 (optionally with
 // uniform jitter), plus optionally a round trip beyond compute (constant or
 // replayed from samples) and the proxy's turnaround, and costs zeta(b) =
-// beta*b + zeta0 of energy; optional idle power is drawn while no batch runs. A run is deterministic for its seed,
-// and every policy sees the same arrivals for the same seed.
+// beta*b + zeta0 of energy; optional idle power is drawn while no batch
+// runs. A run is deterministic for its seed, and every policy sees the same
+// arrivals for the same seed.
 package sim
 
 import (
