@@ -144,26 +144,21 @@ func (l *batchLog) alignedArrivals(since time.Time, slice time.Duration) ([]time
 }
 
 // sizes counts the batches of each size the log's rule sent.
-func (l *batchLog) sizes() map[int]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := map[int]int{}
-	for _, d := range l.decisions {
-		if d.sent > 0 {
-			h[d.sent]++
-		}
-	}
-	return h
-}
+func (l *batchLog) sizes() map[int]int { return l.countSent(func(d decision) int { return d.sent }) }
 
 // planned counts the batches sent under each planned batch size.
 func (l *batchLog) planned() map[int]int {
+	return l.countSent(func(d decision) int { return d.planned })
+}
+
+// countSent counts the decisions that sent a batch, by key.
+func (l *batchLog) countSent(key func(decision) int) map[int]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := map[int]int{}
 	for _, d := range l.decisions {
 		if d.sent > 0 {
-			h[d.planned]++
+			h[key(d)]++
 		}
 	}
 	return h
