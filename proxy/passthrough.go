@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/url"
 	"strings"
@@ -59,6 +60,22 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 type header interface {
 	PeekAll(key string) [][]byte
 	Del(key string)
+}
+
+// hasHopHeader reports whether a header holds a hop-by-hop field. Most
+// exchanges carry none, and each Del in dropHopHeaders normalises its name
+// and rescans the whole header: twenty scans per exchange were 5% of the
+// pass-through proxy's user time (docs/BENCHMARKS.md, "Issue 19: coalesced
+// deadlines").
+func hasHopHeader(fields iter.Seq2[[]byte, []byte]) bool {
+	for k := range fields {
+		for _, name := range hopHeaders {
+			if len(k) == len(name) && strings.EqualFold(string(k), name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // dropHopHeaders removes the hop-by-hop headers and those the Connection
@@ -135,7 +152,12 @@ const smallBody = 64 << 10
 func (s *Server) outgoingHeader(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	h := &out.Header
-	dropHopHeaders(h)
+	// The fields as received (All would parse the cookies, and the Cookie
+	// header would then leave re-serialised); a header not read off the
+	// wire has none, and is cleaned field by field.
+	if len(h.RawHeaders()) == 0 || hasHopHeader(h.AllInOrder()) {
+		dropHopHeaders(h)
+	}
 	h.ResetConnectionClose()
 	h.DisableNormalizing()
 	h.SetNoDefaultContentType(true) // no Content-Type the client did not send
@@ -164,7 +186,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 		return
 	}
 	h := &resp.Header
-	dropHopHeaders(h)
+	if hasHopHeader(h.All()) {
+		dropHopHeaders(h)
+	}
 	h.ResetConnectionClose() // the upstream's connection is not the client's
 	if h.ContentLength() < 0 {
 		resp.ImmediateHeaderFlush = true // events reach the client as they come

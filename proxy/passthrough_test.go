@@ -306,3 +306,20 @@ func TestPassthroughHeadAndDate(t *testing.T) {
 		}
 	}
 }
+
+// A request without hop-by-hop fields is forwarded field for field: the
+// one-pass check for them leaves even an oddly written Cookie as sent.
+func TestPassthroughKeepsFieldsAsSent(t *testing.T) {
+	got := make(chan http.Header, 1)
+	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}), 0)
+	rawRequest(t, front, "GET /v2/health/ready HTTP/1.1\r\nHost: h\r\nCookie: a=1;b ; c=\"x y\"\r\nX-Custom: 1\r\n\r\n")
+	h := <-got
+	if v := h.Values("Cookie"); len(v) != 1 || v[0] != `a=1;b ; c="x y"` {
+		t.Errorf("upstream saw Cookie %q, want it as sent", v)
+	}
+	if v := h.Get("X-Custom"); v != "1" {
+		t.Errorf("upstream saw X-Custom %q", v)
+	}
+}

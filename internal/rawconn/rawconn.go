@@ -16,6 +16,11 @@
 // syscall.RawConn's Read and Write keep the poller's readiness waits and
 // deadlines and drop that bookkeeping.
 //
+// Deadlines are coalesced: one armed a little past the time asked for
+// absorbs the slightly later ones fasthttp sets at every request, so the
+// runtime's timer is not re-armed five times per exchange. A deadline may
+// therefore fire late by up to an eighth of its span, never early.
+//
 // Only connections known to be TCP on Linux are wrapped; anything else is
 // returned as it is.
 package rawconn
