@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -530,5 +531,41 @@ func TestErrorBodies(t *testing.T) {
 	}
 	if s := ErrorStatus(errors.New("plain")); s != 500 {
 		t.Errorf("ErrorStatus(plain) = %d", s)
+	}
+}
+
+// The shapes of a request's tensors share one allocation: each must still
+// be a slice of its own, which appending to or writing into leaves the
+// others' untouched.
+func TestDecodedShapesAreIndependent(t *testing.T) {
+	body := `{"inputs":[` +
+		`{"name":"A","datatype":"INT32","shape":[1,2],"data":[1,2]},` +
+		`{"name":"B","datatype":"INT32","shape":[2,1,1],"data":[3,4]},` +
+		`{"name":"C","datatype":"INT32","shape":[1,1,1,1,2],"data":[5,6]}]}`
+	r, err := DecodeRequest([]byte(body), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int64{{1, 2}, {2, 1, 1}, {1, 1, 1, 1, 2}}
+	for i, in := range r.Inputs {
+		if !slices.Equal(in.Shape, want[i]) {
+			t.Fatalf("input %d shape %v, want %v", i, in.Shape, want[i])
+		}
+	}
+	r.Inputs[0].Shape = append(r.Inputs[0].Shape, 99)
+	r.Inputs[1].Shape[0] = 7
+	if !slices.Equal(r.Inputs[1].Shape, []int64{7, 1, 1}) || !slices.Equal(r.Inputs[2].Shape, want[2]) {
+		t.Errorf("changing one shape changed another: %v %v", r.Inputs[1].Shape, r.Inputs[2].Shape)
+	}
+
+	// Shapes of rank one sit side by side in the shared allocation.
+	body = `{"inputs":[{"name":"A","datatype":"INT32","shape":[2],"data":[1,2]},` +
+		`{"name":"B","datatype":"INT32","shape":[2],"data":[3,4]}]}`
+	if r, err = DecodeRequest([]byte(body), -1); err != nil {
+		t.Fatal(err)
+	}
+	_ = append(r.Inputs[0].Shape, 99)
+	if !slices.Equal(r.Inputs[1].Shape, []int64{2}) {
+		t.Errorf("appending to A's shape changed B's to %v", r.Inputs[1].Shape)
 	}
 }

@@ -207,6 +207,9 @@ func (d *decoder) tensors(kind string, dst []Tensor) ([]Tensor, error) {
 	if err := d.s.openArray(); err != nil {
 		return nil, d.wrap(fmt.Sprintf(`"%ss"`, kind), err)
 	}
+	if dst == nil {
+		dst = make([]Tensor, 0, 2) // most models take one or two
+	}
 	first := true
 	for i := 0; ; i++ {
 		ok, err := d.s.nextElement(&first)
@@ -434,7 +437,10 @@ func (s *scanner) shape() ([]int64, error) {
 	if err := s.openArray(); err != nil {
 		return nil, err
 	}
-	dims := make([]int64, 0, 4)
+	if len(s.dims) == cap(s.dims) {
+		s.dims = make([]int64, 0, 4) // grown by append for more dimensions
+	}
+	start := len(s.dims)
 	first := true
 	for {
 		ok, err := s.nextElement(&first)
@@ -442,9 +448,9 @@ func (s *scanner) shape() ([]int64, error) {
 			return nil, err
 		}
 		if !ok {
-			return dims, nil
+			return s.dims[start:len(s.dims):len(s.dims)], nil
 		}
-		if len(dims) == maxDims {
+		if len(s.dims)-start == maxDims {
 			return nil, fmt.Errorf("more than %d dimensions", maxDims)
 		}
 		text, isInt, err := s.number()
@@ -455,7 +461,7 @@ func (s *scanner) shape() ([]int64, error) {
 		if !ok || v < 0 {
 			return nil, fmt.Errorf("dimension %s is not a non-negative integer", text)
 		}
-		dims = append(dims, v)
+		s.dims = append(s.dims, v)
 	}
 }
 

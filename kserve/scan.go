@@ -26,6 +26,9 @@ type scanner struct {
 	buf   []byte
 	pos   int
 	depth int
+	// dims holds the dimensions shape has read: the shapes of a
+	// message's tensors share one allocation, each a capped slice of it.
+	dims []int64
 }
 
 // syntaxError is a JSON syntax problem at a byte offset of the header.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,14 +31,37 @@ type hangUps struct {
 	armed   bool
 }
 
-// hangUpWait is one waiting call. It is not reused: a poll that peeked
-// at its socket outside the lock must not find another call in its place.
+// hangUpWait is one waiting call, and the context its wait runs under:
+// Done closes when its client hangs up. Being its own context spares a
+// request context.WithCancel's allocations. It is not reused: a poll that
+// peeked at its socket outside the lock must not find another call in its
+// place.
 type hangUpWait struct {
-	cancel context.CancelFunc
-	conn   net.Conn
-	idx    int // in waiting; -1 once stopped
-	next   time.Time
-	every  time.Duration
+	done  chan struct{}
+	gone  atomic.Bool // done is closed
+	conn  net.Conn
+	idx   int // in waiting; -1 once stopped
+	next  time.Time
+	every time.Duration
+}
+
+func (w *hangUpWait) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (w *hangUpWait) Done() <-chan struct{}       { return w.done }
+func (w *hangUpWait) Value(any) any               { return nil }
+
+// Err is context.Canceled once the client hung up.
+func (w *hangUpWait) Err() error {
+	if w.gone.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// hungUp ends the wait; a later call does nothing.
+func (w *hangUpWait) hungUp() {
+	if w.gone.CompareAndSwap(false, true) {
+		close(w.done)
+	}
 }
 
 // watch returns a context that ends when the client of conn hangs up, so
@@ -48,8 +72,7 @@ func (h *hangUps) watch(conn net.Conn, since time.Time) (context.Context, *hangU
 	if !canPeek(conn) {
 		return context.Background(), nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &hangUpWait{cancel: cancel, conn: conn, next: since.Add(hangUpPoll), every: hangUpPoll}
+	w := &hangUpWait{done: make(chan struct{}), conn: conn, next: since.Add(hangUpPoll), every: hangUpPoll}
 	h.mu.Lock()
 	w.idx = len(h.waiting)
 	h.waiting = append(h.waiting, w)
@@ -62,7 +85,7 @@ func (h *hangUps) watch(conn net.Conn, since time.Time) (context.Context, *hangU
 		}
 	}
 	h.mu.Unlock()
-	return ctx, w
+	return w, w
 }
 
 // stop ends the watch of w (nil: not watched).
@@ -80,7 +103,6 @@ func (h *hangUps) stop(w *hangUpWait) {
 		w.idx = -1
 	}
 	h.mu.Unlock()
-	w.cancel()
 }
 
 // poll peeks at the sockets of the calls due for a check, outside the lock
@@ -97,7 +119,7 @@ func (h *hangUps) poll() {
 	h.mu.Unlock()
 	for _, w := range due {
 		if peerClosed(w.conn) {
-			w.cancel() // ends the wait; stop's cancel later does nothing
+			w.hungUp()
 		}
 	}
 	h.mu.Lock()

@@ -305,7 +305,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byt
 		// Reserve the declared length only up to reserveMax: a client that
 		// declares 64 MiB and sends nothing must not hold 64 MiB.
 		buf := slices.Grow((*bp)[:0], int(min(max(declared, 512), reserveMax)+1))
-		raw, err = readAll(io.LimitReader(stream, limit+1), buf, declared)
+		raw, err = readAll(stream, limit+1, buf, declared)
 		*bp = raw[:0]
 		if err != nil {
 			return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "reading request body: " + err.Error()}
@@ -341,7 +341,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byt
 	}
 	defer dec.Close()
 	// The decoded size is bounded too: a small bomb must not cost memory.
-	body, err = readAll(io.LimitReader(dec, limit+1), make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1)
+	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1)
 	switch {
 	case err != nil:
 		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "decompressing body: " + err.Error()}
@@ -360,13 +360,14 @@ func tooLarge(limit int64) error {
 // arrive; beyond it the buffer grows with what is actually received.
 const reserveMax = 1 << 20
 
-// readAll reads r to its end into buf. A full buffer doubles, but not past
+// readAll reads r to its end, or until it holds limit bytes (the caller's
+// cue for a body over its limit), into buf. A full buffer doubles, but not past
 // declared+1 bytes when the length is known (declared >= 0; the extra byte
 // lets the last read see EOF without growing), so memory follows the bytes
 // received, at most twice over, and an honest large body is read with a
 // few regrowths.
-func readAll(r io.Reader, buf []byte, declared int64) ([]byte, error) {
-	for {
+func readAll(r io.Reader, limit int64, buf []byte, declared int64) ([]byte, error) {
+	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
 			grow := max(cap(buf), 512)
 			if declared > int64(len(buf)) {
@@ -374,7 +375,7 @@ func readAll(r io.Reader, buf []byte, declared int64) ([]byte, error) {
 			}
 			buf = slices.Grow(buf, grow)
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			return buf, nil
@@ -383,6 +384,7 @@ func readAll(r io.Reader, buf []byte, declared int64) ([]byte, error) {
 			return buf, err
 		}
 	}
+	return buf, nil
 }
 
 func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
