@@ -16,10 +16,10 @@
 // syscall.RawConn's Read and Write keep the poller's readiness waits and
 // deadlines and drop that bookkeeping.
 //
-// Deadlines are coalesced: one armed a little past the time asked for
-// absorbs the slightly later ones fasthttp sets at every request, so the
-// runtime's timer is not re-armed five times per exchange. A deadline may
-// therefore fire late by up to an eighth of its span, never early.
+// Deadlines are kept by the connection, and the runtime's timer only wakes
+// it: fasthttp sets them afresh at every request, and passing each on
+// re-armed the poller's timers five times per exchange. An operation fails
+// from its deadline on, and at most an eighth of the deadline's span late.
 //
 // Only connections known to be TCP on Linux are wrapped; anything else is
 // returned as it is.

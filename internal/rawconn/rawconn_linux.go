@@ -3,6 +3,7 @@
 package rawconn
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -13,8 +14,9 @@ import (
 )
 
 // Conn is a *net.TCPConn whose Read and Write are raw system calls and
-// whose deadlines are coalesced (see deadline). Every other method (Close,
-// addresses, SyscallConn, ReadFrom for sendfile) is the TCPConn's own.
+// whose deadlines it keeps itself (see deadline). ReadFrom and WriteTo go
+// through Write and Read (no sendfile or splice: nothing here sends files);
+// every other method (Close, addresses, SyscallConn) is the TCPConn's own.
 type Conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
@@ -61,63 +63,102 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return c.SetWriteDeadline(t)
 }
 
-// SetReadDeadline sets the read deadline; it may fire late by up to
-// 1/slackShare of its span (see deadline).
+// SetReadDeadline sets the read deadline: reads fail from t on, at the
+// latest 1/slackShare of its span after t (see deadline).
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	return c.rdl.set(t, c.TCPConn.SetReadDeadline)
 }
 
-// SetWriteDeadline sets the write deadline; it may fire late by up to
-// 1/slackShare of its span (see deadline).
+// SetWriteDeadline sets the write deadline, as SetReadDeadline does.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	return c.wdl.set(t, c.TCPConn.SetWriteDeadline)
 }
 
-// slackShare bounds how late a coalesced deadline fires: by at most
+// slackShare bounds how late a deadline fails an operation: by at most
 // 1/slackShare of the span it was set for.
 const slackShare = 8
 
-// deadline coalesces one direction's deadline. fasthttp sets the read and
-// write deadlines afresh for every request on both sides of the proxy, a
-// little later each time (now plus the timeout): five runtime timer
-// updates per pass-through exchange, each taking the poller's lock, which
-// was 7% of the proxy's user time (docs/BENCHMARKS.md, "Issue 19:
-// coalesced deadlines"). A deadline is therefore armed a little past the
-// time asked for, by 1/slackShare of its span, and a later request for a
-// time at most that much before the armed one keeps it: a timeout of 30 s
-// fires between 30 and 33.75 s, and the timer is re-armed about once per
-// 3.75 s of traffic instead of at every request. A deadline moved earlier
-// than the armed one, or cleared, or already past, is applied at once.
+// deadline is one direction's deadline, kept here rather than in the
+// runtime's poller. fasthttp sets the deadlines afresh for every request on
+// both sides of the proxy: the server's read deadline alternates between
+// the idle and the header timeout, the others move a little later each
+// time. Passed on, that is five runtime timer updates per pass-through
+// exchange, each taking the poller's lock: 7% of the proxy's user time
+// (docs/BENCHMARKS.md, "Issue 19: where the rest of the gap is").
+//
+// So the runtime's deadline (armed) only ever wakes the connection: it is
+// left alone while it falls no later than the deadline asked for (want)
+// plus its slack, and when it fires before want, the read or write it
+// fails is retried after re-arming it for want (expired). A deadline
+// moved earlier than the slack allows, or already past, is armed at once.
+// A connection busy with requests re-arms its timers about once per
+// timeout instead of five times per request, and an operation fails
+// between want and want plus 1/slackShare of its span, never before.
 type deadline struct {
 	mu    sync.Mutex
-	armed time.Time // zero: none
+	want  time.Time // zero: none
+	armed time.Time // the runtime's; zero: none
 }
 
 func (d *deadline) set(t time.Time, arm func(time.Time) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if t.IsZero() {
-		if d.armed.IsZero() {
-			return nil
-		}
-		d.armed = time.Time{}
-		return arm(t)
+	d.want = t
+	switch {
+	case t.IsZero():
+		return nil // an armed deadline wakes an operation early: expired clears it
+	case !d.armed.IsZero() && !d.armed.After(t):
+		return nil // wakes early (or on time): expired re-arms
 	}
 	span := time.Until(t)
-	if span <= 0 {
-		d.armed = t
-		return arm(t)
+	if span > 0 && !d.armed.IsZero() && d.armed.Sub(t) <= span/slackShare {
+		return nil // fires within the slack
 	}
-	if !d.armed.IsZero() && !d.armed.Before(t) && d.armed.Sub(t) <= span/slackShare {
-		return nil
-	}
-	late := t.Add(span / slackShare)
-	if err := arm(late); err != nil {
-		return err
-	}
-	d.armed = late
-	return nil
+	return d.arm(t, span, arm)
 }
+
+// arm sets the runtime's deadline for want t, span from now: past its
+// time, at once; else a slack later, so that the next requests keep it.
+func (d *deadline) arm(t time.Time, span time.Duration, arm func(time.Time) error) error {
+	at := t
+	if span > 0 {
+		at = t.Add(span / slackShare)
+	}
+	d.armed = at
+	return arm(at)
+}
+
+// expired is called when an operation failed on the runtime's deadline.
+// It reports whether the deadline asked for has passed; if not, the
+// runtime's deadline fired early, and it is re-armed (or cleared) for the
+// operation to go on.
+func (d *deadline) expired(arm func(time.Time) error) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.want.IsZero() {
+		d.armed = time.Time{}
+		return arm(time.Time{}) != nil
+	}
+	span := time.Until(d.want)
+	if span <= 0 {
+		return true
+	}
+	return d.arm(d.want, span, arm) != nil
+}
+
+// ReadFrom copies r to the connection through Write, so that the copy keeps
+// Write's deadline (the TCPConn's own would go around it).
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{c}, r)
+}
+
+// WriteTo copies the connection to w through Read, as ReadFrom does.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	return io.Copy(w, readerOnly{c})
+}
+
+type writerOnly struct{ io.Writer }
+type readerOnly struct{ io.Reader }
 
 func (c *Conn) read(fd uintptr) bool {
 	for {
@@ -142,6 +183,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	c.rbuf, c.rn, c.rerrno = p, 0, 0
 	err := c.rc.Read(c.readFn)
+	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.rdl.expired(c.TCPConn.SetReadDeadline) {
+		err = c.rc.Read(c.readFn)
+	}
 	n, errno := c.rn, c.rerrno
 	c.rbuf = nil
 	c.rmu.Unlock()
@@ -181,6 +225,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	c.wbuf, c.wn, c.werrno = p, 0, 0
 	err := c.rc.Write(c.writeFn)
+	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.wdl.expired(c.TCPConn.SetWriteDeadline) {
+		err = c.rc.Write(c.writeFn)
+	}
 	n, errno := c.wn, c.werrno
 	c.wbuf = nil
 	c.wmu.Unlock()
