@@ -65,8 +65,8 @@ type header interface {
 // hasHopHeader reports whether a header holds a hop-by-hop field. Most
 // exchanges carry none, and each Del in dropHopHeaders normalises its name
 // and rescans the whole header: twenty scans per exchange were 5% of the
-// pass-through proxy's user time (docs/BENCHMARKS.md, "Issue 19: coalesced
-// deadlines").
+// pass-through proxy's user time (docs/BENCHMARKS.md, "Issue 19: where the
+// rest of the gap is").
 func hasHopHeader(fields iter.Seq2[[]byte, []byte]) bool {
 	for k := range fields {
 		for _, name := range hopHeaders {
