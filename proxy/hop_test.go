@@ -8,7 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// hasHopHeader decides whether dropHopHeaders runs at all: a hop-by-hop
+// hasHopHeader decides whether dropHopHeaders deletes anything: a hop-by-hop
 // field it misses, in any spelling, would reach the other side.
 func TestHasHopHeader(t *testing.T) {
 	tests := []struct {

@@ -62,11 +62,7 @@ type header interface {
 	Del(key string)
 }
 
-// hasHopHeader reports whether a header holds a hop-by-hop field. Most
-// exchanges carry none, and each Del in dropHopHeaders normalises its name
-// and rescans the whole header: twenty scans per exchange were 5% of the
-// pass-through proxy's user time (docs/BENCHMARKS.md, "Issue 19: where the
-// rest of the gap is").
+// hasHopHeader reports whether fields hold a hop-by-hop field.
 func hasHopHeader(fields iter.Seq2[[]byte, []byte]) bool {
 	for k := range fields {
 		for _, name := range hopHeaders {
@@ -78,9 +74,16 @@ func hasHopHeader(fields iter.Seq2[[]byte, []byte]) bool {
 	return false
 }
 
-// dropHopHeaders removes the hop-by-hop headers and those the Connection
-// header names.
-func dropHopHeaders(h header) {
+// dropHopHeaders removes from h the hop-by-hop headers and those the
+// Connection header names. fields lists h's fields, or is nil when they are
+// not known. Most exchanges carry no hop-by-hop field, and then nothing is
+// deleted: each Del normalises its name and rescans the whole header, and
+// twenty such scans per exchange were 5% of the pass-through proxy's user
+// time (docs/BENCHMARKS.md, "Issue 19: where the rest of the gap is").
+func dropHopHeaders(h header, fields iter.Seq2[[]byte, []byte]) {
+	if fields != nil && !hasHopHeader(fields) {
+		return
+	}
 	for _, v := range h.PeekAll("Connection") {
 		for _, name := range strings.Split(string(v), ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -155,9 +158,11 @@ func (s *Server) outgoingHeader(ctx *fasthttp.RequestCtx, out *fasthttp.Request)
 	// The fields as received (All would parse the cookies, and the Cookie
 	// header would then leave re-serialised); a header not read off the
 	// wire has none, and is cleaned field by field.
-	if len(h.RawHeaders()) == 0 || hasHopHeader(h.AllInOrder()) {
-		dropHopHeaders(h)
+	var fields iter.Seq2[[]byte, []byte]
+	if len(h.RawHeaders()) > 0 {
+		fields = h.AllInOrder()
 	}
+	dropHopHeaders(h, fields)
 	h.ResetConnectionClose()
 	h.DisableNormalizing()
 	h.SetNoDefaultContentType(true) // no Content-Type the client did not send
@@ -186,9 +191,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 		return
 	}
 	h := &resp.Header
-	if hasHopHeader(h.All()) {
-		dropHopHeaders(h)
-	}
+	dropHopHeaders(h, h.All())
 	h.ResetConnectionClose() // the upstream's connection is not the client's
 	if h.ContentLength() < 0 {
 		resp.ImmediateHeaderFlush = true // events reach the client as they come
