@@ -61,15 +61,14 @@ type Options struct {
 
 // Dispatcher routes calls to model queues.
 type Dispatcher struct {
-	o       Options
-	now     func() time.Time
-	health  *upstreamHealth
-	mu      sync.RWMutex
-	models  map[string]*modelQueue
-	wg      sync.WaitGroup // queue loops
-	workers sync.WaitGroup // batch workers
-	ctx     context.Context
-	cancel  context.CancelFunc
+	o      Options
+	now    func() time.Time
+	health *upstreamHealth
+	mu     sync.RWMutex
+	models map[string]*modelQueue
+	wg     sync.WaitGroup // queue loops
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // New returns a dispatcher with no models.
@@ -106,7 +105,6 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		return nil
 	}
 	q := &modelQueue{d: d, name: s.Name, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
-		work:   make(chan batch),
 		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
 	d.wg.Add(1)
@@ -149,17 +147,33 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 		q.execute(*mine)
 		q.afterOwnBatch()
 	}
+	// At low load the caller ran the batch itself and its answer is there:
+	// take it without the two-way select, which locks both channels.
+	var r Result
 	select {
-	case r := <-c.done:
-		return r
-	case <-ctx.Done():
-		if q.withdraw(c) {
-			d.o.Metrics.rejected(model, "client_gone")
-			q.series.answeredErr.Inc()
-			return Result{Err: ctx.Err()}
+	case r = <-c.done:
+	default:
+		select {
+		case r = <-c.done:
+		case <-ctx.Done():
+			if q.withdraw(c) {
+				d.o.Metrics.rejected(model, "client_gone")
+				q.series.answeredErr.Inc()
+				return Result{Err: ctx.Err()}
+			}
+			r = <-c.done // already in a batch: its answer is on the way
 		}
-		return <-c.done // already in a batch: its answer is on the way
 	}
+	// A batch formed by another goroutine comes to its first caller to
+	// run (see launch); the caller's own answer follows from it.
+	for r.run {
+		b := c.handed
+		c.handed = nil
+		q.execute(*b)
+		q.afterOwnBatch()
+		r = <-c.done
+	}
+	return r
 }
 
 // Drain sends everything queued without waiting for fuller batches and
@@ -190,12 +204,6 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
-	if err == nil {
-		// Every batch is answered, so the workers are idle and leave at
-		// once. After a timeout one may still wait on a hung upstream
-		// until its own deadline: the caller should not.
-		d.workers.Wait()
-	}
 	return err
 }
 
@@ -245,7 +253,6 @@ type modelQueue struct {
 	idleClosed             bool
 	idle                   chan struct{} // closed when draining and empty
 	wake                   chan struct{}
-	work                   chan batch // to idle workers
 }
 
 func (q *modelQueue) signal() {
@@ -324,16 +331,18 @@ func (q *modelQueue) withdraw(c *Call) bool {
 	return true
 }
 
-// The queue is decided on by three kinds of goroutine, each at its own
+// The queue is decided on by two kinds of goroutine, each at its own
 // moment: the decision loop (run) on rule changes, wake-ups and signals;
-// a caller right after enqueueing (afterArrival, then afterOwnBatch); and a
-// worker whose batch just freed an instance (afterWorkerBatch). All form
-// batches with the same pass (form); they differ in which batch, if any,
-// they run themselves and in who keeps the rule's next appointment.
+// and a caller, right after enqueueing (afterArrival) and after running a
+// batch (afterOwnBatch), which freed an instance. All form batches with the
+// same pass (form); they differ in which batch, if any, they run themselves
+// and in who keeps the rule's next appointment. A batch the deciding
+// goroutine does not run itself goes to its first caller (launch): every
+// batch runs on the goroutine of one of its own callers.
 
 // run is the decision loop: it re-decides on every arrival, completion,
 // rule change and on the wake-up time the rule asked for, and keeps those
-// appointments itself. Every batch it forms goes to a worker.
+// appointments itself. Every batch it forms goes to its first caller.
 func (q *modelQueue) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -359,7 +368,7 @@ func (q *modelQueue) run(ctx context.Context) {
 
 // afterArrival is Submit's pass right after own was queued. It returns the
 // batch holding own, if one leaves now, for the caller to run on its own
-// goroutine (no hand-off at low load); the other batches go to workers.
+// goroutine (no hand-off at low load); the other batches are launched.
 func (q *modelQueue) afterArrival(own *Call) *batch {
 	var mine *batch
 	q.keepAppointment(q.dispatch(func(b *batch) bool {
@@ -372,43 +381,28 @@ func (q *modelQueue) afterArrival(own *Call) *batch {
 	return mine
 }
 
-// afterOwnBatch is Submit's pass once the caller ran its own batch: what
-// queued meanwhile goes to workers.
+// afterOwnBatch is a caller's pass once the batch it ran freed an
+// instance: what queued meanwhile is launched.
 func (q *modelQueue) afterOwnBatch() { q.keepAppointment(q.dispatch(nil)) }
 
-// afterWorkerBatch is a worker's pass once its batch freed an instance: the
-// first batch that leaves is returned for the worker to run next itself,
-// the others go to other workers.
-func (q *modelQueue) afterWorkerBatch() *batch {
-	var mine *batch
-	q.keepAppointment(q.dispatch(func(b *batch) bool {
-		if mine == nil {
-			mine = b
-			return true
-		}
-		return false
-	}))
-	return mine
-}
-
 // keepAppointment wakes the decision loop when the rule asked to decide
-// again at a later time: a caller or a worker does not wait for it.
+// again at a later time: a caller does not wait for it.
 func (q *modelQueue) keepAppointment(next time.Time) {
 	if !next.IsZero() {
 		q.signal()
 	}
 }
 
-// dispatch forms every batch the rule wants now and launches each on a
-// worker, except those keep claims for the calling goroutine. It returns
-// when to decide again (zero: on the next event).
+// dispatch forms every batch the rule wants now and launches each, except
+// those keep claims for the calling goroutine. It returns when to decide
+// again (zero: on the next event).
 func (q *modelQueue) dispatch(keep func(*batch) bool) (next time.Time) {
 	batches, next := q.form()
 	for i := range batches {
 		if keep != nil && keep(&batches[i]) {
 			continue
 		}
-		q.launch(batches[i])
+		q.launch(&batches[i]) // form's slice: no copy to the heap
 	}
 	return next
 }
@@ -469,34 +463,15 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	return batches, next
 }
 
-// launch hands a batch to an idle worker, or starts one. Workers outlive
-// their batch so that their stacks, grown by merging and splitting, are
-// reused; there are never more than the model's peak batches in flight.
-func (q *modelQueue) launch(b batch) {
-	select {
-	case q.work <- b:
-	default:
-		q.d.workers.Add(1)
-		go q.worker(b)
-	}
-}
-
-func (q *modelQueue) worker(b batch) {
-	defer q.d.workers.Done()
-	for {
-		q.execute(b)
-		// The instance it used is free: the worker decides and goes on with
-		// the next batch itself.
-		if next := q.afterWorkerBatch(); next != nil {
-			b = *next
-			continue
-		}
-		select {
-		case b = <-q.work:
-		case <-q.d.ctx.Done():
-			return
-		}
-	}
+// launch hands a batch to its first caller, waiting in Submit, to run. A
+// worker goroutine would cost a wake-up more per batch: one to start the
+// worker and one per caller it answers, where the first caller is woken
+// once and answers itself. The send never blocks: a taken call's channel
+// is empty until its batch answers it, and only this batch will.
+func (q *modelQueue) launch(b *batch) {
+	c := b.calls[0]
+	c.handed = b
+	c.done <- Result{run: true}
 }
 
 // expire answers queued calls whose Triton timeout has passed and returns

@@ -46,7 +46,7 @@ func (q *modelQueue) execute(b batch) {
 	q.inFlight--
 	q.inFlightRows -= b.rows
 	q.mu.Unlock()
-	// No signal: whoever executed the batch decides next (Submit, worker).
+	// No signal: the caller that ran the batch decides next (afterOwnBatch).
 }
 
 // send runs a batch upstream: connection errors are retried as configured

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net/http"
 	"net/url"
 	"strings"
@@ -56,32 +55,66 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
 // header is what dropHopHeaders needs of fasthttp's request and response
-// headers.
+// headers: requestHeader and responseHeader, which hold them without an
+// allocation.
 type header interface {
 	PeekAll(key string) [][]byte
 	Del(key string)
+	// anyHop reports whether a hop-by-hop field may be there.
+	anyHop() bool
 }
 
-// hasHopHeader reports whether fields hold a hop-by-hop field.
-func hasHopHeader(fields iter.Seq2[[]byte, []byte]) bool {
-	for k := range fields {
-		for _, name := range hopHeaders {
-			if len(k) == len(name) && strings.EqualFold(string(k), name) {
-				return true
-			}
+// requestHeader is a client's header on its way upstream.
+type requestHeader struct{ *fasthttp.RequestHeader }
+
+// anyHop reads the fields as received: All would parse the cookies, and
+// the Cookie header would then leave re-serialised. A header not read off
+// the wire has no such record and may hold anything.
+func (h requestHeader) anyHop() bool {
+	if len(h.RawHeaders()) == 0 {
+		return true
+	}
+	for k := range h.AllInOrder() {
+		if isHopHeader(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// responseHeader is the upstream's header on its way to the client.
+type responseHeader struct{ *fasthttp.ResponseHeader }
+
+func (h responseHeader) anyHop() bool {
+	for k := range h.All() {
+		if isHopHeader(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// isHopHeader reports whether a field name is one of hopHeaders, in any
+// spelling.
+func isHopHeader(k []byte) bool {
+	for _, name := range hopHeaders {
+		if len(k) == len(name) && strings.EqualFold(string(k), name) {
+			return true
 		}
 	}
 	return false
 }
 
 // dropHopHeaders removes from h the hop-by-hop headers and those the
-// Connection header names. fields lists h's fields, or is nil when they are
-// not known. Most exchanges carry no hop-by-hop field, and then nothing is
-// deleted: each Del normalises its name and rescans the whole header, and
-// twenty such scans per exchange were 5% of the pass-through proxy's user
-// time (docs/BENCHMARKS.md, "Issue 19: where the rest of the gap is").
-func dropHopHeaders(h header, fields iter.Seq2[[]byte, []byte]) {
-	if fields != nil && !hasHopHeader(fields) {
+// Connection header names. Most exchanges carry no hop-by-hop field, and
+// then nothing is deleted: each Del normalises its name and rescans the
+// whole header, and twenty such scans per exchange were 5% of the
+// pass-through proxy's user time (docs/BENCHMARKS.md, "Issue 19: where the
+// rest of the gap is"). The check is a method of concrete types, not an
+// iterator passed in: an iterator called through a func value put five
+// allocations on every exchange.
+func dropHopHeaders(h header) {
+	if !h.anyHop() {
 		return
 	}
 	for _, v := range h.PeekAll("Connection") {
@@ -155,14 +188,7 @@ const smallBody = 64 << 10
 func (s *Server) outgoingHeader(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	h := &out.Header
-	// The fields as received (All would parse the cookies, and the Cookie
-	// header would then leave re-serialised); a header not read off the
-	// wire has none, and is cleaned field by field.
-	var fields iter.Seq2[[]byte, []byte]
-	if len(h.RawHeaders()) > 0 {
-		fields = h.AllInOrder()
-	}
-	dropHopHeaders(h, fields)
+	dropHopHeaders(requestHeader{h})
 	h.ResetConnectionClose()
 	h.DisableNormalizing()
 	h.SetNoDefaultContentType(true) // no Content-Type the client did not send
@@ -191,7 +217,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 		return
 	}
 	h := &resp.Header
-	dropHopHeaders(h, h.All())
+	dropHopHeaders(responseHeader{h})
 	h.ResetConnectionClose() // the upstream's connection is not the client's
 	if h.ContentLength() < 0 {
 		resp.ImmediateHeaderFlush = true // events reach the client as they come

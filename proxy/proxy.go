@@ -431,13 +431,19 @@ func writeResponse(ctx *fasthttp.RequestCtx, resp *kserve.Response) error {
 	ctx.Response.SwapBody(body)
 	if headerLen >= 0 {
 		ctx.SetContentType("application/octet-stream")
-		ctx.Response.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
+		// Set would copy and normalise the name afresh at every answer.
+		var n [20]byte
+		ctx.Response.Header.SetCanonical(headerLengthName, strconv.AppendInt(n[:0], int64(headerLen), 10))
 	} else {
 		ctx.SetContentType("application/json")
 	}
 	ctx.SetStatusCode(http.StatusOK)
 	return nil
 }
+
+// headerLengthName is kserve.HeaderContentLength in fasthttp's canonical
+// spelling, which it already is.
+var headerLengthName = []byte(kserve.HeaderContentLength)
 
 // compress replaces body by its gzip or deflate (zlib) form. fasthttp's
 // compressors are pooled: a new gzip.Writer per reply cost about 800 KB of
