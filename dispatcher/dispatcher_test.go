@@ -105,6 +105,9 @@ type fixedPlanner struct {
 	changed  chan struct{}
 	arrived  atomic.Int64
 	observed atomic.Int64
+	// onObserve, when set, runs as each batch is learnt from, before its
+	// callers are answered.
+	onObserve func()
 }
 
 func newPlanner(r policy.Rule) *fixedPlanner {
@@ -113,7 +116,12 @@ func newPlanner(r policy.Rule) *fixedPlanner {
 func (p *fixedPlanner) Rule() policy.Rule                 { return p.rule }
 func (p *fixedPlanner) Changed() <-chan struct{}          { return p.changed }
 func (p *fixedPlanner) Arrive(rows int)                   { p.arrived.Add(int64(rows)) }
-func (p *fixedPlanner) Observe(rows int, _ time.Duration) { p.observed.Add(1) }
+func (p *fixedPlanner) Observe(rows int, _ time.Duration) {
+	p.observed.Add(1)
+	if p.onObserve != nil {
+		p.onObserve()
+	}
+}
 
 type harness struct {
 	d   *Dispatcher
@@ -486,4 +494,57 @@ func TestDrainTimeoutFailsQueued(t *testing.T) {
 		t.Fatalf("the batch in flight: %v", err)
 	}
 	assertAccounting(t, h.m, 2)
+}
+
+// A batch formed on another goroutine goes to its first caller to run. When
+// that caller hangs up just as the batch reaches it, it must still run the
+// batch: its partner would otherwise wait for ever. The hang-up comes as the
+// batch before them ends, so the next batch often takes the leaver before
+// it can withdraw; either way both get an answer.
+func TestHandedBatchRunsWhenItsCallerLeaves(t *testing.T) {
+	up := &fakeUpstream{}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 2, MaxWait: 2 * time.Millisecond}, ModelSpec{Instances: 1}, up)
+	taken := 0
+	for i := range 100 {
+		up.gate = make(chan struct{})
+		first, leaver, partner := call(t, 1, 2), call(t, 2, 1), call(t, 3, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		var once sync.Once
+		h.pl.onObserve = func() { once.Do(cancel) }
+		firstDone, leaverDone, partnerDone := make(chan Result, 1), make(chan Result, 1), make(chan Result, 1)
+		go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
+		waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+		go func() { leaverDone <- h.d.Submit(ctx, "simple", leaver) }()
+		waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+		go func() { partnerDone <- h.d.Submit(context.Background(), "simple", partner) }()
+		waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
+		close(up.gate)
+		for _, w := range []struct {
+			c    *Call
+			done chan Result
+		}{{first, firstDone}, {partner, partnerDone}} {
+			select {
+			case r := <-w.done:
+				if err := checkAnswer(w.c, r); err != nil {
+					t.Fatalf("round %d: %v", i, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: a caller of the handed batch got no answer", i)
+			}
+		}
+		r := <-leaverDone
+		switch {
+		case r.Err == nil:
+			taken++
+			if err := checkAnswer(leaver, r); err != nil {
+				t.Fatalf("round %d: the leaver: %v", i, err)
+			}
+		case !errors.Is(r.Err, context.Canceled):
+			t.Fatalf("round %d: the leaver: %v, want its answer or context.Canceled", i, r.Err)
+		}
+		cancel()
+		h.pl.onObserve = nil
+	}
+	t.Logf("the leaver was in a batch before it could withdraw in %d of 100 rounds", taken)
+	assertAccounting(t, h.m, 300)
 }
