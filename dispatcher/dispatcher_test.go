@@ -113,9 +113,9 @@ type fixedPlanner struct {
 func newPlanner(r policy.Rule) *fixedPlanner {
 	return &fixedPlanner{rule: r, changed: make(chan struct{})}
 }
-func (p *fixedPlanner) Rule() policy.Rule                 { return p.rule }
-func (p *fixedPlanner) Changed() <-chan struct{}          { return p.changed }
-func (p *fixedPlanner) Arrive(rows int)                   { p.arrived.Add(int64(rows)) }
+func (p *fixedPlanner) Rule() policy.Rule        { return p.rule }
+func (p *fixedPlanner) Changed() <-chan struct{} { return p.changed }
+func (p *fixedPlanner) Arrive(rows int)          { p.arrived.Add(int64(rows)) }
 func (p *fixedPlanner) Observe(rows int, _ time.Duration) {
 	p.observed.Add(1)
 	if p.onObserve != nil {
