@@ -51,7 +51,9 @@
 #
 # CPU: the load generator runs on the same cores. Each run records the CPU
 # time (utime+stime from /proc) of the client, the proxy (nginx: master and
-# workers) and the emulator, as % of one core over the run's wall time.
+# workers) and the emulator, as % of one core over the run's wall time,
+# the proxy's user-mode share of it, and its threads' context switches
+# (ctxt_switches of /proc/PID/task/*/status) per request.
 # PIN=1 pins the client to CPU 0 and every server to CPU 1 (taskset); the
 # default (PIN=0) leaves scheduling to the kernel, as in production.
 #
@@ -237,17 +239,21 @@ wait_ok() { # URL NAME: waits up to 20 s for a 200
 }
 
 # cpu_ticks PID...: summed utime+stime of the processes (clock ticks),
-# then their utime alone.
+# then their utime alone, then their threads' context switches (voluntary
+# and not): each is a thread put to sleep or off its CPU, which the kernel
+# charges for on both sides.
 cpu_ticks() {
-	local sum=0 user=0 p f
+	local sum=0 user=0 sw=0 p f n
 	for p; do
 		f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
 		f=${f##*) } # fields from 3 on; comm may hold spaces
 		set -- $f
 		sum=$((sum + ${12} + ${13})) # fields 14 and 15
 		user=$((user + ${12}))
+		n=$(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }')
+		sw=$((sw + n))
 	done
-	echo "$sum $user"
+	echo "$sum $user $sw"
 }
 
 declare -A url grpc_addr cpu_pids emu_pid admin admin_of
@@ -365,33 +371,34 @@ ncpu_tick=$(getconf CLK_TCK)
 load() {
 	local phase=$1 target=$2 form=$3 rate=$4 dur=$5 rep=$6 step=$7 try=${8:-1}
 	local f="$out/runs/$phase-$target-$form-r$rep-$rate-t$try"
-	local la s0 u0 e0 t0 t1 s1 u1 e1 cticks _
+	local la s0 u0 w0 e0 t0 t1 s1 u1 w1 e1 cticks _
 	la=$(cut -d' ' -f1 /proc/loadavg)
-	read -r s0 u0 < <(cpu_ticks ${cpu_pids[$phase/$target]})
+	read -r s0 u0 w0 < <(cpu_ticks ${cpu_pids[$phase/$target]})
 	read -r e0 _ < <(cpu_ticks "${emu_pid[$phase]}")
 	t0=$(date +%s%N)
 	# The shell's cutime+cstime after the load command is its CPU time.
 	cticks=$("${client_pin[@]}" sh -c '"$@" >"$0.json" 2>"$0.err"; read -r s </proc/$$/stat; set -- ${s##*) }; echo $((${14} + ${15}))' \
 		"$f" "$BIN" load $(target_args "$phase" "$target" "$form") --model simple --rate "$rate" --duration "$dur" --json)
 	t1=$(date +%s%N)
-	read -r s1 u1 < <(cpu_ticks ${cpu_pids[$phase/$target]})
+	read -r s1 u1 w1 < <(cpu_ticks ${cpu_pids[$phase/$target]})
 	read -r e1 _ < <(cpu_ticks "${emu_pid[$phase]}")
 	if ! jq -e .ok "$f.json" >/dev/null 2>&1; then
 		log "load failed ($phase $target $form $rate/s): $(tail -n 3 "$f.err")"
 		printf '{}' >"$f.json"
 	fi
-	local proxy_ticks=null proxy_user=null
-	[[ -n ${cpu_pids[$phase/$target]} ]] && proxy_ticks=$((s1 - s0)) proxy_user=$((u1 - u0))
+	local proxy_ticks=null proxy_user=null proxy_switches=null
+	[[ -n ${cpu_pids[$phase/$target]} ]] && proxy_ticks=$((s1 - s0)) proxy_user=$((u1 - u0)) proxy_switches=$((w1 - w0))
 	jq -c --arg phase "$phase" --arg target "$target" --arg form "$form" --argjson rate "$rate" \
 		--argjson rep "$rep" --argjson step "$step" --argjson attempt "$try" --argjson loadavg "$la" \
 		--argjson bound "$P99_BOUND_MS" --argjson wall_ns $((t1 - t0)) --argjson hz "$ncpu_tick" \
-		--argjson client "$cticks" --argjson proxy "$proxy_ticks" --argjson proxy_user "$proxy_user" --argjson emulator $((e1 - e0)) \
+		--argjson client "$cticks" --argjson proxy "$proxy_ticks" --argjson proxy_user "$proxy_user" --argjson proxy_switches "$proxy_switches" --argjson emulator $((e1 - e0)) \
 		'def pct(t): if t == null then null else (1000 * 100 * t / $hz / ($wall_ns / 1e9) | round) / 1000 end;
 		 def usreq(t): if t == null or (.sent // 0) == 0 then null else (1000 * 1e6 * t / $hz / .sent | round) / 1000 end;
 		 {phase: $phase, target: $target, form: $form, rate: $rate, rep: $rep, step: $step, attempt: $attempt, loadavg: $loadavg,
 		  client_cpu_pct: pct($client), proxy_cpu_pct: pct($proxy), emulator_cpu_pct: pct($emulator),
 		  client_cpu_us_per_req: usreq($client), proxy_cpu_us_per_req: usreq($proxy), emulator_cpu_us_per_req: usreq($emulator),
 		  proxy_user_us_per_req: usreq($proxy_user),
+		  proxy_switches_per_req: (if $proxy_switches == null or (.sent // 0) == 0 then null else $proxy_switches / .sent end),
 		  sustained: (.scheduled != null and (.scheduled - .ok) <= ([1, 0.001 * .scheduled] | max) and .p99_latency_ms <= $bound),
 		  load: .}' "$f.json" >>"$out/runs.jsonl"
 	sustained=$(tail -n 1 "$out/runs.jsonl" | jq -r 'if .sustained then 1 else 0 end')
@@ -485,15 +492,15 @@ def p50: .load.p50_latency_ms;
 def p99: .load.p99_latency_ms;
 . as $all
 | ($all | map(.phase) | unique | sort_by(if . == "overhead" then 0 else 1 end)) as $phases
-| "Medians over the repeats. Added latency and ratios are paired per repeat (target minus, or over, direct or nginx of the same repeat and form), then the median is taken. Sustainable: at most 0.1% (at least 1) of the scheduled requests not answered 200 and p99 <= \($bound) ms, \(if $tries == 1 then "on its one try" else "in one of \($tries) tries" end). CPU: % of one core over the run, and CPU time per request sent (client = the load generator; proxy = ratebatch, or nginx's master and workers); user: the proxy's user-mode share of it (the rest is the kernel's).",
+| "Medians over the repeats. Added latency and ratios are paired per repeat (target minus, or over, direct or nginx of the same repeat and form), then the median is taken. Sustainable: at most 0.1% (at least 1) of the scheduled requests not answered 200 and p99 <= \($bound) ms, \(if $tries == 1 then "on its one try" else "in one of \($tries) tries" end). CPU: % of one core over the run, and CPU time per request sent (client = the load generator; proxy = ratebatch, or nginx's master and workers); user: the proxy's user-mode share of it (the rest is the kernel's); switches: the proxy's threads' context switches per request.",
   "",
   ( $phases[] as $ph
   | ($all | map(select(.phase == $ph))) as $P
   | ($P | map(.form) | unique) as $forms
   | "### \($ph): latency at \($P | map(select(.step == 0)) | .[0].rate) req/s",
     "",
-    "| form | target | p50 ms | p99 ms | added p50 ms | added p99 ms | p50 / direct | p99 / direct | p50 / nginx | p99 / nginx | proxy CPU us/req | CPU / nginx | user us/req | user / nginx | client CPU % | proxy CPU % | emulator CPU % | load avg |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "| form | target | p50 ms | p99 ms | added p50 ms | added p99 ms | p50 / direct | p99 / direct | p50 / nginx | p99 / nginx | proxy CPU us/req | CPU / nginx | user us/req | user / nginx | switches/req | client CPU % | proxy CPU % | emulator CPU % | load avg |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ( $forms[] as $f
     | ($P | map(select(.form == $f and .step == 0 and .attempt == 1))) as $L
     | targets as $t
@@ -502,7 +509,7 @@ def p99: .load.p99_latency_ms;
     | def paired($base; f): [ $T[] as $x | ($L | map(select(.target == $base and .rep == $x.rep)) | .[0]) as $b
                              | select($b != null) | [$x, $b] | f ] | median;
       def vs($base; f; n): if $t == $base or ($base == "nginx" and $t == "direct") then "-" else paired($base; f) | r(n) end;
-      "| \($f) | \($t) | \($T | map(p50) | median | r(3)) | \($T | map(p99) | median | r(3)) | \(vs("direct"; (.[0] | p50) - (.[1] | p50); 3)) | \(vs("direct"; (.[0] | p99) - (.[1] | p99); 3)) | \(vs("direct"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("direct"; ratio(.[0] | p99; .[1] | p99); 2)) | \(vs("nginx"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("nginx"; ratio(.[0] | p99; .[1] | p99); 2)) | \($T | map(.proxy_cpu_us_per_req) | median | r(0)) | \(vs("nginx"; ratio(.[0].proxy_cpu_us_per_req; .[1].proxy_cpu_us_per_req); 2)) | \($T | map(.proxy_user_us_per_req) | median | r(0)) | \(vs("nginx"; ratio(.[0].proxy_user_us_per_req; .[1].proxy_user_us_per_req); 2)) | \($T | map(.client_cpu_pct) | median | r(0)) | \($T | map(.proxy_cpu_pct) | median | r(0)) | \($T | map(.emulator_cpu_pct) | median | r(0)) | \($T | map(.loadavg) | median | r(2)) |"
+      "| \($f) | \($t) | \($T | map(p50) | median | r(3)) | \($T | map(p99) | median | r(3)) | \(vs("direct"; (.[0] | p50) - (.[1] | p50); 3)) | \(vs("direct"; (.[0] | p99) - (.[1] | p99); 3)) | \(vs("direct"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("direct"; ratio(.[0] | p99; .[1] | p99); 2)) | \(vs("nginx"; ratio(.[0] | p50; .[1] | p50); 2)) | \(vs("nginx"; ratio(.[0] | p99; .[1] | p99); 2)) | \($T | map(.proxy_cpu_us_per_req) | median | r(0)) | \(vs("nginx"; ratio(.[0].proxy_cpu_us_per_req; .[1].proxy_cpu_us_per_req); 2)) | \($T | map(.proxy_user_us_per_req) | median | r(0)) | \(vs("nginx"; ratio(.[0].proxy_user_us_per_req; .[1].proxy_user_us_per_req); 2)) | \($T | map(.proxy_switches_per_req) | median | r(2)) | \($T | map(.client_cpu_pct) | median | r(0)) | \($T | map(.proxy_cpu_pct) | median | r(0)) | \($T | map(.emulator_cpu_pct) | median | r(0)) | \($T | map(.loadavg) | median | r(2)) |"
     ),
     "",
     "### \($ph): highest sustainable rate",
