@@ -23,7 +23,9 @@ const (
 // call: it runs every hangUpPoll while any call waits and stops when none
 // does, so a call costs a slot in a slice, not a timer of its own (a timer
 // per request was a quarter of the batching path's allocations and woke
-// the network poller when it was the earliest timer).
+// the network poller when it was the earliest timer). A call joins the
+// watch only when it waits (the first Done of its context): at low load the
+// caller runs its own batch and finds its answer there, and never waits.
 type hangUps struct {
 	mu      sync.Mutex
 	waiting []*hangUpWait
@@ -31,49 +33,40 @@ type hangUps struct {
 	armed   bool
 }
 
-// hangUpWait is one waiting call, and the context its wait runs under:
-// Done closes when its client hangs up. Being its own context spares a
-// request context.WithCancel's allocations. It is not reused: a poll that
-// peeked at its socket outside the lock must not find another call in its
-// place.
+// hangUpWait is one call, and the context its wait runs under: Done closes
+// when its client hangs up. Being its own context spares a request
+// context.WithCancel's allocations. It is not reused: a poll that peeked at
+// its socket outside the lock must not find another call in its place.
 type hangUpWait struct {
-	done  chan struct{}
-	gone  atomic.Bool // done is closed
+	h     *hangUps
 	conn  net.Conn
-	idx   int // in waiting; -1 once stopped
-	next  time.Time
-	every time.Duration
+	since time.Time   // the call's arrival
+	gone  atomic.Bool // done is closed
+
+	// Under h.mu:
+	done    chan struct{} // made by the first Done
+	idx     int           // in h.waiting; -1 when not watched
+	stopped bool
+	next    time.Time
+	every   time.Duration
 }
 
 func (w *hangUpWait) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (w *hangUpWait) Done() <-chan struct{}       { return w.done }
 func (w *hangUpWait) Value(any) any               { return nil }
 
-// Err is context.Canceled once the client hung up.
-func (w *hangUpWait) Err() error {
-	if w.gone.Load() {
-		return context.Canceled
-	}
-	return nil
-}
-
-// hungUp ends the wait; a later call does nothing.
-func (w *hangUpWait) hungUp() {
-	if w.gone.CompareAndSwap(false, true) {
-		close(w.done)
-	}
-}
-
-// watch returns a context that ends when the client of conn hangs up, so
-// that a call still queued is withdrawn instead of sent, and the wait to
-// pass to stop. since is when the call arrived. A connection whose
-// socket cannot be peeked at (not a syscall.Conn) is not watched.
-func (h *hangUps) watch(conn net.Conn, since time.Time) (context.Context, *hangUpWait) {
-	if !canPeek(conn) {
-		return context.Background(), nil
-	}
-	w := &hangUpWait{done: make(chan struct{}), conn: conn, next: since.Add(hangUpPoll), every: hangUpPoll}
+// Done starts the watch of the call's client, the first time it is called.
+func (w *hangUpWait) Done() <-chan struct{} {
+	h := w.h
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.done != nil {
+		return w.done
+	}
+	w.done = make(chan struct{})
+	if w.stopped {
+		return w.done
+	}
+	w.next, w.every = w.since.Add(hangUpPoll), hangUpPoll
 	w.idx = len(h.waiting)
 	h.waiting = append(h.waiting, w)
 	if !h.armed {
@@ -84,16 +77,45 @@ func (h *hangUps) watch(conn net.Conn, since time.Time) (context.Context, *hangU
 			h.timer.Reset(hangUpPoll)
 		}
 	}
-	h.mu.Unlock()
+	return w.done
+}
+
+// Err is context.Canceled once the client hung up.
+func (w *hangUpWait) Err() error {
+	if w.gone.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// hungUp ends the wait; a later call does nothing. Only a watched call
+// hangs up, and its done channel is made.
+func (w *hangUpWait) hungUp() {
+	if w.gone.CompareAndSwap(false, true) {
+		close(w.done)
+	}
+}
+
+// watch returns a context that ends when the client of conn hangs up, so
+// that a call still queued is withdrawn instead of sent, and the wait to
+// pass to stop. since is when the call arrived. The watch starts when the
+// context's Done is first called. A connection whose socket cannot be
+// peeked at (not a syscall.Conn) is not watched.
+func (h *hangUps) watch(conn net.Conn, since time.Time) (context.Context, *hangUpWait) {
+	if !canPeek(conn) {
+		return context.Background(), nil
+	}
+	w := &hangUpWait{h: h, conn: conn, since: since, idx: -1}
 	return w, w
 }
 
-// stop ends the watch of w (nil: not watched).
+// stop ends the watch of w (nil: not watched), or forbids its start.
 func (h *hangUps) stop(w *hangUpWait) {
 	if w == nil {
 		return
 	}
 	h.mu.Lock()
+	w.stopped = true
 	if i := w.idx; i >= 0 {
 		last := len(h.waiting) - 1
 		h.waiting[i] = h.waiting[last]

@@ -81,6 +81,7 @@ func TestHangUpsWatchesEachCallApart(t *testing.T) {
 		c, s := tcpPair(t)
 		clients[i] = c
 		ctx, w := h.watch(s, time.Now())
+		ctx.Done() // the call waits, as Submit does when its answer is not there
 		ctxs[i], waits[i] = ctx, w
 	}
 	h.stop(waits[5]) // answered early
@@ -129,6 +130,9 @@ func TestHangUpsConcurrent(t *testing.T) {
 			defer wg.Done()
 			for j := range 200 {
 				ctx, w := h.watch(s, time.Now().Add(-hangUpPoll))
+				if j%2 == 0 {
+					ctx.Done()
+				}
 				if j%50 == 0 {
 					time.Sleep(hangUpPoll)
 				}
@@ -145,5 +149,40 @@ func TestHangUpsConcurrent(t *testing.T) {
 	defer h.mu.Unlock()
 	if len(h.waiting) != 0 {
 		t.Fatalf("%d calls still watched", len(h.waiting))
+	}
+}
+
+// A call joins the watch only once it waits: one answered before it asked
+// for Done costs no slot and arms no timer, and a Done after stop (a
+// context kept past its call) starts nothing.
+func TestHangUpsWatchOnlyWaitingCalls(t *testing.T) {
+	tests := []struct {
+		name        string
+		use         func(ctx interface{ Done() <-chan struct{} }, stop func())
+		wantWatched int
+	}{
+		{"answered without waiting", func(_ interface{ Done() <-chan struct{} }, stop func()) { stop() }, 0},
+		{"waiting", func(ctx interface{ Done() <-chan struct{} }, _ func()) { ctx.Done(); ctx.Done() }, 1},
+		{"asked after stop", func(ctx interface{ Done() <-chan struct{} }, stop func()) { stop(); ctx.Done() }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h hangUps
+			_, s := tcpPair(t)
+			ctx, w := h.watch(s, time.Now())
+			tt.use(ctx, func() { h.stop(w) })
+			h.mu.Lock()
+			watched, armed := len(h.waiting), h.armed
+			h.mu.Unlock()
+			if watched != tt.wantWatched || armed != (tt.wantWatched > 0) {
+				t.Fatalf("%d calls watched, timer armed %v; want %d", watched, armed, tt.wantWatched)
+			}
+			h.stop(w)
+			h.mu.Lock()
+			if h.timer != nil {
+				h.timer.Stop()
+			}
+			h.mu.Unlock()
+		})
 	}
 }
