@@ -177,8 +177,12 @@ class TritonServer:
 def start_triton(workdir: Path, *flags: str) -> TritonServer:
     """Start server.py with flags on free loopback ports; wait for READY.
 
-    Retries on a port that was taken between choosing and binding it; any
-    other failure raises with the server's own output.
+    Retries on a port that was taken between choosing and binding it, and
+    on a server killed by a signal before READY: tritonserver's gRPC event
+    engine has aborted at start-up (SIGABRT after "Epoll1Poller encountered
+    epoll_wait error: Bad file descriptor") with nothing of the test's
+    running yet. Any other failure, such as a bad flag's exit status,
+    raises at once with the server's own output.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     last_error = ""
@@ -210,7 +214,8 @@ def start_triton(workdir: Path, *flags: str) -> TritonServer:
         last_error = f"server.py {' '.join(flags)} exited with {code} before READY:\n{out}"
         if code is None:
             last_error = f"server.py {' '.join(flags)} not READY within {READY_TIMEOUT_S:.0f}s:\n{out}"
-        if "address already in use" not in out.lower():
+        killed = code is not None and code < 0
+        if not killed and "address already in use" not in out.lower():
             break
     raise RuntimeError(last_error)
 
