@@ -25,7 +25,6 @@ type Call struct {
 	level   uint64 // effective priority: smaller goes first
 	state   atomic.Int32
 	done    chan Result
-	handed  *batch // see Result.run
 }
 
 const (
@@ -45,9 +44,9 @@ type Result struct {
 	// BatchRows is the size of the batch the call went in (0 if none).
 	BatchRows int
 	release   *shared
-	// run, in a call's channel instead of its answer, says that the call's
-	// goroutine is to run the batch in Call.handed (launch).
-	run bool
+	// run, in a call's channel instead of its answer, is a batch holding
+	// the call for the call's own goroutine to run (launch).
+	run *batch
 }
 
 // Release gives back the buffers the response aliases.

@@ -166,10 +166,8 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	}
 	// A batch formed by another goroutine comes to its first caller to
 	// run (see launch); the caller's own answer follows from it.
-	for r.run {
-		b := c.handed
-		c.handed = nil
-		q.execute(*b)
+	for r.run != nil {
+		q.execute(*r.run)
 		q.afterOwnBatch()
 		r = <-c.done
 	}
@@ -469,9 +467,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 // once and answers itself. The send never blocks: a taken call's channel
 // is empty until its batch answers it, and only this batch will.
 func (q *modelQueue) launch(b *batch) {
-	c := b.calls[0]
-	c.handed = b
-	c.done <- Result{run: true}
+	b.calls[0].done <- Result{run: b}
 }
 
 // expire answers queued calls whose Triton timeout has passed and returns
