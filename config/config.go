@@ -37,6 +37,8 @@ type Config struct {
 	Log       Log           `yaml:"log"`
 	Discovery time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
 	Grace     time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
+	// Procs is GOMAXPROCS; 0 sizes it to the load (package internal/procs).
+	Procs int `yaml:"procs" help:"Go processors (GOMAXPROCS) (0: as few as the proxy's CPU use needs, up to the runtime's default; GOMAXPROCS in the environment fixes them instead)"`
 
 	// Models holds per-model overrides; YAML only.
 	Models map[string]Model `yaml:"models" noflag:"true"`
@@ -188,6 +190,7 @@ func (c *Config) Validate() error {
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
+		{"procs", c.Procs < 0, "must be >= 0"},
 	}
 	for _, ch := range checks {
 		if ch.bad {

@@ -114,6 +114,7 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"smdp without latency weight", "upstream: http://u\npolicy: {name: smdp, w1: 0, w2: 1}", nil, "policy.w1"},
 		{"negative queue", "upstream: http://u\nlimits: {queue_rows: -1}", nil, "limits.queue_rows"},
 		{"negative sla", "upstream: http://u\npolicy: {sla: -1s}", nil, "policy.sla"},
+		{"negative procs from env", "upstream: http://u", map[string]string{"RATEBATCH_PROCS": "-2"}, "procs"},
 		{"negative row cap from env", "upstream: http://u", map[string]string{"RATEBATCH_POLICY_ROW_CAP": "-1"}, "policy.row_cap"},
 		{"negative wait bound", "upstream: http://u\npolicy: {wait_bound: -1ms}", nil, "policy.wait_bound"},
 		{"latency budget below ad-hoc", "upstream: http://u\npolicy: {name: budget, latency_budget: 0.9x}", nil, "policy.latency_budget"},

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/energyfit"
 	"github.com/ratebatch/ratebatch/grpcproxy"
+	"github.com/ratebatch/ratebatch/internal/procs"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -51,11 +53,44 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	p, err := newProxy(cfg, newLogger(cfg.Log, stderr))
+	log := newLogger(cfg.Log, stderr)
+	ctx, stop := context.WithCancel(ctx)
+	sized := sizeProcs(ctx, cfg.Procs, log)
+	defer func() { stop(); <-sized }()
+	p, err := newProxy(cfg, log)
 	if err != nil {
 		return err
 	}
 	return p.run(ctx)
+}
+
+// sizeProcs applies the procs option to this process; GOMAXPROCS is the
+// process's, so the command sets it, not the proxy it wires. With 0 and no
+// GOMAXPROCS in the environment a procs.Sizer keeps the Go processors to
+// what the proxy's CPU use needs until ctx is done. The channel is closed
+// once the runtime has its own setting back.
+func sizeProcs(ctx context.Context, n int, log *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if n > 0 {
+		runtime.GOMAXPROCS(n)
+		close(done)
+		return done
+	}
+	if v, ok := os.LookupEnv("GOMAXPROCS"); ok {
+		log.Info("Go processors fixed by the environment", "GOMAXPROCS", v)
+		close(done)
+		return done
+	}
+	s := &procs.Sizer{Changed: func(from, to int, busy float64) {
+		log.Debug("Go processors resized to the load", "from", from, "to", to, "busy_cores", busy)
+	}}
+	go func() {
+		defer close(done)
+		if err := s.Run(ctx); err != nil {
+			log.Warn("Go processors left at the runtime's default", "err", err)
+		}
+	}()
+	return done
 }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {

@@ -1,0 +1,18 @@
+//go:build unix
+
+package procs
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
