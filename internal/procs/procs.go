@@ -5,9 +5,10 @@
 // and the thread goes back to sleep when it finds none. A proxy at light load
 // makes goroutines runnable all the time (a request arrives, an upstream
 // answer arrives, a batch is handed over) while it uses a small share of one
-// core, so most of those wake-ups find nothing: on two cores at 2,000 req/s
-// they are 15 to 20% of the proxy's CPU per request (docs/BENCHMARKS.md,
-// "Go processors sized to the load"). A Sizer keeps as few Ps as the
+// core, so most of those wake-ups find nothing: on two cores at 2,000 req/s,
+// sizing took 7 to 23% off the pass-through proxy's CPU per request and 22
+// to 31% off the batching proxy's (docs/BENCHMARKS.md, "Go processors sized
+// to the load"). A Sizer keeps as few Ps as the
 // process's own CPU use calls for and adds them back as soon as it grows.
 package procs
 
