@@ -68,7 +68,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // process's, so the command sets it, not the proxy it wires. With 0 and no
 // GOMAXPROCS in the environment a procs.Sizer keeps the Go processors to
 // what the proxy's CPU use needs until ctx is done. The channel is closed
-// once the runtime has its own setting back.
+// at once when the count is fixed, else once the Sizer has given the
+// runtime its default back.
 func sizeProcs(ctx context.Context, n int, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if n > 0 {
@@ -76,7 +77,7 @@ func sizeProcs(ctx context.Context, n int, log *slog.Logger) <-chan struct{} {
 		close(done)
 		return done
 	}
-	if v, ok := os.LookupEnv("GOMAXPROCS"); ok {
+	if v := os.Getenv("GOMAXPROCS"); v != "" { // the runtime ignores it empty
 		log.Info("Go processors fixed by the environment", "GOMAXPROCS", v)
 		close(done)
 		return done
