@@ -7,6 +7,7 @@ import (
 	"time"
 )
 
-func processCPU() (time.Duration, error) {
+// CPUTime is the CPU time this process has used; not available here.
+func CPUTime() (time.Duration, error) {
 	return 0, errors.New("the process's CPU time is not available on this platform")
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() (time.Duration, error) {
+// CPUTime is the CPU time this process has used, user and system.
+func CPUTime() (time.Duration, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, fmt.Errorf("getrusage: %w", err)

@@ -46,7 +46,7 @@ type Sizer struct {
 	// Interval is how often CPU use is sampled (0: DefaultInterval).
 	Interval time.Duration
 	// CPU returns the process's CPU time so far, user and system (nil:
-	// getrusage of this process).
+	// CPUTime).
 	CPU func() (time.Duration, error)
 	// Set sets the count of Ps (nil: runtime.GOMAXPROCS).
 	Set func(n int)
@@ -60,7 +60,7 @@ type Sizer struct {
 func (s *Sizer) Run(ctx context.Context) error {
 	cpu, set := s.CPU, s.Set
 	if cpu == nil {
-		cpu = processCPU
+		cpu = CPUTime
 	}
 	most := s.Max
 	if most <= 0 {
