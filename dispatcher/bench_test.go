@@ -116,7 +116,7 @@ func (m benchModel) replyBody(tb testing.TB, rows int) (body []byte, headerLen i
 // newBenchUpstream answers every batch at once with the model's prebuilt
 // binary reply for its rows.
 func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
-	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) { return m.replyBody(tb, rows) })
+	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) { return m.replyBody(tb, rows) }, nil)
 }
 
 // benchPlanner always answers with the work-conserving rule.

@@ -1,6 +1,8 @@
 package dispatcher
 
 import (
+	"bytes"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +22,12 @@ type Call struct {
 	// Deadline, when set, is the latency target the slack policy plans by:
 	// Expire if set, else arrival plus the model's SLA.
 	Deadline time.Time
+	// Wire, when set, is Req as it came over HTTP. A batch of this call
+	// alone then sends these bytes unchanged and hands the caller the
+	// upstream's answer unchanged: merging one request and splitting its
+	// answer would only cost time and give back what Triton would have.
+	// It must stay untouched until the call is answered.
+	Wire *Wire
 
 	arrived time.Time
 	level   uint64 // effective priority: smaller goes first
@@ -33,11 +41,13 @@ const (
 	stateCancelled
 )
 
-// Result is a call's answer: a response or an error, never both. The
-// response may alias a buffer shared with the other callers of its batch:
-// call Release once it has been written.
+// Result is a call's answer: a response, the upstream's answer as it came
+// (Wire, for a call that went alone with its Wire set) or an error, exactly
+// one of them. The answer may alias a buffer shared with the other callers
+// of its batch: call Release once it has been written.
 type Result struct {
 	Resp *kserve.Response
+	Wire *Wire
 	Err  error // a *kserve.Error carries the HTTP status
 	// Queued is how long the call waited before its batch was sent.
 	Queued time.Duration
@@ -66,4 +76,24 @@ func (s *shared) done() {
 	if s.refs.Add(-1) == 0 && s.free != nil {
 		s.free()
 	}
+}
+
+// Wire is an inference body in KServe v2's HTTP form: all JSON, or a JSON
+// header of HeaderLen bytes followed by binary tensors (Triton's binary
+// tensor extension).
+type Wire struct {
+	Body      []byte
+	HeaderLen int // Inference-Header-Content-Length; -1 when all JSON
+}
+
+// wireBody sends a Wire as a batch's Body. Bytes lets an upstream client
+// send the caller's buffer itself instead of a copy.
+type wireBody struct{ w *Wire }
+
+func (b wireBody) Bytes() []byte     { return b.w.Body }
+func (b wireBody) BodyLen() int      { return len(b.w.Body) }
+func (b wireBody) HeaderLen() int    { return b.w.HeaderLen }
+func (b wireBody) Reader() io.Reader { return bytes.NewReader(b.w.Body) }
+func (b wireBody) AppendBody(dst []byte) ([]byte, int) {
+	return append(dst, b.w.Body...), b.w.HeaderLen
 }

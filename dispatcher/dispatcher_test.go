@@ -1,11 +1,13 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,7 +25,8 @@ import (
 // is badValue makes the whole batch a 400, as a real server would.
 type fakeUpstream struct {
 	mu       sync.Mutex
-	batches  []int // rows per batch seen
+	batches  []int    // rows per batch seen
+	bodies   [][]byte // the bodies of those batches
 	gate     chan struct{}
 	connErrs atomic.Int32 // fail this many calls with a connection error
 	status   atomic.Int32 // answer every call with this status when non-zero
@@ -75,6 +78,7 @@ func (u *fakeUpstream) Infer(model, version string, batch Body) (*Reply, error) 
 	rows := req.Inputs[0].Shape[0]
 	u.mu.Lock()
 	u.batches = append(u.batches, int(rows))
+	u.bodies = append(u.bodies, body)
 	u.mu.Unlock()
 	sum, diff := make([]int32, len(a)), make([]int32, len(a))
 	for i := range a {
@@ -86,7 +90,7 @@ func (u *fakeUpstream) Infer(model, version string, batch Body) (*Reply, error) 
 	o0, _ := kserve.NewTensor("OUTPUT0", req.Inputs[0].Shape, sum)
 	o1, _ := kserve.NewTensor("OUTPUT1", req.Inputs[0].Shape, diff)
 	o0.Binary, o1.Binary = true, true
-	out, hl, err := kserve.AppendResponse(nil, &kserve.Response{ModelName: model, Outputs: []kserve.Tensor{o0, o1}})
+	out, hl, err := kserve.AppendResponse(nil, &kserve.Response{ModelName: model, ID: req.ID, Outputs: []kserve.Tensor{o0, o1}})
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +101,12 @@ func (u *fakeUpstream) seen() []int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]int(nil), u.batches...)
+}
+
+func (u *fakeUpstream) seenBodies() [][]byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([][]byte(nil), u.bodies...)
 }
 
 // fixedPlanner always answers with one rule.
@@ -176,19 +186,45 @@ func call(t *testing.T, base int32, rows int) *Call {
 	return &Call{Req: req, Rows: rows, Key: key}
 }
 
+// wired gives c the wire body it would have had over HTTP, in binary or
+// JSON form.
+func wired(t *testing.T, c *Call, binary bool) *Call {
+	t.Helper()
+	body, hl, err := kserve.AppendRequest(nil, c.Req, binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Wire = &Wire{Body: body, HeaderLen: hl}
+	return c
+}
+
 // checkAnswer verifies r answers c: OUTPUT0 = INPUT0+INPUT1 of c's own rows.
+// A call that went alone with its Wire set must have the upstream's answer
+// as it came; any other a decoded response.
 func checkAnswer(c *Call, r Result) error {
 	if r.Err != nil {
 		return r.Err
 	}
 	defer r.Release()
-	if r.Resp.ID != c.Req.ID {
-		return fmt.Errorf("id %q, want %q", r.Resp.ID, c.Req.ID)
+	resp := r.Resp
+	if r.Wire != nil {
+		if c.Wire == nil || r.Resp != nil {
+			return fmt.Errorf("answered as it came (Resp %v) to a call without a wire body", r.Resp)
+		}
+		var err error
+		if resp, err = kserve.DecodeResponse(r.Wire.Body, r.Wire.HeaderLen); err != nil {
+			return fmt.Errorf("answer as it came: %w", err)
+		}
+	} else if c.Wire != nil && r.BatchRows == c.Rows {
+		return errors.New("a lone call with a wire body was answered from a split")
+	}
+	if resp.ID != c.Req.ID {
+		return fmt.Errorf("id %q, want %q", resp.ID, c.Req.ID)
 	}
 	a, _ := c.Req.Inputs[0].Int32s()
 	b, _ := c.Req.Inputs[1].Int32s()
 	var sum []int32
-	for _, o := range r.Resp.Outputs {
+	for _, o := range resp.Outputs {
 		if o.Name == "OUTPUT0" {
 			sum, _ = o.Int32s()
 		}
@@ -254,6 +290,55 @@ func TestEachCallerGetsItsOwnAnswerInBatches(t *testing.T) {
 	assertAccounting(t, h.m, 64)
 }
 
+// A call alone in its batch with a wire body goes upstream as it came and
+// gets the upstream's answer as it came; calls batched together are merged
+// and split, wire bodies or not.
+func TestLoneCallGoesAsItCame(t *testing.T) {
+	for _, binary := range []bool{true, false} {
+		t.Run(fmt.Sprintf("alone/binary=%v", binary), func(t *testing.T) {
+			up := &fakeUpstream{}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+			c := wired(t, call(t, 7, 2), binary)
+			r := h.d.Submit(context.Background(), "simple", c)
+			if r.Err == nil && r.Wire == nil {
+				t.Fatal("a lone call with a wire body was answered from a split")
+			}
+			if err := checkAnswer(c, r); err != nil {
+				t.Fatal(err)
+			}
+			if got := up.seenBodies(); len(got) != 1 || !bytes.Equal(got[0], c.Wire.Body) {
+				t.Fatalf("upstream got %d bodies, want the caller's own once", len(got))
+			}
+			if h.pl.observed.Load() != 1 || h.pl.arrived.Load() != 2 {
+				t.Fatalf("planner: %d batches observed, %d rows arrived; want 1 and 2", h.pl.observed.Load(), h.pl.arrived.Load())
+			}
+			assertAccounting(t, h.m, 1)
+		})
+	}
+	t.Run("batched", func(t *testing.T) {
+		up := &fakeUpstream{}
+		h := newHarness(t, policy.Fill{Policy: "test", Batch: 2, MaxWait: time.Hour}, ModelSpec{}, up)
+		calls := []*Call{wired(t, call(t, 10, 1), true), wired(t, call(t, 20, 1), false)}
+		results := make([]Result, len(calls))
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", c) })
+		}
+		wg.Wait()
+		for i, c := range calls {
+			if results[i].Err == nil && results[i].Resp == nil {
+				t.Fatalf("caller %d of a batch of two was not answered from the split", i)
+			}
+			if err := checkAnswer(c, results[i]); err != nil {
+				t.Fatalf("caller %d: %v", i, err)
+			}
+		}
+		if got := up.seen(); len(got) != 1 || got[0] != 2 {
+			t.Fatalf("upstream saw batches %v, want one of 2 rows", got)
+		}
+	})
+}
+
 func assertAccounting(t *testing.T, m *Metrics, want int) {
 	t.Helper()
 	acc := testutil.ToFloat64(m.Accepted.WithLabelValues("simple"))
@@ -277,33 +362,39 @@ func TestUpstreamFailures(t *testing.T) {
 		{"server error", func(u *fakeUpstream) { u.status.Store(500) }, 1, http.StatusInternalServerError},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			up := &fakeUpstream{}
-			tt.setup(up)
-			h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
-			h.d.o.Retries = tt.retries
-			c := call(t, 1, 1)
-			r := h.d.Submit(context.Background(), "simple", c)
-			if tt.wantStatus == 0 {
-				if err := checkAnswer(c, r); err != nil {
-					t.Fatal(err)
+		for _, wire := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/wire=%v", tt.name, wire), func(t *testing.T) {
+				up := &fakeUpstream{}
+				tt.setup(up)
+				h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+				h.d.o.Retries = tt.retries
+				c := call(t, 1, 1)
+				if wire {
+					wired(t, c, true)
 				}
-				return
-			}
-			if got := status(r.Err); got != tt.wantStatus {
-				t.Fatalf("status %d (%v), want %d", got, r.Err, tt.wantStatus)
-			}
-			if tt.wantStatus == 500 && r.Err.Error() != "model exploded" {
-				t.Fatalf("upstream's message lost: %q", r.Err)
-			}
-		})
+				r := h.d.Submit(context.Background(), "simple", c)
+				if tt.wantStatus == 0 {
+					if err := checkAnswer(c, r); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if got := status(r.Err); got != tt.wantStatus {
+					t.Fatalf("status %d (%v), want %d", got, r.Err, tt.wantStatus)
+				}
+				if tt.wantStatus == 500 && r.Err.Error() != "model exploded" {
+					t.Fatalf("upstream's message lost: %q", r.Err)
+				}
+			})
+		}
 	}
 }
 
 func TestBadMemberFailsAlone(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
 	h := newHarness(t, policy.Fill{Policy: "test", Batch: 3, MaxWait: time.Hour}, ModelSpec{}, up)
-	calls := []*Call{call(t, 10, 1), call(t, badValue, 1), call(t, 30, 1)}
+	// With wire bodies, as over HTTP: each resend goes as its caller sent it.
+	calls := []*Call{wired(t, call(t, 10, 1), true), wired(t, call(t, badValue, 1), false), wired(t, call(t, 30, 1), true)}
 	results := make([]Result, 3)
 	var wg sync.WaitGroup
 	for i, c := range calls {
@@ -318,6 +409,15 @@ func TestBadMemberFailsAlone(t *testing.T) {
 	for _, i := range []int{0, 2} {
 		if err := checkAnswer(calls[i], results[i]); err != nil {
 			t.Fatalf("good member %d failed with the bad one: %v", i, err)
+		}
+		if results[i].Wire == nil {
+			t.Fatalf("good member %d: its resend was not answered as it came", i)
+		}
+	}
+	bodies := up.seenBodies()
+	for _, c := range calls {
+		if !slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Equal(b, c.Wire.Body) }) {
+			t.Fatalf("caller %s was not resent as it came", c.Req.ID)
 		}
 	}
 	assertAccounting(t, h.m, 3)

@@ -57,11 +57,15 @@ func (q *modelQueue) execute(b batch) {
 // teaches the monitor.
 func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok bool) {
 	calls := b.calls
+	version := calls[0].Version
+	if len(calls) == 1 {
+		results, latency, status := q.sendAlone(version, calls[0])
+		return results, latency, status == http.StatusOK
+	}
 	reqs := make([]*kserve.Request, len(calls))
 	for i, c := range calls {
 		reqs[i] = c.Req
 	}
-	version := calls[0].Version
 	results, latency, status := q.sendMerged(version, reqs, q.holdUntil(calls...))
 	if status == http.StatusBadRequest && len(calls) > 1 {
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
@@ -71,7 +75,7 @@ func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok 
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				rs, _, _ := q.sendMerged(version, reqs[i:i+1], q.holdUntil(calls[i]))
+				rs, _, _ := q.sendAlone(version, calls[i])
 				results[i] = rs[0]
 			})
 		}
@@ -79,6 +83,15 @@ func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok 
 		return results, 0, false
 	}
 	return results, latency, status == http.StatusOK
+}
+
+// sendAlone sends a batch of one call: as it came when it came over HTTP,
+// else merged from its decoded request.
+func (q *modelQueue) sendAlone(version string, c *Call) ([]Result, time.Duration, int) {
+	if c.Wire != nil {
+		return q.sendWire(version, c, q.holdUntil(c))
+	}
+	return q.sendMerged(version, []*kserve.Request{c.Req}, q.holdUntil(c))
 }
 
 // holdUntil is how long calls may wait for an upstream that is down: the
@@ -105,20 +118,67 @@ func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 // upstream's HTTP status, or 0 when there was none.
 func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUntil time.Time) ([]Result, time.Duration, int) {
 	name := q.name
-	m := q.d.o.Metrics
-	fail := func(status int, format string, args ...any) ([]Result, time.Duration, int) {
-		err := &kserve.Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+	failAll := func(err error) []Result {
 		out := make([]Result, len(reqs))
 		for i := range out {
 			out[i] = Result{Err: err}
 		}
-		return out, 0, 0
+		return out
 	}
 	b, err := kserve.MergeSameKey(reqs) // the queue holds one key only
-	if err != nil {                     // the proxy only queues calls of one key together
-		return fail(http.StatusInternalServerError, "forming the batch: %v", err)
+	if err != nil {
+		return failAll(&kserve.Error{Status: http.StatusInternalServerError, Msg: "forming the batch: " + err.Error()}), 0, 0
 	}
-	reply, latency, err := q.attempt(version, b, holdUntil)
+	reply, latency, status, err := q.post(version, b, holdUntil)
+	if err != nil {
+		return failAll(err), latency, status
+	}
+	fail := func(format string, err error) ([]Result, time.Duration, int) {
+		reply.Free()
+		q.d.o.Metrics.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
+		return failAll(&kserve.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf(format, name, err)}), 0, 0
+	}
+	resp, err := kserve.DecodeResponse(reply.Body, reply.HeaderLen)
+	if err != nil {
+		return fail("upstream's answer for model '%s' is malformed: %v", err)
+	}
+	parts, err := b.Split(resp)
+	if err != nil {
+		return fail("upstream's answer for model '%s' does not fit the batch: %v", err)
+	}
+	sh := &shared{free: reply.Free}
+	sh.refs.Store(int32(len(parts)))
+	out := make([]Result, len(parts))
+	for i, p := range parts {
+		out[i] = Result{Resp: p, release: sh}
+	}
+	return out, latency, http.StatusOK
+}
+
+// sendWire posts a lone call's request as it came and hands it the
+// upstream's answer as it came: what the caller would have had from Triton
+// directly, without merging or splitting.
+func (q *modelQueue) sendWire(version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
+	reply, latency, status, err := q.post(version, wireBody{c.Wire}, holdUntil)
+	if err != nil {
+		return []Result{{Err: err}}, latency, status
+	}
+	sh := &shared{free: reply.Free}
+	sh.refs.Store(1)
+	return []Result{{Wire: &Wire{Body: reply.Body, HeaderLen: reply.HeaderLen}, release: sh}}, latency, http.StatusOK
+}
+
+// post sends a batch's body upstream (see attempt) and returns its answer
+// when the status is 200. Otherwise err is the *kserve.Error each of the
+// batch's callers gets, and status the upstream's HTTP status (0 when
+// there was none).
+func (q *modelQueue) post(version string, body Body, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
+	name := q.name
+	m := q.d.o.Metrics
+	fail := func(status int, format string, args ...any) (*Reply, time.Duration, int, error) {
+		return nil, latency, 0, &kserve.Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+	}
+	reply, latency, err = q.attempt(version, body, holdUntil)
 	switch {
 	case errors.Is(err, ErrUpstreamTimeout):
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
@@ -130,7 +190,6 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUnti
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %v", name, err)
 	}
-
 	if reply.Status != http.StatusOK {
 		defer reply.Free()
 		m.UpstreamErrors.WithLabelValues(name, "status_"+statusClass(reply.Status)).Inc()
@@ -138,28 +197,9 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUnti
 		if !ok {
 			msg = fmt.Sprintf("upstream answered %d for model '%s'", reply.Status, name)
 		}
-		out, _, _ := fail(reply.Status, "%s", msg)
-		return out, latency, reply.Status
+		return nil, latency, reply.Status, &kserve.Error{Status: reply.Status, Msg: msg}
 	}
-	resp, err := kserve.DecodeResponse(reply.Body, reply.HeaderLen)
-	if err != nil {
-		reply.Free()
-		m.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
-		return fail(http.StatusBadGateway, "upstream's answer for model '%s' is malformed: %v", name, err)
-	}
-	parts, err := b.Split(resp)
-	if err != nil {
-		reply.Free()
-		m.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
-		return fail(http.StatusBadGateway, "upstream's answer for model '%s' does not fit the batch: %v", name, err)
-	}
-	sh := &shared{free: reply.Free}
-	sh.refs.Store(int32(len(parts)))
-	out := make([]Result, len(parts))
-	for i, p := range parts {
-		out[i] = Result{Resp: p, release: sh}
-	}
-	return out, latency, http.StatusOK
+	return reply, latency, http.StatusOK, nil
 }
 
 func statusClass(s int) string {

@@ -26,9 +26,10 @@ type Upstream interface {
 	Infer(model, version string, body Body) (*Reply, error)
 }
 
-// Body is a batched request body (a *kserve.Batch) that can be written in
-// one piece or streamed: large tensors then go from the callers' buffers
-// to the socket without being copied into a batch buffer first.
+// Body is a batched request body (a *kserve.Batch, or a lone caller's
+// Wire) that can be written in one piece or streamed: large tensors then
+// go from the callers' buffers to the socket without being copied into a
+// batch buffer first. HeaderLen is -1 for a body that is all JSON.
 type Body interface {
 	BodyLen() int
 	HeaderLen() int
@@ -121,7 +122,9 @@ func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	headerLen := body.HeaderLen()
-	if n := body.BodyLen(); n > streamAbove {
+	if whole, ok := body.(interface{ Bytes() []byte }); ok {
+		req.SetBodyRaw(whole.Bytes()) // a caller's own buffer: no copy
+	} else if n := body.BodyLen(); n > streamAbove {
 		req.SetBodyStream(body.Reader(), n)
 	} else {
 		bp := bodyPool.Get().(*[]byte)
@@ -132,8 +135,12 @@ func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 	req.SetRequestURI(u.base + InferPath(model, version))
 	req.Header.SetHost(u.host)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/octet-stream")
-	req.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
+	if headerLen < 0 {
+		req.Header.SetContentType("application/json")
+	} else {
+		req.Header.SetContentType("application/octet-stream")
+		req.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
+	}
 	resp := fasthttp.AcquireResponse()
 	if err := u.hc.DoTimeout(req, resp, u.timeout); err != nil {
 		fasthttp.ReleaseResponse(resp)

@@ -1,8 +1,13 @@
 package dispatcher
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +37,77 @@ func TestHTTPUpstreamRefusedIsDial(t *testing.T) {
 	var ce *ConnError
 	if !errors.As(err, &ce) || !ce.Dial {
 		t.Fatalf("Infer to a closed port: %v, want a *ConnError with Dial set", err)
+	}
+}
+
+// Every body reaches Triton whole, with the headers its form needs: a
+// binary body its Inference-Header-Content-Length, a JSON one (a lone
+// caller's request as it came) none and a JSON content type.
+func TestHTTPUpstreamSendsEachForm(t *testing.T) {
+	type seen struct {
+		path, ctype, headerLen string
+		body                   []byte
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- seen{r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get(kserve.HeaderContentLength), body}
+		w.Header().Set(kserve.HeaderContentLength, "2")
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	u, err := NewHTTPUpstream(srv.URL, 4, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := kserve.NewTensor("X", []int64{1}, []int32{7})
+	req := &kserve.Request{ID: "a", Inputs: []kserve.Tensor{in}}
+	merged, err := kserve.Merge([]*kserve.Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mergedBody, mergedLen := merged.AppendBody(nil)
+	big := make([]int32, streamAbove) // streamed, not assembled
+	bigIn, _ := kserve.NewTensor("X", []int64{1, streamAbove}, big)
+	bigBatch, err := kserve.Merge([]*kserve.Request{{Inputs: []kserve.Tensor{bigIn}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigBody, bigLen := bigBatch.AppendBody(nil)
+	jsonBody, _, _ := kserve.AppendRequest(nil, req, false)
+	binBody, binLen, _ := kserve.AppendRequest(nil, req, true)
+	for _, tt := range []struct {
+		name                string
+		body                Body
+		version             string
+		wantBody            []byte
+		wantCtype, wantHLen string
+	}{
+		{"merged", merged, "", mergedBody, "application/octet-stream", strconv.Itoa(mergedLen)},
+		{"merged streamed", bigBatch, "", bigBody, "application/octet-stream", strconv.Itoa(bigLen)},
+		{"wire binary", wireBody{&Wire{Body: binBody, HeaderLen: binLen}}, "2", binBody, "application/octet-stream", strconv.Itoa(binLen)},
+		{"wire json", wireBody{&Wire{Body: jsonBody, HeaderLen: -1}}, "", jsonBody, "application/json", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reply, err := u.Infer("m", tt.version, tt.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reply.Free()
+			s := <-got
+			if want := InferPath("m", tt.version); s.path != want {
+				t.Errorf("path %q, want %q", s.path, want)
+			}
+			if s.ctype != tt.wantCtype || s.headerLen != tt.wantHLen {
+				t.Errorf("Content-Type %q, header length %q; want %q, %q", s.ctype, s.headerLen, tt.wantCtype, tt.wantHLen)
+			}
+			if !bytes.Equal(s.body, tt.wantBody) {
+				t.Errorf("body of %d bytes differs from the %d sent", len(s.body), len(tt.wantBody))
+			}
+			if reply.Status != http.StatusOK || reply.HeaderLen != 2 || string(reply.Body) != "{}" {
+				t.Errorf("reply %d %q (header length %d)", reply.Status, reply.Body, reply.HeaderLen)
+			}
+		})
 	}
 }
 

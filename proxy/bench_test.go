@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -25,10 +26,11 @@ import (
 //
 //   - BenchmarkHandler calls the proxy's handler in-process (no sockets):
 //     routing, reading and decoding the body, Submit (the real dispatcher,
-//     adhoc rule, one instance), merge, split and writing the answer. Its
-//     upstream answers at once from prebuilt binary replies; in passthrough
-//     mode (model not batched) the request goes to a Forwarder that answers
-//     at once.
+//     adhoc rule, one instance), merge and split (for a batch of several;
+//     a lone caller's request and answer go as they came) and writing the
+//     answer. Its upstream answers at once from prebuilt replies; in
+//     passthrough mode (model not batched) the request goes to a Forwarder
+//     that answers at once.
 //   - BenchmarkServer is the whole hot path over loopback: a fasthttp client
 //     (as `ratebatch load`) -> the proxy's fasthttp server -> a fasthttp
 //     server that answers at once; "direct" is the client and that server
@@ -124,13 +126,15 @@ func (m benchModel) reply(tb testing.TB, rows int, binary bool) (body []byte, he
 }
 
 // newBenchUpstream answers every batch at once with the model's prebuilt
-// binary reply for its rows.
+// binary reply for its rows, and a lone JSON caller's request, sent as it
+// came, with a JSON reply for one row.
 func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
+	jsonBody, _ := m.reply(tb, 1, false)
 	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) {
 		body, hl := m.reply(tb, rows, true)
 		n, _ := strconv.Atoi(hl)
 		return body, n
-	})
+	}, jsonBody)
 }
 
 // benchForward answers a passthrough request at once, in the form it
@@ -347,8 +351,12 @@ func TestBenchFixtures(t *testing.T) {
 			if len(resp.Outputs) != len(c.m.outputs) || resp.Outputs[0].Shape[0] != 1 {
 				t.Errorf("answer has %d outputs, first shape %v", len(resp.Outputs), resp.Outputs[0].Shape)
 			}
-			if c.mode == "batching" && resp.ID != "only" {
-				t.Errorf("batched answer id %q, want the caller's", resp.ID)
+			if c.mode == "batching" {
+				// A lone caller's request goes as it came and its answer
+				// comes back as the upstream gave it.
+				if want, _ := c.m.reply(t, 1, c.m.binary); !bytes.Equal(ctx.Response.Body(), want) {
+					t.Errorf("lone caller's answer is not the upstream's as it came:\n got %.200q\nwant %.200q", ctx.Response.Body(), want)
+				}
 			}
 		})
 	}

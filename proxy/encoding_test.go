@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"fmt"
 	"io"
+	"strconv"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -54,45 +56,69 @@ func fourKB() *kserve.Response {
 	return &kserve.Response{ModelName: "simple", Outputs: []kserve.Tensor{{Name: "OUT", Datatype: "UINT8", Shape: []int64{1, 4096}, Data: data}}}
 }
 
+// Both ways of answering, encoding a response and passing on the
+// upstream's answer as it came, compress alike and set the headers of the
+// body's form.
 func TestWriteResponseCompresses(t *testing.T) {
-	plain, _, err := kserve.AppendResponse(nil, fourKB())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		accept, enc string
-		open        func(io.Reader) (io.Reader, error)
-	}{
-		{"gzip", "gzip", func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
-		{"deflate", "deflate", func(r io.Reader) (io.Reader, error) { return zlib.NewReader(r) }},
-		{"gzip;q=0", "", nil},
-		{"", "", nil},
-	} {
-		t.Run(tt.accept, func(t *testing.T) {
-			for range 3 { // the pooled writer is reused and must start clean
-				var ctx fasthttp.RequestCtx
-				ctx.Request.Header.Set("Accept-Encoding", tt.accept)
-				if err := writeResponse(&ctx, fourKB()); err != nil {
-					t.Fatal(err)
-				}
-				if got := string(ctx.Response.Header.Peek("Content-Encoding")); got != tt.enc {
-					t.Fatalf("Content-Encoding %q, want %q", got, tt.enc)
-				}
-				body := ctx.Response.Body()
-				if tt.open != nil {
-					r, err := tt.open(bytes.NewReader(body))
-					if err != nil {
-						t.Fatal(err)
+	for _, binary := range []bool{false, true} {
+		resp := fourKB()
+		resp.Outputs[0].Binary = binary
+		plain, plainLen, err := kserve.AppendResponse(nil, resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantType, wantLen := "application/json", ""
+		if binary {
+			wantType, wantLen = "application/octet-stream", strconv.Itoa(plainLen)
+		}
+		writers := []struct {
+			name  string
+			write func(*fasthttp.RequestCtx) error
+		}{
+			{"encoded", func(ctx *fasthttp.RequestCtx) error { return writeResponse(ctx, resp) }},
+			{"as it came", func(ctx *fasthttp.RequestCtx) error { writeWire(ctx, plain, plainLen); return nil }},
+		}
+		for _, tt := range []struct {
+			accept, enc string
+			open        func(io.Reader) (io.Reader, error)
+		}{
+			{"gzip", "gzip", func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
+			{"deflate", "deflate", func(r io.Reader) (io.Reader, error) { return zlib.NewReader(r) }},
+			{"gzip;q=0", "", nil},
+			{"", "", nil},
+		} {
+			for _, w := range writers {
+				t.Run(fmt.Sprintf("binary=%v/%s/%s", binary, w.name, tt.accept), func(t *testing.T) {
+					for range 3 { // the pooled writer is reused and must start clean
+						var ctx fasthttp.RequestCtx
+						ctx.Request.Header.Set("Accept-Encoding", tt.accept)
+						if err := w.write(&ctx); err != nil {
+							t.Fatal(err)
+						}
+						if got := string(ctx.Response.Header.Peek("Content-Encoding")); got != tt.enc {
+							t.Fatalf("Content-Encoding %q, want %q", got, tt.enc)
+						}
+						ct, hl := string(ctx.Response.Header.ContentType()), string(ctx.Response.Header.Peek(kserve.HeaderContentLength))
+						if ct != wantType || hl != wantLen {
+							t.Fatalf("Content-Type %q, header length %q; want %q, %q", ct, hl, wantType, wantLen)
+						}
+						body := ctx.Response.Body()
+						if tt.open != nil {
+							r, err := tt.open(bytes.NewReader(body))
+							if err != nil {
+								t.Fatal(err)
+							}
+							if body, err = io.ReadAll(r); err != nil {
+								t.Fatal(err)
+							}
+						}
+						if !bytes.Equal(body, plain) {
+							t.Fatalf("body differs from the plain encoding (%d vs %d bytes)", len(body), len(plain))
+						}
 					}
-					if body, err = io.ReadAll(r); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if !bytes.Equal(body, plain) {
-					t.Fatalf("body differs from the plain encoding (%d vs %d bytes)", len(body), len(plain))
-				}
+				})
 			}
-		})
+		}
 	}
 }
 

@@ -21,9 +21,10 @@ import (
 
 // echoBatcher batches the model "simple" (max batch 8) and answers each call
 // from its own decoded request: every input comes back as an output of the
-// same name, in binary form when the caller asked for binary outputs. It
-// checks what the front door hands it, so a request that reaches a queue
-// half-decoded fails the fuzz target.
+// same name, in binary form when the caller asked for binary outputs, as a
+// decoded response or (for bodies of even length) as an upstream's answer
+// passed on as it came. It checks what the front door hands it, so a
+// request that reaches a queue half-decoded fails the fuzz target.
 type echoBatcher struct {
 	// bad, when set, is returned instead of the echo.
 	bad *kserve.Response
@@ -35,8 +36,11 @@ func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call)
 	if model != "simple" {
 		return dispatcher.Result{Err: fmt.Errorf("%w: %s", dispatcher.ErrUnknownModel, model)}
 	}
-	if c.Req == nil || c.Rows < 1 || c.Key == "" {
-		panic(fmt.Sprintf("front door queued an incomplete call: rows %d, key %q, request %v", c.Rows, c.Key, c.Req))
+	if c.Req == nil || c.Rows < 1 || c.Key == "" || c.Wire == nil {
+		panic(fmt.Sprintf("front door queued an incomplete call: rows %d, key %q, request %v, wire %v", c.Rows, c.Key, c.Req, c.Wire))
+	}
+	if _, err := kserve.DecodeRequest(c.Wire.Body, c.Wire.HeaderLen); err != nil {
+		panic(fmt.Sprintf("front door queued a wire body that does not decode: %v", err))
 	}
 	if c.Rows > 8 {
 		return dispatcher.Result{Err: &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request batch-size must be <= 8 for 'simple'"}}
@@ -51,6 +55,15 @@ func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call)
 		out.Parameters = nil
 		out.Binary = bin
 		resp.Outputs = append(resp.Outputs, out)
+	}
+	if len(c.Wire.Body)%2 == 0 {
+		// Answer as an upstream's answer passed on as it came, the way a
+		// lone caller is answered.
+		body, hl, err := kserve.AppendResponse(nil, resp)
+		if err != nil {
+			return dispatcher.Result{Err: err}
+		}
+		return dispatcher.Result{Wire: &dispatcher.Wire{Body: body, HeaderLen: hl}}
 	}
 	return dispatcher.Result{Resp: resp}
 }

@@ -258,6 +258,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
+	call.Wire = &dispatcher.Wire{Body: body, HeaderLen: headerLen}
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(wait, model, call)
 	gone := wait.Err() != nil
@@ -270,7 +271,11 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, res.Err)
 		return
 	}
-	err = writeResponse(ctx, res.Resp)
+	if res.Wire != nil {
+		writeWire(ctx, res.Wire.Body, res.Wire.HeaderLen)
+	} else {
+		err = writeResponse(ctx, res.Resp)
+	}
 	res.Release()
 	if err != nil {
 		s.log.Debug("writing response", "model", model, "err", err)
@@ -424,6 +429,21 @@ func writeResponse(ctx *fasthttp.RequestCtx, resp *kserve.Response) error {
 		writeError(ctx, http.StatusInternalServerError, "encoding response: "+err.Error())
 		return err
 	}
+	setAnswer(ctx, body, headerLen)
+	return nil
+}
+
+// writeWire answers with an upstream's answer as it came (a lone caller's,
+// see dispatcher.Call.Wire): copied into the response, whose buffer
+// fasthttp reuses, as the upstream's is given back once written.
+func writeWire(ctx *fasthttp.RequestCtx, body []byte, headerLen int) {
+	buf := ctx.Response.SwapBody(nil)
+	setAnswer(ctx, append(buf[:0], body...), headerLen)
+}
+
+// setAnswer makes body, of the given Inference-Header-Content-Length (-1
+// when all JSON), the 200 answer, compressed as the client accepts.
+func setAnswer(ctx *fasthttp.RequestCtx, body []byte, headerLen int) {
 	if enc := acceptedEncoding(string(ctx.Request.Header.Peek("Accept-Encoding"))); enc != "" {
 		body = compress(body, enc)
 		ctx.Response.Header.Set("Content-Encoding", enc)
@@ -438,7 +458,6 @@ func writeResponse(ctx *fasthttp.RequestCtx, resp *kserve.Response) error {
 		ctx.SetContentType("application/json")
 	}
 	ctx.SetStatusCode(http.StatusOK)
-	return nil
 }
 
 // headerLengthName is kserve.HeaderContentLength in fasthttp's canonical

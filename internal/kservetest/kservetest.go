@@ -89,40 +89,58 @@ func BatchRows(body []byte) int {
 
 // InstantUpstream is a dispatcher.Upstream that answers every batch at once
 // with a prebuilt reply for its rows, after consuming the body as a real
-// client would (assembled when small, streamed when large).
+// client would (assembled when small, streamed when large). Like Server, it
+// answers a JSON body (a lone caller's request sent as it came) with
+// jsonReply, or fails it when that is nil.
 type InstantUpstream struct {
 	replies []dispatcher.Reply // by rows
+	json    dispatcher.Reply
 	pool    sync.Pool
 }
 
 // NewInstantUpstream prebuilds reply(rows) for rows 1..maxBatch.
-func NewInstantUpstream(maxBatch int, reply Reply) *InstantUpstream {
+func NewInstantUpstream(maxBatch int, reply Reply, jsonReply []byte) *InstantUpstream {
 	u := &InstantUpstream{replies: make([]dispatcher.Reply, maxBatch+1)}
 	for rows := 1; rows <= maxBatch; rows++ {
 		body, hl := reply(rows)
 		u.replies[rows] = dispatcher.Reply{Status: 200, Body: body, HeaderLen: hl, Free: func() {}}
 	}
+	u.json = dispatcher.Reply{Status: 200, Body: jsonReply, HeaderLen: -1, Free: func() {}}
 	u.pool.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	return u
 }
 
 // Infer implements dispatcher.Upstream.
 func (u *InstantUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
-	b, ok := body.(*kserve.Batch)
-	if !ok || b.Rows < 1 || int(b.Rows) >= len(u.replies) {
-		return nil, fmt.Errorf("instant upstream: unexpected batch %T", body)
-	}
+	rows := -1
 	if body.BodyLen() > 64<<10 {
-		if _, err := io.Copy(io.Discard, body.Reader()); err != nil {
+		r := body.Reader()
+		var head [4 << 10]byte
+		n, err := io.ReadFull(r, head[:min(max(body.HeaderLen(), 0), len(head))])
+		if err != nil {
+			return nil, err
+		}
+		rows = BatchRows(head[:n])
+		if _, err := io.Copy(io.Discard, r); err != nil {
 			return nil, err
 		}
 	} else {
 		bp := u.pool.Get().(*[]byte)
 		buf, _ := body.AppendBody((*bp)[:0])
+		rows = BatchRows(buf)
 		*bp = buf[:0]
 		u.pool.Put(bp)
 	}
-	return &u.replies[b.Rows], nil
+	if b, ok := body.(*kserve.Batch); ok {
+		rows = int(b.Rows)
+	}
+	switch {
+	case body.HeaderLen() < 0 && u.json.Body != nil:
+		return &u.json, nil
+	case body.HeaderLen() < 0 || rows < 1 || rows >= len(u.replies):
+		return nil, fmt.Errorf("instant upstream: unexpected %T of %d rows (header length %d)", body, rows, body.HeaderLen())
+	}
+	return &u.replies[rows], nil
 }
 
 // Measure runs b.N ops over conc goroutines, each op by one of them, and
