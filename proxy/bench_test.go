@@ -195,6 +195,7 @@ func (c benchCase) String() string {
 
 var benchCases = []benchCase{
 	{"batching", benchSimpleJSON, 64}, {"batching", benchSimpleBinary, 64}, {"batching", benchImageBinary, 16},
+	{"batching", benchSimpleJSON, 1}, {"batching", benchSimpleBinary, 1}, // every batch of one caller
 	{"passthrough", benchSimpleJSON, 64}, {"passthrough", benchSimpleBinary, 64}, {"passthrough", benchImageBinary, 16},
 }
 
