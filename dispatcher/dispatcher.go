@@ -243,7 +243,11 @@ type modelQueue struct {
 	mu     sync.Mutex
 	spec   ModelSpec
 	keys   map[string]*keyQueue
-	rows   int // live rows over all keys
+	// spare is a key queue emptied and taken out of keys, kept for the next
+	// new key: a model whose queue empties at every batch (any light load)
+	// would otherwise build a key queue and its arrays for every request.
+	spare *keyQueue
+	rows  int // live rows over all keys
 
 	inFlight, inFlightRows int
 	batchesSent, rowsSent  int64
@@ -299,7 +303,11 @@ func (q *modelQueue) enqueue(c *Call) error {
 	c.done = make(chan Result, 1)
 	k := q.keys[c.Key]
 	if k == nil {
-		k = &keyQueue{key: c.Key}
+		if k = q.spare; k != nil {
+			q.spare, k.key = nil, c.Key
+		} else {
+			k = &keyQueue{key: c.Key}
+		}
 		q.keys[c.Key] = k
 	}
 	k.push(c)
@@ -418,6 +426,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			head := k.head()
 			if head == nil {
 				delete(q.keys, key)
+				k.key, q.spare = "", k
 				break
 			}
 			if q.inFlight >= q.spec.Instances {

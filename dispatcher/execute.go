@@ -67,22 +67,28 @@ func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok 
 		reqs[i] = c.Req
 	}
 	results, latency, status := q.sendMerged(version, reqs, q.holdUntil(calls...))
-	if status == http.StatusBadRequest && len(calls) > 1 {
+	if status == http.StatusBadRequest {
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
-		slots := make(chan struct{}, max(b.instances, 1))
-		var wg sync.WaitGroup
-		for i := range reqs {
-			slots <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-slots }()
-				rs, _, _ := q.sendAlone(version, calls[i])
-				results[i] = rs[0]
-			})
-		}
-		wg.Wait()
+		q.resendEach(b, results)
 		return results, 0, false
 	}
 	return results, latency, status == http.StatusOK
+}
+
+// resendEach sends each of a refused batch's callers alone, at most the
+// batch's instance limit at once, putting their answers in results.
+func (q *modelQueue) resendEach(b batch, results []Result) {
+	slots := make(chan struct{}, max(b.instances, 1))
+	var wg sync.WaitGroup
+	for i, c := range b.calls {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			rs, _, _ := q.sendAlone(c.Version, c)
+			results[i] = rs[0]
+		})
+	}
+	wg.Wait()
 }
 
 // sendAlone sends a batch of one call: as it came when it came over HTTP,
@@ -163,9 +169,15 @@ func (q *modelQueue) sendWire(version string, c *Call, holdUntil time.Time) ([]R
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}
-	sh := &shared{free: reply.Free}
-	sh.refs.Store(1)
-	return []Result{{Wire: &Wire{Body: reply.Body, HeaderLen: reply.HeaderLen}, release: sh}}, latency, http.StatusOK
+	a := &wireAnswer{shared: shared{free: reply.Free}, wire: Wire{Body: reply.Body, HeaderLen: reply.HeaderLen}}
+	a.refs.Store(1)
+	return []Result{{Wire: &a.wire, release: &a.shared}}, latency, http.StatusOK
+}
+
+// wireAnswer is a lone caller's answer and its release, in one allocation.
+type wireAnswer struct {
+	shared
+	wire Wire
 }
 
 // post sends a batch's body upstream (see attempt) and returns its answer
@@ -200,6 +212,17 @@ func (q *modelQueue) post(version string, body Body, holdUntil time.Time) (reply
 		return nil, latency, reply.Status, &kserve.Error{Status: reply.Status, Msg: msg}
 	}
 	return reply, latency, http.StatusOK, nil
+}
+
+// connError finds the *ConnError in err's chain. It is a function of its
+// own because errors.As moves its target to the heap: here that happens
+// only for an error, not for every batch.
+func connError(err error) (*ConnError, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var ce *ConnError
+	return ce, errors.As(err, &ce)
 }
 
 func statusClass(s int) string {
@@ -260,8 +283,8 @@ func (q *modelQueue) attempt(version string, b Body, holdUntil time.Time) (reply
 		start := q.d.now()
 		reply, err = q.d.o.Upstream.Infer(name, version, b)
 		latency = q.d.now().Sub(start)
-		var ce *ConnError
-		if !errors.As(err, &ce) {
+		ce, isConn := connError(err)
+		if !isConn {
 			h.reached() // an answer, or a timeout of a request it took
 			return reply, latency, err
 		}

@@ -31,11 +31,14 @@ func (f *fifo) pop() *Call {
 // keyQueue holds the waiting calls of one batch key, by priority level and
 // FIFO within a level. Cancelled calls stay until they reach a head.
 type keyQueue struct {
-	key       string
-	levels    []level // sorted by level, ascending
-	rows      int     // rows of live (queued) calls
-	deadlines int     // live calls with their own Deadline
-	expiring  int     // live calls with an Expire
+	key    string
+	levels []level // sorted by level, ascending
+	// spare is the array of the last level emptied, for the next new
+	// level to reuse.
+	spare     []*Call
+	rows      int // rows of live (queued) calls
+	deadlines int // live calls with their own Deadline
+	expiring  int // live calls with an Expire
 }
 
 type level struct {
@@ -51,7 +54,8 @@ func (k *keyQueue) push(c *Call) {
 	if i == len(k.levels) || k.levels[i].n != c.level {
 		k.levels = append(k.levels, level{})
 		copy(k.levels[i+1:], k.levels[i:])
-		k.levels[i] = level{n: c.level}
+		k.levels[i] = level{n: c.level, q: fifo{calls: k.spare}}
+		k.spare = nil
 	}
 	k.levels[i].q.push(c)
 	k.account(c, 1)
@@ -77,6 +81,7 @@ func (k *keyQueue) head() *Call {
 		if q.len() > 0 {
 			return q.peek()
 		}
+		k.spare = q.calls[:0] // emptied by pop, which keeps the array
 		k.levels = append(k.levels[:i], k.levels[i+1:]...)
 	}
 	return nil
