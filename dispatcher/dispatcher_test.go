@@ -339,6 +339,38 @@ func TestLoneCallGoesAsItCame(t *testing.T) {
 	})
 }
 
+// A key queue emptied by its batch is reused for the next new key: calls
+// of two keys taking turns each get their own answer, and the queue lists
+// only the key in use.
+func TestKeyQueueReusedAcrossKeys(t *testing.T) {
+	up := &fakeUpstream{}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+	for i := range 6 {
+		c := call(t, int32(100*i), 1)
+		if i%2 == 1 { // 8 columns instead of 16: another batch key
+			for j := range c.Req.Inputs {
+				in := &c.Req.Inputs[j]
+				in.Shape, in.Data = []int64{1, 8}, in.Data[:8*4]
+			}
+			c.Key, _, _ = kserve.BatchKey(c.Req)
+		}
+		if err := checkAnswer(c, h.d.Submit(context.Background(), "simple", c)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if s := firstSnapshot(h.d); s.Keys > 1 || s.QueuedRows != 0 {
+			t.Fatalf("after call %d: %d keys, %d rows queued", i, s.Keys, s.QueuedRows)
+		}
+	}
+	assertAccounting(t, h.m, 6)
+}
+
+func firstSnapshot(d *Dispatcher) Snapshot {
+	for _, s := range d.Snapshots() {
+		return s
+	}
+	return Snapshot{}
+}
+
 func assertAccounting(t *testing.T, m *Metrics, want int) {
 	t.Helper()
 	acc := testutil.ToFloat64(m.Accepted.WithLabelValues("simple"))

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -50,5 +51,56 @@ func TestEarliestDeadline(t *testing.T) {
 				t.Fatalf("earliestDeadline = %v, want %v", got, at(tt.want))
 			}
 		})
+	}
+}
+
+// A key queue that empties keeps the array of its last level for the next
+// one: rounds of pushes at changing priority levels, some withdrawn, come
+// out by level, FIFO within a level, with nothing of an earlier round left.
+func TestKeyQueueReusesEmptiedLevels(t *testing.T) {
+	rounds := []struct {
+		levels []uint64 // per call, in push order
+		cancel []int
+		want   []int // push indexes in take order
+	}{
+		{[]uint64{5, 5, 5}, nil, []int{0, 1, 2}},
+		{[]uint64{9, 1, 9, 1}, nil, []int{1, 3, 0, 2}},
+		{[]uint64{3}, []int{0}, nil},
+		{[]uint64{2, 7, 2}, []int{1}, []int{0, 2}},
+		{[]uint64{4, 4}, nil, []int{0, 1}},
+	}
+	k := &keyQueue{}
+	var reused int
+	for r, tt := range rounds {
+		calls := make([]*Call, len(tt.levels))
+		for i, lv := range tt.levels {
+			calls[i] = &Call{Rows: 1, level: lv}
+			if k.spare != nil && len(k.levels) == 0 {
+				reused++
+			}
+			k.push(calls[i])
+		}
+		for _, i := range tt.cancel {
+			calls[i].state.Store(stateCancelled)
+			k.cancel(calls[i])
+		}
+		got, rows := k.take(100, nil)
+		if rows != len(tt.want) || len(got) != len(tt.want) {
+			t.Fatalf("round %d: took %d calls (%d rows), want %d", r, len(got), rows, len(tt.want))
+		}
+		for j, c := range got {
+			if c != calls[tt.want[j]] {
+				t.Fatalf("round %d: call %d out of order", r, j)
+			}
+		}
+		if k.head() != nil || k.rows != 0 || len(k.levels) != 0 {
+			t.Fatalf("round %d: queue not empty after taking all (%d rows, %d levels)", r, k.rows, len(k.levels))
+		}
+		if slices.ContainsFunc(k.spare[:cap(k.spare)], func(c *Call) bool { return c != nil }) {
+			t.Fatalf("round %d: the spare array still holds calls", r)
+		}
+	}
+	if reused == 0 {
+		t.Fatal("no round started from the spare array")
 	}
 }
