@@ -1,17 +1,60 @@
 """JSON answers through the proxy are byte for byte Triton's: every datatype
 Triton writes as JSON numbers, echoed by the `echo` model, once straight from
-Triton and once through ratebatch (which batches the request, splits Triton's
-binary answer and writes the JSON itself; kserve/grisu.go)."""
+Triton and once through ratebatch. A caller alone in its batch gets Triton's
+answer as it came; callers batched together get answers the proxy writes
+itself from Triton's binary answer (kserve/grisu.go), so those go through a
+proxy that batches two callers at a time (`static`, batch 2)."""
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from conftest import TritonServer, http_request
+from conftest import RatebatchProxy, TritonServer, http_get, http_request, start_ratebatch
 from server import ECHO_DATATYPES
+
+
+@pytest.fixture(scope="module")
+def pairing(ratebatch_bin, triton: TritonServer, tmp_path_factory) -> RatebatchProxy:
+    """A proxy that sends two callers per batch (a lone one after 2 s).
+
+    PyTriton's repository index lists no models, so the proxy learns `echo`
+    from its first request, and a request arriving during that lookup is
+    passed through unbatched: one request first, alone, settles it."""
+    p = start_ratebatch(
+        ratebatch_bin, triton.base_url, tmp_path_factory.mktemp("proxy-pairs"),
+        "--policy", "static", "--policy-batch", "2", "--policy-wait-bound", "2s",
+    )  # fmt: skip
+    body, headers = echo_request()
+    status, answer = http_request("POST", f"{p.base_url}/v2/models/echo/infer", body, headers=headers)
+    assert status == 200, answer
+    yield p
+    p.stop()
+
+
+def echo_stats(triton: TritonServer) -> tuple[int, int]:
+    """(inferences, executions) of `echo`, from Triton itself."""
+    status, body = http_get(triton.base_url + "/v2/models/echo/stats")
+    assert status == 200, body
+    (st,) = json.loads(body)["model_stats"]
+    return st["inference_count"], st["execution_count"]
+
+
+def proxied_in_pairs(triton: TritonServer, pairing: RatebatchProxy, body: bytes, headers: dict) -> list[bytes]:
+    """The answers to two copies of one request sent together through the
+    pairing proxy, checked to have gone to Triton as one batch of two."""
+    before = echo_stats(triton)
+    url = f"{pairing.base_url}/v2/models/echo/infer"
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: http_request("POST", url, body, headers=headers), range(2)))
+    after = echo_stats(triton)
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1), "the two callers did not go as one batch"
+    for status, answer in answers:
+        assert status == 200, answer
+    return [answer for _, answer in answers]
 
 
 def echo_values(dt: str) -> list:
@@ -50,21 +93,22 @@ def echo_request(outputs: list[str] | None = None) -> tuple[bytes, dict[str, str
     return header + raw, {"Inference-Header-Content-Length": str(len(header))}
 
 
-def test_json_numbers_as_triton_writes_them(triton: TritonServer, ratebatch):
+def test_json_numbers_as_triton_writes_them(triton: TritonServer, ratebatch, pairing):
     body, headers = echo_request()
     status, direct = http_request("POST", f"http://{triton.url}/v2/models/echo/infer", body, headers=headers)
     assert status == 200, direct
-    status, proxied = http_request("POST", f"http://{ratebatch.url}/v2/models/echo/infer", body, headers=headers)
-    assert status == 200, proxied
+    status, alone = http_request("POST", f"http://{ratebatch.url}/v2/models/echo/infer", body, headers=headers)
+    assert status == 200, alone
+    assert alone == direct, _first_difference(direct, alone)
     # Spot-check the forms the issue named, straight from Triton.
     fp32 = next(o for o in json.loads(direct)["outputs"] if o["name"] == "OUT_FP32")
     text = direct.decode()
     assert fp32["data"][:2] == [4.0, 1.2999999523162842] and "[4.0,1.2999999523162842," in text
-    for dt in ECHO_DATATYPES:
+    for proxied in proxied_in_pairs(triton, pairing, body, headers):
         d = json.loads(direct)["outputs"]
         p = json.loads(proxied)["outputs"]
         assert [o["name"] for o in p] == [o["name"] for o in d]
-    assert proxied == direct, _first_difference(direct, proxied)
+        assert proxied == direct, _first_difference(direct, proxied)
 
 
 def _first_difference(a: bytes, b: bytes) -> str:
@@ -73,9 +117,10 @@ def _first_difference(a: bytes, b: bytes) -> str:
 
 
 @pytest.mark.parametrize("dt", list(ECHO_DATATYPES))
-def test_each_datatype_alone(triton: TritonServer, ratebatch, dt):
-    """One output asked for: the same bytes as Triton's, per datatype."""
+def test_each_datatype_alone(triton: TritonServer, pairing, dt):
+    """One output asked for: the same bytes as Triton's, per datatype, from
+    the proxy's own JSON writer."""
     body, headers = echo_request([f"OUT_{dt}"])
     _, direct = http_request("POST", f"http://{triton.url}/v2/models/echo/infer", body, headers=headers)
-    _, proxied = http_request("POST", f"http://{ratebatch.url}/v2/models/echo/infer", body, headers=headers)
-    assert proxied == direct, _first_difference(direct, proxied)
+    for proxied in proxied_in_pairs(triton, pairing, body, headers):
+        assert proxied == direct, _first_difference(direct, proxied)
