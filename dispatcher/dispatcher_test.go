@@ -194,7 +194,7 @@ func wired(t *testing.T, c *Call, binary bool) *Call {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Wire = &Wire{Body: body, HeaderLen: hl}
+	c.Wire = Wire{Body: body, HeaderLen: hl}
 	return c
 }
 
@@ -208,14 +208,14 @@ func checkAnswer(c *Call, r Result) error {
 	defer r.Release()
 	resp := r.Resp
 	if r.Wire != nil {
-		if c.Wire == nil || r.Resp != nil {
+		if c.Wire.Body == nil || r.Resp != nil {
 			return fmt.Errorf("answered as it came (Resp %v) to a call without a wire body", r.Resp)
 		}
 		var err error
 		if resp, err = kserve.DecodeResponse(r.Wire.Body, r.Wire.HeaderLen); err != nil {
 			return fmt.Errorf("answer as it came: %w", err)
 		}
-	} else if c.Wire != nil && r.BatchRows == c.Rows {
+	} else if c.Wire.Body != nil && r.BatchRows == c.Rows {
 		return errors.New("a lone call with a wire body was answered from a split")
 	}
 	if resp.ID != c.Req.ID {

@@ -94,7 +94,7 @@ func (q *modelQueue) resendEach(b batch, results []Result) {
 // sendAlone sends a batch of one call: as it came when it came over HTTP,
 // else merged from its decoded request.
 func (q *modelQueue) sendAlone(version string, c *Call) ([]Result, time.Duration, int) {
-	if c.Wire != nil {
+	if c.Wire.Body != nil {
 		return q.sendWire(version, c, q.holdUntil(c))
 	}
 	return q.sendMerged(version, []*kserve.Request{c.Req}, q.holdUntil(c))
@@ -165,7 +165,7 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUnti
 // upstream's answer as it came: what the caller would have had from Triton
 // directly, without merging or splitting.
 func (q *modelQueue) sendWire(version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
-	reply, latency, status, err := q.post(version, wireBody{c.Wire}, holdUntil)
+	reply, latency, status, err := q.post(version, wireBody{&c.Wire}, holdUntil)
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}

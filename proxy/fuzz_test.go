@@ -36,8 +36,8 @@ func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call)
 	if model != "simple" {
 		return dispatcher.Result{Err: fmt.Errorf("%w: %s", dispatcher.ErrUnknownModel, model)}
 	}
-	if c.Req == nil || c.Rows < 1 || c.Key == "" || c.Wire == nil {
-		panic(fmt.Sprintf("front door queued an incomplete call: rows %d, key %q, request %v, wire %v", c.Rows, c.Key, c.Req, c.Wire))
+	if c.Req == nil || c.Rows < 1 || c.Key == "" || c.Wire.Body == nil {
+		panic(fmt.Sprintf("front door queued an incomplete call: rows %d, key %q, request %v, wire of %d bytes", c.Rows, c.Key, c.Req, len(c.Wire.Body)))
 	}
 	if _, err := kserve.DecodeRequest(c.Wire.Body, c.Wire.HeaderLen); err != nil {
 		panic(fmt.Sprintf("front door queued a wire body that does not decode: %v", err))

@@ -258,7 +258,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
-	call.Wire = &dispatcher.Wire{Body: body, HeaderLen: headerLen}
+	call.Wire = dispatcher.Wire{Body: body, HeaderLen: headerLen}
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(wait, model, call)
 	gone := wait.Err() != nil

@@ -113,6 +113,10 @@ func NewInstantUpstream(maxBatch int, reply Reply, jsonReply []byte) *InstantUps
 // Infer implements dispatcher.Upstream.
 func (u *InstantUpstream) Infer(model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
 	rows := -1
+	b, isBatch := body.(*kserve.Batch)
+	if isBatch {
+		rows = int(b.Rows)
+	}
 	if body.BodyLen() > 64<<10 {
 		r := body.Reader()
 		var head [4 << 10]byte
@@ -120,19 +124,20 @@ func (u *InstantUpstream) Infer(model, version string, body dispatcher.Body) (*d
 		if err != nil {
 			return nil, err
 		}
-		rows = BatchRows(head[:n])
+		if !isBatch {
+			rows = BatchRows(head[:n])
+		}
 		if _, err := io.Copy(io.Discard, r); err != nil {
 			return nil, err
 		}
 	} else {
 		bp := u.pool.Get().(*[]byte)
 		buf, _ := body.AppendBody((*bp)[:0])
-		rows = BatchRows(buf)
+		if !isBatch {
+			rows = BatchRows(buf)
+		}
 		*bp = buf[:0]
 		u.pool.Put(bp)
-	}
-	if b, ok := body.(*kserve.Batch); ok {
-		rows = int(b.Rows)
 	}
 	switch {
 	case body.HeaderLen() < 0 && u.json.Body != nil:
