@@ -52,6 +52,9 @@ type Models struct {
 	models  map[string]*entry
 	ctx     context.Context      // monitors' lifetime, set by Run
 	tried   map[string]time.Time // on-demand lookups, by model
+	// looking holds the on-demand lookups in progress, each closed when
+	// it ends: the model's other first requests wait for it.
+	looking map[string]chan struct{}
 	lastErr error
 	lastRun time.Time
 	budgets map[string]string // latency budgets set at run time, by model ("" for all)
@@ -153,12 +156,21 @@ const MaxOnDemandLookups = 1024
 
 // Ensure learns a model the repository index did not list (servers such as
 // PyTriton list none; a model may be loaded after the last refresh) the
-// first time a request names it. Later calls return at once: a model is
-// looked up at most once per discovery interval, so unknown names cost the
-// upstream little.
+// first time a request names it. Requests naming it while that lookup runs
+// wait for it (or for ctx), so a burst at start is batched rather than
+// passed through. Later calls return at once: a model is looked up at most
+// once per discovery interval, so unknown names cost the upstream little.
 func (r *Models) Ensure(ctx context.Context, model string) {
 	r.mu.Lock()
 	_, known := r.models[model]
+	if busy, ok := r.looking[model]; ok && !known {
+		r.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+		}
+		return
+	}
 	last, tried := r.tried[model]
 	if known || (tried && time.Since(last) < r.retryAfter()) {
 		r.mu.Unlock()
@@ -180,8 +192,18 @@ func (r *Models) Ensure(ctx context.Context, model string) {
 		}
 	}
 	r.tried[model] = now
+	if r.looking == nil {
+		r.looking = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	r.looking[model] = done
 	r.mu.Unlock()
-	if err := r.reconcile(ctx, model); err != nil {
+	err := r.reconcile(ctx, model)
+	r.mu.Lock()
+	delete(r.looking, model)
+	r.mu.Unlock()
+	close(done)
+	if err != nil {
 		r.log.Debug("model not discovered on demand", "model", model, "err", err)
 	}
 }

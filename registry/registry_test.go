@@ -26,6 +26,9 @@ type fakeUpstream struct {
 	noStats bool // ModelStats fails, as on a server without statistics
 	reads   int  // ModelStats calls
 	indexes int  // RepositoryIndex calls
+	lookups int  // ModelConfig calls
+	// gate, when set, holds every ModelConfig call until it is closed.
+	gate chan struct{}
 }
 
 func (f *fakeUpstream) RepositoryIndex(context.Context) ([]triton.IndexEntry, error) {
@@ -39,6 +42,13 @@ func (f *fakeUpstream) RepositoryIndex(context.Context) ([]triton.IndexEntry, er
 }
 
 func (f *fakeUpstream) ModelConfig(_ context.Context, m string) (*triton.ModelConfig, error) {
+	f.mu.Lock()
+	f.lookups++
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.configs[m]
@@ -266,6 +276,70 @@ func TestEnsureDiscoversUnlistedModels(t *testing.T) {
 	if _, ok := q.specs["nosuch"]; ok {
 		t.Fatal("a failed lookup was retried before the discovery interval")
 	}
+}
+
+// Requests naming a model while its on-demand lookup runs wait for that
+// lookup instead of finding the model unknown (and being passed through):
+// one lookup, and every caller returns with the model registered.
+func TestEnsureWaitsForALookupInProgress(t *testing.T) {
+	up := &fakeUpstream{configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}}, gate: make(chan struct{})}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, q, &cfg, nil)
+	const callers = 4
+	registered := make(chan bool, callers)
+	for range callers {
+		go func() {
+			r.Ensure(context.Background(), "simple")
+			q.mu.Lock()
+			_, ok := q.specs["simple"]
+			q.mu.Unlock()
+			registered <- ok
+		}()
+	}
+	for { // every caller is in: one looking, the others waiting for it
+		up.mu.Lock()
+		n := up.lookups
+		up.mu.Unlock()
+		r.mu.Lock()
+		busy := r.looking["simple"] != nil
+		r.mu.Unlock()
+		if n == 1 && busy && len(registered) == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the waiting callers reach their wait
+	if len(registered) != 0 {
+		t.Fatal("a caller returned while the lookup was still running")
+	}
+	close(up.gate)
+	for range callers {
+		if !<-registered {
+			t.Fatal("a caller returned before the model was registered")
+		}
+	}
+	if up.lookups != 1 {
+		t.Fatalf("%d lookups for one model, want 1", up.lookups)
+	}
+
+	// A caller whose context ends stops waiting.
+	up.gate = make(chan struct{})
+	defer close(up.gate)
+	go r.Ensure(context.Background(), "other")
+	for {
+		r.mu.Lock()
+		busy := r.looking["other"] != nil
+		r.mu.Unlock()
+		if busy {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.Ensure(ctx, "other") // returns: its context is done
 }
 
 // TestStatisticsFeedTheMonitor runs the registry against an upstream whose

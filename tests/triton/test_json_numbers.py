@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import bench
 from conftest import RatebatchProxy, TritonServer, http_get, http_request, start_ratebatch
 from server import ECHO_DATATYPES
 
@@ -22,35 +23,36 @@ def pairing(ratebatch_bin, triton: TritonServer, tmp_path_factory) -> RatebatchP
     """A proxy that sends two callers per batch (a lone one after 2 s).
 
     PyTriton's repository index lists no models, so the proxy learns `echo`
-    from its first request, and a request arriving during that lookup is
-    passed through unbatched: one request first, alone, settles it."""
+    from its first request; the first pair also checks that a request
+    arriving during that lookup waits for it and is batched."""
     p = start_ratebatch(
         ratebatch_bin, triton.base_url, tmp_path_factory.mktemp("proxy-pairs"),
         "--policy", "static", "--policy-batch", "2", "--policy-wait-bound", "2s",
     )  # fmt: skip
-    body, headers = echo_request()
-    status, answer = http_request("POST", f"{p.base_url}/v2/models/echo/infer", body, headers=headers)
-    assert status == 200, answer
     yield p
     p.stop()
 
 
-def echo_stats(triton: TritonServer) -> tuple[int, int]:
-    """(inferences, executions) of `echo`, from Triton itself."""
-    status, body = http_get(triton.base_url + "/v2/models/echo/stats")
+def echo_batches(proxy: RatebatchProxy) -> tuple[float, float]:
+    """(rows, batches) the proxy has sent upstream for `echo`. Its histogram
+    is counted before a batch's callers are answered, where Triton's own
+    statistics may lag its answers."""
+    status, body = http_get(proxy.admin_url + "/metrics")
     assert status == 200, body
-    (st,) = json.loads(body)["model_stats"]
-    return st["inference_count"], st["execution_count"]
+    text = body.decode()
+    rows = bench.metric_values(text, "ratebatch_batch_size_sum", model="echo")
+    batches = bench.metric_values(text, "ratebatch_batch_size_count", model="echo")
+    return (rows[0] if rows else 0.0), (batches[0] if batches else 0.0)
 
 
-def proxied_in_pairs(triton: TritonServer, pairing: RatebatchProxy, body: bytes, headers: dict) -> list[bytes]:
+def proxied_in_pairs(pairing: RatebatchProxy, body: bytes, headers: dict) -> list[bytes]:
     """The answers to two copies of one request sent together through the
     pairing proxy, checked to have gone to Triton as one batch of two."""
-    before = echo_stats(triton)
+    before = echo_batches(pairing)
     url = f"{pairing.base_url}/v2/models/echo/infer"
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda _: http_request("POST", url, body, headers=headers), range(2)))
-    after = echo_stats(triton)
+    after = echo_batches(pairing)
     assert (after[0] - before[0], after[1] - before[1]) == (2, 1), "the two callers did not go as one batch"
     for status, answer in answers:
         assert status == 200, answer
@@ -104,7 +106,7 @@ def test_json_numbers_as_triton_writes_them(triton: TritonServer, ratebatch, pai
     fp32 = next(o for o in json.loads(direct)["outputs"] if o["name"] == "OUT_FP32")
     text = direct.decode()
     assert fp32["data"][:2] == [4.0, 1.2999999523162842] and "[4.0,1.2999999523162842," in text
-    for proxied in proxied_in_pairs(triton, pairing, body, headers):
+    for proxied in proxied_in_pairs(pairing, body, headers):
         d = json.loads(direct)["outputs"]
         p = json.loads(proxied)["outputs"]
         assert [o["name"] for o in p] == [o["name"] for o in d]
@@ -122,5 +124,5 @@ def test_each_datatype_alone(triton: TritonServer, pairing, dt):
     the proxy's own JSON writer."""
     body, headers = echo_request([f"OUT_{dt}"])
     _, direct = http_request("POST", f"http://{triton.url}/v2/models/echo/infer", body, headers=headers)
-    for proxied in proxied_in_pairs(triton, pairing, body, headers):
+    for proxied in proxied_in_pairs(pairing, body, headers):
         assert proxied == direct, _first_difference(direct, proxied)
