@@ -48,10 +48,10 @@ type Models struct {
 	cfg    *config.Config
 	log    *slog.Logger
 
-	mu      sync.Mutex
-	models  map[string]*entry
-	ctx     context.Context      // monitors' lifetime, set by Run
-	tried   map[string]time.Time // on-demand lookups, by model
+	mu     sync.Mutex
+	models map[string]*entry
+	ctx    context.Context      // monitors' lifetime, set by Run
+	tried  map[string]time.Time // on-demand lookups, by model
 	// looking holds the on-demand lookups in progress, each closed when
 	// it ends: the model's other first requests wait for it.
 	looking map[string]chan struct{}
