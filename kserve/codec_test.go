@@ -569,3 +569,24 @@ func TestDecodedShapesAreIndependent(t *testing.T) {
 		t.Errorf("appending to A's shape changed B's to %v", r.Inputs[1].Shape)
 	}
 }
+
+// Parameter names a client sends with every request are not allocated
+// afresh; any other name is copied out of the body.
+func TestParamNameInterns(t *testing.T) {
+	for _, name := range []string{ParamBinaryData, ParamBinaryDataOutput, ParamClassification, ParamTimeout,
+		"priority", ParamSequenceID, ParamSequenceStart, ParamSequenceEnd, "custom", ""} {
+		body := []byte(name)
+		got := paramName(body)
+		if got != name {
+			t.Fatalf("paramName(%q) = %q", name, got)
+		}
+		copy(body, bytes.Repeat([]byte("x"), len(body))) // the body's buffer is reused
+		if got != name {
+			t.Fatalf("paramName(%q) aliases the body: now %q", name, got)
+		}
+	}
+	key := []byte(ParamBinaryDataOutput)
+	if n := testing.AllocsPerRun(100, func() { _ = paramName(key) }); n != 0 {
+		t.Fatalf("paramName(%q) allocates %v times", key, n)
+	}
+}

@@ -522,8 +522,33 @@ func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
 		if p == nil {
 			p = make(Parameters, 2)
 		}
-		p[string(key)] = v
+		p[paramName(key)] = v
 	}
+}
+
+// paramName is key as a string, without allocating one for the names a
+// client sends with every request (binary_data_output with every binary
+// request, for one).
+func paramName(key []byte) string {
+	switch string(key) { // a switch on string([]byte) does not allocate
+	case ParamBinaryData:
+		return ParamBinaryData
+	case ParamBinaryDataOutput:
+		return ParamBinaryDataOutput
+	case ParamClassification:
+		return ParamClassification
+	case ParamTimeout:
+		return ParamTimeout
+	case "priority":
+		return "priority"
+	case ParamSequenceID:
+		return ParamSequenceID
+	case ParamSequenceStart:
+		return ParamSequenceStart
+	case ParamSequenceEnd:
+		return ParamSequenceEnd
+	}
+	return string(key)
 }
 
 // paramValue reads one parameter value (see Parameters for the Go types).
