@@ -171,13 +171,16 @@ func (q *modelQueue) sendWire(version string, c *Call, holdUntil time.Time) ([]R
 	}
 	a := &wireAnswer{shared: shared{free: reply.Free}, wire: Wire{Body: reply.Body, HeaderLen: reply.HeaderLen}}
 	a.refs.Store(1)
-	return []Result{{Wire: &a.wire, release: &a.shared}}, latency, http.StatusOK
+	a.results[0] = Result{Wire: &a.wire, release: &a.shared}
+	return a.results[:], latency, http.StatusOK
 }
 
-// wireAnswer is a lone caller's answer and its release, in one allocation.
+// wireAnswer is a lone caller's answer, its release and the one-element
+// results that carry it, in one allocation.
 type wireAnswer struct {
 	shared
-	wire Wire
+	wire    Wire
+	results [1]Result
 }
 
 // post sends a batch's body upstream (see attempt) and returns its answer
