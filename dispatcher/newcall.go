@@ -44,8 +44,8 @@ func NewCall(req *kserve.Request, version string, now time.Time) (c *Call, batch
 // scheduleParams reads Triton's schedule-policy parameters: "priority"
 // (1 is highest, 0 the default level) and "timeout" in microseconds.
 func scheduleParams(req *kserve.Request, c *Call, now time.Time) error {
-	if v, ok := req.Parameters["priority"]; ok {
-		p, ok := req.Parameters.Int("priority")
+	if v, ok := req.Parameters[kserve.ParamPriority]; ok {
+		p, ok := req.Parameters.Int(kserve.ParamPriority)
 		if !ok || p < 0 {
 			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'priority' must be a non-negative integer, got %v", v)}
 		}

@@ -574,7 +574,7 @@ func TestDecodedShapesAreIndependent(t *testing.T) {
 // afresh; any other name is copied out of the body.
 func TestParamNameInterns(t *testing.T) {
 	for _, name := range []string{ParamBinaryData, ParamBinaryDataOutput, ParamClassification, ParamTimeout,
-		"priority", ParamSequenceID, ParamSequenceStart, ParamSequenceEnd, "custom", ""} {
+		ParamPriority, ParamSequenceID, ParamSequenceStart, ParamSequenceEnd, "custom", ""} {
 		body := []byte(name)
 		got := paramName(body)
 		if got != name {

@@ -539,8 +539,8 @@ func paramName(key []byte) string {
 		return ParamClassification
 	case ParamTimeout:
 		return ParamTimeout
-	case "priority":
-		return "priority"
+	case ParamPriority:
+		return ParamPriority
 	case ParamSequenceID:
 		return ParamSequenceID
 	case ParamSequenceStart:

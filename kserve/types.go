@@ -35,6 +35,7 @@ const (
 	ParamSequenceStart    = "sequence_start"
 	ParamSequenceEnd      = "sequence_end"
 	ParamTimeout          = "timeout"
+	ParamPriority         = "priority"
 )
 
 // Datatype is a KServe v2 tensor datatype name, e.g. "FP32".
