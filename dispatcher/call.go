@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"bytes"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,10 +31,23 @@ type Call struct {
 	// pointer: one allocation fewer per request.)
 	Wire Wire
 
+	// dataOnce decodes the JSON data the proxy deferred in Req (readData).
+	dataOnce sync.Once
+	dataErr  error
+
 	arrived time.Time
 	level   uint64 // effective priority: smaller goes first
 	state   atomic.Int32
 	done    chan Result
+}
+
+// readData decodes the JSON data the proxy left undecoded in Req
+// (kserve.DecodeRequestDeferred), once, on whichever goroutine needs it
+// first: the caller while it waits in the queue, or the batch that merges
+// it. A call that goes to Triton as it came never needs it.
+func (c *Call) readData() error {
+	c.dataOnce.Do(func() { c.dataErr = c.Req.DecodeData() })
+	return c.dataErr
 }
 
 const (

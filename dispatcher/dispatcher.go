@@ -35,6 +35,10 @@ type ModelSpec struct {
 	// SLA is the latency target given to calls without a timeout (slack).
 	SLA     time.Duration
 	Planner Planner
+	// HalfOutputs are the model's FP16 and BF16 outputs, which Triton does
+	// not write as JSON: a lone call asking for one in JSON is merged, not
+	// sent as it came, so that the proxy writes it (kserve.HalfInJSON).
+	HalfOutputs []string
 }
 
 // Options configure a Dispatcher.
@@ -153,6 +157,13 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	select {
 	case r = <-c.done:
 	default:
+		// Waiting: decode what the proxy deferred now, while there is
+		// nothing else to do, rather than on the way of the batch that
+		// merges the call. Data that does not decode fails only its call.
+		if err := c.readData(); err != nil && q.withdraw(c) {
+			q.series.answeredErr.Inc()
+			return Result{Err: err}
+		}
 		select {
 		case r = <-c.done:
 		case <-ctx.Done():
@@ -460,7 +471,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			q.batchesSent++
 			q.rowsSent += int64(rows)
 			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner,
-				instances: q.spec.Instances})
+				instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
 		}
 	}
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
@@ -541,4 +552,6 @@ type batch struct {
 	// instances is the model's instance limit when the batch left: it also
 	// bounds the caller-by-caller resends of a batch the upstream refused.
 	instances int
+	// halfOutputs is the model's ModelSpec.HalfOutputs when the batch left.
+	halfOutputs []string
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -679,4 +680,143 @@ func TestHandedBatchRunsWhenItsCallerLeaves(t *testing.T) {
 	}
 	t.Logf("the leaver was in a batch before it could withdraw in %d of 100 rounds", taken)
 	assertAccounting(t, h.m, 300)
+}
+
+// deferredCall is call's request as the HTTP door hands it over: decoded
+// from its JSON wire body with the data left as text. mangle, when set,
+// rewrites the body first.
+func deferredCall(t *testing.T, base int32, rows int, mangle func([]byte) []byte) *Call {
+	t.Helper()
+	c := wired(t, call(t, base, rows), false)
+	if mangle != nil {
+		c.Wire.Body = mangle(c.Wire.Body)
+	}
+	req, err := kserve.DecodeRequestDeferred(c.Wire.Body, c.Wire.HeaderLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !req.Inputs[0].Deferred() {
+		t.Fatal("the JSON data was decoded at once")
+	}
+	c.Req = req
+	return c
+}
+
+// oneElementMore makes the first input's data one element longer than its
+// shape: a body whose extent is sound and whose values are not.
+func oneElementMore(body []byte) []byte {
+	return bytes.Replace(body, []byte(`"data":[`), []byte(`"data":[0,`), 1)
+}
+
+// Data the HTTP door deferred is decoded for the batches that merge it,
+// and a caller whose data is bad fails alone with 400: while it waits, it
+// leaves the queue; when its arrival completes a batch, that batch goes
+// without it.
+func TestDeferredData(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		bad     []bool // which callers' data is bad, in order of arrival
+		batches []int  // rows of the batches the upstream sees
+	}{
+		{"merged", []bool{false, false, false}, []int{3}},
+		{"bad one completes the batch", []bool{false, false, true}, []int{2}},
+		{"bad one completes a batch of two", []bool{false, true}, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &fakeUpstream{}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: len(tc.bad), MaxWait: time.Hour}, ModelSpec{}, up)
+			calls := make([]*Call, len(tc.bad))
+			for i, bad := range tc.bad {
+				var mangle func([]byte) []byte
+				if bad {
+					mangle = oneElementMore
+				}
+				calls[i] = deferredCall(t, int32(10*(i+1)), 1, mangle)
+			}
+			// Each arrives once the one before is queued, so the last one's
+			// arrival forms the batch and its goroutine runs it.
+			results := make([]Result, len(calls))
+			var wg sync.WaitGroup
+			for i, c := range calls {
+				wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", c) })
+				for i < len(calls)-1 && firstSnapshot(h.d).QueuedRows != i+1 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			wg.Wait()
+			for i, r := range results {
+				var kerr *kserve.Error
+				switch {
+				case tc.bad[i] && (!errors.As(r.Err, &kerr) || kerr.Status != http.StatusBadRequest || !strings.Contains(kerr.Msg, "needs 16 elements, data has 17")):
+					t.Errorf("caller %d with bad data: %v, want a 400 naming the count", i, r.Err)
+				case !tc.bad[i]:
+					if err := checkAnswer(calls[i], r); err != nil && !strings.Contains(err.Error(), "answered from a split") {
+						t.Errorf("caller %d: %v", i, err)
+					}
+				}
+			}
+			if got := up.seen(); !slices.Equal(got, tc.batches) {
+				t.Fatalf("upstream saw batches %v, want %v", got, tc.batches)
+			}
+			if n := h.pl.observed.Load(); n != 0 && slices.Contains(tc.bad, true) {
+				t.Fatalf("a batch that lost a caller taught the planner (%d observations)", n)
+			}
+			assertAccounting(t, h.m, len(tc.bad))
+		})
+	}
+	t.Run("waiting", func(t *testing.T) {
+		up := &fakeUpstream{}
+		h := newHarness(t, policy.Fill{Policy: "test", Batch: 2, MaxWait: time.Hour}, ModelSpec{}, up)
+		bad := deferredCall(t, 5, 1, oneElementMore)
+		if r := h.d.Submit(context.Background(), "simple", bad); r.Err == nil || !strings.Contains(r.Err.Error(), "data has 17") {
+			t.Fatalf("a waiting caller with bad data: %v, want its 400", r.Err)
+		}
+		if s := firstSnapshot(h.d); s.QueuedRows != 0 {
+			t.Fatalf("%d rows still queued", s.QueuedRows)
+		}
+		results := make([]Result, 2)
+		var wg sync.WaitGroup
+		for i := range results {
+			c := deferredCall(t, int32(10*(i+1)), 1, nil)
+			wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", c) })
+		}
+		wg.Wait()
+		for i, r := range results {
+			if r.Err != nil || r.BatchRows != 2 {
+				t.Fatalf("caller %d: %v in a batch of %d, want an answer in a batch of 2", i, r.Err, r.BatchRows)
+			}
+			r.Release()
+		}
+		assertAccounting(t, h.m, 3)
+	})
+}
+
+// A lone call goes as it came only when Triton reads and answers it as it
+// came: not when it carries FP16 or BF16 values as JSON or asks for an
+// output of those types in JSON (ModelSpec.HalfOutputs); those are merged,
+// so that the proxy converts them.
+func TestHalfInJSONIsMerged(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		binaryOut bool // the call asks for binary outputs
+		wire      bool // want the answer as it came
+	}{
+		{"JSON outputs", false, false},
+		{"binary outputs", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &fakeUpstream{}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{HalfOutputs: []string{"OUTPUT0"}}, up)
+			c := call(t, 7, 1)
+			if tc.binaryOut {
+				c.Req.Parameters = kserve.Parameters{kserve.ParamBinaryDataOutput: true}
+			}
+			c = wired(t, c, false)
+			r := h.d.Submit(context.Background(), "simple", c)
+			if r.Err != nil || (r.Wire != nil) != tc.wire {
+				t.Fatalf("answered as it came: %v (err %v), want %v", r.Wire != nil, r.Err, tc.wire)
+			}
+			r.Release()
+		})
+	}
 }

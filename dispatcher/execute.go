@@ -59,8 +59,20 @@ func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok 
 	calls := b.calls
 	version := calls[0].Version
 	if len(calls) == 1 {
-		results, latency, status := q.sendAlone(version, calls[0])
+		results, latency, status := q.sendAlone(version, calls[0], b.halfOutputs)
 		return results, latency, status == http.StatusOK
+	}
+	var bad []error
+	for i, c := range calls {
+		if err := c.readData(); err != nil {
+			if bad == nil {
+				bad = make([]error, len(calls))
+			}
+			bad[i] = err
+		}
+	}
+	if bad != nil {
+		return q.sendWithout(b, bad), 0, false
 	}
 	reqs := make([]*kserve.Request, len(calls))
 	for i, c := range calls {
@@ -84,18 +96,49 @@ func (q *modelQueue) resendEach(b batch, results []Result) {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			rs, _, _ := q.sendAlone(c.Version, c)
+			rs, _, _ := q.sendAlone(c.Version, c, b.halfOutputs)
 			results[i] = rs[0]
 		})
 	}
 	wg.Wait()
 }
 
-// sendAlone sends a batch of one call: as it came when it came over HTTP,
-// else merged from its decoded request.
-func (q *modelQueue) sendAlone(version string, c *Call) ([]Result, time.Duration, int) {
-	if c.Wire.Body != nil {
+// sendWithout answers the calls whose data does not decode (bad[i] set)
+// with their error and sends the others as a batch of their own. The batch
+// is not the one the planner counted, so it teaches the monitor nothing.
+func (q *modelQueue) sendWithout(b batch, bad []error) []Result {
+	results := make([]Result, len(b.calls))
+	good := b
+	good.calls, good.rows = make([]*Call, 0, len(b.calls)), 0
+	for i, c := range b.calls {
+		if bad[i] != nil {
+			results[i] = Result{Err: bad[i]}
+			continue
+		}
+		good.calls = append(good.calls, c)
+		good.rows += c.Rows
+	}
+	if len(good.calls) == 0 {
+		return results
+	}
+	sent, _, _ := q.send(good)
+	for i := range results {
+		if bad[i] == nil {
+			results[i], sent = sent[0], sent[1:]
+		}
+	}
+	return results
+}
+
+// sendAlone sends a batch of one call: as it came when it came over HTTP
+// in a form Triton reads and answers as asked (kserve.HalfInJSON), else
+// merged from its decoded request.
+func (q *modelQueue) sendAlone(version string, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
+	if c.Wire.Body != nil && !c.Req.HalfInJSON(halfOutputs) {
 		return q.sendWire(version, c, q.holdUntil(c))
+	}
+	if err := c.readData(); err != nil {
+		return []Result{{Err: err}}, 0, 0
 	}
 	return q.sendMerged(version, []*kserve.Request{c.Req}, q.holdUntil(c))
 }

@@ -42,6 +42,25 @@ func (r *Request) WantsOutput(name string) bool {
 	return false
 }
 
+// HalfInJSON reports whether r carries FP16 or BF16 values as JSON numbers,
+// or asks for one of halfOutputs (a model's FP16 and BF16 outputs) in JSON.
+// Triton refuses both ways, so such a request reaches it only re-encoded
+// in binary form, and its answer comes back to JSON through the proxy.
+func (r *Request) HalfInJSON(halfOutputs []string) bool {
+	for i := range r.Inputs {
+		t := &r.Inputs[i]
+		if (t.Datatype == FP16 || t.Datatype == BF16) && !t.Binary && !t.SharedMemory() {
+			return true
+		}
+	}
+	for _, name := range halfOutputs {
+		if r.WantsOutput(name) && !r.OutputBinary(name) {
+			return true
+		}
+	}
+	return false
+}
+
 // Rows is the number of batch rows r carries: dimension 0 of every input,
 // which must agree.
 func Rows(r *Request) (int64, error) {
@@ -270,6 +289,9 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 		size := 0
 		for i, r := range reqs {
 			t := r.input(in.Name, k)
+			if t.Deferred() {
+				return nil, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, errDeferred)
+			}
 			if err := checkData(t.Datatype, t.Shape, mustCount(t.Shape), t.Data); err != nil {
 				return nil, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, err)
 			}

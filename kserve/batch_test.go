@@ -385,3 +385,40 @@ func TestRoundTripProperty(t *testing.T) {
 		}
 	}
 }
+
+// HalfInJSON: FP16 and BF16 values as JSON, in an input or in an output
+// asked for, are what Triton refuses; binary or shared-memory ones are not.
+func TestHalfInJSON(t *testing.T) {
+	in := func(dt Datatype, binary bool, params Parameters) Tensor {
+		return Tensor{Name: "x", Datatype: dt, Shape: []int64{1}, Data: []byte{0, 0}, Binary: binary, Parameters: params}
+	}
+	for _, tc := range []struct {
+		name string
+		r    Request
+		half []string
+		want bool
+	}{
+		{"FP32 JSON", Request{Inputs: []Tensor{in(FP32, false, nil)}}, nil, false},
+		{"FP16 JSON", Request{Inputs: []Tensor{in(FP16, false, nil)}}, nil, true},
+		{"BF16 JSON", Request{Inputs: []Tensor{in(BF16, false, nil)}}, nil, true},
+		{"FP16 binary", Request{Inputs: []Tensor{in(FP16, true, nil)}}, nil, false},
+		{"FP16 shared memory", Request{Inputs: []Tensor{in(FP16, false, Parameters{ParamSharedMemRegion: "r"})}}, nil, false},
+		{"half output, all in JSON", Request{Inputs: []Tensor{in(FP32, true, nil)}}, []string{"y"}, true},
+		{"half output in binary", Request{Inputs: []Tensor{in(FP32, true, nil)}, Parameters: Parameters{ParamBinaryDataOutput: true}}, []string{"y"}, false},
+		{"half output not asked for", Request{Inputs: []Tensor{in(FP32, true, nil)}, Outputs: []RequestedOutput{{Name: "z"}}}, []string{"y"}, false},
+		{"half output asked for in binary", Request{Inputs: []Tensor{in(FP32, true, nil)}, Outputs: []RequestedOutput{{Name: "y", Parameters: Parameters{ParamBinaryData: true}}}}, []string{"y"}, false},
+	} {
+		if got := tc.r.HalfInJSON(tc.half); got != tc.want {
+			t.Errorf("%s: HalfInJSON %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestHalfOutputs(t *testing.T) {
+	mc := ModelConfig{Output: []ConfigOutput{
+		{Name: "a", DataType: "TYPE_FP32"}, {Name: "b", DataType: "TYPE_FP16"}, {Name: "c", DataType: "TYPE_BF16"}, {Name: "d", DataType: "TYPE_STRING"},
+	}}
+	if got := mc.HalfOutputs(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("HalfOutputs %v, want [b c]", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -588,5 +589,68 @@ func TestParamNameInterns(t *testing.T) {
 	key := []byte(ParamBinaryDataOutput)
 	if n := testing.AllocsPerRun(100, func() { _ = paramName(key) }); n != 0 {
 		t.Fatalf("paramName(%q) allocates %v times", key, n)
+	}
+}
+
+// TestDecodeRequestDeferred: the data Triton reads from JSON is left as text
+// until DecodeData, which then gives what DecodeRequest gives, errors
+// included; data Triton does not read from JSON (FP16, BF16, BYTES), binary
+// data and arrays holding strings are decoded at once.
+func TestDecodeRequestDeferred(t *testing.T) {
+	for _, tc := range []struct {
+		name, tensor string
+		deferred     bool
+		err          string // from DecodeData, and from DecodeRequest
+	}{
+		{"flat", `"datatype":"FP32","shape":[1,3],"data":[1.5,-2,NaN]`, true, ""},
+		{"nested", `"datatype":"INT32","shape":[2,2],"data":[[1,2],[3,4]]`, true, ""},
+		{"data first", `"data":[true,false],"datatype":"BOOL","shape":[1,2]`, true, ""},
+		{"spaces", `"datatype":"INT8","shape":[1,2],"data": [ [ 1 , 2 ] ] `, true, ""},
+		{"count", `"datatype":"INT32","shape":[1,3],"data":[1,2]`, true, "shape [1,3] needs 3 elements, data has 2"},
+		{"not an integer", `"datatype":"INT32","shape":[1,1],"data":[1.5]`, true, "1.5 is not an integer"},
+		{"syntax", `"datatype":"INT32","shape":[1,2],"data":[1,,2]`, true, "invalid JSON"},
+		{"too deep", `"datatype":"INT32","shape":[1],"data":` + strings.Repeat("[", 70) + "1" + strings.Repeat("]", 70), false, "nesting deeper than"},
+		{"FP16", `"datatype":"FP16","shape":[1,2],"data":[1,2]`, false, ""},
+		{"BF16 data first", `"data":[1,2],"datatype":"BF16","shape":[1,2]`, false, ""},
+		{"BYTES", `"datatype":"BYTES","shape":[1,2],"data":["a]","b"]`, false, ""},
+		{"string in numbers", `"datatype":"INT32","shape":[1,2],"data":[1,"]"]`, false, "data element 1"},
+		{"scalar", `"datatype":"INT32","shape":[],"data":7`, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(`{"inputs":[{"name":"x",` + tc.tensor + `},{"name":"y","datatype":"INT32","shape":[1],"data":[9]}]}`)
+			eager, eagerErr := DecodeRequest(body, -1)
+			r, err := DecodeRequestDeferred(body, -1)
+			if err != nil {
+				if tc.deferred || tc.err == "" || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("DecodeRequestDeferred: %v", err)
+				}
+				return
+			}
+			if got := r.Inputs[0].Deferred(); got != tc.deferred {
+				t.Fatalf("deferred %v, want %v", got, tc.deferred)
+			}
+			if tc.deferred && r.Inputs[0].Data != nil {
+				t.Fatalf("deferred input has data %v", r.Inputs[0].Data)
+			}
+			if _, _, err := AppendRequest(nil, r, true); tc.deferred && !errors.Is(err, errDeferred) {
+				t.Fatalf("encoding a deferred input: %v, want errDeferred", err)
+			}
+			err = r.DecodeData()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || eagerErr == nil || err.Error() != eagerErr.Error() {
+					t.Fatalf("DecodeData error %v, DecodeRequest's %v, want both %q", err, eagerErr, tc.err)
+				}
+				return
+			}
+			if err != nil || eagerErr != nil {
+				t.Fatalf("DecodeData: %v; DecodeRequest: %v", err, eagerErr)
+			}
+			if !reflect.DeepEqual(r, eager) {
+				t.Fatalf("after DecodeData\n%+v\nwant %+v", r, eager)
+			}
+			if r.Inputs[0].Deferred() || r.Inputs[1].Deferred() {
+				t.Fatal("DecodeData left data deferred")
+			}
+		})
 	}
 }

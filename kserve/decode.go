@@ -41,11 +41,48 @@ func splitBody(body []byte, headerLen int) (header, bin []byte, err error) {
 // so body must stay untouched while the request is in use. Errors are
 // *Error with status 400 and name the offending tensor.
 func DecodeRequest(body []byte, headerLen int) (*Request, error) {
+	return decodeRequest(body, headerLen, false)
+}
+
+// DecodeRequestDeferred is DecodeRequest leaving the JSON "data" of inputs
+// whose values Triton reads from JSON (numbers other than FP16 and BF16,
+// and booleans) undecoded: it finds where each array ends by its brackets
+// alone, with vectorised searches, and Request.DecodeData decodes and
+// checks the values when they are needed. A request that goes to Triton as
+// it came never needs them, and parsing every number of a large JSON
+// tensor costs many times what the rest of the request does.
+func DecodeRequestDeferred(body []byte, headerLen int) (*Request, error) {
+	return decodeRequest(body, headerLen, true)
+}
+
+// DecodeData decodes the input data DecodeRequestDeferred left as JSON,
+// with DecodeRequest's checks and errors (*Error, 400, naming the input).
+// A request with none left is unchanged.
+func (r *Request) DecodeData() error {
+	for i := range r.Inputs {
+		t := &r.Inputs[i]
+		if !t.Deferred() {
+			continue
+		}
+		n, err := ElementCount(t.Shape) // checked when decoded: no error
+		if err != nil {
+			return badRequest("input %q: %v", t.Name, err)
+		}
+		data, err := t.deferred.decode(t.Datatype, t.Shape, n, func() string { return fmt.Sprintf("input %q", t.Name) })
+		if err != nil {
+			return err
+		}
+		t.Data, t.deferred = data, jsonText{}
+	}
+	return nil
+}
+
+func decodeRequest(body []byte, headerLen int, deferData bool) (*Request, error) {
 	header, bin, err := splitBody(body, headerLen)
 	if err != nil {
 		return nil, err
 	}
-	d := decoder{s: scanner{buf: header}, bin: bin}
+	d := decoder{s: scanner{buf: header}, bin: bin, deferData: deferData}
 	r := &Request{}
 	if err := d.s.openObject(); err != nil {
 		return nil, d.wrap("request", err)
@@ -166,6 +203,37 @@ type decoder struct {
 	s   scanner
 	bin []byte
 	off int
+	// deferData leaves JSON data Triton reads as it is undecoded (see
+	// DecodeRequestDeferred).
+	deferData bool
+}
+
+// jsonText is a tensor's JSON "data" value inside its message's JSON: buf
+// ends with it, it starts at pos, nested depth levels deep. Decoding it
+// there reports what decoding it in place would have, offsets included.
+type jsonText struct {
+	buf        []byte
+	pos, depth int32 // int32 keeps Tensor small; longer headers are not deferred
+}
+
+// decode decodes the value into raw data of n elements of dt; what names
+// the tensor in errors.
+func (j jsonText) decode(dt Datatype, shape []int64, n int64, what func() string) ([]byte, error) {
+	s := scanner{buf: j.buf, pos: int(j.pos), depth: int(j.depth)}
+	data, got, err := s.tensorData(dt, n)
+	if err != nil {
+		return nil, badRequest("%s: %v", what(), err)
+	}
+	if got != n {
+		return nil, badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(shape), n, got)
+	}
+	return data, nil
+}
+
+// readsAsJSON reports whether Triton reads dt's values from JSON numbers or
+// booleans: every fixed-size type but FP16 and BF16, which it refuses.
+func readsAsJSON(dt Datatype) bool {
+	return dt.Size() > 0 && dt != FP16 && dt != BF16
 }
 
 func (d *decoder) wrap(what string, err error) error {
@@ -197,6 +265,7 @@ type tensorFields struct {
 	dataPos, dataDepth int // where "data" starts, when parsed after the object
 	dataEnd            int
 	parsed             bool // data already decoded into data and got
+	deferred           bool // data's extent found by its brackets (decoder.deferData)
 	data               []byte
 	got                int64
 }
@@ -292,7 +361,15 @@ func (d *decoder) tensor(kind string, idx int) (Tensor, error) {
 // complete.
 func (d *decoder) data(f *tensorFields, what func() string) error {
 	s := &d.s
-	if dt := datatypeOf(f.dtype); f.hasDtype && f.hasShape && dt.Size() > 0 {
+	dt := datatypeOf(f.dtype)
+	if d.deferData && (!f.hasDtype || readsAsJSON(dt)) && s.peek() == '[' && len(s.buf) <= math.MaxInt32 {
+		f.dataDepth, f.dataPos = s.depth, s.pos
+		if s.skipBrackets() {
+			f.dataEnd, f.deferred = s.pos, true
+			return nil
+		}
+	}
+	if f.hasDtype && f.hasShape && dt.Size() > 0 {
 		if n, err := ElementCount(f.shape); err == nil {
 			f.data, f.got, err = s.tensorData(dt, n)
 			if err != nil {
@@ -347,17 +424,19 @@ func (d *decoder) finish(f *tensorFields, kind string, what func() string) (Tens
 		if err := checkData(dt, f.shape, n, t.Data); err != nil {
 			return Tensor{}, badRequest("%s: binary_data_size %d: %v", what(), f.binSize, err)
 		}
-	case f.hasData:
-		got := f.got
-		t.Data = f.data
-		if !f.parsed {
-			ds := scanner{buf: d.s.buf[:f.dataEnd], pos: f.dataPos, depth: f.dataDepth}
-			if t.Data, got, err = ds.tensorData(dt, n); err != nil {
-				return Tensor{}, badRequest("%s: %v", what(), err)
-			}
+	case f.parsed:
+		if f.got != n {
+			return Tensor{}, badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(f.shape), n, f.got)
 		}
-		if got != n {
-			return Tensor{}, badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(f.shape), n, got)
+		t.Data = f.data
+	case f.hasData:
+		text := jsonText{buf: d.s.buf[:f.dataEnd], pos: int32(f.dataPos), depth: int32(f.dataDepth)}
+		if f.deferred && readsAsJSON(dt) {
+			t.deferred = text
+			break
+		}
+		if t.Data, err = text.decode(dt, f.shape, n, what); err != nil {
+			return Tensor{}, err
 		}
 	}
 	return t, nil

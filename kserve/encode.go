@@ -215,6 +215,9 @@ func appendTensor(dst []byte, t *Tensor, bin, strictUTF8 bool) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
+	if t.Deferred() {
+		return dst, errDeferred
+	}
 	shm := t.SharedMemory()
 	if !shm {
 		if err := checkData(t.Datatype, t.Shape, n, t.Data); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -27,6 +28,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"id":"\u00e9","parameters":{"a":[1,{"b":null}],"c":1.5e3},"inputs":[{"name":"x","datatype":"INT8","shape":[2,1],"data":[[1],[-2]]}],"outputs":[{"name":"y","parameters":{"binary_data":true,"classification":2}}]}`), -1)
 	f.Fuzz(func(t *testing.T, body []byte, headerLen int) {
 		r, err := DecodeRequest(body, headerLen)
+		checkDeferred(t, body, headerLen, r, err)
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || e.Status != 400 || e.Msg == "" {
@@ -180,4 +182,26 @@ func hexDecode(s string) ([]byte, error) {
 		b[i] = v
 	}
 	return b, nil
+}
+
+// checkDeferred: DecodeRequestDeferred then DecodeData accepts exactly what
+// DecodeRequest does, with the same result, and refuses with a 400 *Error.
+func checkDeferred(t *testing.T, body []byte, headerLen int, eager *Request, eagerErr error) {
+	t.Helper()
+	lazy, err := DecodeRequestDeferred(body, headerLen)
+	if err == nil {
+		err = lazy.DecodeData()
+	}
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Msg == "" {
+			t.Fatalf("deferred decoding: error %T %q is not a 400 *Error", err, err)
+		}
+	}
+	switch {
+	case (eagerErr == nil) != (err == nil):
+		t.Fatalf("DecodeRequest error %v, deferred decoding error %v", eagerErr, err)
+	case err == nil && !reflect.DeepEqual(eager, lazy):
+		t.Fatalf("deferred decoding differs:\n%+v\n%+v", lazy, eager)
+	}
 }

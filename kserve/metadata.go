@@ -155,3 +155,15 @@ func (m *ModelConfig) Batchable() (bool, string) {
 	}
 	return true, ""
 }
+
+// HalfOutputs names the model's FP16 and BF16 outputs, which Triton writes
+// only in binary form (see Request.HalfInJSON).
+func (m *ModelConfig) HalfOutputs() []string {
+	var names []string
+	for _, o := range m.Output {
+		if o.DataType == "TYPE_FP16" || o.DataType == "TYPE_BF16" {
+			names = append(names, o.Name)
+		}
+	}
+	return names
+}

@@ -1,6 +1,7 @@
 package kserve
 
 import (
+	"bytes"
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -379,6 +380,41 @@ func (s *scanner) boolean() (bool, error) {
 	}
 	return false, s.errorf("expected true or false, found %s", s.describeNext())
 }
+
+// skipBrackets moves past the array at the cursor by matching its brackets
+// alone, with vectorised searches instead of a look at every byte, and
+// reports whether it could: not when the array is not closed, nests deeper
+// than maxDepth, or holds a string or an object, whose contents may hold
+// brackets. What it moves past is not checked otherwise: the caller decodes
+// it later (jsonText) or leaves that to Triton.
+func (s *scanner) skipBrackets() bool {
+	b := s.buf[s.pos:]
+	open, end := 0, 0
+	for {
+		j := bytes.IndexByte(b[end:], ']')
+		if j < 0 {
+			return false
+		}
+		// Every '[' before this ']' opens a level first: the deepest point
+		// of the stretch is open plus their count.
+		n := bytes.Count(b[end:end+j], openBracket)
+		if s.depth+open+n > maxDepth {
+			return false
+		}
+		open += n - 1
+		end += j + 1
+		if open == 0 {
+			break
+		}
+	}
+	if bytes.IndexByte(b[:end], '"') >= 0 || bytes.IndexByte(b[:end], '{') >= 0 {
+		return false
+	}
+	s.pos += end
+	return true
+}
+
+var openBracket = []byte{'['}
 
 // skip consumes one value of any kind, checking its syntax, and returns its text.
 func (s *scanner) skip() ([]byte, error) {

@@ -12,6 +12,7 @@
 package kserve
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -152,7 +153,16 @@ type Tensor struct {
 	// Binary says the data arrived, or is to be sent, in the binary section
 	// rather than as a JSON "data" array.
 	Binary bool
+	// deferred is JSON "data" that DecodeRequestDeferred left undecoded:
+	// Data is nil until Request.DecodeData.
+	deferred jsonText
 }
+
+// Deferred reports whether t's JSON data awaits Request.DecodeData.
+func (t *Tensor) Deferred() bool { return t.deferred.buf != nil }
+
+// errDeferred refuses to encode or merge data not decoded yet.
+var errDeferred = errors.New("data not decoded yet (Request.DecodeData)")
 
 // SharedMemory reports whether the tensor's data lives in a shared-memory
 // region named by its parameters rather than in the body.

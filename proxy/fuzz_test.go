@@ -39,8 +39,13 @@ func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call)
 	if c.Req == nil || c.Rows < 1 || c.Key == "" || c.Wire.Body == nil {
 		panic(fmt.Sprintf("front door queued an incomplete call: rows %d, key %q, request %v, wire of %d bytes", c.Rows, c.Key, c.Req, len(c.Wire.Body)))
 	}
-	if _, err := kserve.DecodeRequest(c.Wire.Body, c.Wire.HeaderLen); err != nil {
+	if _, err := kserve.DecodeRequestDeferred(c.Wire.Body, c.Wire.HeaderLen); err != nil {
 		panic(fmt.Sprintf("front door queued a wire body that does not decode: %v", err))
+	}
+	// The front door leaves JSON data undecoded; the dispatcher decodes it
+	// as a batch needs it, and a call whose data is bad fails alone.
+	if err := c.Req.DecodeData(); err != nil {
+		return dispatcher.Result{Err: err}
 	}
 	if c.Rows > 8 {
 		return dispatcher.Result{Err: &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request batch-size must be <= 8 for 'simple'"}}

@@ -243,7 +243,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
-	req, err := kserve.DecodeRequest(body, headerLen)
+	req, err := kserve.DecodeRequestDeferred(body, headerLen)
 	if err != nil {
 		s.fail(ctx, model, err)
 		return

@@ -303,6 +303,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	return r.queues.SetModel(dispatcher.ModelSpec{
 		Name: name, MaxBatch: maxBatch, Instances: instances,
 		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon,
+		HalfOutputs: mc.HalfOutputs(),
 	})
 }
 
