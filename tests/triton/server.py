@@ -187,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         # writes each datatype's numbers (tests/triton/test_json_numbers.py).
         return {name.replace("IN_", "OUT_"): value for name, value in inputs.items()}
 
+    @batch
+    def infer_half(IN: np.ndarray):
+        # FP16 in and out: Triton takes and gives those values only in binary
+        # form (tests/triton/test_half.py).
+        return {"OUT": (IN * 2).astype(np.float16)}
+
     batcher = None
     if args.dynamic_batching == "on":
         batcher = DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)
@@ -245,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
             infer_func=infer_image,
             inputs=[Tensor(name="INPUT", dtype=np.float32, shape=IMAGE_SHAPE)],
             outputs=[Tensor(name="OUTPUT", dtype=np.float32, shape=(IMAGE_CLASSES,))],
+            config=model_config,
+            strict=True,
+        )
+        triton.bind(
+            model_name="half",
+            infer_func=infer_half,
+            inputs=[Tensor(name="IN", dtype=np.float16, shape=(-1,))],
+            outputs=[Tensor(name="OUT", dtype=np.float16, shape=(-1,))],
             config=model_config,
             strict=True,
         )
