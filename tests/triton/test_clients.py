@@ -226,7 +226,7 @@ def test_statistics(target):
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["inference_stats"]["success"]["count"] > before["inference_stats"]["success"]["count"]
     everything = c.get_inference_statistics()["model_stats"]
-    assert {s["name"] for s in everything} == {"simple", "image", "echo"}
+    assert {s["name"] for s in everything} == {"simple", "image", "echo", "half"}
 
 
 def test_repository(target):
