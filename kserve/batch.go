@@ -49,7 +49,7 @@ func (r *Request) WantsOutput(name string) bool {
 func (r *Request) HalfInJSON(halfOutputs []string) bool {
 	for i := range r.Inputs {
 		t := &r.Inputs[i]
-		if (t.Datatype == FP16 || t.Datatype == BF16) && !t.Binary && !t.SharedMemory() {
+		if t.Datatype.Half() && !t.Binary && !t.SharedMemory() {
 			return true
 		}
 	}

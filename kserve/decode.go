@@ -224,16 +224,22 @@ func (j jsonText) decode(dt Datatype, shape []int64, n int64, what func() string
 	if err != nil {
 		return nil, badRequest("%s: %v", what(), err)
 	}
-	if got != n {
-		return nil, badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(shape), n, got)
+	if err := checkJSONCount(what, shape, n, got); err != nil {
+		return nil, err
 	}
 	return data, nil
 }
 
 // readsAsJSON reports whether Triton reads dt's values from JSON numbers or
 // booleans: every fixed-size type but FP16 and BF16, which it refuses.
-func readsAsJSON(dt Datatype) bool {
-	return dt.Size() > 0 && dt != FP16 && dt != BF16
+func readsAsJSON(dt Datatype) bool { return dt.Size() > 0 && !dt.Half() }
+
+// checkJSONCount refuses JSON data of got elements for a shape of n.
+func checkJSONCount(what func() string, shape []int64, n, got int64) error {
+	if got != n {
+		return badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(shape), n, got)
+	}
+	return nil
 }
 
 func (d *decoder) wrap(what string, err error) error {
@@ -425,8 +431,8 @@ func (d *decoder) finish(f *tensorFields, kind string, what func() string) (Tens
 			return Tensor{}, badRequest("%s: binary_data_size %d: %v", what(), f.binSize, err)
 		}
 	case f.parsed:
-		if f.got != n {
-			return Tensor{}, badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(f.shape), n, f.got)
+		if err := checkJSONCount(what, f.shape, n, f.got); err != nil {
+			return Tensor{}, err
 		}
 		t.Data = f.data
 	case f.hasData:

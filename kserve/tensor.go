@@ -115,7 +115,7 @@ func checkCount(name string, shape []int64, have int) error {
 // t's; float32 also reads FP16 and BF16, widening exactly.
 func Values[T Element](t *Tensor) ([]T, error) {
 	want := DatatypeOf[T]()
-	half := want == FP32 && (t.Datatype == FP16 || t.Datatype == BF16)
+	half := want == FP32 && t.Datatype.Half()
 	if t.Datatype != want && !half {
 		return nil, fmt.Errorf("tensor %q: datatype is %s, not %s", t.Name, t.Datatype, want)
 	}

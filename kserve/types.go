@@ -72,6 +72,10 @@ func ParseDatatype(s string) (Datatype, error) {
 	return d, nil
 }
 
+// Half reports whether d is FP16 or BF16, the 16-bit floats that Triton
+// takes and gives only in binary form, never as JSON numbers.
+func (d Datatype) Half() bool { return d == FP16 || d == BF16 }
+
 // Size is the byte size of one element: 0 for BYTES, whose elements vary in
 // length, and for unknown datatypes.
 func (d Datatype) Size() int {
