@@ -157,11 +157,12 @@ func (m *ModelConfig) Batchable() (bool, string) {
 }
 
 // HalfOutputs names the model's FP16 and BF16 outputs, which Triton writes
-// only in binary form (see Request.HalfInJSON).
+// only in binary form (see Request.HalfInJSON). A config's data types are
+// the protocol's with a TYPE_ prefix.
 func (m *ModelConfig) HalfOutputs() []string {
 	var names []string
 	for _, o := range m.Output {
-		if o.DataType == "TYPE_FP16" || o.DataType == "TYPE_BF16" {
+		if Datatype(strings.TrimPrefix(o.DataType, "TYPE_")).Half() {
 			names = append(names, o.Name)
 		}
 	}
