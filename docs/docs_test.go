@@ -1,6 +1,7 @@
 // Package docs_test keeps the project's documents true to the repository:
 // every relative link in README.md and docs/*.md names a file of the clone,
-// and ARCHITECTURE.md's package table names every package `go list` finds.
+// their code blocks close, and ARCHITECTURE.md's package table names every
+// package `go list` finds.
 // Both rotted once (links to design notes outside the repository, a table
 // listing 12 of 22 packages); this test makes a repeat fail CI.
 package docs_test
@@ -81,6 +82,32 @@ func TestRelativeLinksResolve(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("only %d relative links found: the link pattern no longer matches the documents", checked)
+	}
+}
+
+// TestCodeFencesClose: a code block closes with a fence alone on its line.
+// Text after the closing fence (it happened twice, in README.md and
+// BENCHMARKS.md) keeps the block open in Markdown and swallows what follows.
+func TestCodeFencesClose(t *testing.T) {
+	for _, doc := range documents(t) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fenced := false
+		for i, line := range strings.Split(string(b), "\n") {
+			trimmed := strings.TrimSpace(line)
+			if !strings.HasPrefix(trimmed, "```") {
+				continue
+			}
+			if fenced && trimmed != "```" {
+				t.Errorf("%s:%d: text after the fence that closes a code block: %q", doc, i+1, line)
+			}
+			fenced = !fenced
+		}
+		if fenced {
+			t.Errorf("%s: a code block is never closed", doc)
+		}
 	}
 }
 
