@@ -50,8 +50,11 @@ func (c *Call) readData() error {
 	return c.dataErr
 }
 
+// A call's state: new until enqueued, then queued until a batch takes it
+// or it leaves the queue without one (cancelled).
 const (
-	stateQueued int32 = iota
+	stateNew int32 = iota
+	stateQueued
 	stateTaken
 	stateCancelled
 )

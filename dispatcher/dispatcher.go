@@ -311,7 +311,9 @@ func (q *modelQueue) enqueue(c *Call) error {
 			c.Deadline = now.Add(q.spec.SLA)
 		}
 	}
-	c.done = make(chan Result, 1)
+	if c.done == nil { // a released call keeps its channel (Release)
+		c.done = make(chan Result, 1)
+	}
 	k := q.keys[c.Key]
 	if k == nil {
 		if k = q.spare; k != nil {

@@ -820,3 +820,92 @@ func TestHalfInJSONIsMerged(t *testing.T) {
 		})
 	}
 }
+
+// TestRelease: a call answered from a batch, or refused before it queued,
+// is reset for NewCall to reuse; one that left its queue without a batch
+// (expired, or its caller gone) is not, because its key queue still holds
+// it until a decision pass drops it, and a reused call there would be
+// taken a second time.
+func TestRelease(t *testing.T) {
+	up := &fakeUpstream{gate: make(chan struct{})}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{MaxBatch: 2}, up)
+	reset := func(c *Call) bool { return c.Req == nil && c.Key == "" && c.Rows == 0 }
+
+	// The first call holds the only instance until the gate opens.
+	first := call(t, 1, 1)
+	firstDone := make(chan Result, 1)
+	go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+
+	expired := call(t, 2, 1)
+	expired.Expire = time.Now().Add(10 * time.Millisecond)
+	if r := h.d.Submit(context.Background(), "simple", expired); status(r.Err) != 503 {
+		t.Fatalf("expiring call: %v, want 503", r.Err)
+	}
+	gone := call(t, 3, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	goneDone := make(chan Result, 1)
+	go func() { goneDone <- h.d.Submit(ctx, "simple", gone) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+	cancel()
+	if r := <-goneDone; !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("call whose caller left: %v, want context.Canceled", r.Err)
+	}
+	tooBig := call(t, 4, 3)
+	if r := h.d.Submit(context.Background(), "simple", tooBig); status(r.Err) != 400 {
+		t.Fatalf("call of 3 rows with max_batch_size 2: %v, want 400", r.Err)
+	}
+
+	up.gate <- struct{}{}
+	if err := checkAnswer(first, <-firstDone); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		c     *Call
+		reuse bool
+	}{
+		{"answered from a batch", first, true},
+		{"refused before it queued", tooBig, true},
+		{"expired in the queue", expired, false},
+		{"withdrawn by its caller", gone, false},
+	} {
+		tc.c.Release()
+		if got := reset(tc.c); got != tc.reuse {
+			t.Errorf("%s: reset for reuse %v, want %v", tc.name, got, tc.reuse)
+		}
+	}
+
+	// Calls released and reused through NewCall, many at once, with some
+	// callers leaving: each still gets its own answer (run with -race).
+	close(up.gate)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				base := int32(1000*g + 10*i)
+				proto := call(t, base, 1)
+				c, ok, err := NewCall(proto.Req, "", time.Now())
+				if !ok || err != nil {
+					t.Errorf("NewCall: %v, %v", ok, err)
+					return
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%5 == 0 {
+					cancel()
+				}
+				r := h.d.Submit(ctx, "simple", c)
+				cancel()
+				if r.Err == nil {
+					if err := checkAnswer(c, r); err != nil {
+						t.Errorf("caller %d: %v", base, err)
+					}
+				} else if !errors.Is(r.Err, context.Canceled) {
+					t.Errorf("caller %d: %v", base, r.Err)
+				}
+				c.Release()
+			}
+		})
+	}
+	wg.Wait()
+}

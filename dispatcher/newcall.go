@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/ratebatch/ratebatch/kserve"
@@ -31,14 +32,33 @@ func NewCall(req *kserve.Request, version string, now time.Time) (c *Call, batch
 	if !ok {
 		return nil, false, nil
 	}
-	c = &Call{Version: version, Req: req, Rows: int(rows), Key: key}
+	c = calls.Get().(*Call)
+	c.Version, c.Req, c.Rows, c.Key = version, req, int(rows), key
 	if version != "" {
 		c.Key = "v" + version + "\x00" + key
 	}
 	if err := scheduleParams(req, c, now); err != nil {
+		c.Release()
 		return nil, true, err
 	}
 	return c, true, nil
+}
+
+// calls are Calls released after their answer, with their channel, for
+// NewCall to reuse: three allocations fewer per request.
+var calls = sync.Pool{New: func() any { return new(Call) }}
+
+// Release gives c back for a later NewCall to reuse. Call it once Submit
+// has returned and nothing will read c again; the Result does not refer to
+// c. A call that left its queue without a batch (withdrawn because its
+// caller went away, or expired) is left to the garbage collector instead:
+// its key queue may still hold it until a decision pass drops it.
+func (c *Call) Release() {
+	if s := c.state.Load(); (s != stateTaken && s != stateNew) || len(c.done) != 0 {
+		return
+	}
+	*c = Call{done: c.done}
+	calls.Put(c)
 }
 
 // scheduleParams reads Triton's schedule-policy parameters: "priority"

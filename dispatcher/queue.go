@@ -57,6 +57,7 @@ func (k *keyQueue) push(c *Call) {
 		k.levels[i] = level{n: c.level, q: fifo{calls: k.spare}}
 		k.spare = nil
 	}
+	c.state.Store(stateQueued)
 	k.levels[i].q.push(c)
 	k.account(c, 1)
 }

@@ -241,6 +241,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	if err != nil {
 		return s.fail(model, err)
 	}
+	defer call.Release()
 	res := s.o.Batcher.Submit(ctx, model, call)
 	if res.Err != nil {
 		return s.fail(model, res.Err)

@@ -103,7 +103,9 @@ func BatchKey(r *Request) (key string, rows int64, batchable bool) {
 	if err != nil {
 		return "", 0, false
 	}
-	return string(b), rows, true
+	// Interned: the calls of one model repeat a handful of keys, which the
+	// dispatcher keeps as long as their calls queue.
+	return intern(b), rows, true
 }
 
 // keyBuffers are scratch space for keys: a key is built once per request.
@@ -516,14 +518,26 @@ func (b *Batch) Split(resp *Response) ([]*Response, error) {
 	}
 	all := make([]Response, n)
 	out := make([]*Response, n)
+	// The callers' outputs and shapes are cut from two arrays, not two
+	// per caller; each caller's part is capped, so appends stay in it.
+	wants := func(req *Request) int {
+		if len(req.Outputs) == 0 {
+			return len(resp.Outputs)
+		}
+		return len(req.Outputs)
+	}
+	tensors := 0
+	for _, req := range b.reqs {
+		tensors += wants(req)
+	}
+	allOuts := make([]Tensor, tensors)
+	allShapes := make([]int64, n*ranks)
 	for c := range b.Callers {
 		req := b.reqs[c]
-		want := len(req.Outputs)
-		if want == 0 {
-			want = len(resp.Outputs)
-		}
-		shapes := make([]int64, 0, ranks)
-		outs := make([]Tensor, 0, want)
+		want := wants(req)
+		shapes := allShapes[:0:ranks]
+		outs := allOuts[:0:want]
+		allShapes, allOuts = allShapes[ranks:], allOuts[want:]
 		add := func(j int) {
 			src := &resp.Outputs[j]
 			lo, hi := bounds[j*(n+1)+c], bounds[j*(n+1)+c+1]

@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -589,6 +590,92 @@ func TestParamNameInterns(t *testing.T) {
 	key := []byte(ParamBinaryDataOutput)
 	if n := testing.AllocsPerRun(100, func() { _ = paramName(key) }); n != 0 {
 		t.Fatalf("paramName(%q) allocates %v times", key, n)
+	}
+}
+
+// TestDecodeSharesWhatRepeats: the parameter objects of one boolean flag
+// that binary clients send with every request and requested output decode
+// to shared maps, any other object to a map of its own; tensor names are
+// interned. Neither aliases the body, whose buffer the proxy reuses.
+func TestDecodeSharesWhatRepeats(t *testing.T) {
+	same := func(a, b Parameters) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	for _, tc := range []struct {
+		params string
+		want   Parameters
+		shared Parameters // nil: a map of its own
+	}{
+		{`{"binary_data_output":true}`, Parameters{ParamBinaryDataOutput: true}, binaryDataOutputTrue},
+		{`{"binary_data_output":false}`, Parameters{ParamBinaryDataOutput: false}, binaryDataOutputFalse},
+		{`{"binary_data_output":true,"priority":2}`, Parameters{ParamBinaryDataOutput: true, ParamPriority: int64(2)}, nil},
+		{`{"priority":2,"binary_data_output":true}`, Parameters{ParamBinaryDataOutput: true, ParamPriority: int64(2)}, nil},
+		{`{"binary_data_output":true,"binary_data_output":false}`, Parameters{ParamBinaryDataOutput: false}, nil},
+		{`{"binary_data":true}`, Parameters{ParamBinaryData: true}, binaryDataTrue}, // an output's flag, shared wherever it is
+		{`{"priority":2}`, Parameters{ParamPriority: int64(2)}, nil},
+		{`{}`, nil, nil},
+	} {
+		t.Run(tc.params, func(t *testing.T) {
+			body := []byte(`{"parameters":` + tc.params + `,"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,1],"data":[1]}],` +
+				`"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}},{"name":"OUTPUT1","parameters":{"binary_data":false}},` +
+				`{"name":"OUTPUT2","parameters":{"binary_data":true,"classification":2}}]}`)
+			r, err := DecodeRequest(body, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range body {
+				body[i] = ' ' // the proxy reuses the body's buffer
+			}
+			if !reflect.DeepEqual(r.Parameters, tc.want) {
+				t.Errorf("parameters %v, want %v", r.Parameters, tc.want)
+			}
+			if tc.shared != nil && !same(r.Parameters, tc.shared) {
+				t.Errorf("parameters %v are a map of their own, want the shared one", r.Parameters)
+			}
+			if tc.shared == nil && r.Parameters != nil && slices.ContainsFunc([]Parameters{binaryDataTrue, binaryDataFalse,
+				binaryDataOutputTrue, binaryDataOutputFalse}, func(p Parameters) bool { return same(r.Parameters, p) }) {
+				t.Errorf("parameters %v are a shared map", r.Parameters)
+			}
+			if r.Inputs[0].Name != "INPUT0" || r.Outputs[0].Name != "OUTPUT0" {
+				t.Errorf("names %q, %q after the body was overwritten", r.Inputs[0].Name, r.Outputs[0].Name)
+			}
+			if !same(r.Outputs[0].Parameters, binaryDataTrue) || !same(r.Outputs[1].Parameters, binaryDataFalse) {
+				t.Errorf("requested outputs' {binary_data: bool} are not the shared maps")
+			}
+			if want := (Parameters{ParamBinaryData: true, ParamClassification: int64(2)}); !reflect.DeepEqual(r.Outputs[2].Parameters, want) {
+				t.Errorf("OUTPUT2 parameters %v, want %v", r.Outputs[2].Parameters, want)
+			}
+		})
+	}
+}
+
+// TestDecodeAllocations pins what decoding a typical binary request
+// allocates: the request with room for its inputs and shapes, and the
+// requested outputs; names, flags and the header length nothing.
+func TestDecodeAllocations(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("instrumentation changes allocation counts")
+	}
+	in0, _ := NewTensor("INPUT0", []int64{1, 16}, make([]int32, 16))
+	in1, _ := NewTensor("INPUT1", []int64{1, 16}, make([]int32, 16))
+	req := &Request{Inputs: []Tensor{in0, in1}, Parameters: Parameters{ParamBinaryDataOutput: true},
+		Outputs: []RequestedOutput{{Name: "OUTPUT0", Parameters: Parameters{ParamBinaryData: true}}}}
+	body, hl, err := AppendRequest(nil, req, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := []byte(strconv.Itoa(hl))
+	got := testing.AllocsPerRun(100, func() {
+		n, err := ParseHeaderLength(string(text), len(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeRequestDeferred(body, n); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got != 2 {
+		t.Errorf("decoding a binary request of two inputs and one requested output allocates %v times, want 2", got)
 	}
 }
 

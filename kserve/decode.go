@@ -3,8 +3,11 @@ package kserve
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
+	"strings"
+	"unique"
 )
 
 // ParseHeaderLength interprets the Inference-Header-Content-Length header
@@ -16,7 +19,9 @@ func ParseHeaderLength(v string, bodyLen int) (int, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, badRequest("%s %q is not a non-negative integer", HeaderContentLength, v)
+		// A copy in the message keeps v from escaping: callers pass a
+		// header's bytes converted in place, not a string on the heap.
+		return 0, badRequest("%s %q is not a non-negative integer", HeaderContentLength, strings.Clone(v))
 	}
 	if n > int64(bodyLen) {
 		return 0, badRequest("%s %d exceeds the body length %d", HeaderContentLength, n, bodyLen)
@@ -82,8 +87,9 @@ func decodeRequest(body []byte, headerLen int, deferData bool) (*Request, error)
 	if err != nil {
 		return nil, err
 	}
-	d := decoder{s: scanner{buf: header}, bin: bin, deferData: deferData}
-	r := &Request{}
+	a := &requestAlloc{}
+	d := decoder{s: scanner{buf: header, dims: a.dims[:0]}, bin: bin, deferData: deferData}
+	r := &a.r
 	if err := d.s.openObject(); err != nil {
 		return nil, d.wrap("request", err)
 	}
@@ -108,7 +114,7 @@ func decodeRequest(body []byte, headerLen int, deferData bool) (*Request, error)
 				return nil, d.wrap(`request "parameters"`, err)
 			}
 		case "inputs":
-			if r.Inputs, err = d.tensors("input", r.Inputs[:0]); err != nil {
+			if r.Inputs, err = d.tensors("input", a.inputs[:0]); err != nil {
 				return nil, err
 			}
 		case "outputs":
@@ -136,6 +142,15 @@ func decodeRequest(body []byte, headerLen int, deferData bool) (*Request, error)
 		return nil, err
 	}
 	return r, nil
+}
+
+// requestAlloc is a decoded request with room for the inputs and shapes of
+// most requests: one allocation instead of three. (A request with more
+// inputs or dimensions grows out of it as usual.)
+type requestAlloc struct {
+	r      Request
+	inputs [2]Tensor
+	dims   [8]int64
 }
 
 // DecodeResponse parses an inference response body; headerLen as for
@@ -418,7 +433,7 @@ func (d *decoder) finish(f *tensorFields, kind string, what func() string) (Tens
 	if sources != 1 {
 		return Tensor{}, badRequest(`%s: needs exactly one of "data", parameters.binary_data_size or parameters.shared_memory_region, has %d`, what(), sources)
 	}
-	t := Tensor{Name: string(f.name), Datatype: dt, Shape: f.shape, Parameters: f.params}
+	t := Tensor{Name: intern(f.name), Datatype: dt, Shape: f.shape, Parameters: f.params}
 	switch {
 	case f.hasBinSize:
 		t.Binary = true
@@ -573,12 +588,16 @@ func parseInt64(text []byte, isInt bool) (int64, bool) {
 
 // parameters reads a "parameters" object. When f is non-nil the object
 // belongs to a tensor and binary_data_size is taken out into f: it is a
-// wire detail, re-derived from Data when encoding.
+// wire detail, re-derived from Data when encoding. An object of one
+// boolean binary_data or binary_data_output, which binary clients send
+// with nearly every request and requested output, is a shared map (see
+// flagParameters).
 func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
 	if err := s.openObject(); err != nil {
 		return nil, err
 	}
 	var p Parameters
+	var flag Parameters // the object's only member so far, a shared flag
 	first := true
 	for {
 		key, ok, err := s.nextMember(&first)
@@ -586,6 +605,9 @@ func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
 			return nil, err
 		}
 		if !ok {
+			if flag != nil {
+				return flag, nil
+			}
 			return p, nil
 		}
 		if f != nil && string(key) == ParamBinaryDataSize {
@@ -604,12 +626,55 @@ func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parameter %q: %w", key, err)
 		}
+		if p == nil && flag == nil {
+			if b, isBool := v.(bool); isBool {
+				if flag = flagParameters(key, b); flag != nil {
+					continue
+				}
+			}
+		}
 		if p == nil {
 			p = make(Parameters, 2)
+			maps.Copy(p, flag)
+			flag = nil
 		}
 		p[paramName(key)] = v
 	}
 }
+
+// The parameter objects that binary clients send with nearly every request
+// and requested output, decoded into maps shared by every request that
+// sent them (flagParameters) instead of two allocations each. Decoded
+// Parameters are therefore read-only: Clone them to change them.
+var (
+	binaryDataTrue        = Parameters{ParamBinaryData: true}
+	binaryDataFalse       = Parameters{ParamBinaryData: false}
+	binaryDataOutputTrue  = Parameters{ParamBinaryDataOutput: true}
+	binaryDataOutputFalse = Parameters{ParamBinaryDataOutput: false}
+)
+
+// flagParameters is the shared map of the one-member object {key: v}, or
+// nil when key is not one of the flags shared.
+func flagParameters(key []byte, v bool) Parameters {
+	switch string(key) {
+	case ParamBinaryData:
+		if v {
+			return binaryDataTrue
+		}
+		return binaryDataFalse
+	case ParamBinaryDataOutput:
+		if v {
+			return binaryDataOutputTrue
+		}
+		return binaryDataOutputFalse
+	}
+	return nil
+}
+
+// intern is b as a string, interned (package unique). It is for the tensor
+// names and batch keys that every request and answer of a model repeat: each
+// is then allocated once, not once per request.
+func intern(b []byte) string { return unique.Make(string(b)).Value() }
 
 // paramName is key as a string, without allocating one for the names a
 // client sends with every request (binary_data_output with every binary
@@ -712,7 +777,7 @@ func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
 			case "name":
 				var b []byte
 				if b, err = s.str(); err == nil {
-					o.Name = string(b)
+					o.Name = intern(b)
 				}
 			case "parameters":
 				o.Parameters, err = s.parameters(nil)

@@ -99,6 +99,8 @@ func (d Datatype) Valid() bool { return d == Bytes || d.Size() > 0 }
 // int64, uint64 (integers above MaxInt64), float64 or RawJSON (objects,
 // arrays, null: kept verbatim). Unknown parameters pass through to the
 // upstream unchanged. Encoding also accepts Go int, int32, uint32 and float32.
+// Decoded Parameters may be shared between requests (see flagParameters):
+// Clone them before changing them.
 type Parameters map[string]any
 
 // RawJSON is a parameter value kept as its JSON text.

@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/valyala/fasthttp"
@@ -182,7 +183,10 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if ctx.IsPost() {
 		rc := routeContexts.Get().(*chi.Context)
 		rc.Reset()
-		if s.routes.Find(rc, http.MethodPost, string(ctx.URI().PathOriginal())) != "" {
+		// The path is interned (package unique): clients repeat a few
+		// paths, and the model name is cut out of it as a string anyway.
+		path := unique.Make(string(ctx.URI().PathOriginal())).Value()
+		if s.routes.Find(rc, http.MethodPost, path) != "" {
 			model, errM := url.PathUnescape(rc.URLParam("model"))
 			version, errV := url.PathUnescape(rc.URLParam("version"))
 			routeContexts.Put(rc)
@@ -258,6 +262,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, err)
 		return
 	}
+	defer call.Release()
 	call.Wire = dispatcher.Wire{Body: body, HeaderLen: headerLen}
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(wait, model, call)
