@@ -69,8 +69,13 @@ func (e *ConnError) Unwrap() error { return e.Err }
 
 // HTTPUpstream is the pooled fasthttp client to one Triton HTTP endpoint.
 type HTTPUpstream struct {
-	hc      *fasthttp.HostClient
-	base    string // scheme://host, without a trailing slash
+	hc     *fasthttp.HostClient
+	prefix string // the upstream URL's path, without a trailing slash
+	// paths caches the request path of each model's default version: it
+	// is the same for every batch, and fasthttp parses a path alone more
+	// cheaply than a whole URL (the host client knows scheme and host).
+	pathsMu sync.RWMutex
+	paths   map[string]string
 	host    string
 	timeout time.Duration
 }
@@ -89,7 +94,7 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	// The dispatcher decides about retries: a POST is retried only on
 	// connection errors, and only as often as configured.
 	hc.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
-	return &HTTPUpstream{hc: hc, base: u.Scheme + "://" + u.Host + trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
+	return &HTTPUpstream{hc: hc, prefix: trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
 }
 
 // isDialError reports whether err is a connection the upstream's host
@@ -117,6 +122,27 @@ func InferPath(model, version string) string {
 	return p + "/infer"
 }
 
+// path is the request path of model's infer endpoint under the upstream
+// URL's path.
+func (u *HTTPUpstream) path(model, version string) string {
+	if version != "" { // any string a client sends: not cached
+		return u.prefix + InferPath(model, version)
+	}
+	u.pathsMu.RLock()
+	p, ok := u.paths[model]
+	u.pathsMu.RUnlock()
+	if !ok {
+		p = u.prefix + InferPath(model, "")
+		u.pathsMu.Lock()
+		if u.paths == nil {
+			u.paths = make(map[string]string)
+		}
+		u.paths[model] = p
+		u.pathsMu.Unlock()
+	}
+	return p
+}
+
 // Infer implements Upstream.
 func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
@@ -132,14 +158,15 @@ func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 		req.SetBodyRaw(buf)
 		defer func() { *bp = buf[:0]; bodyPool.Put(bp) }()
 	}
-	req.SetRequestURI(u.base + InferPath(model, version))
+	req.Header.SetRequestURI(u.path(model, version))
 	req.Header.SetHost(u.host)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	if headerLen < 0 {
 		req.Header.SetContentType("application/json")
 	} else {
 		req.Header.SetContentType("application/octet-stream")
-		req.Header.Set(kserve.HeaderContentLength, strconv.Itoa(headerLen))
+		var digits [20]byte
+		req.Header.SetBytesV(kserve.HeaderContentLength, strconv.AppendInt(digits[:0], int64(headerLen), 10))
 	}
 	resp := fasthttp.AcquireResponse()
 	if err := u.hc.DoTimeout(req, resp, u.timeout); err != nil {

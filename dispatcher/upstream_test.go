@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,23 +41,34 @@ func TestHTTPUpstreamRefusedIsDial(t *testing.T) {
 	}
 }
 
-// Every body reaches Triton whole, with the headers its form needs: a
-// binary body its Inference-Header-Content-Length, a JSON one (a lone
-// caller's request as it came) none and a JSON content type.
+// seenRequest is what a test server saw of one request.
+type seenRequest struct {
+	path, host, ctype, headerLen string
+	body                         []byte
+}
+
+// Every body reaches Triton whole, at the model's path under the upstream
+// URL's, with the headers its form needs: a binary body its
+// Inference-Header-Content-Length, a JSON one (a lone caller's request as
+// it came) none and a JSON content type.
 func TestHTTPUpstreamSendsEachForm(t *testing.T) {
-	type seen struct {
-		path, ctype, headerLen string
-		body                   []byte
-	}
-	got := make(chan seen, 1)
+	got := make(chan seenRequest, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		got <- seen{r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get(kserve.HeaderContentLength), body}
+		got <- seenRequest{r.URL.EscapedPath(), r.Host, r.Header.Get("Content-Type"), r.Header.Get(kserve.HeaderContentLength), body}
 		w.Header().Set(kserve.HeaderContentLength, "2")
 		w.Write([]byte("{}"))
 	}))
 	defer srv.Close()
-	u, err := NewHTTPUpstream(srv.URL, 4, 5*time.Second)
+	for _, prefix := range []string{"", "/triton"} {
+		t.Run("prefix="+prefix, func(t *testing.T) { sendEachForm(t, srv.URL, prefix, got) })
+	}
+}
+
+// sendEachForm sends every form of body through an upstream at base+prefix
+// and checks what the server saw.
+func sendEachForm(t *testing.T, base, prefix string, got <-chan seenRequest) {
+	u, err := NewHTTPUpstream(base+prefix+"/", 4, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,24 +91,28 @@ func TestHTTPUpstreamSendsEachForm(t *testing.T) {
 	for _, tt := range []struct {
 		name                string
 		body                Body
-		version             string
+		model, version      string
 		wantBody            []byte
 		wantCtype, wantHLen string
 	}{
-		{"merged", merged, "", mergedBody, "application/octet-stream", strconv.Itoa(mergedLen)},
-		{"merged streamed", bigBatch, "", bigBody, "application/octet-stream", strconv.Itoa(bigLen)},
-		{"wire binary", wireBody{&Wire{Body: binBody, HeaderLen: binLen}}, "2", binBody, "application/octet-stream", strconv.Itoa(binLen)},
-		{"wire json", wireBody{&Wire{Body: jsonBody, HeaderLen: -1}}, "", jsonBody, "application/json", ""},
+		{"merged", merged, "m", "", mergedBody, "application/octet-stream", strconv.Itoa(mergedLen)},
+		{"merged again", merged, "m", "", mergedBody, "application/octet-stream", strconv.Itoa(mergedLen)}, // path cached
+		{"merged streamed", bigBatch, "a b", "", bigBody, "application/octet-stream", strconv.Itoa(bigLen)},
+		{"wire binary", wireBody{&Wire{Body: binBody, HeaderLen: binLen}}, "m", "2", binBody, "application/octet-stream", strconv.Itoa(binLen)},
+		{"wire json", wireBody{&Wire{Body: jsonBody, HeaderLen: -1}}, "m", "", jsonBody, "application/json", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			reply, err := u.Infer("m", tt.version, tt.body)
+			reply, err := u.Infer(tt.model, tt.version, tt.body)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer reply.Free()
 			s := <-got
-			if want := InferPath("m", tt.version); s.path != want {
+			if want := prefix + InferPath(tt.model, tt.version); s.path != want {
 				t.Errorf("path %q, want %q", s.path, want)
+			}
+			if want := strings.TrimPrefix(base, "http://"); s.host != want {
+				t.Errorf("Host %q, want %q", s.host, want)
 			}
 			if s.ctype != tt.wantCtype || s.headerLen != tt.wantHLen {
 				t.Errorf("Content-Type %q, header length %q; want %q, %q", s.ctype, s.headerLen, tt.wantCtype, tt.wantHLen)
