@@ -94,7 +94,7 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	// The dispatcher decides about retries: a POST is retried only on
 	// connection errors, and only as often as configured.
 	hc.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
-	return &HTTPUpstream{hc: hc, prefix: trimSlash(u.Path), host: u.Host, timeout: timeout}, nil
+	return &HTTPUpstream{hc: hc, prefix: trimSlash(u.Path), paths: make(map[string]string), host: u.Host, timeout: timeout}, nil
 }
 
 // isDialError reports whether err is a connection the upstream's host
@@ -134,9 +134,6 @@ func (u *HTTPUpstream) path(model, version string) string {
 	if !ok {
 		p = u.prefix + InferPath(model, "")
 		u.pathsMu.Lock()
-		if u.paths == nil {
-			u.paths = make(map[string]string)
-		}
 		u.paths[model] = p
 		u.pathsMu.Unlock()
 	}
