@@ -503,8 +503,7 @@ func TestAdmission(t *testing.T) {
 	if r := h.d.Submit(context.Background(), "simple", call(t, 1, 5)); status(r.Err) != 400 {
 		t.Fatalf("rows over max batch: %v, want 400", r.Err)
 	}
-	go h.d.Submit(context.Background(), "simple", call(t, 1, 4)) // a full batch, held at the upstream
-	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	h.occupy(t, call(t, 1, 4)) // a full batch, held at the upstream
 	ctx, cancel := context.WithCancel(context.Background())
 	go h.d.Submit(ctx, "simple", call(t, 2, 4)) // fills the queue while the instance is busy
 	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 4 })
@@ -529,9 +528,7 @@ func TestExpireAndPriority(t *testing.T) {
 	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
 	// The first call occupies the only instance until the gate opens.
 	first := call(t, 1, 1)
-	firstDone := make(chan Result, 1)
-	go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
-	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	firstDone := h.occupy(t, first)
 
 	exp := call(t, 2, 1)
 	exp.Expire = time.Now().Add(20 * time.Millisecond)
@@ -600,13 +597,23 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // Drain past its deadline answers what is still queued with 503 rather than
 // leaving it waiting for an instance that a hung batch holds.
+// occupy submits c in the background and returns once its batch is in
+// flight: behind a gated upstream, it holds the model's only instance until
+// the gate opens. The channel gets c's answer.
+func (h *harness) occupy(t *testing.T, c *Call) <-chan Result {
+	t.Helper()
+	done := make(chan Result, 1)
+	go func() { done <- h.d.Submit(context.Background(), "simple", c) }()
+	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	return done
+}
+
 func TestDrainTimeoutFailsQueued(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
 	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 1}, up)
 	first, queued := call(t, 1, 1), call(t, 2, 1)
-	firstDone, queuedDone := make(chan Result, 1), make(chan Result, 1)
-	go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
-	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	firstDone := h.occupy(t, first)
+	queuedDone := make(chan Result, 1)
 	go func() { queuedDone <- h.d.Submit(context.Background(), "simple", queued) }()
 	waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
 
@@ -644,9 +651,8 @@ func TestHandedBatchRunsWhenItsCallerLeaves(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var once sync.Once
 		h.pl.onObserve = func() { once.Do(cancel) }
-		firstDone, leaverDone, partnerDone := make(chan Result, 1), make(chan Result, 1), make(chan Result, 1)
-		go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
-		waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+		firstDone := h.occupy(t, first)
+		leaverDone, partnerDone := make(chan Result, 1), make(chan Result, 1)
 		go func() { leaverDone <- h.d.Submit(ctx, "simple", leaver) }()
 		waitFor(t, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
 		go func() { partnerDone <- h.d.Submit(context.Background(), "simple", partner) }()
@@ -654,7 +660,7 @@ func TestHandedBatchRunsWhenItsCallerLeaves(t *testing.T) {
 		close(up.gate)
 		for _, w := range []struct {
 			c    *Call
-			done chan Result
+			done <-chan Result
 		}{{first, firstDone}, {partner, partnerDone}} {
 			select {
 			case r := <-w.done:
@@ -833,9 +839,7 @@ func TestRelease(t *testing.T) {
 
 	// The first call holds the only instance until the gate opens.
 	first := call(t, 1, 1)
-	firstDone := make(chan Result, 1)
-	go func() { firstDone <- h.d.Submit(context.Background(), "simple", first) }()
-	waitFor(t, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	firstDone := h.occupy(t, first)
 
 	expired := call(t, 2, 1)
 	expired.Expire = time.Now().Add(10 * time.Millisecond)
