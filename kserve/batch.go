@@ -134,7 +134,7 @@ func appendBatchKey(dst []byte, r *Request) ([]byte, int64, error) {
 		}
 	}
 	dst = append(dst, 'P')
-	if dst, err = appendParamsExcept(dst, r.Parameters, ParamBinaryDataOutput, ParamTimeout); err != nil {
+	if dst, err = appendParamsEdited(dst, r.Parameters, -1, paramEdit{key: ParamBinaryDataOutput}, paramEdit{key: ParamTimeout}); err != nil {
 		return dst, 0, fmt.Errorf("request parameters: %w", err)
 	}
 	var arr [8]int
@@ -151,7 +151,7 @@ func appendBatchKey(dst []byte, r *Request) ([]byte, int64, error) {
 		dst = appendJSONString(dst, []byte(t.Name))
 		dst = append(dst, t.Datatype...)
 		dst = appendShape(dst, t.Shape[1:])
-		if dst, err = appendParamsExcept(dst, t.Parameters, ParamBinaryDataSize, ""); err != nil {
+		if dst, err = appendParameters(dst, t.Parameters, -1); err != nil {
 			return dst, 0, fmt.Errorf("input %q: %w", t.Name, err)
 		}
 	}
@@ -169,7 +169,7 @@ func appendBatchKey(dst []byte, r *Request) ([]byte, int64, error) {
 		}
 		dst = append(dst, 'O')
 		dst = appendJSONString(dst, []byte(o.Name))
-		if dst, err = appendParamsExcept(dst, o.Parameters, ParamBinaryData, ""); err != nil {
+		if dst, err = appendParamsEdited(dst, o.Parameters, -1, paramEdit{key: ParamBinaryData}); err != nil {
 			return dst, 0, fmt.Errorf("output %q: %w", o.Name, err)
 		}
 	}
@@ -204,22 +204,6 @@ func sortedIndex(dst []int, n int, name func(int) string) []int {
 	return dst
 }
 
-// appendParamsExcept writes p without the keys a and b, sorted.
-func appendParamsExcept(dst []byte, p Parameters, a, b string) ([]byte, error) {
-	if _, hasA := p[a]; !hasA {
-		if _, hasB := p[b]; !hasB {
-			return appendParameters(dst, p, -1)
-		}
-	}
-	q := make(Parameters, len(p))
-	for k, v := range p {
-		if k != a && k != b {
-			q[k] = v
-		}
-	}
-	return appendParameters(dst, q, -1)
-}
-
 // Caller is one request's share of a batch: rows [Start, Start+Rows).
 type Caller struct {
 	ID    string
@@ -248,32 +232,38 @@ type Batch struct {
 func Merge(reqs []*Request) (*Batch, error) { return merge(reqs, true) }
 
 // MergeSameKey is Merge for requests already grouped by BatchKey, as a
-// dispatcher queue holds them: it skips deriving every caller's key again,
-// which is most of Merge's cost for small tensors. Only the first request's
-// key is derived; the caller vouches that the others share it.
+// dispatcher queue holds them: it skips deriving their keys again, which
+// is most of Merge's cost for small tensors. The caller vouches that
+// BatchKey found every request batchable under one key; MergeSameKey still
+// checks what it needs not to fail (rows, and every input in every
+// request), so a broken promise gives an error or a batch Triton refuses.
 func MergeSameKey(reqs []*Request) (*Batch, error) { return merge(reqs, false) }
 
 func merge(reqs []*Request, verify bool) (*Batch, error) {
 	if len(reqs) == 0 {
 		return nil, errors.New("merge: no requests")
 	}
-	key0, err := AppendBatchKey(nil, reqs[0])
-	if err != nil {
-		return nil, fmt.Errorf("merge: request 0 (id %q) cannot be batched: %w", reqs[0].ID, err)
-	}
+	var key0, scratch []byte
 	b := &Batch{Callers: make([]Caller, len(reqs)), reqs: reqs}
-	var scratch []byte
 	for i, r := range reqs {
-		if i > 0 && verify {
-			scratch, err = AppendBatchKey(scratch[:0], r)
-			if err != nil {
-				return nil, fmt.Errorf("merge: request %d (id %q) cannot be batched: %w", i, r.ID, err)
+		var rows int64
+		var err error
+		switch {
+		case !verify:
+			if rows, err = Rows(r); err == nil && rows < 1 {
+				err = fmt.Errorf("request has no rows (dimension 0 is %d)", rows)
 			}
-			if !bytes.Equal(scratch, key0) {
+		case i == 0:
+			key0, rows, err = appendBatchKey(nil, r)
+		default:
+			scratch, rows, err = appendBatchKey(scratch[:0], r)
+			if err == nil && !bytes.Equal(scratch, key0) {
 				return nil, fmt.Errorf("merge: request %d (id %q) differs from request 0 in inputs, parameters or output options", i, r.ID)
 			}
 		}
-		rows := r.Inputs[0].Shape[0]
+		if err != nil {
+			return nil, fmt.Errorf("merge: request %d (id %q) cannot be batched: %w", i, r.ID, err)
+		}
 		b.Callers[i] = Caller{ID: r.ID, Start: b.Rows, Rows: rows}
 		b.Rows += rows
 	}
@@ -282,7 +272,8 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 	b.parts = make([][]byte, len(first.Inputs)*len(reqs))
 	h := make([]byte, 0, 256+128*len(first.Inputs))
 	h = append(h, `{"parameters":`...)
-	if h, err = appendParameters(h, batchParameters(reqs), -1); err != nil {
+	h, err := appendParamsEdited(h, first.Parameters, -1, paramEdit{ParamBinaryDataOutput, true}, paramEdit{ParamTimeout, batchTimeout(reqs)})
+	if err != nil {
 		return nil, fmt.Errorf("merge: %w", err)
 	}
 	h = append(h, `,"inputs":[`...)
@@ -291,6 +282,9 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 		size := 0
 		for i, r := range reqs {
 			t := r.input(in.Name, k)
+			if t == nil {
+				return nil, fmt.Errorf("merge: request %d (id %q) has no input %q", i, r.ID, in.Name)
+			}
 			if t.Deferred() {
 				return nil, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, errDeferred)
 			}
@@ -322,7 +316,7 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 		h = append(h, '}')
 	}
 	h = append(h, ']')
-	if outs := unionOutputs(reqs); len(outs) > 0 {
+	if outs := unionOutputs(reqs); len(outs) > 0 { // each in binary form
 		h = append(h, `,"outputs":[`...)
 		for i, o := range outs {
 			if i > 0 {
@@ -331,7 +325,7 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 			h = append(h, `{"name":`...)
 			h = appendJSONString(h, []byte(o.Name))
 			h = append(h, `,"parameters":`...)
-			if h, err = appendParameters(h, o.Parameters, -1); err != nil {
+			if h, err = appendParamsEdited(h, o.Parameters, -1, paramEdit{ParamBinaryData, true}); err != nil {
 				return nil, fmt.Errorf("merge: output %q: %w", o.Name, err)
 			}
 			h = append(h, '}')
@@ -364,27 +358,23 @@ func mustCount(shape []int64) int64 {
 	return n
 }
 
-// batchParameters are the request parameters of the batched request.
-func batchParameters(reqs []*Request) Parameters {
-	p := make(Parameters, len(reqs[0].Parameters)+1)
-	for k, v := range reqs[0].Parameters {
-		if k != ParamTimeout {
-			p[k] = v
-		}
-	}
-	p[ParamBinaryDataOutput] = true
+// batchTimeout is the batched request's timeout: the smallest any caller
+// set, or nil (none) when no caller set one.
+func batchTimeout(reqs []*Request) any {
+	var least any
 	for _, r := range reqs {
 		if t, ok := r.Parameters.Int(ParamTimeout); ok {
-			if cur, set := p.Int(ParamTimeout); !set || t < cur {
-				p[ParamTimeout] = t
+			if cur, set := least.(int64); !set || t < cur {
+				least = t
 			}
 		}
 	}
-	return p
+	return least
 }
 
-// unionOutputs lists the outputs the batch must ask for, each in binary
-// form, or nil when some caller wants all outputs.
+// unionOutputs lists the outputs the batch must ask for, with the
+// parameters of the first caller naming each, or nil when some caller
+// wants all outputs. merge writes each with binary_data true.
 func unionOutputs(reqs []*Request) []RequestedOutput {
 	var outs []RequestedOutput
 	for _, r := range reqs {
@@ -398,12 +388,7 @@ func unionOutputs(reqs []*Request) []RequestedOutput {
 					continue next
 				}
 			}
-			p := o.Parameters.Clone()
-			if p == nil {
-				p = make(Parameters, 1)
-			}
-			p[ParamBinaryData] = true
-			outs = append(outs, RequestedOutput{Name: o.Name, Parameters: p})
+			outs = append(outs, o)
 		}
 	}
 	return outs

@@ -210,6 +210,97 @@ func TestMergeErrors(t *testing.T) {
 	}
 }
 
+// MergeSameKey trusts its caller on keys, but a broken promise is an
+// error, not a panic.
+func TestMergeSameKeyBrokenPromise(t *testing.T) {
+	a := decodeJSON(t, `{"id":"a","inputs":[{"name":"X","datatype":"INT32","shape":[1,2],"data":[1,2]}]}`)
+	for _, tc := range []struct {
+		name string
+		r    *Request
+		want string
+	}{
+		{"no inputs", &Request{ID: "b"}, `request 1 (id "b") cannot be batched: request has no inputs`},
+		{"no batch dimension", &Request{ID: "b", Inputs: []Tensor{{Name: "X", Datatype: Int32}}}, `shape [] has no batch dimension`},
+		{"no rows", &Request{ID: "b", Inputs: []Tensor{{Name: "X", Datatype: Int32, Shape: []int64{0, 2}}}}, `request has no rows`},
+		{"another input", &Request{ID: "b", Inputs: []Tensor{{Name: "Y", Datatype: Int32, Shape: []int64{1, 2}, Data: make([]byte, 8)}}}, `request 1 (id "b") has no input "X"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := MergeSameKey([]*Request{a, tc.r}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("MergeSameKey = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The batched request's parameters are the first caller's, with
+// binary_data_output true and the smallest timeout any caller set (none
+// when none did); each output it asks for is in binary form, with the
+// other options of the first caller naming it.
+func TestMergeParameters(t *testing.T) {
+	req := func(params, outputs string) *Request {
+		return decodeJSON(t, `{"parameters":`+params+`,"inputs":[{"name":"X","datatype":"INT32","shape":[1],"data":[1]}]`+outputs+`}`)
+	}
+	for _, tc := range []struct {
+		name string
+		reqs []*Request
+		want string // the batched header's start, or its end (outputs)
+	}{
+		{"no parameters", []*Request{req(`{}`, ``), req(`{}`, ``)},
+			`{"parameters":{"binary_data_output":true},`},
+		{"first caller's, JSON output turned binary", []*Request{req(`{"binary_data_output":false,"x":"y"}`, ``), req(`{"binary_data_output":false,"x":"y"}`, ``)},
+			`{"parameters":{"binary_data_output":true,"x":"y"},`},
+		{"smallest timeout", []*Request{req(`{"timeout":300}`, ``), req(`{}`, ``), req(`{"timeout":200}`, ``)},
+			`{"parameters":{"binary_data_output":true,"timeout":200},`},
+		{"the first caller's timeout not a number", []*Request{req(`{"timeout":"soon"}`, ``), req(`{}`, ``)},
+			`{"parameters":{"binary_data_output":true},`},
+		{"outputs in binary, union in order", []*Request{
+			req(`{}`, `,"outputs":[{"name":"B","parameters":{"binary_data":false,"classification":2}}]`),
+			req(`{}`, `,"outputs":[{"name":"A"},{"name":"B","parameters":{"binary_data":true,"classification":2}}]`)},
+			`"outputs":[{"name":"B","parameters":{"binary_data":true,"classification":2}},{"name":"A","parameters":{"binary_data":true}}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := MergeSameKey(tc.reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := string(b.header); !strings.HasPrefix(h, tc.want) && !strings.HasSuffix(h, tc.want) {
+				t.Errorf("header %s\nwant it to begin or end with %s", h, tc.want)
+			}
+		})
+	}
+}
+
+// appendParamsEdited writes what appendParameters writes for the edited
+// copy of p, leaving p as it was.
+func TestAppendParamsEdited(t *testing.T) {
+	p := Parameters{"b": true, "a": int64(3), ParamBinaryDataSize: int64(8), "c": "x"}
+	for _, tc := range []struct {
+		name  string
+		edits []paramEdit
+		want  string
+	}{
+		{"none", nil, `{"a":3,"b":true,"c":"x"}`},
+		{"drop one", []paramEdit{{key: "b"}}, `{"a":3,"c":"x"}`},
+		{"drop absent", []paramEdit{{key: "z"}}, `{"a":3,"b":true,"c":"x"}`},
+		{"set present", []paramEdit{{"a", int64(1)}}, `{"a":1,"b":true,"c":"x"}`},
+		{"set absent, sorted in", []paramEdit{{"bb", false}}, `{"a":3,"b":true,"bb":false,"c":"x"}`},
+		{"drop and set", []paramEdit{{key: "a"}, {"c", "y"}, {"0", int64(0)}}, `{"0":0,"b":true,"c":"y"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := appendParamsEdited(nil, p, -1, tc.edits...)
+			if err != nil || string(got) != tc.want {
+				t.Errorf("got %s, %v; want %s", got, err, tc.want)
+			}
+			if len(p) != 4 || p["a"] != int64(3) || p["b"] != true {
+				t.Errorf("p changed: %v", p)
+			}
+		})
+	}
+	if _, err := appendParamsEdited(nil, nil, -1, paramEdit{"x", struct{}{}}); err == nil || !strings.Contains(err.Error(), `parameter "x"`) {
+		t.Errorf("an edit with a value JSON cannot hold: %v", err)
+	}
+}
+
 func TestSplitErrors(t *testing.T) {
 	a := decodeJSON(t, `{"id":"a","inputs":[{"name":"X","datatype":"INT32","shape":[1,2],"data":[1,2]}],"outputs":[{"name":"Y"}]}`)
 	b := decodeJSON(t, `{"id":"b","inputs":[{"name":"X","datatype":"INT32","shape":[2,2],"data":[1,2,3,4]}]}`)

@@ -265,11 +265,31 @@ func appendShape(dst []byte, shape []int64) []byte {
 // binSize >= 0 (any binary_data_size already in p is dropped: the codec
 // owns it).
 func appendParameters(dst []byte, p Parameters, binSize int64) ([]byte, error) {
+	return appendParamsEdited(dst, p, binSize)
+}
+
+// paramEdit changes one key of a parameter object as it is written: a nil
+// value drops the key, any other sets it.
+type paramEdit struct {
+	key   string
+	value any
+}
+
+// appendParamsEdited is appendParameters for p changed by edits (distinct
+// keys, none of them binary_data_size). The batch key and the batched
+// request write a caller's parameters with a key or two changed; editing on
+// the way out spares copying every caller's map to change it.
+func appendParamsEdited(dst []byte, p Parameters, binSize int64, edits ...paramEdit) ([]byte, error) {
 	var arr [8]string
 	keys := arr[:0]
 	for k := range p {
-		if k != ParamBinaryDataSize {
+		if k != ParamBinaryDataSize && !slices.ContainsFunc(edits, func(e paramEdit) bool { return e.key == k }) {
 			keys = append(keys, k)
+		}
+	}
+	for _, e := range edits {
+		if e.value != nil {
+			keys = append(keys, e.key)
 		}
 	}
 	slices.Sort(keys)
@@ -280,8 +300,18 @@ func appendParameters(dst []byte, p Parameters, binSize int64) ([]byte, error) {
 		}
 		dst = appendJSONString(dst, []byte(k))
 		dst = append(dst, ':')
+		var v any
+		edited := false
+		for _, e := range edits {
+			if e.key == k {
+				v, edited = e.value, true
+			}
+		}
+		if !edited {
+			v = p[k]
+		}
 		var err error
-		if dst, err = appendParamValue(dst, p[k]); err != nil {
+		if dst, err = appendParamValue(dst, v); err != nil {
 			return dst, fmt.Errorf("parameter %q: %w", k, err)
 		}
 	}
