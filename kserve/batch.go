@@ -337,7 +337,7 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 }
 
 // input finds the input called name, trying index k first (callers usually
-// list inputs in the same order). The batch key guarantees it exists.
+// list inputs in the same order), or nil when r has none of that name.
 func (r *Request) input(name string, k int) *Tensor {
 	if k < len(r.Inputs) && r.Inputs[k].Name == name {
 		return &r.Inputs[k]
