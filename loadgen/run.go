@@ -76,6 +76,16 @@ type Config struct {
 	MaxInFlight int           // requests out at once; 0 means 1024
 	OnFull      FullPolicy
 
+	// Warmup, when positive, offers the run's starting rate for this long
+	// before the run, on the same connections, and leaves it out of the
+	// records: the run then meets the target with the connections its rate
+	// needs already open. Started cold at a high rate, a run opens them all
+	// in its first milliseconds, and a proxy that must accept each one (and
+	// dial the upstream for it) falls behind, which opens more: hundreds of
+	// milliseconds of queueing that say more about the start than about the
+	// rate (docs/BENCHMARKS.md, "A load step's first milliseconds").
+	Warmup time.Duration
+
 	// Progress, when set, is called every ProgressInterval (0 means 1s)
 	// from a goroutine of its own while the run lasts.
 	Progress         func(Snapshot)
@@ -100,6 +110,9 @@ type Result struct {
 	FirstVerifyError string
 	// Payloads is how many distinct request bodies were prebuilt.
 	Payloads int
+	// Warmup accounts for the requests of Config.Warmup, which are not in
+	// Records or Summary (zero without a warm-up).
+	Warmup Summary
 }
 
 const (
@@ -131,6 +144,8 @@ func (c *Config) check() error {
 		return errors.New("binary is an HTTP form; gRPC always sends tensors as raw bytes")
 	case c.ProgressInterval < 0:
 		return fmt.Errorf("progress interval must be positive, got %v", c.ProgressInterval)
+	case c.Warmup < 0 || c.Warmup > maxRunLength:
+		return fmt.Errorf("warm-up must be between 0 and %v, got %v", maxRunLength, c.Warmup)
 	}
 	if c.Rows == 0 {
 		c.Rows = 1
@@ -174,13 +189,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	defer client.close()
 	payloads, err := buildPayloads(inputs, cfg.Rows, cfg.Payloads, cfg.Binary || cfg.GRPC, cfg.Seed, maxPayloadBytes)
 	if err == nil && cfg.GRPC {
 		err = marshalGRPC(payloads, cfg.Model, cfg.Version)
 	}
 	if err != nil {
-		client.close()
 		return Result{}, fmt.Errorf("model %q: %w", cfg.Model, err)
+	}
+	var warm Summary
+	if cfg.Warmup > 0 {
+		if warm, err = warmUp(ctx, cfg, client, payloads); err != nil {
+			return Result{}, err
+		}
 	}
 	r := &runner{
 		cfg:      cfg,
@@ -190,7 +211,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		jobs:     make(chan job),
 		book:     newRecordBook(bookSize(cfg)),
 	}
-	return r.run(ctx, arr)
+	res, err := r.run(ctx, arr)
+	res.Warmup = warm
+	return res, err
+}
+
+// warmUp offers cfg's starting rate for cfg.Warmup on client, unrecorded
+// and unverified, and returns its account. Its arrivals are drawn from a
+// seed of their own, so the run's arrivals are the same with or without
+// a warm-up.
+func warmUp(ctx context.Context, cfg Config, client transport, payloads []payload) (Summary, error) {
+	rate := cfg.Rate.RateAt(0)
+	if rate <= 0 {
+		return Summary{}, nil // a run that starts idle has nothing to warm
+	}
+	w := cfg
+	w.Rate, w.Duration, w.Seed = ConstantRate(rate), cfg.Warmup, cfg.Seed^0x5741524d // "WARM"
+	w.Requests, w.Progress = 0, nil
+	arr, err := newArrivals(w.Rate, w.Seed, w.Duration)
+	if err != nil {
+		return Summary{}, fmt.Errorf("warm-up: %w", err)
+	}
+	r := &runner{cfg: w, client: client, payloads: payloads, jobs: make(chan job), book: newRecordBook(bookSize(w))}
+	res, err := r.run(ctx, arr)
+	if err != nil {
+		return res.Summary, fmt.Errorf("warm-up: %w", err)
+	}
+	return res.Summary, nil
 }
 
 // connect makes the run's client for the target's protocol and learns the
@@ -282,7 +329,6 @@ type window struct {
 }
 
 func (r *runner) run(ctx context.Context, arr *arrivals) (Result, error) {
-	defer r.client.close()
 	// A canceled run closes the connections, so requests in flight end now
 	// rather than at their timeout.
 	stopAbort := context.AfterFunc(ctx, r.client.abort)

@@ -416,6 +416,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "timeout must be positive"},
 		{"huge pool", func(c *Config) { c.MaxInFlight = 1 << 20 }, "at most 65536"},
 		{"unknown policy", func(c *Config) { c.OnFull = 7 }, "full-pool policy"},
+		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, "warm-up must be between"},
 		{"unknown model", func(c *Config) { c.Model = "nope" }, "status 404"},
 		{"unverifiable model", func(c *Config) { c.Model = "nope"; c.Verify = true }, `cannot verify model "nope"`},
 		{"rows without batch dimension", func(c *Config) {
@@ -435,5 +436,43 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}
 	if n := srv.n.Load(); n != 0 {
 		t.Fatalf("bad configs sent %d requests", n)
+	}
+}
+
+// A warm-up reaches the server on the run's client, but stays out of the
+// records and the summary, which are those of the same run without it;
+// Result.Warmup accounts for it.
+func TestRunWarmup(t *testing.T) {
+	srv := newFakeServer(t, nil)
+	cfg := Config{Target: srv.URL, Model: "simple", Rate: ConstantRate(400), Duration: 300 * time.Millisecond, Seed: 9}
+	cold, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cold.Warmup.Scheduled != 0 || cold.Warmup.Sent != 0 {
+		t.Fatalf("a run without warm-up accounts for one: %+v", cold.Warmup)
+	}
+	before := srv.n.Load()
+	cfg.Warmup = 200 * time.Millisecond
+	warm, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccount(t, warm)
+	if warm.Summary.Scheduled != cold.Summary.Scheduled || int64(len(warm.Records)) != warm.Summary.Scheduled {
+		t.Fatalf("with a warm-up the run scheduled %d (%d records), without %d: the warm-up changed the run's arrivals",
+			warm.Summary.Scheduled, len(warm.Records), cold.Summary.Scheduled)
+	}
+	w := warm.Warmup
+	if w.OK < 40 || w.OK != w.Scheduled {
+		t.Fatalf("warm-up of 200 ms at 400/s: %+v", w)
+	}
+	if got, want := srv.n.Load()-before, warm.Summary.Sent+w.Sent; got != want {
+		t.Fatalf("server saw %d requests, the run and its warm-up sent %d", got, want)
+	}
+	for _, r := range warm.Records {
+		if r.Start < 0 {
+			t.Fatalf("a record starts before the run: %+v", r)
+		}
 	}
 }

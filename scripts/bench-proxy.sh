@@ -28,6 +28,13 @@
 # repeats already discounts one such ladder). The highest sustainable rate
 # of a ladder is its last sustained step (0 if none). Every try is kept in
 # runs.jsonl; the latency tables use the first try of the first step.
+# Every step first offers its rate for $WARMUP on the connections it then
+# uses, unrecorded (`ratebatch load --warmup`): a load generator started
+# cold at 15,000 req/s opens its connections all at once, and the queue a
+# proxy builds while it accepts them (and, passing through, dials the
+# upstream for each) failed steps it sustains once they are open
+# (docs/BENCHMARKS.md, "A load step's first milliseconds"). CPU per
+# request counts the warm-up's requests with the step's.
 # Ladders are repeated $REPEAT times, targets in a rotated order each time so
 # that a change in the machine's background load hits every target alike;
 # tables give medians over the repeats. Added latency is paired per repeat:
@@ -69,7 +76,7 @@
 #                           figures are the proxy's, not a policy's waiting)
 #   E2E_POLICY [$POLICY]    batching policy of the e2e phase
 #   PROXY_FLAGS [""]        extra flags for both ratebatch serve processes
-#   LAT_RATE [2000] LAT_DURATION [2s] STEP_DURATION [1.5s]
+#   LAT_RATE [2000] LAT_DURATION [2s] STEP_DURATION [1.5s] WARMUP [0.5s]
 #   RATES ["5000 10000 15000 20000 25000 30000 40000"]  ladder above LAT_RATE
 #   E2E_PRESET [googlenet-p4] E2E_LAT_RATE [300]
 #   E2E_RATES ["450 600 900 1200 1500 1800 2400"] E2E_FORMS ["binary grpc"]
@@ -117,6 +124,7 @@ PROXY_FLAGS=${PROXY_FLAGS:-}
 LAT_RATE=${LAT_RATE:-2000}
 LAT_DURATION=${LAT_DURATION:-2s}
 STEP_DURATION=${STEP_DURATION:-1.5s}
+WARMUP=${WARMUP:-0.5s}
 RATES=${RATES:-5000 10000 15000 20000 25000 30000 40000}
 E2E_PRESET=${E2E_PRESET:-googlenet-p4}
 E2E_LAT_RATE=${E2E_LAT_RATE:-300}
@@ -378,7 +386,7 @@ load() {
 	t0=$(date +%s%N)
 	# The shell's cutime+cstime after the load command is its CPU time.
 	cticks=$("${client_pin[@]}" sh -c '"$@" >"$0.json" 2>"$0.err"; read -r s </proc/$$/stat; set -- ${s##*) }; echo $((${14} + ${15}))' \
-		"$f" "$BIN" load $(target_args "$phase" "$target" "$form") --model simple --rate "$rate" --duration "$dur" --json)
+		"$f" "$BIN" load $(target_args "$phase" "$target" "$form") --model simple --rate "$rate" --duration "$dur" --warmup "$WARMUP" --json)
 	t1=$(date +%s%N)
 	read -r s1 u1 w1 < <(cpu_ticks ${cpu_pids[$phase/$target]})
 	read -r e1 _ < <(cpu_ticks "${emu_pid[$phase]}")
@@ -393,12 +401,13 @@ load() {
 		--argjson bound "$P99_BOUND_MS" --argjson wall_ns $((t1 - t0)) --argjson hz "$ncpu_tick" \
 		--argjson client "$cticks" --argjson proxy "$proxy_ticks" --argjson proxy_user "$proxy_user" --argjson proxy_switches "$proxy_switches" --argjson emulator $((e1 - e0)) \
 		'def pct(t): if t == null then null else (1000 * 100 * t / $hz / ($wall_ns / 1e9) | round) / 1000 end;
-		 def usreq(t): if t == null or (.sent // 0) == 0 then null else (1000 * 1e6 * t / $hz / .sent | round) / 1000 end;
+		 def sent: (.sent // 0) + (.warmup.sent // 0);
+		 def usreq(t): if t == null or sent == 0 then null else (1000 * 1e6 * t / $hz / sent | round) / 1000 end;
 		 {phase: $phase, target: $target, form: $form, rate: $rate, rep: $rep, step: $step, attempt: $attempt, loadavg: $loadavg,
 		  client_cpu_pct: pct($client), proxy_cpu_pct: pct($proxy), emulator_cpu_pct: pct($emulator),
 		  client_cpu_us_per_req: usreq($client), proxy_cpu_us_per_req: usreq($proxy), emulator_cpu_us_per_req: usreq($emulator),
 		  proxy_user_us_per_req: usreq($proxy_user),
-		  proxy_switches_per_req: (if $proxy_switches == null or (.sent // 0) == 0 then null else $proxy_switches / .sent end),
+		  proxy_switches_per_req: (if $proxy_switches == null or sent == 0 then null else $proxy_switches / sent end),
 		  sustained: (.scheduled != null and (.scheduled - .ok) <= ([1, 0.001 * .scheduled] | max) and .p99_latency_ms <= $bound),
 		  load: .}' "$f.json" >>"$out/runs.jsonl"
 	sustained=$(tail -n 1 "$out/runs.jsonl" | jq -r 'if .sustained then 1 else 0 end')
@@ -463,7 +472,7 @@ start_s=$(date +%s)
 	echo "git: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 	echo "pin: $([[ $PIN == 1 ]] && echo 'client on CPU 0, servers on CPU 1 (taskset)' || echo none)"
 	echo "repeat: $REPEAT; forms: $FORMS (e2e: $E2E_FORMS); p99 bound: $P99_BOUND_MS ms"
-	echo "overhead: emulator --tau-scale 0; batching policy $POLICY; ladder $LAT_RATE ($LAT_DURATION) then $RATES ($STEP_DURATION each)"
+	echo "overhead: emulator --tau-scale 0; batching policy $POLICY; ladder $LAT_RATE ($LAT_DURATION) then $RATES ($STEP_DURATION each, after a warm-up of $WARMUP)"
 	echo "e2e: emulator --preset $E2E_PRESET; batching policy $E2E_POLICY; ladder $E2E_LAT_RATE ($LAT_DURATION) then $E2E_RATES ($STEP_DURATION each)"
 	echo "proxy flags: ${PROXY_FLAGS:-none}"
 	[[ -n ${BASE_BIN:-} ]] && echo "base: $("$BASE_BIN" version 2>/dev/null | head -n 1) ($BASE_BIN)"
@@ -492,7 +501,7 @@ def p50: .load.p50_latency_ms;
 def p99: .load.p99_latency_ms;
 . as $all
 | ($all | map(.phase) | unique | sort_by(if . == "overhead" then 0 else 1 end)) as $phases
-| "Medians over the repeats. Added latency and ratios are paired per repeat (target minus, or over, direct or nginx of the same repeat and form), then the median is taken. Sustainable: at most 0.1% (at least 1) of the scheduled requests not answered 200 and p99 <= \($bound) ms, \(if $tries == 1 then "on its one try" else "in one of \($tries) tries" end). CPU: % of one core over the run, and CPU time per request sent (client = the load generator; proxy = ratebatch, or nginx's master and workers); user: the proxy's user-mode share of it (the rest is the kernel's); switches: the proxy's threads' context switches per request.",
+| "Medians over the repeats. Added latency and ratios are paired per repeat (target minus, or over, direct or nginx of the same repeat and form), then the median is taken. Sustainable: at most 0.1% (at least 1) of the scheduled requests not answered 200 and p99 <= \($bound) ms, \(if $tries == 1 then "on its one try" else "in one of \($tries) tries" end). CPU: % of one core over the run, and CPU time per request sent, warm-up included (client = the load generator; proxy = ratebatch, or nginx's master and workers); user: the proxy's user-mode share of it (the rest is the kernel's); switches: the proxy's threads' context switches per request.",
   "",
   ( $phases[] as $ph
   | ($all | map(select(.phase == $ph))) as $P

@@ -46,6 +46,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	samplesPath := fs.String("samples-csv", "", "with --admin: write the samples (rate, batch size, requests per joule over time) here for ratebatch report")
 	progress := fs.Bool("progress", false, "print a line of progress per second to stderr")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	warmup := fs.Duration("warmup", 0, "before the run, offer its starting rate this long on the same connections, unrecorded (a load step's connections then exist when it starts)")
 	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile here (go tool pprof)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -69,6 +70,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Timeout:     *timeout,
 		MaxInFlight: *maxInFlight,
 		Payloads:    *payloads,
+		Warmup:      *warmup,
 	}
 	switch {
 	case *target == "":
@@ -87,6 +89,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageErr("--max-inflight must be >= 1, got %d", *maxInFlight)
 	case *payloads < 0:
 		return usageErr("--payloads must be >= 0, got %d", *payloads)
+	case *warmup < 0:
+		return usageErr("--warmup must be >= 0, got %v", *warmup)
 	case set["duration"] && *duration <= 0:
 		return usageErr("--duration must be > 0, got %v", *duration)
 	}
@@ -178,7 +182,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		out := struct {
 			loadgen.Summary
 			FirstVerifyError string `json:"first_verify_error,omitempty"`
-		}{res.Summary, res.FirstVerifyError}
+			// Warmup accounts for --warmup's requests, which the rest leaves out.
+			Warmup *loadgen.Summary `json:"warmup,omitempty"`
+		}{Summary: res.Summary, FirstVerifyError: res.FirstVerifyError}
+		if *warmup > 0 {
+			out.Warmup = &res.Warmup
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,10 @@ type loadJSON struct {
 	StatusCounts     map[string]int64 `json:"status_counts"`
 	ErrorsByKind     map[string]int64 `json:"errors_by_kind"`
 	FirstVerifyError string           `json:"first_verify_error"`
+	Warmup           *struct {
+		Sent int64 `json:"sent"`
+		OK   int64 `json:"ok"`
+	} `json:"warmup"`
 }
 
 func runLoadJSON(t *testing.T, args ...string) (loadJSON, int, string) {
@@ -62,7 +67,7 @@ func runLoadJSON(t *testing.T, args ...string) (loadJSON, int, string) {
 // verifies and the JSON carries the contract keys.
 func TestLoadAgainstEmulator(t *testing.T) {
 	url := emulatorURL(t, nil)
-	for _, form := range [][]string{nil, {"--binary"}, {"--binary", "--rows", "3"}} {
+	for _, form := range [][]string{nil, {"--binary"}, {"--binary", "--rows", "3"}, {"--warmup", "200ms"}} {
 		t.Run(strings.Join(form, " "), func(t *testing.T) {
 			args := append([]string{"--target", url, "--model", "simple", "--rate", "300", "--duration", "300ms", "--verify"}, form...)
 			got, code, stderr := runLoadJSON(t, args...)
@@ -79,6 +84,10 @@ func TestLoadAgainstEmulator(t *testing.T) {
 			}
 			if *got.P50LatencyMs <= 0 || *got.P99LatencyMs < *got.P50LatencyMs || *got.ThroughputRPS <= 0 {
 				t.Fatalf("p50 %v p99 %v throughput %v", *got.P50LatencyMs, *got.P99LatencyMs, *got.ThroughputRPS)
+			}
+			// A warm-up is accounted for apart, and only when asked for.
+			if warm := slices.Contains(form, "--warmup"); (got.Warmup != nil) != warm || warm && (got.Warmup.Sent < 20 || got.Warmup.OK != got.Warmup.Sent) {
+				t.Fatalf("warm-up asked for: %v; accounted: %+v", warm, got.Warmup)
 			}
 		})
 	}
@@ -185,6 +194,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--speedup", "2"}, "need --trace"},
 		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--on-full", "queue"}, "--on-full must be"},
 		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--rows", "0"}, "--rows"},
+		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--warmup", "-1s"}, "--warmup must be >= 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
