@@ -203,7 +203,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 	}
-	r := &runner{
+	res, err := newRunner(cfg, client, payloads, verifier).run(ctx, arr)
+	res.Warmup = warm
+	return res, err
+}
+
+func newRunner(cfg Config, client transport, payloads []payload, verifier Verifier) *runner {
+	return &runner{
 		cfg:      cfg,
 		client:   client,
 		payloads: payloads,
@@ -211,9 +217,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		jobs:     make(chan job),
 		book:     newRecordBook(bookSize(cfg)),
 	}
-	res, err := r.run(ctx, arr)
-	res.Warmup = warm
-	return res, err
 }
 
 // warmUp offers cfg's starting rate for cfg.Warmup on client, unrecorded
@@ -232,8 +235,7 @@ func warmUp(ctx context.Context, cfg Config, client transport, payloads []payloa
 	if err != nil {
 		return Summary{}, fmt.Errorf("warm-up: %w", err)
 	}
-	r := &runner{cfg: w, client: client, payloads: payloads, jobs: make(chan job), book: newRecordBook(bookSize(w))}
-	res, err := r.run(ctx, arr)
+	res, err := newRunner(w, client, payloads, nil).run(ctx, arr)
 	if err != nil {
 		return res.Summary, fmt.Errorf("warm-up: %w", err)
 	}

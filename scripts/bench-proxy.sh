@@ -473,7 +473,7 @@ start_s=$(date +%s)
 	echo "pin: $([[ $PIN == 1 ]] && echo 'client on CPU 0, servers on CPU 1 (taskset)' || echo none)"
 	echo "repeat: $REPEAT; forms: $FORMS (e2e: $E2E_FORMS); p99 bound: $P99_BOUND_MS ms"
 	echo "overhead: emulator --tau-scale 0; batching policy $POLICY; ladder $LAT_RATE ($LAT_DURATION) then $RATES ($STEP_DURATION each, after a warm-up of $WARMUP)"
-	echo "e2e: emulator --preset $E2E_PRESET; batching policy $E2E_POLICY; ladder $E2E_LAT_RATE ($LAT_DURATION) then $E2E_RATES ($STEP_DURATION each)"
+	echo "e2e: emulator --preset $E2E_PRESET; batching policy $E2E_POLICY; ladder $E2E_LAT_RATE ($LAT_DURATION) then $E2E_RATES ($STEP_DURATION each, after a warm-up of $WARMUP)"
 	echo "proxy flags: ${PROXY_FLAGS:-none}"
 	[[ -n ${BASE_BIN:-} ]] && echo "base: $("$BASE_BIN" version 2>/dev/null | head -n 1) ($BASE_BIN)"
 	echo "uptime at start: $(uptime)"
