@@ -92,7 +92,7 @@ var sequenceParams = []string{ParamSequenceID, ParamSequenceStart, ParamSequence
 // classification). Which outputs a caller wants and in which form (JSON or
 // binary) do not enter the key: the batch asks for their union in binary and
 // Split serves each caller. batchable is false for requests that must go to
-// the server alone (see AppendBatchKey for the reason). rows is r's
+// the server alone (see appendBatchKey for the reasons). rows is r's
 // dimension 0, which deriving the key has checked: callers need not count
 // it again.
 func BatchKey(r *Request) (key string, rows int64, batchable bool) {
@@ -111,15 +111,10 @@ func BatchKey(r *Request) (key string, rows int64, batchable bool) {
 // keyBuffers are scratch space for keys: a key is built once per request.
 var keyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
-// AppendBatchKey appends r's batch key (see BatchKey) to dst, or says why r
-// cannot be batched: shared-memory tensors, sequence parameters, inputs
-// without a common batch dimension, no rows, duplicate names.
-func AppendBatchKey(dst []byte, r *Request) ([]byte, error) {
-	dst, _, err := appendBatchKey(dst, r)
-	return dst, err
-}
-
-// appendBatchKey is AppendBatchKey that also returns r's rows.
+// appendBatchKey appends r's batch key (see BatchKey) to dst and returns
+// r's rows, or says why r cannot be batched: shared-memory tensors,
+// sequence parameters, inputs without a common batch dimension, no rows,
+// duplicate names.
 func appendBatchKey(dst []byte, r *Request) ([]byte, int64, error) {
 	rows, err := Rows(r)
 	if err != nil {

@@ -87,7 +87,7 @@ func TestUnbatchable(t *testing.T) {
 		if k, _, ok := BatchKey(r); ok {
 			t.Errorf("%s: batchable with key %q", tc.body, k)
 		}
-		if _, err := AppendBatchKey(nil, r); err == nil || !strings.Contains(err.Error(), tc.why) {
+		if _, _, err := appendBatchKey(nil, r); err == nil || !strings.Contains(err.Error(), tc.why) {
 			t.Errorf("%s: reason %v, want %q", tc.body, err, tc.why)
 		}
 		if _, err := Merge([]*Request{r}); err == nil || !strings.Contains(err.Error(), "cannot be batched") {
