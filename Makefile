@@ -41,15 +41,15 @@ lint:
 test-go:
 	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
 	scripts/setup-chromium.sh
-	$(GO) build -o bin/testprogress ./internal/testprogress
+	$(GO) build -o bin/testprogress ./lab/testprogress
 	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
 	@# Under -race the live latency comparisons only log their ratios (the
 	@# detector slows the proxy several times over); here they assert them.
 	$(GO) test -count=1 -run '^(TestColdStartStep|TestSequentialClient|TestSimPredictsLive)$$' ./cmd/ratebatch
 
-## generate: regenerate the committed gRPC code from grpcproxy/inference/inference.proto
+## generate: regenerate the committed gRPC code from kserve/inference/inference.proto
 generate: proto-tools
-	cd grpcproxy/inference && PATH="$(TOOLS):$$PATH" protoc -I. \
+	cd kserve/inference && PATH="$(TOOLS):$$PATH" protoc -I. \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative inference.proto
 

@@ -537,7 +537,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	ours := goStrings(t, "ratebatch_", ".")
 	// Triton's own series, as the emulator mirrors them.
-	tritons := goStrings(t, "nv_", "emulator")
+	tritons := goStrings(t, "nv_", "lab/emulator")
 	series := regexp.MustCompile(`\b(ratebatch|nv)_[a-z0-9_]+\b`)
 	checked := 0
 	for _, p := range dash.Panels {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/internal/kservetest"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/kserve/kservetest"
 	"github.com/ratebatch/ratebatch/policy"
 )
 

@@ -120,24 +120,65 @@ func TestRelativeLinksPattern(t *testing.T) {
 	}
 }
 
-func TestArchitectureNamesEveryPackage(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}", "../...").Output()
+// goList returns the module's packages, paths relative to the module, with
+// the given template's output after a tab.
+func goList(t *testing.T, format string) map[string]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}\t"+format, "../...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
+	pkgs := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, rest, _ := strings.Cut(line, "\t")
+		pkgs[strings.TrimPrefix(path, module)] = rest
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages: %q", len(pkgs), pkgs)
+	}
+	return pkgs
+}
+
+const module = "github.com/ratebatch/ratebatch/"
+
+// tableRow matches a row of ARCHITECTURE.md's package table.
+var tableRow = regexp.MustCompile("(?m)^\\| `([^`]+)` \\|")
+
+// TestArchitectureNamesEveryPackage: the package table has a row for every
+// package and no row for a package that does not exist (one renamed or
+// moved without its row).
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	pkgs := goList(t, "")
 	arch, err := os.ReadFile("ARCHITECTURE.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const module = "github.com/ratebatch/ratebatch/"
-	pkgs := strings.Fields(string(out))
-	if len(pkgs) < 20 {
-		t.Fatalf("go list found only %d packages: %q", len(pkgs), pkgs)
+	rows := map[string]bool{}
+	for _, m := range tableRow.FindAllStringSubmatch(string(arch), -1) {
+		rows[m[1]] = true
+		if _, ok := pkgs[m[1]]; !ok {
+			t.Errorf("docs/ARCHITECTURE.md: the package table names %s, which go list does not find", m[1])
+		}
 	}
-	for _, p := range pkgs {
-		rel := strings.TrimPrefix(p, module)
-		if !strings.Contains(string(arch), "| `"+rel+"` |") {
+	for rel := range pkgs {
+		if !rows[rel] {
 			t.Errorf("docs/ARCHITECTURE.md: the package table has no row for %s", rel)
+		}
+	}
+}
+
+// TestProductDoesNotImportLab: the layout's promise that lab/ is a wing the
+// product never enters. Only cmd/ and lab/ itself may import it (tests
+// anywhere may, and are not listed by .Imports).
+func TestProductDoesNotImportLab(t *testing.T) {
+	for rel, imports := range goList(t, "{{join .Imports \" \"}}") {
+		if strings.HasPrefix(rel, "lab/") || strings.HasPrefix(rel, "cmd/") {
+			continue
+		}
+		for _, imp := range strings.Fields(imports) {
+			if strings.HasPrefix(imp, module+"lab/") {
+				t.Errorf("%s imports %s: the product must not depend on the laboratory", rel, strings.TrimPrefix(imp, module))
+			}
 		}
 	}
 }

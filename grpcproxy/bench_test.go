@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
-	"github.com/ratebatch/ratebatch/kservegrpc"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
 
 // BenchmarkRelay measures what relaying adds to a unary call: the same
@@ -29,10 +29,10 @@ func BenchmarkRelay(b *testing.B) {
 		cc   *grpc.ClientConn
 	}{{"direct", tritonConn}, {"proxy", r.cc}} {
 		b.Run(tc.name, func(b *testing.B) {
-			in, out := &kservegrpc.Frame{B: []byte("\x0a\x06simple")}, &kservegrpc.Frame{}
+			in, out := &grpcwire.Frame{B: []byte("\x0a\x06simple")}, &grpcwire.Frame{}
 			ctx := context.Background()
 			for b.Loop() {
-				if err := tc.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", in, out, grpc.ForceCodecV2(kservegrpc.Codec{})); err != nil {
+				if err := tc.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", in, out, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -8,9 +8,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/kservegrpc"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
 
 // FuzzMergeSplit feeds arbitrary ModelInferRequest bytes through the door's
@@ -38,7 +38,7 @@ func FuzzMergeSplit(f *testing.F) {
 		if proto.Unmarshal(msg, &m) != nil {
 			return
 		}
-		req, err := kservegrpc.ToRequest(&m)
+		req, err := grpcwire.ToRequest(&m)
 		if err != nil {
 			return
 		}
@@ -78,7 +78,7 @@ func FuzzMergeSplit(f *testing.F) {
 			t.Fatalf("split: %v", err)
 		}
 		for c, want := range []*kserve.Request{req, &other} {
-			out := kservegrpc.ToResponse(parts[c])
+			out := grpcwire.ToResponse(parts[c])
 			enc, err := proto.Marshal(out)
 			if err != nil {
 				t.Fatalf("caller %d: marshal: %v", c, err)

@@ -34,10 +34,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/kservegrpc"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
 
 // Batcher queues inference calls of the models it batches.
@@ -126,7 +126,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{o: o, log: o.Logger}
 	s.srv = grpc.NewServer(
-		grpc.ForceServerCodecV2(kservegrpc.Codec{}),
+		grpc.ForceServerCodecV2(grpcwire.Codec{}),
 		grpc.UnknownServiceHandler(s.handle),
 		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
 		grpc.MaxSendMsgSize(tritonMaxMessage),
@@ -150,7 +150,7 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(dialRaw),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(kservegrpc.Codec{}),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcwire.Codec{}),
 			grpc.MaxCallRecvMsgSize(tritonMaxMessage), grpc.MaxCallSendMsgSize(tritonMaxMessage)))
 	if err != nil {
 		return nil, fmt.Errorf("upstream gRPC %s: %w", addr, err)
@@ -207,7 +207,7 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	start := time.Now()
 	ctx := ss.Context()
-	first := &kservegrpc.Frame{}
+	first := &grpcwire.Frame{}
 	if err := ss.RecvMsg(first); err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	if err := proto.Unmarshal(first.B, m); err != nil {
 		return status.Errorf(codes.InvalidArgument, "malformed ModelInferRequest: %v", err)
 	}
-	req, err := kservegrpc.ToRequest(m)
+	req, err := grpcwire.ToRequest(m)
 	if err != nil {
 		return s.fail(model, err)
 	}
@@ -246,7 +246,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	if res.Err != nil {
 		return s.fail(model, res.Err)
 	}
-	err = ss.SendMsg(kservegrpc.ToResponse(res.Resp)) // marshals before it returns
+	err = ss.SendMsg(grpcwire.ToResponse(res.Resp)) // marshals before it returns
 	res.Release()
 	if err != nil {
 		s.log.Debug("writing gRPC response", "model", model, "err", err)
@@ -276,14 +276,14 @@ func statusOf(err error) *status.Status {
 	case errors.Is(err, dispatcher.ErrUnknownModel):
 		return status.New(codes.NotFound, err.Error())
 	}
-	return status.New(kservegrpc.Code(kserve.ErrorStatus(err)), err.Error())
+	return status.New(grpcwire.Code(kserve.ErrorStatus(err)), err.Error())
 }
 
 // forward relays a call to the upstream message by message, both ways at
 // once (a stream's messages are not waited for), with the client's
 // metadata and deadline, and gives the client the upstream's headers,
 // trailers and status. first, when set, is a message already read.
-func (s *Server) forward(ss grpc.ServerStream, method string, first *kservegrpc.Frame) error {
+func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Frame) error {
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	ctx = outgoing(ctx)
@@ -300,7 +300,7 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *kservegrpc.
 			}
 		}
 		for {
-			f := &kservegrpc.Frame{}
+			f := &grpcwire.Frame{}
 			if err := ss.RecvMsg(f); err != nil {
 				if err == io.EOF {
 					cs.CloseSend()
@@ -316,7 +316,7 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *kservegrpc.
 	}()
 	// Upstream to client.
 	for n := 0; ; n++ {
-		f := &kservegrpc.Frame{}
+		f := &grpcwire.Frame{}
 		err := cs.RecvMsg(f)
 		if n == 0 && err == nil {
 			if h, herr := cs.Header(); herr == nil {
@@ -344,9 +344,9 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *kservegrpc.
 // (ModelInfer of a model the proxy does not batch) as one upstream call:
 // no stream and no goroutine of its own, which is what a relayed
 // ModelInfer costs most. Headers, trailers and status are the upstream's.
-func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *kservegrpc.Frame) error {
+func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.Frame) error {
 	var header, trailer metadata.MD
-	out := &kservegrpc.Frame{}
+	out := &grpcwire.Frame{}
 	err := s.o.Upstream.Invoke(outgoing(ss.Context()), method, in, out, grpc.Header(&header), grpc.Trailer(&trailer))
 	ss.SetTrailer(trailer)
 	if err != nil {

@@ -23,9 +23,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/kservegrpc"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -108,15 +108,15 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 	f.deadline.Store(d)
 	switch method {
 	case "/inference.GRPCInferenceService/ModelMetadata":
-		var in kservegrpc.Frame
+		var in grpcwire.Frame
 		if err := ss.RecvMsg(&in); err != nil {
 			return err
 		}
 		ss.SetHeader(metadata.Pairs("x-triton", "header"))
 		ss.SetTrailer(metadata.Pairs("x-triton-trailer", "trailer"))
-		return ss.SendMsg(&kservegrpc.Frame{B: metadataAnswer})
+		return ss.SendMsg(&grpcwire.Frame{B: metadataAnswer})
 	case "/inference.GRPCInferenceService/ModelInfer": // an unbatched model
-		var in kservegrpc.Frame
+		var in grpcwire.Frame
 		if err := ss.RecvMsg(&in); err != nil {
 			return err
 		}
@@ -133,7 +133,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 		return ss.SendMsg(&pb.ModelInferResponse{ModelName: req.ModelName, Id: "from-triton"})
 	case "/inference.GRPCInferenceService/ModelStreamInfer": // decoupled: two answers per request
 		for {
-			var in kservegrpc.Frame
+			var in grpcwire.Frame
 			if err := ss.RecvMsg(&in); err == io.EOF {
 				return nil
 			} else if err != nil {
@@ -148,7 +148,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 	case "/inference.GRPCInferenceService/ServerLive":
 		return status.Error(codes.Unavailable, "triton is starting")
 	}
-	var in kservegrpc.Frame // any other method: echo
+	var in grpcwire.Frame // any other method: echo
 	if err := ss.RecvMsg(&in); err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		t.Fatal(err)
 	}
 	r.tritonAddr = tl.Addr().String()
-	ts := grpc.NewServer(grpc.ForceServerCodecV2(kservegrpc.Codec{}), grpc.UnknownServiceHandler(r.triton.handle))
+	ts := grpc.NewServer(grpc.ForceServerCodecV2(grpcwire.Codec{}), grpc.UnknownServiceHandler(r.triton.handle))
 	go ts.Serve(tl)
 	t.Cleanup(ts.Stop)
 	up, err := Dial(tl.Addr().String())
@@ -458,9 +458,9 @@ func TestPassThrough(t *testing.T) {
 	// A method the proxy does not declare, raw bytes both ways, with
 	// metadata, headers and trailers.
 	var header, trailer metadata.MD
-	var got kservegrpc.Frame
-	err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", &kservegrpc.Frame{B: []byte("\x0a\x06simple")}, &got,
-		grpc.ForceCodecV2(kservegrpc.Codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
+	var got grpcwire.Frame
+	err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/ModelMetadata", &grpcwire.Frame{B: []byte("\x0a\x06simple")}, &got,
+		grpc.ForceCodecV2(grpcwire.Codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestPassThrough(t *testing.T) {
 	// The client's deadline goes with a relayed call.
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := r.cc.Invoke(dctx, "/inference.GRPCInferenceService/ModelMetadata", &kservegrpc.Frame{B: []byte("x")}, &got, grpc.ForceCodecV2(kservegrpc.Codec{})); err != nil {
+	if err := r.cc.Invoke(dctx, "/inference.GRPCInferenceService/ModelMetadata", &grpcwire.Frame{B: []byte("x")}, &got, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
 		t.Fatal(err)
 	}
 	if d := r.triton.deadline.Load().(time.Time); d.IsZero() || time.Until(d) > time.Minute || time.Until(d) < 50*time.Second {
@@ -485,7 +485,7 @@ func TestPassThrough(t *testing.T) {
 	}
 
 	// A method of a newer Triton.
-	if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/SomethingNew", &kservegrpc.Frame{B: []byte("abc")}, &got, grpc.ForceCodecV2(kservegrpc.Codec{})); err != nil || string(got.B) != "abc" {
+	if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/SomethingNew", &grpcwire.Frame{B: []byte("abc")}, &got, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil || string(got.B) != "abc" {
 		t.Errorf("unknown method: got %q, %v; want it relayed", got.B, err)
 	}
 
@@ -558,26 +558,26 @@ func TestStreamIsRelayedMessageByMessage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := r.cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
-		"/inference.GRPCInferenceService/ModelStreamInfer", grpc.ForceCodecV2(kservegrpc.Codec{}))
+		"/inference.GRPCInferenceService/ModelStreamInfer", grpc.ForceCodecV2(grpcwire.Codec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		msg := []byte(fmt.Sprint("request ", i))
-		if err := st.SendMsg(&kservegrpc.Frame{B: msg}); err != nil {
+		if err := st.SendMsg(&grpcwire.Frame{B: msg}); err != nil {
 			t.Fatal(err)
 		}
 		// Each answer arrives before the client sends the next request:
 		// nothing waits for the stream's end.
 		for range 2 {
-			var f kservegrpc.Frame
+			var f grpcwire.Frame
 			if err := st.RecvMsg(&f); err != nil || !bytes.Equal(f.B, msg) {
 				t.Fatalf("answer to %q: got %q, %v", msg, f.B, err)
 			}
 		}
 	}
 	st.CloseSend()
-	if err := st.RecvMsg(&kservegrpc.Frame{}); err != io.EOF {
+	if err := st.RecvMsg(&grpcwire.Frame{}); err != io.EOF {
 		t.Errorf("end of stream: got %v, want EOF", err)
 	}
 }
@@ -641,7 +641,7 @@ func TestGRPCOnlyParameterStaysBehind(t *testing.T) {
 		"triton_enable_empty_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: false}},
 		"custom":                             {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 7}},
 	}
-	req, err := kservegrpc.ToRequest(m)
+	req, err := grpcwire.ToRequest(m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 

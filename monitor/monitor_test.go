@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 

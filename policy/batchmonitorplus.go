@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // NameBatchMonitorPlus is the improved BatchMonitor.

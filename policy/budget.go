@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // NameBudget is the latency-budget policy.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 func newBudget(t *testing.T, b string) *Budget {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // Names of the built-in policies.

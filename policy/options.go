@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // Options are the policies' parameters, typed. One struct serves every

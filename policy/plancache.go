@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // gridModel is the SMDP model the solving policies (smdp, budget) plan

@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // Estimate is what the monitor knows at the end of a window. Rates are per

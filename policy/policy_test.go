@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)

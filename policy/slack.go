@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // NameSlack is the SLA-aware slack policy.

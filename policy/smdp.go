@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // NameSMDP is the SMDP-optimal policy.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // googlenet-p4 with its energy line; mu(B_max) is about 2959 req/s.

@@ -14,8 +14,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/internal/kservetest"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/kserve/kservetest"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/proxy"
 )

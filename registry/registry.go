@@ -18,11 +18,11 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 	"github.com/ratebatch/ratebatch/regression"
-	"github.com/ratebatch/ratebatch/smdp"
-	"github.com/ratebatch/ratebatch/triton"
 )
 
 // Upstream is the part of the upstream's management API discovery reads.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
-	"github.com/ratebatch/ratebatch/triton"
 )
 
 type fakeUpstream struct {

@@ -26,7 +26,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // Sample is one observed batch: its size and how long it took; or, with

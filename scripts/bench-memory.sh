@@ -41,7 +41,7 @@ if [[ -z ${BIN:-} ]]; then
 	BIN=$out/ratebatch
 	go build -o "$BIN" ./cmd/ratebatch
 fi
-go build -o "$out/connhold" ./internal/connhold
+go build -o "$out/connhold" ./lab/connhold
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what `make generate` and the generated-code test
-# (grpcproxy/inference) need: protoc (Debian's protobuf-compiler, with
+# (kserve/inference) need: protoc (Debian's protobuf-compiler, with
 # apt-get) and the Go plugins, at the versions the committed code was
 # generated with, into $(repo)/bin/tools beside the lint tools. Idempotent:
 # installs only what is missing or at another version.

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratebatch/ratebatch/compare"
+	"github.com/ratebatch/ratebatch/lab/compare"
+	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/preset"
-	"github.com/ratebatch/ratebatch/trace"
 )
 
 func init() {

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/emulator"
-	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/loadreport"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
+	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/preset"
-	"github.com/ratebatch/ratebatch/trace"
 )
 
 func init() {

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator"
 
-	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/loadreport"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 )
 
 func TestDemoComparesPoliciesEndToEnd(t *testing.T) {

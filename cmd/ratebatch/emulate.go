@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/ratebatch/ratebatch/emulator"
-	pb "github.com/ratebatch/ratebatch/grpcproxy/inference"
-	"github.com/ratebatch/ratebatch/preset"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/preset"
 )
 
 func init() {

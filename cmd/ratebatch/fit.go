@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/ratebatch/ratebatch/batchcost"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 

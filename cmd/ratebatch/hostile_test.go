@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/registry"
 )
 

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/emulator"
-	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/monitor"
-	"github.com/ratebatch/ratebatch/preset"
 )
 
 // The figures of docs/LEARNING.md come from the tests in this file run with

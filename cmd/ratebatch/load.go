@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/loadreport"
-	"github.com/ratebatch/ratebatch/trace"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
+	"github.com/ratebatch/ratebatch/lab/trace"
 )
 
 func init() {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ratebatch/ratebatch/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator"
 )
 
 // emulatorURL serves the GPU emulator (instant batches) on loopback.

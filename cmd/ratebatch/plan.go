@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/capacity"
+	"github.com/ratebatch/ratebatch/lab/capacity"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 func init() {

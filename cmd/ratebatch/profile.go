@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/profiler"
+	"github.com/ratebatch/ratebatch/lab/profiler"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 

@@ -30,10 +30,10 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/emulator"
-	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/stats"
 )
 
 // liveTest is an in-process `ratebatch serve` with its internals in reach.

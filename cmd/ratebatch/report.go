@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ratebatch/ratebatch/loadgen"
-	"github.com/ratebatch/ratebatch/loadreport"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 )
 
 func init() {

@@ -19,14 +19,14 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/energyfit"
 	"github.com/ratebatch/ratebatch/grpcproxy"
 	"github.com/ratebatch/ratebatch/internal/procs"
+	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/power"
+	"github.com/ratebatch/ratebatch/power/energyfit"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/registry"
-	"github.com/ratebatch/ratebatch/triton"
 	"github.com/ratebatch/ratebatch/ui"
 )
 

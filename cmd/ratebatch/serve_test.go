@@ -17,8 +17,8 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/emulator"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/lab/emulator"
 )
 
 // startEmulator serves an emulator on loopback until the test ends.

@@ -14,10 +14,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/lab/sim"
+	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/preset"
-	"github.com/ratebatch/ratebatch/sim"
-	"github.com/ratebatch/ratebatch/trace"
 )
 
 func init() {

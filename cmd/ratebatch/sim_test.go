@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratebatch/ratebatch/preset"
+	"github.com/ratebatch/ratebatch/lab/preset"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -13,13 +13,13 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/emulator"
-	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/lab/sim"
+	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/preset"
-	"github.com/ratebatch/ratebatch/sim"
-	"github.com/ratebatch/ratebatch/trace"
 )
 
 // simLiveScale slows the emulated googlenet-p4 down so that the loads of the

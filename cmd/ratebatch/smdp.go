@@ -9,9 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/ratebatch/ratebatch/batchcost"
-	"github.com/ratebatch/ratebatch/preset"
-	"github.com/ratebatch/ratebatch/smdp"
+	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 func init() {
@@ -98,7 +98,7 @@ func runSMDP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageErr("%v", err)
 	}
 	set := flagsSet(fs)
-	m := smdp.ModelFor(prof, 0)
+	m := smdp.ModelFor(prof.Latency, prof.KnownEnergy(), prof.MaxBatch, 0)
 	switch countSet(set, "rho", "rate") {
 	case 0:
 		return usageErr("give the load: --rho R or --rate RPS")

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/emulator"
-	"github.com/ratebatch/ratebatch/internal/stats"
-	"github.com/ratebatch/ratebatch/loadgen"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/stats"
 )
 
 // soakSettings reads RATEBATCH_SOAK (a duration, default 60s) and

@@ -1,0 +1,643 @@
+// Package sim is a discrete-event simulation of one model queue in front of
+// a GPU. It drives the live proxy's own code on a virtual clock: the
+// monitor (package monitor: arrival counting, rate estimate, online fit of
+// tau(b), Plan) and the policy's rule, asked on every arrival, completion
+// and requested wake-up as the dispatcher asks it. The clock, and who calls
+// Monitor.Tick, are the only differences.
+//
+// The model: Poisson arrivals at a fixed rate or following a rate series;
+// each batch of b requests takes tau(b) = alpha*b + tau0 (optionally with
+// uniform jitter), plus optionally a round trip beyond compute (constant or
+// replayed from samples) and the proxy's turnaround, and costs zeta(b) =
+// beta*b + zeta0 of energy; optional idle power is drawn while no batch
+// runs. A run is deterministic for its seed, and every policy sees the same
+// arrivals for the same seed.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/lab/trace"
+	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// Defaults of Config.
+const (
+	DefaultRequests = 100_000
+	DefaultWindow   = time.Second
+	// MinWindow is the shortest monitor window: each window refits tau(b),
+	// and a live monitor could not count arrivals in less either.
+	MinWindow = time.Millisecond
+	// DefaultDrainLimit is how long after the last arrival a run may take to
+	// empty the queue before it is declared stuck.
+	DefaultDrainLimit = time.Hour
+)
+
+// Epoch is the virtual clock's time zero as policies see it.
+var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Config describes one run. Give exactly one of RatePerSec, Trace and
+// Arrivals.
+type Config struct {
+	Profile preset.Profile
+	Policy  policy.Policy
+
+	RatePerSec float64       // constant Poisson arrival rate
+	Trace      *trace.Series // or a rate that follows this series
+	// Arrivals, or exactly these arrival offsets from the start, ascending:
+	// a live load's own schedule (loadgen.Schedule), so that a run replays
+	// the realisation the live proxy saw rather than another draw of the
+	// same rate. Where a policy keeps the server nearly saturated, two
+	// draws differ in their bursts, and so in latency, far more than the
+	// simulator and the proxy differ.
+	Arrivals []time.Duration
+	// Requests is how many arrivals a constant-rate run simulates (default
+	// DefaultRequests); for a trace run it caps the arrivals (0: the whole
+	// trace).
+	Requests int
+	Seed     uint64
+
+	Window    time.Duration // monitor window (default 1 s)
+	Instances int           // batches that run at once (default 1)
+	// Jitter makes each batch take tau(b)*(1+u), u uniform in
+	// [-Jitter, Jitter); 0 <= Jitter < 1.
+	Jitter float64
+	// Overhead is the round trip beyond the server's compute per batch
+	// (network, HTTP): it holds the instance like compute does, but is not
+	// in the server's statistics. When > 0 the simulated server keeps
+	// per-size statistics as Triton does and the monitor is fed them every
+	// slice, and the round trips apart, as the live proxy's monitor is
+	// (the fit from the statistics, the overhead's moving average from the
+	// round trips, the plan adding the two). 0: the profile's line is the
+	// whole round trip and feeds the fit directly.
+	Overhead time.Duration
+	// OverheadSamples, when given, replaces the constant Overhead: each
+	// batch's round trip beyond compute is one of them, drawn uniformly
+	// with the run's seed (a live run's own round trips, replayed). Near
+	// saturation the mean latency depends on the overhead's spread, not
+	// only its mean: the wait grows with the service time's second moment,
+	// so a heavy tail queues where a constant of the same mean does not.
+	// Every sample must be >= 0. The simulated server keeps statistics as
+	// with Overhead.
+	OverheadSamples []time.Duration
+	// OverheadInOrder replays OverheadSamples in order instead of drawing
+	// them: the n-th batch takes the n-th sample (from the first again
+	// after the last). Given a live run's round trips and its arrivals, a
+	// rare stall then falls about where it fell live, rather than at a
+	// random moment of the run.
+	OverheadInOrder bool
+	// Turnaround is the proxy's own time per batch outside the round trip
+	// it measures: merging the batch before the send, splitting and
+	// delivering the answer and deciding the next batch after it. The
+	// instance stays taken for it after the answer, as the live proxy
+	// sends an instance its next batch only then, but the monitor does not
+	// see it and it is not in the rows' latency. Small as it is, near
+	// saturation it counts: the live proxy's 0.08 ms per batch of 10 ms
+	// moved batchmonitor's simulated mean latency at rho 0.7 by about 9%
+	// (docs/LEARNING.md, "The simulator predicts the live proxy").
+	Turnaround time.Duration
+	// IdleWatts is power drawn while no batch runs (W); batch energy zeta(b)
+	// is taken to include the power drawn while the batch runs.
+	IdleWatts float64
+	// SLA, when > 0, gives every request the deadline arrival+SLA, which
+	// rules see as Queue.EarliestDeadline.
+	SLA time.Duration
+	// DrainLimit bounds the time from the last arrival to the last
+	// completion (default DefaultDrainLimit).
+	DrainLimit time.Duration
+	// Series asks for the per-window time series in Result.Windows.
+	Series bool
+}
+
+// InvalidError names the Config field Run cannot use, so that a caller
+// can point at its own spelling of it (the sim command, at its flag).
+type InvalidError struct {
+	Field string // the Config field: "RatePerSec", "Jitter", ...
+	Err   error
+}
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+func invalid(field, format string, a ...any) error {
+	return &InvalidError{Field: field, Err: fmt.Errorf(format, a...)}
+}
+
+// Validate reports the first field Run cannot use, as an *InvalidError.
+// Zero values that select a default are valid.
+func (c Config) Validate() error {
+	if err := c.Profile.Validate(); err != nil {
+		return &InvalidError{Field: "Profile", Err: err}
+	}
+	switch {
+	case c.Policy == nil:
+		return invalid("Policy", "no policy given")
+	case c.Arrivals != nil && (c.Trace != nil || c.RatePerSec != 0):
+		return invalid("Arrivals", "give one of a rate, a trace and arrival times, not several")
+	case c.Arrivals != nil && !validArrivals(c.Arrivals):
+		return invalid("Arrivals", "arrival times must be >= 0 and ascending")
+	case c.Trace != nil && c.RatePerSec != 0:
+		return invalid("RatePerSec", "give either a rate or a trace, not both")
+	case c.Trace == nil && c.Arrivals == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
+		return invalid("RatePerSec", "arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
+	case c.Requests < 0:
+		return invalid("Requests", "requests must be >= 0, got %d", c.Requests)
+	case c.Window < 0 || (c.Window > 0 && c.Window < MinWindow):
+		return invalid("Window", "window must be at least %v, got %v", MinWindow, c.Window)
+	case c.Instances < 0:
+		return invalid("Instances", "instances must be >= 1, got %d", c.Instances)
+	case !(c.Jitter >= 0 && c.Jitter < 1):
+		return invalid("Jitter", "jitter must be in [0, 1), got %v", c.Jitter)
+	case !(c.IdleWatts >= 0) || math.IsInf(c.IdleWatts, 0):
+		return invalid("IdleWatts", "idle power must be a finite number >= 0 W, got %v", c.IdleWatts)
+	case c.Overhead < 0:
+		return invalid("Overhead", "overhead must be >= 0, got %v", c.Overhead)
+	case c.OverheadSamples != nil && c.Overhead != 0:
+		return invalid("OverheadSamples", "give either a constant overhead or overhead samples, not both")
+	case c.OverheadSamples != nil && !validSamples(c.OverheadSamples):
+		return invalid("OverheadSamples", "overhead samples must be at least one, each >= 0")
+	case c.Turnaround < 0:
+		return invalid("Turnaround", "turnaround must be >= 0, got %v", c.Turnaround)
+	case c.SLA < 0:
+		return invalid("SLA", "SLA must be >= 0, got %v", c.SLA)
+	case c.DrainLimit < 0:
+		return invalid("DrainLimit", "drain limit must be >= 0, got %v", c.DrainLimit)
+	}
+	return nil
+}
+
+func validArrivals(a []time.Duration) bool {
+	for i, t := range a {
+		if t < 0 || (i > 0 && t < a[i-1]) {
+			return false
+		}
+	}
+	return true
+}
+
+func validSamples(a []time.Duration) bool {
+	return len(a) > 0 && !slices.ContainsFunc(a, func(d time.Duration) bool { return d < 0 })
+}
+
+// normalize validates c and fills its defaults.
+func (c *Config) normalize() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Trace == nil && c.Arrivals == nil && c.Requests == 0 {
+		c.Requests = DefaultRequests
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Instances == 0 {
+		c.Instances = 1
+	}
+	if c.DrainLimit == 0 {
+		c.DrainLimit = DefaultDrainLimit
+	}
+	return nil
+}
+
+// Result is what a run measured. Latency is from arrival to the completion
+// of the request's batch.
+type Result struct {
+	Policy        string  `json:"policy"`
+	Requests      int     `json:"requests"`
+	Batches       int     `json:"batches"`
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+	P50LatencyMs  float64 `json:"p50_latency_ms"`
+	P99LatencyMs  float64 `json:"p99_latency_ms"`
+	MaxLatencyMs  float64 `json:"max_latency_ms"`
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// ThroughputRPS is Requests over the run's duration (time 0 to the last
+	// completion).
+	ThroughputRPS float64 `json:"throughput_rps"`
+	// RequestsPerJoule is nil when the profile has no energy figures.
+	RequestsPerJoule *float64 `json:"requests_per_joule"`
+	EnergyJ          *float64 `json:"energy_j"`
+	DurationS        float64  `json:"duration_s"`
+	// MeanInSystem is the time average of requests waiting or in a batch;
+	// by Little's law it equals ThroughputRPS * MeanLatencyMs / 1000.
+	MeanInSystem float64 `json:"mean_in_system"`
+	// Utilization is the share of time at least one batch was running.
+	Utilization float64 `json:"utilization"`
+	// Windows is the per-window time series, when Config.Series is set.
+	Windows []Window `json:"windows,omitempty"`
+}
+
+// Window is one monitor window of a run.
+type Window struct {
+	StartS     float64 `json:"start_s"`
+	Arrivals   int     `json:"arrivals"`
+	RatePerSec float64 `json:"rate_rps"`
+	// BatchSize is the batch size of the rule in force during the window
+	// (planned at its start).
+	BatchSize     int     `json:"batch_size"`
+	Batches       int     `json:"batches"`
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// Completed and MeanLatencyMs cover the requests whose batch completed
+	// in the window.
+	Completed     int     `json:"completed"`
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+}
+
+// slot is one instance: the batch it runs, if any. The batch's answer
+// comes at end; the instance is free again at free (end plus Turnaround).
+type slot struct {
+	busy     bool
+	answered bool // end has passed; the slot waits for free
+	end      time.Duration
+	free     time.Duration
+	start    time.Duration
+	rows     int
+	compute  time.Duration // the batch's time in the server's statistics
+	latSum   float64       // ms, of the rows in the batch
+}
+
+// run holds a simulation's state. Times are durations since Epoch.
+type run struct {
+	c    Config
+	rule policy.Rule
+	mon  *monitor.Monitor
+
+	now    time.Duration
+	queue  []time.Duration // arrival times, FIFO from head
+	head   int
+	slots  []slot
+	flying int // busy slots
+	flyRow int // rows in busy slots
+	ansRow int // rows in busy slots whose answer is back (Turnaround)
+	wake   time.Duration
+	woken  bool // wake is set
+
+	stats map[int]monitor.BatchTotal // the server's per-size statistics; with Overhead
+
+	nextArrival time.Duration
+	haveArrival bool
+	arrived     int
+	constRNG    *rand.Rand
+	arrivals    *trace.Arrivals
+	jitterRNG   *rand.Rand
+	overheadRNG *rand.Rand // draws OverheadSamples
+
+	// measurements
+	latencies  []float64 // ms, one per request
+	batches    int
+	rowsSent   int
+	energyMJ   float64
+	area       float64 // integral of requests in system, request-seconds
+	lastEvent  time.Duration
+	busySince  time.Duration
+	busyTotal  time.Duration
+	lastDone   time.Duration
+	winCount   int // arrivals in the current window
+	win        Window
+	winBatches int
+	winRows    int
+	winLatSum  float64
+	windows    []Window
+}
+
+// Run simulates one configuration. It stops with ctx's error when ctx ends.
+func Run(ctx context.Context, c Config) (Result, error) {
+	if err := c.normalize(); err != nil {
+		return Result{}, fmt.Errorf("sim: %w", err)
+	}
+	p := c.Profile
+	r := &run{
+		c:         c,
+		slots:     make([]slot, c.Instances),
+		jitterRNG: rand.New(rand.NewPCG(c.Seed, 0x6a69747465720000)),
+	}
+	if c.OverheadSamples != nil && !c.OverheadInOrder {
+		r.overheadRNG = rand.New(rand.NewPCG(c.Seed, 0x6f76657268656164))
+	}
+	mc := monitor.Config{
+		Model: p.Name, Policy: c.Policy, Window: c.Window,
+		MaxBatch: p.MaxBatch, Instances: c.Instances,
+		Seed: &p.Latency,
+		Now:  func() time.Time { return Epoch.Add(r.now) },
+	}
+	if p.HasEnergy {
+		mc.Energy = &p.Energy
+	}
+	mon, err := monitor.New(mc)
+	if err != nil {
+		return Result{}, fmt.Errorf("sim: %w", err)
+	}
+	r.mon = mon
+	if c.Overhead > 0 || c.OverheadSamples != nil {
+		r.stats = map[int]monitor.BatchTotal{}
+	}
+	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
+	if c.Trace != nil {
+		r.arrivals = c.Trace.Arrivals(arrivalRNG)
+	} else {
+		r.constRNG = arrivalRNG
+	}
+	if n := c.Requests; n > 0 {
+		r.latencies = make([]float64, 0, n)
+		r.queue = make([]time.Duration, 0, min(n, 1<<16))
+	}
+	r.drawArrival()
+	r.rule = mon.Rule()
+	r.win = Window{BatchSize: r.rule.Status().BatchSize}
+	if err := r.loop(ctx); err != nil {
+		return Result{}, fmt.Errorf("sim %s: %w", c.Policy.Name(), err)
+	}
+	return r.result(), nil
+}
+
+func (r *run) drawArrival() {
+	if r.c.Requests > 0 && r.arrived >= r.c.Requests {
+		r.haveArrival = false
+		return
+	}
+	if r.arrivals != nil {
+		r.nextArrival, r.haveArrival = r.arrivals.Next()
+		return
+	}
+	if r.c.Arrivals != nil {
+		r.haveArrival = r.arrived < len(r.c.Arrivals)
+		if r.haveArrival {
+			r.nextArrival = r.c.Arrivals[r.arrived]
+		}
+		return
+	}
+	gap := r.constRNG.ExpFloat64() / r.c.RatePerSec * float64(time.Second)
+	r.nextArrival += max(time.Duration(gap), 1)
+	r.haveArrival = true
+}
+
+// Event kinds, in the order they are handled when they fall on one instant:
+// a completion frees an instance before an arrival is decided on.
+const (
+	evNone = iota
+	evCompletion
+	evArrival
+	evTick
+	evWake
+)
+
+// ctxCheckEvery is how many events pass between looks at the context.
+const ctxCheckEvery = 1 << 16
+
+func (r *run) loop(ctx context.Context) error {
+	slice := r.mon.TickEvery()
+	nextTick, nextWindow := slice, r.c.Window
+	var lastArrival time.Duration
+	for events := 1; ; events++ {
+		if events%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("stopped at %.3f s simulated: %w", r.now.Seconds(), err)
+			}
+		}
+		kind, at, slotIdx := evNone, time.Duration(math.MaxInt64), -1
+		for i := range r.slots {
+			s := &r.slots[i]
+			next := s.end
+			if s.answered {
+				next = s.free
+			}
+			if s.busy && next < at {
+				kind, at, slotIdx = evCompletion, next, i
+			}
+		}
+		if r.haveArrival && r.nextArrival < at {
+			kind, at = evArrival, r.nextArrival
+		}
+		waiting := len(r.queue) - r.head
+		if (r.haveArrival || waiting > 0 || r.flying > 0) && nextTick < at {
+			kind, at = evTick, nextTick
+		}
+		if r.woken && r.wake < at {
+			kind, at = evWake, r.wake
+		}
+		if kind == evNone {
+			if waiting > 0 {
+				return fmt.Errorf("rule left %d requests waiting with no wake-up (%s)", waiting, r.rule.Status())
+			}
+			return nil
+		}
+		if !r.haveArrival && at-lastArrival > r.c.DrainLimit {
+			return fmt.Errorf("%d requests still waiting %v after the last arrival (%s)", waiting, r.c.DrainLimit, r.rule.Status())
+		}
+		r.advance(at)
+		switch kind {
+		case evCompletion:
+			r.complete(slotIdx)
+		case evArrival:
+			r.queue = append(r.queue, at)
+			r.arrived++
+			r.winCount++
+			r.mon.Arrive(1)
+			lastArrival = at
+			r.drawArrival()
+		case evTick:
+			// The monitor re-plans every slice; the series is per window.
+			if r.stats != nil {
+				r.mon.ObserveServer(slices.Collect(maps.Values(r.stats)))
+			}
+			r.mon.Tick()
+			r.rule = r.mon.Rule()
+			if r.now >= nextWindow {
+				r.closeWindow()
+				r.winCount = 0
+				r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
+				nextWindow += r.c.Window
+			}
+			nextTick += slice
+		case evWake:
+			r.woken = false
+		}
+		r.decide()
+	}
+}
+
+// advance moves the clock, integrating requests in system and busy time.
+func (r *run) advance(t time.Duration) {
+	inSystem := len(r.queue) - r.head + r.flyRow - r.ansRow
+	r.area += float64(inSystem) * (t - r.lastEvent).Seconds()
+	r.lastEvent = t
+	r.now = t
+}
+
+func (r *run) closeWindow() {
+	w := r.win
+	w.Arrivals = r.winCount
+	w.RatePerSec = float64(r.winCount) / r.c.Window.Seconds()
+	w.Batches = r.winBatches
+	if r.winBatches > 0 {
+		w.MeanBatchSize = float64(r.winRows) / float64(r.winBatches)
+	}
+	if w.Completed > 0 {
+		w.MeanLatencyMs = r.winLatSum / float64(w.Completed)
+	}
+	r.winBatches, r.winRows, r.winLatSum = 0, 0, 0
+	if r.c.Series {
+		r.windows = append(r.windows, w)
+	}
+}
+
+func (r *run) queueState() policy.Queue {
+	q := policy.Queue{
+		Now:          Epoch.Add(r.now),
+		Rows:         len(r.queue) - r.head,
+		InFlight:     r.flying,
+		InFlightRows: r.flyRow,
+		Instances:    r.c.Instances,
+		MaxBatch:     r.c.Profile.MaxBatch,
+	}
+	if q.Rows > 0 {
+		q.OldestArrival = Epoch.Add(r.queue[r.head])
+		if r.c.SLA > 0 {
+			q.EarliestDeadline = q.OldestArrival.Add(r.c.SLA)
+		}
+	}
+	return q
+}
+
+// decide asks the rule until it stops sending; each send takes an instance,
+// so the loop ends after at most Instances sends.
+func (r *run) decide() {
+	for {
+		q := r.queueState()
+		d := r.rule.Decide(q)
+		if d.Rows > 0 {
+			if q.Rows == 0 || q.InFlight >= q.Instances {
+				r.woken = false
+				return
+			}
+			r.dispatch(min(d.Rows, q.Rows, q.MaxBatch))
+			continue
+		}
+		r.woken = false
+		if w := d.WakeAt.Sub(Epoch); !d.WakeAt.IsZero() && w > r.now {
+			r.wake, r.woken = w, true
+		}
+		return
+	}
+}
+
+func (r *run) dispatch(n int) {
+	i := slices.IndexFunc(r.slots, func(s slot) bool { return !s.busy })
+	tau := r.c.Profile.TauMs(n)
+	if r.c.Jitter > 0 {
+		tau *= 1 + r.c.Jitter*(2*r.jitterRNG.Float64()-1)
+	}
+	compute := max(time.Duration(tau*float64(time.Millisecond)), 1)
+	over := r.c.Overhead
+	switch n := len(r.c.OverheadSamples); {
+	case n > 0 && r.c.OverheadInOrder:
+		over = r.c.OverheadSamples[r.batches%n]
+	case n > 0:
+		over = r.c.OverheadSamples[r.overheadRNG.IntN(n)]
+	}
+	end := r.now + compute + over
+	s := slot{busy: true, start: r.now, end: end, free: end + r.c.Turnaround, rows: n, compute: compute}
+	for _, at := range r.queue[r.head : r.head+n] {
+		ms := float64(end-at) / float64(time.Millisecond)
+		s.latSum += ms
+		r.latencies = append(r.latencies, ms)
+	}
+	r.head += n
+	if r.head > 4096 && r.head*2 > len(r.queue) {
+		r.queue = r.queue[:copy(r.queue, r.queue[r.head:])]
+		r.head = 0
+	}
+	if r.flying == 0 {
+		r.busySince = r.now
+	}
+	r.slots[i] = s
+	r.flying++
+	r.flyRow += n
+	r.batches++
+	r.rowsSent += n
+	r.winBatches++
+	r.winRows += n
+	if r.c.Profile.HasEnergy {
+		r.energyMJ += r.c.Profile.ZetaMJ(n)
+	}
+}
+
+// complete handles a slot's event: the answer of its batch, then (at once
+// without Turnaround) the instance's release.
+func (r *run) complete(i int) {
+	s := &r.slots[i]
+	if !s.answered {
+		r.answer(s)
+	}
+	r.lastDone = r.now
+	if r.now < s.free {
+		return // the proxy's turnaround still holds the instance
+	}
+	r.flying--
+	r.flyRow -= s.rows
+	r.ansRow -= s.rows
+	if r.flying == 0 {
+		r.busyTotal += r.now - r.busySince
+	}
+	r.slots[i] = slot{}
+}
+
+// answer records a batch's answer: its rows' latencies, the server's
+// statistics and the round trip the monitor is told of.
+func (r *run) answer(s *slot) {
+	s.answered = true
+	r.ansRow += s.rows
+	r.win.Completed += s.rows
+	r.winLatSum += s.latSum
+	if r.stats != nil {
+		t := r.stats[s.rows]
+		t.Batch, t.Count, t.Time = s.rows, t.Count+1, t.Time+s.compute
+		r.stats[s.rows] = t
+	}
+	// The observation is valid by construction (rows >= 1, latency > 0).
+	r.mon.Observe(s.rows, s.end-s.start)
+}
+
+func (r *run) result() Result {
+	r.closeWindow()
+	res := Result{
+		Policy:    r.c.Policy.Name(),
+		Requests:  len(r.latencies),
+		Batches:   r.batches,
+		DurationS: r.lastDone.Seconds(),
+		Windows:   r.windows,
+	}
+	if res.Requests == 0 {
+		return res
+	}
+	var sum float64
+	for _, l := range r.latencies {
+		sum += l
+	}
+	res.MeanLatencyMs = sum / float64(res.Requests)
+	slices.Sort(r.latencies)
+	res.P50LatencyMs = stats.Percentile(r.latencies, 50)
+	res.P99LatencyMs = stats.Percentile(r.latencies, 99)
+	res.MaxLatencyMs = r.latencies[len(r.latencies)-1]
+	res.MeanBatchSize = float64(r.rowsSent) / float64(r.batches)
+	if res.DurationS > 0 {
+		res.ThroughputRPS = float64(res.Requests) / res.DurationS
+		res.MeanInSystem = r.area / res.DurationS
+		res.Utilization = r.busyTotal.Seconds() / res.DurationS
+	}
+	if r.c.Profile.HasEnergy {
+		idle := r.lastDone - r.busyTotal
+		joules := r.energyMJ/1000 + r.c.IdleWatts*idle.Seconds()
+		rpj := float64(res.Requests) / joules
+		res.EnergyJ, res.RequestsPerJoule = &joules, &rpj
+	}
+	return res
+}
