@@ -20,6 +20,7 @@ import (
 	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/server"
 )
 
 func init() {
@@ -125,7 +126,7 @@ func energyPresets() []string {
 type demoLane struct {
 	policy  string
 	em      *emulator.Server
-	proxy   *liveProxy
+	proxy   *server.Server
 	sampler *loadreport.Sampler
 	mu      sync.Mutex
 	snap    loadgen.Snapshot
@@ -218,7 +219,7 @@ func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *tr
 	}
 	fmt.Fprintln(stdout, "live pages (open in a browser while the demo runs):")
 	for _, l := range lanes {
-		fmt.Fprintf(stdout, "  %-14s http://%s/ui/\n", l.policy, l.proxy.adminLn.Addr())
+		fmt.Fprintf(stdout, "  %-14s http://%s/ui/\n", l.policy, l.proxy.AdminAddr())
 	}
 	fmt.Fprintln(stdout)
 
@@ -229,7 +230,7 @@ func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *tr
 			defer wg.Done()
 			go l.sampler.Run(ctx, 500*time.Millisecond)
 			res, err := loadgen.Run(ctx, loadgen.Config{
-				Target: "http://" + l.proxy.dataLn.Addr().String(), Model: model,
+				Target: "http://" + l.proxy.Addr().String(), Model: model,
 				Rate: series, Duration: series.Duration(), Seed: o.seed, Binary: o.binary, Verify: verify,
 				Progress: func(s loadgen.Snapshot) { l.mu.Lock(); l.snap = s; l.mu.Unlock() },
 			})
@@ -286,9 +287,9 @@ func startLane(ctx context.Context, pol string, prof preset.Profile, o demoOpts)
 		em.Close()
 		return nil, err
 	}
-	p, err := newProxy(&cfg, slog.New(slog.DiscardHandler))
+	p, err := server.New(&cfg, slog.New(slog.DiscardHandler))
 	if err == nil {
-		err = p.listen()
+		err = p.Listen()
 	}
 	if err != nil {
 		em.Close()
@@ -296,11 +297,11 @@ func startLane(ctx context.Context, pol string, prof preset.Profile, o demoOpts)
 	}
 	pctx, stop := context.WithCancel(ctx)
 	served := make(chan struct{})
-	go func() { p.run(pctx); close(served) }()
-	l := &demoLane{policy: pol, em: em, proxy: p, sampler: loadreport.NewSampler("http://"+p.adminLn.Addr().String(), o.model)}
+	go func() { p.Run(pctx); close(served) }()
+	l := &demoLane{policy: pol, em: em, proxy: p, sampler: loadreport.NewSampler("http://"+p.AdminAddr().String(), o.model)}
 	l.stopFn = func() { stop(); <-served; em.Close() }
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := p.disp.Model(o.model); ok {
+		if _, ok := p.Dispatcher().Model(o.model); ok {
 			return l, nil
 		}
 		if time.Now().After(deadline) {

@@ -56,7 +56,7 @@ func rateFor(truth emulator.TrueLine, maxBatch int, rho float64) float64 {
 
 func modelSnapshot(t *testing.T, lt *liveTest, model string) monitor.Snapshot {
 	t.Helper()
-	for _, s := range lt.p.models.Statuses() {
+	for _, s := range lt.p.Models().Statuses() {
 		if s.Model == model && s.Rule != nil {
 			return *s.Rule
 		}
@@ -142,7 +142,7 @@ func TestLearnTauFromNothing(t *testing.T) {
 // meanBatch is the proxy's mean batch size so far, from its metrics.
 func meanBatch(t *testing.T, lt *liveTest) float64 {
 	t.Helper()
-	fams, err := lt.p.reg.Gather()
+	fams, err := lt.p.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func runStep(t *testing.T, pol string, rho float64, d time.Duration, seed uint64
 					return
 				case <-time.After(250 * time.Millisecond):
 				}
-				for _, st := range lt.p.models.Statuses() {
+				for _, st := range lt.p.Models().Statuses() {
 					if r := st.Rule; r != nil && st.Model == emulator.SimpleModel {
 						t.Logf("%s rate %.0f b %d wait %.2f alpha %.3f tau0 %.3f src %s note %q", pol, r.RatePerSec, r.BatchSize, r.MaxWaitMs, r.AlphaMs, r.Tau0Ms, r.FitSource, r.Note)
 					}

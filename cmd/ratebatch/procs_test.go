@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/server"
 )
 
 // TestSizeProcs checks who decides GOMAXPROCS in `ratebatch serve`: the
@@ -38,7 +40,7 @@ func TestSizeProcs(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			done := sizeProcs(ctx, tt.procs, log)
+			done := server.SizeProcs(ctx, tt.procs, log)
 			select {
 			case <-done:
 				if tt.sizing {

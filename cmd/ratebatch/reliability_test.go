@@ -34,11 +34,12 @@ import (
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/server"
 )
 
 // liveTest is an in-process `ratebatch serve` with its internals in reach.
 type liveTest struct {
-	p           *liveProxy
+	p           *server.Server
 	base, admin string
 	stop        func()
 }
@@ -50,7 +51,7 @@ func startLive(t *testing.T, upstream string, log *slog.Logger, edit func(*confi
 	lt := runLive(t, upstream, log, edit)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok := lt.p.disp.Model("simple"); ok {
+		if _, ok := lt.p.Dispatcher().Model("simple"); ok {
 			return lt
 		}
 		if time.Now().After(deadline) {
@@ -79,18 +80,18 @@ func runLive(t *testing.T, upstream string, log *slog.Logger, edit func(*config.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p, err := newProxy(&cfg, log)
+	p, err := server.New(&cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.listen(); err != nil {
+	if err := p.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.run(ctx) }()
+	go func() { done <- p.Run(ctx) }()
 	var once sync.Once
-	lt := &liveTest{p: p, base: "http://" + p.dataLn.Addr().String(), admin: "http://" + p.adminLn.Addr().String()}
+	lt := &liveTest{p: p, base: "http://" + p.Addr().String(), admin: "http://" + p.AdminAddr().String()}
 	lt.stop = func() {
 		once.Do(func() {
 			cancel()
@@ -117,12 +118,12 @@ func (lt *liveTest) ledger(t *testing.T, model string) ledger {
 	l := ledger{rejected: map[string]float64{}, errors: map[int]float64{}, upstream: map[string]float64{}}
 	// The queue first: a batch's answers are counted before it stops being
 	// in flight, so counters read after an idle queue include them.
-	for _, s := range lt.p.disp.Snapshots() {
+	for _, s := range lt.p.Dispatcher().Snapshots() {
 		if s.Model == model {
 			l.queued, l.inFlight = s.QueuedRows, s.InFlight
 		}
 	}
-	fams, err := lt.p.reg.Gather()
+	fams, err := lt.p.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +544,7 @@ func TestReliabilityUpstreamSlow(t *testing.T) {
 		l := lt.settled(t, "simple")
 		checkBooks(t, res.Summary, l)
 		var batches, rows int64
-		for _, s := range lt.p.disp.Snapshots() {
+		for _, s := range lt.p.Dispatcher().Snapshots() {
 			batches, rows = batches+s.BatchesSent, rows+s.RowsSent
 		}
 		r := run{p99Ms: res.Summary.P99LatencyMs, meanBatch: float64(rows) / float64(batches)}
@@ -886,7 +887,7 @@ func TestReliabilityBurst(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			for _, s := range lt.p.disp.Snapshots() {
+			for _, s := range lt.p.Dispatcher().Snapshots() {
 				if int64(s.QueuedRows) > maxQueued.Load() {
 					maxQueued.Store(int64(s.QueuedRows))
 				}

@@ -99,7 +99,7 @@ func TestSimPredictsLive(t *testing.T) {
 		})
 		log := &batchLog{}
 		var mon *monitor.Monitor
-		for _, m := range lt.p.models.Monitors() {
+		for _, m := range lt.p.Models().Monitors() {
 			if m.Snapshot().Model == emulator.SimpleModel {
 				mon = m
 			}
@@ -107,9 +107,9 @@ func TestSimPredictsLive(t *testing.T) {
 		if mon == nil {
 			t.Fatal("no monitor of the simple model")
 		}
-		if err := lt.p.disp.SetModel(dispatcher.ModelSpec{
+		if err := lt.p.Dispatcher().SetModel(dispatcher.ModelSpec{
 			Name: emulator.SimpleModel, MaxBatch: p.MaxBatch, Instances: 1,
-			QueueRows: lt.p.cfg.Limits.QueueRows, SLA: lt.p.cfg.Policy.SLA,
+			QueueRows: lt.p.Config().Limits.QueueRows, SLA: lt.p.Config().Policy.SLA,
 			Planner: &recordingPlanner{Planner: mon, log: log},
 		}); err != nil {
 			t.Fatal(err)
@@ -299,7 +299,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // histogram returns the sum and count of one of the proxy's histograms.
 func histogram(t *testing.T, lt *liveTest, name string) (sum float64, count uint64) {
 	t.Helper()
-	fams, err := lt.p.reg.Gather()
+	fams, err := lt.p.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

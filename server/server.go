@@ -1,0 +1,374 @@
+// Package server assembles `ratebatch serve`: from one configuration it
+// builds the whole process (the data port, the gRPC door, the admin port,
+// the dispatcher, the model registry, the energy meter, the live page) and
+// runs it until its context ends. The command only parses flags and config;
+// the end-to-end tests build the same process here and reach its parts
+// through the accessors.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/grpcproxy"
+	"github.com/ratebatch/ratebatch/internal/procs"
+	"github.com/ratebatch/ratebatch/internal/triton"
+	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/power"
+	"github.com/ratebatch/ratebatch/power/energyfit"
+	"github.com/ratebatch/ratebatch/proxy"
+	"github.com/ratebatch/ratebatch/registry"
+	"github.com/ratebatch/ratebatch/ui"
+)
+
+// SizeProcs applies the procs option to this process. GOMAXPROCS is the
+// process's, not one Server's, so the command calls it beside New. With 0 and no
+// GOMAXPROCS in the environment a procs.Sizer keeps the Go processors to
+// what the proxy's CPU use needs until ctx is done. The channel is closed
+// at once when the count is fixed, else once the Sizer has given the
+// runtime its default back.
+func SizeProcs(ctx context.Context, n int, log *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if n > 0 {
+		runtime.GOMAXPROCS(n)
+		close(done)
+		return done
+	}
+	if v := os.Getenv("GOMAXPROCS"); v != "" { // the runtime ignores it empty
+		log.Info("Go processors fixed by the environment", "GOMAXPROCS", v)
+		close(done)
+		return done
+	}
+	s := &procs.Sizer{Changed: func(from, to int, busy float64) {
+		log.Debug("Go processors resized to the load", "from", from, "to", to, "busy_cores", busy)
+	}}
+	go func() {
+		defer close(done)
+		if err := s.Run(ctx); err != nil {
+			log.Warn("Go processors left at the runtime's default", "err", err)
+		}
+	}()
+	return done
+}
+
+// NewLogger returns the logger the log options ask for, writing to w.
+func NewLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Server is a wired `ratebatch serve`.
+type Server struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	disp     *dispatcher.Dispatcher
+	models   *registry.Models
+	data     *proxy.Server
+	front    *proxy.Metrics
+	grpc     *grpcproxy.Server // nil when grpc_listen is empty
+	grpcUp   io.Closer
+	grpcLn   net.Listener
+	admin    *http.Server
+	dataLn   net.Listener
+	adminLn  net.Listener
+	started  time.Time
+	upstream *url.URL
+	meter    *power.Meter
+	ui       *ui.Recorder
+	// energyFit learns zeta(b) per model from the meter.
+	energyFit *energyfit.Fitter
+}
+
+// openMeter opens the configured energy source. "none" gives a meter that
+// reports every energy figure as absent.
+func openMeter(cfg *config.Config) (*power.Meter, error) {
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: cfg.Power.MetricsURL}
+	if cfg.Power.Source == power.KindTriton {
+		o.TritonMetricsURL = cfg.MetricsURL()
+	}
+	if cfg.Power.GPUs != "" {
+		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
+			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
+		}
+	}
+	src, err := power.Open(cfg.Power.Source, o)
+	if err != nil {
+		return nil, fmt.Errorf("power.source %s: %w", cfg.Power.Source, err)
+	}
+	m, err := power.NewMeter(src, o)
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("power: %w", err)
+	}
+	return m, nil
+}
+
+// New wires the proxy that cfg describes, logging to log. cfg must be
+// valid (config.Load validates it). Nothing listens or runs until Listen
+// and Run.
+func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
+	up, err := url.Parse(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	client, err := dispatcher.NewHTTPUpstream(cfg.Upstream, cfg.Upstreams.MaxConns, cfg.Upstreams.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	meter, err := openMeter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reg.MustRegister(meter)
+	disp := dispatcher.New(dispatcher.Options{
+		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
+		Metrics: dispatcher.NewMetrics(reg),
+		Busy: func(model string) func(int) {
+			return meter.Begin(model, "").End
+		},
+	})
+	reg.MustRegister(disp.Collector())
+	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
+	mr := registry.New(tc, disp, cfg, log)
+	reg.MustRegister(registry.NewCollector(mr))
+
+	p := &Server{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
+		front: proxy.NewMetrics(reg)}
+	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
+	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
+	p.data = proxy.New(proxy.Options{
+		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		RetryAfter:        cfg.Limits.RetryAfter,
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
+		ReadTimeout:       cfg.Limits.ReadTimeout,
+		WriteTimeout:      cfg.Limits.WriteTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		Metrics:           p.front, Logger: log,
+	})
+	if cfg.GRPCListen != "" {
+		cc, err := grpcproxy.Dial(cfg.UpstreamGRPCAddr())
+		if err != nil {
+			return nil, err
+		}
+		p.grpcUp = cc
+		p.grpc = grpcproxy.New(grpcproxy.Options{
+			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			Ready: mr.Discovered, Metrics: p.front, Logger: log,
+		})
+	}
+	p.admin = &http.Server{
+		Handler: proxy.NewAdmin(proxy.AdminOptions{
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
+			Ready: mr.Discovered, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+	}
+	return p, nil
+}
+
+// status is the admin /status document.
+func (p *Server) status() any {
+	cfg := p.cfg.Redacted()
+	return map[string]any{
+		"upstream":       cfg.Upstream,
+		"uptime_seconds": time.Since(p.started).Seconds(),
+		"models":         p.models.Statuses(),
+		"queues":         p.disp.Snapshots(),
+		"doors":          p.front.Doors(),
+		"energy":         p.meter.Snapshot(),
+		"energy_fit":     p.energyFit.Status(),
+		"config":         p.cfg.Document(),
+	}
+}
+
+// uiStates is what the live page samples each second: per batched model the
+// rule, the fit and its recent points, the batches sent and requests per
+// joule over the meter's shortest window (the model's share where the meter
+// attributes energy to models).
+func (p *Server) uiStates() []ui.State {
+	queues := map[string]dispatcher.Snapshot{}
+	for _, q := range p.disp.Snapshots() {
+		queues[q.Model] = q
+	}
+	energy := p.meter.Snapshot()
+	shortest := func(ws map[string]power.Figures) *float64 {
+		best := ""
+		for k, w := range ws {
+			if k != power.TotalWindow && (best == "" || w.Seconds < ws[best].Seconds) {
+				best = k
+			}
+		}
+		if best == "" {
+			return nil
+		}
+		return ws[best].RequestsPerJoule
+	}
+	samples := map[string]*monitor.Monitor{}
+	for _, m := range p.models.Monitors() {
+		samples[m.Snapshot().Model] = m
+	}
+	var out []ui.State
+	for _, st := range p.models.Statuses() {
+		if !st.Batched || st.Rule == nil {
+			continue
+		}
+		s := ui.State{Model: st.Model, Policy: st.Rule.Policy, RateRPS: st.Rule.RatePerSec, BatchSize: st.Rule.BatchSize,
+			MaxBatch: st.Rule.MaxBatch, AlphaMs: st.Rule.AlphaMs, Tau0Ms: st.Rule.Tau0Ms, R2: st.Rule.R2}
+		if q, ok := queues[st.Model]; ok {
+			s.BatchesSent, s.RowsSent = q.BatchesSent, q.RowsSent
+		}
+		if len(energy.Models) == 0 {
+			s.RequestsPerJoule = shortest(energy.Windows)
+		}
+		for _, m := range energy.Models {
+			if m.Model == st.Model {
+				s.RequestsPerJoule = shortest(m.Windows)
+			}
+		}
+		if m := samples[st.Model]; m != nil {
+			s.Batches = m.Samples()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Listen binds the data, admin and (when configured) gRPC listeners, so
+// that a port in use fails at start. Run calls it if it was not called.
+func (p *Server) Listen() error {
+	var err error
+	if p.dataLn, err = net.Listen("tcp", p.cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if p.adminLn, err = net.Listen("tcp", p.cfg.AdminListen); err != nil {
+		p.dataLn.Close()
+		return fmt.Errorf("admin_listen: %w", err)
+	}
+	if p.grpc != nil {
+		if p.grpcLn, err = net.Listen("tcp", p.cfg.GRPCListen); err != nil {
+			p.dataLn.Close()
+			p.adminLn.Close()
+			return fmt.Errorf("grpc_listen: %w", err)
+		}
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then shuts down gracefully: it stops accepting,
+// drains queues and in-flight batches within the grace period, then exits.
+func (p *Server) Run(ctx context.Context) error {
+	if p.dataLn == nil {
+		if err := p.Listen(); err != nil {
+			return err
+		}
+	}
+	bg, stopBg := context.WithCancel(context.Background())
+	defer stopBg()
+	go p.models.Discover(bg)
+	go p.meter.Run(bg)
+	go p.ui.Run(bg)
+	go p.energyFit.Run(bg, p.cfg.Policy.Window)
+	defer p.meter.Source().Close()
+
+	errc := make(chan error, 3)
+	go func() { errc <- p.data.Serve(p.dataLn) }()
+	go func() { errc <- serveOn(p.admin, p.adminLn) }()
+	if p.grpc != nil {
+		go func() { errc <- p.grpc.Serve(p.grpcLn) }()
+		defer p.grpcUp.Close()
+		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
+	}
+	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	p.log.Info("shutting down", "grace", p.cfg.Grace)
+	grace, cancel := context.WithTimeout(context.Background(), p.cfg.Grace)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- p.disp.Drain(grace) }()
+	grpcDone := make(chan struct{})
+	go func() { // at once with the HTTP door's: both wait for their batches
+		defer close(grpcDone)
+		if p.grpc == nil {
+			return
+		}
+		if err := p.grpc.Shutdown(grace); err != nil {
+			p.log.Warn("gRPC listener did not close in time", "err", err)
+		}
+	}()
+	if err := p.data.Shutdown(grace); err != nil {
+		p.log.Warn("data listener did not close in time", "err", err)
+	}
+	<-grpcDone
+	if err := <-drained; err != nil {
+		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
+	}
+	stopBg()
+	p.admin.Shutdown(grace)
+	return runErr
+}
+
+func serveOn(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Addr is the data port's bound address; nil before Listen.
+func (p *Server) Addr() net.Addr { return addrOf(p.dataLn) }
+
+// AdminAddr is the admin port's bound address; nil before Listen.
+func (p *Server) AdminAddr() net.Addr { return addrOf(p.adminLn) }
+
+// GRPCAddr is the gRPC door's bound address; nil before Listen or without
+// grpc_listen.
+func (p *Server) GRPCAddr() net.Addr { return addrOf(p.grpcLn) }
+
+func addrOf(ln net.Listener) net.Addr {
+	if ln == nil {
+		return nil
+	}
+	return ln.Addr()
+}
+
+// Config is the configuration the server was built from.
+func (p *Server) Config() *config.Config { return p.cfg }
+
+// Dispatcher is the server's queues.
+func (p *Server) Dispatcher() *dispatcher.Dispatcher { return p.disp }
+
+// Models is the server's model registry.
+func (p *Server) Models() *registry.Models { return p.models }
+
+// Gatherer is the server's Prometheus registry, what /metrics serves.
+func (p *Server) Gatherer() prometheus.Gatherer { return p.reg }
