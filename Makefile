@@ -45,7 +45,7 @@ test-go:
 	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
 	@# Under -race the live latency comparisons only log their ratios (the
 	@# detector slows the proxy several times over); here they assert them.
-	$(GO) test -count=1 -run '^(TestColdStartStep|TestSequentialClient|TestSimPredictsLive)$$' ./cmd/ratebatch
+	$(GO) test -count=1 -run '^(TestColdStartStep|TestSequentialClient|TestSimPredictsLive)$$' ./server
 
 ## generate: regenerate the committed gRPC code from kserve/inference/inference.proto
 generate: proto-tools

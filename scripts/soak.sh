@@ -18,4 +18,4 @@ if [[ "${RACE:-0}" == 1 ]]; then race=(-race); fi
 # The run lasts DURATION; the go test timeout (SOAK_TIMEOUT, default 24h,
 # raise it for longer runs) only catches a hang.
 export RATEBATCH_SOAK="$duration" RATEBATCH_SOAK_RATE="$rate"
-exec go test "${race[@]}" -run '^TestSoak$' -count=1 -v -timeout "${SOAK_TIMEOUT:-24h}" ./cmd/ratebatch
+exec go test "${race[@]}" -run '^TestSoak$' -count=1 -v -timeout "${SOAK_TIMEOUT:-24h}" ./server

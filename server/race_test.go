@@ -1,6 +1,6 @@
 //go:build race
 
-package main
+package server_test
 
 // raceEnabled: the race detector slows the proxy several times over, so
 // the live tests that compare latencies log their ratios instead of

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 // Reliability: the proxy keeps working and loses nothing while its upstream
 // dies, stalls, fails or drops connections, while clients walk away, and

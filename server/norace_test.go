@@ -1,5 +1,5 @@
 //go:build !race
 
-package main
+package server_test
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 // The soak: a high steady rate for minutes while the upstream misbehaves at
 // random (failed batches, dropped connections, slow batches, hung batches,

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 // Hostile input and security: requests built to hurt the proxy get a clean
 // 4xx quickly and cost bounded memory; slow clients cannot hold connections;
