@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratebatch/ratebatch/lab/compare"
 )
 
 // A tiny comparison through the command: the report and its plots land
@@ -51,7 +53,7 @@ func TestCompareWritesReport(t *testing.T) {
 // a silent loss.
 func TestCompareKeepsTheLiveSection(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "RESULTS.md")
-	live := keptBegin + "\n## Live\n| a | b |\n" + keptEnd
+	live := compare.KeptBegin + "\n## Live\n| a | b |\n" + compare.KeptEnd
 	if err := os.WriteFile(out, []byte("# stale report\nold figures\n\n"+live+"\ntrailing words\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +71,11 @@ func TestCompareKeepsTheLiveSection(t *testing.T) {
 	if strings.Count(got, live) != 1 || strings.Contains(got, "old figures") || strings.Contains(got, "trailing words") || !strings.Contains(got, "| 0.4 |") {
 		t.Fatalf("regenerated report:\n%s", got)
 	}
-	if err := os.WriteFile(out, []byte(keptBegin+"\nno end"), 0o600); err != nil {
+	if err := os.WriteFile(out, []byte(compare.KeptBegin+"\nno end"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	stderr.Reset()
-	if code := run(context.Background(), args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), keptEnd) {
+	if code := run(context.Background(), args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), compare.KeptEnd) {
 		t.Fatalf("exit %d, stderr %q: want an error naming the missing end marker", code, stderr.String())
 	}
 }

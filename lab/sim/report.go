@@ -1,0 +1,124 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// Builtins is what Policies("all") runs first, in this order; policies
+// registered later follow in name order.
+var Builtins = []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameMaxBatch, policy.NameStatic}
+
+// Policies builds the policies named by spec: one name, a comma list, or
+// all. With all, a registered policy opts cannot configure is skipped and
+// passed to skipped, so that adding a policy with required parameters does
+// not break the comparison of the others.
+func Policies(spec string, opts policy.Options, skipped func(error)) ([]policy.Policy, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, fmt.Errorf("name a policy (%s) or all", strings.Join(policy.Names(), ", "))
+	}
+	if spec == "all" {
+		names := slices.Clone(Builtins)
+		for _, n := range policy.Names() {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+		var out []policy.Policy
+		for _, n := range names {
+			p, err := policy.New(n, opts)
+			if err != nil {
+				skipped(err)
+				continue
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
+	var out []policy.Policy
+	seen := map[string]bool{}
+	for n := range strings.SplitSeq(spec, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" || seen[n] {
+			continue
+		}
+		seen[n] = true
+		p, err := policy.New(n, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no policy in %q", spec)
+	}
+	return out, nil
+}
+
+// RunAll runs c once per policy, each on the same arrivals (c.Seed).
+func RunAll(ctx context.Context, c Config, pols []policy.Policy) ([]Result, error) {
+	results := make([]Result, 0, len(pols))
+	for _, p := range pols {
+		c.Policy = p
+		res, err := Run(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// WriteTable prints the run's model and load, then one row per result:
+// the sim command's table.
+func WriteTable(w io.Writer, c Config, results []Result) {
+	p := c.Profile
+	energy := "no energy figures"
+	if p.HasEnergy {
+		energy = fmt.Sprintf("beta %g mJ, zeta0 %g mJ", p.BetaMJ, p.Zeta0MJ)
+	}
+	load := fmt.Sprintf("Poisson %.6g req/s (rho %.3f)", c.RatePerSec, c.RatePerSec/(1000*p.MuPerMs(p.MaxBatch)))
+	if c.Trace != nil {
+		load = fmt.Sprintf("trace %s (%v, mean %.1f req/s, peak %.6g req/s)", c.Trace.Name(), c.Trace.Duration(), c.Trace.MeanRate(), c.Trace.MaxRate())
+	}
+	fmt.Fprintf(w, "model %s: tau(b) = %g*b + %g ms, B_max %d, %s\n", p.Name, p.AlphaMs, p.Tau0Ms, p.MaxBatch, energy)
+	fmt.Fprintf(w, "load: %s, seed %d, window %v, instances %d\n\n", load, c.Seed, c.Window, c.Instances)
+	// Numbers align right; names are padded so that they read left-aligned.
+	width := len("policy")
+	for _, r := range results {
+		width = max(width, len(r.Policy))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\trequests\tmean ms\tp50 ms\tp99 ms\tmean batch\tthroughput/s\treq/J\t\n", width, "policy")
+	for _, r := range results {
+		rpj := "-"
+		if r.RequestsPerJoule != nil {
+			rpj = strconv.FormatFloat(*r.RequestsPerJoule, 'f', 2, 64)
+		}
+		fmt.Fprintf(tw, "%-*s\t%d\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%s\t\n",
+			width, r.Policy, r.Requests, r.MeanLatencyMs, r.P50LatencyMs, r.P99LatencyMs, r.MeanBatchSize, r.ThroughputRPS, rpj)
+	}
+	tw.Flush()
+}
+
+// WriteSeriesCSV writes every result's per-window series (c.Series) as
+// one CSV, a row per policy and window.
+func WriteSeriesCSV(w io.Writer, results []Result) error {
+	fmt.Fprintln(w, "policy,start_s,arrivals,rate_rps,batch_size,batches,mean_batch_size,completed,mean_latency_ms")
+	for _, r := range results {
+		for _, win := range r.Windows {
+			if _, err := fmt.Fprintf(w, "%s,%g,%d,%g,%d,%d,%g,%d,%g\n", r.Policy, win.StartS, win.Arrivals, win.RatePerSec,
+				win.BatchSize, win.Batches, win.MeanBatchSize, win.Completed, win.MeanLatencyMs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
