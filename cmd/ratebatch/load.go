@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -81,7 +80,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer stop()
 	}
-	res, runErr := f.run(ctx)
+	var res loadgen.Result
+	var runErr error
+	if f.admin != "" {
+		res, runErr = loadreport.RunSampled(ctx, f.c, f.admin, f.samplesPath)
+	} else {
+		res, runErr = loadgen.Run(ctx, f.c)
+	}
 	if runErr != nil && res.Records == nil {
 		return runErr // nothing was sent: a configuration or metadata problem
 	}
@@ -90,8 +95,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("--csv: %w", err)
 		}
 	}
-	if err := f.print(stdout, res); err != nil {
-		return err
+	if f.asJSON {
+		if err := res.WriteJSON(stdout, f.c.Warmup > 0); err != nil {
+			return err
+		}
+	} else {
+		res.WriteText(stdout, f.c, f.load)
 	}
 	if runErr != nil {
 		return runErr
@@ -178,63 +187,6 @@ func (f *loadFlags) arrivals(set map[string]bool) error {
 	}
 	f.c.Rate = tr
 	f.load = fmt.Sprintf("trace %s (mean %.1f req/s, peak %.6g req/s)", tr.Name(), tr.MeanRate(), tr.MaxRate())
-	return nil
-}
-
-// run offers the load, sampling the proxy's /status meanwhile with --admin.
-func (f *loadFlags) run(ctx context.Context) (loadgen.Result, error) {
-	if f.admin == "" {
-		return loadgen.Run(ctx, f.c)
-	}
-	sampler := loadreport.NewSampler(f.admin, f.c.Model)
-	if _, err := sampler.Poll(ctx); err != nil {
-		return loadgen.Result{}, fmt.Errorf("--admin: %w", err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	go sampler.Run(sctx, 500*time.Millisecond)
-	res, err := loadgen.Run(ctx, f.c)
-	cancel()
-	if f.samplesPath != "" && res.Records != nil {
-		sampler.Poll(context.Background()) // the final figures
-		if werr := writeFile(f.samplesPath, func(w io.Writer) error { return loadreport.WriteSamplesCSV(w, sampler.Samples()) }); werr != nil {
-			return loadgen.Result{}, werr
-		}
-	}
-	return res, err
-}
-
-// print writes the summary: JSON, or the text lines.
-func (f *loadFlags) print(stdout io.Writer, res loadgen.Result) error {
-	if f.asJSON {
-		out := struct {
-			loadgen.Summary
-			FirstVerifyError string `json:"first_verify_error,omitempty"`
-			// Warmup accounts for --warmup's requests, which the rest leaves out.
-			Warmup *loadgen.Summary `json:"warmup,omitempty"`
-		}{Summary: res.Summary, FirstVerifyError: res.FirstVerifyError}
-		if f.c.Warmup > 0 {
-			out.Warmup = &res.Warmup
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return fmt.Errorf("writing JSON: %w", err)
-		}
-		return nil
-	}
-	form := "JSON"
-	switch {
-	case f.c.GRPC:
-		form = "gRPC"
-	case f.c.Binary:
-		form = "binary"
-	}
-	fmt.Fprintf(stdout, "load: %s for %v against %s, model %s (%s, %d row(s)/request, %d distinct bodies, seed %d)\n",
-		f.load, f.c.Duration, f.c.Target, f.c.Model, form, f.c.Rows, res.Payloads, f.c.Seed)
-	loadgen.WriteSummary(stdout, res.Summary, f.c.GRPC)
-	if f.c.Verify {
-		loadgen.WriteVerified(stdout, res.Summary)
-	}
 	return nil
 }
 

@@ -5,12 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
-	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/loadreport"
 )
 
@@ -31,7 +27,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 		"LOAD.csv from 'ratebatch load --csv', SAMPLES.csv from 'ratebatch load --admin URL --samples-csv'")
 	dir := fs.String("dir", "", "read NAME.load.csv and NAME.samples.csv for every run in this directory (as ratebatch demo writes them); without --names, every NAME.load.csv found there")
 	names := fs.String("names", "", "with --dir: comma-separated run names, the first the baseline (default: every run in --dir, in the demo's order)")
-	out := fs.String("out", "out/report", "directory for summary.md and the SVG plots")
+	out := fs.String("out", "out/report", "directory for summary.md and the SVG plots (with --dir and no --out: --dir itself)")
 	asJSON := fs.Bool("json", false, "print the table as JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ratebatch report --run NAME=LOAD.csv[,SAMPLES.csv] ... [--out DIR]")
@@ -45,123 +41,46 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *dir != "" {
-		list := strings.Split(*names, ",")
-		if strings.TrimSpace(*names) == "" {
-			found, err := runsIn(*dir)
-			if err != nil {
-				return err
-			}
-			list = found
+		specs, err := loadreport.DirSpecs(*dir, splitList(*names), demoPolicies)
+		if err != nil {
+			return err
 		}
-		for _, n := range list {
-			if n = strings.TrimSpace(n); n != "" {
-				spec := fmt.Sprintf("%s=%s", n, filepath.Join(*dir, n+".load.csv"))
-				// The samples are optional: a plain load run has none.
-				if samples := filepath.Join(*dir, n+".samples.csv"); *names != "" || exists(samples) {
-					spec += "," + samples
-				}
-				runs = append(runs, spec)
-			}
+		runs = append(runs, specs...)
+		if !flagsSet(fs)["out"] {
+			*out = *dir // redraw the table and plots beside the runs
 		}
 	}
 	if len(runs) == 0 {
-		fmt.Fprintln(stderr, "ratebatch report: give at least one --run, or a --dir holding NAME.load.csv files")
-		return errUsage
+		return usagef(stderr, "report", "give at least one --run, or a --dir holding NAME.load.csv files")
 	}
+	return writeLoadReport(runs, *out, stdout, *asJSON)
+}
+
+// writeLoadReport reads the runs and writes their table and plots into out.
+func writeLoadReport(specs []string, out string, stdout io.Writer, asJSON bool) error {
 	var loaded []loadreport.Run
-	for _, spec := range runs {
-		r, err := readRun(spec)
+	for _, spec := range specs {
+		r, err := loadreport.ReadRun(spec)
 		if err != nil {
 			return err
 		}
 		loaded = append(loaded, r)
 	}
 	rows := loadreport.Summarize(loaded)
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	if err := writeFile(*out+"/summary.md", func(w io.Writer) error { return loadreport.WriteTable(w, rows) }); err != nil {
-		return err
-	}
-	paths, err := loadreport.WritePlots(*out, loaded)
+	paths, err := loadreport.WriteDir(out, rows, loaded)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return json.NewEncoder(stdout).Encode(struct {
 			Rows  []loadreport.Row `json:"rows"`
 			Plots []string         `json:"plots"`
 		}{rows, paths})
 	}
 	loadreport.WriteTable(stdout, rows)
-	fmt.Fprintf(stdout, "\nwrote %s/summary.md and:\n", *out)
+	fmt.Fprintf(stdout, "\nwrote %s/summary.md and:\n", out)
 	for _, p := range paths {
 		fmt.Fprintln(stdout, "  "+p)
 	}
 	return nil
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
-// runsIn lists the runs a directory holds (NAME.load.csv), those the demo
-// runs first in its order (so its first policy stays the baseline), then the
-// others by name.
-func runsIn(dir string) ([]string, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, "*.load.csv"))
-	if err != nil {
-		return nil, err
-	}
-	if len(paths) == 0 {
-		return nil, fmt.Errorf("--dir %s: no NAME.load.csv files (as 'ratebatch demo' or 'ratebatch load --csv' write them)", dir)
-	}
-	rank := func(n string) int {
-		if i := slices.Index(demoPolicies, n); i >= 0 {
-			return i
-		}
-		return len(demoPolicies)
-	}
-	names := make([]string, len(paths))
-	for i, p := range paths {
-		names[i] = strings.TrimSuffix(filepath.Base(p), ".load.csv")
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if c := rank(a) - rank(b); c != 0 {
-			return c
-		}
-		return strings.Compare(a, b)
-	})
-	return names, nil
-}
-
-func readRun(spec string) (loadreport.Run, error) {
-	name, files, ok := strings.Cut(spec, "=")
-	if !ok || name == "" || files == "" {
-		return loadreport.Run{}, fmt.Errorf("--run %q: want NAME=LOAD.csv[,SAMPLES.csv]", spec)
-	}
-	loadPath, samplesPath, _ := strings.Cut(files, ",")
-	r := loadreport.Run{Name: name}
-	f, err := os.Open(loadPath)
-	if err != nil {
-		return r, fmt.Errorf("run %s: %w", name, err)
-	}
-	r.Records, err = loadgen.ReadCSV(f)
-	f.Close()
-	if err != nil {
-		return r, fmt.Errorf("run %s: %s: %w", name, loadPath, err)
-	}
-	if samplesPath != "" {
-		f, err := os.Open(samplesPath)
-		if err != nil {
-			return r, fmt.Errorf("run %s: %w", name, err)
-		}
-		r.Samples, err = loadreport.ReadSamplesCSV(f)
-		f.Close()
-		if err != nil {
-			return r, fmt.Errorf("run %s: %s: %w", name, samplesPath, err)
-		}
-	}
-	return r, nil
 }

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -73,4 +74,43 @@ func CountsText(counts map[string]int64) string {
 func WriteProgress(w io.Writer, s Snapshot) {
 	fmt.Fprintf(w, "%6.1fs target %7.1f/s sent %7.1f/s ok %7.1f/s p50 %7.3f ms p99 %7.3f ms in flight %d dropped %d errors %d\n",
 		s.Elapsed.Seconds(), s.TargetRPS, s.SentRPS, s.OKRPS, s.P50LatencyMs, s.P99LatencyMs, s.InFlight, s.Dropped, s.Errors)
+}
+
+// WriteJSON writes r's Summary as the load command's indented JSON: the
+// summary's keys, the first verification error, and with warmup the
+// warm-up's own summary, which the rest leaves out.
+func (r Result) WriteJSON(w io.Writer, warmup bool) error {
+	out := struct {
+		Summary
+		FirstVerifyError string   `json:"first_verify_error,omitempty"`
+		Warmup           *Summary `json:"warmup,omitempty"`
+	}{Summary: r.Summary, FirstVerifyError: r.FirstVerifyError}
+	if warmup {
+		out.Warmup = &r.Warmup
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	return nil
+}
+
+// WriteText prints the run of c as the load command's text: a line naming
+// the load (load describes the arrivals), the summary, and with c.Verify
+// the verdict.
+func (r Result) WriteText(w io.Writer, c Config, load string) {
+	form := "JSON"
+	switch {
+	case c.GRPC:
+		form = "gRPC"
+	case c.Binary:
+		form = "binary"
+	}
+	fmt.Fprintf(w, "load: %s for %v against %s, model %s (%s, %d row(s)/request, %d distinct bodies, seed %d)\n",
+		load, c.Duration, c.Target, c.Model, form, c.Rows, r.Payloads, c.Seed)
+	WriteSummary(w, r.Summary, c.GRPC)
+	if c.Verify {
+		WriteVerified(w, r.Summary)
+	}
 }
