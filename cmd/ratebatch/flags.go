@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/trace"
 )
 
@@ -18,45 +17,6 @@ import (
 func usagef(stderr io.Writer, name, format string, a ...any) error {
 	fmt.Fprintf(stderr, "ratebatch "+name+": "+format+"\n", a...)
 	return errUsage
-}
-
-// profileFlags are the model flags shared by commands that need tau(b) and
-// zeta(b): a preset, or its fields given one by one.
-type profileFlags struct {
-	preset                   *string
-	alpha, tau0, beta, zeta0 *float64
-	bmax                     *int
-}
-
-// addProfileFlags registers --preset, --alpha, --tau0, --beta, --zeta0 and
-// --bmax on fs.
-func addProfileFlags(fs *flag.FlagSet) *profileFlags {
-	return &profileFlags{
-		preset: fs.String("preset", preset.DefaultPreset, "model profile; one of "+strings.Join(preset.Names(), ", ")+
-			". --alpha etc. override its fields; without --preset, --alpha and --tau0 give a custom model"),
-		alpha: fs.Float64("alpha", 0, "batch latency slope alpha in ms per request: tau(b) = alpha*b + tau0"),
-		tau0:  fs.Float64("tau0", 0, "batch latency intercept tau0 in ms"),
-		beta:  fs.Float64("beta", 0, "batch energy slope beta in mJ per request: zeta(b) = beta*b + zeta0"),
-		zeta0: fs.Float64("zeta0", 0, "batch energy intercept zeta0 in mJ"),
-		bmax:  fs.Int("bmax", 0, "max batch size B_max (custom model default 32)"),
-	}
-}
-
-// profile returns the profile the flags set on fs name (preset.Overrides).
-func (m *profileFlags) profile(fs *flag.FlagSet) (preset.Profile, error) {
-	set := flagsSet(fs)
-	given := func(name string, v *float64) *float64 {
-		if set[name] {
-			return v
-		}
-		return nil
-	}
-	o := preset.Overrides{Preset: *m.preset, PresetGiven: set["preset"],
-		Alpha: given("alpha", m.alpha), Tau0: given("tau0", m.tau0), Beta: given("beta", m.beta), Zeta0: given("zeta0", m.zeta0)}
-	if set["bmax"] {
-		o.MaxBatch = m.bmax
-	}
-	return o.Profile()
 }
 
 func flagsSet(fs *flag.FlagSet) map[string]bool {
@@ -116,3 +76,11 @@ func joinFloats(xs []float64) string {
 
 // errorf is fmt.Errorf, for messages that wrap nothing.
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// given is v when the flag name was set, else nil: an optional value.
+func given[T any](set map[string]bool, name string, v *T) *T {
+	if set[name] {
+		return v
+	}
+	return nil
+}

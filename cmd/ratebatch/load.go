@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -113,81 +112,17 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // config checks the flags and completes f.c; an error is a usage error.
 func (f *loadFlags) config(set map[string]bool) error {
-	c := &f.c
-	c.GRPC = f.protocol == "grpc"
-	switch {
-	case c.Target == "":
-		return errors.New("give the server: --target URL")
-	case c.Model == "":
-		return errors.New("give the model: --model NAME")
-	case f.protocol != "http" && f.protocol != "grpc":
-		return fmt.Errorf("--protocol must be http or grpc, got %q", f.protocol)
-	case c.GRPC && c.Binary:
-		return errors.New("--binary is an HTTP form; gRPC always sends tensors as raw bytes")
-	case c.Rows < 1:
-		return fmt.Errorf("--rows must be >= 1, got %d", c.Rows)
-	case c.Timeout <= 0:
-		return fmt.Errorf("--timeout must be > 0, got %v", c.Timeout)
-	case c.MaxInFlight < 1:
-		return fmt.Errorf("--max-inflight must be >= 1, got %d", c.MaxInFlight)
-	case c.Payloads < 0:
-		return fmt.Errorf("--payloads must be >= 0, got %d", c.Payloads)
-	case c.Warmup < 0:
-		return fmt.Errorf("--warmup must be >= 0, got %v", c.Warmup)
-	case set["duration"] && c.Duration <= 0:
-		return fmt.Errorf("--duration must be > 0, got %v", c.Duration)
+	if err := loadgen.Command(&f.c, f.protocol, f.onFull, set["duration"]); err != nil {
+		return err
 	}
-	switch f.onFull {
-	case "drop":
-		c.OnFull = loadgen.DropWhenFull
-	case "wait":
-		c.OnFull = loadgen.WaitWhenFull
-	default:
-		return fmt.Errorf("--on-full must be drop or wait, got %q", f.onFull)
+	arr := loadgen.Arrivals{Rate: given(set, "rate", &f.rate), Scale: given(set, "trace-scale", &f.traceScale),
+		Speedup: given(set, "speedup", &f.speedup), DurationGiven: set["duration"]}
+	if set["trace"] {
+		arr.Trace = f.traceName
 	}
-	if !set["trace"] && countSet(set, "trace-scale", "speedup") > 0 {
-		return errors.New("--trace-scale and --speedup need --trace")
-	}
-	return f.arrivals(set)
-}
-
-// arrivals sets the rate from --rate or --trace.
-func (f *loadFlags) arrivals(set map[string]bool) error {
-	switch n := countSet(set, "rate", "trace"); {
-	case n == 0:
-		return errors.New("give the arrivals: --rate RPS or --trace NAME")
-	case n > 1:
-		return errors.New("give only one of --rate and --trace")
-	case set["rate"]:
-		if !(f.rate > 0) || f.rate > 1e7 {
-			return fmt.Errorf("--rate must be > 0 and at most 1e7 requests/s, got %v", f.rate)
-		}
-		if !set["duration"] {
-			return errors.New("give --duration with --rate, e.g. --duration 30s")
-		}
-		f.c.Rate = loadgen.ConstantRate(f.rate)
-		f.load = fmt.Sprintf("Poisson %g req/s", f.rate)
-		return nil
-	}
-	tr, err := loadTrace(f.traceName)
-	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
-	}
-	if tr, err = tr.Scale(f.traceScale); err != nil {
-		return fmt.Errorf("--trace-scale: %w", err)
-	}
-	if tr, err = tr.Compress(f.speedup); err != nil {
-		return fmt.Errorf("--speedup: %w", err)
-	}
-	if tr.MaxRate() <= 0 {
-		return fmt.Errorf("--trace %s has no arrivals (its rate is 0 throughout)", f.traceName)
-	}
-	if !set["duration"] {
-		f.c.Duration = tr.Duration()
-	}
-	f.c.Rate = tr
-	f.load = fmt.Sprintf("trace %s (mean %.1f req/s, peak %.6g req/s)", tr.Name(), tr.MeanRate(), tr.MaxRate())
-	return nil
+	var err error
+	f.load, err = arr.Apply(&f.c)
+	return err
 }
 
 // startCPUProfile profiles this process until stop is called.

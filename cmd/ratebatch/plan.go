@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/ratebatch/ratebatch/lab/capacity"
+	"github.com/ratebatch/ratebatch/lab/preset"
 )
 
 func init() {
@@ -15,7 +16,7 @@ func init() {
 
 func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("plan", stderr)
-	model := addProfileFlags(fs)
+	model := preset.BindFlags(fs)
 	rate := fs.Float64("rate", 0, "arrival rate in requests/s")
 	rho := fs.Float64("rho", 0, "load rho = lambda*alpha (unbounded batches: mu = 1/alpha); 0 <= rho < 1")
 	latency := fs.Float64("latency-ms", 0, "mean latency target in ms: report the highest rate whose bound meets it")
@@ -39,12 +40,12 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // planInput is the question the flags ask; an error is a usage error.
-func planInput(fs *flag.FlagSet, model *profileFlags, rate, rho, latency float64) (capacity.PlanInput, error) {
+func planInput(fs *flag.FlagSet, model *preset.Flags, rate, rho, latency float64) (capacity.PlanInput, error) {
 	set := flagsSet(fs)
 	if set["bmax"] {
 		return capacity.PlanInput{}, errorf("--bmax does not apply: the closed-form bounds assume unbounded batches")
 	}
-	prof, err := model.profile(fs)
+	prof, err := model.Profile()
 	if err != nil {
 		return capacity.PlanInput{}, err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -53,34 +52,5 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if len(runs) == 0 {
 		return usagef(stderr, "report", "give at least one --run, or a --dir holding NAME.load.csv files")
 	}
-	return writeLoadReport(runs, *out, stdout, *asJSON)
-}
-
-// writeLoadReport reads the runs and writes their table and plots into out.
-func writeLoadReport(specs []string, out string, stdout io.Writer, asJSON bool) error {
-	var loaded []loadreport.Run
-	for _, spec := range specs {
-		r, err := loadreport.ReadRun(spec)
-		if err != nil {
-			return err
-		}
-		loaded = append(loaded, r)
-	}
-	rows := loadreport.Summarize(loaded)
-	paths, err := loadreport.WriteDir(out, rows, loaded)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return json.NewEncoder(stdout).Encode(struct {
-			Rows  []loadreport.Row `json:"rows"`
-			Plots []string         `json:"plots"`
-		}{rows, paths})
-	}
-	loadreport.WriteTable(stdout, rows)
-	fmt.Fprintf(stdout, "\nwrote %s/summary.md and:\n", out)
-	for _, p := range paths {
-		fmt.Fprintln(stdout, "  "+p)
-	}
-	return nil
+	return loadreport.Report(runs, *out, stdout, *asJSON)
 }

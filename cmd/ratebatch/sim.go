@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/sim"
 	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
@@ -24,7 +25,7 @@ func init() {
 type simFlags struct {
 	c                                 sim.Config
 	opts                              policy.Options
-	model                             *profileFlags
+	model                             *preset.Flags
 	policies, traceName, seriesCSV    string
 	rate, rho, traceScale, speedup    float64
 	maxQueueDelayMs, maxWaitMs, slaMs float64
@@ -34,7 +35,7 @@ type simFlags struct {
 func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{}
 	fs.StringVar(&f.policies, "policy", "", "policy to simulate: one of "+strings.Join(policy.Names(), ", ")+"; a comma list; or all (one row per policy)")
-	f.model = addProfileFlags(fs)
+	f.model = preset.BindFlags(fs)
 	fs.Float64Var(&f.rate, "rate", 0, "constant Poisson arrival rate in requests/s")
 	fs.Float64Var(&f.rho, "rho", 0, "arrival rate as a load: rho * mu(B_max), where mu(b) = b/tau(b)")
 	fs.StringVar(&f.traceName, "trace", "", "arrival rate series: a built-in name ("+strings.Join(trace.Names(), ", ")+
@@ -94,13 +95,18 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // usage error.
 func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []policy.Policy, error) {
 	c := f.c
-	prof, err := f.model.profile(fs)
+	prof, err := f.model.Profile()
 	if err != nil {
 		return c, nil, err
 	}
 	c.Profile, c.SLA, c.Series = prof, msDuration(f.slaMs), f.seriesCSV != ""
 	set := flagsSet(fs)
-	if err := f.arrivals(&c, set); err != nil {
+	arr := sim.Arrivals{Rate: given(set, "rate", &f.rate), Rho: given(set, "rho", &f.rho),
+		Speedup: given(set, "speedup", &f.speedup), Scale: given(set, "trace-scale", &f.traceScale)}
+	if set["trace"] {
+		arr.Trace = f.traceName
+	}
+	if err := arr.Apply(&c); err != nil {
 		return c, nil, err
 	}
 	// The policy's own options are checked by policy.New, the run's by
@@ -127,43 +133,6 @@ func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []pol
 		return c, nil, simFlagErr(err, set)
 	}
 	return c, pols, nil
-}
-
-// arrivals sets c's rate or trace from --rate, --rho or --trace.
-func (f *simFlags) arrivals(c *sim.Config, set map[string]bool) error {
-	switch n := countSet(set, "rate", "rho", "trace"); {
-	case n == 0:
-		return errors.New("give the arrivals: one of --rate, --rho or --trace")
-	case n > 1:
-		return errors.New("give only one of --rate, --rho and --trace")
-	case set["rate"]:
-		c.RatePerSec = f.rate
-	case set["rho"]:
-		if !(f.rho > 0) {
-			return fmt.Errorf("--rho must be > 0, got %v", f.rho)
-		}
-		c.RatePerSec = f.rho * 1000 * c.Profile.MuPerMs(c.Profile.MaxBatch)
-	default:
-		tr, err := loadTrace(f.traceName)
-		if err != nil {
-			return fmt.Errorf("--trace: %w", err)
-		}
-		if set["speedup"] {
-			if tr, err = tr.Compress(f.speedup); err != nil {
-				return fmt.Errorf("--speedup: %w", err)
-			}
-		}
-		if set["trace-scale"] {
-			if tr, err = tr.Scale(f.traceScale); err != nil {
-				return fmt.Errorf("--trace-scale: %w", err)
-			}
-		}
-		c.Trace = tr
-	}
-	if countSet(set, "trace-scale", "speedup") > 0 && !set["trace"] {
-		return errors.New("--trace-scale and --speedup need --trace")
-	}
-	return nil
 }
 
 // simFlagErr names the flag behind the sim.Config field an error is about.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/smdpreport"
 	"github.com/ratebatch/ratebatch/policy/smdp"
 )
@@ -19,7 +20,7 @@ func init() {
 // smdpFlags are smdp's flags; the solver's are bound to smdp.Options.
 type smdpFlags struct {
 	o                           smdpreport.Options
-	model                       *profileFlags
+	model                       *preset.Flags
 	rho, rate                   float64
 	co, latencyBudget, gridRhos string
 	asJSON                      bool
@@ -27,7 +28,7 @@ type smdpFlags struct {
 
 func bindSMDPFlags(fs *flag.FlagSet) *smdpFlags {
 	f := &smdpFlags{}
-	f.model = addProfileFlags(fs)
+	f.model = preset.BindFlags(fs)
 	fs.Float64Var(&f.rho, "rho", 0, "load rho = lambda/mu(B_max), where mu(b) = b/tau(b); 0 < rho < 1")
 	fs.Float64Var(&f.rate, "rate", 0, "arrival rate in requests/s (instead of --rho)")
 	fs.Float64Var(&f.o.Solve.W1, "w1", 1, "weight of mean latency (per ms) in the objective")
@@ -67,7 +68,7 @@ func runSMDP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // job checks the flags and returns the job they ask for; an error is a
 // usage error.
 func (f *smdpFlags) job(fs *flag.FlagSet) (smdpJob, error) {
-	prof, err := f.model.profile(fs)
+	prof, err := f.model.Profile()
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func (f *smdpFlags) job(fs *flag.FlagSet) (smdpJob, error) {
 		return nil, errors.New("--grid is the loads of --compare without --rho or --rate")
 	}
 	if !grid {
-		if err := f.load(set); err != nil {
+		if err := (smdpreport.Load{Rho: given(set, "rho", &f.rho), Rate: given(set, "rate", &f.rate)}).Apply(&f.o.Model); err != nil {
 			return nil, err
 		}
 	}
@@ -102,29 +103,6 @@ func (f *smdpFlags) job(fs *flag.FlagSet) (smdpJob, error) {
 	return smdpreport.New(f.o)
 }
 
-// load sets the model's arrival rate from --rho or --rate.
-func (f *smdpFlags) load(set map[string]bool) error {
-	m := &f.o.Model
-	switch countSet(set, "rho", "rate") {
-	case 0:
-		return errors.New("give the load: --rho R or --rate RPS (or --compare alone for a grid of loads)")
-	case 2:
-		return errors.New("give only one of --rho and --rate")
-	}
-	if set["rho"] {
-		if !(f.rho > 0 && f.rho < 1) {
-			return fmt.Errorf("--rho must be in (0, 1), got %v (rho >= 1 is unstable: arrivals reach the throughput of full batches)", f.rho)
-		}
-		m.LambdaPerMs = f.rho * m.MuPerMs(m.MaxBatch)
-	} else {
-		if !(f.rate > 0) {
-			return fmt.Errorf("--rate must be > 0 requests/s, got %v", f.rate)
-		}
-		m.LambdaPerMs = f.rate / 1000
-	}
-	return m.Validate()
-}
-
 // budget is the --latency-budget job.
 func (f *smdpFlags) budget(set map[string]bool) (smdpJob, error) {
 	for _, name := range []string{"w1", "w2", "co", "compare", "evaluate", "epsilon", "iter-max"} {
@@ -132,12 +110,5 @@ func (f *smdpFlags) budget(set map[string]bool) (smdpJob, error) {
 			return nil, fmt.Errorf("--latency-budget chooses the weights itself; drop --%s", name)
 		}
 	}
-	b, err := smdp.ParseBudget(f.latencyBudget)
-	if err != nil {
-		return nil, fmt.Errorf("--latency-budget: %w", err)
-	}
-	if !f.o.Profile.HasEnergy {
-		return nil, fmt.Errorf("--latency-budget trades latency for power, but %s has no published energy figures: give --beta and --zeta0", f.o.Profile.Name)
-	}
-	return smdpreport.Budget{Profile: f.o.Profile, Model: f.o.Model, Budget: b, SMax: f.o.Solve.SMax}, nil
+	return smdpreport.NewBudget(f.o.Profile, f.o.Model, f.latencyBudget, f.o.Solve.SMax)
 }

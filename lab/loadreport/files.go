@@ -1,7 +1,9 @@
 package loadreport
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -123,4 +125,35 @@ func WriteDir(dir string, rows []Row, runs []Run) ([]string, error) {
 		return nil, err
 	}
 	return WritePlots(dir, runs)
+}
+
+// Report reads the runs specs name (ReadRun), writes their table and plots
+// into out (WriteDir), and prints the table and what it wrote, or with
+// asJSON the rows and the plots' paths.
+func Report(specs []string, out string, stdout io.Writer, asJSON bool) error {
+	var loaded []Run
+	for _, spec := range specs {
+		r, err := ReadRun(spec)
+		if err != nil {
+			return err
+		}
+		loaded = append(loaded, r)
+	}
+	rows := Summarize(loaded)
+	paths, err := WriteDir(out, rows, loaded)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(struct {
+			Rows  []Row    `json:"rows"`
+			Plots []string `json:"plots"`
+		}{rows, paths})
+	}
+	WriteTable(stdout, rows)
+	fmt.Fprintf(stdout, "\nwrote %s/summary.md and:\n", out)
+	for _, p := range paths {
+		fmt.Fprintln(stdout, "  "+p)
+	}
+	return nil
 }

@@ -2,7 +2,9 @@ package preset
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"strings"
 )
 
 // Overrides names a model profile as the commands' model flags do: a
@@ -63,4 +65,49 @@ func set[T any](dst *T, v *T) {
 	if v != nil {
 		*dst = *v
 	}
+}
+
+// Flags are the model flags of the commands that need tau(b) and zeta(b):
+// --preset, or its fields one by one (--alpha, --tau0, --beta, --zeta0,
+// --bmax), read into Overrides.
+type Flags struct {
+	fs                       *flag.FlagSet
+	preset                   string
+	alpha, tau0, beta, zeta0 float64
+	bmax                     int
+}
+
+// BindFlags registers the model flags on fs.
+func BindFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{fs: fs}
+	fs.StringVar(&f.preset, "preset", DefaultPreset, "model profile; one of "+strings.Join(Names(), ", ")+
+		". --alpha etc. override its fields; without --preset, --alpha and --tau0 give a custom model")
+	fs.Float64Var(&f.alpha, "alpha", 0, "batch latency slope alpha in ms per request: tau(b) = alpha*b + tau0")
+	fs.Float64Var(&f.tau0, "tau0", 0, "batch latency intercept tau0 in ms")
+	fs.Float64Var(&f.beta, "beta", 0, "batch energy slope beta in mJ per request: zeta(b) = beta*b + zeta0")
+	fs.Float64Var(&f.zeta0, "zeta0", 0, "batch energy intercept zeta0 in mJ")
+	fs.IntVar(&f.bmax, "bmax", 0, "max batch size B_max (custom model default 32)")
+	return f
+}
+
+// Profile is the profile the parsed flags name (Overrides.Profile).
+func (f *Flags) Profile() (Profile, error) {
+	o := Overrides{Preset: f.preset}
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "preset":
+			o.PresetGiven = true
+		case "alpha":
+			o.Alpha = &f.alpha
+		case "tau0":
+			o.Tau0 = &f.tau0
+		case "beta":
+			o.Beta = &f.beta
+		case "zeta0":
+			o.Zeta0 = &f.zeta0
+		case "bmax":
+			o.MaxBatch = &f.bmax
+		}
+	})
+	return o.Profile()
 }
