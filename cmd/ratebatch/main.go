@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -46,14 +48,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		name, args = args[0], args[1:]
 	}
-	if name == "help" || name == "-h" || name == "--help" {
+	switch name {
+	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		name = "version"
 	}
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "ratebatch: unknown command %q", name)
-		if near := closest(name); near != "" {
+		if near := closest(name, slices.Collect(maps.Keys(commands))); near != "" {
 			fmt.Fprintf(stderr, "; did you mean %q?", near)
 		}
 		fmt.Fprintln(stderr, "\nRun 'ratebatch -h' for the list of commands.")
@@ -87,12 +92,12 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'ratebatch <command> -h' for a command's flags.")
 }
 
-// closest returns the command nearest to a mistyped name (edit distance at
-// most 2, or a unique prefix), or "".
-func closest(name string) string {
+// closest returns the name among names nearest to a mistyped one (edit
+// distance at most 2, or a unique prefix), or "".
+func closest(name string, names []string) string {
 	best, bestD := "", 3
 	var prefixed []string
-	for n := range commands {
+	for _, n := range names {
 		if strings.HasPrefix(n, name) {
 			prefixed = append(prefixed, n)
 		}
@@ -155,16 +160,26 @@ func upperFirst(s string) string {
 // the error and one line pointing at -h, not the whole help, so the error
 // stays on screen; -h prints the help.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	help := fs.Usage
+	help, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // the error is printed below, with a suggestion
 	err := fs.Parse(args)
 	fs.Usage = help
+	fs.SetOutput(out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			help()
 			return err
 		}
-		fmt.Fprintf(fs.Output(), "Run '%s -h' for its flags.\n", fs.Name())
+		fmt.Fprint(out, err)
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			if near := closest(strings.TrimLeft(name, "-"), names); near != "" {
+				fmt.Fprintf(out, "; did you mean --%s?", near)
+			}
+		}
+		fmt.Fprintf(out, "\nRun '%s -h' for its flags.\n", fs.Name())
 		return errUsage
 	}
 	if fs.NArg() > 0 {

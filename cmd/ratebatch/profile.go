@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/lab/profiler"
+	"github.com/ratebatch/ratebatch/regression"
 )
 
 func init() {
@@ -50,8 +51,8 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *out != "" {
-		if err := res.WriteSamplesFile(*out); err != nil {
-			return err
+		if err := writeFile(*out, func(w io.Writer) error { return regression.WriteCSV(w, res.Samples) }); err != nil {
+			return fmt.Errorf("writing the profile: %w", err)
 		}
 	}
 	if *asJSON {

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/ratebatch/ratebatch/policy/batchcost"
-	"github.com/ratebatch/ratebatch/regression"
 )
 
 // JSON is the profile command's --json document: the round-trip fit, the
@@ -51,18 +49,4 @@ func (r Result) WriteText(w io.Writer) {
 // WriteProgress prints one measured size (Options.Progress).
 func WriteProgress(w io.Writer, s Size) {
 	fmt.Fprintf(w, "b=%-4d median %8.3f ms  (%d ok, %d errors)\n", s.Batch, s.MedianMs, s.OK, s.Errors)
-}
-
-// WriteSamplesFile writes r's samples as the CSV (batch_size,latency_ms)
-// that fit and serve's profile_csv read.
-func (r Result) WriteSamplesFile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing the profile: %w", err)
-	}
-	if err := regression.WriteCSV(f, r.Samples); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
 }
