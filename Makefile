@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go test-triton test-deploy lint fuzz bench clean generate proto-tools
+.PHONY: all build demo test test-go test-long test-triton test-deploy lint fuzz bench clean generate proto-tools
 
 all: build
 
@@ -43,9 +43,19 @@ test-go:
 	scripts/setup-chromium.sh
 	$(GO) build -o bin/testprogress ./lab/testprogress
 	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
-	@# Under -race the live latency comparisons only log their ratios (the
-	@# detector slows the proxy several times over); here they assert them.
-	$(GO) test -count=1 -run '^(TestColdStartStep|TestSequentialClient|TestSimPredictsLive)$$' ./server
+	@# The end-to-end tests whose assertions are timings live in one package,
+	@# server/timing; they skip under -race (the detector slows the proxy
+	@# several times over) and run here without it.
+	$(GO) test -count=1 ./server/timing
+
+## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
+## and docs/RESULTS.md (Go: the packages whose tests read RATEBATCH_LONG or
+## servertest.Long; Python: the long tests of tests/triton); without -race
+LONG_PY_K = $(shell grep -l RATEBATCH_LONG tests/triton/test_*.py | xargs -n1 basename | sed 's/\.py$$//' | paste -sd' ' - | sed 's/ / or /g')
+LONG_GO_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' -e RATEBATCH_LONG -e 'servertest.Long()' .)))
+test-long: build
+	RATEBATCH_LONG=1 $(GO) test -count=1 -timeout 60m -v $(LONG_GO_PKGS)
+	RATEBATCH_LONG=1 RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -k '$(LONG_PY_K)'
 
 ## generate: regenerate the committed gRPC code from kserve/inference/inference.proto
 generate: proto-tools

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +28,7 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/registry"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // rawExchange writes req on a fresh connection, half-closes it when asked,
@@ -103,8 +106,8 @@ func tensorBody(datatype, shape, data string) []byte {
 func TestHostileRequests(t *testing.T) {
 	const limit = 1 << 20
 	em := startEmulator(t, emulator.Options{})
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Limits.MaxBodyBytes = limit })
-	addr := strings.TrimPrefix(lt.base, "http://")
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Limits.MaxBodyBytes = limit })
+	addr := strings.TrimPrefix(lt.Base, "http://")
 	const infer = "/v2/models/simple/infer"
 	good := simpleBody("ok", 1, 1)
 	binHeader := `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"parameters":{"binary_data_size":1000000}}]}`
@@ -197,10 +200,10 @@ func TestHostileRequests(t *testing.T) {
 	}
 	t.Logf("slowest hostile answer: %v", worst)
 	// The proxy still serves.
-	if code, r, _ := post(t, lt.base+infer, good); code != 200 || checkSimple(r, "ok", 1, 1) != nil {
+	if code, r, _ := post(t, lt.Base+infer, good); code != 200 || checkSimple(r, "ok", 1, 1) != nil {
 		t.Fatalf("after the hostile requests: %d %q", code, r.Error)
 	}
-	l := lt.settled(t, "simple")
+	l := settled(t, lt, "simple")
 	l.balanced(t)
 	if queued != 1+len(dataChecked) || l.accepted != float64(queued) {
 		t.Fatalf("%v requests reached the queue; want %d: the good one and those whose data values are wrong (%d of %d named)", l.accepted, queued, queued-1, len(dataChecked))
@@ -214,8 +217,8 @@ func TestHostileRequests(t *testing.T) {
 func TestHostileLyingLengthCostsBoundedMemory(t *testing.T) {
 	const limit, conns = 32 << 20, 4
 	em := startEmulator(t, emulator.Options{})
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Limits.MaxBodyBytes = limit })
-	addr := strings.TrimPrefix(lt.base, "http://")
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Limits.MaxBodyBytes = limit })
+	addr := strings.TrimPrefix(lt.Base, "http://")
 	before := takeFootprint()
 	var open []net.Conn
 	for range conns {
@@ -226,12 +229,10 @@ func TestHostileLyingLengthCostsBoundedMemory(t *testing.T) {
 		open = append(open, c)
 		fmt.Fprintf(c, "POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{\"inputs\":[", limit)
 	}
-	// Wait until every handler is reading its body.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() < before.goroutines+conns && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
+	// Every connection's goroutine parked in a read of its body: whatever
+	// memory the declared length made the proxy reserve, it reserved
+	// before that read (happens-before through the goroutine's own order).
+	waitParked(t, conns, "fasthttp.(*Server).serveConn", "Body", "(*pollDesc).waitRead")
 	during := takeFootprint()
 	growth := int64(during.heap) - int64(before.heap)
 	t.Logf("%d stalled bodies declaring %d MiB each: live heap +%.2f MiB", conns, limit>>20, float64(growth)/(1<<20))
@@ -251,11 +252,11 @@ func TestHostileLyingLengthCostsBoundedMemory(t *testing.T) {
 func TestHostileSlowClients(t *testing.T) {
 	const headerTimeout, readTimeout = 300 * time.Millisecond, time.Second
 	em := startEmulator(t, emulator.Options{})
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Limits.ReadHeaderTimeout = headerTimeout
 		c.Limits.ReadTimeout = readTimeout
 	})
-	addr := strings.TrimPrefix(lt.base, "http://")
+	addr := strings.TrimPrefix(lt.Base, "http://")
 	before := takeFootprint()
 	tests := []struct {
 		name  string
@@ -289,9 +290,9 @@ func TestHostileSlowClients(t *testing.T) {
 			}()
 		}
 	}
-	// Served meanwhile.
-	time.Sleep(100 * time.Millisecond)
-	if code, r, _ := post(t, lt.base+"/v2/models/simple/infer", simpleBody("x", 1, 1)); code != 200 {
+	// Served meanwhile: once every slow connection is open and being read.
+	waitParked(t, len(tests)*perCase, "fasthttp.(*Server).serveConn", "(*pollDesc).waitRead")
+	if code, r, _ := post(t, lt.Base+"/v2/models/simple/infer", simpleBody("x", 1, 1)); code != 200 {
 		t.Errorf("a normal request during the slow-loris: %d %q", code, r.Error)
 	}
 	wg.Wait()
@@ -306,6 +307,46 @@ func TestHostileSlowClients(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 	expectNoLeak(t, before)
+}
+
+// waitParked waits until n goroutines are parked with every one of frames
+// in their stacks (substrings of the goroutine profile's function names),
+// and fails after 10 s. It is the happens-before signal for a check that
+// something did not happen: a parked goroutine has done all it does before
+// the frame it is parked in.
+func waitParked(t *testing.T, n int, frames ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var b bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&b, 1)
+		got := 0
+		for _, g := range strings.Split(b.String(), "\n\n") {
+			if !containsAll(g, frames) {
+				continue
+			}
+			// "k @ 0x..." counts k goroutines with this stack (the first
+			// record follows the profile's header line).
+			k, _, _ := strings.Cut(g, " @ ")
+			if c, err := strconv.Atoi(k[strings.LastIndex(k, "\n")+1:]); err == nil {
+				got += c
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d goroutines parked in %v after 10 s\n%s", got, n, frames, b.String())
+		}
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 // holdOpen sends start, then drip one byte every 50 ms, until the server
@@ -351,7 +392,7 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 	// A password in the upstream URL (Triton behind basic auth) is a
 	// secret too.
 	const password = "upw-2c26b46b68ffc68ff99b453c1d304134"
-	lt := startLive(t, em.Addr(), log, func(c *config.Config) {
+	lt := servertest.Start(t, em.Addr(), log, func(c *config.Config) {
 		c.AdminToken = token
 		c.Upstream = "http://ratebatch:" + password + "@" + em.Addr()
 		c.Log.Level = "debug"
@@ -376,7 +417,7 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 	// the upstream, which does not know them.
 	for _, path := range []string{"/metrics", "/status", "/policy"} {
 		for _, method := range []string{http.MethodGet, http.MethodPut} {
-			code, body := do(method, lt.base+path, "Bearer "+token, change)
+			code, body := do(method, lt.Base+path, "Bearer "+token, change)
 			if code < 400 || strings.Contains(body, "ratebatch_") || strings.Contains(body, `"queues"`) {
 				t.Errorf("data port %s %s: %d %.100q: admin served on the data port", method, path, code, body)
 			}
@@ -397,20 +438,20 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 		{"lower-case scheme", "bearer " + token, 401},
 		{"the token", "Bearer " + token, 200},
 	} {
-		if code, body := do(http.MethodPut, lt.admin+"/policy", tt.auth, change); code != tt.want {
+		if code, body := do(http.MethodPut, lt.Admin+"/policy", tt.auth, change); code != tt.want {
 			t.Errorf("PUT /policy, %s: %d %q, want %d", tt.name, code, body, tt.want)
 		}
 	}
-	if code, _ := do(http.MethodPut, lt.admin+"/policy?token="+token, "", change); code != 401 {
+	if code, _ := do(http.MethodPut, lt.Admin+"/policy?token="+token, "", change); code != 401 {
 		t.Errorf("token in the query string: %d, want 401 (only the header counts)", code)
 	}
 
 	// Traffic, errors and a failed discovery, to make the proxy log.
-	post(t, lt.base+"/v2/models/simple/infer", simpleBody("a", 1, 1))
-	post(t, lt.base+"/v2/models/nope/infer", simpleBody("b", 1, 1))
-	_, status := do(http.MethodGet, lt.admin+"/status", "", "")
-	_, metrics := do(http.MethodGet, lt.admin+"/metrics", "", "")
-	lt.stop()
+	post(t, lt.Base+"/v2/models/simple/infer", simpleBody("a", 1, 1))
+	post(t, lt.Base+"/v2/models/nope/infer", simpleBody("b", 1, 1))
+	_, status := do(http.MethodGet, lt.Admin+"/status", "", "")
+	_, metrics := do(http.MethodGet, lt.Admin+"/metrics", "", "")
+	lt.Stop()
 	for what, text := range map[string]string{"logs": logs.String(), "/status": status, "/metrics": metrics} {
 		if strings.Contains(text, token) || strings.Contains(text, token[:12]) {
 			t.Errorf("the admin token appears in the %s", what)
@@ -431,9 +472,9 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 // call is refused, even one that sends an empty bearer token.
 func TestSecurityEmptyTokenRefusesChanges(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) { c.AdminToken = "" })
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.AdminToken = "" })
 	for _, auth := range []string{"", "Bearer ", "Bearer  "} {
-		req, _ := http.NewRequest(http.MethodPut, lt.admin+"/policy", strings.NewReader(`{"policy":"adhoc"}`))
+		req, _ := http.NewRequest(http.MethodPut, lt.Admin+"/policy", strings.NewReader(`{"policy":"adhoc"}`))
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
@@ -480,7 +521,7 @@ func TestHostileUnknownModelFlood(t *testing.T) {
 		em.Handler().ServeHTTP(w, r)
 	}))
 	defer counting.Close()
-	lt := startLive(t, strings.TrimPrefix(counting.URL, "http://"), nil, nil)
+	lt := servertest.Start(t, strings.TrimPrefix(counting.URL, "http://"), nil, nil)
 	client := newClient()
 	const names, workers = 3 * registry.MaxOnDemandLookups / 2, 8
 	var wg sync.WaitGroup
@@ -488,7 +529,7 @@ func TestHostileUnknownModelFlood(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < names; i += workers {
-				url := fmt.Sprintf("%s/v2/models/flood-%d/infer", lt.base, i)
+				url := fmt.Sprintf("%s/v2/models/flood-%d/infer", lt.Base, i)
 				resp, err := client.Post(url, "application/json", bytes.NewReader(simpleBody("x", 1, 1)))
 				if err != nil {
 					t.Error(err)

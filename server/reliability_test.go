@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -34,75 +33,8 @@ import (
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/stats"
-	"github.com/ratebatch/ratebatch/server"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
-
-// liveTest is an in-process `ratebatch serve` with its internals in reach.
-type liveTest struct {
-	p           *server.Server
-	base, admin string
-	stop        func()
-}
-
-// startLive runs the proxy against upstream like startProxy, logging to log
-// (nil: discarded), and waits until the upstream's models are known.
-func startLive(t *testing.T, upstream string, log *slog.Logger, edit func(*config.Config)) *liveTest {
-	t.Helper()
-	lt := runLive(t, upstream, log, edit)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := lt.p.Dispatcher().Model("simple"); ok {
-			return lt
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("proxy did not discover the upstream's models")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// runLive starts the proxy without waiting for the upstream; it stops when
-// the test ends.
-func runLive(t *testing.T, upstream string, log *slog.Logger, edit func(*config.Config)) *liveTest {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Upstream = "http://" + upstream
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.AdminToken = "test-token"
-	cfg.Policy.Window = 100 * time.Millisecond
-	cfg.Grace = 5 * time.Second
-	if edit != nil {
-		edit(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	p, err := server.New(&cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	lt := &liveTest{p: p, base: "http://" + p.Addr().String(), admin: "http://" + p.AdminAddr().String()}
-	lt.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		})
-	}
-	t.Cleanup(lt.stop)
-	return lt
-}
 
 // ledger is the proxy's account of one model, read from its registry.
 type ledger struct {
@@ -113,17 +45,17 @@ type ledger struct {
 	queued, inFlight     int
 }
 
-func (lt *liveTest) ledger(t *testing.T, model string) ledger {
+func ledgerOf(t *testing.T, lt *servertest.Proxy, model string) ledger {
 	t.Helper()
 	l := ledger{rejected: map[string]float64{}, errors: map[int]float64{}, upstream: map[string]float64{}}
 	// The queue first: a batch's answers are counted before it stops being
 	// in flight, so counters read after an idle queue include them.
-	for _, s := range lt.p.Dispatcher().Snapshots() {
+	for _, s := range lt.Dispatcher().Snapshots() {
 		if s.Model == model {
 			l.queued, l.inFlight = s.QueuedRows, s.InFlight
 		}
 	}
-	fams, err := lt.p.Gatherer().Gather()
+	fams, err := lt.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,12 +94,12 @@ func (lt *liveTest) ledger(t *testing.T, model string) ledger {
 // settled waits until the model has nothing queued or in flight (answers
 // to clients that left are delivered when their batch ends) and returns
 // the ledger then.
-func (lt *liveTest) settled(t *testing.T, model string) ledger {
+func settled(t *testing.T, lt *servertest.Proxy, model string) ledger {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var last ledger
 	for {
-		l := lt.ledger(t, model)
+		l := ledgerOf(t, lt, model)
 		// A caller leaving the queue is counted just after its rows leave,
 		// so the counters must also have stopped moving.
 		if l.queued == 0 && l.inFlight == 0 && l.same(last) {
@@ -430,7 +362,7 @@ func TestReliabilityUpstreamKilledMidBatch(t *testing.T) {
 	addr := em.Addr()
 	// No hold: this test is about the errors of an outage the callers are
 	// not held through (TestReliabilityUpstreamRestartHeld holds them).
-	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, 0 })
+	lt := servertest.Start(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, 0 })
 	const killAt, restartAt, d = 700 * time.Millisecond, 1200 * time.Millisecond, 2500 * time.Millisecond
 	res, l, before := runOutage(t, lt, em, addr, loadgen.ConstantRate(150), killAt, restartAt-killAt, d, 2)
 	checkBooks(t, res.Summary, l, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
@@ -469,7 +401,7 @@ func TestReliabilityUpstreamRestartHeld(t *testing.T) {
 	}
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
 	addr := em.Addr()
-	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, hold })
+	lt := servertest.Start(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, hold })
 	const killAt, down, d = 700 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond
 	res, l, before := runOutage(t, lt, em, addr, loadgen.ConstantRate(400), killAt, down, d, 3)
 	checkBooks(t, res.Summary, l, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
@@ -489,13 +421,13 @@ func TestReliabilityUpstreamRestartHeld(t *testing.T) {
 // emulator serving at addr is killed at killAt and restarted down later. It
 // returns the load's result, the proxy's ledger of the run and the
 // footprint before it, for expectNoLeak.
-func runOutage(t *testing.T, lt *liveTest, em *emulator.Server, addr string, rate loadgen.Rate, killAt, down, d time.Duration, seed uint64) (loadgen.Result, ledger, footprint) {
+func runOutage(t *testing.T, lt *servertest.Proxy, em *emulator.Server, addr string, rate loadgen.Rate, killAt, down, d time.Duration, seed uint64) (loadgen.Result, ledger, footprint) {
 	t.Helper()
-	offerLoad(t, lt.base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
+	offerLoad(t, lt.Base, loadgen.ConstantRate(100), 300*time.Millisecond, 1) // warm up
 	before := takeFootprint()
-	warm := lt.settled(t, "simple")
+	warm := settled(t, lt, "simple")
 	done := make(chan loadgen.Result)
-	go func() { done <- offerLoad(t, lt.base, rate, d, seed) }()
+	go func() { done <- offerLoad(t, lt.Base, rate, d, seed) }()
 	time.Sleep(killAt)
 	em.Close()
 	time.Sleep(down)
@@ -503,7 +435,7 @@ func runOutage(t *testing.T, lt *liveTest, em *emulator.Server, addr string, rat
 		t.Fatalf("restarting the emulator: %v", err)
 	}
 	res := <-done
-	return res, lt.settled(t, "simple").minus(warm), before
+	return res, settled(t, lt, "simple").minus(warm), before
 }
 
 // minus is the ledger of what happened since base.
@@ -536,21 +468,21 @@ func TestReliabilityUpstreamSlow(t *testing.T) {
 	var runs []run
 	for _, scale := range []float64{1, 10} {
 		em := startEmulator(t, emulator.Options{TimeScale: scale})
-		lt := startLive(t, em.Addr(), nil, nil)
+		lt := servertest.Start(t, em.Addr(), nil, nil)
 		before := takeFootprint()
 		// googlenet-p4 at x10: tau(8) = 35 ms, so 120 req/s keeps the
 		// device about half busy with full batches.
-		res := offerLoad(t, lt.base, loadgen.ConstantRate(120), 1500*time.Millisecond, 3)
-		l := lt.settled(t, "simple")
+		res := offerLoad(t, lt.Base, loadgen.ConstantRate(120), 1500*time.Millisecond, 3)
+		l := settled(t, lt, "simple")
 		checkBooks(t, res.Summary, l)
 		var batches, rows int64
-		for _, s := range lt.p.Dispatcher().Snapshots() {
+		for _, s := range lt.Dispatcher().Snapshots() {
 			batches, rows = batches+s.BatchesSent, rows+s.RowsSent
 		}
 		r := run{p99Ms: res.Summary.P99LatencyMs, meanBatch: float64(rows) / float64(batches)}
 		runs = append(runs, r)
 		t.Logf("latency x%v: %d ok, p50 %.1f ms, p99 %.1f ms, mean batch %.2f", scale, res.Summary.OK, res.Summary.P50LatencyMs, r.p99Ms, r.meanBatch)
-		lt.stop()
+		lt.Stop()
 		em.Close()
 		expectNoLeak(t, before)
 	}
@@ -575,15 +507,15 @@ func TestReliabilityUpstreamHangs(t *testing.T) {
 		return emulator.Fault{Hang: hang.Load()}
 	}})
 	const timeout = 300 * time.Millisecond
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Upstreams.Timeout = timeout
 		c.Policy.Name = "adhoc"
 	})
 	client := newClient()
-	url := lt.base + "/v2/models/simple/infer"
+	url := lt.Base + "/v2/models/simple/infer"
 	postSimple(t, client, url, "warm", 0, 1) // the first connection, hung too
 	before := takeFootprint()
-	base := lt.settled(t, "simple")
+	base := settled(t, lt, "simple")
 
 	// 12 callers and one instance: a batch of up to 8 hangs, then the rest;
 	// each waits at most two timeouts.
@@ -610,7 +542,7 @@ func TestReliabilityUpstreamHangs(t *testing.T) {
 	if took := time.Duration(slowest.Load()); took > 2*time.Second {
 		t.Errorf("slowest 504 after %v; the timeout is %v", took, timeout)
 	}
-	l := lt.settled(t, "simple").minus(base)
+	l := settled(t, lt, "simple").minus(base)
 	l.balanced(t)
 	if l.failed != callers || l.upstream["timeout"] < 2 {
 		t.Fatalf("%v callers answered with an error and %v upstream timeouts, want %d and >= 2", l.failed, l.upstream["timeout"], callers)
@@ -666,10 +598,10 @@ func TestReliabilityUpstreamErrors(t *testing.T) {
 				f.Delay = 5 * time.Millisecond // let batches form
 				return f
 			}})
-			lt := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Name = "adhoc" })
+			lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Name = "adhoc" })
 			client := newClient()
 			before := takeFootprint()
-			url := lt.base + "/v2/models/simple/infer"
+			url := lt.Base + "/v2/models/simple/infer"
 			const callers = 16
 			var wg sync.WaitGroup
 			for i := range callers {
@@ -691,7 +623,7 @@ func TestReliabilityUpstreamErrors(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			l := lt.settled(t, "simple")
+			l := settled(t, lt, "simple")
 			l.balanced(t)
 			if l.accepted != callers || l.upstream[tt.upstream] == 0 {
 				t.Fatalf("accepted %v (want %d); upstream errors %v lack %q", l.accepted, callers, l.upstream, tt.upstream)
@@ -731,7 +663,7 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 			em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 				return emulator.Fault{Delay: tt.delay}
 			}})
-			lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+			lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 				c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", tt.batch, time.Hour
 			})
 			before := takeFootprint()
@@ -741,13 +673,13 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					// Half hang up politely (FIN), half with a reset (RST).
-					if err := hangUp(lt.base, simpleBody(fmt.Sprint(i), i, 1), tt.leaveAt, i%2 == 0); err != nil {
+					if err := hangUp(lt.Base, simpleBody(fmt.Sprint(i), i, 1), tt.leaveAt, i%2 == 0); err != nil {
 						t.Error(err)
 					}
 				}()
 			}
 			wg.Wait()
-			l := lt.settled(t, "simple")
+			l := settled(t, lt, "simple")
 			l.balanced(t)
 			gone := l.rejected["client_gone"]
 			switch {
@@ -765,7 +697,7 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if code, r, _ := postSimple(t, client, lt.base+"/v2/models/simple/infer", fmt.Sprint("after", i), i, 1); code == 200 && checkSimple(r, fmt.Sprint("after", i), i, 1) == nil {
+					if code, r, _ := postSimple(t, client, lt.Base+"/v2/models/simple/infer", fmt.Sprint("after", i), i, 1); code == 200 && checkSimple(r, fmt.Sprint("after", i), i, 1) == nil {
 						ok.Add(1)
 					}
 				}()
@@ -806,13 +738,13 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 		t.Skip("load test")
 	}
 	em := startEmulator(t, emulator.Options{TimeScale: 1})
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		// Partial batches wait up to 30 ms: leavers mostly leave from the queue.
 		c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", 8, 30*time.Millisecond
 	})
 	before := takeFootprint()
 	done := make(chan loadgen.Result)
-	go func() { done <- offerLoad(t, lt.base, loadgen.ConstantRate(200), 2*time.Second, 4) }()
+	go func() { done <- offerLoad(t, lt.Base, loadgen.ConstantRate(200), 2*time.Second, 4) }()
 	var wg sync.WaitGroup
 	const leavers = 600
 	for i := range leavers {
@@ -823,14 +755,14 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 			id := fmt.Sprint("leaver", i)
 			body := bytes.Replace(simpleBody(id, i, 1+i%3), []byte(`{"id":"`+id+`",`),
 				fmt.Appendf(nil, `{"id":%q,"parameters":{"leaver":%d},`, id, i), 1)
-			if err := hangUp(lt.base, body, time.Duration(i%11)*time.Millisecond, i%2 == 0); err != nil {
+			if err := hangUp(lt.Base, body, time.Duration(i%11)*time.Millisecond, i%2 == 0); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
 	res := <-done
-	l := lt.settled(t, "simple")
+	l := settled(t, lt, "simple")
 	l.balanced(t)
 	if s := res.Summary; s.OK != s.Sent {
 		t.Fatalf("load alongside the hang-ups: %d of %d ok (%v)", s.OK, s.Sent, s.ErrorsByKind)
@@ -868,10 +800,10 @@ func TestReliabilityBurst(t *testing.T) {
 		return emulator.Fault{Delay: 40 * time.Millisecond}
 	}})
 	const queueRows = 64
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) { c.Limits.QueueRows = queueRows })
-	offerLoad(t, lt.base, loadgen.ConstantRate(20), 300*time.Millisecond, 5) // warm up
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Limits.QueueRows = queueRows })
+	offerLoad(t, lt.Base, loadgen.ConstantRate(20), 300*time.Millisecond, 5) // warm up
 	before := takeFootprint()
-	base := lt.settled(t, "simple")
+	base := settled(t, lt, "simple")
 
 	// Sample the queue and the heap while the load runs.
 	var maxQueued atomic.Int64
@@ -887,7 +819,7 @@ func TestReliabilityBurst(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			for _, s := range lt.p.Dispatcher().Snapshots() {
+			for _, s := range lt.Dispatcher().Snapshots() {
 				if int64(s.QueuedRows) > maxQueued.Load() {
 					maxQueued.Store(int64(s.QueuedRows))
 				}
@@ -900,10 +832,10 @@ func TestReliabilityBurst(t *testing.T) {
 		}
 	})
 	const burstFrom, burstTo, d = time.Second, 2 * time.Second, 4 * time.Second
-	res := offerLoad(t, lt.base, stepRate{rate: 20, factor: 50, from: burstFrom, to: burstTo}, d, 6)
+	res := offerLoad(t, lt.Base, stepRate{rate: 20, factor: 50, from: burstFrom, to: burstTo}, d, 6)
 	close(stop)
 	sampler.Wait()
-	l := lt.settled(t, "simple").minus(base)
+	l := settled(t, lt, "simple").minus(base)
 	checkBooks(t, res.Summary, l, http.StatusServiceUnavailable)
 
 	var refused []time.Duration

@@ -17,6 +17,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // startEmulator serves an emulator on loopback until the test ends.
@@ -66,8 +67,8 @@ func queueStatus(t *testing.T, admin, model string) dispatcher.Snapshot {
 // until it has discovered the upstream's models (see startLive).
 func startProxy(t *testing.T, upstream string, edit func(*config.Config)) (base, admin string, stop func()) {
 	t.Helper()
-	lt := startLive(t, upstream, nil, edit)
-	return lt.base, lt.admin, lt.stop
+	lt := servertest.Start(t, upstream, nil, edit)
+	return lt.Base, lt.Admin, lt.Stop
 }
 
 // simpleBody is a JSON request for `simple` whose INPUT0 row r is base+r.
@@ -733,7 +734,7 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	em := startEmulator(t, emulator.Options{})
 	addr := em.Addr()
 	em.Close() // the upstream is down when the proxy starts
-	admin := runLive(t, addr, nil, nil).admin
+	admin := servertest.Run(t, addr, nil, nil).Admin
 	if code, _ := getText(t, admin+"/readyz"); code != 503 {
 		t.Fatalf("readyz %d before the upstream answered, want 503", code)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // soakSettings reads RATEBATCH_SOAK (a duration, default 60s) and
@@ -89,10 +90,10 @@ func TestSoak(t *testing.T) {
 	em := startEmulator(t, emulator.Options{TimeScale: 1, Instances: 2, Jitter: 0.2, Seed: 7, Fault: faults.fault})
 	addr := em.Addr()
 	const upstreamTimeout = 500 * time.Millisecond
-	lt := startLive(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout = upstreamTimeout })
-	offerLoad(t, lt.base, loadgen.ConstantRate(rate/4), time.Second, 10) // warm up
+	lt := servertest.Start(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout = upstreamTimeout })
+	offerLoad(t, lt.Base, loadgen.ConstantRate(rate/4), time.Second, 10) // warm up
 	before := takeFootprint()
-	base := lt.settled(t, "simple")
+	base := settled(t, lt, "simple")
 
 	// The upstream restarts every 20 s: down for 200 ms.
 	stop := make(chan struct{})
@@ -114,15 +115,15 @@ func TestSoak(t *testing.T) {
 			restarts++
 		}
 	})
-	res := offerLoad(t, lt.base, loadgen.ConstantRate(rate), d, 11)
+	res := offerLoad(t, lt.Base, loadgen.ConstantRate(rate), d, 11)
 	close(stop)
 	chaos.Wait()
-	l := lt.settled(t, "simple").minus(base)
+	l := settled(t, lt, "simple").minus(base)
 	s := res.Summary
 	checkBooks(t, s, l, http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
 
 	// The books as exported on /metrics agree too.
-	_, m := getText(t, lt.admin+"/metrics")
+	_, m := getText(t, lt.Admin+"/metrics")
 	acc := metricValue(m, `ratebatch_requests_accepted_total{model="simple"}`)
 	ans := metricValue(m, `ratebatch_requests_answered_total{model="simple",outcome="ok"}`) +
 		metricValue(m, `ratebatch_requests_answered_total{model="simple",outcome="error"}`)

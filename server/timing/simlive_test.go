@@ -1,4 +1,4 @@
-package server_test
+package timing_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // simLiveScale slows the emulated googlenet-p4 down so that the loads of the
@@ -39,14 +40,17 @@ const simLiveScale = 4
 // compute drawn from the run's own, and the proxy's turnaround outside the
 // round trip, which holds the server too.
 func TestSimPredictsLive(t *testing.T) {
-	if testing.Short() {
-		t.Skip("live load")
-	}
+	timing(t)
 	d := 4 * time.Second
 	pols := []string{policy.NameBatchMonitorPlus}
 	loads := []string{"rho 0.7"}
 	tolB, tolE, tolL := 0.10, 0.06, 0.25
-	if long() {
+	// The prediction made before the run knows neither the live arrivals
+	// at the queue nor the per-batch overheads of the run itself: on the
+	// shared 2-core machine (load average 5) ten runs of the short version
+	// were within 5% but one (+17%).
+	tolPrior := 0.25
+	if servertest.Long() {
 		d = 20 * time.Second
 		pols = []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameBatchMonitorPlus}
 		loads = []string{"rho 0.3", "rho 0.7", "paper300/10"}
@@ -83,7 +87,7 @@ func TestSimPredictsLive(t *testing.T) {
 	// start runs the emulator and the proxy with the named policy, its
 	// batches logged (see batchLog): from the time returned on, the log's
 	// plans are the monitor's ticks.
-	start := func(pol string) (*emulator.Server, *liveTest, *batchLog, time.Time) {
+	start := func(pol string) (*emulator.Server, *servertest.Proxy, *batchLog, time.Time) {
 		em, err := emulator.New(emulator.Options{Profile: base, TimeScale: simLiveScale})
 		if err != nil {
 			t.Fatal(err)
@@ -92,14 +96,14 @@ func TestSimPredictsLive(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { em.Close() })
-		lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+		lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 			c.Policy.Window, c.Policy.Name = time.Second, pol
 			c.Models = map[string]config.Model{emulator.SimpleModel: {ProfileCSV: csv}}
 			c.Discovery = 0 // the spec set below stays
 		})
 		log := &batchLog{}
 		var mon *monitor.Monitor
-		for _, m := range lt.p.Models().Monitors() {
+		for _, m := range lt.Models().Monitors() {
 			if m.Snapshot().Model == emulator.SimpleModel {
 				mon = m
 			}
@@ -107,9 +111,9 @@ func TestSimPredictsLive(t *testing.T) {
 		if mon == nil {
 			t.Fatal("no monitor of the simple model")
 		}
-		if err := lt.p.Dispatcher().SetModel(dispatcher.ModelSpec{
+		if err := lt.Dispatcher().SetModel(dispatcher.ModelSpec{
 			Name: emulator.SimpleModel, MaxBatch: p.MaxBatch, Instances: 1,
-			QueueRows: lt.p.Config().Limits.QueueRows, SLA: lt.p.Config().Policy.SLA,
+			QueueRows: lt.Config().Limits.QueueRows, SLA: lt.Config().Policy.SLA,
 			Planner: &recordingPlanner{Planner: mon, log: log},
 		}); err != nil {
 			t.Fatal(err)
@@ -120,6 +124,29 @@ func TestSimPredictsLive(t *testing.T) {
 		}
 		<-mon.SetPolicy(recordingPolicy{pl, log})
 		return em, lt, log, time.Now()
+	}
+
+	// predict simulates pol on the load's schedule with a constant round
+	// trip beyond compute per batch, the mean a lone client measured: the
+	// prediction one can make before a live run. (Drawing each batch's
+	// from the lone client's samples predicted worse: alone, the round
+	// trip's tail is heavier than in a run's back-to-back batches.)
+	predict := func(pol string, rate loadgen.Rate, seed uint64, dur time.Duration, overhead time.Duration) sim.Result {
+		t.Helper()
+		schedule, err := loadgen.Schedule(rate, seed, dur, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := policy.New(pol, policy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := sim.Run(context.Background(), sim.Config{Profile: p, Policy: pl, Seed: seed, Window: time.Second,
+			Arrivals: schedule, Overhead: overhead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 
 	// The exact emulator computes a batch in exactly the profile's tau(b):
@@ -134,15 +161,20 @@ func TestSimPredictsLive(t *testing.T) {
 	// latency (a simulated latency ends at the batch's answer).
 	em, lt, lone, _ := start(policy.NameAdhoc)
 	res, err := loadgen.Run(context.Background(), loadgen.Config{
-		Target: lt.base, Model: emulator.SimpleModel, Rate: loadgen.ConstantRate(1e6), Duration: time.Minute,
+		Target: lt.Base, Model: emulator.SimpleModel, Rate: loadgen.ConstantRate(1e6), Duration: time.Minute,
 		Requests: 200, MaxInFlight: 1, OnFull: loadgen.WaitWhenFull, Binary: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lt.stop()
+	lt.Stop()
 	em.Close()
-	batchOverhead := ms(meanDuration(lone.overheads(computeOf).RoundTrip))
+	var loneOverheads []time.Duration
+	for _, o := range lone.overheads(computeOf).RoundTrip {
+		loneOverheads = append(loneOverheads, max(o, 0)) // tau(b) in ms rounds to the nanosecond
+	}
+	batchOverheadD := meanDuration(loneOverheads)
+	batchOverhead := ms(batchOverheadD)
 	overhead := res.Summary.MeanLatencyMs - p.TauMs(1) - batchOverhead
 	t.Logf("HTTP overhead: a lone client's mean %.3f ms through the proxy = tau(1) %.3f ms + proxy-server round trip beyond compute %.3f ms + client-proxy hop and the proxy's own work %.3f ms",
 		res.Summary.MeanLatencyMs, p.TauMs(1), batchOverhead, overhead)
@@ -154,24 +186,29 @@ func TestSimPredictsLive(t *testing.T) {
 				continue // e.g. RATEBATCH_SIMLIVE_ONLY="rho 0.7/batchmonitor" reruns one row
 			}
 			rate, series := rateOf(load)
-			em, lt, liveLog, since := start(pol)
 			dur := d
 			if series != nil {
 				dur = series.Duration()
 			}
+			// The prediction made before the live run, from what is known
+			// in advance: the emulator's line, the load's own schedule (its
+			// seed), and the lone client's overheads measured above, a
+			// constant per batch. Nothing of the live run feeds it.
+			before := predict(pol, rate, uint64(li+1), dur, batchOverheadD)
+			em, lt, liveLog, since := start(pol)
 			live, err := loadgen.Run(context.Background(), loadgen.Config{
-				Target: lt.base, Model: emulator.SimpleModel, Rate: rate, Duration: dur, Seed: uint64(li + 1), Binary: true,
+				Target: lt.Base, Model: emulator.SimpleModel, Rate: rate, Duration: dur, Seed: uint64(li + 1), Binary: true,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Every batch is answered before the summary returns.
-			bLive := meanBatch(t, lt)
+			bLive := lt.MeanBatch(t)
 			// As the test fed the simulator before: the mean upstream round
 			// trip per batch less the mean compute the emulator's statistics
 			// report, which include its own input and output handling.
 			var statsOverhead float64
-			if rt, n := histogram(t, lt, "ratebatch_upstream_duration_seconds"); n > 0 {
+			if rt, n := lt.Histogram(t, "ratebatch_upstream_duration_seconds"); n > 0 {
 				st, _ := em.Stats(emulator.SimpleModel)
 				var ns, cnt uint64
 				for _, b := range st.BatchStats {
@@ -183,7 +220,7 @@ func TestSimPredictsLive(t *testing.T) {
 				}
 			}
 			joules, _ := em.EnergyJoules()
-			lt.stop()
+			lt.Stop()
 			em.Close()
 			if live.Summary.OK != live.Summary.Scheduled {
 				t.Errorf("%s %s: %d ok of %d", load, pol, live.Summary.OK, live.Summary.Scheduled)
@@ -250,7 +287,7 @@ func TestSimPredictsLive(t *testing.T) {
 			t.Logf("    live turnaround (%d batches sent back to back): %s", len(lo.Turnaround), distribution(lo.Turnaround))
 			t.Logf("    batch sizes sent: live%s; sim%s", histogramString(liveLog.sizes()), histogramString(simLog.sizes()))
 			t.Logf("    planned batch size at each send: live%s; sim%s", histogramString(liveLog.planned()), histogramString(simLog.planned()))
-			if long() {
+			if servertest.Long() {
 				// What each part adds, one after the other, from the way the
 				// test fed the simulator before: the load's schedule (slices
 				// wherever they fall) and a constant round trip beyond the
@@ -286,7 +323,20 @@ func TestSimPredictsLive(t *testing.T) {
 				}
 				t.Logf("    sim latency with the samples drawn %.3f ms; with the slices shifted by 1/8 to 7/8 of a slice %.3f to %.3f ms", drawn.MeanLatencyMs, lowest, highest)
 			}
-			if (math.Abs(eb) > tolB || math.Abs(ee) > tolE || math.Abs(el) > tolL) && !raceEnabled {
+			// The prediction made before the run assumes the machine stays as
+			// it was when the lone client measured the overheads. When the
+			// run's own round trips beyond compute say it did not (another
+			// process took the cores), the premise is gone and only the
+			// comparison above, fed the run's own overheads, is asserted.
+			ep := latLive/before.MeanLatencyMs - 1
+			premise := meanDuration(samples) <= batchOverheadD*3/2+200*time.Microsecond
+			t.Logf("    predicted before the run: latency %.3f ms (%+.1f%%), batch %.3f, %.2f req/J; the run's round trip beyond compute %.3f ms against %.3f ms measured before (premise holds: %v)",
+				before.MeanLatencyMs, 100*ep, before.MeanBatchSize, *before.RequestsPerJoule, ms(meanDuration(samples)), batchOverhead, premise)
+			if premise && math.Abs(ep) > tolPrior {
+				t.Errorf("%s %s: live mean latency %.3f ms differs from the prediction made before the run, %.3f ms, by %+.0f%% (tolerance %.0f%%)",
+					load, pol, latLive, before.MeanLatencyMs, 100*ep, 100*tolPrior)
+			}
+			if math.Abs(eb) > tolB || math.Abs(ee) > tolE || math.Abs(el) > tolL {
 				t.Errorf("%s %s: live differs from the simulation beyond %.0f%% (batch), %.0f%% (requests per joule), %.0f%% (latency)",
 					load, pol, 100*tolB, 100*tolE, 100*tolL)
 			}
@@ -295,24 +345,3 @@ func TestSimPredictsLive(t *testing.T) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// histogram returns the sum and count of one of the proxy's histograms.
-func histogram(t *testing.T, lt *liveTest, name string) (sum float64, count uint64) {
-	t.Helper()
-	fams, err := lt.p.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range fams {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if h := m.GetHistogram(); h != nil {
-				sum += h.GetSampleSum()
-				count += h.GetSampleCount()
-			}
-		}
-	}
-	return sum, count
-}

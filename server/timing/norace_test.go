@@ -1,5 +1,5 @@
 //go:build !race
 
-package server_test
+package timing_test
 
 const raceEnabled = false

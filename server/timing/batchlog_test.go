@@ -1,4 +1,4 @@
-package server_test
+package timing_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package server_test
+package timing_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // TestBudgetLiveOnPaper300 is the latency budget's live figure (docs/
@@ -26,7 +27,8 @@ import (
 // every request answered, the budget policy's mean latency within its
 // budget of ad-hoc's (+5%), and at least ad-hoc's requests per joule.
 func TestBudgetLiveOnPaper300(t *testing.T) {
-	if !long() {
+	timing(t)
+	if !servertest.Long() {
 		t.Skip("a 2.5-minute live comparison: RATEBATCH_LONG=1")
 	}
 	rough, err := emulator.LookupRealism("rough")
@@ -56,21 +58,21 @@ func TestBudgetLiveOnPaper300(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer em.Close()
-		lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+		lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 			c.Policy.Window, c.Policy.Name = time.Second, pol
 			c.Policy.LatencyBudget = budget
 		})
-		defer lt.stop()
+		defer lt.Stop()
 		j0, _ := em.EnergyJoules()
 		res, err := loadgen.Run(context.Background(), loadgen.Config{
-			Target: lt.base, Model: emulator.SimpleModel, Rate: tr, Duration: tr.Duration(), Seed: 1, Binary: true,
+			Target: lt.Base, Model: emulator.SimpleModel, Rate: tr, Duration: tr.Duration(), Seed: 1, Binary: true,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		j1, _ := em.EnergyJoules()
 		r := result{name: name, ok: res.Summary.OK, sched: res.Summary.Scheduled, meanMs: res.Summary.MeanLatencyMs,
-			p99Ms: res.Summary.P99LatencyMs, batch: meanBatch(t, lt), jj: j1 - j0}
+			p99Ms: res.Summary.P99LatencyMs, batch: lt.MeanBatch(t), jj: j1 - j0}
 		r.rpj = float64(r.ok) / r.jj
 		return r
 	}
