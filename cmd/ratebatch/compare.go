@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/lab/compare"
-	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -23,24 +21,24 @@ func init() {
 // compareFlags are compare's flags; those that map one to one onto
 // compare.Options are bound to them directly.
 type compareFlags struct {
-	o                                  compare.Options
-	presets, rhos, traceName, policies string
-	out, plotsDir                      string
-	asJSON, quiet                      bool
+	o             compare.Options
+	lists         compare.Lists
+	out, plotsDir string
+	asJSON, quiet bool
 }
 
 func bindCompareFlags(fs *flag.FlagSet) *compareFlags {
 	f := &compareFlags{}
-	fs.StringVar(&f.presets, "presets", strings.Join(compare.DefaultPresets, ","), "comma list of model presets; each needs energy figures")
-	fs.StringVar(&f.rhos, "rhos", joinFloats(compare.DefaultRhos), "comma list of loads rho = lambda/mu(B_max), each in (0, 1)")
+	fs.StringVar(&f.lists.Presets, "presets", strings.Join(compare.DefaultPresets, ","), "comma list of model presets; each needs energy figures")
+	fs.StringVar(&f.lists.Rhos, "rhos", joinFloats(compare.DefaultRhos), "comma list of loads rho = lambda/mu(B_max), each in (0, 1)")
 	fs.IntVar(&f.o.Requests, "requests", compare.DefaultRequests, "arrivals per constant-load run (more near saturation: N*max(1, 0.5/(1-rho)))")
 	fs.Uint64Var(&f.o.Seed, "seed", 1, "seed of the arrivals; every policy sees the same ones")
 	fs.Float64Var(&f.o.W1, "w1", compare.DefaultW1, "weight of mean latency (per ms) in the cost")
 	fs.Float64Var(&f.o.W2, "w2", compare.DefaultW2, "weight of mean power (per W) in the cost")
 	fs.Float64Var(&f.o.SLAFactor, "sla-factor", compare.DefaultSLAFactor, "SLA of every request, as a multiple of tau(B_max) of its model")
-	fs.StringVar(&f.traceName, "trace", trace.Paper300, "day-shaped trace to run besides the grid: a built-in name or a CSV file (none: skip)")
+	fs.StringVar(&f.lists.Trace, "trace", trace.Paper300, "day-shaped trace to run besides the grid: a built-in name or a CSV file (none: skip)")
 	fs.Float64Var(&f.o.TracePeakRho, "trace-peak-rho", compare.DefaultTracePeakRho, "also run a copy of the trace scaled so its peak reaches this rho (0: skip)")
-	fs.StringVar(&f.policies, "policies", "all", "comma list of policies to compare, or all ("+strings.Join(policy.Names(), ", ")+")")
+	fs.StringVar(&f.lists.Policies, "policies", "all", "comma list of policies to compare, or all ("+strings.Join(policy.Names(), ", ")+")")
 	fs.IntVar(&f.o.Workers, "workers", 0, "runs in parallel (0: one per CPU)")
 	// The defaults stay under out/, so running compare anywhere never
 	// overwrites a docs/ directory; the project's docs/RESULTS.md is made
@@ -66,7 +64,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	written, err := rep.WriteFiles(f.out, f.plotsDir, "ratebatch compare "+shellJoin(args))
+	written, err := rep.WriteFiles(f.out, f.plotsDir, append([]string{"ratebatch", "compare"}, args...))
 	if err != nil {
 		return err
 	}
@@ -87,26 +85,8 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // is a usage error.
 func (f *compareFlags) options(stderr io.Writer) (compare.Options, error) {
 	o := f.o
-	for _, name := range splitList(f.presets) {
-		p, err := preset.Lookup(name)
-		if err != nil {
-			return o, fmt.Errorf("--presets: %w", err)
-		}
-		o.Presets = append(o.Presets, p)
-	}
-	var err error
-	if o.Rhos, err = parseFloats(f.rhos); err != nil {
-		return o, fmt.Errorf("--rhos: %w", err)
-	}
-	if t := strings.TrimSpace(f.traceName); t != "" && t != "none" {
-		if o.Trace, err = loadTrace(t); err != nil {
-			return o, fmt.Errorf("--trace: %w", err)
-		}
-	}
-	if p := strings.TrimSpace(f.policies); p != "all" {
-		if o.Policies = splitList(p); len(o.Policies) == 0 {
-			return o, errors.New("--policies: name at least one policy, or all")
-		}
+	if err := f.lists.Apply(&o); err != nil {
+		return o, err
 	}
 	if !f.quiet {
 		start := time.Now()
@@ -115,21 +95,4 @@ func (f *compareFlags) options(stderr io.Writer) (compare.Options, error) {
 		}
 	}
 	return o, o.Validate()
-}
-
-// shellJoin quotes args so that the printed command line can be pasted
-// back into a shell.
-func shellJoin(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r == '-' || r == '_' || r == '.' || r == ',' || r == '/' || r == '=' || r == '+' || r == ':' ||
-				r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-		}) < 0 {
-			out[i] = a
-			continue
-		}
-		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(out, " ")
 }

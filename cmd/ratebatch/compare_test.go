@@ -136,11 +136,3 @@ func TestCompareUsageErrors(t *testing.T) {
 		})
 	}
 }
-
-func TestShellJoin(t *testing.T) {
-	got := shellJoin([]string{"--rhos", "0.1,0.5", "--out", "my file.md", "--w2", "it's"})
-	want := `--rhos 0.1,0.5 --out 'my file.md' --w2 'it'\''s'`
-	if got != want {
-		t.Fatalf("shellJoin = %s, want %s", got, want)
-	}
-}

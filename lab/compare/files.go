@@ -12,9 +12,9 @@ import (
 // WriteFiles writes the report's SVG plots into plotsDir (none when empty)
 // and its Markdown to out (none when empty), linking the plots by their
 // path relative to out's directory; command is the command line the report
-// names as its source. A kept section of an existing report at out survives
+// names as its source, quoted so that it can be pasted into a shell. A kept section of an existing report at out survives
 // (between KeptBegin and KeptEnd). It returns the plots' file names.
-func (r *Report) WriteFiles(out, plotsDir, command string) ([]string, error) {
+func (r *Report) WriteFiles(out, plotsDir string, command []string) ([]string, error) {
 	imgRel := ""
 	var written []string
 	if plotsDir != "" {
@@ -36,7 +36,7 @@ func (r *Report) WriteFiles(out, plotsDir, command string) ([]string, error) {
 		imgRel = filepath.ToSlash(imgRel)
 	}
 	if out != "" {
-		if err := writeReport(out, r, command, imgRel); err != nil {
+		if err := writeReport(out, r, ShellJoin(command), imgRel); err != nil {
 			return written, err
 		}
 	}
@@ -115,4 +115,21 @@ func keptSection(path string) (string, error) {
 		return "", fmt.Errorf("%s has %q without %q", path, KeptBegin, KeptEnd)
 	}
 	return KeptBegin + body + KeptEnd, nil
+}
+
+// ShellJoin quotes args so that the printed command line can be pasted
+// back into a shell.
+func ShellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == ',' || r == '/' || r == '=' || r == '+' || r == ':' ||
+				r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
 }
