@@ -16,7 +16,9 @@ func TestLive(t *testing.T) {
 		func() []registry.Status {
 			return []registry.Status{
 				{Model: "pass", Batched: false},
-				{Model: "m", Batched: true, Rule: &monitor.Snapshot{RatePerSec: 250, BatchSize: 5, MaxBatch: 10, Instances: 1,
+				// The placeholder line of a monitor that saw nothing yet.
+				{Model: "new", Batched: true, Rule: &monitor.Snapshot{MaxBatch: 32, Instances: 1, Latency: batchcost.Latency{AlphaMs: 0.1, Tau0Ms: 1}}},
+				{Model: "m", Batched: true, Rule: &monitor.Snapshot{Samples: 3, RatePerSec: 250, BatchSize: 5, MaxBatch: 10, Instances: 1,
 					Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 10}}},
 			}
 		},
@@ -30,13 +32,17 @@ func TestLive(t *testing.T) {
 			}}
 		})
 	ms := o.Models()
-	if len(ms) != 1 || ms[0].Name != "m" || ms[0].QueuedRows != 7 || ms[0].CapacityRPS() != 500 {
+	if len(ms) != 2 || ms[1].Name != "m" || ms[1].QueuedRows != 7 || ms[1].CapacityRPS() != 500 || ms[0].CapacityRPS() != 0 {
 		t.Fatalf("models %+v", ms)
 	}
 	if j, ok := o.JoulesPerRequest(); !ok || j != 3 {
 		t.Errorf("joules per request %v %v, want 3 from the shortest window that has it", j, ok)
 	}
-	if got := New(o).Report().ApplicationUtilization; got != 0.5 {
+	rep := New(o).Report()
+	if got := rep.ApplicationUtilization; got != 0.5 {
 		t.Errorf("utilization %v, want 0.5", got)
+	}
+	if got := rep.NamedMetrics[MetricCapacityRPS]; got != 500 {
+		t.Errorf("capacity %v, want 500: the model without a line and without arrivals is left out", got)
 	}
 }

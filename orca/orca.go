@@ -71,8 +71,10 @@ type Model struct {
 	// MaxBatch and Instances bound the capacity: Instances batches of at
 	// most MaxBatch rows run at once.
 	MaxBatch, Instances int
-	// Latency is the fitted tau(b); zero while nothing is known.
-	Latency batchcost.Latency
+	// Latency is the fitted tau(b), used when LineKnown: the line a
+	// monitor starts with before any batch or seed is a placeholder.
+	Latency   batchcost.Latency
+	LineKnown bool
 	// QueuedRows are the rows waiting in the proxy.
 	QueuedRows int
 }
@@ -81,7 +83,7 @@ type Model struct {
 // most, or 0 while the line is unknown.
 func (m Model) CapacityRPS() float64 {
 	tau := m.Latency.TauMs(m.MaxBatch)
-	if m.MaxBatch <= 0 || !(tau > 0) {
+	if !m.LineKnown || m.MaxBatch <= 0 || !(tau > 0) {
 		return 0
 	}
 	return 1000 * float64(m.MaxBatch) * float64(max(m.Instances, 1)) / tau
@@ -158,25 +160,40 @@ func (r *Reporter) Report() *v3.OrcaLoadReport { return r.load().proto }
 
 // compute builds the report from the sources.
 func (r *Reporter) compute(now time.Time) *report {
-	var rate, rho, capacity, weighted float64
-	queued := 0
-	known := false
-	for _, m := range r.o.Models() {
+	// rho sums the models' loads: they share the GPU. Utilization is
+	// known when every model with arrivals has a line; with none, it is 0.
+	// The capacity is the rows per second the GPU serves at the current
+	// mix of models (an even mix without arrivals): 1 / sum(w_m / mu_m).
+	var rate, rho, weighted, perRow, share float64
+	queued, lines := 0, 0
+	known := true
+	models := r.o.Models()
+	for _, m := range models {
 		rate += m.RatePerSec
+	}
+	for _, m := range models {
 		queued += m.QueuedRows
 		weighted += m.RatePerSec * float64(m.BatchSize)
-		if mu := m.CapacityRPS(); mu > 0 {
-			rho += m.RatePerSec / mu
-			capacity += mu
-			known = true
+		mu := m.CapacityRPS()
+		if mu <= 0 {
+			known = known && !(m.RatePerSec > 0)
+			continue
 		}
+		rho += m.RatePerSec / mu
+		w := 1.0
+		if rate > 0 {
+			w = m.RatePerSec / rate
+		}
+		perRow += w / mu
+		share += w
+		lines++
 	}
 	named := map[string]float64{MetricQueueRows: float64(queued)}
 	if rate > 0 {
 		named[MetricBatchSize] = weighted / rate
 	}
-	if capacity > 0 {
-		named[MetricCapacityRPS] = capacity
+	if lines > 0 && perRow > 0 {
+		named[MetricCapacityRPS] = share / perRow
 	}
 	if r.o.JoulesPerRequest != nil {
 		if j, ok := r.o.JoulesPerRequest(); ok && j >= 0 {

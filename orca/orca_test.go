@@ -88,12 +88,12 @@ func TestReportForms(t *testing.T) {
 	// 2 instances of tau(b) = 2b + 4 ms, B_max 8: mu = 2*8/20ms = 800/s;
 	// 200 rows/s is rho 0.25.
 	models := []Model{
-		{Name: "a", RatePerSec: 100, BatchSize: 4, MaxBatch: 10, Instances: 1, Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 10}, QueuedRows: 3},
-		{Name: "b", RatePerSec: 200, BatchSize: 1, MaxBatch: 8, Instances: 2, Latency: batchcost.Latency{AlphaMs: 2, Tau0Ms: 4}, QueuedRows: 2},
+		{Name: "a", RatePerSec: 100, BatchSize: 4, MaxBatch: 10, Instances: 1, Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 10}, LineKnown: true, QueuedRows: 3},
+		{Name: "b", RatePerSec: 200, BatchSize: 1, MaxBatch: 8, Instances: 2, Latency: batchcost.Latency{AlphaMs: 2, Tau0Ms: 4}, LineKnown: true, QueuedRows: 2},
 	}
 	r := New(Options{Models: func() []Model { return models }, JoulesPerRequest: func() (float64, bool) { return 0.25, true }})
 	want := &v3.OrcaLoadReport{ApplicationUtilization: 0.45, RpsFractional: 300, NamedMetrics: map[string]float64{
-		MetricQueueRows: 5, MetricBatchSize: (100*4 + 200*1) / 300.0, MetricCapacityRPS: 1300, MetricJoulesPerRequest: 0.25}}
+		MetricQueueRows: 5, MetricBatchSize: (100*4 + 200*1) / 300.0, MetricCapacityRPS: 300 / 0.45, MetricJoulesPerRequest: 0.25}}
 	for _, format := range []string{"", "text", "TEXT", "nonsense", "json", "JSON", "bin", "BIN", "binary"} {
 		t.Run(format, func(t *testing.T) {
 			v := r.HeaderValue([]byte(format))
@@ -154,7 +154,7 @@ func TestReportRecomputedAfterMaxAge(t *testing.T) {
 	r := New(Options{MaxAge: time.Second, Now: func() time.Time { return now },
 		Models: func() []Model {
 			calls++
-			return []Model{{RatePerSec: rate, MaxBatch: 1, Instances: 1, Latency: batchcost.Latency{Tau0Ms: 10}}}
+			return []Model{{RatePerSec: rate, MaxBatch: 1, Instances: 1, Latency: batchcost.Latency{Tau0Ms: 10}, LineKnown: true}}
 		}})
 	if got := r.Report().ApplicationUtilization; !near(got, 0.1) {
 		t.Fatalf("utilization %v, want 0.1", got)
@@ -174,7 +174,7 @@ func TestReportRecomputedAfterMaxAge(t *testing.T) {
 
 func TestConcurrentReaders(t *testing.T) {
 	r := New(Options{MaxAge: time.Nanosecond, Models: func() []Model {
-		return []Model{{RatePerSec: 1, MaxBatch: 1, Instances: 1, Latency: batchcost.Latency{Tau0Ms: 1}}}
+		return []Model{{RatePerSec: 1, MaxBatch: 1, Instances: 1, Latency: batchcost.Latency{Tau0Ms: 1}, LineKnown: true}}
 	}})
 	done := make(chan struct{})
 	for range 4 {
