@@ -23,7 +23,7 @@ func Live(statuses func() []registry.Status, queues func() []dispatcher.Snapshot
 				}
 				r := st.Rule
 				out = append(out, Model{Name: st.Model, RatePerSec: r.RatePerSec, BatchSize: r.BatchSize,
-					MaxBatch: r.MaxBatch, Instances: r.Instances, Latency: r.Latency, QueuedRows: q[st.Model].QueuedRows,
+					MaxBatch: r.MaxBatch, Instances: r.Instances, Latency: r.Latency, QueuedRows: q[st.Model].QueuedRows, InFlightRows: q[st.Model].InFlightRows,
 					// The monitor's line before any batch or seed is its
 					// placeholder, not the GPU's.
 					LineKnown: r.Samples > 0 || st.Seed != ""})

@@ -75,8 +75,9 @@ type Model struct {
 	// monitor starts with before any batch or seed is a placeholder.
 	Latency   batchcost.Latency
 	LineKnown bool
-	// QueuedRows are the rows waiting in the proxy.
-	QueuedRows int
+	// QueuedRows are the rows waiting in the proxy, InFlightRows those in
+	// batches sent and not yet answered.
+	QueuedRows, InFlightRows int
 }
 
 // CapacityRPS is mu(B_max), the rows per second the model's GPU serves at
@@ -117,6 +118,10 @@ type report struct {
 	sm              grpcorca.ServerMetrics
 	text, json, bin string
 	proto           *v3.OrcaLoadReport
+	// For the gauges (Collector): rho when known, rows in flight.
+	rho          float64
+	rhoKnown     bool
+	inFlightRows int
 }
 
 // New returns a Reporter.
@@ -165,7 +170,7 @@ func (r *Reporter) compute(now time.Time) *report {
 	// The capacity is the rows per second the GPU serves at the current
 	// mix of models (an even mix without arrivals): 1 / sum(w_m / mu_m).
 	var rate, rho, weighted, perRow, share float64
-	queued, lines := 0, 0
+	queued, running, lines := 0, 0, 0
 	known := true
 	models := r.o.Models()
 	for _, m := range models {
@@ -173,6 +178,7 @@ func (r *Reporter) compute(now time.Time) *report {
 	}
 	for _, m := range models {
 		queued += m.QueuedRows
+		running += m.InFlightRows
 		weighted += m.RatePerSec * float64(m.BatchSize)
 		mu := m.CapacityRPS()
 		if mu <= 0 {
@@ -209,7 +215,7 @@ func (r *Reporter) compute(now time.Time) *report {
 	if known {
 		pb.ApplicationUtilization = rho
 	}
-	rep := &report{at: now, sm: sm, proto: pb}
+	rep := &report{at: now, sm: sm, proto: pb, rho: rho, rhoKnown: known, inFlightRows: running}
 	rep.text = textForm(pb, known)
 	if b, err := protojson.Marshal(pb); err == nil {
 		rep.json = "JSON " + string(b)

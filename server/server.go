@@ -161,6 +161,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
+	reg.MustRegister(load.Collector())
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
