@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/ratebatch/ratebatch/policy/batchcost"
@@ -78,4 +79,22 @@ func (m Model) PlanFleet(rateRPS, targetMs float64, e *batchcost.Energy, idleWat
 		plans = append(plans, p)
 	}
 	return plans, nil
+}
+
+// WriteFleetText prints plans as the plan command's text.
+func WriteFleetText(w io.Writer, name string, rateRPS, targetMs, idleWatts float64, plans []FleetPlan) {
+	fmt.Fprintf(w, "model %s: %.6g req/s in total, mean latency <= %g ms, ad-hoc batching, load spread evenly, idle %g W per GPU\n",
+		name, rateRPS, targetMs, idleWatts)
+	fmt.Fprintln(w, "gpus  req/s per gpu  rho     latency bound ms  mean batch >=  requests/J >=")
+	for i, p := range plans {
+		rpj := "-"
+		if p.MinRequestsPerJoule != nil {
+			rpj = fmt.Sprintf("%.4g", *p.MinRequestsPerJoule)
+		}
+		note := ""
+		if i == 0 {
+			note = "  <- fewest that meet the target"
+		}
+		fmt.Fprintf(w, "%-4d  %-13.6g  %-6.4f  %-16.4g  %-13.4g  %s%s\n", p.GPUs, p.RatePerGPU, p.Rho, p.LatencyBoundMs, p.MinMeanBatch, rpj, note)
+	}
 }
