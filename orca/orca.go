@@ -31,6 +31,7 @@ package orca
 
 import (
 	"encoding/base64"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,8 +174,16 @@ func (r *Reporter) compute(now time.Time) *report {
 	queued, running, lines := 0, 0, 0
 	known := true
 	models := r.o.Models()
-	for _, m := range models {
-		rate += m.RatePerSec
+	for i, m := range models {
+		// A figure that is not a finite count is not reported as one:
+		// Envoy refuses a header with NaN or infinity.
+		if !finite(m.RatePerSec) || m.RatePerSec < 0 {
+			models[i].RatePerSec = 0
+		}
+		if !finite(m.Latency.AlphaMs) || !finite(m.Latency.Tau0Ms) {
+			models[i].LineKnown = false
+		}
+		rate += models[i].RatePerSec
 	}
 	for _, m := range models {
 		queued += m.QueuedRows
@@ -194,18 +203,29 @@ func (r *Reporter) compute(now time.Time) *report {
 		share += w
 		lines++
 	}
-	named := map[string]float64{MetricQueueRows: float64(queued)}
+	// Only finite figures are reported (sums of extreme inputs overflow).
+	named := map[string]float64{}
+	put := func(k string, v float64) {
+		if finite(v) {
+			named[k] = v
+		}
+	}
+	put(MetricQueueRows, float64(queued))
 	if rate > 0 {
-		named[MetricBatchSize] = weighted / rate
+		put(MetricBatchSize, weighted/rate)
 	}
 	if lines > 0 && perRow > 0 {
-		named[MetricCapacityRPS] = share / perRow
+		put(MetricCapacityRPS, share/perRow)
 	}
 	if r.o.JoulesPerRequest != nil {
 		if j, ok := r.o.JoulesPerRequest(); ok && j >= 0 {
-			named[MetricJoulesPerRequest] = j
+			put(MetricJoulesPerRequest, j)
 		}
 	}
+	if !finite(rate) {
+		rate = 0
+	}
+	known = known && finite(rho)
 	sm := grpcorca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: rate, EPS: -1,
 		Utilization: map[string]float64{}, RequestCost: map[string]float64{}, NamedMetrics: named}
 	if known {
@@ -225,6 +245,8 @@ func (r *Reporter) compute(now time.Time) *report {
 	}
 	return rep
 }
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // textForm is Envoy's native form: "TEXT k=v, k=v", named metrics as
 // named_metrics.NAME, in a fixed order.
