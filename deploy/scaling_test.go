@@ -170,19 +170,20 @@ func readWorkloads(t *testing.T, file string) []workload {
 // ratebatch container's ports by name.
 func ratebatchPods(t *testing.T) (name string, labels map[string]string, ports map[string]int) {
 	t.Helper()
-	for _, o := range readWorkloads(t, "deploy/kubernetes/deployment.yaml") {
-		ports = map[string]int{}
-		for _, c := range o.Spec.Template.Spec.Containers {
-			if c.Name == "ratebatch" {
-				for _, p := range c.Ports {
-					ports[p.Name] = p.ContainerPort
-				}
+	ws := readWorkloads(t, "deploy/kubernetes/deployment.yaml")
+	if len(ws) != 1 {
+		t.Fatalf("%d Deployments in deploy/kubernetes/deployment.yaml, want 1", len(ws))
+	}
+	o := ws[0]
+	ports = map[string]int{}
+	for _, c := range o.Spec.Template.Spec.Containers {
+		if c.Name == "ratebatch" {
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
 			}
 		}
-		return o.Metadata.Name, o.Spec.Template.Metadata.Labels, ports
 	}
-	t.Fatal("no Deployment in deploy/kubernetes")
-	return "", nil, nil
+	return o.Metadata.Name, o.Spec.Template.Metadata.Labels, ports
 }
 
 // podGauges are the metric families ratebatch exports with no label, one
