@@ -32,6 +32,7 @@ package orca
 import (
 	"encoding/base64"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,7 +174,7 @@ func (r *Reporter) compute(now time.Time) *report {
 	var rate, rho, weighted, perRow, share float64
 	queued, running, lines := 0, 0, 0
 	known := true
-	models := r.o.Models()
+	models := slices.Clone(r.o.Models()) // corrected below, not the caller's
 	for i, m := range models {
 		// A figure that is not a finite count is not reported as one:
 		// Envoy refuses a header with NaN or infinity.
