@@ -193,3 +193,19 @@ func TestConcurrentReaders(t *testing.T) {
 		<-done
 	}
 }
+
+// BenchmarkHeaderValue is what an answer pays for its header while the
+// report is fresh (the common case: one recompute per MaxAge).
+func BenchmarkHeaderValue(b *testing.B) {
+	r := New(Options{MaxAge: time.Hour, Models: func() []Model {
+		return []Model{{RatePerSec: 100, BatchSize: 4, MaxBatch: 8, Instances: 1, LineKnown: true, Latency: batchcost.Latency{AlphaMs: 1, Tau0Ms: 2}}}
+	}})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if len(r.HeaderValue(nil)) == 0 {
+				b.Fatal("empty")
+			}
+		}
+	})
+}
