@@ -29,6 +29,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -84,6 +85,12 @@ type Options struct {
 	Ready   func() bool
 	Metrics Metrics
 	Logger  *slog.Logger
+
+	// LoadReport, when set, is the proxy's ORCA load report (package
+	// orca): sent in the endpoint-load-metrics-bin trailer of every
+	// Triton call, and on the xds.service.orca.v3.OpenRcaService stream,
+	// at most every 30 s or as the client asks (grpc-go's minimum).
+	LoadReport orca.ServerMetricsProvider
 }
 
 // Triton's gRPC defaults (its --grpc-keepalive-* options).
@@ -125,7 +132,11 @@ func New(o Options) *Server {
 		minPing = tritonMinPing
 	}
 	s := &Server{o: o, log: o.Logger}
-	s.srv = grpc.NewServer(
+	var opts []grpc.ServerOption
+	if o.LoadReport != nil {
+		opts = append(opts, orca.CallMetricsServerOption(o.LoadReport))
+	}
+	s.srv = grpc.NewServer(append(opts,
 		grpc.ForceServerCodecV2(grpcwire.Codec{}),
 		grpc.UnknownServiceHandler(s.handle),
 		grpc.MaxRecvMsgSize(o.MaxRecvBytes),
@@ -136,8 +147,12 @@ func New(o Options) *Server {
 		// each, whose stack grew anew for every call (runtime.newstack was
 		// 8% of a relayed ModelInfer's CPU).
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-	)
+	)...)
 	healthpb.RegisterHealthServer(s.srv, &health{s: s})
+	if o.LoadReport != nil {
+		// Fails only without a provider, which was checked.
+		_ = orca.Register(s.srv, orca.ServiceOptions{ServerMetricsProvider: o.LoadReport})
+	}
 	return s
 }
 
@@ -195,6 +210,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // handle serves every call of a service the server does not declare: all
 // of Triton's, read (ModelInfer) or relayed (the rest).
 func (s *Server) handle(_ any, ss grpc.ServerStream) error {
+	if s.o.LoadReport != nil {
+		orca.CallMetricsRecorderFromContext(ss.Context()) // asks for the trailer
+	}
 	method, _ := grpc.MethodFromServerStream(ss)
 	if method == MethodModelInfer && s.o.Batcher != nil {
 		return s.modelInfer(ss)

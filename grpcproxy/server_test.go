@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/encoding/gzip"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -167,9 +168,10 @@ type rig struct {
 }
 
 type rigOptions struct {
-	rule      policy.Rule
-	queueRows int
-	maxRecv   int
+	rule       policy.Rule
+	queueRows  int
+	maxRecv    int
+	loadReport orca.ServerMetricsProvider
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -206,7 +208,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Upstream: up, Batcher: r.disp, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load})
+	r.srv = New(Options{Upstream: up, Batcher: r.disp, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

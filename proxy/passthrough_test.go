@@ -22,10 +22,17 @@ import (
 // of upstream; writeTimeout also bounds a pass-through exchange.
 func passFront(t *testing.T, upstream http.Handler, writeTimeout time.Duration) (front string, up *httptest.Server) {
 	t.Helper()
+	return passFrontWith(t, upstream, func(o *proxy.Options) { o.WriteTimeout = writeTimeout })
+}
+
+// passFrontWith is passFront with options changed by set.
+func passFrontWith(t *testing.T, upstream http.Handler, set func(*proxy.Options)) (front string, up *httptest.Server) {
+	t.Helper()
 	up = httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	front = startFront(t, proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{},
-		MaxBodyBytes: 1 << 20, WriteTimeout: writeTimeout})
+	o := proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20}
+	set(&o)
+	front = startFront(t, o)
 	return front, up
 }
 

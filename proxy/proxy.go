@@ -75,6 +75,11 @@ type Options struct {
 	Forward Forwarder
 	Metrics *Metrics
 	Logger  *slog.Logger
+
+	// LoadReport, when set, gives the endpoint-load-metrics header (the
+	// ORCA load report, package orca) put on every answer, in the form
+	// the request's endpoint-load-metrics-format header names.
+	LoadReport func(format []byte) string
 }
 
 // Server serves Triton's HTTP API.
@@ -177,6 +182,9 @@ var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
 // ServeFastHTTP is the data port's request handler.
 func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
+	if s.o.LoadReport != nil {
+		defer s.putLoadReport(ctx)
+	}
 	if s.refuseDeclaredTooLarge(ctx) {
 		return
 	}
@@ -199,6 +207,11 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	s.passthrough(ctx)
+}
+
+// putLoadReport sets the endpoint-load-metrics header of the answer.
+func (s *Server) putLoadReport(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set("endpoint-load-metrics", s.o.LoadReport(ctx.Request.Header.Peek("endpoint-load-metrics-format")))
 }
 
 // serverError answers what fasthttp refuses before a handler runs:

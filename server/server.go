@@ -29,6 +29,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/procs"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/orca"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/power/energyfit"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -159,6 +160,8 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		front: proxy.NewMetrics(reg)}
 	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
+	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
+	reg.MustRegister(load.Collector())
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -166,7 +169,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Metrics:           p.front, Logger: log,
+		Metrics:           p.front, Logger: log, LoadReport: load.HeaderValue,
 	})
 	if cfg.GRPCListen != "" {
 		cc, err := grpcproxy.Dial(cfg.UpstreamGRPCAddr())
@@ -176,7 +179,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
-			Ready: mr.Discovered, Metrics: p.front, Logger: log,
+			Ready: mr.Discovered, Metrics: p.front, Logger: log, LoadReport: load,
 		})
 	}
 	p.admin = &http.Server{

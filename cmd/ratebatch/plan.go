@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/lab/capacity"
 	"github.com/ratebatch/ratebatch/lab/preset"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 func init() {
@@ -21,8 +22,13 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	rho := fs.Float64("rho", 0, "load rho = lambda*alpha (unbounded batches: mu = 1/alpha); 0 <= rho < 1")
 	latency := fs.Float64("latency-ms", 0, "mean latency target in ms: report the highest rate whose bound meets it")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	fleet := fs.Bool("fleet", false, "with --rate (the total) and --latency-ms: how many GPUs of this profile, and at what requests per joule")
+	idle := fs.Float64("idle-watts", 0, "--fleet: each GPU's idle power in W")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *fleet {
+		return planFleet(fs, model, *rate, *latency, *idle, *asJSON, stdout, stderr)
 	}
 	in, err := planInput(fs, model, *rate, *rho, *latency)
 	if err != nil {
@@ -71,4 +77,28 @@ func planInput(fs *flag.FlagSet, model *preset.Flags, rate, rho, latency float64
 		in.TargetMs, in.AtTarget = &latency, !set["rate"] && !set["rho"]
 	}
 	return in, nil
+}
+
+// planFleet answers --fleet.
+func planFleet(fs *flag.FlagSet, model *preset.Flags, rate, latency, idle float64, asJSON bool, stdout, stderr io.Writer) error {
+	if set := flagsSet(fs); !set["rate"] || !set["latency-ms"] || set["rho"] || set["bmax"] {
+		return usagef(stderr, "plan", "--fleet takes --rate (the total) and --latency-ms, not --rho or --bmax")
+	}
+	prof, err := model.Profile()
+	if err != nil {
+		return usagef(stderr, "plan", "%v", err)
+	}
+	var e *batchcost.Energy
+	if prof.HasEnergy {
+		e = &prof.Energy
+	}
+	plans, err := capacity.Model(prof.Latency).PlanFleet(rate, latency, e, idle)
+	if err != nil {
+		return usagef(stderr, "plan", "%v", err)
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(plans)
+	}
+	capacity.WriteFleetText(stdout, prof.Name, rate, latency, idle, plans)
+	return nil
 }

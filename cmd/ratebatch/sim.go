@@ -30,6 +30,7 @@ type simFlags struct {
 	rate, rho, traceScale, speedup    float64
 	maxQueueDelayMs, maxWaitMs, slaMs float64
 	asJSON                            bool
+	fleet                             sim.FleetSpec
 }
 
 func bindSimFlags(fs *flag.FlagSet) *simFlags {
@@ -59,6 +60,12 @@ func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.Float64Var(&f.opts.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
 	fs.Float64Var(&f.opts.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON: one object, or an array with --policy all or a list")
+	fs.IntVar(&f.fleet.Replicas, "replicas", 0, "simulate a fleet of this many GPUs, each with its own proxy running --policy (--rho is then of the fleet's capacity)")
+	fs.StringVar(&f.fleet.Balancers, "balancer", "all", "--replicas: how requests are spread: "+strings.Join(sim.Balancers, ", ")+"; a comma list; or all")
+	fs.StringVar(&f.fleet.Speeds, "replica-speeds", "", "--replicas: relative speed of each replica, e.g. 1,1,0.5 (one value: all)")
+	fs.StringVar(&f.fleet.Presets, "replica-presets", "", "--replicas: preset of each replica (one value: all; empty: the model flags')")
+	fs.StringVar(&f.fleet.IdleWatts, "replica-idle-watts", "", "--replicas: idle power of each replica in W (empty: --idle-watts)")
+	fs.Float64Var(&f.fleet.PackTarget, "pack-target", 0.8, "--replicas, balancer pack: share of its capacity a GPU is filled to before the next one gets load")
 	return f
 }
 
@@ -71,6 +78,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c, pols, err := f.config(fs, stderr)
 	if err != nil {
 		return usagef(stderr, "sim", "%v", err)
+	}
+	if f.fleet.Replicas != 0 {
+		return f.runFleet(ctx, fs, c, pols, stdout, stderr)
 	}
 	results, err := sim.RunAll(ctx, c, pols)
 	if err != nil {
@@ -121,6 +131,7 @@ func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []pol
 	}
 	opts := f.opts
 	opts.MaxQueueDelay, opts.MaxWait = msDuration(f.maxQueueDelayMs), msDuration(f.maxWaitMs)
+	f.opts = opts // a fleet builds one policy per replica from them
 	pols, err := sim.Policies(f.policies, opts, func(err error) { fmt.Fprintf(stderr, "ratebatch sim: skipping %v\n", err) })
 	if err != nil {
 		return c, nil, fmt.Errorf("--policy: %w", err)
@@ -150,4 +161,33 @@ func simFlagErr(err error, set map[string]bool) error {
 		return err
 	}
 	return fmt.Errorf("--%s: %w", flag, err)
+}
+
+// runFleet runs --replicas: the fleet once per balancer.
+func (f *simFlags) runFleet(ctx context.Context, fs *flag.FlagSet, c sim.Config, pols []policy.Policy, stdout, stderr io.Writer) error {
+	if len(pols) != 1 {
+		return usagef(stderr, "sim", "--replicas runs one --policy on every replica, got %d", len(pols))
+	}
+	if flagsSet(fs)["rho"] {
+		f.fleet.Rho = f.rho
+	}
+	name := pols[0].Name()
+	newPolicy := func() (policy.Policy, error) { return policy.New(name, f.opts) }
+	reps, err := f.fleet.Fleet(c, newPolicy)
+	if err != nil {
+		return usagef(stderr, "sim", "%v", err)
+	}
+	results, err := sim.RunFleets(ctx, c, f.fleet, newPolicy)
+	if err != nil {
+		return usagef(stderr, "sim", "%v", err)
+	}
+	if f.asJSON {
+		return json.NewEncoder(stdout).Encode(results)
+	}
+	rate := c.RatePerSec
+	if f.fleet.Rho > 0 {
+		rate = f.fleet.Rho * sim.FleetCapacity(reps)
+	}
+	sim.WriteFleetTable(stdout, reps, name, rate, c.Seed, results)
+	return nil
 }

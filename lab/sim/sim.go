@@ -306,12 +306,31 @@ type run struct {
 	winRows    int
 	winLatSum  float64
 	windows    []Window
+
+	// The event loop's own clock (loop, step).
+	nextTick, nextWindow, lastArrival time.Duration
+	events                            int
+	// external: arrivals are handed in by a fleet (push), not drawn; open
+	// while more may come, so that the monitor keeps ticking in between.
+	external, open bool
 }
 
 // Run simulates one configuration. It stops with ctx's error when ctx ends.
 func Run(ctx context.Context, c Config) (Result, error) {
+	r, err := newRun(c)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := r.loop(ctx); err != nil {
+		return Result{}, fmt.Errorf("sim %s: %w", r.c.Policy.Name(), err)
+	}
+	return r.result(), nil
+}
+
+// newRun validates c and sets a run up at time 0.
+func newRun(c Config) (*run, error) {
 	if err := c.normalize(); err != nil {
-		return Result{}, fmt.Errorf("sim: %w", err)
+		return nil, fmt.Errorf("sim: %w", err)
 	}
 	p := c.Profile
 	r := &run{
@@ -333,7 +352,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	mon, err := monitor.New(mc)
 	if err != nil {
-		return Result{}, fmt.Errorf("sim: %w", err)
+		return nil, fmt.Errorf("sim: %w", err)
 	}
 	r.mon = mon
 	if c.Overhead > 0 || c.OverheadSamples != nil {
@@ -352,13 +371,15 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	r.drawArrival()
 	r.rule = mon.Rule()
 	r.win = Window{BatchSize: r.rule.Status().BatchSize}
-	if err := r.loop(ctx); err != nil {
-		return Result{}, fmt.Errorf("sim %s: %w", c.Policy.Name(), err)
-	}
-	return r.result(), nil
+	r.nextTick, r.nextWindow = mon.TickEvery(), c.Window
+	return r, nil
 }
 
 func (r *run) drawArrival() {
+	if r.external {
+		r.haveArrival = false
+		return
+	}
 	if r.c.Requests > 0 && r.arrived >= r.c.Requests {
 		r.haveArrival = false
 		return
@@ -393,75 +414,88 @@ const (
 const ctxCheckEvery = 1 << 16
 
 func (r *run) loop(ctx context.Context) error {
-	slice := r.mon.TickEvery()
-	nextTick, nextWindow := slice, r.c.Window
-	var lastArrival time.Duration
-	for events := 1; ; events++ {
-		if events%ctxCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("stopped at %.3f s simulated: %w", r.now.Seconds(), err)
-			}
+	for {
+		stop, err := r.step(ctx, math.MaxInt64, true)
+		if err != nil || stop {
+			return err
 		}
-		kind, at, slotIdx := evNone, time.Duration(math.MaxInt64), -1
-		for i := range r.slots {
-			s := &r.slots[i]
-			next := s.end
-			if s.answered {
-				next = s.free
-			}
-			if s.busy && next < at {
-				kind, at, slotIdx = evCompletion, next, i
-			}
-		}
-		if r.haveArrival && r.nextArrival < at {
-			kind, at = evArrival, r.nextArrival
-		}
-		waiting := len(r.queue) - r.head
-		if (r.haveArrival || waiting > 0 || r.flying > 0) && nextTick < at {
-			kind, at = evTick, nextTick
-		}
-		if r.woken && r.wake < at {
-			kind, at = evWake, r.wake
-		}
-		if kind == evNone {
-			if waiting > 0 {
-				return fmt.Errorf("rule left %d requests waiting with no wake-up (%s)", waiting, r.rule.Status())
-			}
-			return nil
-		}
-		if !r.haveArrival && at-lastArrival > r.c.DrainLimit {
-			return fmt.Errorf("%d requests still waiting %v after the last arrival (%s)", waiting, r.c.DrainLimit, r.rule.Status())
-		}
-		r.advance(at)
-		switch kind {
-		case evCompletion:
-			r.complete(slotIdx)
-		case evArrival:
-			r.queue = append(r.queue, at)
-			r.arrived++
-			r.winCount++
-			r.mon.Arrive(1)
-			lastArrival = at
-			r.drawArrival()
-		case evTick:
-			// The monitor re-plans every slice; the series is per window.
-			if r.stats != nil {
-				r.mon.ObserveServer(slices.Collect(maps.Values(r.stats)))
-			}
-			r.mon.Tick()
-			r.rule = r.mon.Rule()
-			if r.now >= nextWindow {
-				r.closeWindow()
-				r.winCount = 0
-				r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
-				nextWindow += r.c.Window
-			}
-			nextTick += slice
-		case evWake:
-			r.woken = false
-		}
-		r.decide()
 	}
+}
+
+// step handles the next event if it falls before limit (at limit too when
+// inclusive). stop reports that it did not: no event is left (the run is
+// over) or the next is past limit.
+func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (stop bool, err error) {
+	r.events++
+	if r.events%ctxCheckEvery == 0 {
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("stopped at %.3f s simulated: %w", r.now.Seconds(), err)
+		}
+	}
+	kind, at, slotIdx := evNone, time.Duration(math.MaxInt64), -1
+	for i := range r.slots {
+		s := &r.slots[i]
+		next := s.end
+		if s.answered {
+			next = s.free
+		}
+		if s.busy && next < at {
+			kind, at, slotIdx = evCompletion, next, i
+		}
+	}
+	if r.haveArrival && r.nextArrival < at {
+		kind, at = evArrival, r.nextArrival
+	}
+	waiting := len(r.queue) - r.head
+	if (r.haveArrival || r.open || waiting > 0 || r.flying > 0) && r.nextTick < at {
+		kind, at = evTick, r.nextTick
+	}
+	if r.woken && r.wake < at {
+		kind, at = evWake, r.wake
+	}
+	if kind == evNone {
+		if waiting > 0 {
+			return false, fmt.Errorf("rule left %d requests waiting with no wake-up (%s)", waiting, r.rule.Status())
+		}
+		return true, nil
+	}
+	if at > limit || (at == limit && !inclusive) {
+		r.events--
+		return true, nil
+	}
+	if !r.haveArrival && !r.open && at-r.lastArrival > r.c.DrainLimit {
+		return false, fmt.Errorf("%d requests still waiting %v after the last arrival (%s)", waiting, r.c.DrainLimit, r.rule.Status())
+	}
+	r.advance(at)
+	switch kind {
+	case evCompletion:
+		r.complete(slotIdx)
+	case evArrival:
+		r.queue = append(r.queue, at)
+		r.arrived++
+		r.winCount++
+		r.mon.Arrive(1)
+		r.lastArrival = at
+		r.drawArrival()
+	case evTick:
+		// The monitor re-plans every slice; the series is per window.
+		if r.stats != nil {
+			r.mon.ObserveServer(slices.Collect(maps.Values(r.stats)))
+		}
+		r.mon.Tick()
+		r.rule = r.mon.Rule()
+		if r.now >= r.nextWindow {
+			r.closeWindow()
+			r.winCount = 0
+			r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
+			r.nextWindow += r.c.Window
+		}
+		r.nextTick += r.mon.TickEvery()
+	case evWake:
+		r.woken = false
+	}
+	r.decide()
+	return false, nil
 }
 
 // advance moves the clock, integrating requests in system and busy time.
