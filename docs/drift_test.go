@@ -10,7 +10,9 @@ package docs_test
 // `models`, which has only YAML.
 
 import (
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -278,4 +280,77 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// joulesRow matches a row of README's "Fewer joules per request" table:
+// policy, budget (budget rows), mean ms, p99 ms, rows per batch, req/J,
+// the gain in req/J over adhoc's (empty on adhoc's row).
+var joulesRow = regexp.MustCompile("(?m)^\\| `([a-z+]+)`(?:, ([0-9.]+x))?[^|]* \\| ([0-9.]+) ms \\| ([0-9.]+) ms \\| ([0-9.]+) \\| ([0-9.]+) \\| ([+-][0-9.]+%)? ?\\|")
+
+// TestReadmeJoulesTableIsReproduced: every figure of README's "Fewer joules
+// per request" table is what the sim command it names prints now, rounded
+// as the table rounds. With RATEBATCH_LONG (four simulations of 330,000
+// requests each).
+func TestReadmeJoulesTableIsReproduced(t *testing.T) {
+	if os.Getenv("RATEBATCH_LONG") == "" {
+		t.Skip("simulates the README table's rows; RATEBATCH_LONG=1 runs it")
+	}
+	rows := joulesRow.FindAllStringSubmatch(section(t, "../README.md", "## Fewer joules per request"), -1)
+	if len(rows) < 3 {
+		t.Fatalf("README's joules table: %d rows found, want adhoc, the default and budget", len(rows))
+	}
+	type simRow struct {
+		Policy  string  `json:"policy"`
+		Mean    float64 `json:"mean_latency_ms"`
+		P99     float64 `json:"p99_latency_ms"`
+		Batch   float64 `json:"mean_batch_size"`
+		PerJule float64 `json:"requests_per_joule"`
+	}
+	sims := map[string][]simRow{} // by --latency-budget
+	sim := func(budget string) []simRow {
+		if r, ok := sims[budget]; ok {
+			return r
+		}
+		args := []string{"sim", "--policy", "adhoc,batchmonitor+,budget", "--trace", "paper300",
+			"--preset", "googlenet-p4", "--trace-scale", "10", "--json"}
+		if budget != "" {
+			args = append(args, "--latency-budget", budget)
+		}
+		out, err := exec.Command(ratebatch(t), args...).Output()
+		if err != nil {
+			t.Fatalf("ratebatch %s: %v", strings.Join(args, " "), err)
+		}
+		var r []simRow
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("ratebatch %s: %v", strings.Join(args, " "), err)
+		}
+		sims[budget] = r
+		return r
+	}
+	for _, m := range rows {
+		name, budget := m[1], m[2]
+		if name == "budget" && budget == "" {
+			t.Errorf("README's joules table: a budget row without its budget: %s", m[0])
+			continue
+		}
+		var got *simRow
+		for _, r := range sim(budget) {
+			if r.Policy == name {
+				got = &r
+			}
+		}
+		if got == nil {
+			t.Errorf("README's joules table names %s, which sim did not print", name)
+			continue
+		}
+		gain := ""
+		if name != "adhoc" {
+			adhoc := sim(budget)[0]
+			gain = fmt.Sprintf("%+.1f%%", 100*(got.PerJule/adhoc.PerJule-1))
+		}
+		want := []string{fmt.Sprintf("%.2f", got.Mean), fmt.Sprintf("%.1f", got.P99), fmt.Sprintf("%.2f", got.Batch), fmt.Sprintf("%.2f", got.PerJule), gain}
+		if have := m[3:8]; !slices.Equal(have, want) {
+			t.Errorf("README's joules table, %s %s: %q, but sim prints %q (mean ms, p99 ms, rows per batch, req/J, vs ad-hoc)", name, budget, have, want)
+		}
+	}
 }
