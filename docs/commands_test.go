@@ -22,6 +22,9 @@ package docs_test
 //	<!-- not run: REASON -->     not run, for the reason given (a real
 //	                             Triton or GPU, minutes of runtime, ...)
 //
+// A block fenced without a language is a shell block too when a marker
+// precedes it, and must have one when its first line is a command.
+//
 // The blocks run in document order (README.md first, then docs/*.md by
 // name), in one scratch directory that looks like a fresh clone after the
 // two commands: every file of the repository (symlinked) and bin/ratebatch
@@ -98,17 +101,23 @@ func shellBlocks(doc, text string) ([]block, []error) {
 			j++
 		}
 		i = j
-		if !shellFence.MatchString(lines[open]) {
-			if strings.TrimSpace(lines[open]) == "```" && open+1 < j && commandStart.MatchString(lines[open+1]) {
-				errs = append(errs, fmt.Errorf("%s:%d: a command in a block not fenced as sh: fence it ```sh and mark it", doc, open+1))
-			}
-			continue
-		}
-		b := block{doc: doc, line: open + 1, text: strings.Join(lines[open+1:min(j, len(lines))], "\n") + "\n"}
 		k := open - 1
 		for k >= 0 && strings.TrimSpace(lines[k]) == "" {
 			k--
 		}
+		marked := k >= 0 && anyMarker.MatchString(strings.TrimSpace(lines[k]))
+		if !shellFence.MatchString(lines[open]) {
+			// An untagged block is a shell block when it is marked; one
+			// that starts with a command must be.
+			untagged := strings.TrimSpace(lines[open]) == "```"
+			if !untagged || !marked {
+				if untagged && open+1 < j && commandStart.MatchString(lines[open+1]) {
+					errs = append(errs, fmt.Errorf("%s:%d: a command in an unmarked block: mark it (and fence it ```sh)", doc, open+1))
+				}
+				continue
+			}
+		}
+		b := block{doc: doc, line: open + 1, text: strings.Join(lines[open+1:min(j, len(lines))], "\n") + "\n"}
 		var m []string
 		if k >= 0 {
 			m = marker.FindStringSubmatch(strings.TrimSpace(lines[k]))
@@ -194,19 +203,19 @@ func TestDocsCommandsAreMarked(t *testing.T) {
 func TestShellBlocksParse(t *testing.T) {
 	text := "<!-- run -->\n```sh\necho a\n```\n\n<!-- not run: no GPU -->\n\n```bash\nnvidia-smi\n```\n" +
 		"```sh\nunmarked\n```\n<!-- run: later -->\n```sh\nbad\n```\n```yaml\nx: 1\n```\n<!-- run: server -->\n```sh\nserve\n```\n" +
-		"```\nRATEBATCH_LONG=1 go test ./x\n```\n```\noutput, not a command\n```\n"
+		"```\nRATEBATCH_LONG=1 go test ./x\n```\n```\noutput, not a command\n```\n<!-- not run: long -->\n```\ngo test ./y\n```\n"
 	blocks, errs := shellBlocks("d.md", text)
 	var got []string
 	for _, b := range blocks {
 		got = append(got, fmt.Sprintf("%d %s %q %q", b.line, b.mode, b.reason, b.text))
 	}
-	want := []string{`2 run "" "echo a\n"`, `8 not run "no GPU" "nvidia-smi\n"`, `22 server "" "serve\n"`}
+	want := []string{`2 run "" "echo a\n"`, `8 not run "no GPU" "nvidia-smi\n"`, `22 server "" "serve\n"`, `32 not run "long" "go test ./y\n"`}
 	if !slices.Equal(got, want) {
 		t.Errorf("blocks\n got %q\nwant %q", got, want)
 	}
 	if len(errs) != 3 || !strings.Contains(errs[0].Error(), "d.md:11: shell block without a marker") ||
 		!strings.Contains(errs[1].Error(), "d.md:15: malformed marker") ||
-		!strings.Contains(errs[2].Error(), "d.md:25: a command in a block not fenced as sh") {
+		!strings.Contains(errs[2].Error(), "d.md:25: a command in an unmarked block") {
 		t.Errorf("errors %v, want the unmarked block at 11, the malformed marker at 15, the untagged command at 25", errs)
 	}
 }
