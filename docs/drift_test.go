@@ -354,3 +354,34 @@ func TestReadmeJoulesTableIsReproduced(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulationTablesShowEveryPolicy: an output shown in docs/ after a
+// `sim --policy all` command has a row for every built-in policy (the
+// tables once showed four of nine).
+func TestSimulationTablesShowEveryPolicy(t *testing.T) {
+	checked := 0
+	for _, doc := range coveredDocuments(t) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := strings.Split(string(b), "```")
+		// Fenced text alternates with prose: blocks[1], blocks[3], ... are
+		// code, each starting with its language line.
+		for i := 1; i+2 < len(blocks); i += 2 {
+			cmd, out := blocks[i], blocks[i+2]
+			if !strings.Contains(cmd, "sim --policy all") || strings.TrimSpace(blocks[i+1]) != "" {
+				continue
+			}
+			checked++
+			for _, name := range policy.Names() {
+				if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(name) + `\s+\d`).MatchString(out) {
+					t.Errorf("%s: the output shown after %q has no row for %s", doc, strings.TrimSpace(cmd), name)
+				}
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("found %d sim --policy all outputs, want SIMULATION.md's three", checked)
+	}
+}
