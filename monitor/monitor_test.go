@@ -156,13 +156,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// slowPolicy blocks in Plan until released, like a long SMDP solve.
+// slowPolicy blocks in Plan until released, like a long SMDP solve. It
+// reports on entered (when not nil) that a Plan has begun.
 type slowPolicy struct {
 	policy.Policy
 	release chan struct{}
+	entered chan struct{}
 }
 
 func (p slowPolicy) Plan(e policy.Estimate) policy.Rule {
+	if p.entered != nil {
+		select {
+		case p.entered <- struct{}{}:
+		default: // one report is enough
+		}
+	}
 	<-p.release
 	return p.Policy.Plan(e)
 }
@@ -173,11 +181,17 @@ func TestSetPolicyDoesNotBlockWhileRunning(t *testing.T) {
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	for !m.running.Load() {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); !m.running.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not start within 10s")
+		}
 	}
 	adhoc, _ := policy.New("adhoc", policy.Options{})
-	slow := slowPolicy{Policy: adhoc, release: make(chan struct{})}
+	slow := slowPolicy{Policy: adhoc, release: make(chan struct{}), entered: make(chan struct{}, 1)}
+	var release sync.Once
+	// A failure below must not leave Run stuck in Plan (the deferred
+	// cancel waits for Run).
+	defer release.Do(func() { close(slow.release) })
 	returned := make(chan (<-chan struct{}))
 	go func() { returned <- m.SetPolicy(slow) }()
 	var planned <-chan struct{}
@@ -186,12 +200,19 @@ func TestSetPolicyDoesNotBlockWhileRunning(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("SetPolicy waited for the plan")
 	}
+	// The new policy's Plan has begun and cannot end before release: its
+	// rule is not published, so the channel must still be open.
+	select {
+	case <-slow.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new policy's Plan was never called")
+	}
 	select {
 	case <-planned:
 		t.Fatal("SetPolicy's channel closed before the new policy planned")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
-	close(slow.release) // the monitor's goroutine finishes the plan
+	release.Do(func() { close(slow.release) }) // the monitor's goroutine finishes the plan
 	select {
 	case <-planned:
 	case <-time.After(5 * time.Second):

@@ -20,9 +20,11 @@ func TestChooseBatchFor(t *testing.T) {
 		{"from 2 at light load holds for a pair", 10, 2, 1, 2},
 		{"from 0 acts as 1", 10, 0, 1, 1},
 		{"just under mu(1)", mu(1) - 1e-6, 1, 1, 1},
-		{"util 0.8 needs headroom", 0.9 * mu(5), 1, 0.8, ChooseBatch(0.9*mu(5)/0.8, googlenet, 32)},
+		// 0.9 mu(5) / 0.8 = 2182.3 per s: mu(6) = 2081.5 falls short, mu(7) = 2195.9 covers it.
+		{"util 0.8 needs headroom", 0.9 * mu(5), 1, 0.8, 7},
 		{"util 0.8 near saturation gives B_max", 0.85 * mu(32), 1, 0.8, 32},
-		{"util 1 from 2 is Algorithm 1", 1234, 2, 1, ChooseBatch(1234, googlenet, 32)},
+		// mu(2) = 1203.2 < 1234 < mu(3) = 1524.9 per s.
+		{"util 1 from 2 is Algorithm 1", 1234, 2, 1, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,11 +97,11 @@ func TestBatchMonitorPlusPlan(t *testing.T) {
 		{"defaults before the first window", NewBatchMonitorPlus(), Estimate{Now: t0, Latency: googlenet, MaxBatch: 32, Instances: 1}, "Limit", 1, 0},
 		{"defaults at light load never hold", NewBatchMonitorPlus(), estimate(10), "Limit", 1, half(1)},
 		{"defaults under load use Algorithm 1's size as a limit", NewBatchMonitorPlus(), estimate(rate), "Limit",
-			ChooseBatch(rate, googlenet, 32), half(ChooseBatch(rate, googlenet, 32))},
+			batchAt2000, half(batchAt2000)},
 		{"without drain it is a fixed size", BatchMonitorPlus{Util: 1, From: 2}, estimate(10), "Fill", 2, half(2)},
 		{"explicit wait", BatchMonitorPlus{Util: 1, From: 2, Drain: true, MaxWait: time.Millisecond}, estimate(10), "Limit", 2, time.Millisecond},
 		{"util out of range acts as 1", BatchMonitorPlus{Util: 7, From: 2, Drain: true}, estimate(rate), "Limit",
-			ChooseBatch(rate, googlenet, 32), half(ChooseBatch(rate, googlenet, 32))},
+			batchAt2000, half(batchAt2000)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,12 @@ func at(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Mi
 // googlenet is googlenet-p4's line: tau(b) = 0.3051 b + 1.052 ms (B_max 32).
 var googlenet = batchcost.Latency{AlphaMs: 0.3051, Tau0Ms: 1.052}
 
+// batchAt2000 is Algorithm 1's batch size for googlenet at 2000 requests/s,
+// derived by hand rather than by ChooseBatch, the function under test:
+// mu(b) = 1000 b / (0.3051 b + 1.052) per s exceeds 2000 when
+// 389.8 b > 2104, i.e. b > 5.40; mu(5) = 1939.9, mu(6) = 2081.5.
+const batchAt2000 = 6
+
 func estimate(rate float64) Estimate {
 	return Estimate{Now: t0, Window: time.Second, Arrivals: int(rate), RatePerSec: rate,
 		Latency: googlenet, FitR2: 1, MaxBatch: 32, Instances: 1}
@@ -34,6 +40,7 @@ func TestChooseBatch(t *testing.T) {
 		{"just under mu(2)", mu(2) - 1e-6, 32, 2},
 		{"exactly mu(2) is not below it", mu(2), 32, 3},
 		{"between mu(9) and mu(10)", (mu(9) + mu(10)) / 2, 32, 10},
+		{"2000 per s, by hand", 2000, 32, batchAt2000},
 		{"just under mu(32)", mu(32) - 1e-6, 32, 32},
 		{"above every mu falls back to B_max", mu(32) * 2, 32, 32},
 		{"B_max 1", 5000, 1, 1},
@@ -119,7 +126,7 @@ func TestBuiltinPlans(t *testing.T) {
 		{"batchmonitor doubts the fit", NameBatchMonitor, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor+ doubts the fit", NameBatchMonitorPlus, Options{}, doubted(estimate(2000)), 1, 0, "work-conserving: one size"},
 		{"batchmonitor low rate picks 2, waits tau(2)", NameBatchMonitor, Options{}, estimate(10), 2, tau(2), ""},
-		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), ChooseBatch(2000, googlenet, 32), tau(ChooseBatch(2000, googlenet, 32)), ""},
+		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), batchAt2000, tau(batchAt2000), ""},
 		{"batchmonitor overload picks B_max", NameBatchMonitor, Options{}, estimate(1e5), 32, tau(32), ""},
 		{"batchmonitor explicit wait", NameBatchMonitor, Options{MaxWait: 7 * time.Millisecond}, estimate(10), 2, 7 * time.Millisecond, ""},
 		{"batchmonitor bad estimate falls back", NameBatchMonitor, Options{}, Estimate{Window: time.Second, Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 32, Instances: 1}, 32, 0, "alpha"},

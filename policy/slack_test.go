@@ -21,7 +21,7 @@ func TestSlackDecide(t *testing.T) {
 		}
 		return qq
 	}
-	target := ChooseBatch(2000, googlenet, 32)
+	target := batchAt2000
 	tests := []struct {
 		name string
 		rule Rule

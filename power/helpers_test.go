@@ -36,6 +36,8 @@ type scriptSource struct {
 	next  []Reading
 	err   error
 	reads int
+	// stamp, when set, is the readings' time instead of the clock's.
+	stamp time.Time
 }
 
 func (s *scriptSource) Name() string { return "script" }
@@ -45,6 +47,9 @@ func (s *scriptSource) Read(ctx context.Context) ([]Reading, error) {
 	out := make([]Reading, len(s.next))
 	for i, r := range s.next {
 		r.Time = s.clock.Now()
+		if !s.stamp.IsZero() {
+			r.Time = s.stamp
+		}
 		out[i] = r
 	}
 	return out, s.err

@@ -358,16 +358,53 @@ func TestMeterIntervals(t *testing.T) {
 }
 
 // A reading that is not newer than the previous one adds nothing.
+// stampedPower is one poll's reading: power w at time at after the first.
+type stampedPower struct {
+	at time.Duration
+	w  float64
+}
+
+// TestMeterIgnoresStaleReadings: a reading not newer than the GPU's last
+// (a republished value, or one from a slower path arriving late) adds no
+// energy and does not replace the last reading. Each case is built so that
+// accepting the stale reading changes the total: its power differs from the
+// readings around it, so integrating it, or integrating from it, would not
+// give the hand-computed joules.
 func TestMeterIgnoresStaleReadings(t *testing.T) {
-	clock := newFakeClock()
-	src := &scriptSource{clock: clock}
-	m := newTestMeter(t, src, clock)
-	src.next = []Reading{powerGPU("g", 100)}
-	m.Poll(context.Background())
-	m.Poll(context.Background()) // same instant
-	clock.Advance(time.Second)
-	m.Poll(context.Background())
-	checkApprox(t, "energy", m.Snapshot().GPUs[0].Windows[TotalWindow].EnergyJ, 100, 1e-9)
+	s := func(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
+	tests := []struct {
+		name  string
+		polls []stampedPower
+		want  float64 // joules: trapezoids over the fresh readings only
+	}{
+		// Accepted, the second reading would make the interval to 1 s
+		// (300+100)/2 = 200 J.
+		{"same instant, other power", []stampedPower{{0, 100}, {0, 300}, {s(1), 100}}, 100},
+		// Accepted, the reading of 0.5 s would add (100+500)/2 * -0.5 =
+		// -150 J, then (500+100)/2 * 1.5 = 450 J: 400 in all.
+		{"older than the last", []stampedPower{{0, 100}, {s(1), 100}, {s(0.5), 500}, {s(2), 100}}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock()
+			start := clock.Now()
+			src := &scriptSource{clock: clock}
+			m := newTestMeter(t, src, clock)
+			for _, p := range tt.polls {
+				// The meter's clock only moves forward; the reading carries
+				// its own time, which is what the guard compares.
+				if d := start.Add(p.at).Sub(clock.Now()); d > 0 {
+					clock.Advance(d)
+				}
+				src.next = []Reading{powerGPU("g", p.w)}
+				src.stamp = start.Add(p.at)
+				if err := m.Poll(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkApprox(t, "energy", m.Snapshot().GPUs[0].Windows[TotalWindow].EnergyJ, tt.want, 1e-9)
+		})
+	}
 }
 
 func TestMeterRun(t *testing.T) {

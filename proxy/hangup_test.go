@@ -1,11 +1,68 @@
+//go:build unix
+
+// The watch peeks at sockets only on unix (hangup_unix.go); elsewhere no
+// call is watched and there is nothing to test.
+
 package proxy
 
 import (
+	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// longAgo is an arrival old enough that a watched call is due for a check
+// at once: the tests poll by hand (pollNow) instead of sleeping until the
+// timer has.
+var longAgo = time.Now().Add(-time.Hour)
+
+// pollNow makes every watched call due and runs one poll on the test's
+// goroutine: when it returns, every watched socket has been peeked at. The
+// timer may poll concurrently; all watched calls stay due together.
+func pollNow(h *hangUps) {
+	h.mu.Lock()
+	for _, w := range h.waiting {
+		w.next = time.Time{}
+	}
+	h.mu.Unlock()
+	h.poll()
+}
+
+// pending reports whether conn has bytes to read, without reading them.
+func pending(t *testing.T, conn net.Conn) bool {
+	t.Helper()
+	rc, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		var err error
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if errors.Is(err, syscall.EAGAIN) {
+			n = 0
+		}
+		return true
+	})
+	return n > 0
+}
+
+// eventually polls cond until it holds, failing after 10 s. Only for what
+// must happen; what must not is checked after a signal that it could have.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // tcpPair returns both ends of a loopback TCP connection.
 func tcpPair(t *testing.T) (client, server net.Conn) {
@@ -42,17 +99,22 @@ func TestWatchHangUp(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := tcpPair(t)
 			var h hangUps
-			ctx, w := h.watch(server, time.Now())
+			ctx, w := h.watch(server, longAgo)
 			defer h.stop(w)
+			ctx.Done() // the call waits: the watch starts
 			tc.client(client)
-			select {
-			case <-ctx.Done():
-				if !tc.wantGone {
-					t.Fatal("watch ended for a client that is still there")
+			if tc.wantGone {
+				eventually(t, "hang-up not seen", func() bool { pollNow(&h); return ctx.Err() != nil })
+				<-ctx.Done()
+			} else {
+				// What the client sent has arrived before the socket is
+				// peeked at, so a watch that took data for a hang-up fails.
+				if tc.pipelined != "" {
+					eventually(t, "the pipelined bytes never arrived", func() bool { return pending(t, server) })
 				}
-			case <-time.After(hangUpPoll + 2*hangUpPollMax):
-				if tc.wantGone {
-					t.Fatal("hang-up not seen")
+				pollNow(&h)
+				if ctx.Err() != nil {
+					t.Fatal("watch ended for a client that is still there")
 				}
 			}
 			if tc.pipelined != "" {
@@ -74,24 +136,26 @@ func TestWatchHangUp(t *testing.T) {
 func TestHangUpsWatchesEachCallApart(t *testing.T) {
 	var h hangUps
 	const n = 8
-	clients := make([]net.Conn, n)
+	clients, servers := make([]net.Conn, n), make([]net.Conn, n)
 	ctxs := make([]interface{ Err() error }, n)
 	waits := make([]*hangUpWait, n)
 	for i := range n {
 		c, s := tcpPair(t)
 		clients[i] = c
-		ctx, w := h.watch(s, time.Now())
+		servers[i] = s
+		ctx, w := h.watch(s, longAgo)
 		ctx.Done() // the call waits, as Submit does when its answer is not there
 		ctxs[i], waits[i] = ctx, w
 	}
 	h.stop(waits[5]) // answered early
 	clients[3].Close()
 	clients[5].Close() // hangs up after its answer: not watched any more
-	deadline := time.Now().Add(hangUpPoll + 2*hangUpPollMax)
-	for ctxs[3].Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(2 * hangUpPoll) // the other calls get polled too
+	// Both hang-ups are visible on the proxy's side before the last poll,
+	// which peeks at every watched call: a watch that still held call 5,
+	// or ended a connected call, fails below.
+	eventually(t, "call 5's hang-up never reached its socket", func() bool { return peerClosed(servers[5]) })
+	eventually(t, "call 3's hang-up not seen", func() bool { pollNow(&h); return ctxs[3].Err() != nil })
+	pollNow(&h)
 	for i := range n {
 		gone := ctxs[i].Err() != nil
 		if want := i == 3; gone != want {
@@ -109,7 +173,8 @@ func TestHangUpsWatchesEachCallApart(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d calls still watched after every stop", left)
 	}
-	time.Sleep(2 * hangUpPoll)
+	// A poll that finds nothing waiting leaves the timer unarmed.
+	h.poll()
 	h.mu.Lock()
 	armed := h.armed
 	h.mu.Unlock()
@@ -134,7 +199,7 @@ func TestHangUpsConcurrent(t *testing.T) {
 					ctx.Done()
 				}
 				if j%50 == 0 {
-					time.Sleep(hangUpPoll)
+					h.poll() // as the timer does, beside it
 				}
 				h.stop(w)
 				if ctx.Err() != nil {

@@ -61,6 +61,10 @@ type Models struct {
 
 	// discovered is set once the upstream's model list has been read.
 	discovered atomic.Bool
+
+	// statsTicker paces pollStats (nil: a time.Ticker); tests inject their
+	// own ticks to see when the poller reads and when it gives up.
+	statsTicker func(time.Duration) (<-chan time.Time, func())
 }
 
 type entry struct {
@@ -332,8 +336,8 @@ const statsGiveUp = 3
 func (r *Models) pollStats(ctx context.Context, name string, mon *monitor.Monitor) {
 	// As often as the monitor re-plans, so that from the second read on
 	// (a slice after the model's first request) the fit is the server's.
-	t := time.NewTicker(mon.TickEvery())
-	defer t.Stop()
+	ticks, stop := r.newStatsTicker(mon.TickEvery())
+	defer stop()
 	failed, worked := 0, false
 	for {
 		stats, err := r.up.ModelStats(ctx, name)
@@ -353,9 +357,17 @@ func (r *Models) pollStats(ctx context.Context, name string, mon *monitor.Monito
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 	}
+}
+
+func (r *Models) newStatsTicker(d time.Duration) (<-chan time.Time, func()) {
+	if r.statsTicker != nil {
+		return r.statsTicker(d)
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // batchTotals sums a model's batch_stats over its versions, per batch size.

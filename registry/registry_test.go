@@ -289,28 +289,35 @@ func TestEnsureWaitsForALookupInProgress(t *testing.T) {
 	r := New(up, q, &cfg, nil)
 	const callers = 4
 	registered := make(chan bool, callers)
+	asked := make(chan struct{}, 2*callers)
 	for range callers {
 		go func() {
-			r.Ensure(context.Background(), "simple")
+			r.Ensure(&doneSignal{Context: context.Background(), asked: asked}, "simple")
 			q.mu.Lock()
 			_, ok := q.specs["simple"]
 			q.mu.Unlock()
 			registered <- ok
 		}()
 	}
-	for { // every caller is in: one looking, the others waiting for it
+	// One caller looks (held in ModelConfig by the gate, without asking its
+	// context for Done); the others reach their wait, where they ask for
+	// Done. None may return while the gate holds the lookup.
+	waitUntil(t, "one lookup started", func() bool {
 		up.mu.Lock()
-		n := up.lookups
-		up.mu.Unlock()
-		r.mu.Lock()
-		busy := r.looking["simple"] != nil
-		r.mu.Unlock()
-		if n == 1 && busy && len(registered) == 0 {
-			break
+		defer up.mu.Unlock()
+		return up.lookups == 1
+	})
+	expire := time.After(10 * time.Second)
+	for waiting := 0; waiting < callers-1; {
+		select {
+		case <-asked:
+			waiting++
+		case <-registered:
+			t.Fatal("a caller returned while the lookup was still running")
+		case <-expire:
+			t.Fatalf("only %d of %d callers reached their wait for the lookup", waiting, callers-1)
 		}
-		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond) // let the waiting callers reach their wait
 	if len(registered) != 0 {
 		t.Fatal("a caller returned while the lookup was still running")
 	}
@@ -328,18 +335,41 @@ func TestEnsureWaitsForALookupInProgress(t *testing.T) {
 	up.gate = make(chan struct{})
 	defer close(up.gate)
 	go r.Ensure(context.Background(), "other")
-	for {
+	waitUntil(t, "the lookup of other started", func() bool {
 		r.mu.Lock()
-		busy := r.looking["other"] != nil
-		r.mu.Unlock()
-		if busy {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer r.mu.Unlock()
+		return r.looking["other"] != nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r.Ensure(ctx, "other") // returns: its context is done
+}
+
+// doneSignal is a context that reports, once, that its Done was asked
+// for: a caller of Ensure asks when it starts waiting for another's lookup.
+type doneSignal struct {
+	context.Context
+	once  sync.Once
+	asked chan<- struct{}
+}
+
+func (c *doneSignal) Done() <-chan struct{} {
+	c.once.Do(func() { c.asked <- struct{}{} })
+	return c.Context.Done()
+}
+
+// waitUntil polls cond until it holds, failing the test after 10 s. Only
+// for positive conditions: what must not happen is checked after a
+// happens-before signal instead.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s: %s never happened", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestStatisticsFeedTheMonitor runs the registry against an upstream whose
@@ -374,14 +404,13 @@ func TestStatisticsFeedTheMonitor(t *testing.T) {
 	defer cancel()
 	go r.Run(ctx)
 	var snap *monitor.Snapshot
-	for i := int64(1); i < 2000; i++ {
-		up.setStats("m", grown(10*i))
-		time.Sleep(2 * time.Millisecond)
+	n := int64(0)
+	waitUntil(t, "the monitor fitted the statistics' line", func() bool {
+		n++
+		up.setStats("m", grown(10*n))
 		snap = r.Statuses()[0].Rule
-		if snap.FitSource == "server statistics" && snap.FitDoubt == "" && math.Abs(snap.AlphaMs-0.5) < 1e-3 {
-			break
-		}
-	}
+		return snap.FitSource == "server statistics" && snap.FitDoubt == "" && math.Abs(snap.AlphaMs-0.5) < 1e-3
+	})
 	if snap.FitSource != "server statistics" || math.Abs(snap.AlphaMs-0.5) > 1e-3 || math.Abs(snap.Tau0Ms-4) > 1e-2 {
 		t.Fatalf("monitor %+v: want the statistics' line 0.5*b + 4", snap)
 	}
@@ -392,11 +421,28 @@ func TestStatisticsFeedTheMonitor(t *testing.T) {
 		noStats: true,
 	}
 	r = New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	// The poller's ticks are the test's: it reads once at start and once
+	// per tick, and stopping its ticker is the signal that it gave up.
+	ticks, stopped := make(chan time.Time), make(chan struct{})
+	r.statsTicker = func(time.Duration) (<-chan time.Time, func()) { return ticks, func() { close(stopped) } }
 	if err := r.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	go r.Run(ctx)
-	time.Sleep(30 * cfg.Policy.Window)
+	expire := time.After(10 * time.Second)
+	for sent := 0; ; sent++ {
+		if sent > 3*statsGiveUp {
+			t.Fatalf("the poller still reads after %d failed reads; it gives up after %d", up.statReads()-1, statsGiveUp)
+		}
+		select {
+		case ticks <- time.Now():
+			continue
+		case <-stopped:
+		case <-expire:
+			t.Fatal("the statistics poller neither read nor stopped in 10s")
+		}
+		break
+	}
 	// One read for the seed, statsGiveUp by the poller, then none.
 	if n := up.statReads(); n != 1+statsGiveUp {
 		t.Fatalf("%d statistics reads from a server without them, want %d", n, 1+statsGiveUp)
@@ -428,22 +474,16 @@ func TestDiscoverRetriesUntilTheUpstreamAnswers(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Down: several attempts, none of which may mark the registry discovered.
-	for up.attempts() < 3 {
-		time.Sleep(time.Millisecond)
-	}
+	// The third attempt started, so the first two have been handled: a
+	// registry that took a failure for discovery is marked by now.
+	waitUntil(t, "three attempts to read the model list", func() bool { return up.attempts() >= 3 })
 	if r.Discovered() {
 		t.Fatal("discovered while the upstream is down")
 	}
 	up.mu.Lock()
 	up.down = false
 	up.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.Discovered() {
-		if time.Now().After(deadline) {
-			t.Fatal("not discovered after the upstream came up")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "discovery after the upstream came up", r.Discovered)
 	if len(r.Statuses()) != 1 {
 		t.Fatalf("statuses %+v, want the upstream's one model", r.Statuses())
 	}
