@@ -3,10 +3,12 @@ package dispatcher
 import (
 	"bytes"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -45,8 +47,17 @@ type Call struct {
 // (kserve.DecodeRequestDeferred), once, on whichever goroutine needs it
 // first: the caller while it waits in the queue, or the batch that merges
 // it. A call that goes to Triton as it came never needs it.
+// A panic of the decoder is this call's error (a 500), not its goroutine's
+// end: the goroutine may be another caller's, running their batch.
 func (c *Call) readData() error {
-	c.dataOnce.Do(func() { c.dataErr = c.Req.DecodeData() })
+	c.dataOnce.Do(func() {
+		defer func() {
+			if v := recover(); v != nil {
+				c.dataErr = &kserve.Error{Status: http.StatusInternalServerError, Msg: guard.Recovered(nil, "data", v).Error()}
+			}
+		}()
+		c.dataErr = c.Req.DecodeData()
+	})
 	return c.dataErr
 }
 

@@ -8,11 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -61,6 +63,8 @@ type Options struct {
 	// energy meter uses it to split power between idle and busy time.
 	Busy func(model string) (end func(served int))
 	Now  func() time.Time
+	// Logger gets the stacks of recovered panics; nil: slog's default.
+	Logger *slog.Logger
 }
 
 // Dispatcher routes calls to model queues.
@@ -114,7 +118,9 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		q.run(d.ctx)
+		// A panic of the decision loop restarts it; the queue and its
+		// callers are kept (see form).
+		guard.Loop(d.ctx, d.o.Logger, "decision", q.run)
 	}()
 	return nil
 }
@@ -266,6 +272,8 @@ type modelQueue struct {
 	idleClosed             bool
 	idle                   chan struct{} // closed when draining and empty
 	wake                   chan struct{}
+	// ruleBroken is the rule that last panicked in form, nil if none.
+	ruleBroken policy.Rule
 }
 
 func (q *modelQueue) signal() {
@@ -431,9 +439,22 @@ func (q *modelQueue) dispatch(keep func(*batch) bool) (next time.Time) {
 func (q *modelQueue) form() (batches []batch, next time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// A panic of the rule (policy code) keeps the batches formed so far,
+	// already out of the queue and counted in flight, and leaves the rest
+	// queued; until the planner publishes a new rule the queue is then
+	// decided as when draining (full batches at once), so that no caller
+	// waits on a rule that cannot decide.
+	defer func() {
+		if v := recover(); v != nil {
+			guard.Recovered(q.d.o.Logger, "decision", v)
+			q.ruleBroken = q.spec.Planner.Rule()
+			q.signal()
+		}
+	}()
 	now := q.d.now()
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
+	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
 	for key, k := range q.keys {
 		for {
 			head := k.head()
@@ -446,7 +467,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 				break
 			}
 			var want int
-			if q.draining {
+			if fallback {
 				want = q.spec.MaxBatch
 			} else {
 				d := rule.Decide(policy.Queue{
@@ -481,6 +502,18 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 		close(q.idle)
 	}
 	return batches, next
+}
+
+// sameRule reports whether a and b are one rule; rules that cannot be
+// compared (a func field, say) are taken as different, so a fallback
+// lasts one pass.
+func sameRule(a, b policy.Rule) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }
 
 // launch hands a batch to its first caller, waiting in Submit, to run. A

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -17,13 +19,16 @@ func (q *modelQueue) execute(b batch) {
 	}
 	q.series.batchSize.Observe(float64(b.rows))
 
+	// The planner and the meter are other packages' code on the batch's
+	// way: a panic there is contained too (contain), as the callers'
+	// answers are already in results.
 	var busyEnd func(int)
 	if q.d.o.Busy != nil {
-		busyEnd = q.d.o.Busy(q.name)
+		q.contain("power", func() { busyEnd = q.d.o.Busy(q.name) })
 	}
-	results, latency, ok := q.send(b)
+	results, latency, ok := q.sendContained(b)
 	if ok {
-		b.planner.Observe(b.rows, latency)
+		q.contain("observe", func() { b.planner.Observe(b.rows, latency) })
 		q.series.upstream.Observe(latency.Seconds())
 	}
 	if busyEnd != nil {
@@ -33,7 +38,7 @@ func (q *modelQueue) execute(b batch) {
 				served += c.Rows
 			}
 		}
-		busyEnd(served)
+		q.contain("power", func() { busyEnd(served) })
 	}
 	for i, c := range b.calls {
 		r := results[i]
@@ -48,6 +53,42 @@ func (q *modelQueue) execute(b batch) {
 	q.mu.Unlock()
 	// No signal: the caller that ran the batch decides next (afterOwnBatch).
 }
+
+// sendContained is send with its panics contained: a panic (a codec bug
+// hit by a merge, a split or an upstream's answer) fails this batch's
+// callers with a 500 and nothing else; the batch runner goes on to answer
+// them and free the instance as after any failure.
+func (q *modelQueue) sendContained(b batch) (results []Result, latency time.Duration, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			err := &kserve.Error{Status: http.StatusInternalServerError,
+				Msg: guard.Recovered(q.d.o.Logger, "batch", v).Error()}
+			results = make([]Result, len(b.calls))
+			for i := range results {
+				results[i] = Result{Err: err}
+			}
+			latency, ok = 0, false
+		}
+	}()
+	if hook := testHookSend.Load(); hook != nil {
+		(*hook)(q.name, b.calls)
+	}
+	return q.send(b)
+}
+
+// contain runs f, recovering and counting a panic of it under site.
+func (q *modelQueue) contain(site string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			guard.Recovered(q.d.o.Logger, site, v)
+		}
+	}()
+	f()
+}
+
+// testHookSend, set only by tests, runs as each batch is about to be sent:
+// tests make it panic. An atomic pointer: tests set it while batches run.
+var testHookSend atomic.Pointer[func(model string, calls []*Call)]
 
 // send runs a batch upstream: connection errors are retried as configured
 // and held out while the upstream is down (see attempt); when the upstream
@@ -96,6 +137,12 @@ func (q *modelQueue) resendEach(b batch, results []Result) {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
+			defer func() { // this goroutine's panic would end the process
+				if v := recover(); v != nil {
+					results[i] = Result{Err: &kserve.Error{Status: http.StatusInternalServerError,
+						Msg: guard.Recovered(q.d.o.Logger, "batch_resend", v).Error()}}
+				}
+			}()
 			rs, _, _ := q.sendAlone(c.Version, c, b.halfOutputs)
 			results[i] = rs[0]
 		})

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
@@ -132,7 +133,9 @@ func New(o Options) *Server {
 		minPing = tritonMinPing
 	}
 	s := &Server{o: o, log: o.Logger}
-	var opts []grpc.ServerOption
+	// grpc-go recovers no handler's panic: one would end the process. The
+	// recovering interceptors come first, so that they are the outermost.
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.recoverUnary), grpc.ChainStreamInterceptor(s.recoverStream)}
 	if o.LoadReport != nil {
 		opts = append(opts, orca.CallMetricsServerOption(o.LoadReport))
 	}
@@ -207,6 +210,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// recoverUnary contains a panic of a unary handler (the health check):
+// its call ends with INTERNAL, the others are served on.
+func (s *Server) recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = status.Error(codes.Internal, guard.Recovered(s.log, "grpc", v).Error())
+		}
+	}()
+	return h(ctx, req)
+}
+
+// recoverStream contains a panic of a stream handler, which every
+// inference and relayed call is (the door serves them as streams of an
+// unknown service): the call ends with INTERNAL, the others are served on.
+// A call queued in the dispatcher is answered before Submit returns, the
+// dispatcher containing its own panics, so none is left behind.
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = status.Error(codes.Internal, guard.Recovered(s.log, "grpc", v).Error())
+			s.o.Metrics.Failed("", Protocol, codes.Internal.String())
+		}
+	}()
+	return h(srv, ss)
+}
+
+// testHookHandle, set only by tests, runs as each call is handled, with
+// its method and, for ModelInfer of a batched model, the model: tests make
+// it panic. An atomic pointer: tests set it while the server runs.
+var testHookHandle atomic.Pointer[func(method string, msg []byte)]
+
 // handle serves every call of a service the server does not declare: all
 // of Triton's, read (ModelInfer) or relayed (the rest).
 func (s *Server) handle(_ any, ss grpc.ServerStream) error {
@@ -231,6 +265,9 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	}
 	// The model decides whether the call is batched; a call that is only
 	// relayed is never decoded.
+	if hook := testHookHandle.Load(); hook != nil {
+		(*hook)(MethodModelInfer, first.B)
+	}
 	model, err := modelName(first.B)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "malformed ModelInferRequest: %v", err)
@@ -311,7 +348,15 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 		return err
 	}
 	// Client to upstream.
+	var relayPanic atomic.Pointer[error] // the relay's panic, the call's status
 	go func() {
+		defer func() { // this goroutine's panic would end the process
+			if v := recover(); v != nil {
+				err := status.Error(codes.Internal, guard.Recovered(s.log, "grpc_relay", v).Error())
+				relayPanic.Store(&err)
+				cancel() // the upstream call ends, and with it the client's
+			}
+		}()
 		if first != nil {
 			if cs.SendMsg(first) != nil {
 				return // the upstream's status comes from RecvMsg below
@@ -319,7 +364,11 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 		}
 		for {
 			f := &grpcwire.Frame{}
-			if err := ss.RecvMsg(f); err != nil {
+			err := ss.RecvMsg(f)
+			if hook := testHookHandle.Load(); hook != nil && err == nil {
+				(*hook)(method, f.B)
+			}
+			if err != nil {
 				if err == io.EOF {
 					cs.CloseSend()
 				} else {
@@ -344,6 +393,10 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 			}
 		}
 		if err != nil {
+			if p := relayPanic.Load(); p != nil {
+				s.o.Metrics.Passed(Protocol, true)
+				return *p
+			}
 			ss.SetTrailer(cs.Trailer())
 			if err == io.EOF {
 				s.o.Metrics.Passed(Protocol, false)

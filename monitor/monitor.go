@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
@@ -582,7 +583,13 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	if en := m.energy.Load(); en != nil {
 		e.Energy, e.HasEnergy = *en, true
 	}
-	m.current.Store(&published{rule: pol.Plan(e), est: e, fit: fit})
+	if rule, ok := safePlan(pol, e); ok {
+		m.current.Store(&published{rule: rule, est: e, fit: fit})
+	} else if m.current.Load() == nil {
+		// No rule yet to keep: send what waits at once, as adhoc does,
+		// until a plan succeeds.
+		m.current.Store(&published{rule: policy.Adhoc{}.Plan(e), est: e, fit: fit})
+	} // else the rule of the last plan stays, and the queue decides on
 	if planned != nil {
 		close(planned)
 	}
@@ -590,6 +597,19 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	case m.changed <- struct{}{}:
 	default: // a wake-up is already pending
 	}
+}
+
+// safePlan is pol.Plan(e) with a panic of the policy (a solver's bug on
+// an odd estimate) contained: ok is false and the panic is counted and
+// logged, and the caller keeps the last rule; the next window plans again.
+func safePlan(pol policy.Policy, e policy.Estimate) (rule policy.Rule, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			guard.Recovered(nil, "plan", v)
+			rule, ok = nil, false
+		}
+	}()
+	return pol.Plan(e), true
 }
 
 // doubt says why the fit is not to be trusted yet, "" when it is.

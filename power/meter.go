@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ratebatch/ratebatch/internal/guard"
 )
 
 // Meter polls a Source, turns its readings into joules per GPU, and combines
@@ -164,14 +166,21 @@ func (m *Meter) Source() Source { return m.src }
 
 // Run polls the source every Interval until ctx is done, then returns nil.
 // Read failures do not stop it: they show in Snapshot and the metrics.
+// A panic while polling (a driver's, a malformed metrics page's) is
+// recovered and polling starts again after a pause (guard.Loop).
 func (m *Meter) Run(ctx context.Context) error {
+	guard.Loop(ctx, nil, "power", m.run)
+	return nil
+}
+
+func (m *Meter) run(ctx context.Context) {
 	c, stop := m.tick(m.opts.Interval)
 	defer stop()
 	m.Poll(ctx)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-c:
 			m.Poll(ctx)
 		}

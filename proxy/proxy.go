@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 )
@@ -182,6 +184,7 @@ var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
 // ServeFastHTTP is the data port's request handler.
 func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
+	defer s.recoverHandler(ctx) // fasthttp recovers nothing: a panic would end the process
 	if s.o.LoadReport != nil {
 		defer s.putLoadReport(ctx)
 	}
@@ -213,6 +216,32 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 func (s *Server) putLoadReport(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("endpoint-load-metrics", s.o.LoadReport(ctx.Request.Header.Peek("endpoint-load-metrics-format")))
 }
+
+// recoverHandler contains a panic of the handler: the request gets a 500
+// with a KServe v2 error and its connection closes (what was read of it is
+// in an unknown state); every other request is served on. A call the
+// request had queued is answered by the dispatcher, which recovers its own
+// panics, before Submit returns, so none is left behind.
+func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	err := guard.Recovered(s.log, "http", v)
+	s.m.Errors.WithLabelValues(panicModel, ProtocolHTTP, "500").Inc()
+	writeError(ctx, http.StatusInternalServerError, err.Error())
+	ctx.SetConnectionClose()
+}
+
+// panicModel is the model label of an error answered for a panic, whose
+// request may not have been read far enough to name one.
+const panicModel = ""
+
+// testHookInfer, set only by tests, runs in infer once a batched model's
+// request body is read: tests make it panic.
+// An atomic pointer, as a test sets it while its servers run; nil in
+// production, at the cost of one load per request.
+var testHookInfer atomic.Pointer[func(model string, body []byte)]
 
 // serverError answers what fasthttp refuses before a handler runs:
 // malformed requests, oversized headers, timeouts.
@@ -254,6 +283,9 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	if err != nil {
 		s.fail(ctx, model, err)
 		return
+	}
+	if hook := testHookInfer.Load(); hook != nil {
+		(*hook)(model, body)
 	}
 	headerLen, err := kserve.ParseHeaderLength(string(ctx.Request.Header.Peek(kserve.HeaderContentLength)), len(body))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
@@ -101,6 +102,16 @@ var (
 // Run does, until ctx ends. Until that first read, Discovered is false and
 // the proxy passes inference through.
 func (r *Models) Discover(ctx context.Context) {
+	// A panic (a malformed model config the reader trips on, say) restarts
+	// discovery after a pause instead of ending the process.
+	guard.Loop(ctx, r.log, "discovery", r.discover)
+}
+
+func (r *Models) discover(ctx context.Context) {
+	if r.discovered.Load() { // restarted after a panic: the first read is done
+		r.Run(ctx)
+		return
+	}
 	for delay := discoverFirstRetry; ; delay = min(2*delay, discoverMaxRetry) {
 		err := r.Refresh(ctx)
 		if !errors.Is(err, ErrUnreachable) {
@@ -319,8 +330,10 @@ func (r *Models) startMonitor(e *entry) {
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	e.cancel = cancel
-	go e.mon.Run(ctx)
-	go r.pollStats(ctx, e.name, e.mon)
+	// Both recover from a panic and start again after a pause (guard.Loop):
+	// a monitor's panic must cost its model a window's plan, not the process.
+	go guard.Loop(ctx, r.log, "monitor", e.mon.Run)
+	go guard.Loop(ctx, r.log, "stats", func(ctx context.Context) { r.pollStats(ctx, e.name, e.mon) })
 }
 
 // statsGiveUp is how many failed reads of a model's statistics, before any

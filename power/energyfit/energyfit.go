@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/power"
@@ -48,6 +49,11 @@ func New(m *power.Meter, snapshots func() []dispatcher.Snapshot, monitors func()
 
 // Run takes one window every interval until ctx ends.
 func (f *Fitter) Run(ctx context.Context, every time.Duration) {
+	// A panic of a step restarts the loop after a pause (guard.Loop).
+	guard.Loop(ctx, nil, "energy_fit", func(ctx context.Context) { f.run(ctx, every) })
+}
+
+func (f *Fitter) run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
