@@ -72,6 +72,11 @@ type UpstreamOpts struct {
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
 	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
+	// Passive outlier detection (dispatcher.Outlier).
+	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 5xx, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time (0: off)"`
+	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`
+	HungMin       time.Duration `yaml:"hung_min" flag:"upstream-hung-min" help:"shortest run of a batch taken for hung (see hung_factor)"`
+	ProbeInterval time.Duration `yaml:"probe_interval" flag:"upstream-probe-interval" help:"pause after a failed probe batch of a failing model before the next"`
 }
 
 // Power selects where energy figures come from.
@@ -121,7 +126,8 @@ func Default() Config {
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
 		},
-		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second},
+		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
+			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second},
 		Power:     Power{Source: "none", Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
@@ -187,6 +193,10 @@ func (c *Config) Validate() error {
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
 		{"upstream_client.hold", c.Upstreams.Hold < 0, "must be >= 0"},
+		{"upstream_client.failing_after", c.Upstreams.FailingAfter < 0, "must be >= 0"},
+		{"upstream_client.hung_factor", c.Upstreams.HungFactor < 0, "must be >= 0"},
+		{"upstream_client.hung_min", c.Upstreams.HungMin < 0, "must be >= 0"},
+		{"upstream_client.probe_interval", c.Upstreams.ProbeInterval < 0, "must be >= 0"},
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},

@@ -63,8 +63,11 @@ type Options struct {
 	// energy meter uses it to split power between idle and busy time.
 	Busy func(model string) (end func(served int))
 	Now  func() time.Time
-	// Logger gets the stacks of recovered panics; nil: slog's default.
+	// Logger gets the stacks of recovered panics and the outlier
+	// detector's changes; nil: slog's default.
 	Logger *slog.Logger
+	// Outlier configures passive outlier detection; zero: off.
+	Outlier Outlier
 }
 
 // Dispatcher routes calls to model queues.
@@ -86,6 +89,9 @@ func New(o Options) *Dispatcher {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
@@ -235,6 +241,11 @@ type Snapshot struct {
 	// their ratio is the mean batch size.
 	BatchesSent int64 `json:"batches_sent"`
 	RowsSent    int64 `json:"rows_sent"`
+	// Failing is the outlier detector's verdict (Options.Outlier), with its
+	// reason and the server errors in a row counted so far.
+	Failing           bool   `json:"failing"`
+	FailingReason     string `json:"failing_reason,omitempty"`
+	ConsecutiveErrors int    `json:"consecutive_errors"`
 }
 
 // Snapshots returns every model queue's state.
@@ -246,7 +257,8 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 		q.mu.Lock()
 		out = append(out, Snapshot{Model: name, QueuedRows: q.rows, Keys: len(q.keys), InFlight: q.inFlight,
 			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
-			BatchesSent: q.batchesSent, RowsSent: q.rowsSent})
+			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
+			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive})
 		q.mu.Unlock()
 	}
 	return out
@@ -274,6 +286,7 @@ type modelQueue struct {
 	wake                   chan struct{}
 	// ruleBroken is the rule that last panicked in form, nil if none.
 	ruleBroken policy.Rule
+	health     modelHealth // outlier detection (outlier.go)
 }
 
 func (q *modelQueue) signal() {
@@ -301,6 +314,11 @@ func (q *modelQueue) enqueue(c *Call) error {
 		m.rejected(q.name, "batch_size")
 		return &kserve.Error{Status: http.StatusBadRequest,
 			Msg: fmt.Sprintf("inference request batch-size must be <= %d for '%s'", maxBatch, q.name)}
+	case q.health.failing && q.admitFailing(now) != nil:
+		err := q.failingError()
+		q.mu.Unlock()
+		m.rejected(q.name, "model_failing")
+		return err
 	case q.rows+c.Rows > q.spec.QueueRows:
 		q.mu.Unlock()
 		m.rejected(q.name, "queue_full")

@@ -26,7 +26,27 @@ func (q *modelQueue) execute(b batch) {
 	if q.d.o.Busy != nil {
 		q.contain("power", func() { busyEnd = q.d.o.Busy(q.name) })
 	}
-	results, latency, ok := q.sendContained(b)
+	var (
+		results []Result
+		latency time.Duration
+		ok      bool
+	)
+	probe, failing := q.startBatch()
+	if failing != nil {
+		// The model fails and its probe is out: a prompt 503, no upstream call.
+		results = make([]Result, len(b.calls))
+		for i := range results {
+			results[i] = Result{Err: failing}
+		}
+		q.d.o.Metrics.rejected(q.name, "model_failing")
+	} else {
+		stop := q.watchHung(&b)
+		results, latency, ok = q.sendContained(b)
+		if stop != nil {
+			stop()
+		}
+		q.endBatch(probe, results)
+	}
 	if ok {
 		q.contain("observe", func() { b.planner.Observe(b.rows, latency) })
 		q.series.upstream.Observe(latency.Seconds())
@@ -232,7 +252,7 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUnti
 	fail := func(format string, err error) ([]Result, time.Duration, int) {
 		reply.Free()
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
-		return failAll(&kserve.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf(format, name, err)}), 0, 0
+		return failAll(fault("bad_response", &kserve.Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf(format, name, err)})), 0, 0
 	}
 	resp, err := kserve.DecodeResponse(reply.Body, reply.HeaderLen)
 	if err != nil {
@@ -287,7 +307,8 @@ func (q *modelQueue) post(version string, body Body, holdUntil time.Time) (reply
 	switch {
 	case errors.Is(err, ErrUpstreamTimeout):
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
-		return fail(http.StatusGatewayTimeout, "upstream did not answer model '%s' in time", name)
+		return nil, latency, 0, fault("timeout", &kserve.Error{Status: http.StatusGatewayTimeout,
+			Msg: fmt.Sprintf("upstream did not answer model '%s' in time", name)})
 	case errors.Is(err, errUpstreamDown):
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusServiceUnavailable, "upstream for model '%s' is down: %v", name, err)
@@ -301,6 +322,9 @@ func (q *modelQueue) post(version string, body Body, holdUntil time.Time) (reply
 		msg, ok := kserve.ParseErrorBody(reply.Body)
 		if !ok {
 			msg = fmt.Sprintf("upstream answered %d for model '%s'", reply.Status, name)
+		}
+		if reply.Status >= 500 {
+			return nil, latency, reply.Status, fault("status_5xx", &kserve.Error{Status: reply.Status, Msg: msg})
 		}
 		return nil, latency, reply.Status, &kserve.Error{Status: reply.Status, Msg: msg}
 	}

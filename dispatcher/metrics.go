@@ -14,6 +14,8 @@ type Metrics struct {
 	QueueWait        *prometheus.HistogramVec
 	UpstreamDuration *prometheus.HistogramVec
 	UpstreamErrors   *prometheus.CounterVec
+	// Ejections counts models marked failing by the outlier detector.
+	Ejections *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none).
@@ -29,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"model", "outcome"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_requests_rejected_total",
-			Help: "Requests refused or dropped from the queue, by reason (queue_full, batch_size, timeout, shutdown, client_gone).",
+			Help: "Requests refused or dropped from the queue, by reason (queue_full, batch_size, timeout, shutdown, client_gone, model_failing).",
 		}, []string{"model", "reason"}),
 		BatchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratebatch_batch_size",
@@ -50,9 +52,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ratebatch_upstream_errors_total",
 			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry; held: a refused connection while the batch waits for the upstream; marked_down: the upstream taken for down).",
 		}, []string{"model", "kind"}),
+		Ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratebatch_model_failing_total",
+			Help: "Models marked failing by passive outlier detection, by reason (errors: consecutive server errors or timeouts; hung: a batch far past its predicted tau(b)).",
+		}, []string{"model", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Accepted, m.Answered, m.Rejected, m.BatchSize, m.QueueWait, m.UpstreamDuration, m.UpstreamErrors)
+		reg.MustRegister(m.Accepted, m.Answered, m.Rejected, m.BatchSize, m.QueueWait, m.UpstreamDuration, m.UpstreamErrors, m.Ejections)
 	}
 	return m
 }
@@ -84,6 +90,8 @@ var (
 		"Batches sent upstream and not yet answered.", []string{"model"}, nil)
 	descInFlightRows = prometheus.NewDesc("ratebatch_in_flight_rows",
 		"Rows in the batches in flight.", []string{"model"}, nil)
+	descFailing = prometheus.NewDesc("ratebatch_model_failing",
+		"1 while the model is marked failing by passive outlier detection (not ready; one probe batch at a time), else 0.", []string{"model"}, nil)
 )
 
 type queueCollector struct{ d *Dispatcher }
@@ -95,6 +103,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQueued
 	ch <- descInFlight
 	ch <- descInFlightRows
+	ch <- descFailing
 }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -102,5 +111,10 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.QueuedRows), s.Model)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), s.Model)
 		ch <- prometheus.MustNewConstMetric(descInFlightRows, prometheus.GaugeValue, float64(s.InFlightRows), s.Model)
+		failing := 0.0
+		if s.Failing {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, s.Model)
 	}
 }

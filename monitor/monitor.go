@@ -380,6 +380,14 @@ func (m *Monitor) Samples() []regression.Sample { return m.est.Samples() }
 // Rule returns the rule in force.
 func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
 
+// Predict is the round trip the current plan expects of a batch of rows:
+// tau(b) as the policy plans with it. The dispatcher judges hung batches
+// by it (dispatcher.Predictor).
+func (m *Monitor) Predict(rows int) time.Duration {
+	l := m.current.Load().est.Latency
+	return time.Duration((l.AlphaMs*float64(rows) + l.Tau0Ms) * float64(time.Millisecond))
+}
+
 // Changed delivers a value after each new rule is published, so that a
 // queue waiting on the old rule re-decides at once.
 func (m *Monitor) Changed() <-chan struct{} { return m.changed }

@@ -59,6 +59,15 @@ type Forwarder interface {
 	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
 }
 
+// Health is the outlier detector's verdict on the upstream
+// (*dispatcher.Dispatcher is one).
+type Health interface {
+	// Failing reports whether a batched model is marked failing, and why.
+	Failing(model string) (failing bool, reason string)
+	// UpstreamFailing reports whether every batched model is.
+	UpstreamFailing() bool
+}
+
 // Options configure a Server.
 type Options struct {
 	Upstream     *url.URL
@@ -72,6 +81,11 @@ type Options struct {
 	// a pass-through exchange), IdleTimeout between keep-alive requests.
 	// Zero: none.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+
+	// Health, when set, answers the readiness endpoints not ready (400, as
+	// Triton does) while the outlier detector finds the model, or the whole
+	// upstream, failing; otherwise they pass through to Triton.
+	Health Health
 
 	// Forward reaches the upstream for pass-through; nil: a fasthttp client.
 	Forward Forwarder
@@ -209,12 +223,38 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			routeContexts.Put(rc)
 		}
 	}
+	if s.o.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
+		return
+	}
 	s.passthrough(ctx)
 }
 
 // putLoadReport sets the endpoint-load-metrics header of the answer.
 func (s *Server) putLoadReport(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("endpoint-load-metrics", s.o.LoadReport(ctx.Request.Header.Peek("endpoint-load-metrics-format")))
+}
+
+// notReady answers a readiness request (/v2/health/ready, and
+// /v2/models/{m}[/versions/{v}]/ready) with 400 and a KServe error while
+// the outlier detector finds the upstream, or the model, failing: Triton
+// keeps saying ready when its GPU is lost, and an orchestrator or gateway
+// should then route elsewhere. It reports whether it answered.
+func (s *Server) notReady(ctx *fasthttp.RequestCtx) bool {
+	path := string(ctx.Path())
+	var failing bool
+	var why string
+	switch {
+	case path == "/v2/health/ready":
+		failing, why = s.o.Health.UpstreamFailing(), "every batched model is failing upstream"
+	case strings.HasPrefix(path, "/v2/models/") && strings.HasSuffix(path, "/ready"):
+		model, _, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(path, "/v2/models/"), "/ready"), "/versions/")
+		failing, why = s.o.Health.Failing(model)
+	}
+	if !failing {
+		return false
+	}
+	writeError(ctx, http.StatusBadRequest, "not ready: "+why)
+	return true
 }
 
 // recoverHandler contains a panic of the handler: the request gets a 500

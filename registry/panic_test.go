@@ -58,3 +58,30 @@ func TestDiscoverRecoversFromAPanic(t *testing.T) {
 		t.Fatalf("statuses %+v, want the one model", r.Statuses())
 	}
 }
+
+// failingQueues is fakeQueues with an outlier verdict.
+type failingQueues struct {
+	fakeQueues
+	failing bool
+}
+
+func (q *failingQueues) UpstreamFailing() bool { return q.failing }
+
+// Ready needs the models read and an upstream that is not failing.
+func TestReadyFollowsDiscoveryAndTheOutlierVerdict(t *testing.T) {
+	q := &failingQueues{fakeQueues: fakeQueues{specs: map[string]dispatcher.ModelSpec{}}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(&fakeUpstream{}, q, &cfg, nil)
+	if r.Ready() {
+		t.Fatal("ready before discovery")
+	}
+	r.discovered.Store(true)
+	if !r.Ready() {
+		t.Fatal("not ready once discovered")
+	}
+	q.failing = true
+	if r.Ready() {
+		t.Fatal("ready while the upstream fails")
+	}
+}

@@ -132,8 +132,22 @@ func (r *Models) discover(ctx context.Context) {
 }
 
 // Discovered reports whether the upstream's model list has been read (by
-// Discover): the readiness of the proxy.
+// Discover).
 func (r *Models) Discovered() bool { return r.discovered.Load() }
+
+// Ready is the readiness of the proxy (/readyz, grpc.health.v1): the
+// upstream's models are read, and, when the queues judge the upstream
+// (*dispatcher.Dispatcher's outlier detection), not every batched model
+// is failing.
+func (r *Models) Ready() bool {
+	if !r.Discovered() {
+		return false
+	}
+	if h, ok := r.queues.(interface{ UpstreamFailing() bool }); ok && h.UpstreamFailing() {
+		return false
+	}
+	return true
+}
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
 // monitors it started run until then too.

@@ -1,0 +1,261 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratebatch/ratebatch/kserve"
+)
+
+// Outlier configures passive outlier detection per model, as Envoy's
+// outlier detection and Caddy's passive health checks do it: no extra
+// traffic, only the batches' own outcomes. The outage hold (Options.Hold)
+// handles an upstream that refuses connections; this handles one that
+// answers, but wrongly (5xx to every batch: a crashed backend, a lost GPU)
+// or not at all (a hung batch).
+type Outlier struct {
+	// ConsecutiveErrors is how many batches in a row failing with a server
+	// error (an upstream 5xx, a timeout, a malformed answer) mark the model
+	// failing. A member's own bad input (4xx, retried caller by caller) and
+	// connection errors (the outage hold's) do not count. 0: off.
+	ConsecutiveErrors int
+	// A batch whose upstream call runs longer than HungFactor times the
+	// model's predicted tau(b), and at least HungMin, marks the model
+	// failing at once: its queued callers get 503 instead of waiting on a
+	// hung GPU until the upstream timeout. Only after the model has
+	// answered a batch (a cold start may be slow), and not while the
+	// upstream is down (the outage hold's). HungFactor 0: off.
+	HungFactor float64
+	HungMin    time.Duration
+	// ProbeInterval is the pause after a failed probe before the next: while
+	// a model fails, one batch at a time (the probe) tests it, and the
+	// callers that would wait for it get 503 at once.
+	ProbeInterval time.Duration
+}
+
+// Defaults of Outlier, which config repeats as upstream_client.*.
+const (
+	DefaultConsecutiveErrors = 5
+	DefaultHungFactor        = 10
+	DefaultHungMin           = 2 * time.Second
+	DefaultProbeInterval     = time.Second
+)
+
+// Predictor is what a Planner may also offer: its predicted round trip of
+// a batch of rows (package monitor's fit of tau(b)). Hung batches are
+// judged by it; without it by Outlier.HungMin alone.
+type Predictor interface {
+	Predict(rows int) time.Duration
+}
+
+// modelHealth is one model's outlier state, under its queue's lock.
+type modelHealth struct {
+	consecutive int
+	failing     bool
+	reason      string
+	since       time.Time
+	nextProbe   time.Time
+	probing     bool // the probe batch is in flight
+	answered    bool // a batch was answered once: hung detection is armed
+}
+
+// faultError is an error the upstream is to blame for (its 5xx, a timeout,
+// an answer that does not decode): the outlier detector counts it. It is
+// the *kserve.Error the caller gets, unchanged.
+type faultError struct {
+	err  *kserve.Error
+	kind string
+}
+
+func (e *faultError) Error() string { return e.err.Error() }
+func (e *faultError) Unwrap() error { return e.err }
+
+func fault(kind string, err *kserve.Error) error { return &faultError{err: err, kind: kind} }
+
+// outcome classifies a batch by its callers' results: a fault when any
+// caller got one (whole batches fail together), healthy when the upstream
+// answered any caller properly (200, or a 4xx of its own input), and
+// neutral otherwise (connection errors, the hold's 503s, a panic).
+func outcome(results []Result) (faultKind string, healthy bool) {
+	for _, r := range results {
+		if r.Err == nil {
+			healthy = true
+			continue
+		}
+		var fe *faultError
+		if errors.As(r.Err, &fe) {
+			return fe.kind, false
+		}
+		if s := kserve.ErrorStatus(r.Err); s >= 400 && s < 500 {
+			healthy = true
+		}
+	}
+	return "", healthy
+}
+
+// admitFailing is enqueue's check while the model fails, with q.mu held:
+// a call is admitted only to form the next probe (nothing in flight or
+// queued, the probe interval over); the others get a prompt 503.
+func (q *modelQueue) admitFailing(now time.Time) error {
+	h := &q.health
+	if !h.failing || (!h.probing && q.inFlight == 0 && q.rows == 0 && !now.Before(h.nextProbe)) {
+		return nil
+	}
+	return q.failingError()
+}
+
+// failingError is the 503 of a call refused or dropped while the model
+// fails. Called with q.mu held.
+func (q *modelQueue) failingError() error {
+	return &kserve.Error{Status: http.StatusServiceUnavailable,
+		Msg: fmt.Sprintf("model '%s' is failing upstream (%s); retry later", q.name, q.health.reason)}
+}
+
+// startBatch is a batch's check as it is about to be sent: while the model
+// fails it goes as the probe if none is out, else its callers get 503
+// without an upstream call (err set). probe reports the role.
+func (q *modelQueue) startBatch() (probe bool, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := &q.health
+	if !h.failing {
+		return false, nil
+	}
+	if h.probing {
+		return false, q.failingError()
+	}
+	h.probing = true
+	return true, nil
+}
+
+// endBatch records a batch's outcome.
+func (q *modelQueue) endBatch(probe bool, results []Result) {
+	o := q.d.o.Outlier
+	kind, healthy := outcome(results)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := &q.health
+	if probe {
+		h.probing = false
+	}
+	now := q.d.now()
+	switch {
+	case kind != "":
+		h.consecutive++
+		if h.failing {
+			h.nextProbe = now.Add(o.ProbeInterval)
+		} else if o.ConsecutiveErrors > 0 && h.consecutive >= o.ConsecutiveErrors {
+			q.markFailing(now, fmt.Sprintf("%d batches in a row failed: %s", h.consecutive, kind), "errors")
+		}
+	case healthy:
+		h.answered = true
+		h.consecutive = 0
+		if h.failing {
+			h.failing, h.reason = false, ""
+			q.d.o.Logger.Info("model recovered: its probe batch was answered", "model", q.name, "failing_for", now.Sub(h.since))
+		}
+	}
+}
+
+// markFailing marks the model failing and answers its queued callers 503
+// at once. Called with q.mu held.
+func (q *modelQueue) markFailing(now time.Time, reason, metric string) {
+	h := &q.health
+	h.failing, h.reason, h.since = true, reason, now
+	h.nextProbe = now.Add(q.d.o.Outlier.ProbeInterval)
+	q.d.o.Metrics.Ejections.WithLabelValues(q.name, metric).Inc()
+	q.d.o.Logger.Warn("model marked failing: queued callers get 503, one probe batch at a time tests it", "model", q.name, "reason", reason)
+	err := q.failingError()
+	for key, k := range q.keys {
+		calls, rows := k.take(int(^uint(0)>>1), nil)
+		q.rows -= rows
+		for _, c := range calls {
+			q.d.o.Metrics.rejected(q.name, "model_failing")
+			q.deliver(c, Result{Err: err, Queued: now.Sub(c.arrived)})
+		}
+		delete(q.keys, key)
+	}
+}
+
+// watchHung arms the hung-batch timer of a batch of rows sent now, if
+// outlier detection judges hung batches; stop disarms it.
+func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
+	o := q.d.o.Outlier
+	if o.HungFactor <= 0 {
+		return nil
+	}
+	q.mu.Lock()
+	armed := q.health.answered && !q.health.failing
+	q.mu.Unlock()
+	if !armed {
+		return nil
+	}
+	bound := o.HungMin
+	if p, ok := b.planner.(Predictor); ok {
+		bound = max(bound, time.Duration(o.HungFactor*float64(p.Predict(b.rows))))
+	}
+	start := q.d.now()
+	var (
+		stopped atomic.Bool
+		timer   atomic.Pointer[time.Timer]
+		fire    func()
+	)
+	fire = func() {
+		if stopped.Load() {
+			return
+		}
+		if q.d.health.isDown.Load() {
+			// Held for an upstream that refuses connections: the outage
+			// hold's business, not a hung GPU. Look again later.
+			timer.Store(time.AfterFunc(bound, fire))
+			return
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if !q.health.failing {
+			q.markFailing(q.d.now(), fmt.Sprintf("a batch of %d rows has run %v, over %v", b.rows,
+				q.d.now().Sub(start).Round(time.Millisecond), bound.Round(time.Millisecond)), "hung")
+		}
+	}
+	timer.Store(time.AfterFunc(bound, fire))
+	return func() bool {
+		stopped.Store(true)
+		return timer.Load().Stop()
+	}
+}
+
+// Failing reports whether model is marked failing, and why.
+func (d *Dispatcher) Failing(model string) (failing bool, reason string) {
+	d.mu.RLock()
+	q, ok := d.models[model]
+	d.mu.RUnlock()
+	if !ok {
+		return false, ""
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.health.failing, q.health.reason
+}
+
+// UpstreamFailing reports whether every batched model is marked failing:
+// the upstream as a whole is then taken for sick, and the proxy reports
+// not ready.
+func (d *Dispatcher) UpstreamFailing() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if len(d.models) == 0 {
+		return false
+	}
+	for _, q := range d.models {
+		q.mu.Lock()
+		f := q.health.failing
+		q.mu.Unlock()
+		if !f {
+			return false
+		}
+	}
+	return true
+}
