@@ -64,6 +64,7 @@ type Limits struct {
 	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; also bounds a pass-through exchange with the upstream (504 past it)"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
 	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
+	Memory            Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
 }
 
 // UpstreamOpts tunes the pooled client to Triton.
@@ -189,6 +190,7 @@ func (c *Config) Validate() error {
 		{"limits.write_timeout", c.Limits.WriteTimeout < 0, "must be >= 0"},
 		{"limits.idle_timeout", c.Limits.IdleTimeout < 0, "must be >= 0"},
 		{"limits.retry_after", c.Limits.RetryAfter < 0, "must be >= 0"},
+		{"limits.memory", c.Limits.Memory < 0, "must be >= 0"},
 		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},

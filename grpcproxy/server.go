@@ -31,11 +31,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
@@ -61,6 +63,8 @@ type Metrics interface {
 	Answered(model, protocol string, d time.Duration)
 	Failed(model, protocol, status string)
 	Passed(protocol string, failed bool)
+	// Refused counts a call refused before a queue, by reason.
+	Refused(reason string)
 }
 
 // Protocol is this door's value of the metrics' protocol label.
@@ -82,6 +86,12 @@ type Options struct {
 	// (ping an idle connection after 2 h, drop it 20 s after an unanswered
 	// ping, refuse client pings more often than every 5 minutes).
 	KeepaliveTime, KeepaliveTimeout, KeepaliveMinPing time.Duration
+	// Memory, when set, is the memory budget (limits.memory) shared with the
+	// HTTP door: a new call is refused with RESOURCE_EXHAUSTED, before its
+	// message is read, while the budget is spent, and a ModelInfer message
+	// is held against it until the call ends (RESOURCE_EXHAUSTED when it
+	// does not fit). nil: no budget.
+	Memory *membudget.Budget
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
 	Ready   func() bool
 	Metrics Metrics
@@ -135,7 +145,7 @@ func New(o Options) *Server {
 	s := &Server{o: o, log: o.Logger}
 	// grpc-go recovers no handler's panic: one would end the process. The
 	// recovering interceptors come first, so that they are the outermost.
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.recoverUnary), grpc.ChainStreamInterceptor(s.recoverStream)}
+	opts := []grpc.ServerOption{grpc.InTapHandle(s.tap), grpc.ChainUnaryInterceptor(s.recoverUnary), grpc.ChainStreamInterceptor(s.recoverStream)}
 	if o.LoadReport != nil {
 		opts = append(opts, orca.CallMetricsServerOption(o.LoadReport))
 	}
@@ -210,6 +220,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// tap refuses a new call while the memory budget is spent: grpc-go reads
+// a whole message before the handler sees it, so the budget is kept here,
+// before the first byte of it is read, with the exact size checked once
+// it is in (modelInfer). The health service is never refused.
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	b := s.o.Memory
+	if b != nil && b.Used() >= b.Limit() && !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") {
+		s.o.Metrics.Failed("", Protocol, codes.ResourceExhausted.String())
+		s.o.Metrics.Refused("memory_spent")
+		return ctx, status.Errorf(codes.ResourceExhausted, "the proxy's memory budget (%d bytes) is spent; retry later", b.Limit())
+	}
+	return ctx, nil
+}
+
 // recoverUnary contains a panic of a unary handler (the health check):
 // its call ends with INTERNAL, the others are served on.
 func (s *Server) recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
@@ -262,6 +286,14 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	first := &grpcwire.Frame{}
 	if err := ss.RecvMsg(first); err != nil {
 		return err
+	}
+	hold := membudget.Hold{B: s.o.Memory}
+	defer hold.Release()
+	if !hold.Grow(int64(len(first.B))) {
+		s.o.Metrics.Refused("memory_declared")
+		s.o.Metrics.Failed("", Protocol, codes.ResourceExhausted.String())
+		return status.Errorf(codes.ResourceExhausted,
+			"the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), len(first.B))
 	}
 	// The model decides whether the call is batched; a call that is only
 	// relayed is never decoded.
@@ -530,3 +562,4 @@ type noMetrics struct{}
 func (noMetrics) Answered(string, string, time.Duration) {}
 func (noMetrics) Failed(string, string, string)          {}
 func (noMetrics) Passed(string, bool)                    {}
+func (noMetrics) Refused(string)                         {}

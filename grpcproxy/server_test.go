@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
@@ -172,6 +173,7 @@ type rigOptions struct {
 	queueRows  int
 	maxRecv    int
 	loadReport orca.ServerMetricsProvider
+	memory     *membudget.Budget
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -208,7 +210,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Upstream: up, Batcher: r.disp, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Upstream: up, Batcher: r.disp, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport, Memory: o.memory})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

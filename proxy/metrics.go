@@ -51,6 +51,9 @@ func (m *Metrics) Failed(model, protocol, status string) {
 	m.Errors.WithLabelValues(model, protocol, status).Inc()
 }
 
+// Refused counts a request refused at a door before a queue, by reason.
+func (m *Metrics) Refused(reason string) { m.Rejected.WithLabelValues(reason).Inc() }
+
 // Passed records a pass-through call and whether it failed to reach the
 // upstream.
 func (m *Metrics) Passed(protocol string, failed bool) {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 )
@@ -86,6 +87,13 @@ type Options struct {
 	// Triton does) while the outlier detector finds the model, or the whole
 	// upstream, failing; otherwise they pass through to Triton.
 	Health Health
+
+	// Memory, when set, is the budget (limits.memory) the bodies of
+	// batched inference requests, from their first byte until answered,
+	// and their answers are admitted against: a request that would pass it
+	// gets 503 with Retry-After before its body is read further, and its
+	// connection is closed. nil: no budget.
+	Memory *membudget.Budget
 
 	// Forward reaches the upstream for pass-through; nil: a fasthttp client.
 	Forward Forwarder
@@ -160,12 +168,47 @@ const declaredTooLarge = "X-Ratebatch-Declared-Too-Large"
 // headerReceived runs once a request's headers are in: the body gets its
 // own read timeout, and a body declared over the limit is not read.
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	h.Del(declaredTooLarge) // only the proxy sets it
-	if n := h.ContentLength(); n > 0 && int64(n) > s.o.MaxBodyBytes {
+	h.Del(declaredTooLarge) // only the proxy sets them
+	h.Del(declaredOverBudget)
+	n := h.ContentLength()
+	switch {
+	case n > 0 && int64(n) > s.o.MaxBodyBytes:
 		h.SetContentLength(0)
 		h.Set(declaredTooLarge, strconv.Itoa(n))
+	case n > 0 && s.o.Memory != nil && int64(n) > s.o.Memory.Limit()-s.o.Memory.Used() && s.batched(h):
+		// fasthttp reads up to 8 KiB of a body before the handler runs;
+		// this one is refused unread (the handler's own check, which holds
+		// the bytes, still decides for the bodies let through).
+		h.SetContentLength(0)
+		h.Set(declaredOverBudget, strconv.Itoa(n))
 	}
 	return fasthttp.RequestConfig{ReadTimeout: s.o.ReadTimeout}
+}
+
+// declaredOverBudget marks, inside the proxy only, a request whose
+// declared Content-Length does not fit the memory budget's room when its
+// headers arrive.
+const declaredOverBudget = "X-Ratebatch-Over-Budget"
+
+// batched reports whether h is an inference request of a batched model,
+// the requests the memory budget holds.
+func (s *Server) batched(h *fasthttp.RequestHeader) bool {
+	if !h.IsPost() {
+		return false
+	}
+	rc := routeContexts.Get().(*chi.Context)
+	defer routeContexts.Put(rc)
+	rc.Reset()
+	path, _, _ := strings.Cut(string(h.RequestURI()), "?")
+	if s.routes.Find(rc, http.MethodPost, path) == "" {
+		return false
+	}
+	model, err := url.PathUnescape(rc.URLParam("model"))
+	if err != nil {
+		return false
+	}
+	_, ok := s.o.Batcher.Model(model)
+	return ok
 }
 
 // refuseDeclaredTooLarge answers 413 to a request marked by headerReceived;
@@ -203,6 +246,11 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		defer s.putLoadReport(ctx)
 	}
 	if s.refuseDeclaredTooLarge(ctx) {
+		return
+	}
+	if n := ctx.Request.Header.Peek(declaredOverBudget); len(n) > 0 {
+		declared, _ := strconv.ParseInt(string(n), 10, 64)
+		s.refuseMemory(ctx, "", "memory_declared", declared)
 		return
 	}
 	if ctx.IsPost() {
@@ -317,9 +365,23 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		return
 	}
 	start := time.Now()
+	// The body's bytes, and then the answer's, are held against the memory
+	// budget until the handler returns; a declared length is taken whole
+	// before a byte of the body is read, a chunked or compressed body's as
+	// its buffers grow.
+	hold := membudget.Hold{B: s.o.Memory}
+	defer hold.Release()
+	if n := ctx.Request.Header.ContentLength(); n > 0 && !hold.Grow(int64(n)+1) {
+		s.refuseMemory(ctx, model, "memory_declared", int64(n))
+		return
+	}
 	bp := bodyBuffers.Get().(*[]byte)
 	defer putBodyBuffer(bp)
-	raw, body, err := s.readBody(ctx, bp)
+	raw, body, err := s.readBody(ctx, bp, &hold)
+	if errors.Is(err, errOverBudget) {
+		s.refuseMemory(ctx, model, "memory_growing", hold.Held())
+		return
+	}
 	if err != nil {
 		s.fail(ctx, model, err)
 		return
@@ -367,6 +429,10 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		err = writeResponse(ctx, res.Resp)
 	}
 	res.Release()
+	// The answer is written once the handler returns; until then it is
+	// held, even past the budget (the work is done), which makes the next
+	// large requests wait.
+	hold.Force(int64(len(ctx.Response.Body())))
 	if err != nil {
 		s.log.Debug("writing response", "model", model, "err", err)
 	}
@@ -392,7 +458,7 @@ func putBodyBuffer(bp *[]byte) {
 // readBody reads the whole body within the size limit into *bp and decodes
 // a Content-Encoding of gzip or deflate. raw is the body as sent, body the
 // decoded one (the same slice when not encoded).
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byte, err error) {
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, hold *membudget.Hold) (raw, body []byte, err error) {
 	limit := s.o.MaxBodyBytes
 	// -1 chunked, -2 none; never over the limit (headerReceived).
 	declared := int64(ctx.Request.Header.ContentLength())
@@ -400,8 +466,11 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byt
 		// Reserve the declared length only up to reserveMax: a client that
 		// declares 64 MiB and sends nothing must not hold 64 MiB.
 		buf := slices.Grow((*bp)[:0], int(min(max(declared, 512), reserveMax)+1))
-		raw, err = readAll(stream, limit+1, buf, declared)
+		raw, err = readAll(stream, limit+1, buf, declared, func(c int) bool { return hold.Grow(int64(c)) })
 		*bp = raw[:0]
+		if errors.Is(err, errOverBudget) {
+			return nil, nil, err
+		}
 		if err != nil {
 			return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "reading request body: " + err.Error()}
 		}
@@ -436,8 +505,15 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte) (raw, body []byt
 	}
 	defer dec.Close()
 	// The decoded size is bounded too: a small bomb must not cost memory.
-	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1)
+	rawHeld := hold.Held()
+	charge := func(c int) bool { return hold.Grow(rawHeld + int64(c)) }
+	if !charge(int(min(4*int64(len(raw)), limit+1))) {
+		return nil, nil, errOverBudget
+	}
+	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1, charge)
 	switch {
+	case errors.Is(err, errOverBudget):
+		return nil, nil, err
 	case err != nil:
 		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "decompressing body: " + err.Error()}
 	case int64(len(body)) > limit:
@@ -461,7 +537,13 @@ const reserveMax = 1 << 20
 // lets the last read see EOF without growing), so memory follows the bytes
 // received, at most twice over, and an honest large body is read with a
 // few regrowths.
-func readAll(r io.Reader, limit int64, buf []byte, declared int64) ([]byte, error) {
+//
+// charge is asked, before bytes are read, for the length buf may reach:
+// ahead in doubling steps (a pooled buffer may be far larger than the
+// body), so that memory held follows the bytes received, at most twice
+// over; when it refuses, readAll stops with errOverBudget.
+func readAll(r io.Reader, limit int64, buf []byte, declared int64, charge func(length int) bool) ([]byte, error) {
+	held := 0 // the length charged for
 	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
 			grow := max(cap(buf), 512)
@@ -470,7 +552,14 @@ func readAll(r io.Reader, limit int64, buf []byte, declared int64) ([]byte, erro
 			}
 			buf = slices.Grow(buf, grow)
 		}
-		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit)])
+		end := int(min(int64(cap(buf)), limit))
+		if len(buf) >= held {
+			held = min(end, max(2*len(buf), len(buf)+4096))
+			if !charge(held) {
+				return buf, errOverBudget
+			}
+		}
+		n, err := r.Read(buf[len(buf):min(end, held)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			return buf, nil
@@ -480,6 +569,21 @@ func readAll(r io.Reader, limit int64, buf []byte, declared int64) ([]byte, erro
 		}
 	}
 	return buf, nil
+}
+
+// errOverBudget ends a body's read when its next bytes would pass the
+// memory budget.
+var errOverBudget = errors.New("over the memory budget")
+
+// refuseMemory answers 503 with Retry-After to a request whose body would
+// pass the memory budget (reason: memory_declared when its Content-Length
+// did, memory_growing when a chunked or compressed body grew past it). The
+// rest of its body is not read, so its connection is closed.
+func (s *Server) refuseMemory(ctx *fasthttp.RequestCtx, model, reason string, n int64) {
+	s.m.Rejected.WithLabelValues(reason).Inc()
+	s.fail(ctx, model, &kserve.Error{Status: http.StatusServiceUnavailable,
+		Msg: fmt.Sprintf("the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), n)})
+	ctx.SetConnectionClose()
 }
 
 func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
