@@ -118,6 +118,9 @@ type Server struct {
 	m      *Metrics
 	// hangUps withdraws queued calls whose clients hung up.
 	hangUps hangUps
+	// res carries memory reserved at the headers to the handler; nil
+	// without a budget.
+	res *reservations
 }
 
 // maxHeaderBytes bounds a request's headers (431 past it); fasthttp reads
@@ -136,6 +139,9 @@ func New(o Options) *Server {
 		prefix: strings.TrimSuffix(o.Upstream.EscapedPath(), "/"), https: o.Upstream.Scheme == "https"}
 	if s.fwd == nil {
 		s.fwd = newUpstreamClient(o.Upstream)
+	}
+	if o.Memory != nil {
+		s.res = newReservations(o.Memory, o.ReadTimeout)
 	}
 	// The route table only: handlers are looked up with Find, so the
 	// patterns stay chi's and a request never becomes an *http.Request.
@@ -170,16 +176,25 @@ const declaredTooLarge = "X-Ratebatch-Declared-Too-Large"
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	h.Del(declaredTooLarge) // only the proxy sets them
 	h.Del(declaredOverBudget)
+	if s.res != nil {
+		s.res.drop(h) // a previous request's on this connection, if it never reached a handler
+	}
 	n := h.ContentLength()
 	switch {
 	case n > 0 && int64(n) > s.o.MaxBodyBytes:
 		h.SetContentLength(0)
 		h.Set(declaredTooLarge, strconv.Itoa(n))
-	case n > 0 && s.o.Memory != nil && int64(n) > s.o.Memory.Limit()-s.o.Memory.Used() && s.batched(h):
-		// fasthttp reads up to 8 KiB of a body before the handler runs;
-		// this one is refused unread (the handler's own check, which holds
-		// the bytes, still decides for the bodies let through).
-		h.SetContentLength(0)
+	case n > 0 && s.res != nil && s.batched(h) && !s.res.reserve(h, int64(n)+1):
+		// Too large for the budget's room now (else reserved: see
+		// reservations). A client that waits for "100 Continue" is refused
+		// before it sends a byte of the body (no 100 is sent: the Expect
+		// goes); any other has begun sending it, and is refused once its
+		// body is read and thrown away (refuseMemory), so that it reads the
+		// refusal rather than a reset.
+		if len(h.Peek("Expect")) > 0 {
+			h.Del("Expect")
+			h.SetContentLength(0)
+		}
 		h.Set(declaredOverBudget, strconv.Itoa(n))
 	}
 	return fasthttp.RequestConfig{ReadTimeout: s.o.ReadTimeout}
@@ -244,6 +259,11 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	defer s.recoverHandler(ctx) // fasthttp recovers nothing: a panic would end the process
 	if s.o.LoadReport != nil {
 		defer s.putLoadReport(ctx)
+	}
+	if s.res != nil {
+		// infer adopts its request's reservation; any other path gives it
+		// back when the handler ends.
+		defer s.res.drop(&ctx.Request.Header)
 	}
 	if s.refuseDeclaredTooLarge(ctx) {
 		return
@@ -334,6 +354,9 @@ var testHookInfer atomic.Pointer[func(model string, body []byte)]
 // serverError answers what fasthttp refuses before a handler runs:
 // malformed requests, oversized headers, timeouts.
 func (s *Server) serverError(ctx *fasthttp.RequestCtx, err error) {
+	if s.res != nil {
+		s.res.drop(&ctx.Request.Header)
+	}
 	status, msg := http.StatusBadRequest, "malformed request: "+err.Error()
 	var small *fasthttp.ErrSmallBuffer
 	var nerr net.Error
@@ -371,6 +394,9 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	// its buffers grow.
 	hold := membudget.Hold{B: s.o.Memory}
 	defer hold.Release()
+	if s.res != nil {
+		hold.Adopt(s.res.take(&ctx.Request.Header))
+	}
 	if n := ctx.Request.Header.ContentLength(); n > 0 && !hold.Grow(int64(n)+1) {
 		s.refuseMemory(ctx, model, "memory_declared", int64(n))
 		return
@@ -579,12 +605,34 @@ var errOverBudget = errors.New("over the memory budget")
 // pass the memory budget (reason: memory_declared when its Content-Length
 // did, memory_growing when a chunked or compressed body grew past it). The
 // rest of its body is not read, so its connection is closed.
+//
+// What is left of the body is read and thrown away first, up to the body
+// limit, through one small buffer: no memory is held for it, and the
+// client, which may be sending it still, reads the 503 instead of a reset
+// (a connection closed with unread bytes is reset, and a reset may discard
+// the answer before the client reads it). Past the limit, or on an error,
+// the connection closes.
 func (s *Server) refuseMemory(ctx *fasthttp.RequestCtx, model, reason string, n int64) {
 	s.m.Rejected.WithLabelValues(reason).Inc()
+	if stream := ctx.RequestBodyStream(); stream != nil {
+		bp := drainBuffers.Get().(*[]byte)
+		left := s.o.MaxBodyBytes + 1
+		var err error
+		for left > 0 && err == nil {
+			var k int
+			k, err = stream.Read((*bp)[:min(int64(len(*bp)), left)])
+			left -= int64(k)
+		}
+		drainBuffers.Put(bp)
+		if err != io.EOF {
+			ctx.SetConnectionClose()
+		}
+	}
 	s.fail(ctx, model, &kserve.Error{Status: http.StatusServiceUnavailable,
 		Msg: fmt.Sprintf("the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), n)})
-	ctx.SetConnectionClose()
 }
+
+var drainBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
 	status := http.StatusInternalServerError

@@ -11,6 +11,7 @@ package membudget
 
 import (
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,6 +82,18 @@ func (b *Budget) notePeak(u int64) {
 	}
 }
 
+// Acquire takes n bytes if they fit and reports whether it did; a nil
+// budget always does. What it took is given back with Release (or handed
+// to a Hold with Adopt).
+func (b *Budget) Acquire(n int64) bool { return b == nil || n <= 0 || b.acquire(n) }
+
+// Release gives back n bytes taken by Acquire.
+func (b *Budget) Release(n int64) {
+	if b != nil && n > 0 {
+		b.used.Add(-n)
+	}
+}
+
 // Hold is what one request holds of a budget; its zero value with B set
 // holds nothing. Not safe for concurrent use: a request's own.
 type Hold struct {
@@ -99,6 +112,13 @@ func (h *Hold) Grow(n int64) bool {
 	}
 	h.held = n
 	return true
+}
+
+// Adopt makes n bytes taken by Acquire part of the hold.
+func (h *Hold) Adopt(n int64) {
+	if h.B != nil && n > 0 {
+		h.held += n
+	}
 }
 
 // Force adds n bytes to the hold even past the budget's limit.
@@ -188,4 +208,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(c.b.Limit()))
 	ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(c.b.Used()))
 	ch <- prometheus.MustNewConstMetric(descPeak, prometheus.GaugeValue, float64(c.b.Peak()))
+}
+
+// Overhead is what the process needs beside the budget: the runtime, the
+// binary, goroutine stacks, every connection's buffers (about 40 KiB per
+// client connection at fasthttp's sizes), the live page's history and the
+// collector's work. The documented worst case of the resident set is the
+// budget plus Overhead (docs/RELIABILITY.md measures it).
+const Overhead = 128 << 20
+
+// LimitRuntime sets the Go runtime's soft memory limit to the budget plus
+// Overhead, unless GOMEMLIMIT is set in the environment (which then wins).
+// Without it the collector lets the heap grow to twice what is live before
+// it runs, so a budget spent on large bodies would cost twice its size in
+// resident memory. It returns the limit set, 0 if none.
+func LimitRuntime(b *Budget) int64 {
+	if b == nil || os.Getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	l := b.Limit() + Overhead
+	debug.SetMemoryLimit(l)
+	return l
 }

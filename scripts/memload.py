@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Memory-budget load (issue 33): BIG clients at once each post one large
+binary inference request (the emulator's "image" model, ROWS rows of FP32
+[3,224,224], 602 112 bytes a row) to the proxy, with "Expect: 100-continue"
+as curl and most HTTP clients send for large bodies, while a stream of small
+requests (model "simple") runs beside them; the same small stream runs alone
+first, as the baseline. Every exchange is on its own loopback connection.
+
+Prints one JSON object: per phase the small stream's sent, ok, success
+ratio and latency percentiles; the big requests' statuses (an answer of any
+status counts as answered; a connection error or timeout does not); and the
+proxy's resident set sampled every 50 ms and its peak (VmHWM) when --pid is
+given.
+
+Standard library only.
+"""
+import argparse
+import asyncio
+import json
+import multiprocessing
+import time
+
+ROW_BYTES = 3 * 224 * 224 * 4
+
+
+def big_request(host, rows):
+    size = rows * ROW_BYTES
+    header = json.dumps({
+        "inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [rows, 3, 224, 224],
+                    "parameters": {"binary_data_size": size}}],
+        "outputs": [{"name": "OUTPUT__0", "parameters": {"binary_data": True}}],
+    }).encode()
+    head = (f"POST /v2/models/image/infer HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: {len(header)}\r\n"
+            f"Expect: 100-continue\r\nContent-Length: {len(header) + size}\r\n\r\n").encode()
+    return head, header, size
+
+
+SMALL = json.dumps({"inputs": [
+    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}).encode()
+
+
+async def read_response(reader):
+    """Reads one HTTP/1.1 response; returns (status, body)."""
+    line = await reader.readline()
+    if not line:
+        raise ConnectionError("closed before a status line")
+    status = int(line.split()[1])
+    length, chunked = 0, False
+    while True:
+        h = await reader.readline()
+        if h in (b"\r\n", b"\n", b""):
+            break
+        k, _, v = h.decode("latin-1").partition(":")
+        if k.strip().lower() == "content-length":
+            length = int(v.strip())
+        if k.strip().lower() == "transfer-encoding" and "chunked" in v.lower():
+            chunked = True
+    if chunked:
+        body = b""
+        while True:
+            n = int((await reader.readline()).strip(), 16)
+            if n == 0:
+                await reader.readline()
+                break
+            body += await reader.readexactly(n)
+            await reader.readline()
+        return status, body
+    return status, (await reader.readexactly(length)) if length else b""
+
+
+async def big_client(host, port, rows, chunk, timeout, out):
+    head, header, size = big_request(f"{host}:{port}", rows)
+    start = time.monotonic()
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        writer.write(head)
+        await writer.drain()
+        status, _ = await asyncio.wait_for(read_response(reader), timeout)
+        if status == 100:  # go on: send the body, then read the answer
+            writer.write(header)
+            zeros = memoryview(bytes(chunk))
+            left = size
+            while left > 0:
+                n = min(left, chunk)
+                writer.write(zeros[:n])
+                await writer.drain()
+                left -= n
+            status, _ = await asyncio.wait_for(read_response(reader), timeout)
+        out.append((str(status), time.monotonic() - start))
+        writer.close()
+    except Exception as e:  # not answered
+        out.append((type(e).__name__, time.monotonic() - start))
+
+
+async def small_stream(host, port, rate, duration, timeout, out):
+    req = (f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(SMALL)}\r\nConnection: close\r\n\r\n").encode() + SMALL
+
+    async def one():
+        start = time.monotonic()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            writer.write(req)
+            status, _ = await asyncio.wait_for(read_response(reader), timeout)
+            writer.close()
+            out.append((status, time.monotonic() - start))
+        except Exception as e:
+            out.append((type(e).__name__, time.monotonic() - start))
+
+    tasks = []
+    t0 = time.monotonic()
+    for i in range(int(rate * duration)):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+
+
+def small_process(host, port, rate, duration, timeout, q):
+    out = []
+    asyncio.run(small_stream(host, port, rate, duration, timeout, out))
+    q.put(out)
+
+
+def run_small(ctx, host, port, a):
+    q = ctx.Queue()
+    p = ctx.Process(target=small_process, args=(host, port, a.rate, a.duration, a.timeout, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def rss_kib(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+
+
+async def sample_rss(pid, stop, out):
+    while not stop.is_set():
+        v = rss_kib(pid, "VmRSS")
+        if v is not None:
+            out.append(v)
+        await asyncio.sleep(0.05)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
+
+
+def summary_small(rec):
+    ok = [t for s, t in rec if s == 200]
+    return {"sent": len(rec), "ok": len(ok), "success": round(len(ok) / len(rec), 4) if rec else None,
+            "statuses": dict(sorted({str(s): sum(1 for x, _ in rec if x == s) for s, _ in rec}.items())),
+            "p50_ms": round(1000 * pct(ok, 50), 2) if ok else None,
+            "p99_ms": round(1000 * pct(ok, 99), 2) if ok else None,
+            "max_ms": round(1000 * max(ok), 2) if ok else None}
+
+
+async def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--addr", default="127.0.0.1:9000")
+    ap.add_argument("--small-addr", default="", help="where the small stream goes (default: --addr)")
+    ap.add_argument("--pid", type=int, default=0, help="the proxy's pid, for its resident set")
+    ap.add_argument("--big", type=int, default=400, help="large requests, all started at once")
+    ap.add_argument("--rows", type=int, default=100, help="rows per large request (100: 60.2 MB)")
+    ap.add_argument("--rate", type=float, default=50, help="small requests per second")
+    ap.add_argument("--duration", type=float, default=10, help="seconds of the small stream in each phase")
+    ap.add_argument("--chunk", type=int, default=1 << 20)
+    ap.add_argument("--timeout", type=float, default=120)
+    a = ap.parse_args()
+    host, port = a.addr.rsplit(":", 1)
+    port = int(port)
+    shost, sport = (a.small_addr or a.addr).rsplit(":", 1)
+    sport = int(sport)
+
+    # The small stream runs in a process of its own: the large bodies'
+    # writes would otherwise delay its sends and its timing in this loop.
+    ctx = multiprocessing.get_context("spawn")
+    base = run_small(ctx, shost, sport, a)
+
+    rss, stop = [], asyncio.Event()
+    sampler = asyncio.create_task(sample_rss(a.pid, stop, rss)) if a.pid else None
+    big = []
+    t0 = time.monotonic()
+    q = ctx.Queue()
+    proc = ctx.Process(target=small_process, args=(shost, sport, a.rate, a.duration, a.timeout, q))
+    proc.start()
+    bigs = [asyncio.create_task(big_client(host, port, a.rows, a.chunk, a.timeout, big)) for _ in range(a.big)]
+    await asyncio.gather(*bigs)
+    small = await asyncio.get_running_loop().run_in_executor(None, q.get)
+    proc.join()
+    took = time.monotonic() - t0
+    stop.set()
+    if sampler:
+        await sampler
+
+    statuses = {}
+    for s, _ in big:
+        statuses[s] = statuses.get(s, 0) + 1
+    answered = sum(n for s, n in statuses.items() if s.isdigit())
+    res = {
+        "big": {"sent": len(big), "answered": answered, "statuses": statuses,
+                "bytes_each": a.rows * ROW_BYTES, "seconds": round(took, 1)},
+        "small_alone": summary_small(base),
+        "small_beside_big": summary_small(small),
+    }
+    if res["small_alone"]["p99_ms"] and res["small_beside_big"]["p99_ms"]:
+        res["p99_ratio"] = round(res["small_beside_big"]["p99_ms"] / res["small_alone"]["p99_ms"], 2)
+    if a.pid:
+        res["proxy_rss_mib"] = {"peak_sampled": round(max(rss) / 1024, 1) if rss else None,
+                                "vmhwm": round((rss_kib(a.pid, "VmHWM") or 0) / 1024, 1)}
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

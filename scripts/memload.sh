@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Memory budget under large bodies (issue 33, docs/RELIABILITY.md): starts
+# the emulator (preset resnet50-v100: the "image" model takes 128 rows, so
+# a 100-row, 60.2 MB request is valid) and `ratebatch serve` with
+# --limits-memory $MEMORY on loopback, then runs scripts/memload.py: $BIG
+# clients at once each posting one request of $ROWS image rows beside a
+# stream of small requests at $RATE/s, after the same stream alone. Prints
+# the driver's JSON (answers, the small stream's success and p99 alone and
+# beside, the proxy's peak RSS).
+#
+# Usage: scripts/memload.sh   Environment: BIN (default: built from this
+#   tree), MEMORY [512MiB] BIG [400] ROWS [100] RATE [50] DURATION [10]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+MEMORY=${MEMORY:-512MiB}
+BIG=${BIG:-400}
+ROWS=${ROWS:-100}
+RATE=${RATE:-50}
+DURATION=${DURATION:-10}
+out=$(mktemp -d "${TMPDIR:-/tmp}/ratebatch-memload.XXXXXX")
+cd "$repo"
+if [[ -z ${BIN:-} ]]; then
+	BIN=$out/ratebatch
+	go build -o "$BIN" ./cmd/ratebatch
+fi
+if (($(ulimit -n) < 4096)); then ulimit -n 4096 2>/dev/null || true; fi
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_up() {
+	for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
+	echo "memload: $1 did not come up" >&2; return 1
+}
+ep=$(free_port); pp=$(free_port); ap=$(free_port)
+"$BIN" emulate --preset resnet50-v100 --listen "127.0.0.1:$ep" --metrics-listen "" >"$out/emulator.log" 2>&1 &
+pids+=($!)
+wait_up "http://127.0.0.1:$ep/v2/health/ready"
+"$BIN" serve --upstream "http://127.0.0.1:$ep" --listen "127.0.0.1:$pp" --admin-listen "127.0.0.1:$ap" \
+	--limits-memory "$MEMORY" --log-level warn >"$out/proxy.log" 2>&1 &
+proxy=$!
+pids+=("$proxy")
+wait_up "http://127.0.0.1:$ap/readyz"
+python3 "$repo/scripts/memload.py" --addr "127.0.0.1:$pp" --pid "$proxy" --big "$BIG" --rows "$ROWS" \
+	--rate "$RATE" --duration "$DURATION" | tee "$out/result.json"
+curl -fsS "http://127.0.0.1:$ap/metrics" | grep -E '^ratebatch_(memory_|front_rejected_total|panics_total)' | tee "$out/metrics.txt" || true
+echo "memload: logs and results in $out" >&2
