@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go test-long test-triton test-deploy lint fuzz bench clean generate proto-tools
+.PHONY: all build demo test test-go test-long test-triton test-deploy lint fuzz fuzz-ci bench clean generate proto-tools
 
 all: build
 
@@ -14,7 +14,7 @@ demo: build
 	./$(BIN) demo
 
 ## test: everything CI runs
-test: lint test-go test-triton test-deploy
+test: lint test-go fuzz-ci test-triton test-deploy
 
 ## test-deploy: Dockerfile, docker-compose.yml, Kubernetes manifests, Prometheus and Grafana, checked offline
 test-deploy:
@@ -70,6 +70,10 @@ proto-tools:
 FUZZTIME ?= 30s
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
+
+## fuzz-ci: every fuzz target briefly, as CI runs them (about 2 minutes)
+fuzz-ci:
+	scripts/fuzz.sh 5s
 
 ## bench: the Go benchmarks recorded in docs/BENCHMARKS.md
 bench:

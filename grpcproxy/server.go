@@ -92,6 +92,17 @@ type Options struct {
 	// is held against it until the call ends (RESOURCE_EXHAUSTED when it
 	// does not fit). nil: no budget.
 	Memory *membudget.Budget
+	// Abuse bounds of client connections; zero fields take the defaults
+	// below. MaxConcurrentStreams bounds the calls one connection runs at
+	// once, and with them grpc-go's answer to HTTP/2 rapid reset
+	// (CVE-2023-44487): a stream reset at once still holds its slot until
+	// its handler returns, so a flood of HEADERS+RST_STREAM is served no
+	// faster than that many at a time. MaxHeaderListSize bounds a call's
+	// metadata (RESOURCE_EXHAUSTED past it); ConnectionTimeout the time a
+	// new connection has to send its preface and settings.
+	MaxConcurrentStreams uint32
+	MaxHeaderListSize    uint32
+	ConnectionTimeout    time.Duration
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
 	Ready   func() bool
 	Metrics Metrics
@@ -103,6 +114,17 @@ type Options struct {
 	// at most every 30 s or as the client asks (grpc-go's minimum).
 	LoadReport orca.ServerMetricsProvider
 }
+
+// The door's abuse bounds by default (Options). Triton's clients open a
+// few connections and multiplex their calls; 1024 calls at once on one
+// connection is far above what a batch of them needs (the queue bounds
+// rows anyway) and far below grpc-go's own default, unlimited. Metadata is
+// bounded as the HTTP door bounds headers.
+const (
+	defaultMaxConcurrentStreams = 1024
+	defaultMaxHeaderListSize    = 16 << 10
+	defaultConnectionTimeout    = 10 * time.Second
+)
 
 // Triton's gRPC defaults (its --grpc-keepalive-* options).
 const (
@@ -142,6 +164,15 @@ func New(o Options) *Server {
 	if minPing <= 0 {
 		minPing = tritonMinPing
 	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = defaultMaxConcurrentStreams
+	}
+	if o.MaxHeaderListSize == 0 {
+		o.MaxHeaderListSize = defaultMaxHeaderListSize
+	}
+	if o.ConnectionTimeout <= 0 {
+		o.ConnectionTimeout = defaultConnectionTimeout
+	}
 	s := &Server{o: o, log: o.Logger}
 	// grpc-go recovers no handler's panic: one would end the process. The
 	// recovering interceptors come first, so that they are the outermost.
@@ -156,6 +187,9 @@ func New(o Options) *Server {
 		grpc.MaxSendMsgSize(tritonMaxMessage),
 		grpc.KeepaliveParams(ka),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing}),
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
+		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		// Calls run on a few long-lived workers instead of a new goroutine
 		// each, whose stack grew anew for every call (runtime.newstack was
 		// 8% of a relayed ModelInfer's CPU).
