@@ -492,7 +492,12 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, hold *membudget.
 		// Reserve the declared length only up to reserveMax: a client that
 		// declares 64 MiB and sends nothing must not hold 64 MiB.
 		buf := slices.Grow((*bp)[:0], int(min(max(declared, 512), reserveMax)+1))
-		raw, err = readAll(stream, limit+1, buf, declared, func(c int) bool { return hold.Grow(int64(c)) })
+		// With the declared length held by the memory budget, a body whose
+		// first reserveMax bytes came grows to it at once (whole): a 60 MB
+		// body would otherwise hold its last two buffers, 32 and 60 MB, at
+		// once while it is copied from one to the other.
+		whole := hold.B != nil && declared > 0 && hold.Held() > declared
+		raw, err = readAll(stream, limit+1, buf, declared, whole, func(c int) bool { return hold.Grow(int64(c)) })
 		*bp = raw[:0]
 		if errors.Is(err, errOverBudget) {
 			return nil, nil, err
@@ -536,7 +541,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, hold *membudget.
 	if !charge(int(min(4*int64(len(raw)), limit+1))) {
 		return nil, nil, errOverBudget
 	}
-	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1, charge)
+	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1, false, charge)
 	switch {
 	case errors.Is(err, errOverBudget):
 		return nil, nil, err
@@ -568,13 +573,19 @@ const reserveMax = 1 << 20
 // ahead in doubling steps (a pooled buffer may be far larger than the
 // body), so that memory held follows the bytes received, at most twice
 // over; when it refuses, readAll stops with errOverBudget.
-func readAll(r io.Reader, limit int64, buf []byte, declared int64, charge func(length int) bool) ([]byte, error) {
+//
+// whole, with a declared length, grows a buffer that holds reserveMax
+// bytes straight to declared+1.
+func readAll(r io.Reader, limit int64, buf []byte, declared int64, whole bool, charge func(length int) bool) ([]byte, error) {
 	held := 0 // the length charged for
 	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
 			grow := max(cap(buf), 512)
 			if declared > int64(len(buf)) {
 				grow = int(min(int64(grow), declared+1-int64(len(buf))))
+				if whole && len(buf) >= reserveMax {
+					grow = int(declared + 1 - int64(len(buf)))
+				}
 			}
 			buf = slices.Grow(buf, grow)
 		}

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import random
 import time
 
 ROW_BYTES = 3 * 224 * 224 * 4
@@ -70,9 +71,21 @@ async def read_response(reader):
     return status, (await reader.readexactly(length)) if length else b""
 
 
-async def big_client(host, port, rows, chunk, timeout, out):
-    head, header, size = big_request(f"{host}:{port}", rows)
+async def big_client(host, port, rows, chunk, timeout, retry_for, out, attempts):
+    """Posts one large request; on 503 tries again after Retry-After (1 s,
+    jittered) until retry_for seconds have passed. Records the last answer."""
     start = time.monotonic()
+    while True:
+        status = await big_attempt(host, port, rows, chunk, timeout)
+        attempts.append(status)
+        if status != "503" or time.monotonic() - start >= retry_for:
+            out.append((status, time.monotonic() - start))
+            return
+        await asyncio.sleep(1 + random.random())
+
+
+async def big_attempt(host, port, rows, chunk, timeout):
+    head, header, size = big_request(f"{host}:{port}", rows)
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         writer.write(head)
@@ -88,15 +101,17 @@ async def big_client(host, port, rows, chunk, timeout, out):
                 await writer.drain()
                 left -= n
             status, _ = await asyncio.wait_for(read_response(reader), timeout)
-        out.append((str(status), time.monotonic() - start))
         writer.close()
+        return str(status)
     except Exception as e:  # not answered
-        out.append((type(e).__name__, time.monotonic() - start))
+        return type(e).__name__
 
 
 async def small_stream(host, port, rate, duration, timeout, out):
     req = (f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
            f"Content-Length: {len(SMALL)}\r\nConnection: close\r\n\r\n").encode() + SMALL
+
+    t0 = time.monotonic()
 
     async def one():
         start = time.monotonic()
@@ -105,12 +120,11 @@ async def small_stream(host, port, rate, duration, timeout, out):
             writer.write(req)
             status, _ = await asyncio.wait_for(read_response(reader), timeout)
             writer.close()
-            out.append((status, time.monotonic() - start))
+            out.append((status, time.monotonic() - start, start - t0))
         except Exception as e:
-            out.append((type(e).__name__, time.monotonic() - start))
+            out.append((type(e).__name__, time.monotonic() - start, start - t0))
 
     tasks = []
-    t0 = time.monotonic()
     for i in range(int(rate * duration)):
         delay = t0 + i / rate - time.monotonic()
         if delay > 0:
@@ -158,9 +172,11 @@ def pct(xs, p):
 
 
 def summary_small(rec):
-    ok = [t for s, t in rec if s == 200]
+    ok = [t for s, t, _ in rec if s == 200]
+    slow = sorted(rec, key=lambda r: -r[1])[:max(1, len(rec) // 100)]
     return {"sent": len(rec), "ok": len(ok), "success": round(len(ok) / len(rec), 4) if rec else None,
-            "statuses": dict(sorted({str(s): sum(1 for x, _ in rec if x == s) for s, _ in rec}.items())),
+            "statuses": dict(sorted({str(s): sum(1 for x, _, _ in rec if x == s) for s, _, _ in rec}.items())),
+            "slowest_1pct_sent_at_s": sorted(round(r[2], 2) for r in slow),
             "p50_ms": round(1000 * pct(ok, 50), 2) if ok else None,
             "p99_ms": round(1000 * pct(ok, 99), 2) if ok else None,
             "max_ms": round(1000 * max(ok), 2) if ok else None}
@@ -175,6 +191,7 @@ async def main():
     ap.add_argument("--rows", type=int, default=100, help="rows per large request (100: 60.2 MB)")
     ap.add_argument("--rate", type=float, default=50, help="small requests per second")
     ap.add_argument("--duration", type=float, default=10, help="seconds of the small stream in each phase")
+    ap.add_argument("--retry-for", type=float, default=0, help="seconds a large request refused 503 keeps trying (0: one attempt)")
     ap.add_argument("--chunk", type=int, default=1 << 20)
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
@@ -190,12 +207,13 @@ async def main():
 
     rss, stop = [], asyncio.Event()
     sampler = asyncio.create_task(sample_rss(a.pid, stop, rss)) if a.pid else None
-    big = []
+    big, attempts = [], []
     t0 = time.monotonic()
     q = ctx.Queue()
     proc = ctx.Process(target=small_process, args=(shost, sport, a.rate, a.duration, a.timeout, q))
     proc.start()
-    bigs = [asyncio.create_task(big_client(host, port, a.rows, a.chunk, a.timeout, big)) for _ in range(a.big)]
+    bigs = [asyncio.create_task(big_client(host, port, a.rows, a.chunk, a.timeout, a.retry_for, big, attempts))
+            for _ in range(a.big)]
     await asyncio.gather(*bigs)
     small = await asyncio.get_running_loop().run_in_executor(None, q.get)
     proc.join()
@@ -208,8 +226,11 @@ async def main():
     for s, _ in big:
         statuses[s] = statuses.get(s, 0) + 1
     answered = sum(n for s, n in statuses.items() if s.isdigit())
+    tries = {}
+    for s_ in attempts:
+        tries[s_] = tries.get(s_, 0) + 1
     res = {
-        "big": {"sent": len(big), "answered": answered, "statuses": statuses,
+        "big": {"clients": len(big), "answered": answered, "final_statuses": statuses, "attempts": tries,
                 "bytes_each": a.rows * ROW_BYTES, "seconds": round(took, 1)},
         "small_alone": summary_small(base),
         "small_beside_big": summary_small(small),

@@ -10,6 +10,8 @@
 #
 # Usage: scripts/memload.sh   Environment: BIN (default: built from this
 #   tree), MEMORY [512MiB] BIG [400] ROWS [100] RATE [50] DURATION [10]
+#   RETRY_FOR [0]: seconds a refused large request keeps retrying after
+#   its Retry-After (0: one attempt each)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 MEMORY=${MEMORY:-512MiB}
@@ -17,6 +19,7 @@ BIG=${BIG:-400}
 ROWS=${ROWS:-100}
 RATE=${RATE:-50}
 DURATION=${DURATION:-10}
+RETRY_FOR=${RETRY_FOR:-0}
 out=$(mktemp -d "${TMPDIR:-/tmp}/ratebatch-memload.XXXXXX")
 cd "$repo"
 if [[ -z ${BIN:-} ]]; then
@@ -38,11 +41,11 @@ ep=$(free_port); pp=$(free_port); ap=$(free_port)
 pids+=($!)
 wait_up "http://127.0.0.1:$ep/v2/health/ready"
 "$BIN" serve --upstream "http://127.0.0.1:$ep" --listen "127.0.0.1:$pp" --admin-listen "127.0.0.1:$ap" \
-	--limits-memory "$MEMORY" --log-level warn >"$out/proxy.log" 2>&1 &
+	--limits-memory "$MEMORY" --log-level warn ${SERVE_FLAGS:-} >"$out/proxy.log" 2>&1 &
 proxy=$!
 pids+=("$proxy")
 wait_up "http://127.0.0.1:$ap/readyz"
 python3 "$repo/scripts/memload.py" --addr "127.0.0.1:$pp" --pid "$proxy" --big "$BIG" --rows "$ROWS" \
-	--rate "$RATE" --duration "$DURATION" | tee "$out/result.json"
+	--rate "$RATE" --duration "$DURATION" --retry-for "$RETRY_FOR" | tee "$out/result.json"
 curl -fsS "http://127.0.0.1:$ap/metrics" | grep -E '^ratebatch_(memory_|front_rejected_total|panics_total)' | tee "$out/metrics.txt" || true
 echo "memload: logs and results in $out" >&2

@@ -210,15 +210,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPeak, prometheus.GaugeValue, float64(c.b.Peak()))
 }
 
-// Overhead is what the process needs beside the budget: the runtime, the
-// binary, goroutine stacks, every connection's buffers (about 40 KiB per
-// client connection at fasthttp's sizes), the live page's history and the
-// collector's work. The documented worst case of the resident set is the
-// budget plus Overhead (docs/RELIABILITY.md measures it).
-const Overhead = 128 << 20
+// Overhead is what the process needs beside the budget, connections
+// apart: the runtime, the binary, goroutine stacks, the live page's
+// history and the garbage the collector lets build up between cycles.
+// The documented worst case of the resident set is the budget plus
+// Overhead plus PerConn for every open client connection (fasthttp's
+// read and write buffers, the body's first bytes, a goroutine);
+// docs/RELIABILITY.md measures it.
+const (
+	Overhead = 128 << 20
+	PerConn  = 40 << 10
+)
+
+// runtimeHeadroom is what the Go runtime's soft limit leaves beside the
+// budget: Overhead less what the runtime does not count (the binary's
+// text, memory returned to the system but still resident).
+const runtimeHeadroom = 96 << 20
 
 // LimitRuntime sets the Go runtime's soft memory limit to the budget plus
-// Overhead, unless GOMEMLIMIT is set in the environment (which then wins).
+// 96 MiB (runtimeHeadroom), unless GOMEMLIMIT is set in the environment (which then wins).
 // Without it the collector lets the heap grow to twice what is live before
 // it runs, so a budget spent on large bodies would cost twice its size in
 // resident memory. It returns the limit set, 0 if none.
@@ -226,7 +236,7 @@ func LimitRuntime(b *Budget) int64 {
 	if b == nil || os.Getenv("GOMEMLIMIT") != "" {
 		return 0
 	}
-	l := b.Limit() + Overhead
+	l := b.Limit() + runtimeHeadroom
 	debug.SetMemoryLimit(l)
 	return l
 }
