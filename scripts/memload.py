@@ -179,7 +179,9 @@ def summary_small(rec):
             "slowest_1pct_sent_at_s": sorted(round(r[2], 2) for r in slow),
             "p50_ms": round(1000 * pct(ok, 50), 2) if ok else None,
             "p99_ms": round(1000 * pct(ok, 99), 2) if ok else None,
-            "max_ms": round(1000 * max(ok), 2) if ok else None}
+            "max_ms": round(1000 * max(ok), 2) if ok else None,
+            "p99_after_1s_ms": round(1000 * pct([t for s, t, at in rec if s == 200 and at >= 1], 99), 2)
+            if any(at >= 1 for _, _, at in rec) else None}
 
 
 async def main():

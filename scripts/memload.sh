@@ -11,7 +11,9 @@
 # Usage: scripts/memload.sh   Environment: BIN (default: built from this
 #   tree), MEMORY [512MiB] BIG [400] ROWS [100] RATE [50] DURATION [10]
 #   RETRY_FOR [0]: seconds a refused large request keeps retrying after
-#   its Retry-After (0: one attempt each)
+#   its Retry-After (0: one attempt each); SMALL_DIRECT=1 sends the small
+#   stream to the emulator itself, past the proxy (what the upstream alone
+#   costs it)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 MEMORY=${MEMORY:-512MiB}
@@ -46,6 +48,6 @@ proxy=$!
 pids+=("$proxy")
 wait_up "http://127.0.0.1:$ap/readyz"
 python3 "$repo/scripts/memload.py" --addr "127.0.0.1:$pp" --pid "$proxy" --big "$BIG" --rows "$ROWS" \
-	--rate "$RATE" --duration "$DURATION" --retry-for "$RETRY_FOR" | tee "$out/result.json"
+	--rate "$RATE" --duration "$DURATION" --retry-for "$RETRY_FOR" ${SMALL_DIRECT:+--small-addr "127.0.0.1:$ep"} | tee "$out/result.json"
 curl -fsS "http://127.0.0.1:$ap/metrics" | grep -E '^ratebatch_(memory_|front_rejected_total|panics_total)' | tee "$out/metrics.txt" || true
 echo "memload: logs and results in $out" >&2

@@ -218,7 +218,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 // read and write buffers, the body's first bytes, a goroutine);
 // docs/RELIABILITY.md measures it.
 const (
-	Overhead = 128 << 20
+	Overhead = 160 << 20
 	PerConn  = 40 << 10
 )
 
