@@ -26,6 +26,8 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/grpcproxy"
+	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/procs"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
@@ -99,6 +101,8 @@ type Server struct {
 	ui       *ui.Recorder
 	// energyFit learns zeta(b) per model from the meter.
 	energyFit *energyfit.Fitter
+	// memory is the budget of requests and answers (limits.memory).
+	memory *membudget.Budget
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
@@ -134,7 +138,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), guard.Collector())
 	client, err := dispatcher.NewHTTPUpstream(cfg.Upstream, cfg.Upstreams.MaxConns, cfg.Upstreams.Timeout)
 	if err != nil {
 		return nil, err
@@ -146,7 +150,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(meter)
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
-		Metrics: dispatcher.NewMetrics(reg),
+		Metrics: dispatcher.NewMetrics(reg), Logger: log,
+		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
+			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
 		Busy: func(model string) func(int) {
 			return meter.Begin(model, "").End
 		},
@@ -156,7 +162,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	mr := registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
-	p := &Server{cfg: cfg, log: log, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
+	memory := newMemoryBudget(cfg, log)
+	reg.MustRegister(memory.Collector())
+	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg)}
 	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
@@ -169,7 +177,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Metrics:           p.front, Logger: log, LoadReport: load.HeaderValue,
+		Metrics:           p.front, Logger: log, LoadReport: load.HeaderValue, Health: disp, Memory: memory,
 	})
 	if cfg.GRPCListen != "" {
 		cc, err := grpcproxy.Dial(cfg.UpstreamGRPCAddr())
@@ -179,13 +187,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
-			Ready: mr.Discovered, Metrics: p.front, Logger: log, LoadReport: load,
+			Ready: mr.Ready, Metrics: p.front, Logger: log, LoadReport: load, Memory: memory,
 		})
 	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
-			Ready: mr.Discovered, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+			Ready: mr.Ready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -193,6 +201,21 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	}
 	return p, nil
 }
+
+// newMemoryBudget is limits.memory, or its default from the cgroup.
+func newMemoryBudget(cfg *config.Config, log *slog.Logger) *membudget.Budget {
+	limit, source := int64(cfg.Limits.Memory), "limits.memory"
+	if limit == 0 {
+		limit, source = membudget.Default()
+	}
+	log.Info("memory budget of requests and answers", "bytes", limit, "from", source)
+	return membudget.New(limit)
+}
+
+// LimitRuntime sets the Go runtime's soft memory limit from the memory
+// budget (membudget.LimitRuntime); the limit is the process's, so the
+// command calls it, as it sizes GOMAXPROCS, not New.
+func (p *Server) LimitRuntime() { membudget.LimitRuntime(p.memory) }
 
 // status is the admin /status document.
 func (p *Server) status() any {

@@ -41,5 +41,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	s.LimitRuntime()
 	return s.Run(ctx)
 }

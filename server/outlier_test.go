@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // status of a GET on url, or 0 on a transport error.
@@ -25,8 +26,8 @@ func getStatus(c *http.Client, url string) int {
 
 // readiness is what an orchestrator sees: the admin /readyz, the data
 // port's /v2/health/ready and the model's /v2/models/simple/ready.
-func readiness(c *http.Client, lt *liveTest) [3]int {
-	return [3]int{getStatus(c, lt.admin+"/readyz"), getStatus(c, lt.base+"/v2/health/ready"), getStatus(c, lt.base+"/v2/models/simple/ready")}
+func readiness(c *http.Client, lt *servertest.Proxy) [3]int {
+	return [3]int{getStatus(c, lt.Admin+"/readyz"), getStatus(c, lt.Base+"/v2/health/ready"), getStatus(c, lt.Base+"/v2/models/simple/ready")}
 }
 
 // onlySimple batches the emulator's model simple alone, passing the
@@ -61,14 +62,14 @@ func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 		return emulator.Fault{}
 	}})
 	const probe = 200 * time.Millisecond
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Policy.Name = "adhoc"
 		c.Upstreams.FailingAfter = 3
 		c.Upstreams.ProbeInterval = probe
 		onlySimple(c, em)
 	})
 	client := newClient()
-	url := lt.base + "/v2/models/simple/infer"
+	url := lt.Base + "/v2/models/simple/infer"
 	if r := readiness(client, lt); r != allReady {
 		t.Fatalf("readiness before any error %v, want %v", r, allReady)
 	}
@@ -103,7 +104,7 @@ func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 			t.Fatalf("after recovery: %d %q", code, r.Error)
 		}
 	}
-	l := lt.settled(t, "simple")
+	l := settled(t, lt, "simple")
 	l.balanced(t)
 	if l.rejected["model_failing"] == 0 {
 		t.Fatalf("no model_failing refusal counted: %v", l.rejected)
@@ -125,7 +126,7 @@ func TestReliabilityUpstreamHungBatch(t *testing.T) {
 		timeout = 5 * time.Second
 		hungMin = 300 * time.Millisecond
 	)
-	lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Policy.Name = "adhoc"
 		onlySimple(c, em)
 		c.Upstreams.Timeout = timeout
@@ -133,14 +134,14 @@ func TestReliabilityUpstreamHungBatch(t *testing.T) {
 		c.Upstreams.ProbeInterval = 100 * time.Millisecond
 	})
 	client := newClient()
-	url := lt.base + "/v2/models/simple/infer"
+	url := lt.Base + "/v2/models/simple/infer"
 	if code, _, _ := postSimple(t, client, url, "warm", 0, 1); code != 200 { // arms hung detection
 		t.Fatalf("warm-up: %d", code)
 	}
 	hang.Store(true)
 	first := make(chan int, 1)
 	go func() { code, _, _ := postSimple(t, client, url, "hung", 0, 1); first <- code }()
-	waitUntil(t, "the first batch is in flight", func() bool { return lt.p.disp.Snapshots()[0].InFlight == 1 })
+	waitUntil(t, "the first batch is in flight", func() bool { return lt.Dispatcher().Snapshots()[0].InFlight == 1 })
 	const callers = 8
 	var wg sync.WaitGroup
 	var slowest atomic.Int64
@@ -176,7 +177,7 @@ func TestReliabilityUpstreamHungBatch(t *testing.T) {
 	if r := readiness(client, lt); r != allReady {
 		t.Fatalf("readiness after recovery %v, want %v", r, allReady)
 	}
-	lt.settled(t, "simple").balanced(t)
+	settled(t, lt, "simple").balanced(t)
 	t.Logf("%d callers behind a hung batch answered within %v (hung_min %v, upstream timeout %v)", callers,
 		time.Duration(slowest.Load()).Round(time.Millisecond), hungMin, timeout)
 }
