@@ -56,6 +56,19 @@ type Discoverer interface {
 	Ensure(ctx context.Context, model string)
 }
 
+// Health is the outlier detector's verdict on the upstream
+// (*dispatcher.Dispatcher is one).
+type Health interface {
+	Failing(model string) (failing bool, reason string)
+	UpstreamFailing() bool
+}
+
+// The readiness methods the door answers itself while the upstream fails.
+const (
+	methodServerReady = "/inference.GRPCInferenceService/ServerReady"
+	methodModelReady  = "/inference.GRPCInferenceService/ModelReady"
+)
+
 // Metrics is where the door reports, shared with the HTTP door so that
 // both count in the same series under their protocol label
 // (*proxy.Metrics is one).
@@ -103,6 +116,10 @@ type Options struct {
 	MaxConcurrentStreams uint32
 	MaxHeaderListSize    uint32
 	ConnectionTimeout    time.Duration
+	// Health, when set, answers ServerReady and ModelReady not ready while
+	// the outlier detector finds the whole upstream, or the model, failing
+	// (as the HTTP door's readiness endpoints); otherwise they are relayed.
+	Health Health
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
 	Ready   func() bool
 	Metrics Metrics
@@ -309,7 +326,35 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if method == MethodModelInfer && s.o.Batcher != nil {
 		return s.modelInfer(ss)
 	}
+	if s.o.Health != nil && (method == methodServerReady || method == methodModelReady) {
+		return s.ready(ss, method)
+	}
 	return s.forward(ss, method, nil)
+}
+
+// ready answers ServerReady (ModelReady) with ready false while every
+// batched model (the model) is failing, and relays it otherwise, so that
+// Triton's own answer stands when the proxy has nothing to add.
+func (s *Server) ready(ss grpc.ServerStream, method string) error {
+	in := &grpcwire.Frame{}
+	if err := ss.RecvMsg(in); err != nil {
+		return err
+	}
+	failing := s.o.Health.UpstreamFailing()
+	if method == methodModelReady {
+		var m pb.ModelReadyRequest
+		if err := proto.Unmarshal(in.B, &m); err != nil {
+			return status.Errorf(codes.InvalidArgument, "malformed ModelReadyRequest: %v", err)
+		}
+		failing, _ = s.o.Health.Failing(m.GetName())
+	}
+	if !failing {
+		return s.forwardUnary(ss, method, in)
+	}
+	if method == methodModelReady {
+		return ss.SendMsg(&pb.ModelReadyResponse{Ready: false})
+	}
+	return ss.SendMsg(&pb.ServerReadyResponse{Ready: false})
 }
 
 // modelInfer batches a ModelInfer call of a batched model and relays the

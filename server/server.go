@@ -187,7 +187,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
-			Ready: mr.Ready, Metrics: p.front, Logger: log, LoadReport: load, Memory: memory,
+			Ready: mr.Ready, Metrics: p.front, Logger: log, LoadReport: load, Memory: memory, Health: disp,
 		})
 	}
 	p.admin = &http.Server{
