@@ -70,9 +70,9 @@ func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 	})
 	client := newClient()
 	url := lt.Base + "/v2/models/simple/infer"
-	if r := readiness(client, lt); r != allReady {
-		t.Fatalf("readiness before any error %v, want %v", r, allReady)
-	}
+	// Ready once discovery has read the models (the model may be known a
+	// moment before).
+	waitUntil(t, "the proxy is ready", func() bool { return readiness(client, lt) == allReady })
 	for i := range 3 {
 		if code, r, _ := postSimple(t, client, url, fmt.Sprint("e", i), i, 1); code != 500 || !strings.Contains(r.Error, "device lost") {
 			t.Fatalf("call %d: %d %q, want the upstream's 500", i, code, r.Error)
