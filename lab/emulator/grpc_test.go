@@ -210,7 +210,10 @@ func TestGRPCDoorConfigStatsIndex(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"config":     func() error { _, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "nope"}); return err },
 		"statistics": func() error { _, err := c.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "nope"}); return err },
-		"version":    func() error { _, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "simple", Version: "9"}); return err },
+		"version": func() error {
+			_, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "simple", Version: "9"})
+			return err
+		},
 	} {
 		if code := status.Code(call()); code != codes.NotFound {
 			t.Errorf("%s of an unknown model: code %v, want NotFound", name, code)
