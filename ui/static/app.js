@@ -2,7 +2,7 @@
 // charts as SVG. No libraries, no build step.
 "use strict";
 
-const W = 420, H = 170, M = { l: 46, r: 16, t: 8, b: 28 };
+const W = 420, H = 178, M = { l: 46, r: 16, t: 8, b: 36 };
 // Okabe-Ito tones, as lab/plot's palette: told apart by colour-blind eyes too.
 const COLORS = ["#0072B2", "#E31A1C", "#009E73", "#CC79A7", "#E69F00", "#000000"];
 
@@ -54,9 +54,9 @@ function chart(id, series, x0, x1, xLabel, yMax) {
   }
   const step = niceStep((x1 - x0) / 5 || 1);
   for (let x = Math.ceil(x0 / step) * step; x <= x1 + 1e-9; x += step) {
-    g += `<text x="${X(x)}" y="${H - 12}" text-anchor="middle">${tick(x)}</text>`;
+    g += `<text x="${X(x)}" y="${H - M.b + 14}" text-anchor="middle">${tick(x)}</text>`;
   }
-  g += `<text x="${M.l + iw / 2}" y="${H - 1}" text-anchor="middle">${esc(xLabel)}</text>`;
+  g += `<text x="${M.l + iw / 2}" y="${H - 3}" text-anchor="middle">${esc(xLabel)}</text>`;
   g += `<line class="axis" x1="${M.l}" x2="${M.l}" y1="${M.t}" y2="${M.t + ih}"/>` +
     `<line class="axis" x1="${M.l}" x2="${W - M.r}" y1="${M.t + ih}" y2="${M.t + ih}"/>`;
   for (const s of series) {
@@ -107,7 +107,7 @@ function headline(m) {
     hl.requests_per_joule != null ? "measured by the meter" : "no energy source");
   let gain = cell("gain", "vs ad-hoc", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
     hl.gain_vs_adhoc != null ? `requests per joule, modelled: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request`
-      : "needs the energy line zeta(b)");
+      : "needs the energy line zeta(b), learnt from the meter (not yet: /status energy_fit says why)");
   return `<div class="headline" data-model="${esc(m.model)}">` + energy + gain +
     cell("p50", "p50 latency", hl.p50_ms != null ? fmt(hl.p50_ms) + " ms" : "-", span + ", end to end") +
     cell("p99", "p99 latency", hl.p99_ms != null ? fmt(hl.p99_ms) + " ms" : "-", span + ", end to end") +
