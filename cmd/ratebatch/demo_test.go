@@ -155,8 +155,8 @@ func TestLoadSamplesAndReport(t *testing.T) {
 	for _, r := range rep.Rows {
 		got = append(got, r.Name)
 	}
-	if strings.Join(got, ",") != "batchmonitor,adhoc,zeta" {
-		t.Errorf("runs found in --dir: %v, want batchmonitor,adhoc,zeta", got)
+	if strings.Join(got, ",") != "adhoc,batchmonitor,zeta" {
+		t.Errorf("runs found in --dir: %v, want adhoc,batchmonitor,zeta (the demo's order: the baseline first)", got)
 	}
 	if code := run(context.Background(), []string{"report", "--dir", t.TempDir()}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no NAME.load.csv") {
 		t.Errorf("empty --dir: exit %d, stderr %q", code, errb.String())
