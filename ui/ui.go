@@ -245,7 +245,7 @@ func (r *Recorder) Sample() {
 			tr.points = append(tr.points[:0], tr.points[len(tr.points)-r.o.Keep:]...)
 		}
 		tr.cums = append(tr.cums, cumulative{t: p.T, batches: s.BatchesSent, rows: s.RowsSent, hist: tr.hist})
-		if keep := int(HeadlineWindow/r.o.Interval) + 1; len(tr.cums) > keep {
+		if keep := max(2, int(HeadlineWindow/r.o.Interval)+1); len(tr.cums) > keep {
 			tr.cums = append(tr.cums[:0], tr.cums[len(tr.cums)-keep:]...)
 		}
 		tr.current = current(s, tr)

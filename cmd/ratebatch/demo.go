@@ -184,6 +184,10 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "ratebatch demo: emulated GPU %s, tau(b) = %g*b + %g ms, %s\n", prof.Name, prof.AlphaMs, prof.Tau0Ms, energy)
 	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q, policies %s\n",
 		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), o.model, strings.Join(o.policies, ", "))
+	if slices.Contains(o.policies, "budget") {
+		fmt.Fprintf(stdout, "budget: the fewest joules per request whose mean latency stays within %s %s's (policy.latency_budget)\n",
+			policy.DefaultLatencyBudget, demoBaseline)
+	}
 	peak := peakRho(series, prof, o.model)
 	var results []regimeResult
 	for i, regime := range o.regimes {
