@@ -221,7 +221,15 @@ func (r *Recorder) Sample() {
 		seen[s.Model] = true
 		tr := r.models[s.Model]
 		if tr == nil {
+			// The per-second points start from this sample's counters. The
+			// headline starts from zero an interval earlier when the model
+			// sent rows before its first sample (its counters start at
+			// zero when it is registered, its histogram at its first
+			// request), so that they count in its first minute.
 			tr = &track{last: State{BatchesSent: s.BatchesSent, RowsSent: s.RowsSent}}
+			if s.RowsSent > 0 || s.BatchesSent > 0 {
+				tr.cums = []cumulative{{t: float64(now.Add(-r.o.Interval).UnixMilli()) / 1000}}
+			}
 			r.models[s.Model] = tr
 		}
 		p := Point{T: float64(now.UnixMilli()) / 1000, RateRPS: s.RateRPS, BatchSize: s.BatchSize, RequestsPerJoule: s.RequestsPerJoule}
@@ -290,10 +298,14 @@ func headline(s State, tr *track, instances int) Headline {
 	rows, batches := last.rows-first.rows, last.batches-first.batches
 	h.SentRPS = float64(rows) / h.Seconds
 	if len(last.hist) > 0 {
-		// From the oldest sample with the same buckets; a model's
-		// histogram appears with its first request, after its first sample.
+		// From the oldest sample: one without a histogram had no request
+		// yet (a model's histogram appears with its first), so counts
+		// from zero.
 		delta := slices.Clone(last.hist)
 		for _, c := range tr.cums {
+			if len(c.hist) == 0 {
+				break
+			}
 			if len(c.hist) == len(last.hist) {
 				for i := range delta {
 					delta[i] -= min(c.hist[i], last.hist[i])

@@ -364,3 +364,18 @@ func screenshot(t *testing.T, browser, url, path string) {
 		t.Fatalf("%s is not a PNG: %v", path, err)
 	}
 }
+
+// Rows a model sent before its first sample (a burst right after start)
+// count in its headline, from zero one interval before that sample.
+func TestHeadlineCountsRowsBeforeFirstSample(t *testing.T) {
+	s := State{Model: "m", MaxBatch: 8, AlphaMs: 0.5, Tau0Ms: 2, BatchesSent: 10, RowsSent: 40}
+	now := time.Unix(1000, 0)
+	r := NewRecorder(Options{States: func() []State { return []State{s} }, Now: func() time.Time { return now }})
+	r.Sample()
+	now = now.Add(time.Second)
+	r.Sample()
+	hl := r.History().Models[0].Headline
+	if hl.Seconds != 2 || hl.SentRPS != 20 || hl.SentBatch == nil || *hl.SentBatch != 4 {
+		t.Errorf("headline %+v (batch %v): want 40 rows in batches of 4 over 2 s", hl, deref(hl.SentBatch))
+	}
+}
