@@ -10,8 +10,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,38 +146,39 @@ const Passthrough = "passthrough"
 // meaning; config only refuses typos early.
 func Policies() []string { return append(policy.Names(), Passthrough) }
 
-// Validate reports the first unusable field, by its YAML path.
+// Validate reports every unusable field, each by its YAML path, joined
+// (errors.Join) in the order of the configuration's sections: a user fixing
+// a file sees all its mistakes at once, not one per start.
 func (c *Config) Validate() error {
-	if c.Upstream == "" {
-		return fieldErr("upstream", "is required (Triton's HTTP URL, e.g. http://127.0.0.1:8000)")
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
-	u, err := url.Parse(c.Upstream)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fieldErr("upstream", "must be an http(s) URL with a host, got %q", c.Upstream)
+	if c.Upstream == "" {
+		add(fieldErr("upstream", "is required (Triton's HTTP URL, e.g. http://127.0.0.1:8000)"))
+	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		add(fieldErr("upstream", "must be an http(s) URL with a host, got %q", c.Upstream))
 	}
 	if c.Listen == "" {
-		return fieldErr("listen", "is required")
+		add(fieldErr("listen", "is required"))
 	}
 	if c.AdminListen == "" {
-		return fieldErr("admin_listen", "is required")
-	}
-	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-		return fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen)
+		add(fieldErr("admin_listen", "is required"))
+	} else if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		add(fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen))
 	}
 	if c.GRPCListen != "" && (c.GRPCListen == c.Listen || c.GRPCListen == c.AdminListen) && !strings.HasSuffix(c.GRPCListen, ":0") {
-		return fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen)
+		add(fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen))
 	}
 	if c.UpstreamGRPC != "" {
 		if host, port, err := net.SplitHostPort(c.UpstreamGRPC); err != nil || host == "" || port == "" {
-			return fieldErr("upstream_grpc", "must be HOST:PORT, got %q", c.UpstreamGRPC)
+			add(fieldErr("upstream_grpc", "must be HOST:PORT, got %q", c.UpstreamGRPC))
 		}
 	}
-	if err := validPolicyName("policy.name", c.Policy.Name); err != nil {
-		return err
-	}
-	if err := validOptions("policy.", c.Policy.Options); err != nil {
-		return err
-	}
+	add(validPolicyName("policy.name", c.Policy.Name))
+	add(validOptions("policy.", c.Policy.Options))
 	checks := []struct {
 		field string
 		bad   bool
@@ -206,41 +209,31 @@ func (c *Config) Validate() error {
 	}
 	for _, ch := range checks {
 		if ch.bad {
-			return fieldErr(ch.field, "%s", ch.msg)
+			add(fieldErr(ch.field, "%s", ch.msg))
 		}
 	}
-	if err := oneOf("power.source", c.Power.Source, "none", "nvml", "triton"); err != nil {
-		return err
-	}
+	add(oneOf("power.source", c.Power.Source, "none", "nvml", "triton"))
 	if c.Power.MetricsURL != "" {
 		if u, err := url.Parse(c.Power.MetricsURL); err != nil || u.Host == "" {
-			return fieldErr("power.metrics_url", "must be a URL with a host, got %q", c.Power.MetricsURL)
+			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", c.Power.MetricsURL))
 		}
 	}
-	if err := oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"); err != nil {
-		return err
-	}
-	if err := oneOf("log.format", c.Log.Format, "text", "json"); err != nil {
-		return err
-	}
-	for name, m := range c.Models {
-		path := "models." + name
+	add(oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"))
+	add(oneOf("log.format", c.Log.Format, "text", "json"))
+	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
+		m, path := c.Models[name], "models."+name
 		if m.Policy != "" {
-			if err := validPolicyName(path+".policy", m.Policy); err != nil {
-				return err
-			}
+			add(validPolicyName(path+".policy", m.Policy))
 		}
 		if m.MaxBatchSize < 0 {
-			return fieldErr(path+".max_batch_size", "must be >= 0")
+			add(fieldErr(path+".max_batch_size", "must be >= 0"))
 		}
 		if m.SLA < 0 {
-			return fieldErr(path+".sla", "must be >= 0")
+			add(fieldErr(path+".sla", "must be >= 0"))
 		}
-		if err := validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}); err != nil {
-			return err
-		}
+		add(validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // UpstreamGRPCAddr is Triton's gRPC address: upstream_grpc, or by default

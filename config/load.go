@@ -118,18 +118,16 @@ func (p *pending) Set(s string) error {
 // environment, then flags; then validates it.
 func Load(src Source) (*Config, error) {
 	cfg := Default()
+	// Every mistake is collected, from the file, the environment, the flags
+	// and validation, so that one run names them all.
+	var errs []error
 	if src.File != "" {
 		data, err := os.ReadFile(src.File)
 		if err != nil {
 			return nil, fmt.Errorf("config: reading %s: %w", src.File, err)
 		}
 		if err := decodeYAML(data, &cfg); err != nil {
-			var fe *FieldError
-			if errors.As(err, &fe) {
-				fe.File = src.File
-				return nil, fe
-			}
-			return nil, fmt.Errorf("config: %s: %w", src.File, err)
+			errs = append(errs, inFile(err, src.File))
 		}
 	}
 	v := reflect.ValueOf(&cfg).Elem()
@@ -137,33 +135,73 @@ func Load(src Source) (*Config, error) {
 		for _, o := range options {
 			if s, ok := src.LookupEnv(o.env); ok {
 				if err := setField(v.FieldByIndex(o.index), s); err != nil {
-					return nil, fieldErr(o.path, "environment %s: %v", o.env, err)
+					errs = append(errs, fieldErr(o.path, "environment %s: %v", o.env, err))
 				}
 			}
 		}
 	}
 	if src.Flags != nil {
-		var ferr error
 		src.Flags.Visit(func(f *flag.Flag) {
 			p, ok := f.Value.(*pending)
-			if !ok || ferr != nil {
+			if !ok {
 				return
 			}
 			if err := setField(v.FieldByIndex(p.o.index), p.raw); err != nil {
-				ferr = fieldErr(p.o.path, "flag -%s: %v", p.o.flag, err)
+				errs = append(errs, fieldErr(p.o.path, "flag -%s: %v", p.o.flag, err))
 			}
 		})
-		if ferr != nil {
-			return nil, ferr
-		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
 	if err := cfg.checkProfiles(filepath.Dir(src.File)); err != nil {
-		return nil, err
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, flatten(err)
 	}
 	return &cfg, nil
+}
+
+// inFile names file in every FieldError of err (a tree of errors.Join),
+// and wraps what is not a FieldError (a YAML syntax error) with the file.
+func inFile(err error, file string) error {
+	var out []error
+	for _, e := range leaves(err) {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			fe.File = file
+			out = append(out, fe)
+			continue
+		}
+		out = append(out, fmt.Errorf("config: %s: %w", file, e))
+	}
+	return errors.Join(out...)
+}
+
+// leaves lists the errors joined in err, depth first; err itself when it
+// joins none.
+func leaves(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, leaves(e)...)
+	}
+	return out
+}
+
+// flatten returns err itself when it is one error, else one errors.Join
+// of its leaves: a caller's errors.As finds the first, and its message is
+// one line per mistake.
+func flatten(err error) error {
+	l := leaves(err)
+	if len(l) == 1 {
+		return l[0]
+	}
+	return errors.Join(l...)
 }
 
 // checkProfiles resolves each model's profile_csv against dir, the config
@@ -172,6 +210,7 @@ func Load(src Source) (*Config, error) {
 // should stop the start, not surface as a warning at the model's first
 // request.
 func (c *Config) checkProfiles(dir string) error {
+	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
 		m := c.Models[name]
 		if m.ProfileCSV == "" {
@@ -184,7 +223,8 @@ func (c *Config) checkProfiles(dir string) error {
 		}
 		f, err := os.Open(m.ProfileCSV)
 		if err != nil {
-			return fieldErr(field, "cannot read the profile: %v", err)
+			errs = append(errs, fieldErr(field, "cannot read the profile: %v", err))
+			continue
 		}
 		samples, err := regression.ReadCSV(f)
 		f.Close()
@@ -192,10 +232,10 @@ func (c *Config) checkProfiles(dir string) error {
 			_, err = regression.FitSamples(samples, regression.Options{})
 		}
 		if err != nil {
-			return fieldErr(field, "%s is not a usable profile (columns %s,%s): %v", m.ProfileCSV, regression.ColumnBatch, regression.ColumnLatency, err)
+			errs = append(errs, fieldErr(field, "%s is not a usable profile (columns %s,%s): %v", m.ProfileCSV, regression.ColumnBatch, regression.ColumnLatency, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func setField(f reflect.Value, s string) error {

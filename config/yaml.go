@@ -18,7 +18,8 @@ import (
 // beside Config's fields instead of letting yaml.Decode fill the struct, so
 // that every mistake is reported as the README promises: by the field's YAML
 // path, its line, and what the field wants ("limits.queue_rows: line 3: wants
-// an integer, got \"lots\""), not as yaml's "cannot unmarshal !!str into int".
+// an integer, got \"lots\""), not as yaml's "cannot unmarshal !!str into int",
+// and every mistake of the file at once (errors.Join), not only the first.
 func decodeYAML(data []byte, cfg *Config) error {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -121,18 +122,22 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
 		fields[f.name] = f.index
 		names = append(names, f.name)
 	}
+	slices.Sort(names)
+	// Every key is read even after a bad one, so that one run reports all
+	// of a file's mistakes.
+	var errs []error
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		idx, ok := fields[k.Value]
 		if !ok {
-			slices.Sort(names)
-			return nodeErr(k, join(path, k.Value), "unknown key (known here: %s)", strings.Join(names, ", "))
+			errs = append(errs, nodeErr(k, join(path, k.Value), "unknown key (known here: %s)", strings.Join(names, ", ")))
+			continue
 		}
 		if err := decodeNode(val, v.FieldByIndex(idx), join(path, k.Value)); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func decodeMap(n *yaml.Node, v reflect.Value, path string) error {
@@ -142,6 +147,7 @@ func decodeMap(n *yaml.Node, v reflect.Value, path string) error {
 	if v.IsNil() {
 		v.Set(reflect.MakeMap(v.Type()))
 	}
+	var errs []error
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		elem := reflect.New(v.Type().Elem()).Elem()
@@ -149,11 +155,11 @@ func decodeMap(n *yaml.Node, v reflect.Value, path string) error {
 			elem.Set(old)
 		}
 		if err := decodeNode(val, elem, join(path, k.Value)); err != nil {
-			return err
+			errs = append(errs, err) // and keep what did decode, for validation
 		}
 		v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), elem)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // setScalar parses a YAML scalar into v. Durations get a hint when written

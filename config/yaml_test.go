@@ -135,3 +135,56 @@ func TestDocumentSpellsYAML(t *testing.T) {
 		}
 	}
 }
+
+// TestYAMLReportsEveryError: a file with several mistakes names all of
+// them in one error, each with its field and line (the file's type errors,
+// its unknown keys and the values validation refuses), in file order.
+func TestYAMLReportsEveryError(t *testing.T) {
+	file := writeFile(t, `upstream: http://u
+limits:
+  queue_rows: lots
+  max_body_bytes: 64 megs
+policy:
+  windw: 1s
+  name: fastest
+models:
+  m:
+    sla: 20
+    max_batch_size: -1
+log:
+  level: loud
+`)
+	_, err := Load(Source{File: file})
+	if err == nil {
+		t.Fatal("a file with six mistakes loaded")
+	}
+	want := []struct {
+		field string
+		line  int // 0: found by validation, which knows no lines
+	}{
+		{"limits.queue_rows", 3}, {"limits.max_body_bytes", 4}, {"policy.windw", 6},
+		{"models.m.sla", 10}, {"policy.name", 0}, {"log.level", 0}, {"models.m.max_batch_size", 0},
+	}
+	var got []*FieldError
+	for _, e := range leaves(err) {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a FieldError", e)
+		}
+		got = append(got, fe)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%v", len(got), len(want), err)
+	}
+	for i, w := range want {
+		if got[i].Field != w.field || got[i].Line != w.line {
+			t.Errorf("error %d: %s line %d, want %s line %d", i, got[i].Field, got[i].Line, w.field, w.line)
+		}
+		if w.line > 0 && got[i].File != file {
+			t.Errorf("error %d names file %q, want %q", i, got[i].File, file)
+		}
+	}
+	if lines := strings.Count(err.Error(), "\n") + 1; lines != len(want) {
+		t.Errorf("the message has %d lines, want one per mistake:\n%v", lines, err)
+	}
+}

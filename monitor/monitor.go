@@ -430,6 +430,9 @@ func (m *Monitor) replanNow() {
 // meter's fit learns it; the next window plans with it.
 func (m *Monitor) SetEnergy(line *batchcost.Energy) { m.energy.Store(line) }
 
+// Energy returns the batch energy line zeta(b) in force; nil when unknown.
+func (m *Monitor) Energy() *batchcost.Energy { return m.energy.Load() }
+
 // SetLimits updates the model's max batch size and instance count, as read
 // from the upstream's model config, and re-plans.
 func (m *Monitor) SetLimits(maxBatch, instances int) {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,9 @@ type Models struct {
 	lastErr error
 	lastRun time.Time
 	budgets map[string]string // latency budgets set at run time, by model ("" for all)
+	// unserved holds the models the configuration names that the upstream
+	// does not serve, each with why, as of the last repository index read.
+	unserved map[string]string
 
 	// discovered is set once the upstream's model list has been read.
 	discovered atomic.Bool
@@ -253,6 +257,7 @@ func (r *Models) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
+	r.noteUnserved(idx)
 	var errs []error
 	for _, ix := range idx {
 		if ix.State != "" && ix.State != "READY" {
@@ -263,6 +268,41 @@ func (r *Models) Refresh(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// noteUnserved finds the models the configuration's models: section names
+// that the upstream's repository index does not list as ready, and warns of
+// each once, when it becomes unserved: a misspelt or unloaded model would
+// otherwise be ignored without a word. A model the index omits but a
+// request found (Ensure; PyTriton lists no models) counts as served.
+func (r *Models) noteUnserved(idx []triton.IndexEntry) {
+	listed := make(map[string]triton.IndexEntry, len(idx))
+	for _, ix := range idx {
+		listed[ix.Name] = ix
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := map[string]string{}
+	for name := range r.cfg.Models {
+		ix, ok := listed[name]
+		_, known := r.models[name]
+		switch {
+		case !ok && !known:
+			now[name] = "configured under models: but the upstream does not list it in its repository index (misspelt, or not in its model repository?); nothing is batched for it"
+		case ok && ix.State != "" && ix.State != "READY":
+			why := "configured under models: but the upstream lists it as " + ix.State
+			if ix.Reason != "" {
+				why += " (" + ix.Reason + ")"
+			}
+			now[name] = why + "; nothing is batched for it until it is loaded"
+		}
+	}
+	for name, why := range now {
+		if r.unserved[name] != why {
+			r.log.Warn("configured model not served by the upstream", "model", name, "why", why)
+		}
+	}
+	r.unserved = now
 }
 
 func (r *Models) reconcile(ctx context.Context, name string) error {
@@ -566,13 +606,22 @@ type Status struct {
 	Rule    *monitor.Snapshot `json:"rule,omitempty"`
 }
 
-// Statuses returns every known model's state, sorted by name.
+// Statuses returns every known model's state, and every configured model
+// the upstream does not serve with a warning saying so, sorted by name.
 func (r *Models) Statuses() []Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Status, 0, len(r.models))
+	out := make([]Status, 0, len(r.models)+len(r.unserved))
+	for name, why := range r.unserved {
+		if _, known := r.models[name]; !known {
+			out = append(out, Status{Model: name, Reason: "not served by the upstream", Warning: why})
+		}
+	}
 	for _, e := range r.models {
 		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning}
+		if why, ok := r.unserved[e.name]; ok {
+			s.Warning = strings.TrimPrefix(s.Warning+"; "+why, "; ")
+		}
 		if e.mon != nil {
 			snap := e.mon.Snapshot()
 			s.Rule = &snap

@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -498,5 +500,64 @@ func TestDiscoverRetriesUntilTheUpstreamAnswers(t *testing.T) {
 	r2.Discover(ctx2) // returns at once
 	if r2.Discovered() {
 		t.Fatal("discovered a down upstream")
+	}
+}
+
+// A model the configuration names that the upstream does not serve (a typo,
+// or a model not loaded) is warned about in the log, once, and in Statuses
+// (so in /status), until the upstream serves it.
+func TestConfiguredModelsTheUpstreamLacksAreWarned(t *testing.T) {
+	up := &fakeUpstream{
+		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "llm", State: "UNAVAILABLE", Reason: "unloaded"}},
+		configs: map[string]*triton.ModelConfig{
+			"simple":   {Name: "simple", MaxBatchSize: 8},
+			"resnet50": {Name: "resnet50", MaxBatchSize: 8},
+		},
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	cfg.Models = map[string]config.Model{"simple": {MaxBatchSize: 4}, "resnet50": {}, "llm": {}}
+	var logs bytes.Buffer
+	r := New(up, q, &cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx := context.Background()
+	for range 2 {
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warnings := map[string]string{}
+	for _, s := range r.Statuses() {
+		warnings[s.Model] = s.Warning
+	}
+	if w := warnings["resnet50"]; !strings.Contains(w, "does not list it") {
+		t.Errorf("resnet50's status warning %q, want one saying the upstream does not list it", w)
+	}
+	if w := warnings["llm"]; !strings.Contains(w, "UNAVAILABLE (unloaded)") {
+		t.Errorf("llm's status warning %q, want one naming its state", w)
+	}
+	if w, ok := warnings["simple"]; !ok || w != "" {
+		t.Errorf("simple: listed %v, warning %q; want listed without a warning", ok, w)
+	}
+	for _, m := range []string{"resnet50", "llm"} {
+		if n := strings.Count(logs.String(), "model="+m); n != 1 {
+			t.Errorf("%d log lines name %s over two refreshes, want 1:\n%s", n, m, logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "level=WARN msg=\"configured model not served by the upstream\"") {
+		t.Errorf("no warning in the log:\n%s", logs.String())
+	}
+
+	// Loaded later: the warning goes, and the model is batched.
+	up.mu.Lock()
+	up.index = append(up.index, triton.IndexEntry{Name: "resnet50", State: "READY"})
+	up.mu.Unlock()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Statuses() {
+		if s.Model == "resnet50" && (s.Warning != "" || !s.Batched) {
+			t.Errorf("resnet50 once served: %+v, want batched without a warning", s)
+		}
 	}
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/procs"
 	"github.com/ratebatch/ratebatch/internal/triton"
-	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/orca"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/power/energyfit"
@@ -166,7 +165,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg)}
-	p.ui = ui.NewRecorder(ui.Options{States: p.uiStates, Gatherer: reg})
+	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
 	reg.MustRegister(load.Collector())
@@ -230,58 +229,6 @@ func (p *Server) status() any {
 		"energy_fit":     p.energyFit.Status(),
 		"config":         p.cfg.Document(),
 	}
-}
-
-// uiStates is what the live page samples each second: per batched model the
-// rule, the fit and its recent points, the batches sent and requests per
-// joule over the meter's shortest window (the model's share where the meter
-// attributes energy to models).
-func (p *Server) uiStates() []ui.State {
-	queues := map[string]dispatcher.Snapshot{}
-	for _, q := range p.disp.Snapshots() {
-		queues[q.Model] = q
-	}
-	energy := p.meter.Snapshot()
-	shortest := func(ws map[string]power.Figures) *float64 {
-		best := ""
-		for k, w := range ws {
-			if k != power.TotalWindow && (best == "" || w.Seconds < ws[best].Seconds) {
-				best = k
-			}
-		}
-		if best == "" {
-			return nil
-		}
-		return ws[best].RequestsPerJoule
-	}
-	samples := map[string]*monitor.Monitor{}
-	for _, m := range p.models.Monitors() {
-		samples[m.Snapshot().Model] = m
-	}
-	var out []ui.State
-	for _, st := range p.models.Statuses() {
-		if !st.Batched || st.Rule == nil {
-			continue
-		}
-		s := ui.State{Model: st.Model, Policy: st.Rule.Policy, RateRPS: st.Rule.RatePerSec, BatchSize: st.Rule.BatchSize,
-			MaxBatch: st.Rule.MaxBatch, AlphaMs: st.Rule.AlphaMs, Tau0Ms: st.Rule.Tau0Ms, R2: st.Rule.R2}
-		if q, ok := queues[st.Model]; ok {
-			s.BatchesSent, s.RowsSent = q.BatchesSent, q.RowsSent
-		}
-		if len(energy.Models) == 0 {
-			s.RequestsPerJoule = shortest(energy.Windows)
-		}
-		for _, m := range energy.Models {
-			if m.Model == st.Model {
-				s.RequestsPerJoule = shortest(m.Windows)
-			}
-		}
-		if m := samples[st.Model]; m != nil {
-			s.Batches = m.Samples()
-		}
-		out = append(out, s)
-	}
-	return out
 }
 
 // Listen binds the data, admin and (when configured) gRPC listeners, so

@@ -1,8 +1,10 @@
 // Package ui serves the live page of the admin listener (/ui): per model,
-// the arrival rate and the batch size over the last minutes, latency
-// percentiles, requests per joule, and the tau(b) fit drawn through the
-// (batch size, latency) points it was fitted on, so that a person watching
-// the proxy adapt sees whether the fit is right.
+// most active first, a headline row (requests per joule and what batching
+// gains over ad-hoc, p50 and p99 latency, batch size, load), then the
+// arrival rate and the batch size over the last minutes, latency
+// percentiles, requests per joule, and the tau(b) fit beside the round
+// trips the proxy measured, so that a person watching the proxy adapt sees
+// what it buys and whether the fit is right.
 //
 // The page is plain HTML, JavaScript and SVG embedded in the binary: no
 // build step, nothing fetched from elsewhere. It polls /ui/history.json,
@@ -17,6 +19,7 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -42,13 +46,22 @@ type State struct {
 	RateRPS   float64 // the monitor's arrival rate over its last window
 	BatchSize int     // the batch size the rule aims for
 	MaxBatch  int
+	Instances int
 	// The current fit tau(b) = AlphaMs*b + Tau0Ms and its R^2.
 	AlphaMs, Tau0Ms, R2 float64
+	// FitSource is what the fit was made from (monitor.Snapshot's: "server
+	// statistics" or "round trip"); OverheadMs the mean round trip beyond
+	// the server's tau(b), nil without server statistics.
+	FitSource  string
+	OverheadMs *float64
+	// Energy is the batch energy line zeta(b) in mJ; nil when unknown.
+	Energy *batchcost.Energy
 	// Cumulative batches and rows sent; differences give rows per batch.
 	BatchesSent, RowsSent int64
 	// RequestsPerJoule over the meter's shortest window; nil when unknown.
 	RequestsPerJoule *float64
-	// Batches are recent (batch size, latency) observations.
+	// Batches are recent (batch size, round trip) observations the proxy
+	// measured: the monitor's round-trip samples.
 	Batches []regression.Sample
 }
 
@@ -88,15 +101,52 @@ type BatchPoint struct {
 
 // ModelHistory is what the page draws for one model.
 type ModelHistory struct {
-	Model    string       `json:"model"`
-	Policy   string       `json:"policy"`
-	MaxBatch int          `json:"max_batch_size"`
-	AlphaMs  float64      `json:"alpha_ms"`
-	Tau0Ms   float64      `json:"tau0_ms"`
-	R2       float64      `json:"r2"`
-	Points   []Point      `json:"points"`
-	Batches  []BatchPoint `json:"batches"`
+	Model      string       `json:"model"`
+	Policy     string       `json:"policy"`
+	MaxBatch   int          `json:"max_batch_size"`
+	Instances  int          `json:"instances"`
+	AlphaMs    float64      `json:"alpha_ms"`
+	Tau0Ms     float64      `json:"tau0_ms"`
+	R2         float64      `json:"r2"`
+	FitSource  string       `json:"fit_source"`
+	OverheadMs *float64     `json:"overhead_ms"`
+	BetaMJ     *float64     `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
+	Zeta0MJ    *float64     `json:"zeta0_mj"` //
+	Headline   Headline     `json:"headline"`
+	Points     []Point      `json:"points"`
+	Batches    []BatchPoint `json:"batches"`
 }
+
+// Headline is a model's last minute (or less, since the first sample) in
+// the figures a person came for. Measured figures are the proxy's and the
+// meter's; the gain over ad-hoc is modelled from the energy line.
+type Headline struct {
+	// Seconds is the span the figures cover.
+	Seconds float64 `json:"seconds"`
+	// SentRPS is the rows sent upstream per second: the model's activity,
+	// which orders the page.
+	SentRPS float64 `json:"sent_rps"`
+	// SentBatch is the mean rows per batch sent; nil without a batch.
+	SentBatch *float64 `json:"sent_batch"`
+	// P50Ms and P99Ms are end-to-end latency percentiles of the span.
+	P50Ms *float64 `json:"p50_ms"`
+	P99Ms *float64 `json:"p99_ms"`
+	// Rho is the device's load at the batches sent: sent rate times
+	// tau(b)/b per instance (1 is saturation).
+	Rho *float64 `json:"rho"`
+	// RequestsPerJoule is the meter's figure over its shortest window.
+	RequestsPerJoule *float64 `json:"requests_per_joule"`
+	// AdhocMJ is ad-hoc's energy per request, zeta(1) (ad-hoc sends a
+	// request alone while the device keeps up); BatchedMJ is zeta(b)/b at
+	// the mean batch sent; Gain is AdhocMJ/BatchedMJ, the requests per
+	// joule batching yields over ad-hoc's. Nil without the energy line.
+	AdhocMJ   *float64 `json:"adhoc_mj_per_request"`
+	BatchedMJ *float64 `json:"batched_mj_per_request"`
+	Gain      *float64 `json:"gain_vs_adhoc"`
+}
+
+// HeadlineWindow is the span the headline figures cover.
+const HeadlineWindow = time.Minute
 
 // History is the document /ui/history.json serves.
 type History struct {
@@ -119,6 +169,16 @@ type track struct {
 	bounds  []float64
 	points  []Point
 	current ModelHistory
+	// cums are the cumulative counters at the last samples, oldest first,
+	// enough to span HeadlineWindow.
+	cums []cumulative
+}
+
+// cumulative is a model's counters at one sample.
+type cumulative struct {
+	t             float64
+	batches, rows int64
+	hist          []uint64
 }
 
 // NewRecorder returns a Recorder; call Run to start sampling.
@@ -161,7 +221,15 @@ func (r *Recorder) Sample() {
 		seen[s.Model] = true
 		tr := r.models[s.Model]
 		if tr == nil {
+			// The per-second points start from this sample's counters. The
+			// headline starts from zero an interval earlier when the model
+			// sent rows before its first sample (its counters start at
+			// zero when it is registered, its histogram at its first
+			// request), so that they count in its first minute.
 			tr = &track{last: State{BatchesSent: s.BatchesSent, RowsSent: s.RowsSent}}
+			if s.RowsSent > 0 || s.BatchesSent > 0 {
+				tr.cums = []cumulative{{t: float64(now.Add(-r.o.Interval).UnixMilli()) / 1000}}
+			}
 			r.models[s.Model] = tr
 		}
 		p := Point{T: float64(now.UnixMilli()) / 1000, RateRPS: s.RateRPS, BatchSize: s.BatchSize, RequestsPerJoule: s.RequestsPerJoule}
@@ -184,11 +252,11 @@ func (r *Recorder) Sample() {
 		if len(tr.points) > r.o.Keep {
 			tr.points = append(tr.points[:0], tr.points[len(tr.points)-r.o.Keep:]...)
 		}
-		batches := make([]BatchPoint, len(s.Batches))
-		for i, b := range s.Batches {
-			batches[i] = BatchPoint{Rows: b.Batch, LatencyMs: b.LatencyMs}
+		tr.cums = append(tr.cums, cumulative{t: p.T, batches: s.BatchesSent, rows: s.RowsSent, hist: tr.hist})
+		if keep := max(2, int(HeadlineWindow/r.o.Interval)+1); len(tr.cums) > keep {
+			tr.cums = append(tr.cums[:0], tr.cums[len(tr.cums)-keep:]...)
 		}
-		tr.current = ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, Batches: batches}
+		tr.current = current(s, tr)
 	}
 	for name := range r.models {
 		if !seen[name] {
@@ -197,7 +265,76 @@ func (r *Recorder) Sample() {
 	}
 }
 
-// History returns the recorded history, models sorted by name.
+// current is a model's page as of its newest sample.
+func current(s State, tr *track) ModelHistory {
+	batches := make([]BatchPoint, len(s.Batches))
+	for i, b := range s.Batches {
+		batches[i] = BatchPoint{Rows: b.Batch, LatencyMs: b.LatencyMs}
+	}
+	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
+		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches}
+	if s.Energy != nil {
+		beta, zeta0 := s.Energy.BetaMJ, s.Energy.Zeta0MJ
+		m.BetaMJ, m.Zeta0MJ = &beta, &zeta0
+	}
+	m.Headline = headline(s, tr, m.Instances)
+	return m
+}
+
+// headline sums up a model's last HeadlineWindow from the counters kept.
+func headline(s State, tr *track, instances int) Headline {
+	var h Headline
+	if n := len(tr.points); n > 0 {
+		h.RequestsPerJoule = tr.points[n-1].RequestsPerJoule
+	}
+	if len(tr.cums) < 2 {
+		return h
+	}
+	first, last := tr.cums[0], tr.cums[len(tr.cums)-1]
+	h.Seconds = last.t - first.t
+	if h.Seconds <= 0 {
+		return h
+	}
+	rows, batches := last.rows-first.rows, last.batches-first.batches
+	h.SentRPS = float64(rows) / h.Seconds
+	if len(last.hist) > 0 {
+		// From the oldest sample: one without a histogram had no request
+		// yet (a model's histogram appears with its first), so counts
+		// from zero.
+		delta := slices.Clone(last.hist)
+		for _, c := range tr.cums {
+			if len(c.hist) == 0 {
+				break
+			}
+			if len(c.hist) == len(last.hist) {
+				for i := range delta {
+					delta[i] -= min(c.hist[i], last.hist[i])
+				}
+				break
+			}
+		}
+		h.P50Ms, h.P99Ms = quantileMs(tr.bounds, delta, 0.5), quantileMs(tr.bounds, delta, 0.99)
+	}
+	if batches <= 0 {
+		return h
+	}
+	b := float64(rows) / float64(batches)
+	h.SentBatch = &b
+	if tau := s.AlphaMs*b + s.Tau0Ms; tau > 0 {
+		rho := h.SentRPS * tau / 1000 / b / float64(instances)
+		h.Rho = &rho
+	}
+	if e := s.Energy; e != nil && e.ZetaMJ(1) > 0 && e.BetaMJ*b+e.Zeta0MJ > 0 {
+		adhoc, batched := e.ZetaMJ(1), (e.BetaMJ*b+e.Zeta0MJ)/b
+		gain := adhoc / batched
+		h.AdhocMJ, h.BatchedMJ, h.Gain = &adhoc, &batched, &gain
+	}
+	return h
+}
+
+// History returns the recorded history, the most active model first (rows
+// sent over the headline window), then by name: an idle model must not
+// fill the first screen.
 func (r *Recorder) History() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -207,7 +344,13 @@ func (r *Recorder) History() History {
 		m.Points = append([]Point(nil), tr.points...)
 		h.Models = append(h.Models, m)
 	}
-	sort.Slice(h.Models, func(i, j int) bool { return h.Models[i].Model < h.Models[j].Model })
+	sort.Slice(h.Models, func(i, j int) bool {
+		a, b := h.Models[i], h.Models[j]
+		if a.Headline.SentRPS != b.Headline.SentRPS {
+			return a.Headline.SentRPS > b.Headline.SentRPS
+		}
+		return a.Model < b.Model
+	})
 	return h
 }
 

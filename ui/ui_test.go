@@ -1,11 +1,14 @@
 package ui
 
 import (
+	"bytes"
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -195,5 +199,183 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	if a, b := chartPoints.FindAllString(first, -1), chartPoints.FindAllString(second, -1); strings.Join(a, "") == strings.Join(b, "") {
 		t.Errorf("chart point counts did not move: %v then %v", a, b)
+	}
+}
+
+// twoModels is a proxy serving an idle model whose name sorts first and a
+// busy one with an energy line and server statistics behind its fit.
+type twoModels struct {
+	reg        *prometheus.Registry
+	lat        *prometheus.HistogramVec
+	busy, idle State
+}
+
+func newTwoModels() *twoModels {
+	f := &twoModels{reg: prometheus.NewRegistry()}
+	f.lat = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: LatencyMetric, Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)}, []string{"model", "protocol"})
+	f.reg.MustRegister(f.lat)
+	overhead := 2.5
+	f.busy = State{Model: "zeta", Policy: "budget", MaxBatch: 8, Instances: 1, AlphaMs: 0.5, Tau0Ms: 2, R2: 0.99,
+		FitSource: "server statistics", OverheadMs: &overhead, Energy: &batchcost.Energy{BetaMJ: 10, Zeta0MJ: 30}}
+	f.idle = State{Model: "alpha", Policy: "budget", MaxBatch: 8, Instances: 1, AlphaMs: 0.5, Tau0Ms: 2, FitSource: "round trip"}
+	return f
+}
+
+// second is one second of traffic: the busy model sends 50 batches of 4
+// rows (200 req/s) answered in 4 to 8 ms.
+func (f *twoModels) second() {
+	f.busy.RateRPS = 200
+	f.busy.BatchSize = 4
+	f.busy.BatchesSent += 50
+	f.busy.RowsSent += 200
+	rpj := 24.0
+	f.busy.RequestsPerJoule = &rpj
+	f.busy.Batches = append(f.busy.Batches, regression.Sample{Batch: 4, LatencyMs: 0.5*4 + 2 + 2.5})
+	for i := range 200 {
+		f.lat.WithLabelValues("zeta", "http").Observe(float64(4+i%5) / 1000)
+	}
+}
+
+func (f *twoModels) states() []State { return []State{f.idle, f.busy} }
+
+// TestHeadline: the busiest model comes first, with its last minute's
+// figures: rows per batch, load, latency percentiles and the gain over
+// ad-hoc from the energy line (zeta(1) = 40 mJ against zeta(4)/4 = 17.5 mJ).
+func TestHeadline(t *testing.T) {
+	f := newTwoModels()
+	now := time.Unix(1000, 0)
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg, Now: func() time.Time { return now }})
+	r.Sample()
+	for range 12 {
+		now = now.Add(time.Second)
+		f.second()
+		r.Sample()
+	}
+	h := r.History()
+	if len(h.Models) != 2 || h.Models[0].Model != "zeta" || h.Models[1].Model != "alpha" {
+		t.Fatalf("order %v, want the busy zeta before the idle alpha", []string{h.Models[0].Model, h.Models[1].Model})
+	}
+	hl := h.Models[0].Headline
+	if hl.Seconds != 12 || hl.SentRPS != 200 || hl.SentBatch == nil || *hl.SentBatch != 4 {
+		t.Errorf("headline %+v: want 12 s at 200 rows/s in batches of 4", hl)
+	}
+	// rho = 200/s * tau(4) 4 ms / 4 rows = 0.2
+	if hl.Rho == nil || math.Abs(*hl.Rho-0.2) > 1e-9 {
+		t.Errorf("rho %v, want 0.2", deref(hl.Rho))
+	}
+	if hl.Gain == nil || math.Abs(*hl.Gain-40/17.5) > 1e-9 || *hl.AdhocMJ != 40 || *hl.BatchedMJ != 17.5 {
+		t.Errorf("gain %v (%v vs %v mJ), want 40/17.5", deref(hl.Gain), deref(hl.AdhocMJ), deref(hl.BatchedMJ))
+	}
+	if hl.P50Ms == nil || *hl.P50Ms < 4 || *hl.P50Ms > 8 || hl.P99Ms == nil || *hl.P99Ms < *hl.P50Ms || *hl.P99Ms > 12.8 {
+		t.Errorf("p50 %v p99 %v, want within the 4-8 ms observed (p99 within 8 ms's bucket, up to 12.8)", deref(hl.P50Ms), deref(hl.P99Ms))
+	}
+	if idle := h.Models[1].Headline; idle.Gain != nil || idle.SentBatch != nil || idle.SentRPS != 0 {
+		t.Errorf("idle model's headline %+v: want no batch, no gain", idle)
+	}
+}
+
+var (
+	headlineCell = regexp.MustCompile(`<div class="hl" data-k="(\w+)"><div class="hl-label">[^<]*</div><div class="hl-value">([^<]*)</div>`)
+	chartRange   = regexp.MustCompile(`data-chart="(\w+)" data-points="\d+" data-x0="([-\d.]+)" data-x1="([-\d.]+)"`)
+)
+
+// TestPageHeadlineInBrowser loads the page in headless Chromium after a
+// 12-second run of two models and checks what it shows: the busy model
+// first, its headline figures filled, the fit chart saying what its dots
+// and line are, and time axes that span the 12 s, not ten minutes. It saves
+// a screenshot in $RATEBATCH_TEST_ARTIFACTS (or the test's temporary
+// directory) and logs its path.
+func TestPageHeadlineInBrowser(t *testing.T) {
+	browser := chromium(t)
+	f := newTwoModels()
+	// The history ends now, as the page's "seconds before now" reads it.
+	clock := time.Now().Add(-12 * time.Second)
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg, Now: func() time.Time { return clock }})
+	r.Sample()
+	for range 12 {
+		clock = clock.Add(time.Second)
+		f.second()
+		r.Sample()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", r.Handler("/ui"))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	zeta, alpha := strings.Index(dom, `<h2 id="m-zeta"`), strings.Index(dom, `<h2 id="m-alpha"`)
+	if zeta < 0 || alpha < 0 || zeta > alpha {
+		t.Fatalf("model sections at %d (zeta) and %d (alpha): want the busy zeta first:\n%.3000s", zeta, alpha, dom)
+	}
+	if !strings.Contains(dom, `id="chooser"`) {
+		t.Error("no model chooser")
+	}
+	cells := map[string]string{}
+	for _, m := range headlineCell.FindAllStringSubmatch(dom[zeta:alpha], -1) {
+		cells[m[1]] = m[2]
+	}
+	want := map[string]string{"rpj": "24.0", "gain": "+129%", "batch": "4.00", "rho": "0.20"}
+	for k, v := range want {
+		if cells[k] != v {
+			t.Errorf("headline %s shows %q, want %q (cells %v)", k, cells[k], v, cells)
+		}
+	}
+	for _, k := range []string{"p50", "p99"} {
+		if !strings.HasSuffix(cells[k], " ms") {
+			t.Errorf("headline %s shows %q, want a latency in ms", k, cells[k])
+		}
+	}
+	for _, phrase := range []string{"round trips measured by the proxy", "tau(b) fitted on Triton's statistics",
+		"tau(b) + 2.50 ms overhead", "Modelled: the gain over ad-hoc", "Measured: requests per joule"} {
+		if !strings.Contains(dom[zeta:alpha], phrase) {
+			t.Errorf("the busy model's section does not say %q", phrase)
+		}
+	}
+	for _, m := range chartRange.FindAllStringSubmatch(dom[zeta:alpha], -1) {
+		if m[1] == "fit" {
+			continue
+		}
+		if x0, _ := strconv.ParseFloat(m[2], 64); x0 != -15 || m[3] != "0" {
+			t.Errorf("chart %s spans %s..%s s, want -15..0 for a 13 s history", m[1], m[2], m[3])
+		}
+	}
+
+	dir := os.Getenv("RATEBATCH_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	shot := filepath.Join(dir, "ui-headline.png")
+	screenshot(t, browser, srv.URL+"/ui/", shot)
+	t.Logf("screenshot: %s", shot)
+}
+
+// screenshot saves a PNG of url as headless Chromium draws it.
+func screenshot(t *testing.T, browser, url, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=2000", "--window-size=1400,1500", "--screenshot="+path, url)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	}
+	png, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("%s is not a PNG: %v", path, err)
+	}
+}
+
+// Rows a model sent before its first sample (a burst right after start)
+// count in its headline, from zero one interval before that sample.
+func TestHeadlineCountsRowsBeforeFirstSample(t *testing.T) {
+	s := State{Model: "m", MaxBatch: 8, AlphaMs: 0.5, Tau0Ms: 2, BatchesSent: 10, RowsSent: 40}
+	now := time.Unix(1000, 0)
+	r := NewRecorder(Options{States: func() []State { return []State{s} }, Now: func() time.Time { return now }})
+	r.Sample()
+	now = now.Add(time.Second)
+	r.Sample()
+	hl := r.History().Models[0].Headline
+	if hl.Seconds != 2 || hl.SentRPS != 20 || hl.SentBatch == nil || *hl.SentBatch != 4 {
+		t.Errorf("headline %+v (batch %v): want 40 rows in batches of 4 over 2 s", hl, deref(hl.SentBatch))
 	}
 }

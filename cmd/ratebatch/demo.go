@@ -27,9 +27,15 @@ func init() {
 	register("demo", "the embedded default: emulated GPU + proxy + paper300 load per policy, then a comparison", runDemo)
 }
 
-// demoPolicies are run when --policies is not given: the paper's policy,
-// the baselines, and the stronger policies where they are built in.
-var demoPolicies = []string{"batchmonitor", "adhoc", "maxbatch", "batchmonitor+", "smdp"}
+// demoPolicies are run when --policies is not given: ad-hoc first, the
+// baseline every ratio is taken against (what a client without the proxy
+// spends), then the paper's policy, the stronger ones, budget (the one that
+// trades a bounded latency for requests per joule: its default budget is
+// 1.10x ad-hoc's mean latency) and maxbatch, the other extreme.
+var demoPolicies = []string{"adhoc", "batchmonitor", "batchmonitor+", "smdp", "budget", "maxbatch"}
+
+// demoBaseline is the policy the verdicts compare every other one with.
+const demoBaseline = "adhoc"
 
 type demoOpts struct {
 	preset     string
@@ -85,31 +91,45 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "ratebatch demo: --realism: %v\n", err)
 		return errUsage
 	}
-	for _, r := range strings.Split(*regimes, ",") {
-		switch r = strings.TrimSpace(r); r {
-		case "light", "loaded":
-			o.regimes = append(o.regimes, r)
-		case "":
-		default:
-			fmt.Fprintf(stderr, "ratebatch demo: --regimes: unknown regime %q (light, loaded)\n", r)
-			return errUsage
-		}
-	}
-	if len(o.regimes) == 0 {
-		fmt.Fprintln(stderr, "ratebatch demo: --regimes: name light, loaded or both")
+	if o.regimes, err = parseRegimes(*regimes); err != nil {
+		fmt.Fprintf(stderr, "ratebatch demo: --regimes: %v\n", err)
 		return errUsage
 	}
-	if *pols != "" {
-		o.policies = strings.Split(*pols, ",")
-	} else {
-		known := policy.Names()
-		for _, p := range demoPolicies {
-			if slices.Contains(known, p) {
-				o.policies = append(o.policies, p)
-			}
+	o.policies = demoPolicyList(*pols)
+	return demo(ctx, o, stdout)
+}
+
+// parseRegimes reads --regimes: a comma list of light and loaded.
+func parseRegimes(list string) ([]string, error) {
+	var out []string
+	for _, r := range strings.Split(list, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "light", "loaded":
+			out = append(out, r)
+		case "":
+		default:
+			return nil, fmt.Errorf("unknown regime %q (light, loaded)", r)
 		}
 	}
-	return demo(ctx, o, stdout)
+	if len(out) == 0 {
+		return nil, errors.New("name light, loaded or both")
+	}
+	return out, nil
+}
+
+// demoPolicyList is --policies split, or the default policies built in.
+func demoPolicyList(flag string) []string {
+	if flag != "" {
+		return strings.Split(flag, ",")
+	}
+	var out []string
+	known := policy.Names()
+	for _, p := range demoPolicies {
+		if slices.Contains(known, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func energyPresets() []string {
@@ -164,7 +184,12 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "ratebatch demo: emulated GPU %s, tau(b) = %g*b + %g ms, %s\n", prof.Name, prof.AlphaMs, prof.Tau0Ms, energy)
 	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q, policies %s\n",
 		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), o.model, strings.Join(o.policies, ", "))
+	if slices.Contains(o.policies, "budget") {
+		fmt.Fprintf(stdout, "budget: the fewest joules per request whose mean latency stays within %s %s's (policy.latency_budget)\n",
+			policy.DefaultLatencyBudget, demoBaseline)
+	}
 	peak := peakRho(series, prof, o.model)
+	var results []regimeResult
 	for i, regime := range o.regimes {
 		ro := o
 		ro.timeScale = 1
@@ -177,17 +202,24 @@ func demo(ctx context.Context, o demoOpts, stdout io.Writer) error {
 			ro.out = filepath.Join(o.out, regime)
 		}
 		fmt.Fprintf(stdout, "\n== %s regime: peak rho %.2f", regime, peak*ro.timeScale)
-		if regime == "loaded" {
-			fmt.Fprintf(stdout, " (the GPU %.1fx slower, as if the trace's rates were %.1fx higher, as docs/RESULTS.md's loaded copy)", ro.timeScale, ro.timeScale)
-		} else {
-			fmt.Fprint(stdout, " (the trace as it is: the GPU is nearly idle, so the policies barely differ)")
-		}
+		printRegime(stdout, regime, ro.timeScale)
 		fmt.Fprintf(stdout, "; results in %s\n\n", ro.out)
-		if err := demoRegime(ctx, ro, prof, series, stdout); err != nil {
+		rows, err := demoRegime(ctx, ro, prof, series, stdout)
+		if err != nil {
 			return fmt.Errorf("%s regime: %w", regime, err)
 		}
+		results = append(results, regimeResult{regime, rows})
 	}
-	return nil
+	return writeVerdict(stdout, o.out, results)
+}
+
+// printRegime says what a regime's load means.
+func printRegime(w io.Writer, regime string, timeScale float64) {
+	if regime == "loaded" {
+		fmt.Fprintf(w, " (the GPU %.1fx slower, as if the trace's rates were %.1fx higher, as docs/RESULTS.md's loaded copy)", timeScale, timeScale)
+		return
+	}
+	fmt.Fprint(w, " (the trace as it is: the GPU is nearly idle, so every policy sends most requests alone and they barely differ)")
 }
 
 // peakRho is the trace's peak rate over the throughput of full batches of
@@ -201,8 +233,9 @@ func peakRho(series *trace.Series, prof preset.Profile, model string) float64 {
 	return series.MaxRate() / mu
 }
 
-// demoRegime runs every policy's lane through the trace once, at o.timeScale.
-func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *trace.Series, stdout io.Writer) error {
+// demoRegime runs every policy's lane through the trace once, at
+// o.timeScale, and returns the comparison's rows.
+func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *trace.Series, stdout io.Writer) ([]loadreport.Row, error) {
 	model := o.model
 	_, verify := loadgen.VerifierFor(model)
 
@@ -212,7 +245,7 @@ func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *tr
 	for i, p := range o.policies {
 		l, err := startLane(ctx, p, prof, o)
 		if err != nil {
-			return fmt.Errorf("policy %s: %w", p, err)
+			return nil, fmt.Errorf("policy %s: %w", p, err)
 		}
 		lanes[i] = l
 		defer l.stop()
@@ -243,14 +276,24 @@ func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *tr
 	go func() { wg.Wait(); close(done) }()
 	showProgress(stdout, lanes, done)
 
+	runs, problems, err := collectRuns(lanes)
+	if err != nil {
+		return nil, err
+	}
+	return writeDemoReport(stdout, o.out, runs, problems)
+}
+
+// collectRuns gathers each lane's records and the proxy's final samples,
+// and lists what went wrong.
+func collectRuns(lanes []*demoLane) ([]loadreport.Run, []string, error) {
 	var runs []loadreport.Run
 	var problems []string
 	for _, l := range lanes {
 		if l.err != nil {
-			return fmt.Errorf("policy %s: %w", l.policy, l.err)
+			return nil, nil, fmt.Errorf("policy %s: %w", l.policy, l.err)
 		}
 		if _, err := l.sampler.Poll(context.Background()); err != nil { // the final figures
-			return err
+			return nil, nil, err
 		}
 		s := l.result.Summary
 		if s.Errors > 0 || s.Dropped > 0 {
@@ -259,7 +302,7 @@ func demoRegime(ctx context.Context, o demoOpts, prof preset.Profile, series *tr
 		}
 		runs = append(runs, loadreport.Run{Name: l.policy, Records: l.result.Records, Samples: l.sampler.Samples()})
 	}
-	return writeDemoReport(stdout, o.out, runs, problems)
+	return runs, problems, nil
 }
 
 func startLane(ctx context.Context, pol string, prof preset.Profile, o demoOpts) (*demoLane, error) {
@@ -381,36 +424,171 @@ func progressCells(s loadgen.Snapshot, samples []loadreport.Sample) (b, p50, rpj
 	return b, p50, rpj
 }
 
-func writeDemoReport(stdout io.Writer, dir string, runs []loadreport.Run, problems []string) error {
+func writeDemoReport(stdout io.Writer, dir string, runs []loadreport.Run, problems []string) ([]loadreport.Row, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	rows := loadreport.Summarize(runs)
-	fmt.Fprintln(stdout, "\nComparison (ratios against the first policy):")
+	fmt.Fprintf(stdout, "\nComparison (ratios against the first policy, %s):\n", rows[0].Name)
 	loadreport.WriteTable(stdout, rows)
-	table, err := os.Create(filepath.Join(dir, "summary.md"))
-	if err != nil {
-		return err
+	fmt.Fprintln(stdout, "\nVerdict against "+demoBaseline+" (requests per joule over the whole run, from the emulated meter; latency as the client saw it):")
+	writeVerdictLines(stdout, rows)
+	if err := writeFile(filepath.Join(dir, "summary.md"), func(w io.Writer) error { return loadreport.WriteTable(w, rows) }); err != nil {
+		return nil, err
 	}
-	loadreport.WriteTable(table, rows)
-	table.Close()
 	for _, r := range runs {
 		if err := writeRunFiles(dir, r); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	paths, err := loadreport.WritePlots(dir, runs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(stdout, "\nwrote %s, per-policy CSVs, and plots:\n", filepath.Join(dir, "summary.md"))
 	for _, p := range paths {
 		fmt.Fprintln(stdout, "  "+p)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("requests failed: %s", strings.Join(problems, "; "))
+		return nil, fmt.Errorf("requests failed: %s", strings.Join(problems, "; "))
 	}
-	return nil
+	return rows, nil
+}
+
+// regimeResult is one regime's comparison.
+type regimeResult struct {
+	regime string
+	rows   []loadreport.Row
+}
+
+// verdict is one policy against the baseline: its requests per joule over
+// the baseline's (gain), and its mean and p99 latency over the baseline's.
+type verdict struct {
+	rpj, baseRPJ       float64
+	gain, lat, p99     float64
+	hasEnergy, hasBase bool
+}
+
+// against compares r with the baseline's row among rows.
+func against(r loadreport.Row, rows []loadreport.Row) verdict {
+	var v verdict
+	i := slices.IndexFunc(rows, func(b loadreport.Row) bool { return b.Name == demoBaseline })
+	if i < 0 || rows[i].MeanLatencyMs <= 0 || rows[i].P99LatencyMs <= 0 {
+		return v
+	}
+	b := rows[i]
+	v.hasBase = true
+	v.lat, v.p99 = r.MeanLatencyMs/b.MeanLatencyMs, r.P99LatencyMs/b.P99LatencyMs
+	if r.RequestsPerJoule != nil && b.RequestsPerJoule != nil && *b.RequestsPerJoule > 0 {
+		v.hasEnergy = true
+		v.rpj, v.baseRPJ = *r.RequestsPerJoule, *b.RequestsPerJoule
+		v.gain = v.rpj / v.baseRPJ
+	}
+	return v
+}
+
+// writeVerdictLines prints one line per policy other than the baseline.
+func writeVerdictLines(w io.Writer, rows []loadreport.Row) {
+	for _, r := range rows {
+		if r.Name == demoBaseline {
+			continue
+		}
+		v := against(r, rows)
+		switch {
+		case !v.hasBase:
+			fmt.Fprintf(w, "  %-14s no %s run to compare with (add it to --policies)\n", r.Name, demoBaseline)
+		case !v.hasEnergy:
+			fmt.Fprintf(w, "  %-14s no energy figures; mean latency %.2fx %s's, p99 %.2fx\n", r.Name, v.lat, demoBaseline, v.p99)
+		default:
+			fmt.Fprintf(w, "  %-14s %s requests per joule (%.2f vs %.2f req/J), mean latency %.2fx %s's, p99 %.2fx: %s\n",
+				r.Name, pct(v.gain), v.rpj, v.baseRPJ, v.lat, demoBaseline, v.p99, v.word())
+		}
+	}
+}
+
+// opt writes a figure that may be unknown.
+func opt(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
+// pct writes a ratio as a signed percentage change: 1.183 is +18.3%.
+func pct(ratio float64) string { return fmt.Sprintf("%+.1f%%", 100*(ratio-1)) }
+
+// word sums a verdict up: within 2% counts as the same.
+func (v verdict) word() string {
+	energy := "same energy"
+	switch {
+	case v.gain > 1.02:
+		energy = "fewer joules per request"
+	case v.gain < 0.98:
+		energy = "more joules per request"
+	}
+	latency := "same latency"
+	switch {
+	case v.lat > 1.02:
+		latency = "slower"
+	case v.lat < 0.98:
+		latency = "faster"
+	}
+	return energy + ", " + latency
+}
+
+// writeVerdict closes the demo: per policy and regime, the gain in
+// requests per joule and the latency against the baseline, as a table on
+// stdout and in dir/verdict.md, then budget's gain in one sentence.
+func writeVerdict(stdout io.Writer, dir string, results []regimeResult) error {
+	var b strings.Builder
+	b.WriteString("| policy |")
+	sep := "|---|"
+	for _, r := range results {
+		fmt.Fprintf(&b, " %s: req/J vs %s | %s: mean (p99) latency vs %s |", r.regime, demoBaseline, r.regime, demoBaseline)
+		sep += "---:|---:|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	for i, row := range results[0].rows {
+		fmt.Fprintf(&b, "| %s |", row.Name)
+		for _, r := range results {
+			v := against(r.rows[i], r.rows)
+			switch {
+			case row.Name == demoBaseline:
+				fmt.Fprintf(&b, " baseline: %s req/J | baseline: %.2f (%.2f) ms |", opt(r.rows[i].RequestsPerJoule), r.rows[i].MeanLatencyMs, r.rows[i].P99LatencyMs)
+			case !v.hasBase:
+				b.WriteString(" - | - |")
+			case !v.hasEnergy:
+				fmt.Fprintf(&b, " - | %.2fx (%.2fx) |", v.lat, v.p99)
+			default:
+				fmt.Fprintf(&b, " %s (%.2fx) | %.2fx (%.2fx) |", pct(v.gain), v.gain, v.lat, v.p99)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if s := budgetSentence(results); s != "" {
+		b.WriteString("\n" + s + "\n")
+	}
+	fmt.Fprintln(stdout, "\n== Verdict: every policy against "+demoBaseline+", the client without a proxy")
+	fmt.Fprint(stdout, b.String())
+	return writeFile(filepath.Join(dir, "verdict.md"), func(w io.Writer) error { _, err := io.WriteString(w, b.String()); return err })
+}
+
+// budgetSentence names budget's gain in requests per joule, per regime.
+func budgetSentence(results []regimeResult) string {
+	var parts []string
+	for _, r := range results {
+		i := slices.IndexFunc(r.rows, func(x loadreport.Row) bool { return x.Name == "budget" })
+		if i < 0 {
+			return ""
+		}
+		if v := against(r.rows[i], r.rows); v.hasEnergy {
+			parts = append(parts, fmt.Sprintf("%s requests per joule (%.2fx) at %.2fx the mean latency in the %s regime", pct(v.gain), v.gain, v.lat, r.regime))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "budget (mean latency at most " + policy.DefaultLatencyBudget.String() + " " + demoBaseline + "'s) against " + demoBaseline + ": " + strings.Join(parts, "; ") + "."
 }
 
 // writeRunFiles keeps a run as the two CSVs `ratebatch report` reads.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,19 +21,27 @@ import (
 func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--speedup", "300", "--policies", "batchmonitor,adhoc", "--out", dir}, &out, &errb)
+	code := run(context.Background(), []string{"demo", "--speedup", "300", "--policies", "batchmonitor,adhoc,budget", "--out", dir}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	text := out.String()
 	for _, want := range []string{"| batchmonitor |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg",
-		"light regime: peak rho 0.10", "loaded regime: peak rho 0.80", "/ui/", "b = mean rows per batch"} {
+		"light regime: peak rho 0.10", "loaded regime: peak rho 0.80", "/ui/", "b = mean rows per batch",
+		"Verdict against adhoc", "== Verdict: every policy against adhoc", "| budget |", "budget (mean latency at most 1.1x adhoc's) against adhoc: "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "loaded", "summary.md")); err != nil {
 		t.Errorf("no loaded-regime report: %v", err)
+	}
+	// One verdict line per policy but the baseline, in each regime.
+	if n := strings.Count(text, " req/J), mean latency "); n != 4 {
+		t.Errorf("%d verdict lines, want 2 policies x 2 regimes:\n%s", n, text)
+	}
+	if v, err := os.ReadFile(filepath.Join(dir, "verdict.md")); err != nil || !bytes.Contains(v, []byte("| budget |")) {
+		t.Errorf("verdict.md: %v, %q", err, v)
 	}
 	// The files the report command reads back.
 	for _, pol := range []string{"batchmonitor", "adhoc"} {
@@ -146,8 +155,8 @@ func TestLoadSamplesAndReport(t *testing.T) {
 	for _, r := range rep.Rows {
 		got = append(got, r.Name)
 	}
-	if strings.Join(got, ",") != "batchmonitor,adhoc,zeta" {
-		t.Errorf("runs found in --dir: %v, want batchmonitor,adhoc,zeta", got)
+	if strings.Join(got, ",") != "adhoc,batchmonitor,zeta" {
+		t.Errorf("runs found in --dir: %v, want adhoc,batchmonitor,zeta (the demo's order: the baseline first)", got)
 	}
 	if code := run(context.Background(), []string{"report", "--dir", t.TempDir()}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no NAME.load.csv") {
 		t.Errorf("empty --dir: exit %d, stderr %q", code, errb.String())
@@ -171,5 +180,56 @@ func TestDemoProgressCells(t *testing.T) {
 	b, p50, r = progressCells(loadgen.Snapshot{}, idle)
 	if b != "-" || p50 != "-" || r != "-" {
 		t.Errorf("idle second: %q %q %q, want - - -", b, p50, r)
+	}
+}
+
+// The verdict compares each policy with ad-hoc wherever it sits in the
+// list, names budget's gain, and says when there is nothing to compare.
+func TestDemoVerdict(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	light := []loadreport.Row{
+		{Name: "budget", MeanLatencyMs: 4.4, P99LatencyMs: 9, RequestsPerJoule: f(25)},
+		{Name: "adhoc", MeanLatencyMs: 4, P99LatencyMs: 10, RequestsPerJoule: f(20)},
+		{Name: "smdp", MeanLatencyMs: 4, P99LatencyMs: 10},
+	}
+	var line bytes.Buffer
+	writeVerdictLines(&line, light)
+	for _, want := range []string{"budget         +25.0% requests per joule (25.00 vs 20.00 req/J), mean latency 1.10x adhoc's, p99 0.90x: fewer joules per request, slower",
+		"smdp           no energy figures; mean latency 1.00x adhoc's"} {
+		if !strings.Contains(line.String(), want) {
+			t.Errorf("verdict lines lack %q:\n%s", want, line.String())
+		}
+	}
+	if strings.Contains(line.String(), "adhoc  ") {
+		t.Errorf("the baseline got a verdict line:\n%s", line.String())
+	}
+
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if err := writeVerdict(&out, dir, []regimeResult{{"light", light}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| budget | +25.0% (1.25x) | 1.10x (0.90x) |", "| adhoc | baseline: 20.00 req/J | baseline: 4.00 (10.00) ms |",
+		"budget (mean latency at most 1.1x adhoc's) against adhoc: +25.0% requests per joule (1.25x) at 1.10x the mean latency in the light regime."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("closing table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	line.Reset()
+	writeVerdictLines(&line, light[:1])
+	if !strings.Contains(line.String(), "no adhoc run to compare with") {
+		t.Errorf("without adhoc: %q", line.String())
+	}
+}
+
+// The default policies start with the baseline and include budget.
+func TestDemoDefaultPolicies(t *testing.T) {
+	got := demoPolicyList("")
+	if len(got) == 0 || got[0] != demoBaseline || !slices.Contains(got, "budget") {
+		t.Errorf("default policies %v: want %s first and budget among them", got, demoBaseline)
+	}
+	if got := demoPolicyList("a,b"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("--policies a,b gave %v", got)
 	}
 }

@@ -24,7 +24,7 @@ const emulateShutdownGrace = 5 * time.Second
 func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("emulate", stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "address of the KServe v2 HTTP API (Triton's port 8000)")
-	grpcListen := fs.String("grpc-listen", "", "address of the KServe v2 gRPC API (Triton's port 8001: liveness, readiness, metadata, ModelInfer); empty: off")
+	grpcListen := fs.String("grpc-listen", "", "address of the KServe v2 gRPC API (Triton's port 8001: liveness, readiness, metadata, config, statistics, repository index, ModelInfer); empty: off")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:8002", "address of GET /metrics (Triton's port 8002); empty to disable")
 	presetName := fs.String("preset", preset.DefaultPreset, "model profile giving tau(b) and zeta(b) of every model; one of "+fmt.Sprint(preset.Names()))
 	realism := fs.String("realism", "exact", "roughness of a real server: "+strings.Join(emulator.RealismNames(), ", ")+" (see docs/LEARNING.md); the true line stays at GET /emulator/models/{m}")

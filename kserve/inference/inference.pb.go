@@ -3,10 +3,14 @@
 // from the published specification. Message, field names and numbers are
 // the wire contract. Server and model metadata are declared for the
 // emulator's gRPC door and the load generator; the proxy relays them like
-// everything else it only forwards. Everything ratebatch only forwards (config,
-// statistics, repository, shared memory, trace, log, ModelStreamInfer, any
-// method a newer Triton adds) is not declared here: the proxy relays those
-// calls as raw bytes, so their answers are Triton's own, byte for byte.
+// everything else it only forwards. So are the model config, statistics and
+// repository index, with only the fields the emulator fills (the subset of
+// Triton's model_config.proto that perf_analyzer and tritonclient read):
+// a field the emulator never sets needs no declaration, and a client reads
+// an absent field as its default. Everything else ratebatch only forwards
+// (shared memory, trace, log, load and unload, ModelStreamInfer, any method
+// a newer Triton adds) is not declared here: the proxy relays every call
+// but ModelInfer as raw bytes, so its answers are Triton's own, byte for byte.
 //
 // Regenerate the Go code with `make generate`.
 
@@ -32,6 +36,194 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Triton's tensor datatypes in the model configuration (model_config.proto);
+// TYPE_STRING is the protocol's BYTES.
+type DataType int32
+
+const (
+	DataType_TYPE_INVALID DataType = 0
+	DataType_TYPE_BOOL    DataType = 1
+	DataType_TYPE_UINT8   DataType = 2
+	DataType_TYPE_UINT16  DataType = 3
+	DataType_TYPE_UINT32  DataType = 4
+	DataType_TYPE_UINT64  DataType = 5
+	DataType_TYPE_INT8    DataType = 6
+	DataType_TYPE_INT16   DataType = 7
+	DataType_TYPE_INT32   DataType = 8
+	DataType_TYPE_INT64   DataType = 9
+	DataType_TYPE_FP16    DataType = 10
+	DataType_TYPE_FP32    DataType = 11
+	DataType_TYPE_FP64    DataType = 12
+	DataType_TYPE_STRING  DataType = 13
+	DataType_TYPE_BF16    DataType = 14
+)
+
+// Enum value maps for DataType.
+var (
+	DataType_name = map[int32]string{
+		0:  "TYPE_INVALID",
+		1:  "TYPE_BOOL",
+		2:  "TYPE_UINT8",
+		3:  "TYPE_UINT16",
+		4:  "TYPE_UINT32",
+		5:  "TYPE_UINT64",
+		6:  "TYPE_INT8",
+		7:  "TYPE_INT16",
+		8:  "TYPE_INT32",
+		9:  "TYPE_INT64",
+		10: "TYPE_FP16",
+		11: "TYPE_FP32",
+		12: "TYPE_FP64",
+		13: "TYPE_STRING",
+		14: "TYPE_BF16",
+	}
+	DataType_value = map[string]int32{
+		"TYPE_INVALID": 0,
+		"TYPE_BOOL":    1,
+		"TYPE_UINT8":   2,
+		"TYPE_UINT16":  3,
+		"TYPE_UINT32":  4,
+		"TYPE_UINT64":  5,
+		"TYPE_INT8":    6,
+		"TYPE_INT16":   7,
+		"TYPE_INT32":   8,
+		"TYPE_INT64":   9,
+		"TYPE_FP16":    10,
+		"TYPE_FP32":    11,
+		"TYPE_FP64":    12,
+		"TYPE_STRING":  13,
+		"TYPE_BF16":    14,
+	}
+)
+
+func (x DataType) Enum() *DataType {
+	p := new(DataType)
+	*p = x
+	return p
+}
+
+func (x DataType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DataType) Descriptor() protoreflect.EnumDescriptor {
+	return file_inference_proto_enumTypes[0].Descriptor()
+}
+
+func (DataType) Type() protoreflect.EnumType {
+	return &file_inference_proto_enumTypes[0]
+}
+
+func (x DataType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DataType.Descriptor instead.
+func (DataType) EnumDescriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{0}
+}
+
+type ModelInput_Format int32
+
+const (
+	ModelInput_FORMAT_NONE ModelInput_Format = 0
+	ModelInput_FORMAT_NHWC ModelInput_Format = 1
+	ModelInput_FORMAT_NCHW ModelInput_Format = 2
+)
+
+// Enum value maps for ModelInput_Format.
+var (
+	ModelInput_Format_name = map[int32]string{
+		0: "FORMAT_NONE",
+		1: "FORMAT_NHWC",
+		2: "FORMAT_NCHW",
+	}
+	ModelInput_Format_value = map[string]int32{
+		"FORMAT_NONE": 0,
+		"FORMAT_NHWC": 1,
+		"FORMAT_NCHW": 2,
+	}
+)
+
+func (x ModelInput_Format) Enum() *ModelInput_Format {
+	p := new(ModelInput_Format)
+	*p = x
+	return p
+}
+
+func (x ModelInput_Format) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ModelInput_Format) Descriptor() protoreflect.EnumDescriptor {
+	return file_inference_proto_enumTypes[1].Descriptor()
+}
+
+func (ModelInput_Format) Type() protoreflect.EnumType {
+	return &file_inference_proto_enumTypes[1]
+}
+
+func (x ModelInput_Format) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ModelInput_Format.Descriptor instead.
+func (ModelInput_Format) EnumDescriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{19, 0}
+}
+
+type ModelInstanceGroup_Kind int32
+
+const (
+	ModelInstanceGroup_KIND_AUTO  ModelInstanceGroup_Kind = 0
+	ModelInstanceGroup_KIND_GPU   ModelInstanceGroup_Kind = 1
+	ModelInstanceGroup_KIND_CPU   ModelInstanceGroup_Kind = 2
+	ModelInstanceGroup_KIND_MODEL ModelInstanceGroup_Kind = 3
+)
+
+// Enum value maps for ModelInstanceGroup_Kind.
+var (
+	ModelInstanceGroup_Kind_name = map[int32]string{
+		0: "KIND_AUTO",
+		1: "KIND_GPU",
+		2: "KIND_CPU",
+		3: "KIND_MODEL",
+	}
+	ModelInstanceGroup_Kind_value = map[string]int32{
+		"KIND_AUTO":  0,
+		"KIND_GPU":   1,
+		"KIND_CPU":   2,
+		"KIND_MODEL": 3,
+	}
+)
+
+func (x ModelInstanceGroup_Kind) Enum() *ModelInstanceGroup_Kind {
+	p := new(ModelInstanceGroup_Kind)
+	*p = x
+	return p
+}
+
+func (x ModelInstanceGroup_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ModelInstanceGroup_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_inference_proto_enumTypes[2].Descriptor()
+}
+
+func (ModelInstanceGroup_Kind) Type() protoreflect.EnumType {
+	return &file_inference_proto_enumTypes[2]
+}
+
+func (x ModelInstanceGroup_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ModelInstanceGroup_Kind.Descriptor instead.
+func (ModelInstanceGroup_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{21, 0}
+}
 
 type ServerLiveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -981,6 +1173,976 @@ func (x *ModelStreamInferResponse) GetInferResponse() *ModelInferResponse {
 	return nil
 }
 
+type ModelConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelConfigRequest) Reset() {
+	*x = ModelConfigRequest{}
+	mi := &file_inference_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelConfigRequest) ProtoMessage() {}
+
+func (x *ModelConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelConfigRequest.ProtoReflect.Descriptor instead.
+func (*ModelConfigRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ModelConfigRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelConfigRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type ModelConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        *ModelConfig           `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelConfigResponse) Reset() {
+	*x = ModelConfigResponse{}
+	mi := &file_inference_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelConfigResponse) ProtoMessage() {}
+
+func (x *ModelConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelConfigResponse.ProtoReflect.Descriptor instead.
+func (*ModelConfigResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ModelConfigResponse) GetConfig() *ModelConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// The part of Triton's ModelConfig the emulator fills. Field numbers are
+// model_config.proto's, so Triton's own clients decode it.
+type ModelConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Platform      string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	VersionPolicy *ModelVersionPolicy    `protobuf:"bytes,3,opt,name=version_policy,json=versionPolicy,proto3" json:"version_policy,omitempty"`
+	// 0: the model takes no batch dimension, and nothing batches it.
+	MaxBatchSize  int32                 `protobuf:"varint,4,opt,name=max_batch_size,json=maxBatchSize,proto3" json:"max_batch_size,omitempty"`
+	Input         []*ModelInput         `protobuf:"bytes,5,rep,name=input,proto3" json:"input,omitempty"`
+	Output        []*ModelOutput        `protobuf:"bytes,6,rep,name=output,proto3" json:"output,omitempty"`
+	InstanceGroup []*ModelInstanceGroup `protobuf:"bytes,7,rep,name=instance_group,json=instanceGroup,proto3" json:"instance_group,omitempty"`
+	Backend       string                `protobuf:"bytes,17,opt,name=backend,proto3" json:"backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelConfig) Reset() {
+	*x = ModelConfig{}
+	mi := &file_inference_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelConfig) ProtoMessage() {}
+
+func (x *ModelConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelConfig.ProtoReflect.Descriptor instead.
+func (*ModelConfig) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ModelConfig) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelConfig) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *ModelConfig) GetVersionPolicy() *ModelVersionPolicy {
+	if x != nil {
+		return x.VersionPolicy
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetMaxBatchSize() int32 {
+	if x != nil {
+		return x.MaxBatchSize
+	}
+	return 0
+}
+
+func (x *ModelConfig) GetInput() []*ModelInput {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetOutput() []*ModelOutput {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetInstanceGroup() []*ModelInstanceGroup {
+	if x != nil {
+		return x.InstanceGroup
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+type ModelVersionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to PolicyChoice:
+	//
+	//	*ModelVersionPolicy_Latest_
+	PolicyChoice  isModelVersionPolicy_PolicyChoice `protobuf_oneof:"policy_choice"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelVersionPolicy) Reset() {
+	*x = ModelVersionPolicy{}
+	mi := &file_inference_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelVersionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelVersionPolicy) ProtoMessage() {}
+
+func (x *ModelVersionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelVersionPolicy.ProtoReflect.Descriptor instead.
+func (*ModelVersionPolicy) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ModelVersionPolicy) GetPolicyChoice() isModelVersionPolicy_PolicyChoice {
+	if x != nil {
+		return x.PolicyChoice
+	}
+	return nil
+}
+
+func (x *ModelVersionPolicy) GetLatest() *ModelVersionPolicy_Latest {
+	if x != nil {
+		if x, ok := x.PolicyChoice.(*ModelVersionPolicy_Latest_); ok {
+			return x.Latest
+		}
+	}
+	return nil
+}
+
+type isModelVersionPolicy_PolicyChoice interface {
+	isModelVersionPolicy_PolicyChoice()
+}
+
+type ModelVersionPolicy_Latest_ struct {
+	Latest *ModelVersionPolicy_Latest `protobuf:"bytes,1,opt,name=latest,proto3,oneof"`
+}
+
+func (*ModelVersionPolicy_Latest_) isModelVersionPolicy_PolicyChoice() {}
+
+type ModelInput struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DataType DataType               `protobuf:"varint,2,opt,name=data_type,json=dataType,proto3,enum=inference.DataType" json:"data_type,omitempty"`
+	Format   ModelInput_Format      `protobuf:"varint,3,opt,name=format,proto3,enum=inference.ModelInput_Format" json:"format,omitempty"`
+	// Without the batch dimension; -1 marks a variable one.
+	Dims          []int64 `protobuf:"varint,4,rep,packed,name=dims,proto3" json:"dims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelInput) Reset() {
+	*x = ModelInput{}
+	mi := &file_inference_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelInput) ProtoMessage() {}
+
+func (x *ModelInput) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelInput.ProtoReflect.Descriptor instead.
+func (*ModelInput) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ModelInput) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelInput) GetDataType() DataType {
+	if x != nil {
+		return x.DataType
+	}
+	return DataType_TYPE_INVALID
+}
+
+func (x *ModelInput) GetFormat() ModelInput_Format {
+	if x != nil {
+		return x.Format
+	}
+	return ModelInput_FORMAT_NONE
+}
+
+func (x *ModelInput) GetDims() []int64 {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+type ModelOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DataType      DataType               `protobuf:"varint,2,opt,name=data_type,json=dataType,proto3,enum=inference.DataType" json:"data_type,omitempty"`
+	Dims          []int64                `protobuf:"varint,3,rep,packed,name=dims,proto3" json:"dims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelOutput) Reset() {
+	*x = ModelOutput{}
+	mi := &file_inference_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelOutput) ProtoMessage() {}
+
+func (x *ModelOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
+func (*ModelOutput) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ModelOutput) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelOutput) GetDataType() DataType {
+	if x != nil {
+		return x.DataType
+	}
+	return DataType_TYPE_INVALID
+}
+
+func (x *ModelOutput) GetDims() []int64 {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+type ModelInstanceGroup struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Name          string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Count         int32                   `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Gpus          []int32                 `protobuf:"varint,3,rep,packed,name=gpus,proto3" json:"gpus,omitempty"`
+	Kind          ModelInstanceGroup_Kind `protobuf:"varint,4,opt,name=kind,proto3,enum=inference.ModelInstanceGroup_Kind" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelInstanceGroup) Reset() {
+	*x = ModelInstanceGroup{}
+	mi := &file_inference_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelInstanceGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelInstanceGroup) ProtoMessage() {}
+
+func (x *ModelInstanceGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelInstanceGroup.ProtoReflect.Descriptor instead.
+func (*ModelInstanceGroup) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ModelInstanceGroup) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelInstanceGroup) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ModelInstanceGroup) GetGpus() []int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *ModelInstanceGroup) GetKind() ModelInstanceGroup_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return ModelInstanceGroup_KIND_AUTO
+}
+
+type ModelStatisticsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every model; version empty: every version.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStatisticsRequest) Reset() {
+	*x = ModelStatisticsRequest{}
+	mi := &file_inference_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatisticsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatisticsRequest) ProtoMessage() {}
+
+func (x *ModelStatisticsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatisticsRequest.ProtoReflect.Descriptor instead.
+func (*ModelStatisticsRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ModelStatisticsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelStatisticsRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type ModelStatisticsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ModelStats    []*ModelStatistics     `protobuf:"bytes,1,rep,name=model_stats,json=modelStats,proto3" json:"model_stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelStatisticsResponse) Reset() {
+	*x = ModelStatisticsResponse{}
+	mi := &file_inference_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatisticsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatisticsResponse) ProtoMessage() {}
+
+func (x *ModelStatisticsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatisticsResponse.ProtoReflect.Descriptor instead.
+func (*ModelStatisticsResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ModelStatisticsResponse) GetModelStats() []*ModelStatistics {
+	if x != nil {
+		return x.ModelStats
+	}
+	return nil
+}
+
+// A count and a cumulative duration in nanoseconds.
+type StatisticDuration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Ns            uint64                 `protobuf:"varint,2,opt,name=ns,proto3" json:"ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatisticDuration) Reset() {
+	*x = StatisticDuration{}
+	mi := &file_inference_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatisticDuration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatisticDuration) ProtoMessage() {}
+
+func (x *StatisticDuration) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatisticDuration.ProtoReflect.Descriptor instead.
+func (*StatisticDuration) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StatisticDuration) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *StatisticDuration) GetNs() uint64 {
+	if x != nil {
+		return x.Ns
+	}
+	return 0
+}
+
+type InferStatistics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Success       *StatisticDuration     `protobuf:"bytes,1,opt,name=success,proto3" json:"success,omitempty"`
+	Fail          *StatisticDuration     `protobuf:"bytes,2,opt,name=fail,proto3" json:"fail,omitempty"`
+	Queue         *StatisticDuration     `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	ComputeInput  *StatisticDuration     `protobuf:"bytes,4,opt,name=compute_input,json=computeInput,proto3" json:"compute_input,omitempty"`
+	ComputeInfer  *StatisticDuration     `protobuf:"bytes,5,opt,name=compute_infer,json=computeInfer,proto3" json:"compute_infer,omitempty"`
+	ComputeOutput *StatisticDuration     `protobuf:"bytes,6,opt,name=compute_output,json=computeOutput,proto3" json:"compute_output,omitempty"`
+	CacheHit      *StatisticDuration     `protobuf:"bytes,7,opt,name=cache_hit,json=cacheHit,proto3" json:"cache_hit,omitempty"`
+	CacheMiss     *StatisticDuration     `protobuf:"bytes,8,opt,name=cache_miss,json=cacheMiss,proto3" json:"cache_miss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InferStatistics) Reset() {
+	*x = InferStatistics{}
+	mi := &file_inference_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InferStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InferStatistics) ProtoMessage() {}
+
+func (x *InferStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InferStatistics.ProtoReflect.Descriptor instead.
+func (*InferStatistics) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *InferStatistics) GetSuccess() *StatisticDuration {
+	if x != nil {
+		return x.Success
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetFail() *StatisticDuration {
+	if x != nil {
+		return x.Fail
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetQueue() *StatisticDuration {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetComputeInput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInput
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetComputeInfer() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInfer
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetComputeOutput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeOutput
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetCacheHit() *StatisticDuration {
+	if x != nil {
+		return x.CacheHit
+	}
+	return nil
+}
+
+func (x *InferStatistics) GetCacheMiss() *StatisticDuration {
+	if x != nil {
+		return x.CacheMiss
+	}
+	return nil
+}
+
+type InferBatchStatistics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchSize     uint64                 `protobuf:"varint,1,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	ComputeInput  *StatisticDuration     `protobuf:"bytes,2,opt,name=compute_input,json=computeInput,proto3" json:"compute_input,omitempty"`
+	ComputeInfer  *StatisticDuration     `protobuf:"bytes,3,opt,name=compute_infer,json=computeInfer,proto3" json:"compute_infer,omitempty"`
+	ComputeOutput *StatisticDuration     `protobuf:"bytes,4,opt,name=compute_output,json=computeOutput,proto3" json:"compute_output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InferBatchStatistics) Reset() {
+	*x = InferBatchStatistics{}
+	mi := &file_inference_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InferBatchStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InferBatchStatistics) ProtoMessage() {}
+
+func (x *InferBatchStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InferBatchStatistics.ProtoReflect.Descriptor instead.
+func (*InferBatchStatistics) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *InferBatchStatistics) GetBatchSize() uint64 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *InferBatchStatistics) GetComputeInput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInput
+	}
+	return nil
+}
+
+func (x *InferBatchStatistics) GetComputeInfer() *StatisticDuration {
+	if x != nil {
+		return x.ComputeInfer
+	}
+	return nil
+}
+
+func (x *InferBatchStatistics) GetComputeOutput() *StatisticDuration {
+	if x != nil {
+		return x.ComputeOutput
+	}
+	return nil
+}
+
+type ModelStatistics struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Milliseconds since the epoch; 0 before the first inference.
+	LastInference  uint64                  `protobuf:"varint,3,opt,name=last_inference,json=lastInference,proto3" json:"last_inference,omitempty"`
+	InferenceCount uint64                  `protobuf:"varint,4,opt,name=inference_count,json=inferenceCount,proto3" json:"inference_count,omitempty"`
+	ExecutionCount uint64                  `protobuf:"varint,5,opt,name=execution_count,json=executionCount,proto3" json:"execution_count,omitempty"`
+	InferenceStats *InferStatistics        `protobuf:"bytes,6,opt,name=inference_stats,json=inferenceStats,proto3" json:"inference_stats,omitempty"`
+	BatchStats     []*InferBatchStatistics `protobuf:"bytes,7,rep,name=batch_stats,json=batchStats,proto3" json:"batch_stats,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ModelStatistics) Reset() {
+	*x = ModelStatistics{}
+	mi := &file_inference_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelStatistics) ProtoMessage() {}
+
+func (x *ModelStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelStatistics.ProtoReflect.Descriptor instead.
+func (*ModelStatistics) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ModelStatistics) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelStatistics) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ModelStatistics) GetLastInference() uint64 {
+	if x != nil {
+		return x.LastInference
+	}
+	return 0
+}
+
+func (x *ModelStatistics) GetInferenceCount() uint64 {
+	if x != nil {
+		return x.InferenceCount
+	}
+	return 0
+}
+
+func (x *ModelStatistics) GetExecutionCount() uint64 {
+	if x != nil {
+		return x.ExecutionCount
+	}
+	return 0
+}
+
+func (x *ModelStatistics) GetInferenceStats() *InferStatistics {
+	if x != nil {
+		return x.InferenceStats
+	}
+	return nil
+}
+
+func (x *ModelStatistics) GetBatchStats() []*InferBatchStatistics {
+	if x != nil {
+		return x.BatchStats
+	}
+	return nil
+}
+
+type RepositoryIndexRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RepositoryName string                 `protobuf:"bytes,1,opt,name=repository_name,json=repositoryName,proto3" json:"repository_name,omitempty"`
+	// true: only the models ready for inference.
+	Ready         bool `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryIndexRequest) Reset() {
+	*x = RepositoryIndexRequest{}
+	mi := &file_inference_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryIndexRequest) ProtoMessage() {}
+
+func (x *RepositoryIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryIndexRequest.ProtoReflect.Descriptor instead.
+func (*RepositoryIndexRequest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RepositoryIndexRequest) GetRepositoryName() string {
+	if x != nil {
+		return x.RepositoryName
+	}
+	return ""
+}
+
+func (x *RepositoryIndexRequest) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+type RepositoryIndexResponse struct {
+	state         protoimpl.MessageState                `protogen:"open.v1"`
+	Models        []*RepositoryIndexResponse_ModelIndex `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryIndexResponse) Reset() {
+	*x = RepositoryIndexResponse{}
+	mi := &file_inference_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryIndexResponse) ProtoMessage() {}
+
+func (x *RepositoryIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryIndexResponse.ProtoReflect.Descriptor instead.
+func (*RepositoryIndexResponse) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RepositoryIndexResponse) GetModels() []*RepositoryIndexResponse_ModelIndex {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 type ModelMetadataResponse_TensorMetadata struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -993,7 +2155,7 @@ type ModelMetadataResponse_TensorMetadata struct {
 
 func (x *ModelMetadataResponse_TensorMetadata) Reset() {
 	*x = ModelMetadataResponse_TensorMetadata{}
-	mi := &file_inference_proto_msgTypes[15]
+	mi := &file_inference_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +2167,7 @@ func (x *ModelMetadataResponse_TensorMetadata) String() string {
 func (*ModelMetadataResponse_TensorMetadata) ProtoMessage() {}
 
 func (x *ModelMetadataResponse_TensorMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[15]
+	mi := &file_inference_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +2217,7 @@ type ModelInferRequest_InferInputTensor struct {
 
 func (x *ModelInferRequest_InferInputTensor) Reset() {
 	*x = ModelInferRequest_InferInputTensor{}
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +2229,7 @@ func (x *ModelInferRequest_InferInputTensor) String() string {
 func (*ModelInferRequest_InferInputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[16]
+	mi := &file_inference_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +2290,7 @@ type ModelInferRequest_InferRequestedOutputTensor struct {
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) Reset() {
 	*x = ModelInferRequest_InferRequestedOutputTensor{}
-	mi := &file_inference_proto_msgTypes[17]
+	mi := &file_inference_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +2302,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) String() string {
 func (*ModelInferRequest_InferRequestedOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[17]
+	mi := &file_inference_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +2345,7 @@ type ModelInferResponse_InferOutputTensor struct {
 
 func (x *ModelInferResponse_InferOutputTensor) Reset() {
 	*x = ModelInferResponse_InferOutputTensor{}
-	mi := &file_inference_proto_msgTypes[21]
+	mi := &file_inference_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +2357,7 @@ func (x *ModelInferResponse_InferOutputTensor) String() string {
 func (*ModelInferResponse_InferOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_inference_proto_msgTypes[21]
+	mi := &file_inference_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,6 +2406,118 @@ func (x *ModelInferResponse_InferOutputTensor) GetContents() *InferTensorContent
 		return x.Contents
 	}
 	return nil
+}
+
+type ModelVersionPolicy_Latest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NumVersions   uint32                 `protobuf:"varint,1,opt,name=num_versions,json=numVersions,proto3" json:"num_versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelVersionPolicy_Latest) Reset() {
+	*x = ModelVersionPolicy_Latest{}
+	mi := &file_inference_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelVersionPolicy_Latest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelVersionPolicy_Latest) ProtoMessage() {}
+
+func (x *ModelVersionPolicy_Latest) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelVersionPolicy_Latest.ProtoReflect.Descriptor instead.
+func (*ModelVersionPolicy_Latest) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{18, 0}
+}
+
+func (x *ModelVersionPolicy_Latest) GetNumVersions() uint32 {
+	if x != nil {
+		return x.NumVersions
+	}
+	return 0
+}
+
+type RepositoryIndexResponse_ModelIndex struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) Reset() {
+	*x = RepositoryIndexResponse_ModelIndex{}
+	mi := &file_inference_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryIndexResponse_ModelIndex) ProtoMessage() {}
+
+func (x *RepositoryIndexResponse_ModelIndex) ProtoReflect() protoreflect.Message {
+	mi := &file_inference_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryIndexResponse_ModelIndex.ProtoReflect.Descriptor instead.
+func (*RepositoryIndexResponse_ModelIndex) Descriptor() ([]byte, []int) {
+	return file_inference_proto_rawDescGZIP(), []int{29, 0}
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 var File_inference_proto protoreflect.FileDescriptor
@@ -1359,7 +2633,117 @@ const file_inference_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x19.inference.InferParameterR\x05value:\x028\x01\"\x85\x01\n" +
 	"\x18ModelStreamInferResponse\x12#\n" +
 	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\x12D\n" +
-	"\x0einfer_response\x18\x02 \x01(\v2\x1d.inference.ModelInferResponseR\rinferResponse2\xfc\x03\n" +
+	"\x0einfer_response\x18\x02 \x01(\v2\x1d.inference.ModelInferResponseR\rinferResponse\"B\n" +
+	"\x12ModelConfigRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"E\n" +
+	"\x13ModelConfigResponse\x12.\n" +
+	"\x06config\x18\x01 \x01(\v2\x16.inference.ModelConfigR\x06config\"\xe6\x02\n" +
+	"\vModelConfig\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12D\n" +
+	"\x0eversion_policy\x18\x03 \x01(\v2\x1d.inference.ModelVersionPolicyR\rversionPolicy\x12$\n" +
+	"\x0emax_batch_size\x18\x04 \x01(\x05R\fmaxBatchSize\x12+\n" +
+	"\x05input\x18\x05 \x03(\v2\x15.inference.ModelInputR\x05input\x12.\n" +
+	"\x06output\x18\x06 \x03(\v2\x16.inference.ModelOutputR\x06output\x12D\n" +
+	"\x0einstance_group\x18\a \x03(\v2\x1d.inference.ModelInstanceGroupR\rinstanceGroup\x12\x18\n" +
+	"\abackend\x18\x11 \x01(\tR\abackend\"\x92\x01\n" +
+	"\x12ModelVersionPolicy\x12>\n" +
+	"\x06latest\x18\x01 \x01(\v2$.inference.ModelVersionPolicy.LatestH\x00R\x06latest\x1a+\n" +
+	"\x06Latest\x12!\n" +
+	"\fnum_versions\x18\x01 \x01(\rR\vnumVersionsB\x0f\n" +
+	"\rpolicy_choice\"\xd9\x01\n" +
+	"\n" +
+	"ModelInput\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\tdata_type\x18\x02 \x01(\x0e2\x13.inference.DataTypeR\bdataType\x124\n" +
+	"\x06format\x18\x03 \x01(\x0e2\x1c.inference.ModelInput.FormatR\x06format\x12\x12\n" +
+	"\x04dims\x18\x04 \x03(\x03R\x04dims\";\n" +
+	"\x06Format\x12\x0f\n" +
+	"\vFORMAT_NONE\x10\x00\x12\x0f\n" +
+	"\vFORMAT_NHWC\x10\x01\x12\x0f\n" +
+	"\vFORMAT_NCHW\x10\x02\"g\n" +
+	"\vModelOutput\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\tdata_type\x18\x02 \x01(\x0e2\x13.inference.DataTypeR\bdataType\x12\x12\n" +
+	"\x04dims\x18\x03 \x03(\x03R\x04dims\"\xcd\x01\n" +
+	"\x12ModelInstanceGroup\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x12\n" +
+	"\x04gpus\x18\x03 \x03(\x05R\x04gpus\x126\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\".inference.ModelInstanceGroup.KindR\x04kind\"A\n" +
+	"\x04Kind\x12\r\n" +
+	"\tKIND_AUTO\x10\x00\x12\f\n" +
+	"\bKIND_GPU\x10\x01\x12\f\n" +
+	"\bKIND_CPU\x10\x02\x12\x0e\n" +
+	"\n" +
+	"KIND_MODEL\x10\x03\"F\n" +
+	"\x16ModelStatisticsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"V\n" +
+	"\x17ModelStatisticsResponse\x12;\n" +
+	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
+	"modelStats\"9\n" +
+	"\x11StatisticDuration\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x0e\n" +
+	"\x02ns\x18\x02 \x01(\x04R\x02ns\"\xf2\x03\n" +
+	"\x0fInferStatistics\x126\n" +
+	"\asuccess\x18\x01 \x01(\v2\x1c.inference.StatisticDurationR\asuccess\x120\n" +
+	"\x04fail\x18\x02 \x01(\v2\x1c.inference.StatisticDurationR\x04fail\x122\n" +
+	"\x05queue\x18\x03 \x01(\v2\x1c.inference.StatisticDurationR\x05queue\x12A\n" +
+	"\rcompute_input\x18\x04 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInput\x12A\n" +
+	"\rcompute_infer\x18\x05 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInfer\x12C\n" +
+	"\x0ecompute_output\x18\x06 \x01(\v2\x1c.inference.StatisticDurationR\rcomputeOutput\x129\n" +
+	"\tcache_hit\x18\a \x01(\v2\x1c.inference.StatisticDurationR\bcacheHit\x12;\n" +
+	"\n" +
+	"cache_miss\x18\b \x01(\v2\x1c.inference.StatisticDurationR\tcacheMiss\"\x80\x02\n" +
+	"\x14InferBatchStatistics\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x01 \x01(\x04R\tbatchSize\x12A\n" +
+	"\rcompute_input\x18\x02 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInput\x12A\n" +
+	"\rcompute_infer\x18\x03 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInfer\x12C\n" +
+	"\x0ecompute_output\x18\x04 \x01(\v2\x1c.inference.StatisticDurationR\rcomputeOutput\"\xbf\x02\n" +
+	"\x0fModelStatistics\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12%\n" +
+	"\x0elast_inference\x18\x03 \x01(\x04R\rlastInference\x12'\n" +
+	"\x0finference_count\x18\x04 \x01(\x04R\x0einferenceCount\x12'\n" +
+	"\x0fexecution_count\x18\x05 \x01(\x04R\x0eexecutionCount\x12C\n" +
+	"\x0finference_stats\x18\x06 \x01(\v2\x1a.inference.InferStatisticsR\x0einferenceStats\x12@\n" +
+	"\vbatch_stats\x18\a \x03(\v2\x1f.inference.InferBatchStatisticsR\n" +
+	"batchStats\"W\n" +
+	"\x16RepositoryIndexRequest\x12'\n" +
+	"\x0frepository_name\x18\x01 \x01(\tR\x0erepositoryName\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\bR\x05ready\"\xca\x01\n" +
+	"\x17RepositoryIndexResponse\x12E\n" +
+	"\x06models\x18\x01 \x03(\v2-.inference.RepositoryIndexResponse.ModelIndexR\x06models\x1ah\n" +
+	"\n" +
+	"ModelIndex\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason*\xfa\x01\n" +
+	"\bDataType\x12\x10\n" +
+	"\fTYPE_INVALID\x10\x00\x12\r\n" +
+	"\tTYPE_BOOL\x10\x01\x12\x0e\n" +
+	"\n" +
+	"TYPE_UINT8\x10\x02\x12\x0f\n" +
+	"\vTYPE_UINT16\x10\x03\x12\x0f\n" +
+	"\vTYPE_UINT32\x10\x04\x12\x0f\n" +
+	"\vTYPE_UINT64\x10\x05\x12\r\n" +
+	"\tTYPE_INT8\x10\x06\x12\x0e\n" +
+	"\n" +
+	"TYPE_INT16\x10\a\x12\x0e\n" +
+	"\n" +
+	"TYPE_INT32\x10\b\x12\x0e\n" +
+	"\n" +
+	"TYPE_INT64\x10\t\x12\r\n" +
+	"\tTYPE_FP16\x10\n" +
+	"\x12\r\n" +
+	"\tTYPE_FP32\x10\v\x12\r\n" +
+	"\tTYPE_FP64\x10\f\x12\x0f\n" +
+	"\vTYPE_STRING\x10\r\x12\r\n" +
+	"\tTYPE_BF16\x10\x0e2\x84\x06\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
@@ -1369,7 +2753,10 @@ const file_inference_proto_rawDesc = "" +
 	"\x0eServerMetadata\x12 .inference.ServerMetadataRequest\x1a!.inference.ServerMetadataResponse\"\x00\x12T\n" +
 	"\rModelMetadata\x12\x1f.inference.ModelMetadataRequest\x1a .inference.ModelMetadataResponse\"\x00\x12K\n" +
 	"\n" +
-	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00B1Z/github.com/ratebatch/ratebatch/kserve/inferenceb\x06proto3"
+	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00\x12N\n" +
+	"\vModelConfig\x12\x1d.inference.ModelConfigRequest\x1a\x1e.inference.ModelConfigResponse\"\x00\x12Z\n" +
+	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00\x12Z\n" +
+	"\x0fRepositoryIndex\x12!.inference.RepositoryIndexRequest\x1a\".inference.RepositoryIndexResponse\"\x00B1Z/github.com/ratebatch/ratebatch/kserve/inferenceb\x06proto3"
 
 var (
 	file_inference_proto_rawDescOnce sync.Once
@@ -1383,69 +2770,121 @@ func file_inference_proto_rawDescGZIP() []byte {
 	return file_inference_proto_rawDescData
 }
 
-var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_inference_proto_goTypes = []any{
-	(*ServerLiveRequest)(nil),                            // 0: inference.ServerLiveRequest
-	(*ServerLiveResponse)(nil),                           // 1: inference.ServerLiveResponse
-	(*ServerReadyRequest)(nil),                           // 2: inference.ServerReadyRequest
-	(*ServerReadyResponse)(nil),                          // 3: inference.ServerReadyResponse
-	(*ModelReadyRequest)(nil),                            // 4: inference.ModelReadyRequest
-	(*ModelReadyResponse)(nil),                           // 5: inference.ModelReadyResponse
-	(*ServerMetadataRequest)(nil),                        // 6: inference.ServerMetadataRequest
-	(*ServerMetadataResponse)(nil),                       // 7: inference.ServerMetadataResponse
-	(*ModelMetadataRequest)(nil),                         // 8: inference.ModelMetadataRequest
-	(*ModelMetadataResponse)(nil),                        // 9: inference.ModelMetadataResponse
-	(*InferParameter)(nil),                               // 10: inference.InferParameter
-	(*InferTensorContents)(nil),                          // 11: inference.InferTensorContents
-	(*ModelInferRequest)(nil),                            // 12: inference.ModelInferRequest
-	(*ModelInferResponse)(nil),                           // 13: inference.ModelInferResponse
-	(*ModelStreamInferResponse)(nil),                     // 14: inference.ModelStreamInferResponse
-	(*ModelMetadataResponse_TensorMetadata)(nil),         // 15: inference.ModelMetadataResponse.TensorMetadata
-	(*ModelInferRequest_InferInputTensor)(nil),           // 16: inference.ModelInferRequest.InferInputTensor
-	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 17: inference.ModelInferRequest.InferRequestedOutputTensor
-	nil, // 18: inference.ModelInferRequest.ParametersEntry
-	nil, // 19: inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	nil, // 20: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	(*ModelInferResponse_InferOutputTensor)(nil), // 21: inference.ModelInferResponse.InferOutputTensor
-	nil, // 22: inference.ModelInferResponse.ParametersEntry
-	nil, // 23: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(DataType)(0),                                        // 0: inference.DataType
+	(ModelInput_Format)(0),                               // 1: inference.ModelInput.Format
+	(ModelInstanceGroup_Kind)(0),                         // 2: inference.ModelInstanceGroup.Kind
+	(*ServerLiveRequest)(nil),                            // 3: inference.ServerLiveRequest
+	(*ServerLiveResponse)(nil),                           // 4: inference.ServerLiveResponse
+	(*ServerReadyRequest)(nil),                           // 5: inference.ServerReadyRequest
+	(*ServerReadyResponse)(nil),                          // 6: inference.ServerReadyResponse
+	(*ModelReadyRequest)(nil),                            // 7: inference.ModelReadyRequest
+	(*ModelReadyResponse)(nil),                           // 8: inference.ModelReadyResponse
+	(*ServerMetadataRequest)(nil),                        // 9: inference.ServerMetadataRequest
+	(*ServerMetadataResponse)(nil),                       // 10: inference.ServerMetadataResponse
+	(*ModelMetadataRequest)(nil),                         // 11: inference.ModelMetadataRequest
+	(*ModelMetadataResponse)(nil),                        // 12: inference.ModelMetadataResponse
+	(*InferParameter)(nil),                               // 13: inference.InferParameter
+	(*InferTensorContents)(nil),                          // 14: inference.InferTensorContents
+	(*ModelInferRequest)(nil),                            // 15: inference.ModelInferRequest
+	(*ModelInferResponse)(nil),                           // 16: inference.ModelInferResponse
+	(*ModelStreamInferResponse)(nil),                     // 17: inference.ModelStreamInferResponse
+	(*ModelConfigRequest)(nil),                           // 18: inference.ModelConfigRequest
+	(*ModelConfigResponse)(nil),                          // 19: inference.ModelConfigResponse
+	(*ModelConfig)(nil),                                  // 20: inference.ModelConfig
+	(*ModelVersionPolicy)(nil),                           // 21: inference.ModelVersionPolicy
+	(*ModelInput)(nil),                                   // 22: inference.ModelInput
+	(*ModelOutput)(nil),                                  // 23: inference.ModelOutput
+	(*ModelInstanceGroup)(nil),                           // 24: inference.ModelInstanceGroup
+	(*ModelStatisticsRequest)(nil),                       // 25: inference.ModelStatisticsRequest
+	(*ModelStatisticsResponse)(nil),                      // 26: inference.ModelStatisticsResponse
+	(*StatisticDuration)(nil),                            // 27: inference.StatisticDuration
+	(*InferStatistics)(nil),                              // 28: inference.InferStatistics
+	(*InferBatchStatistics)(nil),                         // 29: inference.InferBatchStatistics
+	(*ModelStatistics)(nil),                              // 30: inference.ModelStatistics
+	(*RepositoryIndexRequest)(nil),                       // 31: inference.RepositoryIndexRequest
+	(*RepositoryIndexResponse)(nil),                      // 32: inference.RepositoryIndexResponse
+	(*ModelMetadataResponse_TensorMetadata)(nil),         // 33: inference.ModelMetadataResponse.TensorMetadata
+	(*ModelInferRequest_InferInputTensor)(nil),           // 34: inference.ModelInferRequest.InferInputTensor
+	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 35: inference.ModelInferRequest.InferRequestedOutputTensor
+	nil, // 36: inference.ModelInferRequest.ParametersEntry
+	nil, // 37: inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	nil, // 38: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	(*ModelInferResponse_InferOutputTensor)(nil), // 39: inference.ModelInferResponse.InferOutputTensor
+	nil,                               // 40: inference.ModelInferResponse.ParametersEntry
+	nil,                               // 41: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*ModelVersionPolicy_Latest)(nil), // 42: inference.ModelVersionPolicy.Latest
+	(*RepositoryIndexResponse_ModelIndex)(nil), // 43: inference.RepositoryIndexResponse.ModelIndex
 }
 var file_inference_proto_depIdxs = []int32{
-	15, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	15, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	18, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
-	16, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
-	17, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
-	22, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
-	21, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
-	13, // 7: inference.ModelStreamInferResponse.infer_response:type_name -> inference.ModelInferResponse
-	19, // 8: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	11, // 9: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
-	20, // 10: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	10, // 11: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 12: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 13: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	23, // 14: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	11, // 15: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
-	10, // 16: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 17: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	0,  // 18: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
-	2,  // 19: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
-	4,  // 20: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
-	6,  // 21: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
-	8,  // 22: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
-	12, // 23: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	1,  // 24: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	3,  // 25: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	5,  // 26: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	7,  // 27: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
-	9,  // 28: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
-	13, // 29: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	33, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	33, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	36, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
+	34, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
+	35, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
+	40, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
+	39, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
+	16, // 7: inference.ModelStreamInferResponse.infer_response:type_name -> inference.ModelInferResponse
+	20, // 8: inference.ModelConfigResponse.config:type_name -> inference.ModelConfig
+	21, // 9: inference.ModelConfig.version_policy:type_name -> inference.ModelVersionPolicy
+	22, // 10: inference.ModelConfig.input:type_name -> inference.ModelInput
+	23, // 11: inference.ModelConfig.output:type_name -> inference.ModelOutput
+	24, // 12: inference.ModelConfig.instance_group:type_name -> inference.ModelInstanceGroup
+	42, // 13: inference.ModelVersionPolicy.latest:type_name -> inference.ModelVersionPolicy.Latest
+	0,  // 14: inference.ModelInput.data_type:type_name -> inference.DataType
+	1,  // 15: inference.ModelInput.format:type_name -> inference.ModelInput.Format
+	0,  // 16: inference.ModelOutput.data_type:type_name -> inference.DataType
+	2,  // 17: inference.ModelInstanceGroup.kind:type_name -> inference.ModelInstanceGroup.Kind
+	30, // 18: inference.ModelStatisticsResponse.model_stats:type_name -> inference.ModelStatistics
+	27, // 19: inference.InferStatistics.success:type_name -> inference.StatisticDuration
+	27, // 20: inference.InferStatistics.fail:type_name -> inference.StatisticDuration
+	27, // 21: inference.InferStatistics.queue:type_name -> inference.StatisticDuration
+	27, // 22: inference.InferStatistics.compute_input:type_name -> inference.StatisticDuration
+	27, // 23: inference.InferStatistics.compute_infer:type_name -> inference.StatisticDuration
+	27, // 24: inference.InferStatistics.compute_output:type_name -> inference.StatisticDuration
+	27, // 25: inference.InferStatistics.cache_hit:type_name -> inference.StatisticDuration
+	27, // 26: inference.InferStatistics.cache_miss:type_name -> inference.StatisticDuration
+	27, // 27: inference.InferBatchStatistics.compute_input:type_name -> inference.StatisticDuration
+	27, // 28: inference.InferBatchStatistics.compute_infer:type_name -> inference.StatisticDuration
+	27, // 29: inference.InferBatchStatistics.compute_output:type_name -> inference.StatisticDuration
+	28, // 30: inference.ModelStatistics.inference_stats:type_name -> inference.InferStatistics
+	29, // 31: inference.ModelStatistics.batch_stats:type_name -> inference.InferBatchStatistics
+	43, // 32: inference.RepositoryIndexResponse.models:type_name -> inference.RepositoryIndexResponse.ModelIndex
+	37, // 33: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	14, // 34: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
+	38, // 35: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	13, // 36: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
+	13, // 37: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	13, // 38: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	41, // 39: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	14, // 40: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
+	13, // 41: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
+	13, // 42: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	3,  // 43: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
+	5,  // 44: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
+	7,  // 45: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
+	9,  // 46: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
+	11, // 47: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
+	15, // 48: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
+	18, // 49: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
+	25, // 50: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
+	31, // 51: inference.GRPCInferenceService.RepositoryIndex:input_type -> inference.RepositoryIndexRequest
+	4,  // 52: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	6,  // 53: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	8,  // 54: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	10, // 55: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
+	12, // 56: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	16, // 57: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	19, // 58: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
+	26, // 59: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
+	32, // 60: inference.GRPCInferenceService.RepositoryIndex:output_type -> inference.RepositoryIndexResponse
+	52, // [52:61] is the sub-list for method output_type
+	43, // [43:52] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_inference_proto_init() }
@@ -1460,18 +2899,22 @@ func file_inference_proto_init() {
 		(*InferParameter_DoubleParam)(nil),
 		(*InferParameter_Uint64Param)(nil),
 	}
+	file_inference_proto_msgTypes[18].OneofWrappers = []any{
+		(*ModelVersionPolicy_Latest_)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inference_proto_rawDesc), len(file_inference_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   24,
+			NumEnums:      3,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_inference_proto_goTypes,
 		DependencyIndexes: file_inference_proto_depIdxs,
+		EnumInfos:         file_inference_proto_enumTypes,
 		MessageInfos:      file_inference_proto_msgTypes,
 	}.Build()
 	File_inference_proto = out.File

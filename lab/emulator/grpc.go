@@ -13,7 +13,9 @@ import (
 )
 
 // GRPC is the emulator's gRPC door (Triton's port 8001): liveness,
-// readiness, server and model metadata, and ModelInfer, which runs the same
+// readiness, server and model metadata, model config, statistics, the
+// repository index (what perf_analyzer and tritonclient ask before they
+// infer), and ModelInfer, which runs the same
 // execution as the HTTP door's infer, so a gRPC caller and an HTTP caller
 // queue for the same instances and count in the same statistics. Other
 // methods answer UNIMPLEMENTED. Register it on a grpc.Server:
@@ -101,4 +103,89 @@ func (g grpcDoor) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.
 		return nil, status.Error(codes.Canceled, err.Error())
 	}
 	return nil, status.Error(grpcwire.Code(kserve.ErrorStatus(err)), err.Error())
+}
+
+// ModelConfig answers with the configuration GET /v2/models/{m}/config
+// writes, in model_config.proto's form.
+func (g grpcDoor) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+	m, err := g.model(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ModelConfigResponse{Config: toConfig(m.config())}, nil
+}
+
+// toConfig converts the JSON form of a model config to the protobuf one.
+func toConfig(c kserve.ModelConfig) *pb.ModelConfig {
+	out := &pb.ModelConfig{
+		Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatchSize),
+		VersionPolicy: &pb.ModelVersionPolicy{PolicyChoice: &pb.ModelVersionPolicy_Latest_{
+			Latest: &pb.ModelVersionPolicy_Latest{NumVersions: 1}}},
+	}
+	for _, t := range c.Input {
+		out.Input = append(out.Input, &pb.ModelInput{Name: t.Name, DataType: pb.DataType(pb.DataType_value[t.DataType]),
+			Format: pb.ModelInput_Format(pb.ModelInput_Format_value[t.Format]), Dims: t.Dims})
+	}
+	for _, t := range c.Output {
+		out.Output = append(out.Output, &pb.ModelOutput{Name: t.Name, DataType: pb.DataType(pb.DataType_value[t.DataType]), Dims: t.Dims})
+	}
+	for _, ig := range c.InstanceGroup {
+		gpus := make([]int32, len(ig.GPUs))
+		for i, n := range ig.GPUs {
+			gpus[i] = int32(n)
+		}
+		out.InstanceGroup = append(out.InstanceGroup, &pb.ModelInstanceGroup{Name: ig.Name, Count: int32(ig.Count),
+			Gpus: gpus, Kind: pb.ModelInstanceGroup_Kind(pb.ModelInstanceGroup_Kind_value[ig.Kind])})
+	}
+	return out
+}
+
+// ModelStatistics answers with the statistics GET /v2/models[/{m}]/stats
+// writes: every model's when the name is empty, as Triton does.
+func (g grpcDoor) ModelStatistics(_ context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	models := g.s.models
+	if r.GetName() != "" {
+		m, err := g.model(r.GetName(), r.GetVersion())
+		if err != nil {
+			return nil, err
+		}
+		models = []*model{m}
+	}
+	resp := &pb.ModelStatisticsResponse{}
+	for _, m := range models {
+		resp.ModelStats = append(resp.ModelStats, toStatistics(m.stats.snapshot()))
+	}
+	return resp, nil
+}
+
+func toDuration(d DurationStat) *pb.StatisticDuration {
+	return &pb.StatisticDuration{Count: d.Count, Ns: d.NS}
+}
+
+func toStatistics(s ModelStats) *pb.ModelStatistics {
+	is := s.InferenceStats
+	out := &pb.ModelStatistics{
+		Name: s.Name, Version: s.Version, LastInference: s.LastInference,
+		InferenceCount: s.InferenceCount, ExecutionCount: s.ExecutionCount,
+		InferenceStats: &pb.InferStatistics{
+			Success: toDuration(is.Success), Fail: toDuration(is.Fail), Queue: toDuration(is.Queue),
+			ComputeInput: toDuration(is.ComputeInput), ComputeInfer: toDuration(is.ComputeInfer),
+			ComputeOutput: toDuration(is.ComputeOutput), CacheHit: toDuration(is.CacheHit), CacheMiss: toDuration(is.CacheMiss),
+		},
+	}
+	for _, b := range s.BatchStats {
+		out.BatchStats = append(out.BatchStats, &pb.InferBatchStatistics{BatchSize: b.BatchSize,
+			ComputeInput: toDuration(b.ComputeInput), ComputeInfer: toDuration(b.ComputeInfer), ComputeOutput: toDuration(b.ComputeOutput)})
+	}
+	return out
+}
+
+// RepositoryIndex lists every model with its state, or only the ready ones
+// when asked, as POST /v2/repository/index does.
+func (g grpcDoor) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
+	resp := &pb.RepositoryIndexResponse{}
+	for _, e := range g.s.index(r.GetReady()) {
+		resp.Models = append(resp.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: e.Name, Version: e.Version, State: e.State, Reason: e.Reason})
+	}
+	return resp, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"net/http"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratebatch/ratebatch/kserve"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
 
@@ -113,5 +116,107 @@ func TestGRPCDoor(t *testing.T) {
 				t.Error("the error names nothing")
 			}
 		})
+	}
+}
+
+// The config, statistics and repository index perf_analyzer and
+// tritonclient read over gRPC say what the HTTP door's JSON says.
+func TestGRPCDoorConfigStatsIndex(t *testing.T) {
+	s, hs := newTestServer(t, Options{})
+	c := grpcClient(t, s)
+	ctx := context.Background()
+
+	var want kserve.ModelConfig
+	getJSON(t, hs.URL+"/v2/models/simple/config", &want)
+	cr, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "simple"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cr.GetConfig()
+	if got.GetName() != want.Name || int(got.GetMaxBatchSize()) != want.MaxBatchSize || got.GetMaxBatchSize() == 0 ||
+		got.GetPlatform() != want.Platform || got.GetBackend() != want.Backend {
+		t.Fatalf("config %v, want the HTTP door's %+v", got, want)
+	}
+	if len(got.GetInput()) != len(want.Input) || len(got.GetOutput()) != len(want.Output) {
+		t.Fatalf("config has %d inputs and %d outputs, want %d and %d", len(got.GetInput()), len(got.GetOutput()), len(want.Input), len(want.Output))
+	}
+	for i, in := range got.GetInput() {
+		w := want.Input[i]
+		if in.GetName() != w.Name || in.GetDataType().String() != w.DataType || !slices.Equal(in.GetDims(), []int64(w.Dims)) {
+			t.Errorf("input %d = %v, want %+v", i, in, w)
+		}
+	}
+	if in := got.GetInput()[0]; in.GetDataType() != pb.DataType_TYPE_INT32 {
+		t.Errorf("simple's INPUT0 is %v, want TYPE_INT32", in.GetDataType())
+	}
+	if g := got.GetInstanceGroup(); len(g) != 1 || int(g[0].GetCount()) != want.InstanceGroup[0].Count || g[0].GetKind() != pb.ModelInstanceGroup_KIND_GPU {
+		t.Errorf("instance groups %v, want %+v", g, want.InstanceGroup)
+	}
+	if got.GetVersionPolicy().GetLatest().GetNumVersions() != 1 {
+		t.Errorf("version policy %v, want latest 1", got.GetVersionPolicy())
+	}
+
+	in0, in1 := simpleInputs(3, []int64{3, 16}, 1)
+	if r := post(t, hs.URL+"/v2/models/simple/infer", jsonBody(t, nil, nil, in0, in1), -1); r.status != http.StatusOK {
+		t.Fatalf("infer: status %d", r.status)
+	}
+	st, err := c.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "simple"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetModelStats()) != 1 {
+		t.Fatalf("%d model statistics, want 1", len(st.GetModelStats()))
+	}
+	ms := st.GetModelStats()[0]
+	if ms.GetName() != "simple" || ms.GetInferenceCount() != 3 || ms.GetExecutionCount() != 1 ||
+		ms.GetInferenceStats().GetSuccess().GetCount() != 1 || ms.GetInferenceStats().GetSuccess().GetNs() == 0 {
+		t.Errorf("statistics %v, want 3 rows in 1 successful execution of simple", ms)
+	}
+	if b := ms.GetBatchStats(); len(b) != 1 || b[0].GetBatchSize() != 3 || b[0].GetComputeInfer().GetCount() != 1 {
+		t.Errorf("batch statistics %v, want one execution of batch size 3", b)
+	}
+	all, err := c.ModelStatistics(ctx, &pb.ModelStatisticsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.GetModelStats()) != len(s.models) || len(s.models) < 2 {
+		t.Errorf("statistics of every model: %d entries, want %d", len(all.GetModelStats()), len(s.models))
+	}
+
+	if err := s.SetModelReady("simple", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, ready := range []bool{false, true} {
+		idx, err := c.RepositoryIndex(ctx, &pb.RepositoryIndexRequest{Ready: ready})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var simple *pb.RepositoryIndexResponse_ModelIndex
+		for _, m := range idx.GetModels() {
+			if m.GetName() == "simple" {
+				simple = m
+			}
+		}
+		switch {
+		case ready && simple != nil:
+			t.Errorf("ready-only index lists the unloaded simple: %v", simple)
+		case !ready && (simple == nil || simple.GetState() != "UNAVAILABLE"):
+			t.Errorf("full index lists simple as %v, want UNAVAILABLE", simple)
+		case len(idx.GetModels()) == 0:
+			t.Error("empty index")
+		}
+	}
+
+	for name, call := range map[string]func() error{
+		"config":     func() error { _, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "nope"}); return err },
+		"statistics": func() error { _, err := c.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "nope"}); return err },
+		"version": func() error {
+			_, err := c.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "simple", Version: "9"})
+			return err
+		},
+	} {
+		if code := status.Code(call()); code != codes.NotFound {
+			t.Errorf("%s of an unknown model: code %v, want NotFound", name, code)
+		}
 	}
 }

@@ -145,18 +145,23 @@ func (s *Server) handleRepositoryIndex(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	writeJSON(w, s.index(filter.Ready))
+}
+
+// index lists every model with its state, or only the ready ones.
+func (s *Server) index(readyOnly bool) []kserve.IndexEntry {
 	entries := make([]kserve.IndexEntry, 0, len(s.models))
 	for _, m := range s.models {
 		e := kserve.IndexEntry{Name: m.name, Version: modelVersion, State: "READY"}
 		if !m.ready.Load() {
-			if filter.Ready {
+			if readyOnly {
 				continue
 			}
 			e.State, e.Reason = "UNAVAILABLE", "unloaded"
 		}
 		entries = append(entries, e)
 	}
-	writeJSON(w, entries)
+	return entries
 }
 
 func (s *Server) handleLoad(ready bool) http.HandlerFunc {

@@ -58,11 +58,14 @@ const (
 	markerMax    = 40 // series with at most this many points get markers
 )
 
-// palette is a colour-blind friendly set (Okabe-Ito, then darker tones);
-// series beyond its length reuse it with a dashed line.
+// palette is mostly Okabe-Ito's colour-blind friendly set, ordered so that
+// the first six are far apart (CIE76 distance >= 50, TestPaletteDistinct):
+// Okabe-Ito's vermilion beside its orange, or its sky blue beside its blue,
+// could not be told apart in a six-policy demo. Series beyond its length
+// reuse it with a dashed line.
 var palette = []string{
-	"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
-	"#56B4E9", "#000000", "#F0E442", "#7F3C8D", "#11A579",
+	"#0072B2", "#E69F00", "#000000", "#CC79A7", "#009E73",
+	"#E31A1C", "#56B4E9", "#D55E00", "#7F3C8D", "#F0E442",
 }
 
 // Validate reports the first thing that makes the figure unplottable.
@@ -133,8 +136,14 @@ func (f Figure) WriteSVG(w io.Writer) error {
 	} else {
 		yt = linearTicks(y0, y1)
 	}
-	// The axes span the ticks, so that the outermost ticks sit on them.
-	x0, x1 = min(x0, xt[0].v), max(x1, xt[len(xt)-1].v)
+	// The axes span the ticks, so that the outermost ticks sit on them;
+	// except a fixed x range, which stays as set (a 62 s run's axis ends at
+	// 62 s, not at the 80 s tick beyond it).
+	if inside := ticksWithin(xt, x0, x1); f.XMax > f.XMin && len(inside) >= 2 {
+		xt = inside
+	} else {
+		x0, x1 = min(x0, xt[0].v), max(x1, xt[len(xt)-1].v)
+	}
 	y0, y1 = min(y0, yt[0].v), max(y1, yt[len(yt)-1].v)
 
 	left, top := float64(marginLeft), float64(marginTop)
@@ -188,7 +197,7 @@ func (f Figure) WriteSVG(w io.Writer) error {
 		var pts []string
 		flush := func() {
 			if len(pts) > 1 {
-				fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>`+"\n", color, dash, strings.Join(pts, " "))
+				fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2.2"%s points="%s"/>`+"\n", color, dash, strings.Join(pts, " "))
 			}
 			pts = pts[:0]
 		}
@@ -288,6 +297,17 @@ func linearTicks(lo, hi float64) []tick {
 		out = append(out, tick{v: v, label: strconv.FormatFloat(v, 'f', decimals, 64)})
 		if v >= hi {
 			break
+		}
+	}
+	return out
+}
+
+// ticksWithin returns the ticks in [lo, hi].
+func ticksWithin(ts []tick, lo, hi float64) []tick {
+	var out []tick
+	for _, t := range ts {
+		if t.v >= lo-1e-9*(hi-lo) && t.v <= hi+1e-9*(hi-lo) {
+			out = append(out, t)
 		}
 	}
 	return out

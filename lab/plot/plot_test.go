@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -201,4 +203,71 @@ func TestLegendLogAndRange(t *testing.T) {
 	if !strings.Contains(svg, ">80<") {
 		t.Error("the x axis does not reach the fixed XMax 80")
 	}
+}
+
+// TestFixedRangeIsNotStretched: a fixed x range ends the axis where it is
+// set, not at the next round tick (a 62 s run drawn to 80 s squeezes it).
+func TestFixedRangeIsNotStretched(t *testing.T) {
+	f := Figure{Title: "t", XLabel: "time (s)", YLabel: "y", XMin: 0, XMax: 62,
+		Series: []Series{{Name: "run", X: []float64{0, 31, 62}, Y: []float64{1, 2, 3}}}}
+	var b bytes.Buffer
+	if err := f.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if strings.Contains(svg, ">80<") || !strings.Contains(svg, ">60<") {
+		t.Errorf("x ticks: want 60 as the last, no 80:\n%s", svg)
+	}
+	// The last point sits on the right edge of the frame.
+	right := float64(DefaultWidth - legendWidth)
+	if !strings.Contains(svg, fmt.Sprintf("%.1f,", right)) {
+		t.Errorf("no point at the frame's right edge x=%.1f: the axis does not end at 62", right)
+	}
+}
+
+// TestPaletteDistinct: the first six colours (a demo's six policies) are
+// far apart in CIELAB (CIE76 distance), and each stands out from the white
+// background.
+func TestPaletteDistinct(t *testing.T) {
+	for i := range 6 {
+		if d := deltaE(palette[i], "#FFFFFF"); d < 45 {
+			t.Errorf("%s is %.0f from white, want >= 45", palette[i], d)
+		}
+		for j := range i {
+			if d := deltaE(palette[i], palette[j]); d < 50 {
+				t.Errorf("%s and %s are %.0f apart, want >= 50", palette[i], palette[j], d)
+			}
+		}
+	}
+}
+
+// deltaE is the CIE76 distance of two #RRGGBB colours (sRGB, D65).
+func deltaE(a, b string) float64 {
+	la, lb := lab(a), lab(b)
+	return math.Sqrt((la[0]-lb[0])*(la[0]-lb[0]) + (la[1]-lb[1])*(la[1]-lb[1]) + (la[2]-lb[2])*(la[2]-lb[2]))
+}
+
+func lab(hex string) [3]float64 {
+	var rgb [3]float64
+	for i := range 3 {
+		v, _ := strconv.ParseUint(hex[1+2*i:3+2*i], 16, 8)
+		c := float64(v) / 255
+		if c > 0.04045 {
+			c = math.Pow((c+0.055)/1.055, 2.4)
+		} else {
+			c /= 12.92
+		}
+		rgb[i] = c
+	}
+	r, g, bl := rgb[0], rgb[1], rgb[2]
+	x := (0.4124*r + 0.3576*g + 0.1805*bl) / 0.95047
+	y := 0.2126*r + 0.7152*g + 0.0722*bl
+	z := (0.0193*r + 0.1192*g + 0.9505*bl) / 1.08883
+	f := func(v float64) float64 {
+		if v > 0.008856 {
+			return math.Cbrt(v)
+		}
+		return 7.787*v + 16.0/116
+	}
+	return [3]float64{116*f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))}
 }

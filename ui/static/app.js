@@ -2,8 +2,9 @@
 // charts as SVG. No libraries, no build step.
 "use strict";
 
-const W = 420, H = 170, M = { l: 46, r: 16, t: 8, b: 28 };
-const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+const W = 420, H = 178, M = { l: 46, r: 16, t: 8, b: 36 };
+// Okabe-Ito tones, as lab/plot's palette: told apart by colour-blind eyes too.
+const COLORS = ["#0072B2", "#E31A1C", "#009E73", "#CC79A7", "#E69F00", "#000000"];
 
 function esc(s) {
   return String(s).replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
@@ -35,8 +36,8 @@ function fmt(v) {
   return v.toFixed(2);
 }
 
-// chart draws series [{name, color, pts: [[x, y]], dots}] on fixed x range
-// [x0, x1]; y from 0 to the data's nice maximum (or yMax).
+// chart draws series [{name, color, pts: [[x, y]], dots, dashed}] on the
+// x range [x0, x1]; y from 0 to the data's nice maximum (or yMax).
 function chart(id, series, x0, x1, xLabel, yMax) {
   let ymax = yMax || 0;
   let n = 0;
@@ -53,9 +54,9 @@ function chart(id, series, x0, x1, xLabel, yMax) {
   }
   const step = niceStep((x1 - x0) / 5 || 1);
   for (let x = Math.ceil(x0 / step) * step; x <= x1 + 1e-9; x += step) {
-    g += `<text x="${X(x)}" y="${H - 12}" text-anchor="middle">${tick(x)}</text>`;
+    g += `<text x="${X(x)}" y="${H - M.b + 14}" text-anchor="middle">${tick(x)}</text>`;
   }
-  g += `<text x="${M.l + iw / 2}" y="${H - 1}" text-anchor="middle">${esc(xLabel)}</text>`;
+  g += `<text x="${M.l + iw / 2}" y="${H - 3}" text-anchor="middle">${esc(xLabel)}</text>`;
   g += `<line class="axis" x1="${M.l}" x2="${M.l}" y1="${M.t}" y2="${M.t + ih}"/>` +
     `<line class="axis" x1="${M.l}" x2="${W - M.r}" y1="${M.t + ih}" y2="${M.t + ih}"/>`;
   for (const s of series) {
@@ -70,25 +71,91 @@ function chart(id, series, x0, x1, xLabel, yMax) {
       d += (pen ? "L" : "M") + X(p[0]).toFixed(1) + "," + Y(p[1]).toFixed(1);
       pen = true;
     }
-    if (d) g += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.6"/>`;
+    const dash = s.dashed ? ` stroke-dasharray="5 3"` : "";
+    if (d) g += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.8"${dash}/>`;
   }
   const legend = series.filter(s => s.pts.some(p => p[1] !== null))
-    .map(s => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join("");
-  return `<div class="legend">${legend}</div><svg data-chart="${id}" data-points="${n}" viewBox="0 0 ${W} ${H}">${g}</svg>`;
+    .map(s => `<span><i class="${s.dots ? "dot" : s.dashed ? "dash" : ""}" style="background:${s.color};color:${s.color}"></i>${esc(s.name)}</span>`).join("");
+  return `<div class="legend">${legend}</div><svg data-chart="${id}" data-points="${n}" data-x0="${x0}" data-x1="${x1}" viewBox="0 0 ${W} ${H}">${g}</svg>`;
 }
 
 function card(title, note, body) {
   return `<div class="card"><h3>${esc(title)}</h3>${body}<div class="note">${note}</div></div>`;
 }
 
+// timeSpan is the time charts' width in seconds: the history there is,
+// rounded up to a nice step, at least 10 s, so a short run fills the chart
+// rather than sitting at the right edge of a fixed ten minutes.
+function timeSpan(h, pts) {
+  const have = pts.length ? h.now - pts[0].t + (h.interval_seconds || 1) : 0;
+  if (have <= 10) return 10;
+  const step = niceStep(have / 5);
+  return Math.ceil(have / step - 1e-9) * step;
+}
+
+function pct(v) {
+  return (v >= 1 ? "+" : "") + fmt(100 * (v - 1)) + "%";
+}
+
+// headline is a model's row of the figures a person came for.
+function headline(m) {
+  const hl = m.headline || {};
+  const cell = (k, label, value, sub) =>
+    `<div class="hl" data-k="${k}"><div class="hl-label">${label}</div><div class="hl-value">${value}</div><div class="hl-sub">${sub}</div></div>`;
+  const span = hl.seconds > 0 ? `last ${fmt(hl.seconds)} s` : "no span yet";
+  let energy = cell("rpj", "requests per joule", hl.requests_per_joule != null ? fmt(hl.requests_per_joule) : "-",
+    hl.requests_per_joule != null ? "measured by the meter" : "no energy source");
+  let gain = cell("gain", "vs ad-hoc", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
+    hl.gain_vs_adhoc != null ? `requests per joule, modelled: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request`
+      : "needs the energy line zeta(b), learnt from the meter (not yet: /status energy_fit says why)");
+  return `<div class="headline" data-model="${esc(m.model)}">` + energy + gain +
+    cell("p50", "p50 latency", hl.p50_ms != null ? fmt(hl.p50_ms) + " ms" : "-", span + ", end to end") +
+    cell("p99", "p99 latency", hl.p99_ms != null ? fmt(hl.p99_ms) + " ms" : "-", span + ", end to end") +
+    cell("batch", "batch size", hl.sent_batch != null ? fmt(hl.sent_batch) : "-", `rows per batch sent; max ${m.max_batch_size}`) +
+    cell("rho", "load rho", hl.rho != null ? fmt(hl.rho) : "-", `${fmt(hl.sent_rps)} req/s sent; 1 = saturated`) +
+    `</div><p class="caption">Measured: requests per joule (the power meter, its shortest window), latency and batch size (the proxy). ` +
+    `Modelled: the gain over ad-hoc, which sends each request alone while the device keeps up, so spends zeta(1) a request, ` +
+    `against zeta(b)/b at the batch size sent, from the energy line zeta(b)` +
+    (m.beta_mj != null ? ` = ${fmt(m.beta_mj)}·b + ${fmt(m.zeta0_mj)} mJ` : ` (not known yet for this model)`) +
+    `; and rho = sent rate × tau(b)/b per instance (${m.instances || 1}).</p>`;
+}
+
+// fitChart draws the round trips the proxy measured and the fitted line,
+// saying which is which and what the line was fitted on.
+function fitChart(m) {
+  const bmax = Math.max(m.max_batch_size || 1, ...(m.batches || []).map(b => b.rows));
+  const line = o => [[0, m.tau0_ms + o], [bmax, m.alpha_ms * bmax + m.tau0_ms + o]];
+  const server = m.fit_source === "server statistics";
+  const series = [
+    { name: "round trips measured by the proxy", color: COLORS[0], dots: true, pts: (m.batches || []).map(b => [b.rows, b.latency_ms]) },
+    { name: server ? "tau(b) fitted on Triton's statistics" : "tau(b) fitted on the round trips", color: COLORS[1], pts: line(0) },
+  ];
+  if (server && m.overhead_ms != null) {
+    series.push({ name: `tau(b) + ${fmt(m.overhead_ms)} ms overhead`, color: COLORS[1], dashed: true, pts: line(m.overhead_ms) });
+  }
+  const n = (m.batches || []).length;
+  const note = `tau(b) = ${fmt(m.alpha_ms)}·b + ${fmt(m.tau0_ms)} ms, R² ${fmt(m.r2)}. ` + (server
+    ? `The line is fitted on Triton's own per-batch-size compute times (its statistics), free of network and HTTP; ` +
+      `the dots are ${n} batch round trips the proxy timed (the last it learnt from before Triton's statistics took over), ` +
+      `so they sit above the line by the overhead` + (m.overhead_ms != null ? ` (${fmt(m.overhead_ms)} ms on average: network, HTTP, the server's queue; dashed)` : "") + "."
+    : `The line is fitted on the ${n} batch round trips the proxy timed (the dots): the upstream gives no batch statistics.`);
+  return card("Batch latency tau(b): round trips and fit (ms)", note, chart("fit", series, 0, bmax, "batch size b (rows)"));
+}
+
+// chooser lists the models, most active first, as links to their section.
+function chooser(models) {
+  if (models.length < 2) return "";
+  return `<nav id="chooser">Models, most active first: ` + models.map(m =>
+    `<a href="#m-${encodeURIComponent(m.model)}">${esc(m.model)} <small>${fmt((m.headline || {}).sent_rps)}/s</small></a>`).join(" · ") + `</nav>`;
+}
+
 function render(h) {
   const models = h.models || [];
   if (models.length === 0) return "<p>No batched model yet.</p>";
-  let out = "";
+  let out = chooser(models);
   for (const m of models) {
     const pts = m.points || [];
-    // Every time chart shares one x range: seconds before now, at least 60.
-    const span = Math.max(60, pts.length ? h.now - pts[0].t : 0);
+    const span = timeSpan(h, pts);
     const ago = p => p.t - h.now;
     const last = pts.length ? pts[pts.length - 1] : {};
     const xl = "seconds before now";
@@ -104,18 +171,13 @@ function render(h) {
     ], -span, 0, xl);
     const hasEnergy = pts.some(p => p.requests_per_joule !== null);
     const rpj = chart("rpj", [{ name: "requests/J", color: COLORS[3], pts: pts.map(p => [ago(p), p.requests_per_joule]) }], -span, 0, xl);
-    const bmax = Math.max(m.max_batch_size || 1, ...(m.batches || []).map(b => b.rows));
-    const fitLine = [[0, m.tau0_ms], [bmax, m.alpha_ms * bmax + m.tau0_ms]];
-    const fit = chart("fit", [
-      { name: "observed batches", color: COLORS[0], dots: true, pts: (m.batches || []).map(b => [b.rows, b.latency_ms]) },
-      { name: "fit tau(b)", color: COLORS[1], pts: fitLine },
-    ], 0, bmax, "batch size b (rows)");
-    out += `<h2 data-model="${esc(m.model)}">${esc(m.model)} <small>policy ${esc(m.policy)}</small></h2><div class="grid">` +
+    out += `<h2 id="m-${esc(m.model)}" data-model="${esc(m.model)}">${esc(m.model)} <small>policy ${esc(m.policy)}</small></h2>` +
+      headline(m) + `<div class="grid">` +
       card("Arrival rate (requests/s)", `now ${fmt(last.rate_rps)}/s, as the monitor counted its last window`, rate) +
       card("Batch size (rows)", `chosen ${fmt(last.batch_size)}, sent ${fmt(last.sent_batch)} per batch in the last second; max ${m.max_batch_size}`, batch) +
       card("Latency, end to end (ms)", `last second: p50 ${fmt(last.p50_ms)}, p90 ${fmt(last.p90_ms)}, p99 ${fmt(last.p99_ms)} ms`, lat) +
       card("Requests per joule", hasEnergy ? `now ${fmt(last.requests_per_joule)} over the meter's shortest window` : "no figure yet: no energy measured for this model (or power.source none)", rpj) +
-      card("Batch latency tau(b) and its fit (ms)", `tau(b) = ${fmt(m.alpha_ms)}·b + ${fmt(m.tau0_ms)} ms, R² ${fmt(m.r2)}, from ${(m.batches || []).length} recent batches`, fit) +
+      fitChart(m) +
       `</div>`;
   }
   return out;
