@@ -41,6 +41,8 @@ lint:
 test-go:
 	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
 	scripts/setup-chromium.sh
+	@# The docs test runs README's perf_analyzer commands: it needs the venv.
+	scripts/setup-python.sh >/dev/null
 	$(GO) build -o bin/testprogress ./lab/testprogress
 	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
 	@# The end-to-end tests whose assertions are timings live in one package,
