@@ -21,12 +21,12 @@ import (
 func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--speedup", "300", "--policies", "batchmonitor,adhoc,budget", "--out", dir}, &out, &errb)
+	code := run(context.Background(), []string{"demo", "--speedup", "300", "--policies", "adhoc,budget", "--out", dir}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	text := out.String()
-	for _, want := range []string{"| batchmonitor |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg",
+	for _, want := range []string{"| budget |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg",
 		"light regime: peak rho 0.10", "loaded regime: peak rho 0.80", "/ui/", "b = mean rows per batch",
 		"Verdict against adhoc", "== Verdict: every policy against adhoc", "| budget |", "budget (mean latency at most 1.1x adhoc's) against adhoc: "} {
 		if !strings.Contains(text, want) {
@@ -37,14 +37,14 @@ func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 		t.Errorf("no loaded-regime report: %v", err)
 	}
 	// One verdict line per policy but the baseline, in each regime.
-	if n := strings.Count(text, " req/J), mean latency "); n != 4 {
-		t.Errorf("%d verdict lines, want 2 policies x 2 regimes:\n%s", n, text)
+	if n := strings.Count(text, " req/J), mean latency "); n != 2 {
+		t.Errorf("%d verdict lines, want 1 policy x 2 regimes:\n%s", n, text)
 	}
 	if v, err := os.ReadFile(filepath.Join(dir, "verdict.md")); err != nil || !bytes.Contains(v, []byte("| budget |")) {
 		t.Errorf("verdict.md: %v, %q", err, v)
 	}
 	// The files the report command reads back.
-	for _, pol := range []string{"batchmonitor", "adhoc"} {
+	for _, pol := range []string{"budget", "adhoc"} {
 		f, err := os.Open(filepath.Join(dir, pol+".load.csv"))
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestDemoComparesPoliciesEndToEnd(t *testing.T) {
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
 		t.Fatalf("latency.svg is not an SVG: %v", err)
 	}
-	for _, pol := range []string{">batchmonitor<", ">adhoc<"} {
+	for _, pol := range []string{">budget<", ">adhoc<"} {
 		if !bytes.Contains(svg, []byte(pol)) {
 			t.Errorf("latency.svg has no series %s", pol)
 		}
