@@ -52,12 +52,18 @@ test-go:
 
 ## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
 ## and docs/RESULTS.md (Go: the packages whose tests read RATEBATCH_LONG or
-## servertest.Long; Python: the long tests of tests/triton); without -race
+## servertest.Long; Python: the long tests of tests/triton); without -race.
+## Not in `make test` (CI): on the shared 2-core machine it took 9 min 29 s
+## (Go) + 3 min 30 s (Triton), which would bring CI's 8-10 min to 21-23
+## of the 25 allowed, and two of its Go tests (TestBudgetLiveOnPaper300,
+## TestSimPredictsLive's long tolerances) failed there at load average 6-10.
 LONG_PY_K = $(shell grep -l RATEBATCH_LONG tests/triton/test_*.py | xargs -n1 basename | sed 's/\.py$$//' | paste -sd' ' - | sed 's/ / or /g')
 LONG_GO_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' -e RATEBATCH_LONG -e 'servertest.Long()' .)))
 test-long: build
-	RATEBATCH_LONG=1 $(GO) test -count=1 -timeout 60m -v $(LONG_GO_PKGS)
-	RATEBATCH_LONG=1 RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -k '$(LONG_PY_K)'
+	@status=0; \
+	RATEBATCH_LONG=1 $(GO) test -count=1 -timeout 60m -v $(LONG_GO_PKGS) || status=1; \
+	RATEBATCH_LONG=1 RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -k '$(LONG_PY_K)' || status=1; \
+	exit $$status
 
 ## generate: regenerate the committed gRPC code from kserve/inference/inference.proto
 generate: proto-tools
