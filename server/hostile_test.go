@@ -290,8 +290,9 @@ func TestHostileSlowClients(t *testing.T) {
 			}()
 		}
 	}
-	// Served meanwhile: once every slow connection is open and being read.
-	waitParked(t, len(tests)*perCase, "fasthttp.(*Server).serveConn", "(*pollDesc).waitRead")
+	// Served meanwhile: once a slow connection is open and being read (not
+	// all of them: the first close at their timeouts while the last open).
+	waitParked(t, 1, "fasthttp.(*Server).serveConn", "(*pollDesc).waitRead")
 	if code, r, _ := post(t, lt.Base+"/v2/models/simple/infer", simpleBody("x", 1, 1)); code != 200 {
 		t.Errorf("a normal request during the slow-loris: %d %q", code, r.Error)
 	}
@@ -316,7 +317,7 @@ func TestHostileSlowClients(t *testing.T) {
 // the frame it is parked in.
 func waitParked(t *testing.T, n int, frames ...string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var b bytes.Buffer
 		pprof.Lookup("goroutine").WriteTo(&b, 1)
 		got := 0
