@@ -90,7 +90,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runErr // nothing was sent: a configuration or metadata problem
 	}
 	if f.csvPath != "" {
-		if err := writeFile(f.csvPath, func(w io.Writer) error { return loadgen.WriteCSV(w, res.Records) }); err != nil {
+		if err := loadreport.WriteFile(f.csvPath, func(w io.Writer) error { return loadgen.WriteCSV(w, res.Records) }); err != nil {
 			return fmt.Errorf("--csv: %w", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"io"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func TestMisspeltFlagSuggestsOne(t *testing.T) {
 func TestReportDirWritesIntoDir(t *testing.T) {
 	dir := t.TempDir()
 	recs := []loadgen.Record{{Start: 0, Latency: 2 * time.Millisecond, Status: 200}, {Start: time.Millisecond, Latency: 3 * time.Millisecond, Status: 200}}
-	if err := writeFile(filepath.Join(dir, "adhoc.load.csv"), func(w io.Writer) error { return loadgen.WriteCSV(w, recs) }); err != nil {
+	if err := loadreport.WriteFile(filepath.Join(dir, "adhoc.load.csv"), func(w io.Writer) error { return loadgen.WriteCSV(w, recs) }); err != nil {
 		t.Fatal(err)
 	}
 	t.Chdir(t.TempDir())

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"io"
 	"time"
 
@@ -51,7 +52,7 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *out != "" {
-		if err := writeFile(*out, func(w io.Writer) error { return regression.WriteCSV(w, res.Samples) }); err != nil {
+		if err := loadreport.WriteFile(*out, func(w io.Writer) error { return regression.WriteCSV(w, res.Samples) }); err != nil {
 			return fmt.Errorf("writing the profile: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ratebatch/ratebatch/lab/demo"
 	"io"
 	"strings"
 
@@ -40,7 +41,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *dir != "" {
-		specs, err := loadreport.DirSpecs(*dir, splitList(*names), demoPolicies)
+		specs, err := loadreport.DirSpecs(*dir, splitList(*names), demo.DefaultPolicies)
 		if err != nil {
 			return err
 		}

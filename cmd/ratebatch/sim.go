@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"io"
 	"strings"
 	"time"
@@ -87,7 +88,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if f.seriesCSV != "" {
-		if err := writeFile(f.seriesCSV, func(w io.Writer) error { return sim.WriteSeriesCSV(w, results) }); err != nil {
+		if err := loadreport.WriteFile(f.seriesCSV, func(w io.Writer) error { return sim.WriteSeriesCSV(w, results) }); err != nil {
 			return fmt.Errorf("writing the series: %w", err)
 		}
 	}

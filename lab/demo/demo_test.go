@@ -1,0 +1,82 @@
+package demo
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
+)
+
+func TestDemoProgressCells(t *testing.T) {
+	rpj := 12.5
+	samples := []loadreport.Sample{
+		{T: 0, BatchesSent: 10, RowsSent: 80},
+		{T: 0.5, BatchesSent: 12, RowsSent: 90},
+		{T: 1.0, BatchesSent: 14, RowsSent: 100, RequestsPerJoule: &rpj},
+	}
+	// 4 batches of 20 rows in the last second: 5 rows a batch, whatever the cap.
+	b, p50, r := progressCells(loadgen.Snapshot{OKRPS: 100, P50LatencyMs: 3.25}, samples)
+	if b != "5.00" || p50 != "3.25" || r != "12.5" {
+		t.Errorf("cells %q %q %q, want 5.00 3.25 12.5", b, p50, r)
+	}
+	// A second without completions or batches shows -, not 0.00.
+	idle := []loadreport.Sample{{T: 0, BatchesSent: 14, RowsSent: 100}, {T: 1, BatchesSent: 14, RowsSent: 100}}
+	b, p50, r = progressCells(loadgen.Snapshot{}, idle)
+	if b != "-" || p50 != "-" || r != "-" {
+		t.Errorf("idle second: %q %q %q, want - - -", b, p50, r)
+	}
+}
+
+// The verdict compares each policy with ad-hoc wherever it sits in the
+// list, names budget's gain, and says when there is nothing to compare.
+func TestDemoVerdict(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	light := []loadreport.Row{
+		{Name: "budget", MeanLatencyMs: 4.4, P99LatencyMs: 9, RequestsPerJoule: f(25)},
+		{Name: "adhoc", MeanLatencyMs: 4, P99LatencyMs: 10, RequestsPerJoule: f(20)},
+		{Name: "smdp", MeanLatencyMs: 4, P99LatencyMs: 10},
+	}
+	var line bytes.Buffer
+	writeVerdictLines(&line, light)
+	for _, want := range []string{"budget         +25.0% requests per joule (25.00 vs 20.00 req/J), mean latency 1.10x adhoc's, p99 0.90x: fewer joules per request, slower",
+		"smdp           no energy figures; mean latency 1.00x adhoc's"} {
+		if !strings.Contains(line.String(), want) {
+			t.Errorf("verdict lines lack %q:\n%s", want, line.String())
+		}
+	}
+	if strings.Contains(line.String(), "adhoc  ") {
+		t.Errorf("the baseline got a verdict line:\n%s", line.String())
+	}
+
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if err := writeVerdict(&out, dir, []regimeResult{{"light", light}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| budget | +25.0% (1.25x) | 1.10x (0.90x) |", "| adhoc | baseline: 20.00 req/J | baseline: 4.00 (10.00) ms |",
+		"budget (mean latency at most 1.1x adhoc's) against adhoc: +25.0% requests per joule (1.25x) at 1.10x the mean latency in the light regime."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("closing table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	line.Reset()
+	writeVerdictLines(&line, light[:1])
+	if !strings.Contains(line.String(), "no adhoc run to compare with") {
+		t.Errorf("without adhoc: %q", line.String())
+	}
+}
+
+// The default policies start with the baseline and include budget.
+func TestDemoDefaultPolicies(t *testing.T) {
+	got := PolicyList("")
+	if len(got) == 0 || got[0] != Baseline || !slices.Contains(got, "budget") {
+		t.Errorf("default policies %v: want %s first and budget among them", got, Baseline)
+	}
+	if got := PolicyList("a,b"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("--policies a,b gave %v", got)
+	}
+}
