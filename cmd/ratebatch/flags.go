@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ratebatch/ratebatch/lab/trace"
 )
 
 // Flag helpers the subcommands share.
@@ -37,9 +35,6 @@ func countSet(set map[string]bool, names ...string) int {
 
 // msDuration converts milliseconds to a duration.
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
-
-// loadTrace is trace.Load: a built-in name or a CSV file.
-func loadTrace(name string) (*trace.Series, error) { return trace.Load(name) }
 
 func splitList(s string) []string {
 	var out []string
