@@ -36,6 +36,7 @@ type Config struct {
 	Limits    Limits        `yaml:"limits"`
 	Upstreams UpstreamOpts  `yaml:"upstream_client"`
 	Power     Power         `yaml:"power"`
+	ORCA      ORCA          `yaml:"orca"`
 	Log       Log           `yaml:"log"`
 	Discovery time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
 	Grace     time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
@@ -88,6 +89,13 @@ type Power struct {
 	Interval   time.Duration `yaml:"interval" help:"power sampling interval"`
 	MetricsURL string        `yaml:"metrics_url" help:"triton source: Triton's metrics URL (default: upstream host, port 8002, /metrics)"`
 	GPUs       string        `yaml:"gpus" help:"nvml source: comma-separated GPU indices (empty: all)"`
+}
+
+// ORCA configures the load reports for balancers that do not read the
+// endpoint-load-metrics header (package orca; docs/SCALING.md).
+type ORCA struct {
+	HAProxyAgentListen  string  `yaml:"haproxy_agent_listen" flag:"haproxy-agent-listen" help:"address answering HAProxy's agent-check with the replica's weight, its capacity as a percentage of orca.haproxy_agent_full_rps; empty: off"`
+	HAProxyAgentFullRPS float64 `yaml:"haproxy_agent_full_rps" flag:"haproxy-agent-full-rps" help:"capacity in rows/s answered as 100% to HAProxy's agent-check (e.g. the fastest replica's); required with orca.haproxy_agent_listen"`
 }
 
 // Log configures log/slog.
@@ -171,6 +179,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GRPCListen != "" && (c.GRPCListen == c.Listen || c.GRPCListen == c.AdminListen) && !strings.HasSuffix(c.GRPCListen, ":0") {
 		add(fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen))
+	}
+	if c.ORCA.HAProxyAgentListen != "" && !(c.ORCA.HAProxyAgentFullRPS > 0 && c.ORCA.HAProxyAgentFullRPS < 1e15) {
+		return fieldErr("orca.haproxy_agent_full_rps", "must be > 0 rows/s with orca.haproxy_agent_listen (the capacity answered as 100%%), got %v", c.ORCA.HAProxyAgentFullRPS)
 	}
 	if c.UpstreamGRPC != "" {
 		if host, port, err := net.SplitHostPort(c.UpstreamGRPC); err != nil || host == "" || port == "" {

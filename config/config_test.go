@@ -118,6 +118,8 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"negative row cap from env", "upstream: http://u", map[string]string{"RATEBATCH_POLICY_ROW_CAP": "-1"}, "policy.row_cap"},
 		{"negative wait bound", "upstream: http://u\npolicy: {wait_bound: -1ms}", nil, "policy.wait_bound"},
 		{"latency budget below ad-hoc", "upstream: http://u\npolicy: {name: budget, latency_budget: 0.9x}", nil, "policy.latency_budget"},
+		{"haproxy agent without full capacity", "upstream: http://u\norca: {haproxy_agent_listen: ':7'}", nil, "orca.haproxy_agent_full_rps"},
+		{"haproxy agent with negative full capacity from env", "upstream: http://u", map[string]string{"RATEBATCH_ORCA_HAPROXY_AGENT_LISTEN": ":7", "RATEBATCH_ORCA_HAPROXY_AGENT_FULL_RPS": "-1"}, "orca.haproxy_agent_full_rps"},
 		{"bad model latency budget", "upstream: http://u\nmodels: {m: {latency_budget: soon}}", nil, "models.m.latency_budget"},
 	}
 	for _, tt := range tests {

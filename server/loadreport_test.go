@@ -2,16 +2,21 @@ package server_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	v3 "github.com/cncf/xds/go/xds/data/orca/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // serve's answers carry the ORCA header, and its /metrics the pod-level
@@ -59,4 +64,54 @@ func TestServeLoadReport(t *testing.T) {
 			t.Errorf("/metrics has no %s", g)
 		}
 	}
+}
+
+// With orca.haproxy_agent_listen, serve answers HAProxy's agent check with
+// its capacity as a percentage of orca.haproxy_agent_full_rps.
+func TestServeHAProxyAgent(t *testing.T) {
+	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
+		c.Policy.Name = "adhoc"
+		c.ORCA.HAProxyAgentListen, c.ORCA.HAProxyAgentFullRPS = "127.0.0.1:0", 1000
+	})
+	agent := func() string {
+		c, err := net.Dial("tcp", lt.AgentAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// The agent's N% is 100 * capacity_rps / 1000 of a report at most
+	// 100 ms old: compare with the header of an answer just before.
+	capacity := func() float64 {
+		req, _ := http.NewRequest(http.MethodPost, lt.Base+"/v2/models/simple/infer", bytes.NewReader(simpleBody("a", 1, 2)))
+		req.Header.Set("endpoint-load-metrics-format", "JSON")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		var rep v3.OrcaLoadReport
+		if err := protojson.Unmarshal([]byte(strings.TrimPrefix(resp.Header.Get("endpoint-load-metrics"), "JSON ")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.NamedMetrics["capacity_rps"]
+	}
+	var last string
+	waitUntil(t, "the agent's weight to follow the learnt capacity", func() bool {
+		c := capacity()
+		last = agent()
+		var pct float64
+		if _, err := fmt.Sscanf(last, "up %g%%\n", &pct); err != nil || c <= 0 {
+			return false
+		}
+		return math.Abs(pct-c/10) <= math.Max(1, 0.05*c/10)
+	})
 }

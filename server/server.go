@@ -102,6 +102,10 @@ type Server struct {
 	energyFit *energyfit.Fitter
 	// memory is the budget of requests and answers (limits.memory).
 	memory *membudget.Budget
+	// load is the ORCA report; agentLn answers HAProxy's agent checks
+	// from it (nil without orca.haproxy_agent_listen).
+	load    *orca.Reporter
+	agentLn net.Listener
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
@@ -168,6 +172,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
+	p.load = load
 	reg.MustRegister(load.Collector())
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
@@ -249,6 +254,16 @@ func (p *Server) Listen() error {
 			return fmt.Errorf("grpc_listen: %w", err)
 		}
 	}
+	if a := p.cfg.ORCA.HAProxyAgentListen; a != "" {
+		if p.agentLn, err = net.Listen("tcp", a); err != nil {
+			for _, ln := range []net.Listener{p.dataLn, p.adminLn, p.grpcLn} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+			return fmt.Errorf("orca.haproxy_agent_listen: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -268,7 +283,10 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
 	defer p.meter.Source().Close()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	if p.agentLn != nil {
+		go func() { errc <- p.load.ServeAgent(bg, p.agentLn, p.cfg.ORCA.HAProxyAgentFullRPS) }()
+	}
 	go func() { errc <- p.data.Serve(p.dataLn) }()
 	go func() { errc <- serveOn(p.admin, p.adminLn) }()
 	if p.grpc != nil {
@@ -326,6 +344,10 @@ func (p *Server) AdminAddr() net.Addr { return addrOf(p.adminLn) }
 // GRPCAddr is the gRPC door's bound address; nil before Listen or without
 // grpc_listen.
 func (p *Server) GRPCAddr() net.Addr { return addrOf(p.grpcLn) }
+
+// AgentAddr is the HAProxy agent-check port's bound address; nil before
+// Listen or without orca.haproxy_agent_listen.
+func (p *Server) AgentAddr() net.Addr { return addrOf(p.agentLn) }
 
 func addrOf(ln net.Listener) net.Addr {
 	if ln == nil {

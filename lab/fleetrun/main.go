@@ -4,6 +4,8 @@
 //	go build -o /tmp/ratebatch ./cmd/ratebatch
 //	go run ./lab/fleetrun -bin /tmp/ratebatch -run rho
 //	go run ./lab/fleetrun -bin /tmp/ratebatch -run fleet
+//	go run ./lab/fleetrun -bin /tmp/ratebatch -run haproxy
+//	go run ./lab/fleetrun -bin /tmp/ratebatch -run pack -load 0.15
 //
 // -run rho starts one emulated GPU with a ratebatch in front, sends Poisson
 // load over HTTP at rho 0.2, 0.5 and 0.8 of the emulator's true capacity
@@ -17,6 +19,21 @@
 // trailers), alternating, repeated: each replica's share of the traffic,
 // the fleet's mean and p99 latency and requests per joule (the emulators'
 // energy counters, idle power included).
+//
+// -run haproxy is the same fleet over HTTP through a real HAProxy (the
+// haproxy binary on PATH, run in the foreground on loopback ports with a
+// config in a temporary directory): balance roundrobin with equal
+// weights, roundrobin with each server's weight from ratebatch's agent
+// check (--haproxy-agent-listen), and leastconn.
+//
+// -run pack starts four full-speed emulated GPUs and sends a low load
+// (-load, e.g. 0.15 of the fleet's capacity) over HTTP spread evenly over
+// the four, packed onto two, and packed onto one: requests per joule of
+// the fleet with the idle GPUs' power counted and with it left out (the
+// idle GPUs scaled away), mean and p99 latency. -idle-watts is then the
+// real GPU's idle power: the emulators draw it divided by -tau-scale,
+// because the emulator slows batches without scaling their energy, so
+// this keeps idle energy against batch energy as on the real GPU.
 package main
 
 import (
@@ -72,7 +89,7 @@ func run() error {
 	var o options
 	fs := flag.NewFlagSet("fleetrun", flag.ContinueOnError)
 	fs.StringVar(&o.bin, "bin", "", "ratebatch binary (go build -o /tmp/ratebatch ./cmd/ratebatch); required")
-	fs.StringVar(&o.mode, "run", "fleet", "experiment: rho (utilization against the true rho) or fleet (round_robin against weighted_round_robin)")
+	fs.StringVar(&o.mode, "run", "fleet", "experiment: rho (utilization against the true rho), fleet (gRPC round_robin against weighted_round_robin), haproxy (HTTP through HAProxy, with and without agent-check weights) or pack (spread against packed at low load)")
 	fs.StringVar(&o.preset, "preset", "googlenet-p4", "emulator preset")
 	fs.StringVar(&o.policy, "policy", "batchmonitor+", "ratebatch's batching policy")
 	fs.Float64Var(&o.tauScale, "tau-scale", 20, "tau-scale of the full-speed emulators (the half-speed one gets twice it): slows the GPU so the load fits the machine")
@@ -95,14 +112,19 @@ func run() error {
 		return runRho(ctx, o)
 	case "fleet":
 		return runFleet(ctx, o)
+	case "haproxy":
+		return runHAProxy(ctx, o)
+	case "pack":
+		return runPack(ctx, o)
 	}
-	return fmt.Errorf("-run %q: want rho or fleet", o.mode)
+	return fmt.Errorf("-run %q: want rho, fleet, haproxy or pack", o.mode)
 }
 
 // replica is one emulated GPU with a ratebatch in front.
 type replica struct {
 	emu             emuAddrs
 	http, grpc, adm string
+	agent           string  // HAProxy agent-check address (-run haproxy)
 	mu              float64 // true capacity of model simple, rows/s
 	procs           []*exec.Cmd
 }
@@ -127,7 +149,7 @@ func start(ctx context.Context, o options, tauScale float64) (*replica, error) {
 	r := &replica{}
 	emu := exec.CommandContext(ctx, o.bin, "emulate", "-json", "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
 		"-grpc-listen", "127.0.0.1:0", "-preset", o.preset, "-tau-scale", strconv.FormatFloat(tauScale, 'g', -1, 64),
-		"-idle-watts", strconv.FormatFloat(o.idleWatts, 'g', -1, 64))
+		"-idle-watts", strconv.FormatFloat(emulatorIdleWatts(o), 'g', -1, 64))
 	emu.Stderr = os.Stderr
 	out, err := emu.StdoutPipe()
 	if err != nil {
@@ -146,25 +168,32 @@ func start(ctx context.Context, o options, tauScale float64) (*replica, error) {
 		r.stop()
 		return nil, fmt.Errorf("emulator addresses %q: %w", line, err)
 	}
-	for _, p := range []*string{&r.http, &r.grpc, &r.adm} {
+	for _, p := range []*string{&r.http, &r.grpc, &r.adm, &r.agent} {
 		if *p, err = freePort(); err != nil {
 			r.stop()
 			return nil, err
 		}
 	}
-	srv := exec.CommandContext(ctx, o.bin, "serve", "--upstream", "http://"+r.emu.Listen, "--upstream-grpc", r.emu.GRPCListen,
+	if err := r.trueCapacity(); err != nil {
+		r.stop()
+		return nil, err
+	}
+	args := []string{"serve", "--upstream", "http://" + r.emu.Listen, "--upstream-grpc", r.emu.GRPCListen,
 		"--listen", r.http, "--grpc-listen", r.grpc, "--admin-listen", r.adm, "--policy", o.policy,
-		"--power-source", "triton", "--power-metrics-url", "http://"+r.emu.MetricsListen+"/metrics", "--log-level", "warn")
+		"--power-source", "triton", "--power-metrics-url", "http://" + r.emu.MetricsListen + "/metrics", "--log-level", "warn"}
+	if o.mode == "haproxy" {
+		// 100% is a full-speed replica's capacity, what an operator
+		// knows of the fleet's fastest GPU profile.
+		full := r.mu * tauScale / o.tauScale
+		args = append(args, "--haproxy-agent-listen", r.agent, "--haproxy-agent-full-rps", strconv.FormatFloat(full, 'g', 6, 64))
+	}
+	srv := exec.CommandContext(ctx, o.bin, args...)
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		r.stop()
 		return nil, err
 	}
 	r.procs = append(r.procs, srv)
-	if err := r.trueCapacity(); err != nil {
-		r.stop()
-		return nil, err
-	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + r.adm + "/readyz")
@@ -349,6 +378,7 @@ type fleetResult struct {
 	lat       []float64 // ms
 	errors    int
 	energyJ   float64
+	energyPer []float64 // per replica (HTTP runs)
 	requests  int
 	durationS float64
 }
