@@ -83,6 +83,11 @@ type Result struct {
 	// BatchRows is the size of the batch the call went in (0 if none).
 	BatchRows int
 	release   *shared
+	// obs, when set, learns how long the answer took from its batch's end
+	// (answered) to its caller; calls is the batch's number of callers.
+	obs      OverheadObserver
+	answered time.Time
+	calls    int
 	// run, in a call's channel instead of its answer, is a batch holding
 	// the call for the call's own goroutine to run (launch).
 	run *batch

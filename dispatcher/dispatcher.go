@@ -28,6 +28,22 @@ type Planner interface {
 	Observe(rows int, latency time.Duration)
 }
 
+// OverheadObserver is a Planner that also learns the proxy's own time
+// around a batch, which the upstream's round trip (Observe) leaves out
+// and a plan must count: at low load it is as large as the batch time.
+type OverheadObserver interface {
+	// ObserveHold reports how long a batch of rows from calls callers
+	// held its instance beyond the upstream's round trip: handing it to
+	// the goroutine that runs it, merging it, decoding and splitting the
+	// answer, delivering the parts.
+	ObserveHold(rows, calls int, beyond time.Duration)
+	// ObserveAfter reports how long a caller of a batch of calls callers
+	// waited, once its batch's answer was delivered, for that answer to
+	// reach its own goroutine (the wake-up of a caller that did not run
+	// the batch).
+	ObserveAfter(calls int, after time.Duration)
+}
+
 // ModelSpec describes one batchable model.
 type ModelSpec struct {
 	Name      string
@@ -193,6 +209,9 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 		q.execute(*r.run)
 		q.afterOwnBatch()
 		r = <-c.done
+	}
+	if r.obs != nil {
+		r.obs.ObserveAfter(r.calls, d.now().Sub(r.answered))
 	}
 	return r
 }

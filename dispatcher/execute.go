@@ -60,10 +60,18 @@ func (q *modelQueue) execute(b batch) {
 		}
 		q.contain("power", func() { busyEnd(served) })
 	}
+	obs, _ := b.planner.(OverheadObserver)
+	var answered time.Time
+	if obs != nil && ok {
+		answered = q.d.now()
+	}
 	for i, c := range b.calls {
 		r := results[i]
 		r.Queued = b.sent.Sub(c.arrived)
 		r.BatchRows = b.rows
+		if !answered.IsZero() {
+			r.obs, r.answered, r.calls = obs, answered, len(b.calls)
+		}
 		q.deliver(c, r)
 	}
 
@@ -71,6 +79,11 @@ func (q *modelQueue) execute(b batch) {
 	q.inFlight--
 	q.inFlightRows -= b.rows
 	q.mu.Unlock()
+	if !answered.IsZero() {
+		// The instance was the batch's from its forming to here: what the
+		// round trip does not cover held it too.
+		obs.ObserveHold(b.rows, len(b.calls), q.d.now().Sub(b.sent)-latency)
+	}
 	// No signal: the caller that ran the batch decides next (afterOwnBatch).
 }
 
