@@ -67,3 +67,26 @@ func TestExtraPricesTheTimeOutsideTau(t *testing.T) {
 		t.Error("an infinite extra validates")
 	}
 }
+
+// Past the load where every batch is B_max, limits B_max and B_max+1 draw
+// the same power: the optimum must not mix in the limit above B_max, which
+// holds a full batch for a row it cannot take (the live collapse at rho
+// 0.93 with "control limits 8/9"). The line is the live proxy's on the
+// exact emulator's simple model, energy proportional to busy time.
+func TestBudgetNeverWaitsWithAFullBatchForNothing(t *testing.T) {
+	for _, rho := range []float64{0.93, 0.95} {
+		m := Model{MaxBatch: 8}
+		m.AlphaMs, m.Tau0Ms, m.BetaMJ, m.Zeta0MJ = 0.305, 2.1, 0.305, 2.1
+		m.LambdaPerMs = rho * m.ServiceMuPerMs(8)
+		c, err := SolveBudget(context.Background(), m, Budget{Factor: 1.1}, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.First.Limit > 8 || (c.Mix > 0 && c.Second.Limit > 8) {
+			t.Errorf("rho %v: control limits %d/%d mixed %.3g with B_max 8", rho, c.First.Limit, c.Second.Limit, c.Mix)
+		}
+		if c.LatencyMs > c.BudgetMs*(1+1e-9) {
+			t.Errorf("rho %v: latency %.4g over the budget %.4g", rho, c.LatencyMs, c.BudgetMs)
+		}
+	}
+}
