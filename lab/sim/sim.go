@@ -105,6 +105,12 @@ type Config struct {
 	// moved batchmonitor's simulated mean latency at rho 0.7 by about 9%
 	// (docs/LEARNING.md, "The simulator predicts the live proxy").
 	Turnaround time.Duration
+	// Live is the rest of a live proxy's time outside the server's
+	// compute, as it measured it (/status, rule.outside): with it a
+	// simulation's absolute latencies are the live proxy's, not the
+	// server's alone (ParseOverheads reads it as ratebatch sim
+	// --overheads takes it).
+	Live Overheads
 	// IdleWatts is power drawn while no batch runs (W); batch energy zeta(b)
 	// is taken to include the power drawn while the batch runs.
 	IdleWatts float64
@@ -167,6 +173,8 @@ func (c Config) Validate() error {
 		return invalid("OverheadSamples", "overhead samples must be at least one, each >= 0")
 	case c.Turnaround < 0:
 		return invalid("Turnaround", "turnaround must be >= 0, got %v", c.Turnaround)
+	case c.Live.Validate() != nil:
+		return &InvalidError{Field: "Live", Err: c.Live.Validate()}
 	case c.SLA < 0:
 		return invalid("SLA", "SLA must be >= 0, got %v", c.SLA)
 	case c.DrainLimit < 0:
@@ -355,7 +363,7 @@ func newRun(c Config) (*run, error) {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	r.mon = mon
-	if c.Overhead > 0 || c.OverheadSamples != nil {
+	if c.Overhead > 0 || c.OverheadSamples != nil || c.Live.PerRow > 0 {
 		r.stats = map[int]monitor.BatchTotal{}
 	}
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
@@ -577,12 +585,18 @@ func (r *run) dispatch(n int) {
 	case n > 0:
 		over = r.c.OverheadSamples[r.overheadRNG.IntN(n)]
 	}
+	over = max(over+time.Duration(n)*r.c.Live.PerRow, 0)
 	end := r.now + compute + over
-	s := slot{busy: true, start: r.now, end: end, free: end + r.c.Turnaround, rows: n, compute: compute}
+	live := r.c.Live
+	hold := r.c.Turnaround + msDur(live.Extra.HoldMs(n))
+	s := slot{busy: true, start: r.now, end: end, free: end + hold, rows: n, compute: compute}
+	// Each row's latency as its client sees it: the batch's end, its wait
+	// for the answer after it, and what the proxy does not see.
+	after := msDur(live.Extra.AfterMs(n)) + live.Client
 	for _, at := range r.queue[r.head : r.head+n] {
-		ms := float64(end-at) / float64(time.Millisecond)
-		s.latSum += ms
-		r.latencies = append(r.latencies, ms)
+		l := float64(end-at+after) / float64(time.Millisecond)
+		s.latSum += l
+		r.latencies = append(r.latencies, l)
 	}
 	r.head += n
 	if r.head > 4096 && r.head*2 > len(r.queue) {
@@ -614,6 +628,13 @@ func (r *run) complete(i int) {
 	r.lastDone = r.now
 	if r.now < s.free {
 		return // the proxy's turnaround still holds the instance
+	}
+	if x := r.c.Live.Extra; !x.IsZero() {
+		// The monitor learns them as the live dispatcher reports them.
+		r.mon.ObserveHold(s.rows, s.rows, s.free-s.end)
+		for range s.rows {
+			r.mon.ObserveAfter(s.rows, msDur(x.AfterMs(s.rows)))
+		}
 	}
 	r.flying--
 	r.flyRow -= s.rows
@@ -675,3 +696,6 @@ func (r *run) result() Result {
 	}
 	return res
 }
+
+// ms converts milliseconds to a duration.
+func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
