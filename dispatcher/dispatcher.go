@@ -299,6 +299,7 @@ type modelQueue struct {
 
 	inFlight, inFlightRows int
 	batchesSent, rowsSent  int64
+	src                    sources
 	draining               bool
 	idleClosed             bool
 	idle                   chan struct{} // closed when draining and empty
@@ -370,6 +371,7 @@ func (q *modelQueue) enqueue(c *Call) error {
 	}
 	k.push(c)
 	q.rows += c.Rows
+	q.src.arrive(c.Source, now)
 	planner := q.spec.Planner
 	q.mu.Unlock()
 	q.series.accepted.Inc()
@@ -390,6 +392,7 @@ func (q *modelQueue) withdraw(c *Call) bool {
 	}
 	q.keys[c.Key].cancel(c) // a queued call is in its key queue
 	q.rows -= c.Rows
+	q.src.leave(c.Source, q.d.now())
 	q.mu.Unlock()
 	q.signal()
 	return true
@@ -492,6 +495,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
 	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
+	idle, known := q.src.idle(now)
 	for key, k := range q.keys {
 		for {
 			head := k.head()
@@ -512,6 +516,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 					EarliestDeadline: k.earliestDeadline(head),
 					InFlight:         q.inFlight, InFlightRows: q.inFlightRows,
 					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
+					IdleSources: idle, SourcesKnown: known,
 				})
 				if d.Rows <= 0 {
 					if d.WakeAt.After(now) && (next.IsZero() || d.WakeAt.Before(next)) {
@@ -584,6 +589,7 @@ func (q *modelQueue) expire(now time.Time) time.Time {
 			if c.state.CompareAndSwap(stateQueued, stateCancelled) {
 				k.cancel(c)
 				q.rows -= c.Rows
+				q.src.leave(c.Source, now)
 				q.d.o.Metrics.rejected(q.name, "timeout")
 				q.deliver(c, Result{Err: &kserve.Error{Status: http.StatusServiceUnavailable, Msg: "Request timeout expired"},
 					Queued: now.Sub(c.arrived)})
@@ -600,7 +606,9 @@ func (q *modelQueue) failQueued(status int, msg string) {
 	for key, k := range q.keys {
 		calls, rows := k.take(int(^uint(0)>>1), nil)
 		q.rows -= rows
+		now := q.d.now()
 		for _, c := range calls {
+			q.src.leave(c.Source, now)
 			q.deliver(c, Result{Err: &kserve.Error{Status: status, Msg: msg}})
 		}
 		delete(q.keys, key)

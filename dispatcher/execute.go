@@ -60,6 +60,9 @@ func (q *modelQueue) execute(b batch) {
 		}
 		q.contain("power", func() { busyEnd(served) })
 	}
+	// The callers' connections are free to send again from here: a
+	// decision from now on counts them as partners that may come.
+	q.freeSources(b.calls)
 	obs, _ := b.planner.(OverheadObserver)
 	var answered time.Time
 	if obs != nil && ok {

@@ -134,6 +134,14 @@ type Queue struct {
 	// Instances batches at once, whatever a rule answers.
 	Instances int
 	MaxBatch  int
+
+	// IdleSources, when SourcesKnown, is how many of the model's recent
+	// callers could still send a request while the queue waits: callers
+	// whose connection carries one call at a time (HTTP/1.1) and has none
+	// in the proxy. 0 means no partner can come from a known caller, only
+	// from a new one: a rule that waits for arrivals should not.
+	IdleSources  int
+	SourcesKnown bool
 }
 
 // Free reports whether an instance is free to take a batch.
