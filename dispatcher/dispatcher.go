@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -84,6 +85,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Outlier configures passive outlier detection; zero: off.
 	Outlier Outlier
+	// Trace, when set, receives the decision trace: one line per arrival
+	// (A: rows queued), decision (D: rows, the oldest row's wait, batches
+	// in flight, idle sources, and the rule's answer: rows to send or ms
+	// until its wake-up), batch start (S) and end (E: the round trip).
+	// scripts/budget-trace.py reads it. Nil: the file TraceEnv names, if
+	// set, else none.
+	Trace io.Writer
 }
 
 // Dispatcher routes calls to model queues.
@@ -96,6 +104,7 @@ type Dispatcher struct {
 	wg     sync.WaitGroup // queue loops
 	ctx    context.Context
 	cancel context.CancelFunc
+	trace  *tracer // nil: no decision trace
 }
 
 // New returns a dispatcher with no models.
@@ -110,7 +119,14 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	if o.Trace == nil {
+		o.Trace = traceFromEnv()
+	}
+	if o.Trace != nil {
+		d.trace = newTracer(o.Trace, o.Now())
+	}
+	return d
 }
 
 // Errors a caller may get before its call is queued.
@@ -244,6 +260,7 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	d.trace.close()
 	return err
 }
 
@@ -372,6 +389,9 @@ func (q *modelQueue) enqueue(c *Call) error {
 	k.push(c)
 	q.rows += c.Rows
 	q.src.arrive(c.Source, now)
+	if t := q.d.trace; t != nil {
+		t.log(now, "A", q.name, "rows=%d", q.rows)
+	}
 	planner := q.spec.Planner
 	q.mu.Unlock()
 	q.series.accepted.Inc()
@@ -518,6 +538,14 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
 					IdleSources: idle, SourcesKnown: known,
 				})
+				if t := q.d.trace; t != nil {
+					idleOut := idle
+					if !known {
+						idleOut = -1
+					}
+					t.log(now, "D", q.name, "rows=%d oldest=%.3f inflight=%d idle=%d send=%d wake=%.3f", k.rows, ms(now.Sub(head.arrived)),
+						q.inFlight, idleOut, d.Rows, ms(max(d.WakeAt.Sub(now), 0)))
+				}
 				if d.Rows <= 0 {
 					if d.WakeAt.After(now) && (next.IsZero() || d.WakeAt.Before(next)) {
 						next = d.WakeAt

@@ -41,7 +41,14 @@ func (q *modelQueue) execute(b batch) {
 		q.d.o.Metrics.rejected(q.name, "model_failing")
 	} else {
 		stop := q.watchHung(&b)
+		t := q.d.trace
+		if t != nil {
+			t.log(q.d.now(), "S", q.name, "rows=%d calls=%d", b.rows, len(b.calls))
+		}
 		results, latency, ok = q.sendContained(b)
+		if t != nil {
+			t.log(q.d.now(), "E", q.name, "rows=%d rt=%.3f ok=%v", b.rows, ms(latency), ok)
+		}
 		if stop != nil {
 			stop()
 		}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,4 +79,52 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	if q := submit(2); q.SourcesKnown {
 		t.Fatal("the count is known again right after a call without a source")
 	}
+}
+
+// The decision trace has a line per arrival, decision, batch start and
+// end, in the documented form.
+func TestDecisionTrace(t *testing.T) {
+	var buf syncBuffer
+	d := New(Options{Upstream: &fakeUpstream{}, Trace: &buf})
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: newPlanner(policy.Fill{Policy: "test"})}); err != nil {
+		t.Fatal(err)
+	}
+	c := call(t, 1, 1)
+	c.Source = 7
+	if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kinds := ""
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[2] != "simple" {
+			t.Fatalf("trace line %q", line)
+		}
+		kinds += f[1]
+	}
+	if !strings.HasPrefix(kinds, "ADSE") || !strings.Contains(buf.String(), "idle=0 send=1") {
+		t.Fatalf("trace %q: want an arrival, a decision to send it with no idle source, its start and end", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
