@@ -55,6 +55,8 @@ func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.Float64Var(&f.c.Jitter, "jitter", 0, "each batch takes tau(b) times a uniform factor in [1-j, 1+j), 0 <= j < 1")
 	fs.Float64Var(&f.c.IdleWatts, "idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
 	fs.Float64Var(&f.slaMs, "sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
+	fs.IntVar(&f.c.Clients, "clients", 0, "closed-loop clients: each sends a request, waits for its answer, thinks --think and sends the next (perf_analyzer's concurrency mode); alone or with --rate/--trace")
+	fs.DurationVar(&f.c.Think, "think", 0, "closed-loop clients: time between an answer and the client's next request")
 	fs.StringVar(&f.overheads, "overheads", "", "the live proxy's time outside the server's compute, key=value ms as its /status shows them under rule.outside (overhead_ms=1,overhead_per_row_ms=0.05,hold_lone_ms=..,hold_merged_ms=..,after_lone_ms=..,after_merged_ms=..) and client_ms: absolute latencies then match the live proxy's")
 	fs.StringVar(&f.seriesCSV, "series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
 	fs.IntVar(&f.opts.Batch, "batch", 8, "static: the exact batch size b")

@@ -60,3 +60,43 @@ func TestLiveOverheadsAddToLatency(t *testing.T) {
 		t.Errorf("a hold of 0.3 ms per batch: latency %.4g, want above %.4g", held.MeanLatencyMs, base.MeanLatencyMs)
 	}
 }
+
+// Closed-loop clients: N synchronous clients keep N requests in the
+// system (X = N/(R+Z), the interactive response-time law); a lone one
+// behind the budget policy never waits for a partner, so its latency is
+// ad-hoc's, the batch time alone.
+func TestClosedLoopClients(t *testing.T) {
+	p, err := preset.Lookup("googlenet-p4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	think := 2 * time.Millisecond
+	for _, n := range []int{1, 4} {
+		res := map[string]Result{}
+		for _, name := range []string{policy.NameAdhoc, policy.NameBudget} {
+			pol, err := policy.New(name, policy.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Run(context.Background(), Config{Profile: p, Policy: pol, Clients: n, Think: think, Requests: 20000, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// X = N / (R + Z), within the end effects of a finite run.
+			want := float64(n) / ((r.MeanLatencyMs + 2) / 1000)
+			if math.Abs(r.ThroughputRPS/want-1) > 0.01 {
+				t.Errorf("%d clients, %s: throughput %.1f/s, want N/(R+Z) = %.1f", n, name, r.ThroughputRPS, want)
+			}
+			res[name] = r
+		}
+		if n == 1 {
+			ad, bu := res[policy.NameAdhoc], res[policy.NameBudget]
+			if tau := p.TauMs(1); math.Abs(ad.MeanLatencyMs-tau) > 1e-3 || math.Abs(bu.MeanLatencyMs-tau) > 1e-3 || bu.MeanBatchSize != 1 {
+				t.Errorf("one client: ad-hoc %.4g ms, budget %.4g ms (batch %.3g); want tau(1) = %.4g ms both, batches of 1",
+					ad.MeanLatencyMs, bu.MeanLatencyMs, bu.MeanBatchSize, tau)
+			}
+		}
+		t.Logf("%d clients, think %v: ad-hoc %.3f ms batch %.2f, budget %.3f ms batch %.2f", n, think,
+			res[policy.NameAdhoc].MeanLatencyMs, res[policy.NameAdhoc].MeanBatchSize, res[policy.NameBudget].MeanLatencyMs, res[policy.NameBudget].MeanBatchSize)
+	}
+}
