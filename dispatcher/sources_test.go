@@ -73,6 +73,9 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	if q := submit(2); !q.SourcesKnown || q.IdleSources != 0 {
 		t.Fatalf("the first connection gone quiet: known %v, idle %d; want known, 0", q.SourcesKnown, q.IdleSources)
 	}
+	if sn := d.Snapshots()[0]; !sn.SourcesKnown || sn.Sources != 1 || sn.SourcesBusy != 0 {
+		t.Fatalf("snapshot %+v: want one known source, idle", sn)
+	}
 	if q := submit(0); q.SourcesKnown {
 		t.Fatal("a call without a source leaves the count known")
 	}
