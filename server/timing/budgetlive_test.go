@@ -157,9 +157,9 @@ func TestBudgetLivePoissonBound(t *testing.T) {
 			for _, budget := range []bool{false, true} {
 				var err error
 				if budget {
-					err = lt.p.models.SetPolicyBudget(context.Background(), emulator.SimpleModel, "1.10x")
+					err = lt.p.Models().SetPolicyBudget(context.Background(), emulator.SimpleModel, "1.10x")
 				} else {
-					err = lt.p.models.SetPolicy(context.Background(), emulator.SimpleModel, policy.NameAdhoc)
+					err = lt.p.Models().SetPolicy(context.Background(), emulator.SimpleModel, policy.NameAdhoc)
 				}
 				if err != nil {
 					t.Fatal(err)
