@@ -50,8 +50,8 @@ print(tot)
 PY
 }
 
-echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | plan ms (ad-hoc) | proxy-internal ms | sim ms |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | proxy-internal ms | sim ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for real in $REALISMS; do
 for model in $MODELS; do
 for rho in $RHOS; do
@@ -64,9 +64,14 @@ for rho in $RHOS; do
 		--admin-token grid --policy adhoc --power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics \
 		--log-level warn >"$work/serve.log" 2>&1 &
 	pids+=($!)
-	sleep 1
 	admin=http://127.0.0.1:$((P + 12))
 	target=http://127.0.0.1:$((P + 10))
+	# Up when /status lists the model (discovery done); a busy machine
+	# may take seconds.
+	for _ in $(seq 100); do
+		curl -sf "$admin/status" 2>/dev/null | grep -q "\"model\": *\"$model\"" && break
+		sleep 0.2
+	done
 	setpol() {
 		local body
 		if [ "$1" = adhoc ]; then body="{\"model\":\"$model\",\"policy\":\"adhoc\"}"; else
@@ -151,8 +156,9 @@ for p in pols:
     rpj = sum(r['ok'] for r in rs) / max(sum(r['joules'] for r in rs), 1e-12)
     lost = sum(r['sched'] - r['ok'] for r in rs)
     plan = '%.3g (%.3g)' % (mean([r['plan'] for r in rs]), mean([r['plan_adhoc'] for r in rs])) if p != 'adhoc' else '-'
-    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %s | %.3f | %.3f |%s' % (
-        real, model, bmax, rho, rate, p, m, m / ad_mean, mean([r['p99'] for r in rs]), rpj, 100 * (rpj / ad_rpj - 1), plan,
+    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %.3f | %.3f |%s' % (
+        real, model, bmax, rho, rate, p, m, m / ad_mean, mean([r['p99'] for r in rs]), rpj, 100 * (rpj / ad_rpj - 1),
+        mean([r['batch'] for r in rs]), plan,
         mean([r['wait'] + r['up'] for r in rs]), sim(p), ' %d unanswered' % lost if lost else ''), flush=True)
 print('<!-- %s %s rho %s: --overheads %s -->' % (real, model, rho, ovh), flush=True)
 PY
