@@ -20,8 +20,10 @@
 #   REALISMS="exact rough" RHOS="0.2 0.5 0.8" MODELS="simple" scripts/budget-grid.sh
 #   MODELS="image" PRESET=googlenet-p4 TAU_SCALE=10 scripts/budget-grid.sh   (B_max 32)
 #
-# rho is against the line as the proxy lives it (fit + overheads, from
-# /status after a warm-up): rate = rho * B_max / tau_live(B_max).
+# rho is against the line as the proxy lives it: the emulator's true
+# compute line (GET /emulator/models/M) plus the round trip beyond it and
+# the hold the proxy measured in a warm-up (/status):
+# rate = rho * B_max / tau_live(B_max).
 set -euo pipefail
 RB=${RB:-bin/ratebatch}
 REALISMS=${REALISMS:-"exact rough"}
@@ -81,13 +83,16 @@ for rho in $RHOS; do
 	# Warm up at a low rate, then read the live line to size the rate.
 	bmax=$(curl -sf "$admin/status" | python3 -c "import json,sys; print([m for m in json.load(sys.stdin)['models'] if m['model']=='$model'][0]['rule']['max_batch_size'])")
 	"$RB" load --target "$target" --model "$model" --binary --rate 50 --duration 4s >/dev/null
+	# The server's true line (the emulator publishes it) and the round
+	# trip and hold the proxy measured around it.
+	line=$(curl -sf "http://127.0.0.1:$P/emulator/models/$model")
 	rate=$(curl -sf "$admin/status" | python3 -c "
 import json, sys
 r = [m for m in json.load(sys.stdin)['models'] if m['model'] == '$model'][0]['rule']
+t = json.loads('$line')
 o = r.get('outside') or {}
 b = r['max_batch_size']
-o0, o1 = (o.get('overhead_ms') or r.get('overhead_ms') or 0), o.get('overhead_per_row_ms', 0)
-tau = (r['alpha_ms'] + o1) * b + r['tau0_ms'] + o0 + o.get('hold_merged_ms', 0)
+tau = t['alpha_ms'] * b + t['tau0_ms'] + (r.get('overhead_ms') or 0) + o.get('hold_merged_ms', 0)
 print('%.1f' % ($rho * 1000 * b / tau))")
 	setpol adhoc
 	"$RB" load --target "$target" --model "$model" --binary --rate "$rate" --duration 4s >/dev/null
