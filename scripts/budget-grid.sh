@@ -10,9 +10,10 @@
 # one Markdown row: the client's mean and p99 latency, the ratio of the
 # means to ad-hoc's (the ratio of the REPS-summed means), requests per
 # joule from the emulator's energy counter, the plan's mean latency and its
-# ad-hoc reference as /status gave them, the proxy-internal latency (queue
-# wait + upstream round trip) and the live overheads (/status
-# rule.outside). Then, per point, `ratebatch sim` on the same rate with
+# ad-hoc reference as /status gave them, the proxy's own latency (arrival to
+# answer written, ratebatch_request_duration_seconds), the proxy-internal
+# latency (queue wait + upstream round trip) and the live overheads
+# (/status rule.outside). Then, per point, `ratebatch sim` on the same rate with
 # those overheads (--overheads; client_ms from the ad-hoc segments), so
 # the simulator's absolute latency can be set against the live one.
 #
@@ -52,8 +53,8 @@ print(tot)
 PY
 }
 
-echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | proxy-internal ms | sim ms |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | proxy ms | proxy-internal ms | sim ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for real in $REALISMS; do
 for model in $MODELS; do
 for rho in $RHOS; do
@@ -112,11 +113,12 @@ print('%.1f' % ($rho * 1000 * b / tau))")
 			wait_s=$(d "ratebatch_queue_wait_seconds_sum$sel"); wait_n=$(d "ratebatch_queue_wait_seconds_count$sel")
 			up_s=$(d "ratebatch_upstream_duration_seconds_sum$sel"); up_n=$(d "ratebatch_upstream_duration_seconds_count$sel")
 			rows=$(d "ratebatch_batch_size_sum$sel")
+			front_s=$(d "ratebatch_request_duration_seconds_sum\\{model=\"$model\",protocol=\"http\"\\}")
 			joules=$(python3 -c "print($(metric "$work/e1" nv_energy_consumption) - $(metric "$work/e0" nv_energy_consumption))")
-			python3 - "$pol" "$work/l.json" "$work/s.json" "$model" "$wait_s" "$wait_n" "$up_s" "$up_n" "$rows" "$joules" >>"$work/segs" <<'PY'
+			python3 - "$pol" "$work/l.json" "$work/s.json" "$model" "$wait_s" "$wait_n" "$up_s" "$up_n" "$rows" "$joules" "$front_s" >>"$work/segs" <<'PY'
 import json, re, sys
 pol, lf, sf, model = sys.argv[1:5]
-wait_s, wait_n, up_s, up_n, rows, joules = map(float, sys.argv[5:11])
+wait_s, wait_n, up_s, up_n, rows, joules, front_s = map(float, sys.argv[5:12])
 l = json.load(open(lf))
 r = [m for m in json.load(open(sf))['models'] if m['model'] == model][0]['rule']
 m = re.search(r'mean latency ([\d.]+) ms \(ad-hoc ([\d.]+)\)', r.get('note', ''))
@@ -124,7 +126,7 @@ plan, plan_adhoc = (float(m.group(1)), float(m.group(2))) if m else (0, 0)
 o = r.get('outside') or {}
 print(json.dumps({'policy': pol, 'mean': l['mean_latency_ms'], 'p99': l['p99_latency_ms'], 'ok': l['ok'], 'sched': l['scheduled'],
     'rate': l['throughput_rps'], 'joules': joules, 'wait': 1000 * wait_s / max(wait_n, 1), 'up': 1000 * up_s / max(up_n, 1),
-    'batch': rows / max(up_n, 1), 'plan': plan, 'plan_adhoc': plan_adhoc, 'outside': o,
+    'batch': rows / max(up_n, 1), 'front': 1000 * front_s / max(wait_n, 1), 'plan': plan, 'plan_adhoc': plan_adhoc, 'outside': o,
     'fit': [r['alpha_ms'], r['tau0_ms']], 'after': (o.get('after_merged_ms', 0) if up_n and rows / up_n > 1 else o.get('after_lone_ms', 0))}))
 PY
 		done
@@ -161,9 +163,9 @@ for p in pols:
     rpj = sum(r['ok'] for r in rs) / max(sum(r['joules'] for r in rs), 1e-12)
     lost = sum(r['sched'] - r['ok'] for r in rs)
     plan = '%.3g (%.3g)' % (mean([r['plan'] for r in rs]), mean([r['plan_adhoc'] for r in rs])) if p != 'adhoc' else '-'
-    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %.3f | %.3f |%s' % (
+    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %.3f | %.3f | %.3f |%s' % (
         real, model, bmax, rho, rate, p, m, m / ad_mean, mean([r['p99'] for r in rs]), rpj, 100 * (rpj / ad_rpj - 1),
-        mean([r['batch'] for r in rs]), plan,
+        mean([r['batch'] for r in rs]), plan, mean([r['front'] for r in rs]),
         mean([r['wait'] + r['up'] for r in rs]), sim(p), ' %d unanswered' % lost if lost else ''), flush=True)
 print('<!-- %s %s rho %s: --overheads %s -->' % (real, model, rho, ovh), flush=True)
 PY
