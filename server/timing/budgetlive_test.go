@@ -118,7 +118,8 @@ func TestBudgetLiveOnPaper300(t *testing.T) {
 // live run on a shared machine), and at least ad-hoc's requests per joule
 // less 1%. scripts/budget-grid.sh runs the wider grid.
 func TestBudgetLivePoissonBound(t *testing.T) {
-	if !long() {
+	timing(t)
+	if !servertest.Long() {
 		t.Skip("a 4-minute live comparison: RATEBATCH_LONG=1")
 	}
 	base, _ := preset.Lookup("googlenet-p4")
@@ -130,7 +131,7 @@ func TestBudgetLivePoissonBound(t *testing.T) {
 		if err := em.Start("127.0.0.1:0", ""); err != nil {
 			t.Fatal(err)
 		}
-		lt := startLive(t, em.Addr(), nil, func(c *config.Config) {
+		lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 			c.Policy.Window, c.Policy.Name = time.Second, policy.NameAdhoc
 		})
 		// The line as the proxy lives it: compute, and about 1.2 ms of
@@ -139,7 +140,7 @@ func TestBudgetLivePoissonBound(t *testing.T) {
 		rate := rho * 1000 * 8 / tau8
 		run := func(d time.Duration, seed uint64) (loadgen.Summary, float64) {
 			j0, _ := em.EnergyJoules()
-			res, err := loadgen.Run(context.Background(), loadgen.Config{Target: lt.base, Model: emulator.SimpleModel,
+			res, err := loadgen.Run(context.Background(), loadgen.Config{Target: lt.Base, Model: emulator.SimpleModel,
 				Rate: loadgen.ConstantRate(rate), Duration: d, Seed: seed, Binary: true})
 			if err != nil {
 				t.Fatal(err)
@@ -157,9 +158,9 @@ func TestBudgetLivePoissonBound(t *testing.T) {
 			for _, budget := range []bool{false, true} {
 				var err error
 				if budget {
-					err = lt.p.Models().SetPolicyBudget(context.Background(), emulator.SimpleModel, "1.10x")
+					err = lt.Models().SetPolicyBudget(context.Background(), emulator.SimpleModel, "1.10x")
 				} else {
-					err = lt.p.Models().SetPolicy(context.Background(), emulator.SimpleModel, policy.NameAdhoc)
+					err = lt.Models().SetPolicy(context.Background(), emulator.SimpleModel, policy.NameAdhoc)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -177,7 +178,7 @@ func TestBudgetLivePoissonBound(t *testing.T) {
 				p.joules += j
 			}
 		}
-		lt.stop()
+		lt.Stop()
 		em.Close()
 		adMean, buMean := ad.lat/float64(ad.ok), bu.lat/float64(bu.ok)
 		adRPJ, buRPJ := float64(ad.ok)/ad.joules, float64(bu.ok)/bu.joules
