@@ -32,6 +32,13 @@ type Call struct {
 	// It must stay untouched until the call is answered. (A value, not a
 	// pointer: one allocation fewer per request.)
 	Wire Wire
+	// Source, when not 0, names the caller's connection, which has no
+	// other call in the proxy while this one is there (an HTTP/1.1
+	// connection: its next request follows this one's answer). From the
+	// sources the queue knows how many idle callers could still join a
+	// waiting batch (policy.Queue.IdleSources). 0: unknown, e.g. a gRPC
+	// stream, which may hold many calls at once.
+	Source uint64
 
 	// dataOnce decodes the JSON data the proxy deferred in Req (readData).
 	dataOnce sync.Once
@@ -83,6 +90,11 @@ type Result struct {
 	// BatchRows is the size of the batch the call went in (0 if none).
 	BatchRows int
 	release   *shared
+	// obs, when set, learns how long the answer took from its batch's end
+	// (answered) to its caller; calls is the batch's number of callers.
+	obs      OverheadObserver
+	answered time.Time
+	calls    int
 	// run, in a call's channel instead of its answer, is a batch holding
 	// the call for the call's own goroutine to run (launch).
 	run *batch

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -26,6 +27,22 @@ type Planner interface {
 	Changed() <-chan struct{}
 	Arrive(rows int)
 	Observe(rows int, latency time.Duration)
+}
+
+// OverheadObserver is a Planner that also learns the proxy's own time
+// around a batch, which the upstream's round trip (Observe) leaves out
+// and a plan must count: at low load it is as large as the batch time.
+type OverheadObserver interface {
+	// ObserveHold reports how long a batch of rows from calls callers
+	// held its instance beyond the upstream's round trip: handing it to
+	// the goroutine that runs it, merging it, decoding and splitting the
+	// answer, delivering the parts.
+	ObserveHold(rows, calls int, beyond time.Duration)
+	// ObserveAfter reports how long a caller of a batch of calls callers
+	// waited, once its batch's answer was delivered, for that answer to
+	// reach its own goroutine (the wake-up of a caller that did not run
+	// the batch).
+	ObserveAfter(calls int, after time.Duration)
 }
 
 // ModelSpec describes one batchable model.
@@ -68,6 +85,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Outlier configures passive outlier detection; zero: off.
 	Outlier Outlier
+	// Trace, when set, receives the decision trace: one line per arrival
+	// (A: rows queued), decision (D: rows, the oldest row's wait, batches
+	// in flight, idle sources, and the rule's answer: rows to send or ms
+	// until its wake-up), batch start (S) and end (E: the round trip).
+	// scripts/budget-trace.py reads it. Nil: the file TraceEnv names, if
+	// set, else none.
+	Trace io.Writer
 }
 
 // Dispatcher routes calls to model queues.
@@ -80,6 +104,7 @@ type Dispatcher struct {
 	wg     sync.WaitGroup // queue loops
 	ctx    context.Context
 	cancel context.CancelFunc
+	trace  *tracer // nil: no decision trace
 }
 
 // New returns a dispatcher with no models.
@@ -94,7 +119,14 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	if o.Trace == nil {
+		o.Trace = traceFromEnv()
+	}
+	if o.Trace != nil {
+		d.trace = newTracer(o.Trace, o.Now())
+	}
+	return d
 }
 
 // Errors a caller may get before its call is queued.
@@ -194,6 +226,9 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 		q.afterOwnBatch()
 		r = <-c.done
 	}
+	if r.obs != nil {
+		r.obs.ObserveAfter(r.calls, d.now().Sub(r.answered))
+	}
 	return r
 }
 
@@ -225,6 +260,7 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	d.trace.close()
 	return err
 }
 
@@ -246,6 +282,13 @@ type Snapshot struct {
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
+	// Sources are the callers' connections that sent within
+	// SourceIdleFor, SourcesBusy those with a call in the proxy; the rest
+	// could still join a waiting batch. SourcesKnown is false while calls
+	// without a connection of one call at a time (gRPC) come in.
+	Sources      int  `json:"sources"`
+	SourcesBusy  int  `json:"sources_busy"`
+	SourcesKnown bool `json:"sources_known"`
 }
 
 // Snapshots returns every model queue's state.
@@ -255,10 +298,12 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 	out := make([]Snapshot, 0, len(d.models))
 	for name, q := range d.models {
 		q.mu.Lock()
+		idle, known := q.src.idle(d.now())
 		out = append(out, Snapshot{Model: name, QueuedRows: q.rows, Keys: len(q.keys), InFlight: q.inFlight,
 			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
 			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
-			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive})
+			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive,
+			Sources: idle + q.src.busy, SourcesBusy: q.src.busy, SourcesKnown: known})
 		q.mu.Unlock()
 	}
 	return out
@@ -280,6 +325,7 @@ type modelQueue struct {
 
 	inFlight, inFlightRows int
 	batchesSent, rowsSent  int64
+	src                    sources
 	draining               bool
 	idleClosed             bool
 	idle                   chan struct{} // closed when draining and empty
@@ -351,6 +397,10 @@ func (q *modelQueue) enqueue(c *Call) error {
 	}
 	k.push(c)
 	q.rows += c.Rows
+	q.src.arrive(c.Source, now)
+	if t := q.d.trace; t != nil {
+		t.log(now, "A", q.name, "rows=%d", q.rows)
+	}
 	planner := q.spec.Planner
 	q.mu.Unlock()
 	q.series.accepted.Inc()
@@ -371,6 +421,7 @@ func (q *modelQueue) withdraw(c *Call) bool {
 	}
 	q.keys[c.Key].cancel(c) // a queued call is in its key queue
 	q.rows -= c.Rows
+	q.src.leave(c.Source, q.d.now())
 	q.mu.Unlock()
 	q.signal()
 	return true
@@ -473,6 +524,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
 	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
+	idle, known := q.src.idle(now)
 	for key, k := range q.keys {
 		for {
 			head := k.head()
@@ -493,7 +545,16 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 					EarliestDeadline: k.earliestDeadline(head),
 					InFlight:         q.inFlight, InFlightRows: q.inFlightRows,
 					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
+					IdleSources: idle, SourcesKnown: known,
 				})
+				if t := q.d.trace; t != nil {
+					idleOut := idle
+					if !known {
+						idleOut = -1
+					}
+					t.log(now, "D", q.name, "rows=%d oldest=%.3f inflight=%d idle=%d send=%d wake=%.3f", k.rows, ms(now.Sub(head.arrived)),
+						q.inFlight, idleOut, d.Rows, ms(max(d.WakeAt.Sub(now), 0)))
+				}
 				if d.Rows <= 0 {
 					if d.WakeAt.After(now) && (next.IsZero() || d.WakeAt.Before(next)) {
 						next = d.WakeAt
@@ -565,6 +626,7 @@ func (q *modelQueue) expire(now time.Time) time.Time {
 			if c.state.CompareAndSwap(stateQueued, stateCancelled) {
 				k.cancel(c)
 				q.rows -= c.Rows
+				q.src.leave(c.Source, now)
 				q.d.o.Metrics.rejected(q.name, "timeout")
 				q.deliver(c, Result{Err: &kserve.Error{Status: http.StatusServiceUnavailable, Msg: "Request timeout expired"},
 					Queued: now.Sub(c.arrived)})
@@ -581,7 +643,9 @@ func (q *modelQueue) failQueued(status int, msg string) {
 	for key, k := range q.keys {
 		calls, rows := k.take(int(^uint(0)>>1), nil)
 		q.rows -= rows
+		now := q.d.now()
 		for _, c := range calls {
+			q.src.leave(c.Source, now)
 			q.deliver(c, Result{Err: &kserve.Error{Status: status, Msg: msg}})
 		}
 		delete(q.keys, key)

@@ -41,7 +41,14 @@ func (q *modelQueue) execute(b batch) {
 		q.d.o.Metrics.rejected(q.name, "model_failing")
 	} else {
 		stop := q.watchHung(&b)
+		t := q.d.trace
+		if t != nil {
+			t.log(q.d.now(), "S", q.name, "rows=%d calls=%d", b.rows, len(b.calls))
+		}
 		results, latency, ok = q.sendContained(b)
+		if t != nil {
+			t.log(q.d.now(), "E", q.name, "rows=%d rt=%.3f ok=%v", b.rows, ms(latency), ok)
+		}
 		if stop != nil {
 			stop()
 		}
@@ -60,10 +67,21 @@ func (q *modelQueue) execute(b batch) {
 		}
 		q.contain("power", func() { busyEnd(served) })
 	}
+	// The callers' connections are free to send again from here: a
+	// decision from now on counts them as partners that may come.
+	q.freeSources(b.calls)
+	obs, _ := b.planner.(OverheadObserver)
+	var answered time.Time
+	if obs != nil && ok {
+		answered = q.d.now()
+	}
 	for i, c := range b.calls {
 		r := results[i]
 		r.Queued = b.sent.Sub(c.arrived)
 		r.BatchRows = b.rows
+		if !answered.IsZero() {
+			r.obs, r.answered, r.calls = obs, answered, len(b.calls)
+		}
 		q.deliver(c, r)
 	}
 
@@ -71,6 +89,11 @@ func (q *modelQueue) execute(b batch) {
 	q.inFlight--
 	q.inFlightRows -= b.rows
 	q.mu.Unlock()
+	if !answered.IsZero() {
+		// The instance was the batch's from its forming to here: what the
+		// round trip does not cover held it too.
+		obs.ObserveHold(b.rows, len(b.calls), q.d.now().Sub(b.sent)-latency)
+	}
 	// No signal: the caller that ran the batch decides next (afterOwnBatch).
 }
 

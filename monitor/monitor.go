@@ -20,6 +20,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -137,10 +138,17 @@ type Monitor struct {
 	serverFed     atomic.Bool
 	overhead      atomic.Uint64 // math.Float64bits of the mean overhead in ms
 	overheadN     atomic.Int64  // round trips the overhead is averaged over
-	current       atomic.Pointer[published]
-	changed       chan struct{}
-	replan        chan struct{} // asks Run to plan again now
-	running       atomic.Bool
+	// outside is the proxy's own time around a batch (ObserveHold,
+	// ObserveAfter), which the plan counts beside tau(b).
+	outsideMu sync.Mutex
+	outside   outsideMeans
+	// gapBySize is the round trip beyond the server's compute per batch
+	// size (index b-1), for the overhead's line (overheadLine).
+	gapBySize []mean
+	current   atomic.Pointer[published]
+	changed   chan struct{}
+	replan    chan struct{} // asks Run to plan again now
+	running   atomic.Bool
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
@@ -200,6 +208,7 @@ func New(c Config) (*Monitor, error) {
 		instances: max(c.Instances, 1),
 	}
 	m.energy.Store(c.Energy)
+	m.gapBySize = make([]mean, c.MaxBatch)
 	m.last = now()
 	m.plan(m.last, 0, 0) // the policy's starting rule
 	return m, nil
@@ -227,6 +236,11 @@ func (m *Monitor) Observe(rows int, latency time.Duration) {
 	}
 	p := m.current.Load()
 	gap := ms - p.fit.TauMs(rows)
+	m.outsideMu.Lock()
+	if rows >= 1 && rows <= len(m.gapBySize) {
+		m.gapBySize[rows-1].add(gap)
+	}
+	m.outsideMu.Unlock()
 	gain := max(overheadGain, 1/float64(m.overheadN.Add(1)))
 	for {
 		old := m.overhead.Load()
@@ -234,6 +248,70 @@ func (m *Monitor) Observe(rows int, latency time.Duration) {
 		if m.overhead.CompareAndSwap(old, next) {
 			return
 		}
+	}
+}
+
+// outsideMeans are moving averages of the proxy's time around a batch, for
+// batches of one caller (lone) and of several (merged).
+type outsideMeans struct {
+	holdLone, holdMerged, afterLone, afterMerged mean
+}
+
+// mean is a moving average whose first 1/overheadGain values are averaged
+// plainly (see overheadGain).
+type mean struct {
+	v float64
+	n int64
+}
+
+func (a *mean) add(x float64) {
+	a.n++
+	a.v += max(overheadGain, 1/float64(a.n)) * (x - a.v)
+}
+
+// ObserveHold reports how long a batch held its instance beyond the
+// upstream's round trip (dispatcher.OverheadObserver).
+func (m *Monitor) ObserveHold(rows, calls int, beyond time.Duration) {
+	ms := max(float64(beyond)/float64(time.Millisecond), 0)
+	m.outsideMu.Lock()
+	if calls <= 1 {
+		m.outside.holdLone.add(ms)
+	} else {
+		m.outside.holdMerged.add(ms)
+	}
+	m.outsideMu.Unlock()
+}
+
+// ObserveAfter reports a caller's wait for its answer after its batch
+// ended (dispatcher.OverheadObserver).
+func (m *Monitor) ObserveAfter(calls int, after time.Duration) {
+	ms := max(float64(after)/float64(time.Millisecond), 0)
+	m.outsideMu.Lock()
+	if calls <= 1 {
+		m.outside.afterLone.add(ms)
+	} else {
+		m.outside.afterMerged.add(ms)
+	}
+	m.outsideMu.Unlock()
+}
+
+// Extra is the time outside tau(b) the plan counts: the measured means,
+// a kind of batch not seen yet taking the other kind's, zero before any
+// batch. Requests are taken as one row each (the model's batch size is in
+// rows, the costs are per caller).
+func (m *Monitor) Extra() smdp.Extra {
+	m.outsideMu.Lock()
+	o := m.outside
+	m.outsideMu.Unlock()
+	pick := func(a, b mean) float64 {
+		if a.n > 0 {
+			return a.v
+		}
+		return b.v
+	}
+	return smdp.Extra{
+		HoldLoneMs: pick(o.holdLone, o.holdMerged), HoldMergedMs: pick(o.holdMerged, o.holdLone),
+		AfterLoneMs: pick(o.afterLone, o.afterMerged), AfterMergedMs: pick(o.afterMerged, o.afterLone),
 	}
 }
 
@@ -443,6 +521,11 @@ func (m *Monitor) SetLimits(maxBatch, instances int) {
 	same := m.maxBatch == maxBatch && m.instances == max(instances, 1)
 	m.maxBatch, m.instances = maxBatch, max(instances, 1)
 	m.mu.Unlock()
+	m.outsideMu.Lock()
+	if len(m.gapBySize) != maxBatch {
+		m.gapBySize = make([]mean, maxBatch)
+	}
+	m.outsideMu.Unlock()
 	if !same {
 		m.requestPlan()
 	}
@@ -570,6 +653,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		FitDoubt:  m.doubt(fit),
 		MaxBatch:  maxBatch,
 		Instances: instances,
+		Extra:     m.Extra(),
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
@@ -587,8 +671,14 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 			if rt, err := m.est.Fit(); err == nil {
 				e.Latency = rt.Line
 			}
-		} else if o := math.Float64frombits(m.overhead.Load()); o > 0 {
-			e.Latency.Tau0Ms += o
+		} else {
+			mean := math.Float64frombits(m.overhead.Load())
+			o0, o1 := m.overheadLine(mean)
+			if e.Latency.AlphaMs+o1 <= 0 {
+				o0, o1 = max(mean, 0), 0
+			}
+			e.Latency.Tau0Ms += o0
+			e.Latency.AlphaMs += o1
 		}
 	}
 	if en := m.energy.Load(); en != nil {
@@ -621,6 +711,56 @@ func safePlan(pol policy.Policy, e policy.Estimate) (rule policy.Rule, ok bool) 
 		}
 	}()
 	return pol.Plan(e), true
+}
+
+// overheadMinBatches is how many round trips of a batch size its mean
+// overhead needs before the overhead's line takes it.
+const overheadMinBatches = 20
+
+// overheadLine is the round trip beyond the server's compute as a line in
+// the batch size, o0 + o1*b, fitted by least squares to the mean overhead
+// of each size seen overheadMinBatches times, weighted by its count. The
+// overhead is not one figure per batch: the server's own handling of a
+// request outside its compute statistics (decoding inputs, a Python
+// backend's per-request work) grows with the rows, so a constant, the
+// mean over a mix of mostly small batches, under-prices the larger batches
+// a batching policy forms, which is where its plan then goes wrong
+// (docs/ALGORITHMS.md, "Costs outside tau(b)"). With fewer than two sizes
+// (at high load nearly every batch is B_max) the slope cannot be told, and
+// the line is the constant mean, as is any line that would give a size a
+// negative overhead or the batch time a slope <= 0.
+func (m *Monitor) overheadLine(mean float64) (o0, o1 float64) {
+	m.outsideMu.Lock()
+	var sw, sb, sg, sbb, sbg float64
+	sizes := 0
+	for i, g := range m.gapBySize {
+		if g.n < overheadMinBatches {
+			continue
+		}
+		w, b := float64(g.n), float64(i+1)
+		sw, sb, sg, sbb, sbg = sw+w, sb+w*b, sg+w*g.v, sbb+w*b*b, sbg+w*b*g.v
+		sizes++
+	}
+	maxB := len(m.gapBySize)
+	m.outsideMu.Unlock()
+	constant := max(mean, 0)
+	if sizes < 2 {
+		return constant, 0
+	}
+	den := sw*sbb - sb*sb
+	if den <= 0 {
+		return constant, 0
+	}
+	o1 = (sw*sbg - sb*sg) / den
+	o0 = (sg - o1*sb) / sw
+	if o0 < 0 || o0+o1*float64(maxB) < 0 {
+		// The round trip has a fixed part (a request's exchange) that no
+		// size can go below; a line through a negative one is a fit of
+		// stalls that hit the large batches, not a per-row cost
+		// (measured live on a loaded machine: -2.6 ms + 6.7 ms per row).
+		return constant, 0
+	}
+	return o0, o1
 }
 
 // doubt says why the fit is not to be trusted yet, "" when it is.
@@ -665,10 +805,16 @@ type Snapshot struct {
 	// OverheadMs is the mean round trip beyond the server's own tau(b)
 	// (network, HTTP, the server's queue); null without server statistics.
 	OverheadMs *float64 `json:"overhead_ms"`
-	Samples    int      `json:"samples"`
-	MaxBatch   int      `json:"max_batch_size"`
-	Instances  int      `json:"instances"`
-	Arrivals   int64    `json:"arrivals_total"`
+	// Outside is the proxy's own time around a batch that the planning
+	// policies count beside tau(b) (smdp.Extra): instance time beyond the
+	// round trip (hold) and a caller's wait after its batch (after), for
+	// batches of one caller and of several. A simulation takes it with
+	// ratebatch sim --overheads.
+	Outside   Outside `json:"outside"`
+	Samples   int     `json:"samples"`
+	MaxBatch  int     `json:"max_batch_size"`
+	Instances int     `json:"instances"`
+	Arrivals  int64   `json:"arrivals_total"`
 }
 
 // Snapshot returns the current state.
@@ -695,12 +841,41 @@ func (m *Monitor) Snapshot() Snapshot {
 		MaxBatch:   p.est.MaxBatch,
 		Instances:  p.est.Instances,
 		Arrivals:   m.total.Load(),
+		Outside:    m.outsideSnapshot(p.est.Extra),
 	}
 	if m.serverFed.Load() {
 		s.FitSource = "server statistics"
 		s.OverheadMs = finite(math.Float64frombits(m.overhead.Load()))
 	}
 	return s
+}
+
+// Outside is the time outside tau(b) as /status shows it.
+type Outside struct {
+	HoldLoneMs    float64 `json:"hold_lone_ms"`
+	HoldMergedMs  float64 `json:"hold_merged_ms"`
+	AfterLoneMs   float64 `json:"after_lone_ms"`
+	AfterMergedMs float64 `json:"after_merged_ms"`
+	// LoneBatches and MergedBatches count the batches measured.
+	LoneBatches   int64 `json:"lone_batches"`
+	MergedBatches int64 `json:"merged_batches"`
+	// OverheadMs and OverheadPerRowMs are the round trip beyond the
+	// server's compute as the plan takes it, o0 + o1*b (overheadLine);
+	// zero without server statistics, where the round trip is the fit.
+	OverheadMs       float64 `json:"overhead_ms"`
+	OverheadPerRowMs float64 `json:"overhead_per_row_ms"`
+}
+
+func (m *Monitor) outsideSnapshot(x smdp.Extra) Outside {
+	m.outsideMu.Lock()
+	lone, merged := m.outside.holdLone.n, m.outside.holdMerged.n
+	m.outsideMu.Unlock()
+	o := Outside{HoldLoneMs: x.HoldLoneMs, HoldMergedMs: x.HoldMergedMs, AfterLoneMs: x.AfterLoneMs, AfterMergedMs: x.AfterMergedMs,
+		LoneBatches: lone, MergedBatches: merged}
+	if m.serverFed.Load() && m.overheadN.Load() > 0 {
+		o.OverheadMs, o.OverheadPerRowMs = m.overheadLine(math.Float64frombits(m.overhead.Load()))
+	}
+	return o
 }
 
 func finite(v float64) *float64 {

@@ -243,6 +243,16 @@ type BudgetRule struct {
 
 // Decide implements Rule.
 func (r BudgetRule) Decide(q Queue) Decision {
+	if q.SourcesKnown && q.IdleSources == 0 && q.Rows > 0 && q.Free() {
+		// No caller that could send is idle: the arrival rate during a
+		// wait is zero, and the optimum of the model with that rate
+		// sends at once (docs/ALGORITHMS.md, "Sources").
+		n := q.Rows
+		if q.MaxBatch > 0 {
+			n = min(n, q.MaxBatch)
+		}
+		return Send(n)
+	}
 	lo, hi := r.first.Limit, r.second.Limit
 	if q.Rows >= min(lo, hi) && q.Rows < max(lo, hi) && r.mix > 0 && draw(r.seed, q.OldestArrival, q.Rows) < r.mix {
 		return r.second.Decide(q)

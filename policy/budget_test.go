@@ -211,3 +211,27 @@ func TestBudgetSLAGuard(t *testing.T) {
 		t.Errorf("deadline close: %+v, want a send", d)
 	}
 }
+
+// A lone synchronous caller is never held for a partner that cannot come:
+// with every known caller's connection busy the rule sends at once; with
+// an idle one, or sources unknown, it waits as planned.
+func TestBudgetRuleSendsWhenNoPartnerCanCome(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := BudgetRule{first: Limit{Policy: NameBudget, Limit: 2, MaxWait: time.Second}, second: Limit{Policy: NameBudget, Limit: 2, MaxWait: time.Second}}
+	q := Queue{Now: now, Rows: 1, OldestArrival: now, Instances: 1, MaxBatch: 8}
+	if d := r.Decide(q); d.Rows != 0 {
+		t.Fatalf("sources unknown: %+v, want a wait", d)
+	}
+	q.SourcesKnown, q.IdleSources = true, 1
+	if d := r.Decide(q); d.Rows != 0 {
+		t.Fatalf("one idle caller: %+v, want a wait", d)
+	}
+	q.IdleSources = 0
+	if d := r.Decide(q); d.Rows != 1 {
+		t.Fatalf("no idle caller: %+v, want the row sent", d)
+	}
+	q.InFlight = 1
+	if d := r.Decide(q); d.Rows != 0 {
+		t.Fatalf("no idle caller and no free instance: %+v, want a wait", d)
+	}
+}

@@ -26,7 +26,7 @@ func gridModel(e Estimate, resolve float64) (grid int, m smdp.Model, reason stri
 	ratio := 1 + resolve
 	lambda := e.RatePerSec / 1000
 	grid = int(math.Round(math.Log(lambda) / math.Log(ratio)))
-	m = smdp.Model{Latency: e.Latency, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid))}
+	m = smdp.Model{Latency: e.Latency, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid)), Extra: e.Extra}
 	if e.HasEnergy {
 		m.Energy = e.Energy
 	}
@@ -36,7 +36,7 @@ func gridModel(e Estimate, resolve float64) (grid int, m smdp.Model, reason stri
 	}
 	if rho := m.Rho(); !(rho < 1) {
 		return grid, m, fmt.Sprintf("overload: %.4g req/s is at or above the throughput of full batches (%.4g req/s, rho %.3f); serving min(queue, B_max)",
-			e.RatePerSec, 1000*m.MuPerMs(m.MaxBatch), rho)
+			e.RatePerSec, 1000*m.ServiceMuPerMs(m.MaxBatch), rho)
 	}
 	return grid, m, ""
 }
@@ -65,6 +65,9 @@ func (c *planCache) lookup(grid int, m smdp.Model, tol float64) (Rule, bool) {
 		if math.Abs(m.AlphaMs-e.m.AlphaMs) > tol*e.m.AlphaMs || math.Abs(m.Tau0Ms-e.m.Tau0Ms) > tol*max(e.m.Tau0Ms, e.m.AlphaMs) {
 			continue
 		}
+		if !extraNear(m.Extra, e.m.Extra, tol*e.m.TauMs(1)) {
+			continue
+		}
 		copy(c.entries[1:i+1], c.entries[:i])
 		c.entries[0] = e
 		return e.rule, true
@@ -78,4 +81,12 @@ func (c *planCache) add(grid int, m smdp.Model, r Rule, size int) {
 	if len(c.entries) > size {
 		c.entries = c.entries[:size]
 	}
+}
+
+// extraNear reports whether every part of two measurements of the time
+// outside tau(b) is within d ms of the other's: a move smaller than the
+// re-solve threshold of tau(1) does not call for a new solve.
+func extraNear(a, b smdp.Extra, d float64) bool {
+	return math.Abs(a.HoldLoneMs-b.HoldLoneMs) <= d && math.Abs(a.HoldMergedMs-b.HoldMergedMs) <= d &&
+		math.Abs(a.AfterLoneMs-b.AfterLoneMs) <= d && math.Abs(a.AfterMergedMs-b.AfterMergedMs) <= d
 }

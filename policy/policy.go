@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy/batchcost"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // Estimate is what the monitor knows at the end of a window. Rates are per
@@ -56,6 +57,12 @@ type Estimate struct {
 
 	MaxBatch  int // the model's max_batch_size (B_max), >= 1
 	Instances int // batches the upstream can run at once, >= 1
+
+	// Extra is the proxy's own time around a batch, outside tau(b), as
+	// the monitor measured it (zero until it has): the planning policies
+	// (smdp, budget) count it, so that what they plan is what the
+	// requests live.
+	Extra smdp.Extra
 }
 
 // Observed reports whether the estimate carries a measured window.
@@ -76,6 +83,9 @@ func (e Estimate) Validate() error {
 		return fmt.Errorf("estimate: instances must be >= 1, got %d", e.Instances)
 	}
 	if err := e.Latency.Validate(); err != nil {
+		return fmt.Errorf("estimate: %w", err)
+	}
+	if err := e.Extra.Validate(); err != nil {
 		return fmt.Errorf("estimate: %w", err)
 	}
 	return nil
@@ -124,6 +134,14 @@ type Queue struct {
 	// Instances batches at once, whatever a rule answers.
 	Instances int
 	MaxBatch  int
+
+	// IdleSources, when SourcesKnown, is how many of the model's recent
+	// callers could still send a request while the queue waits: callers
+	// whose connection carries one call at a time (HTTP/1.1) and has none
+	// in the proxy. 0 means no partner can come from a known caller, only
+	// from a new one: a rule that waits for arrivals should not.
+	IdleSources  int
+	SourcesKnown bool
 }
 
 // Free reports whether an instance is free to take a batch.

@@ -437,6 +437,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	}
 	defer call.Release()
 	call.Wire = dispatcher.Wire{Body: body, HeaderLen: headerLen}
+	call.Source = ctx.ConnID() // one request at a time per connection
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(wait, model, call)
 	gone := wait.Err() != nil

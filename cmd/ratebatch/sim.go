@@ -28,6 +28,7 @@ type simFlags struct {
 	opts                              policy.Options
 	model                             *preset.Flags
 	policies, traceName, seriesCSV    string
+	overheads                         string
 	rate, rho, traceScale, speedup    float64
 	maxQueueDelayMs, maxWaitMs, slaMs float64
 	asJSON                            bool
@@ -55,6 +56,9 @@ func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.Float64Var(&f.c.Jitter, "jitter", 0, "each batch takes tau(b) times a uniform factor in [1-j, 1+j), 0 <= j < 1")
 	fs.Float64Var(&f.c.IdleWatts, "idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
 	fs.Float64Var(&f.slaMs, "sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
+	fs.IntVar(&f.c.Clients, "clients", 0, "closed-loop clients: each sends a request, waits for its answer, thinks --think and sends the next (perf_analyzer's concurrency mode); alone or with --rate/--trace")
+	fs.DurationVar(&f.c.Think, "think", 0, "closed-loop clients: time between an answer and the client's next request")
+	fs.StringVar(&f.overheads, "overheads", "", "the live proxy's time outside the server's compute, key=value ms as its /status shows them under rule.outside (overhead_ms=1,overhead_per_row_ms=0.05,hold_lone_ms=..,hold_merged_ms=..,after_lone_ms=..,after_merged_ms=..) and client_ms: absolute latencies then match the live proxy's")
 	fs.StringVar(&f.seriesCSV, "series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
 	fs.IntVar(&f.opts.Batch, "batch", 8, "static: the exact batch size b")
 	fs.StringVar(&f.opts.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
@@ -111,6 +115,9 @@ func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []pol
 		return c, nil, err
 	}
 	c.Profile, c.SLA, c.Series = prof, msDuration(f.slaMs), f.seriesCSV != ""
+	if c.Live, c.Overhead, err = sim.ParseOverheads(f.overheads); err != nil {
+		return c, nil, fmt.Errorf("--overheads: %w", err)
+	}
 	set := flagsSet(fs)
 	arr := sim.Arrivals{Rate: given(set, "rate", &f.rate), Rho: given(set, "rho", &f.rho),
 		Speedup: given(set, "speedup", &f.speedup), Scale: given(set, "trace-scale", &f.traceScale)}

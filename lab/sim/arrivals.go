@@ -17,8 +17,8 @@ type Arrivals struct {
 	Speedup, Scale *float64
 }
 
-// Apply sets c's rate or trace; c.Profile must be set. Its errors name the
-// flags.
+// Apply sets c's rate or trace; c.Profile must be set, and c.Clients if
+// closed-loop clients are to run alone. Its errors name the flags.
 func (a Arrivals) Apply(c *Config) error {
 	n := 0
 	for _, given := range []bool{a.Rate != nil, a.Rho != nil, a.Trace != ""} {
@@ -27,8 +27,10 @@ func (a Arrivals) Apply(c *Config) error {
 		}
 	}
 	switch {
+	case n == 0 && c.Clients > 0:
+		// closed-loop clients alone
 	case n == 0:
-		return errors.New("give the arrivals: one of --rate, --rho or --trace")
+		return errors.New("give the arrivals: one of --rate, --rho or --trace, or --clients")
 	case n > 1:
 		return errors.New("give only one of --rate, --rho and --trace")
 	case a.Rate != nil:

@@ -60,6 +60,16 @@ type Config struct {
 	// draws differ in their bursts, and so in latency, far more than the
 	// simulator and the proxy differ.
 	Arrivals []time.Duration
+	// Clients, when > 0, adds that many closed-loop clients: each sends a
+	// request, waits for its answer (the batch's end, the wait after it
+	// and Live.Client), thinks Think and sends the next, as a synchronous
+	// SDK loop or perf_analyzer's concurrency mode (Think 0) does. They
+	// mix with a rate, a trace or arrival times (the open stream) or run
+	// alone. Each client is one connection: without an open stream the
+	// rule sees how many are idle (policy.Queue.IdleSources), as the live
+	// dispatcher does.
+	Clients int
+	Think   time.Duration
 	// Requests is how many arrivals a constant-rate run simulates (default
 	// DefaultRequests); for a trace run it caps the arrivals (0: the whole
 	// trace).
@@ -105,6 +115,12 @@ type Config struct {
 	// moved batchmonitor's simulated mean latency at rho 0.7 by about 9%
 	// (docs/LEARNING.md, "The simulator predicts the live proxy").
 	Turnaround time.Duration
+	// Live is the rest of a live proxy's time outside the server's
+	// compute, as it measured it (/status, rule.outside): with it a
+	// simulation's absolute latencies are the live proxy's, not the
+	// server's alone (ParseOverheads reads it as ratebatch sim
+	// --overheads takes it).
+	Live Overheads
 	// IdleWatts is power drawn while no batch runs (W); batch energy zeta(b)
 	// is taken to include the power drawn while the batch runs.
 	IdleWatts float64
@@ -147,6 +163,10 @@ func (c Config) Validate() error {
 		return invalid("Arrivals", "arrival times must be >= 0 and ascending")
 	case c.Trace != nil && c.RatePerSec != 0:
 		return invalid("RatePerSec", "give either a rate or a trace, not both")
+	case c.Clients < 0 || c.Think < 0:
+		return invalid("Clients", "clients and think time must be >= 0, got %d and %v", c.Clients, c.Think)
+	case c.Clients > 0 && c.RatePerSec == 0 && c.Trace == nil && c.Arrivals == nil:
+		// Closed-loop clients alone.
 	case c.Trace == nil && c.Arrivals == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
 		return invalid("RatePerSec", "arrival rate must be a finite number > 0 per second, got %v", c.RatePerSec)
 	case c.Requests < 0:
@@ -167,6 +187,8 @@ func (c Config) Validate() error {
 		return invalid("OverheadSamples", "overhead samples must be at least one, each >= 0")
 	case c.Turnaround < 0:
 		return invalid("Turnaround", "turnaround must be >= 0, got %v", c.Turnaround)
+	case c.Live.Validate() != nil:
+		return &InvalidError{Field: "Live", Err: c.Live.Validate()}
 	case c.SLA < 0:
 		return invalid("SLA", "SLA must be >= 0, got %v", c.SLA)
 	case c.DrainLimit < 0:
@@ -262,6 +284,7 @@ type slot struct {
 	rows     int
 	compute  time.Duration // the batch's time in the server's statistics
 	latSum   float64       // ms, of the rows in the batch
+	owners   []int         // the closed-loop client of each row, -1 for the open stream
 }
 
 // run holds a simulation's state. Times are durations since Epoch.
@@ -291,6 +314,13 @@ type run struct {
 	overheadRNG *rand.Rand // draws OverheadSamples
 
 	// measurements
+	// Closed-loop clients: the owner of each queued row (-1: the open
+	// stream; nil without clients) and each client's next send (-1 while
+	// its request is in the proxy).
+	owner       []int
+	clientAt    []time.Duration
+	busyClients int
+
 	latencies  []float64 // ms, one per request
 	batches    int
 	rowsSent   int
@@ -355,7 +385,7 @@ func newRun(c Config) (*run, error) {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	r.mon = mon
-	if c.Overhead > 0 || c.OverheadSamples != nil {
+	if c.Overhead > 0 || c.OverheadSamples != nil || c.Live.PerRow > 0 {
 		r.stats = map[int]monitor.BatchTotal{}
 	}
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
@@ -368,6 +398,10 @@ func newRun(c Config) (*run, error) {
 		r.latencies = make([]float64, 0, n)
 		r.queue = make([]time.Duration, 0, min(n, 1<<16))
 	}
+	if c.Clients > 0 {
+		r.owner = []int{}
+		r.clientAt = make([]time.Duration, c.Clients) // all send at the start
+	}
 	r.drawArrival()
 	r.rule = mon.Rule()
 	r.win = Window{BatchSize: r.rule.Status().BatchSize}
@@ -376,8 +410,8 @@ func newRun(c Config) (*run, error) {
 }
 
 func (r *run) drawArrival() {
-	if r.external {
-		r.haveArrival = false
+	if r.external || (r.c.Trace == nil && r.c.Arrivals == nil && r.c.RatePerSec == 0) {
+		r.haveArrival = false // a fleet's arrivals, or closed-loop clients only
 		return
 	}
 	if r.c.Requests > 0 && r.arrived >= r.c.Requests {
@@ -408,6 +442,7 @@ const (
 	evArrival
 	evTick
 	evWake
+	evClient
 )
 
 // ctxCheckEvery is how many events pass between looks at the context.
@@ -446,8 +481,13 @@ func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (st
 	if r.haveArrival && r.nextArrival < at {
 		kind, at = evArrival, r.nextArrival
 	}
+	client, clientAt := r.nextClient()
+	if client >= 0 && clientAt < at {
+		kind, at = evClient, clientAt
+	}
+	more := r.haveArrival || r.open || client >= 0
 	waiting := len(r.queue) - r.head
-	if (r.haveArrival || r.open || waiting > 0 || r.flying > 0) && r.nextTick < at {
+	if (more || waiting > 0 || r.flying > 0) && r.nextTick < at {
 		kind, at = evTick, r.nextTick
 	}
 	if r.woken && r.wake < at {
@@ -463,15 +503,27 @@ func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (st
 		r.events--
 		return true, nil
 	}
-	if !r.haveArrival && !r.open && at-r.lastArrival > r.c.DrainLimit {
+	if !more && at-r.lastArrival > r.c.DrainLimit {
 		return false, fmt.Errorf("%d requests still waiting %v after the last arrival (%s)", waiting, r.c.DrainLimit, r.rule.Status())
 	}
 	r.advance(at)
 	switch kind {
 	case evCompletion:
 		r.complete(slotIdx)
+	case evClient:
+		r.queue = append(r.queue, at)
+		r.owner = append(r.owner, client)
+		r.clientAt[client] = -1
+		r.busyClients++
+		r.arrived++
+		r.winCount++
+		r.mon.Arrive(1)
+		r.lastArrival = at
 	case evArrival:
 		r.queue = append(r.queue, at)
+		if r.owner != nil {
+			r.owner = append(r.owner, -1)
+		}
 		r.arrived++
 		r.winCount++
 		r.mon.Arrive(1)
@@ -532,6 +584,9 @@ func (r *run) queueState() policy.Queue {
 		Instances:    r.c.Instances,
 		MaxBatch:     r.c.Profile.MaxBatch,
 	}
+	if r.c.Clients > 0 && r.c.RatePerSec == 0 && r.c.Trace == nil && r.c.Arrivals == nil && !r.external {
+		q.SourcesKnown, q.IdleSources = true, r.c.Clients-r.busyClients
+	}
 	if q.Rows > 0 {
 		q.OldestArrival = Epoch.Add(r.queue[r.head])
 		if r.c.SLA > 0 {
@@ -577,16 +632,28 @@ func (r *run) dispatch(n int) {
 	case n > 0:
 		over = r.c.OverheadSamples[r.overheadRNG.IntN(n)]
 	}
+	over = max(over+time.Duration(n)*r.c.Live.PerRow, 0)
 	end := r.now + compute + over
-	s := slot{busy: true, start: r.now, end: end, free: end + r.c.Turnaround, rows: n, compute: compute}
+	live := r.c.Live
+	hold := r.c.Turnaround + msDur(live.Extra.HoldMs(n))
+	s := slot{busy: true, start: r.now, end: end, free: end + hold, rows: n, compute: compute}
+	// Each row's latency as its client sees it: the batch's end, its wait
+	// for the answer after it, and what the proxy does not see.
+	after := msDur(live.Extra.AfterMs(n)) + live.Client
 	for _, at := range r.queue[r.head : r.head+n] {
-		ms := float64(end-at) / float64(time.Millisecond)
-		s.latSum += ms
-		r.latencies = append(r.latencies, ms)
+		l := float64(end-at+after) / float64(time.Millisecond)
+		s.latSum += l
+		r.latencies = append(r.latencies, l)
+	}
+	if r.owner != nil {
+		s.owners = slices.Clone(r.owner[r.head : r.head+n])
 	}
 	r.head += n
 	if r.head > 4096 && r.head*2 > len(r.queue) {
 		r.queue = r.queue[:copy(r.queue, r.queue[r.head:])]
+		if r.owner != nil {
+			r.owner = r.owner[:copy(r.owner, r.owner[r.head:])]
+		}
 		r.head = 0
 	}
 	if r.flying == 0 {
@@ -615,6 +682,13 @@ func (r *run) complete(i int) {
 	if r.now < s.free {
 		return // the proxy's turnaround still holds the instance
 	}
+	if x := r.c.Live.Extra; !x.IsZero() {
+		// The monitor learns them as the live dispatcher reports them.
+		r.mon.ObserveHold(s.rows, s.rows, s.free-s.end)
+		for range s.rows {
+			r.mon.ObserveAfter(s.rows, msDur(x.AfterMs(s.rows)))
+		}
+	}
 	r.flying--
 	r.flyRow -= s.rows
 	r.ansRow -= s.rows
@@ -628,6 +702,15 @@ func (r *run) complete(i int) {
 // statistics and the round trip the monitor is told of.
 func (r *run) answer(s *slot) {
 	s.answered = true
+	if len(s.owners) > 0 {
+		next := s.end + msDur(r.c.Live.Extra.AfterMs(s.rows)) + r.c.Live.Client + r.c.Think
+		for _, o := range s.owners {
+			if o >= 0 {
+				r.clientAt[o] = next
+				r.busyClients--
+			}
+		}
+	}
 	r.ansRow += s.rows
 	r.win.Completed += s.rows
 	r.winLatSum += s.latSum
@@ -674,4 +757,22 @@ func (r *run) result() Result {
 		res.EnergyJ, res.RequestsPerJoule = &joules, &rpj
 	}
 	return res
+}
+
+// ms converts milliseconds to a duration.
+func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// nextClient returns the closed-loop client that sends next and when, or
+// -1 when none will (none idle, or the run's requests are all sent).
+func (r *run) nextClient() (int, time.Duration) {
+	if r.clientAt == nil || (r.c.Requests > 0 && r.arrived >= r.c.Requests) {
+		return -1, 0
+	}
+	best, at := -1, time.Duration(0)
+	for i, t := range r.clientAt {
+		if t >= 0 && (best < 0 || t < at) {
+			best, at = i, t
+		}
+	}
+	return best, at
 }

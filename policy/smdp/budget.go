@@ -195,10 +195,10 @@ func SolveBudget(ctx context.Context, m Model, b Budget, sMax int) (Constrained,
 		if err != nil {
 			return Constrained{}, err
 		}
-		if !feasible(p) {
+		if !feasible(p) && cheaper(p, lo) {
 			hi, found = p, true
 		}
-		if feasible(p) && p.PowerW < lo.PowerW {
+		if feasible(p) && cheaper(p, lo) {
 			lo, wLo = p, w
 		}
 	}
@@ -209,7 +209,7 @@ func SolveBudget(ctx context.Context, m Model, b Budget, sMax int) (Constrained,
 		return c, nil
 	}
 	for range maxBudgetSteps {
-		if lo.Limit == hi.Limit || !(lo.PowerW > hi.PowerW) {
+		if lo.Limit == hi.Limit || !cheaper(hi, lo) {
 			break // solver noise: hi saves nothing over lo
 		}
 		w := (hi.LatencyMs - lo.LatencyMs) / (lo.PowerW - hi.PowerW)
@@ -308,12 +308,28 @@ func (s *budgetSearch) bracket(lo *Point, feasible func(Point) bool) (hi Point, 
 			hi = p
 		}
 	}
-	if a.PowerW > hi.PowerW && a.PowerW <= lo.PowerW {
+	if cheaper(hi, a) && a.PowerW <= lo.PowerW {
 		*lo = a
 		return hi, true, nil
 	}
+	if a.PowerW <= lo.PowerW {
+		// Nothing past a saves power: the budget does not bind, and a
+		// (as fast as any limit that draws its power) is the answer.
+		*lo = a
+	}
 	return Point{}, false, nil
 }
+
+// powerTol is the relative power saving below which two policies draw the
+// same power. Past the load where every batch is B_max, limits B_max and
+// B_max+1 draw the same power to 14 digits, and one of them read as
+// cheaper in the last digit made the search mix in the limit above B_max,
+// which holds a full batch for a row it cannot take: latency for nothing
+// (live at rho 0.93: "control limits 8/9" with B_max 8, docs/ALGORITHMS.md).
+const powerTol = 1e-9
+
+// cheaper reports whether p draws less power than q by more than powerTol.
+func cheaper(p, q Point) bool { return p.PowerW < q.PowerW*(1-powerTol) }
 
 // optimum solves the weighted problem at w2 and returns its control limit
 // as a pure control-limit policy.

@@ -39,7 +39,7 @@ func newKernel(m Model, o Options) *kernel {
 	k := &kernel{m: m, o: o, so: o.SMax + 1, n: o.SMax + 2, lambda: m.LambdaPerMs}
 	k.b = make([]batch, m.MaxBatch+1)
 	for a := 1; a <= m.MaxBatch; a++ {
-		tau := m.TauMs(a)
+		tau := m.ServiceMs(a)
 		pmf, tail := poisson(m.LambdaPerMs*tau, o.SMax+1)
 		bt := batch{tau: tau, zeta: m.ZetaMJ(a), pmf: pmf, tail: tail}
 		// Window: drop the lower and upper tails each below windowCut.
@@ -124,7 +124,9 @@ func (k *kernel) costParts(s, a int) (lat, energy, over float64) {
 		lat = n / (k.lambda * k.lambda)
 	} else {
 		tau := k.b[a].tau
-		lat = n*tau/k.lambda + tau*tau/2
+		// Each of the a requests served waits After beyond the batch:
+		// a*After of area in the requests-in-system integral.
+		lat = n*tau/k.lambda + tau*tau/2 + float64(a)*k.m.Extra.AfterMs(a)/k.lambda
 		energy = k.b[a].zeta
 	}
 	if s == k.so {

@@ -48,7 +48,7 @@ func Static(m Model, sMax, b int) []int {
 // with lambda < b/tau(b), else B_max.
 func BatchMonitorSize(m Model) int {
 	for b := 2; b <= m.MaxBatch; b++ {
-		if m.LambdaPerMs < m.MuPerMs(b) {
+		if m.LambdaPerMs < m.ServiceMuPerMs(b) {
 			return b
 		}
 	}

@@ -46,7 +46,61 @@ type Model struct {
 	batchcost.Energy         // zero when unknown
 	MaxBatch         int     // B_max
 	LambdaPerMs      float64 // Poisson arrival rate
+	// Extra is the live proxy's own time around a batch (zero: none).
+	Extra Extra
 }
+
+// Extra is the time a live proxy spends around a batch outside tau(b),
+// as it measures it (docs/ALGORITHMS.md, "Costs outside tau(b)"). It
+// depends on whether a batch holds one request or several: a lone request
+// goes to the server as it came and its answer back as it came, while a
+// batch of several is merged, its answer decoded and split, and each of
+// its callers but the one that ran it woken.
+//
+// Hold is instance time: the server takes the next batch only after it,
+// so it lengthens the batch (tau(b) + Hold) for the queue as for the
+// latency. After is each request's delay between its batch freeing the
+// instance and its answer reaching its caller: latency only.
+type Extra struct {
+	HoldLoneMs, HoldMergedMs   float64
+	AfterLoneMs, AfterMergedMs float64
+}
+
+// HoldMs is the instance time beyond tau(a) of a batch of a requests.
+func (x Extra) HoldMs(a int) float64 {
+	if a <= 1 {
+		return x.HoldLoneMs
+	}
+	return x.HoldMergedMs
+}
+
+// AfterMs is a request's delay after its batch of a requests.
+func (x Extra) AfterMs(a int) float64 {
+	if a <= 1 {
+		return x.AfterLoneMs
+	}
+	return x.AfterMergedMs
+}
+
+// IsZero reports whether the model counts no time outside tau(b).
+func (x Extra) IsZero() bool { return x == Extra{} }
+
+// Validate reports a negative or non-finite part.
+func (x Extra) Validate() error {
+	for _, v := range [...]float64{x.HoldLoneMs, x.HoldMergedMs, x.AfterLoneMs, x.AfterMergedMs} {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("time outside tau(b) must be finite and >= 0 ms, got %+v", x)
+		}
+	}
+	return nil
+}
+
+// ServiceMs is how long a batch of a requests holds the server: tau(a)
+// and the proxy's hold around it.
+func (m Model) ServiceMs(a int) float64 { return m.TauMs(a) + m.Extra.HoldMs(a) }
+
+// ServiceMuPerMs is the throughput of batches of a requests, a/ServiceMs(a).
+func (m Model) ServiceMuPerMs(a int) float64 { return float64(a) / m.ServiceMs(a) }
 
 // ModelFor builds a Model at the load rho = lambda / mu(B_max) from a
 // model's latency line, its energy line and B_max. An energy line that is
@@ -54,12 +108,12 @@ type Model struct {
 // meaningless: w2 should then be 0.
 func ModelFor(lat batchcost.Latency, en batchcost.Energy, maxBatch int, rho float64) Model {
 	m := Model{Latency: lat, Energy: en, MaxBatch: maxBatch}
-	m.LambdaPerMs = rho * m.MuPerMs(m.MaxBatch)
+	m.LambdaPerMs = rho * m.ServiceMuPerMs(m.MaxBatch)
 	return m
 }
 
 // Rho is the load lambda / mu(B_max); the queue is stable only below 1.
-func (m Model) Rho() float64 { return m.LambdaPerMs / m.MuPerMs(m.MaxBatch) }
+func (m Model) Rho() float64 { return m.LambdaPerMs / m.ServiceMuPerMs(m.MaxBatch) }
 
 // Validate reports the first parameter that makes the model unusable,
 // including an unstable load.
@@ -70,6 +124,9 @@ func (m Model) Validate() error {
 	if err := m.Energy.Validate(); err != nil {
 		return err
 	}
+	if err := m.Extra.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case m.MaxBatch < 1:
 		return fmt.Errorf("max batch (B_max) must be >= 1, got %d", m.MaxBatch)
@@ -78,7 +135,7 @@ func (m Model) Validate() error {
 	}
 	if rho := m.Rho(); !(rho < 1) {
 		return fmt.Errorf("load rho = %.4g >= 1 is unstable: arrivals (%.4g req/ms) reach the throughput of full batches (B_max=%d: %.4g req/ms)",
-			rho, m.LambdaPerMs, m.MaxBatch, m.MuPerMs(m.MaxBatch))
+			rho, m.LambdaPerMs, m.MaxBatch, m.ServiceMuPerMs(m.MaxBatch))
 	}
 	return nil
 }

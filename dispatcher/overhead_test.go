@@ -1,0 +1,95 @@
+package dispatcher
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// overheadPlanner is a fixedPlanner that also learns the time around a
+// batch (OverheadObserver).
+type overheadPlanner struct {
+	*fixedPlanner
+	mu    sync.Mutex
+	holds []int // calls per batch reported by ObserveHold
+	after []int // calls per batch of each ObserveAfter
+	neg   int   // negative durations reported
+}
+
+func (p *overheadPlanner) ObserveHold(_, calls int, beyond time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holds = append(p.holds, calls)
+	if beyond < 0 {
+		p.neg++
+	}
+}
+
+func (p *overheadPlanner) ObserveAfter(calls int, after time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.after = append(p.after, calls)
+	if after < 0 {
+		p.neg++
+	}
+}
+
+// Every batch reports its hold and every caller its wait after the batch,
+// with the batch's number of callers, so that a planner can price lone and
+// merged batches apart (the budget policy's plan counts both).
+func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
+	up := &fakeUpstream{}
+	pl := &overheadPlanner{fixedPlanner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond})}
+	d := New(Options{Upstream: up, Retries: 1})
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Planner: pl}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.Drain(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	const n = 40
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c := call(t, int32(i*100), 1)
+			if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// A lone call at the end: a batch of one caller.
+	c := call(t, 9000, 1)
+	if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+		t.Fatal(err)
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	batches := up.seen()
+	if len(pl.holds) != len(batches) {
+		t.Fatalf("%d holds reported for %d batches", len(pl.holds), len(batches))
+	}
+	calls, merged := 0, 0
+	for _, k := range pl.holds {
+		calls += k
+		if k > 1 {
+			merged++
+		}
+	}
+	if calls != n+1 || len(pl.after) != n+1 {
+		t.Fatalf("holds cover %d calls and %d callers reported their wait, want %d each", calls, len(pl.after), n+1)
+	}
+	if merged == 0 || pl.holds[len(pl.holds)-1] != 1 || pl.after[len(pl.after)-1] != 1 {
+		t.Fatalf("want merged batches and a lone last one: holds %v, after %v", pl.holds, pl.after)
+	}
+	if pl.neg > 0 {
+		t.Fatalf("%d negative durations reported", pl.neg)
+	}
+}

@@ -1,0 +1,121 @@
+package monitor
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/regression"
+)
+
+// recorder is a policy that keeps the last estimate it planned from.
+type recorder struct {
+	mu   sync.Mutex
+	last policy.Estimate
+}
+
+func (*recorder) Name() string { return "recorder" }
+func (r *recorder) Plan(e policy.Estimate) policy.Rule {
+	r.mu.Lock()
+	r.last = e
+	r.mu.Unlock()
+	return policy.Adhoc{}.Plan(e)
+}
+func (r *recorder) estimate() policy.Estimate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// The round trip beyond the server's compute grows with the rows on a
+// server that handles each request outside its statistics (PyTriton's
+// Python side, an emulator decoding each row): the plan takes it as the
+// line it is, not as the mean over a mix of mostly small batches, which
+// under-prices the larger batches a batching policy forms. Hold and after
+// times reach the plan as measured, lone and merged apart.
+func TestOverheadIsALineAndTheTimeAroundABatchReachesThePlan(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
+		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compute := regression.Line{AlphaMs: 0.5, Tau0Ms: 4}
+	over := func(b int) float64 { return 1 + 0.4*float64(b) } // ms
+	totals := map[int]*BatchTotal{}
+	snapshot := func() []BatchTotal {
+		var out []BatchTotal
+		for _, t := range totals {
+			out = append(out, *t)
+		}
+		return out
+	}
+	for b := 1; b <= 8; b++ {
+		totals[b] = &BatchTotal{Batch: b, Count: 1, Time: time.Duration(compute.TauMs(b) * float64(time.Millisecond))}
+	}
+	m.ObserveServer(snapshot())
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for w := range 10 {
+		for i := range 80 {
+			b := 1 + (i+w)%4 // sizes 1..4 seen
+			totals[b].Count++
+			totals[b].Time += ms(compute.TauMs(b))
+			m.Observe(b, ms(compute.TauMs(b)+over(b)))
+			if b == 1 {
+				m.ObserveHold(b, 1, ms(0.05))
+				m.ObserveAfter(1, ms(0.01))
+			} else {
+				m.ObserveHold(b, b, ms(0.2))
+				for range b {
+					m.ObserveAfter(b, ms(0.3))
+				}
+			}
+		}
+		m.ObserveServer(snapshot())
+		clk.add(m.TickEvery())
+		m.Tick()
+	}
+	e := rec.estimate()
+	// Compute 0.5*b + 4 and overhead 0.4*b + 1: the plan's line 0.9*b + 5,
+	// also at B_max = 8, which the traffic never formed.
+	if math.Abs(e.AlphaMs-0.9) > 0.02 || math.Abs(e.Tau0Ms-5) > 0.05 {
+		t.Errorf("planned line %.4g*b + %.4g, want 0.9*b + 5", e.AlphaMs, e.Tau0Ms)
+	}
+	x := e.Extra
+	if math.Abs(x.HoldLoneMs-0.05) > 1e-3 || math.Abs(x.HoldMergedMs-0.2) > 1e-3 || math.Abs(x.AfterLoneMs-0.01) > 1e-3 || math.Abs(x.AfterMergedMs-0.3) > 1e-3 {
+		t.Errorf("planned extra %+v, want hold 0.05/0.2 and after 0.01/0.3 ms", x)
+	}
+	o := m.Snapshot().Outside
+	if math.Abs(o.OverheadPerRowMs-0.4) > 0.02 || math.Abs(o.OverheadMs-1) > 0.05 || o.LoneBatches == 0 || o.MergedBatches == 0 || o.HoldMergedMs != x.HoldMergedMs {
+		t.Errorf("status shows %+v", o)
+	}
+}
+
+// With one batch size only (B_max at high load) the slope of the overhead
+// cannot be told: the plan takes the mean as a constant.
+func TestOverheadOfOneSizeIsAConstant(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
+		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	totals := []BatchTotal{{Batch: 8, Count: 1, Time: 8 * time.Millisecond}}
+	m.ObserveServer(totals)
+	for range 100 {
+		totals[0].Count++
+		totals[0].Time += 8 * time.Millisecond
+		m.Observe(8, 10*time.Millisecond)
+	}
+	m.ObserveServer(totals)
+	clk.add(m.TickEvery())
+	m.Tick()
+	e := rec.estimate()
+	if got := e.TauMs(8) - m.Snapshot().Latency.TauMs(8); math.Abs(got-2) > 0.05 || math.Abs(e.AlphaMs-m.Snapshot().AlphaMs) > 1e-9 {
+		t.Errorf("planned tau(8) beyond the fit %.4g ms with slope %.4g (fit %.4g), want 2 ms and the fit's slope", got, e.AlphaMs, m.Snapshot().AlphaMs)
+	}
+}

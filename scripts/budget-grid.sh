@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# budget-grid.sh: the budget policy live against ad-hoc, in the same run.
+#
+# For each emulator roughness, model and load it starts one emulator and
+# one `ratebatch serve` (energy from the emulator's metrics), offers Poisson
+# load with `ratebatch load`, and alternates the policies in that one proxy
+# (PUT /policy): adhoc, budget 1.05x, 1.10x, 1.25x, REPS times each, SEG
+# per segment. Ad-hoc and budget thus share the machine's moments, which
+# on a shared machine is the only fair comparison. Per policy it prints
+# one Markdown row: the client's mean and p99 latency, the ratio of the
+# means to ad-hoc's (the ratio of the REPS-summed means), requests per
+# joule from the emulator's energy counter, the plan's mean latency and its
+# ad-hoc reference as /status gave them, the proxy's own latency (arrival to
+# answer written, ratebatch_request_duration_seconds), the proxy-internal
+# latency (queue wait + upstream round trip) and the live overheads
+# (/status rule.outside). Then, per point, `ratebatch sim` on the same rate with
+# those overheads (--overheads; client_ms from the ad-hoc segments), so
+# the simulator's absolute latency can be set against the live one.
+#
+#   scripts/budget-grid.sh                   (defaults below)
+#   REALISMS="exact rough" RHOS="0.2 0.5 0.8" MODELS="simple" scripts/budget-grid.sh
+#   MODELS="image" PRESET=googlenet-p4 TAU_SCALE=10 scripts/budget-grid.sh   (B_max 32)
+#
+# rho is against the line as the proxy lives it: the emulator's true
+# compute line (GET /emulator/models/M) plus the round trip beyond it and
+# the hold the proxy measured in a warm-up (/status):
+# rate = rho * B_max / tau_live(B_max).
+set -euo pipefail
+RB=${RB:-bin/ratebatch}
+REALISMS=${REALISMS:-"exact rough"}
+MODELS=${MODELS:-simple}
+PRESET=${PRESET:-googlenet-p4}
+TAU_SCALE=${TAU_SCALE:-1}
+RHOS=${RHOS:-"0.1 0.3 0.5 0.7 0.9 0.95"}
+BUDGETS=${BUDGETS:-"1.05x 1.10x 1.25x"}
+REPS=${REPS:-2}
+SEG=${SEG:-10s}
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+metric() { # file name-regex: sum of matching samples
+	python3 - "$1" "$2" <<'PY'
+import re, sys
+tot = 0.0
+for line in open(sys.argv[1]):
+    if line.startswith('#'):
+        continue
+    if re.match(sys.argv[2], line):
+        tot += float(line.split()[-1])
+print(tot)
+PY
+}
+
+echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | proxy ms | proxy-internal ms | sim ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for real in $REALISMS; do
+for model in $MODELS; do
+for rho in $RHOS; do
+	P=$((20000 + RANDOM % 20000))
+	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$real" --preset "$PRESET" \
+		--tau-scale "$TAU_SCALE" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	sleep 0.5
+	"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
+		--admin-token grid --policy adhoc --power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics \
+		--log-level warn >"$work/serve.log" 2>&1 &
+	pids+=($!)
+	admin=http://127.0.0.1:$((P + 12))
+	target=http://127.0.0.1:$((P + 10))
+	# Up when /status lists the model (discovery done); a busy machine
+	# may take seconds.
+	for _ in $(seq 100); do
+		curl -sf "$admin/status" 2>/dev/null | grep -q "\"model\": *\"$model\"" && break
+		sleep 0.2
+	done
+	setpol() {
+		local body
+		if [ "$1" = adhoc ]; then body="{\"model\":\"$model\",\"policy\":\"adhoc\"}"; else
+			body="{\"model\":\"$model\",\"policy\":\"budget\",\"latency_budget\":\"$1\"}"; fi
+		curl -sf -X PUT -H 'Authorization: Bearer grid' "$admin/policy" -d "$body" >/dev/null
+	}
+	# Warm up at a low rate, then read the live line to size the rate.
+	bmax=$(curl -sf "$admin/status" | python3 -c "import json,sys; print([m for m in json.load(sys.stdin)['models'] if m['model']=='$model'][0]['rule']['max_batch_size'])")
+	"$RB" load --target "$target" --model "$model" --binary --rate 50 --duration 4s >/dev/null
+	# The server's true line (the emulator publishes it) and the round
+	# trip and hold the proxy measured around it.
+	line=$(curl -sf "http://127.0.0.1:$P/emulator/models/$model")
+	rate=$(curl -sf "$admin/status" | python3 -c "
+import json, sys
+r = [m for m in json.load(sys.stdin)['models'] if m['model'] == '$model'][0]['rule']
+t = json.loads('$line')
+o = r.get('outside') or {}
+b = r['max_batch_size']
+tau = t['alpha_ms'] * b + t['tau0_ms'] + (r.get('overhead_ms') or 0) + o.get('hold_merged_ms', 0)
+print('%.1f' % ($rho * 1000 * b / tau))")
+	setpol adhoc
+	"$RB" load --target "$target" --model "$model" --binary --rate "$rate" --duration 4s >/dev/null
+	: >"$work/segs"
+	for rep in $(seq "$REPS"); do
+		for pol in adhoc $BUDGETS; do
+			setpol "$pol"
+			sleep 2 # a window under the new rule before measuring
+			curl -sf "$admin/metrics" >"$work/m0"
+			curl -sf "http://127.0.0.1:$((P + 2))/metrics" >"$work/e0"
+			"$RB" load --target "$target" --model "$model" --binary --rate "$rate" --duration "$SEG" --seed "$rep" --json >"$work/l.json"
+			curl -sf "$admin/metrics" >"$work/m1"
+			curl -sf "http://127.0.0.1:$((P + 2))/metrics" >"$work/e1"
+			curl -sf "$admin/status" >"$work/s.json"
+			sel="\\{model=\"$model\"\\}"
+			d() { python3 -c "print($(metric "$work/m1" "$1") - $(metric "$work/m0" "$1"))"; }
+			wait_s=$(d "ratebatch_queue_wait_seconds_sum$sel"); wait_n=$(d "ratebatch_queue_wait_seconds_count$sel")
+			up_s=$(d "ratebatch_upstream_duration_seconds_sum$sel"); up_n=$(d "ratebatch_upstream_duration_seconds_count$sel")
+			rows=$(d "ratebatch_batch_size_sum$sel")
+			front_s=$(d "ratebatch_request_duration_seconds_sum\\{model=\"$model\",protocol=\"http\"\\}")
+			joules=$(python3 -c "print($(metric "$work/e1" nv_energy_consumption) - $(metric "$work/e0" nv_energy_consumption))")
+			python3 - "$pol" "$work/l.json" "$work/s.json" "$model" "$wait_s" "$wait_n" "$up_s" "$up_n" "$rows" "$joules" "$front_s" >>"$work/segs" <<'PY'
+import json, re, sys
+pol, lf, sf, model = sys.argv[1:5]
+wait_s, wait_n, up_s, up_n, rows, joules, front_s = map(float, sys.argv[5:12])
+l = json.load(open(lf))
+r = [m for m in json.load(open(sf))['models'] if m['model'] == model][0]['rule']
+m = re.search(r'mean latency ([\d.]+) ms \(ad-hoc ([\d.]+)\)', r.get('note', ''))
+plan, plan_adhoc = (float(m.group(1)), float(m.group(2))) if m else (0, 0)
+o = r.get('outside') or {}
+print(json.dumps({'policy': pol, 'mean': l['mean_latency_ms'], 'p99': l['p99_latency_ms'], 'ok': l['ok'], 'sched': l['scheduled'],
+    'rate': l['throughput_rps'], 'joules': joules, 'wait': 1000 * wait_s / max(wait_n, 1), 'up': 1000 * up_s / max(up_n, 1),
+    'batch': rows / max(up_n, 1), 'front': 1000 * front_s / max(wait_n, 1), 'plan': plan, 'plan_adhoc': plan_adhoc, 'outside': o,
+    'fit': [r['alpha_ms'], r['tau0_ms']], 'after': (o.get('after_merged_ms', 0) if up_n and rows / up_n > 1 else o.get('after_lone_ms', 0))}))
+PY
+		done
+	done
+	# Pool the segments, run the simulator with the measured overheads.
+	python3 - "$real" "$model" "$bmax" "$rho" "$rate" "$work/segs" "$RB" "$BUDGETS" <<'PY'
+import json, subprocess, sys
+real, model, bmax, rho, rate, segs, rb, budgets = sys.argv[1:9]
+rows = [json.loads(l) for l in open(segs)]
+pols = ['adhoc'] + budgets.split()
+by = {p: [r for r in rows if r['policy'] == p] for p in pols}
+mean = lambda xs: sum(xs) / len(xs)
+ad = by['adhoc']
+ad_mean = mean([r['mean'] for r in ad])
+ad_rpj = sum(r['ok'] for r in ad) / max(sum(r['joules'] for r in ad), 1e-12)
+# The client's time the proxy does not see, from the ad-hoc segments.
+client = max(mean([r['mean'] - r['wait'] - r['up'] - r['after'] for r in ad]), 0)
+last = ad[-1]
+o, (alpha, tau0) = last['outside'], last['fit']
+ovh = 'overhead_ms=%g,overhead_per_row_ms=%g,hold_lone_ms=%g,hold_merged_ms=%g,after_lone_ms=%g,after_merged_ms=%g,client_ms=%g' % (
+    o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('hold_lone_ms', 0), o.get('hold_merged_ms', 0),
+    o.get('after_lone_ms', 0), o.get('after_merged_ms', 0), client)
+def sim(pol):
+    args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '40000',
+            '--overheads', ovh, '--json']
+    args += ['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', pol]
+    try:
+        return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)['mean_latency_ms']
+    except Exception:
+        return float('nan')
+for p in pols:
+    rs = by[p]
+    m = mean([r['mean'] for r in rs])
+    rpj = sum(r['ok'] for r in rs) / max(sum(r['joules'] for r in rs), 1e-12)
+    lost = sum(r['sched'] - r['ok'] for r in rs)
+    plan = '%.3g (%.3g)' % (mean([r['plan'] for r in rs]), mean([r['plan_adhoc'] for r in rs])) if p != 'adhoc' else '-'
+    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %.3f | %.3f | %.3f |%s' % (
+        real, model, bmax, rho, rate, p, m, m / ad_mean, mean([r['p99'] for r in rs]), rpj, 100 * (rpj / ad_rpj - 1),
+        mean([r['batch'] for r in rs]), plan, mean([r['front'] for r in rs]),
+        mean([r['wait'] + r['up'] for r in rs]), sim(p), ' %d unanswered' % lost if lost else ''), flush=True)
+print('<!-- %s %s rho %s: --overheads %s -->' % (real, model, rho, ovh), flush=True)
+PY
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	pids=()
+done
+done
+done
