@@ -1,6 +1,9 @@
 package dispatcher
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // SourceIdleFor is how long a source (a caller's connection) counts as a
 // possible partner after its last answer: a closed-loop client sends its
@@ -79,17 +82,15 @@ func (s *sources) idle(now time.Time) (n int, known bool) {
 }
 
 // freeSources marks the sources of a batch's calls free: their answers
-// are about to be delivered.
+// are about to be delivered. Calls without a source (gRPC) need no lock.
 func (q *modelQueue) freeSources(calls []*Call) {
-	for _, c := range calls {
-		if c.Source != 0 {
-			q.mu.Lock()
-			now := q.d.now()
-			for _, c := range calls {
-				q.src.leave(c.Source, now)
-			}
-			q.mu.Unlock()
-			return
-		}
+	if !slices.ContainsFunc(calls, func(c *Call) bool { return c.Source != 0 }) {
+		return
 	}
+	q.mu.Lock()
+	now := q.d.now()
+	for _, c := range calls {
+		q.src.leave(c.Source, now)
+	}
+	q.mu.Unlock()
 }
