@@ -8,6 +8,8 @@ import (
 	"math"
 	"net"
 	"time"
+
+	"github.com/ratebatch/ratebatch/internal/guard"
 )
 
 // HAProxy cannot read ORCA headers; what it reads of a server's load is
@@ -72,13 +74,21 @@ func (r *Reporter) ServeAgent(ctx context.Context, ln net.Listener, fullRPS floa
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots }()
+			defer c.Close()
+			// The reply computes the report: a panic there closes this
+			// connection, not the process (HAProxy keeps the weight it has).
+			defer func() {
+				if v := recover(); v != nil {
+					guard.Recovered(nil, "haproxy_agent", v)
+				}
+			}()
 			answerAgent(c, r.AgentReply(fullRPS))
 		}()
 	}
 }
 
+// answerAgent writes line to c; the caller closes c.
 func answerAgent(c net.Conn, line string) {
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
 	if _, err := io.WriteString(c, line); err != nil {
 		return

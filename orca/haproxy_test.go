@@ -12,9 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
@@ -198,4 +200,43 @@ func statsWeight(addr, backend, server string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no row %s/%s", backend, server)
+}
+
+// A report that panics while an agent check is answered closes that
+// connection and is counted; the agent keeps answering the next ones.
+func TestServeAgentContainsPanics(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	r := New(Options{MaxAge: -1, Models: func() []Model {
+		if calls.Add(1) == 1 {
+			panic("injected")
+		}
+		return reporterWith(500).o.Models()
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.ServeAgent(ctx, ln, 1000) }()
+	before := guard.Count("haproxy_agent")
+	for i, want := range []string{"", "up 50%\n"} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		b, _ := io.ReadAll(c)
+		c.Close()
+		if string(b) != want {
+			t.Errorf("check %d: read %q, want %q", i, b, want)
+		}
+	}
+	if got := guard.Count("haproxy_agent") - before; got != 1 {
+		t.Errorf("panics counted at haproxy_agent: %d, want 1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("ServeAgent after cancel: %v", err)
+	}
 }
