@@ -27,6 +27,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
@@ -105,7 +106,7 @@ func tensorBody(datatype, shape, data string) []byte {
 
 func TestHostileRequests(t *testing.T) {
 	const limit = 1 << 20
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Limits.MaxBodyBytes = limit })
 	addr := strings.TrimPrefix(lt.Base, "http://")
 	const infer = "/v2/models/simple/infer"
@@ -216,7 +217,7 @@ func TestHostileRequests(t *testing.T) {
 // and send nothing hold gigabytes.
 func TestHostileLyingLengthCostsBoundedMemory(t *testing.T) {
 	const limit, conns = 32 << 20, 4
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Limits.MaxBodyBytes = limit })
 	addr := strings.TrimPrefix(lt.Base, "http://")
 	before := takeFootprint()
@@ -251,7 +252,7 @@ func TestHostileLyingLengthCostsBoundedMemory(t *testing.T) {
 // once limits.read_timeout has; meanwhile others are served.
 func TestHostileSlowClients(t *testing.T) {
 	const headerTimeout, readTimeout = 300 * time.Millisecond, time.Second
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Limits.ReadHeaderTimeout = headerTimeout
 		c.Limits.ReadTimeout = readTimeout
@@ -389,7 +390,7 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 	const token = "tok-9f86d081884c7d659a2feaa0c55ad015"
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	// A password in the upstream URL (Triton behind basic auth) is a
 	// secret too.
 	const password = "upw-2c26b46b68ffc68ff99b453c1d304134"
@@ -472,7 +473,7 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 // TestSecurityEmptyTokenRefusesChanges: without admin_token every mutating
 // call is refused, even one that sends an empty bearer token.
 func TestSecurityEmptyTokenRefusesChanges(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.AdminToken = "" })
 	for _, auth := range []string{"", "Bearer ", "Bearer  "} {
 		req, _ := http.NewRequest(http.MethodPut, lt.Admin+"/policy", strings.NewReader(`{"policy":"adhoc"}`))
@@ -513,7 +514,7 @@ func (s *syncBuffer) String() string {
 // cost nothing. The memory of tries is bounded, and so are the lookups a
 // flood can cause; every request is still answered (by the upstream's 404).
 func TestHostileUnknownModelFlood(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	var lookups atomic.Int64
 	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/config") && strings.Contains(r.URL.Path, "/flood-") {

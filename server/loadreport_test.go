@@ -16,13 +16,14 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // serve's answers carry the ORCA header, and its /metrics the pod-level
 // gauges, once the model's line is learnt.
 func TestServeLoadReport(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
 	ask := func(path string, body []byte, format string) *v3.OrcaLoadReport {
 		t.Helper()
@@ -69,7 +70,7 @@ func TestServeLoadReport(t *testing.T) {
 // With orca.haproxy_agent_listen, serve answers HAProxy's agent check with
 // its capacity as a percentage of orca.haproxy_agent_full_rps.
 func TestServeHAProxyAgent(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Policy.Name = "adhoc"
 		c.ORCA.HAProxyAgentListen, c.ORCA.HAProxyAgentFullRPS = "127.0.0.1:0", 1000

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
@@ -55,7 +56,7 @@ var (
 func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		if broken.Load() {
 			return emulator.Fault{Status: 500, Message: "CUDA error: device lost"}
 		}
@@ -119,7 +120,7 @@ func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 // instead of waiting for the upstream timeout, and readiness turns.
 func TestReliabilityUpstreamHungBatch(t *testing.T) {
 	var hang atomic.Bool
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Hang: hang.Load()}
 	}})
 	const (

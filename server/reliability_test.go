@@ -31,6 +31,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/stats"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -356,7 +357,7 @@ func TestReliabilityUpstreamKilledMidBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 15 * time.Millisecond} // every batch is in flight for a while
 	}})
 	addr := em.Addr()
@@ -399,7 +400,7 @@ func TestReliabilityUpstreamRestartHeld(t *testing.T) {
 			t.Fatalf("RATEBATCH_TEST_HOLD: %v", err)
 		}
 	}
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	addr := em.Addr()
 	lt := servertest.Start(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout, c.Upstreams.Hold = 3*time.Second, hold })
 	const killAt, down, d = 700 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond
@@ -467,7 +468,7 @@ func TestReliabilityUpstreamSlow(t *testing.T) {
 	}
 	var runs []run
 	for _, scale := range []float64{1, 10} {
-		em := startEmulator(t, emulator.Options{TimeScale: scale})
+		em := emulatortest.Start(t, emulator.Options{TimeScale: scale})
 		lt := servertest.Start(t, em.Addr(), nil, nil)
 		before := takeFootprint()
 		// googlenet-p4 at x10: tau(8) = 35 ms, so 120 req/s keeps the
@@ -503,7 +504,7 @@ func TestReliabilityUpstreamSlow(t *testing.T) {
 func TestReliabilityUpstreamHangs(t *testing.T) {
 	var hang atomic.Bool
 	hang.Store(true)
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Hang: hang.Load()}
 	}})
 	const timeout = 300 * time.Millisecond
@@ -593,7 +594,7 @@ func TestReliabilityUpstreamErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(b emulator.BatchInfo) emulator.Fault {
+			em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(b emulator.BatchInfo) emulator.Fault {
 				f := tt.fault(b)
 				f.Delay = 5 * time.Millisecond // let batches form
 				return f
@@ -660,7 +661,7 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+			em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 				return emulator.Fault{Delay: tt.delay}
 			}})
 			lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
@@ -737,7 +738,7 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		// Partial batches wait up to 30 ms: leavers mostly leave from the queue.
 		c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", 8, 30*time.Millisecond
@@ -796,7 +797,7 @@ func TestReliabilityBurst(t *testing.T) {
 		t.Skip("load test")
 	}
 	// 40 ms per batch of up to 8: about 195 req/s at most.
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 40 * time.Millisecond}
 	}})
 	const queueRows = 64

@@ -17,22 +17,9 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
-
-// startEmulator serves an emulator on loopback until the test ends.
-func startEmulator(t *testing.T, o emulator.Options) *emulator.Server {
-	t.Helper()
-	em, err := emulator.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := em.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { em.Close() })
-	return em
-}
 
 // waitUntil polls cond, as an operator would watch /status or /metrics,
 // until it holds; after 10 s the test fails naming what it waited for.
@@ -147,7 +134,7 @@ func getText(t *testing.T, url string) (int, string) {
 }
 
 func TestServeEachCallerGetsItsOwnAnswer(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
 
 	const callers = 48
@@ -208,7 +195,7 @@ func TestServeEachCallerGetsItsOwnAnswer(t *testing.T) {
 }
 
 func TestServePassthroughMatchesUpstream(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	base, _, _ := startProxy(t, em.Addr(), nil)
 	direct := "http://" + em.Addr()
 	for _, path := range []string{"/v2", "/v2/health/ready", "/v2/health/live", "/v2/models/simple",
@@ -231,7 +218,7 @@ func TestServePassthroughMatchesUpstream(t *testing.T) {
 }
 
 func TestServeErrors(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 50 * time.Millisecond}
 	}})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
@@ -293,7 +280,7 @@ func TestServeErrors(t *testing.T) {
 }
 
 func TestServeUpstreamRestartLosesNothing(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	addr := em.Addr()
 	base, admin, _ := startProxy(t, addr, func(c *config.Config) { c.Policy.Name = "adhoc" })
 	url := base + "/v2/models/simple/infer"
@@ -364,7 +351,7 @@ func metricValue(text, series string) float64 {
 }
 
 func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	_, admin, _ := startProxy(t, em.Addr(), nil)
 	var answer []byte
 	put := func(token, body string) int {
@@ -444,7 +431,7 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 }
 
 func TestServeAdminPprofOnlyWhenEnabled(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	for _, on := range []bool{false, true} {
 		_, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.AdminPprof = on })
 		code, body := getText(t, admin+"/debug/pprof/goroutine?debug=1")
@@ -458,7 +445,7 @@ func TestServeAdminPprofOnlyWhenEnabled(t *testing.T) {
 }
 
 func TestServeCompressionAndBinary(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	base, _, _ := startProxy(t, em.Addr(), nil)
 	url := base + "/v2/models/simple/infer"
 
@@ -531,7 +518,7 @@ func TestServeCompressionAndBinary(t *testing.T) {
 }
 
 func TestServeTimeoutParameter(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 300 * time.Millisecond}
 	}})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
@@ -554,7 +541,7 @@ func TestServeTimeoutParameter(t *testing.T) {
 }
 
 func TestServeGracefulShutdownDrains(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, stop := startProxy(t, em.Addr(), func(c *config.Config) {
 		// A rule that would hold these requests for an hour: only the drain sends them.
 		c.Policy.Name = "static"
@@ -591,7 +578,7 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 }
 
 func TestServeEnergyFromTritonMetrics(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1, IdleWatts: 25})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, IdleWatts: 25})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
 		c.Power.Source = "triton"
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
@@ -656,7 +643,7 @@ func TestServeEnergyFromTritonMetrics(t *testing.T) {
 }
 
 func TestServeEnergyAbsentWithoutSource(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	_, admin, _ := startProxy(t, em.Addr(), nil) // power.source none
 	_, body := getText(t, admin+"/status")
 	if !strings.Contains(body, `"requests_per_joule": null`) && strings.Contains(body, `"requests_per_joule"`) {
@@ -671,7 +658,7 @@ func TestServeEnergyAbsentWithoutSource(t *testing.T) {
 // Image-sized binary requests take the streaming path to the upstream; each
 // caller must still get the fold of its own input.
 func TestServeImageModelBinary(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
 	const callers, elems = 6, 3 * 224 * 224
 	var wg sync.WaitGroup
@@ -731,7 +718,7 @@ func TestServeImageModelBinary(t *testing.T) {
 }
 
 func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
-	em := startEmulator(t, emulator.Options{})
+	em := emulatortest.Start(t, emulator.Options{})
 	addr := em.Addr()
 	em.Close() // the upstream is down when the proxy starts
 	admin := servertest.Run(t, addr, nil, nil).Admin

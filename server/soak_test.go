@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/stats"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -87,7 +88,7 @@ func TestSoak(t *testing.T) {
 	faults := &soakFaults{rng: rand.New(rand.NewPCG(9, 9)), n: map[string]int{}}
 	// Two instances, as a GPU with two model instances: a hung batch holds
 	// one while the other serves.
-	em := startEmulator(t, emulator.Options{TimeScale: 1, Instances: 2, Jitter: 0.2, Seed: 7, Fault: faults.fault})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Instances: 2, Jitter: 0.2, Seed: 7, Fault: faults.fault})
 	addr := em.Addr()
 	const upstreamTimeout = 500 * time.Millisecond
 	lt := servertest.Start(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout = upstreamTimeout })

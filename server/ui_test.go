@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/ui"
 )
 
@@ -17,7 +18,7 @@ import (
 // registry, the dispatcher and the meter): the model that took requests
 // comes first, with its headline figures and where its fit comes from.
 func TestServeLivePageHistory(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
 		c.Power.Source = "triton"
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/loadreport"
@@ -91,7 +92,7 @@ func TestDemoRejectsUnknownPolicy(t *testing.T) {
 
 // A load run with --admin sampling, read back by `ratebatch report`.
 func TestLoadSamplesAndReport(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
 		c.Power.Source = "triton"
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"

@@ -4,26 +4,11 @@ import (
 	"testing"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
 // The CLI tests that need a live upstream or proxy start them here; the
 // proxy's own end-to-end tests are in package server.
-
-// startEmulator serves an emulator on loopback until the test ends.
-func startEmulator(t *testing.T, o emulator.Options) *emulator.Server {
-	t.Helper()
-	em, err := emulator.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := em.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { em.Close() })
-	return em
-}
 
 // startProxy runs `ratebatch serve` in-process against upstream until the
 // test ends (servertest.Start) and returns its base and admin URLs.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 )
 
@@ -120,7 +121,7 @@ func TestSimWeightsReachSMDP(t *testing.T) {
 // The text summary of load says which protocol's statuses it counts, and
 // --verify says when every answer checked out.
 func TestLoadTextSaysProtocolAndVerdict(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 0})
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 0})
 	addr, stop, err := em.ServeGRPC("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 )
 
 func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
-	em := startEmulator(t, emulator.Options{TimeScale: 1}) // googlenet-p4: tau(b) = 0.3051*b + 1.052 ms
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1}) // googlenet-p4: tau(b) = 0.3051*b + 1.052 ms
 	csv := t.TempDir() + "/simple.csv"
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"profile", "--upstream", "http://" + em.Addr(), "--model", "simple",
