@@ -90,18 +90,33 @@ type Result struct {
 	// BatchRows is the size of the batch the call went in (0 if none).
 	BatchRows int
 	release   *shared
-	// obs, when set, learns how long the answer took from its batch's end
-	// (answered) to its caller; calls is the batch's number of callers.
+	// obs, when set, learns at Release how long the answer took from its
+	// batch's end (answered) to its caller's having written it, and (as a
+	// LatencyObserver) the call's latency from its arrival; calls is the
+	// batch's number of callers, clock the dispatcher's.
 	obs      OverheadObserver
 	answered time.Time
+	arrived  time.Time
 	calls    int
+	clock    func() time.Time
 	// run, in a call's channel instead of its answer, is a batch holding
 	// the call for the call's own goroutine to run (launch).
 	run *batch
 }
 
-// Release gives back the buffers the response aliases.
+// Release gives back the buffers the response aliases. The caller calls it
+// once it has written the answer (encoded it into its connection's
+// buffers): the time to there is the call's latency as the proxy can see
+// it, which the planner learns (the encoding of a merged batch's parts and
+// the wake-up of its callers are costs of batching the plan must price).
 func (r Result) Release() {
+	if r.obs != nil {
+		now := r.clock()
+		r.obs.ObserveAfter(r.calls, now.Sub(r.answered))
+		if l, ok := r.obs.(LatencyObserver); ok {
+			l.ObserveCall(r.arrived, now.Sub(r.arrived))
+		}
+	}
 	if r.release != nil {
 		r.release.done()
 	}

@@ -41,8 +41,16 @@ type OverheadObserver interface {
 	// ObserveAfter reports how long a caller of a batch of calls callers
 	// waited, once its batch's answer was delivered, for that answer to
 	// reach its own goroutine (the wake-up of a caller that did not run
-	// the batch).
+	// the batch) and be written (Result.Release).
 	ObserveAfter(calls int, after time.Duration)
+}
+
+// LatencyObserver is a Planner that also learns each call's latency inside
+// the proxy, from its arrival to its answer in its own goroutine: what a
+// plan promised about mean latency is checked against it (the budget
+// policy's live trim).
+type LatencyObserver interface {
+	ObserveCall(arrived time.Time, latency time.Duration)
 }
 
 // ModelSpec describes one batchable model.
@@ -227,7 +235,7 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 		r = <-c.done
 	}
 	if r.obs != nil {
-		r.obs.ObserveAfter(r.calls, d.now().Sub(r.answered))
+		r.arrived, r.clock = c.arrived, d.now // observed at Release
 	}
 	return r
 }

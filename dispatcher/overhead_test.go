@@ -16,7 +16,23 @@ type overheadPlanner struct {
 	mu    sync.Mutex
 	holds []int // calls per batch reported by ObserveHold
 	after []int // calls per batch of each ObserveAfter
-	neg   int   // negative durations reported
+	// lived is each ObserveCall's latency (LatencyObserver), late the
+	// calls reported with an arrival after their report.
+	lived []time.Duration
+	late  int
+	neg   int // negative durations reported
+}
+
+func (p *overheadPlanner) ObserveCall(arrived time.Time, latency time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lived = append(p.lived, latency)
+	if arrived.After(time.Now()) {
+		p.late++
+	}
+	if latency < 0 {
+		p.neg++
+	}
 }
 
 func (p *overheadPlanner) ObserveHold(_, calls int, beyond time.Duration) {
@@ -39,7 +55,9 @@ func (p *overheadPlanner) ObserveAfter(calls int, after time.Duration) {
 
 // Every batch reports its hold and every caller its wait after the batch,
 // with the batch's number of callers, so that a planner can price lone and
-// merged batches apart (the budget policy's plan counts both).
+// merged batches apart (the budget policy's plan counts both); every
+// caller its latency, once it released its answer (the budget's live
+// trim checks the plan by it).
 func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
 	up := &fakeUpstream{}
 	pl := &overheadPlanner{fixedPlanner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond})}
@@ -85,6 +103,9 @@ func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
 	}
 	if calls != n+1 || len(pl.after) != n+1 {
 		t.Fatalf("holds cover %d calls and %d callers reported their wait, want %d each", calls, len(pl.after), n+1)
+	}
+	if len(pl.lived) != n+1 || pl.late > 0 {
+		t.Fatalf("%d callers reported their latency (%d arriving after it), want %d", len(pl.lived), pl.late, n+1)
 	}
 	if merged == 0 || pl.holds[len(pl.holds)-1] != 1 || pl.after[len(pl.after)-1] != 1 {
 		t.Fatalf("want merged batches and a lone last one: holds %v, after %v", pl.holds, pl.after)

@@ -142,6 +142,10 @@ type Monitor struct {
 	// ObserveAfter), which the plan counts beside tau(b).
 	outsideMu sync.Mutex
 	outside   outsideMeans
+	// liveNs and liveCalls sum the latencies inside the proxy of the
+	// calls that arrived since the last plan (ObserveCall), for
+	// Estimate.Live; sliceStart is that plan's time (UnixNano).
+	liveNs, liveCalls, sliceStart atomic.Int64
 	// gapBySize is the round trip beyond the server's compute per batch
 	// size (index b-1), for the overhead's line (overheadLine).
 	gapBySize []mean
@@ -293,6 +297,30 @@ func (m *Monitor) ObserveAfter(calls int, after time.Duration) {
 		m.outside.afterMerged.add(ms)
 	}
 	m.outsideMu.Unlock()
+}
+
+// ObserveCall reports one call's latency inside the proxy, from its
+// arrival to its answer (dispatcher.LatencyObserver). A call that arrived
+// before the last plan is not counted: it lived partly under an older
+// rule, and a plan's promise is checked on the calls it served alone.
+func (m *Monitor) ObserveCall(arrived time.Time, latency time.Duration) {
+	if arrived.UnixNano() < m.sliceStart.Load() {
+		return
+	}
+	m.liveNs.Add(int64(latency))
+	m.liveCalls.Add(1)
+}
+
+// live takes the calls' mean latency since the last plan and starts a new
+// sum.
+func (m *Monitor) live(now time.Time) policy.Live {
+	m.sliceStart.Store(now.UnixNano())
+	n := m.liveCalls.Swap(0)
+	ns := m.liveNs.Swap(0)
+	if n <= 0 {
+		return policy.Live{}
+	}
+	return policy.Live{Calls: int(n), MeanMs: float64(ns) / float64(n) / float64(time.Millisecond)}
 }
 
 // Extra is the time outside tau(b) the plan counts: the measured means,
@@ -654,6 +682,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		MaxBatch:  maxBatch,
 		Instances: instances,
 		Extra:     m.Extra(),
+		Live:      m.live(now),
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()

@@ -119,3 +119,31 @@ func TestOverheadOfOneSizeIsAConstant(t *testing.T) {
 		t.Errorf("planned tau(8) beyond the fit %.4g ms with slope %.4g (fit %.4g), want 2 ms and the fit's slope", got, e.AlphaMs, m.Snapshot().AlphaMs)
 	}
 }
+
+// The calls' latency reaches the next plan as a mean over the calls that
+// arrived since the plan before: a call that arrived earlier lived partly
+// under an older rule and is not counted; each plan starts a new sum.
+func TestLiveLatencyIsTheSliceCalls(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Tick()
+	start := clk.now()
+	clk.add(50 * time.Millisecond)
+	m.ObserveCall(start.Add(-time.Millisecond), 9*time.Millisecond) // before the slice: dropped
+	m.ObserveCall(start.Add(time.Millisecond), 2*time.Millisecond)
+	m.ObserveCall(start.Add(10*time.Millisecond), 4*time.Millisecond)
+	clk.add(50 * time.Millisecond)
+	m.Tick()
+	if got := rec.estimate().Live; got.Calls != 2 || math.Abs(got.MeanMs-3) > 1e-9 {
+		t.Errorf("live %+v, want 2 calls at a mean of 3 ms", got)
+	}
+	clk.add(100 * time.Millisecond)
+	m.Tick()
+	if got := rec.estimate().Live; got != (policy.Live{}) {
+		t.Errorf("live %+v after a slice without calls, want none", got)
+	}
+}

@@ -78,8 +78,13 @@ type Budget struct {
 	SLA    time.Duration
 	Safety float64
 
+	// NoTrim turns the live trim off: every plan is solved for Budget as
+	// given, whatever the calls lived (budgettrim.go).
+	NoTrim bool
+
 	mu     sync.Mutex
-	cache  planCache
+	caches map[smdp.Budget]*planCache // by the budget solved for
+	trim   trim
 	solves int
 }
 
@@ -106,6 +111,7 @@ func init() {
 		}
 		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
+		p.NoTrim = o.NoTrim
 		return p, nil
 	})
 }
@@ -137,31 +143,72 @@ func (p *Budget) Plan(e Estimate) Rule {
 		// Energy proportional to GPU busy time: 1 W while a batch runs.
 		e.BetaMJ, e.Zeta0MJ, e.HasEnergy = e.AlphaMs, e.Tau0Ms, true
 	}
-	grid, m, reason := gridModel(e, p.resolve())
-	if reason != "" {
-		return p.guard(Limit{Policy: NameBudget, Limit: 1, Note: reason}, e)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r, ok := p.cache.lookup(grid, m, p.resolve()); ok {
-		return p.guard(r, e)
+	grid, m, reason := gridModel(e, p.resolve())
+	if reason != "" {
+		p.trim.next(p.Budget, false)
+		return p.guard(Limit{Policy: NameBudget, Limit: 1, Note: reason}, e)
 	}
-	rule := p.solve(m, busyTime)
+	rule := p.rule(grid, m, busyTime)
+	br, ok := rule.(BudgetRule)
+	if !ok || p.NoTrim {
+		p.trim.next(p.Budget, false)
+		return p.guard(rule, e)
+	}
+	// The rule's model is at the rate of the window that just ended, so
+	// its ad-hoc latency is the prediction for that window's calls.
+	if p.trim.observe(p.Budget, e.Live, br.constrained.AdhocLatencyMs) {
+		if br, ok = p.rule(grid, m, busyTime).(BudgetRule); !ok {
+			p.trim.next(p.Budget, false)
+			return p.guard(rule, e)
+		}
+	}
+	if p.trim.next(p.Budget, true) {
+		// A window of ad-hoc, whose calls measure the live latency the
+		// budget is relative to (budgettrim.go).
+		return p.guard(Fill{Policy: NameBudget, Batch: e.MaxBatch,
+			Note: fmt.Sprintf("live trim: %d slices of ad-hoc in %d, measuring the latency the budget is relative to (model: %.4g ms)",
+				trimAdhoc, trimPeriod, br.constrained.AdhocLatencyMs)}, e)
+	}
+	br.trimNote = p.trim.note(p.Budget)
+	return p.guard(br, e)
+}
+
+// rule is the constrained optimum for the grid rate and model, at the
+// budget the trim gives (the user's without it), from the cache or solved.
+func (p *Budget) rule(grid int, m smdp.Model, busyTime bool) Rule {
+	b := p.Budget
+	if !p.NoTrim {
+		b = p.trim.budget(p.Budget)
+	}
+	if p.caches == nil {
+		p.caches = make(map[smdp.Budget]*planCache)
+	}
+	cache := p.caches[b]
+	if cache == nil {
+		cache = &planCache{}
+		p.caches[b] = cache
+	}
+	if r, ok := cache.lookup(grid, m, p.resolve()); ok {
+		return r
+	}
+	r := p.solve(m, b, busyTime)
 	p.solves++
-	p.cache.add(grid, m, rule, budgetCacheSize)
-	return p.guard(rule, e)
+	cache.add(grid, m, r, budgetCacheSize)
+	return r
 }
 
 // solve computes the constrained optimum for m and turns it into a rule; a
 // failed solve gives the work-conserving rule (cached too, so a model the
 // solver rejects is not retried every window).
-func (p *Budget) solve(m smdp.Model, busyTime bool) Rule {
+func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
 	sMax := p.SMax
 	if sMax == 0 {
 		sMax = SMDPStates(m.MaxBatch)
 	}
 	sMax = max(sMax, m.MaxBatch)
-	c, err := smdp.SolveBudget(context.Background(), m, p.Budget, sMax)
+	c, err := smdp.SolveBudget(context.Background(), m, budget, sMax)
 	if err != nil {
 		return Limit{Policy: NameBudget, Limit: 1, Note: "latency budget solve failed, work-conserving: " + err.Error()}
 	}
@@ -174,7 +221,7 @@ func (p *Budget) solve(m smdp.Model, busyTime bool) Rule {
 		unit = "GPU-busy share"
 	}
 	note := fmt.Sprintf("budget %s = %.4g ms at %.4g req/s (rho %.3f): control limits %d/%d mixed %.3f, mean latency %.4g ms (ad-hoc %.4g), power %.4g %s, w2 %.4g, %d solves",
-		p.Budget, c.BudgetMs, 1000*m.LambdaPerMs, m.Rho(), c.First.Limit, c.Second.Limit, c.Mix, c.LatencyMs, c.AdhocLatencyMs, c.PowerW, unit, c.W2, c.Solves)
+		budget, c.BudgetMs, 1000*m.LambdaPerMs, m.Rho(), c.First.Limit, c.Second.Limit, c.Mix, c.LatencyMs, c.AdhocLatencyMs, c.PowerW, unit, c.W2, c.Solves)
 	if !c.Binding {
 		note += "; the budget does not bind"
 	}
@@ -239,6 +286,7 @@ type BudgetRule struct {
 	seed          uint64
 	constrained   smdp.Constrained
 	model         smdp.Model
+	trimNote      string // the live trim's state when the rule was handed out
 }
 
 // Decide implements Rule.
@@ -276,6 +324,7 @@ func draw(seed uint64, oldest time.Time, rows int) float64 {
 func (r BudgetRule) Status() Status {
 	st := r.first.Status()
 	st.BatchSize = min(r.first.Limit, r.second.Limit)
+	st.Note += r.trimNote
 	return st
 }
 

@@ -55,6 +55,9 @@ type Options struct {
 	SMax    int     `yaml:"-"`
 	Resolve float64 `yaml:"-"`
 	Seed    uint64  `yaml:"-"`
+	// NoTrim turns budget's live trim off (the sim command's --no-trim):
+	// the plan alone, as the optimum comparisons measure it.
+	NoTrim bool `yaml:"-"`
 }
 
 // ParamError names the parameter a policy cannot use by its configuration

@@ -63,6 +63,17 @@ type Estimate struct {
 	// (smdp, budget) count it, so that what they plan is what the
 	// requests live.
 	Extra smdp.Extra
+
+	// Live is the mean latency the calls lived inside the proxy since the
+	// last plan, under the rule then in force: a plan's promise checked
+	// against what happened (the budget policy's live trim).
+	Live Live
+}
+
+// Live is a measured mean latency over a number of calls.
+type Live struct {
+	Calls  int
+	MeanMs float64
 }
 
 // Observed reports whether the estimate carries a measured window.

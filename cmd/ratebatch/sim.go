@@ -63,6 +63,7 @@ func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.IntVar(&f.opts.Batch, "batch", 8, "static: the exact batch size b")
 	fs.StringVar(&f.opts.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
 	fs.Float64Var(&f.opts.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
+	fs.BoolVar(&f.opts.NoTrim, "no-trim", false, "budget: plan without the live trim (the plan alone, as in the optimum comparisons)")
 	fs.Float64Var(&f.opts.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON: one object, or an array with --policy all or a list")
 	fs.IntVar(&f.fleet.Replicas, "replicas", 0, "simulate a fleet of this many GPUs, each with its own proxy running --policy (--rho is then of the fleet's capacity)")

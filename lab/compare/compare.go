@@ -154,6 +154,10 @@ func (o *Options) build(name string, prof preset.Profile, sla time.Duration) (po
 		opts.W1, opts.W2 = o.W1, o.W2
 	case policy.NameSlack:
 		opts.SLA = sla
+	case policy.NameBudget:
+		// The plan as solved: the live trim corrects a model that is
+		// exact in simulation, at the price of its ad-hoc slices.
+		opts.NoTrim = true
 	}
 	return policy.New(name, opts)
 }

@@ -284,7 +284,8 @@ type slot struct {
 	rows     int
 	compute  time.Duration // the batch's time in the server's statistics
 	latSum   float64       // ms, of the rows in the batch
-	owners   []int         // the closed-loop client of each row, -1 for the open stream
+	arrivals []time.Duration
+	owners   []int // the closed-loop client of each row, -1 for the open stream
 }
 
 // run holds a simulation's state. Times are durations since Epoch.
@@ -643,6 +644,7 @@ func (r *run) dispatch(n int) {
 	for _, at := range r.queue[r.head : r.head+n] {
 		l := float64(end-at+after) / float64(time.Millisecond)
 		s.latSum += l
+		s.arrivals = append(s.arrivals, at)
 		r.latencies = append(r.latencies, l)
 	}
 	if r.owner != nil {
@@ -721,6 +723,12 @@ func (r *run) answer(s *slot) {
 	}
 	// The observation is valid by construction (rows >= 1, latency > 0).
 	r.mon.Observe(s.rows, s.end-s.start)
+	// The calls' latency as the live proxy measures it (without what the
+	// client adds), which a planning policy checks its plan against.
+	inProxy := msDur(s.latSum/float64(s.rows)) - r.c.Live.Client
+	for _, at := range s.arrivals {
+		r.mon.ObserveCall(Epoch.Add(at), inProxy)
+	}
 }
 
 func (r *run) result() Result {

@@ -1,0 +1,237 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
+)
+
+// The budget policy's live trim: the plan corrected by what the calls lived.
+//
+// The constrained optimum is solved on a model (Poisson arrivals at the
+// measured rate, the fitted tau(b), the measured costs around a batch).
+// Live, the model's ad-hoc latency is ad-hoc's within a few per cent, but
+// its latency for a waiting rule falls short of the live one, by 3% at
+// rho 0.2 and 13% at rho 0.8 on the exact emulator (docs/LEARNING.md,
+// "The budget kept live"): a plan for 1.10x lived at 1.13x to 1.24x of
+// ad-hoc inside the proxy. Whatever the model leaves out, the proxy
+// measures its result: the calls' mean latency under the rule in force.
+// The trim compares it with the plan's reference (ad-hoc's latency for a
+// relative budget, the budget itself for an absolute one) and solves the
+// next plans for a tighter budget when the calls lived above the promise,
+// and a looser one when they lived below it. The effective slack may rise
+// to trimReach times the user's: the promise is what the calls live, and a
+// trim capped at the user's budget would only ever step down on noise, and
+// settle below the promise.
+//
+// Ad-hoc's latency is measured, not taken from the model: the model's
+// line is learned from the batches the policy itself forms, and near
+// saturation its ad-hoc prediction moves by a fifth with it. A tenth of
+// the time the policy runs ad-hoc (work-conserving, as the adhoc policy):
+// trimAdhoc of every trimPeriod plans (the monitor plans every slice of its
+// window, 100 ms by default). The calls they serve give the model's ad-hoc
+// prediction a live calibration, live over predicted at the rate of the
+// slice, averaged over those slices by their calls. A budget slice's
+// reference is its plan's ad-hoc prediction times that calibration: the
+// live ad-hoc at the current rate. Only calls that arrived under a rule are
+// counted for it (the monitor drops those that arrived before the slice),
+// and the first slice under a new rule is not counted at all, so neither
+// side is measured on a queue the other formed. The price is a tenth of
+// the savings; /status shows both means, a live A/B of the promise.
+//
+// The step is damped (the square root of the ratio of the promised slack
+// to the lived one, at most x1.5 or /2 per step) and waits for
+// trimMinCalls calls over at least trimMinWindows slices, so the noise of
+// a mean over a few hundred calls (a few per cent) does not steer it. The effective budget is rounded to trimStep, so the plan cache
+// keeps a handful of budgets per rate rather than one per step.
+const (
+	trimMinCalls   = 500
+	trimMinWindows = 30
+	// trimStep is the grid of the effective budget: 0.25% of ad-hoc's
+	// latency (relative) or of the budget (absolute).
+	trimStep = 0.0025
+	// trimFloor is the least share of an absolute budget the trim plans
+	// for.
+	trimFloor = 0.25
+	// trimReach bounds the effective slack over ad-hoc, relative to the
+	// user's.
+	trimReach = 1.5
+	// trimPeriod plans (slices of the monitor's window, 100 ms by default)
+	// end with trimAdhoc of ad-hoc (relative budgets):
+	// the first of them and the first budget plan after them settle the
+	// queue from the other rule and are not counted.
+	trimPeriod = 30
+	trimAdhoc  = 3
+	// calibHalfLife is how many calls of ad-hoc slices halve an older
+	// calibration's weight; calibMinSlices how many counted ad-hoc slices
+	// the calibration needs before budget slices are held to it. Near
+	// saturation one slice's mean moves by half with the arrivals' chance
+	// bursts (its calls queue behind each other), so the calibration is a
+	// ratio of sums over many slices, not a mean of ratios.
+	calibHalfLife  = 20000
+	calibMinSlices = 6
+)
+
+// slice is what the slice of the monitor's window that just ended ran.
+type slice int
+
+const (
+	sliceOther  slice = iota // a fallback rule, or nothing yet: no promise
+	sliceBudget              // the budget's rule: its calls are checked
+	sliceAdhoc               // ad-hoc: its calls calibrate the reference
+	sliceSettle              // the first under a new rule: not counted
+)
+
+// trim is the state of the live correction. Its zero value is a trim that
+// has not measured anything: it plans for the user's budget.
+type trim struct {
+	// eff is the effective budget: its slack over ad-hoc (factor - 1)
+	// when relative, its share of the user's budget when absolute; set
+	// on the first plan.
+	eff   float64
+	set   bool
+	last  slice // what the slice that just ended ran
+	plans int
+	// calibLive and calibPred sum the ad-hoc slices' calls' live and
+	// predicted latency (ms, their weight halved every calibHalfLife
+	// calls); calib is their ratio, over calibSlices slices.
+	calibLive, calibPred, calib float64
+	calibSlices                 int
+	// Since the last step: the budget slices' calls, their summed
+	// latency and the summed reference they were held to (ms), and the
+	// slices they came in.
+	calls         int
+	liveMs, refMs float64
+	wins          int
+	// For the note: the last step's ratio, calls and live mean, the last
+	// ad-hoc slice's live mean, the number of steps.
+	lastRatio         float64
+	lastCalls         int
+	budgetMs, adhocMs float64
+	steps             int
+}
+
+// budget is the budget to solve for now.
+func (t *trim) budget(user smdp.Budget) smdp.Budget {
+	if !t.set {
+		t.set = true
+		if user.Relative() {
+			t.eff = user.Factor - 1
+		} else {
+			t.eff = 1
+		}
+	}
+	if user.Relative() {
+		return smdp.Budget{Factor: 1 + t.eff}
+	}
+	return smdp.Budget{AbsoluteMs: user.AbsoluteMs * t.eff}
+}
+
+// next records what the window about to start runs, and reports whether
+// it is to run ad-hoc to measure its live latency (relative budgets only,
+// trimAdhoc plans in every trimPeriod).
+func (t *trim) next(user smdp.Budget, budgetRule bool) (adhoc bool) {
+	t.last = sliceOther
+	if !budgetRule {
+		return false
+	}
+	t.plans++
+	t.last = sliceBudget
+	if !user.Relative() {
+		return false
+	}
+	// The last trimAdhoc plans of each period: the first budget plans
+	// come first, so a new policy starts as planned.
+	switch pos := t.plans % trimPeriod; {
+	case pos == trimPeriod-trimAdhoc+1:
+		t.last = sliceSettle
+		return true
+	case pos > trimPeriod-trimAdhoc+1 || pos == 0:
+		t.last = sliceAdhoc
+		return true
+	case pos == 1:
+		t.last = sliceSettle // the first budget plan after them
+	}
+	return false
+}
+
+// observe takes the calls of the window that just ended, with the model's
+// ad-hoc latency at that window's measured rate (predicted, ms; 0 when
+// the model had none): an ad-hoc window's calibrate the reference, a
+// budget window's are held to it, and once enough have been, the
+// effective budget steps. It reports whether it stepped.
+func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
+	ran := t.last
+	t.last = sliceOther
+	if ran == sliceOther || ran == sliceSettle || live.Calls <= 0 || !(live.MeanMs >= 0) || math.IsInf(live.MeanMs, 0) || !(predicted > 0) {
+		return false
+	}
+	n := float64(live.Calls)
+	if ran == sliceAdhoc {
+		keep := math.Exp2(-n / calibHalfLife)
+		t.calibLive = keep*t.calibLive + n*live.MeanMs
+		t.calibPred = keep*t.calibPred + n*predicted
+		t.calib = t.calibLive / t.calibPred
+		t.calibSlices++
+		t.adhocMs = live.MeanMs
+		return false
+	}
+	ref := user.AbsoluteMs
+	if user.Relative() {
+		if t.calibSlices < calibMinSlices {
+			return false // not enough live ad-hoc to hold the calls to yet
+		}
+		ref = predicted * t.calib
+	}
+	t.liveMs += n * live.MeanMs
+	t.refMs += n * ref
+	t.calls += live.Calls
+	t.wins++
+	if t.calls < trimMinCalls || t.wins < trimMinWindows {
+		return false
+	}
+	ratio := t.liveMs / t.refMs
+	t.lastRatio, t.lastCalls, t.budgetMs = ratio, t.calls, t.liveMs/float64(t.calls)
+	t.liveMs, t.refMs, t.calls, t.wins = 0, 0, 0, 0
+	t.steps++
+	before := t.eff
+	if user.Relative() {
+		// The slack lived over the slack promised.
+		want, lived := user.Factor-1, ratio-1
+		g := 1.5
+		if lived > 0 {
+			g = math.Sqrt(clamp(want/lived, 0.5, 1.5))
+		}
+		eff := t.eff * g
+		if g > 1 && eff < trimStep {
+			eff = trimStep // climb back from ad-hoc
+		}
+		t.eff = quantize(clamp(eff, 0, trimReach*want))
+		return t.eff != before
+	}
+	// ratio is the live mean over the budget itself.
+	g := 1.5
+	if ratio > 0 {
+		g = math.Sqrt(clamp(1/ratio, 0.5, 1.5))
+	}
+	t.eff = quantize(clamp(t.eff*g, trimFloor, 1))
+	return t.eff != before
+}
+
+// note says what the trim did, for the rule's status.
+func (t *trim) note(user smdp.Budget) string {
+	if t.steps == 0 {
+		return ""
+	}
+	if !user.Relative() {
+		return fmt.Sprintf("; live trim: solved for %.3g ms (calls lived %.3fx the budget, %.3g ms, over the last %d)",
+			user.AbsoluteMs*t.eff, t.lastRatio, t.budgetMs, t.lastCalls)
+	}
+	return fmt.Sprintf("; live trim: solved for %.4fx (calls lived %.3fx live ad-hoc, %.3g ms, over the last %d; ad-hoc's last slice %.3g ms, model's ad-hoc x%.3f live)",
+		1+t.eff, t.lastRatio, t.budgetMs, t.lastCalls, t.adhocMs, t.calib)
+}
+
+func clamp(x, lo, hi float64) float64 { return min(max(x, lo), hi) }
+
+func quantize(x float64) float64 { return math.Round(x/trimStep) * trimStep }

@@ -1,0 +1,157 @@
+package policy
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
+)
+
+// The trim steps the effective budget by what the calls lived against the
+// reference of the rule in force: tighter above the promise, looser below
+// it but never past trimReach times the user's slack, and not at all on too few calls.
+func TestTrimSteps(t *testing.T) {
+	rel, abs := smdp.Budget{Factor: 1.10}, smdp.Budget{AbsoluteMs: 4}
+	const n = trimMinWindows
+	tests := []struct {
+		name   string
+		user   smdp.Budget
+		start  float64 // eff before the step
+		ref    float64 // the model's ad-hoc at the slice's rate (relative) or any (absolute), ms
+		slices int     // of live each
+		live   Live
+		want   float64 // eff after
+		nostep bool
+		// uncalibrated: no ad-hoc slice measured yet
+		uncalibrated bool
+	}{
+		// Lived 1.20x for a 1.10x promise: slack 0.10 * sqrt(0.10/0.20).
+		{name: "above the promise", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 6}, want: quantize(0.10 * math.Sqrt(0.5))},
+		// Lived 1.05x: the slack grows by sqrt(1.5) (sqrt(2) capped), up to trimReach times the user's 0.10.
+		{name: "below the promise, capped", user: rel, start: 0.14, ref: 5, slices: n, live: Live{60, 5.25}, want: trimReach * 0.10},
+		{name: "below the promise", user: rel, start: 0.04, ref: 5, slices: n, live: Live{60, 5.25}, want: quantize(0.04 * math.Sqrt(1.5))},
+		{name: "far above: at most halved", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 10}, want: quantize(0.10 * math.Sqrt(0.5))},
+		{name: "at ad-hoc, climbs back", user: rel, start: 0, ref: 5, slices: n, live: Live{60, 4.9}, want: trimStep},
+		{name: "too few calls", user: rel, start: 0.10, ref: 5, slices: 3 * n, live: Live{trimMinCalls/(3*n) - 1, 9}, want: 0.10, nostep: true},
+		{name: "too few slices", user: rel, start: 0.10, ref: 5, slices: n - 1, live: Live{5000, 9}, want: 0.10, nostep: true},
+		{name: "no model to check by", user: rel, start: 0.10, ref: 0, slices: n, live: Live{60, 9}, want: 0.10, nostep: true},
+		{name: "no live ad-hoc yet", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 9}, want: 0.10, nostep: true, uncalibrated: true},
+		{name: "slices without calls", user: rel, start: 0.10, ref: 5, slices: 5 * n, live: Live{0, 0}, want: 0.10, nostep: true},
+		// Absolute: 5 ms lived for 4: share 1 * sqrt(0.8).
+		{name: "absolute above", user: abs, start: 1, ref: 4, slices: n, live: Live{60, 5}, want: quantize(math.Sqrt(0.8))},
+		{name: "absolute below, capped", user: abs, start: 0.9, ref: 4, slices: n, live: Live{60, 2}, want: 1},
+		{name: "absolute floor", user: abs, start: 0.3, ref: 4, slices: n, live: Live{60, 40}, want: trimFloor},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := trim{eff: tc.start, set: true, calib: 1, calibSlices: calibMinSlices}
+			if tc.uncalibrated {
+				tr.calib, tr.calibSlices = 0, calibMinSlices-1
+			}
+			for range tc.slices {
+				tr.last = sliceBudget
+				tr.observe(tc.user, tc.live, tc.ref)
+			}
+			if math.Abs(tr.eff-tc.want) > 1e-12 {
+				t.Errorf("eff %v, want %v", tr.eff, tc.want)
+			}
+			if (tr.steps == 0) != tc.nostep {
+				t.Errorf("%d steps, want a step: %v", tr.steps, !tc.nostep)
+			}
+		})
+	}
+}
+
+// Through Plan: trimAdhoc slices in trimPeriod run ad-hoc and calibrate the
+// reference; budget windows whose calls live above the promise against that
+// live ad-hoc make the next plans solve for a tighter budget, which the
+// rule's optimum meets and its note names; calls that live at the promise
+// leave it alone, even when the model's ad-hoc is off by a fifth; NoTrim
+// keeps the user's budget whatever the calls lived.
+func TestBudgetPlanTrimsByTheLiveLatency(t *testing.T) {
+	// lived: budget windows' calls over live ad-hoc; adhocOff: live
+	// ad-hoc over the model's.
+	run := func(noTrim bool, lived, adhocOff float64) (BudgetRule, *Budget, int) {
+		p := newBudget(t, "1.10x")
+		p.NoTrim = noTrim
+		e := energyEstimate(900)
+		var last BudgetRule
+		adhocWindows := 0
+		c, _ := noTrimRule(t, e).Constrained()
+		model := c.AdhocLatencyMs
+		for range 10 * trimPeriod {
+			switch r := p.Plan(e).(type) {
+			case BudgetRule:
+				last = r
+				e.Live = Live{Calls: 150, MeanMs: lived * adhocOff * model}
+			case Fill:
+				adhocWindows++
+				e.Live = Live{Calls: 900, MeanMs: adhocOff * model}
+			default:
+				t.Fatalf("Plan = %T", r)
+			}
+		}
+		return last, p, adhocWindows
+	}
+	factor := func(r BudgetRule) float64 { c, _ := r.Constrained(); return c.BudgetMs / c.AdhocLatencyMs }
+
+	r, p, adhoc := run(false, 1.25, 1)
+	if got := factor(r); !(got < 1.10-0.01) {
+		t.Errorf("calls lived 1.25x: solved for %.4fx, want tighter than 1.10x", got)
+	}
+	if adhoc != 10*trimAdhoc {
+		t.Errorf("%d ad-hoc slices in %d plans, want %d", adhoc, 10*trimPeriod, 10*trimAdhoc)
+	}
+	if st := r.Status(); !strings.Contains(st.Note, "live trim: solved for") || !strings.Contains(st.Note, "calls lived 1.250x live ad-hoc") {
+		t.Errorf("note %q does not say what the trim did", st.Note)
+	}
+	if p.Solves() < 2 {
+		t.Errorf("%d solves: the tighter budget was not solved", p.Solves())
+	}
+	// Live ad-hoc 20% above the model, the calls at 1.10x of it: kept.
+	r, _, _ = run(false, 1.10, 1.2)
+	if got := factor(r); math.Abs(got-1.10) > 1e-6 {
+		t.Errorf("calls lived 1.10x of live ad-hoc, the model's ad-hoc 20%% low: solved for %.4fx, want 1.10x", got)
+	}
+	r, _, adhoc = run(true, 1.25, 1)
+	if got := factor(r); math.Abs(got-1.10) > 1e-6 || adhoc != 0 {
+		t.Errorf("NoTrim: solved for %.4fx with %d ad-hoc windows, want 1.10x and none", got, adhoc)
+	}
+}
+
+// An ad-hoc window calibrates the model's ad-hoc latency by its calls;
+// budget windows are then held to the calibrated reference; a window the
+// trim did not plan (a fallback) is not counted.
+func TestTrimCalibratesByAdhocWindows(t *testing.T) {
+	rel := smdp.Budget{Factor: 1.10}
+	tr := trim{}
+	tr.budget(rel)
+	for i := range calibMinSlices { // live ad-hoc 1.2x the model, as a ratio of sums
+		tr.last = sliceAdhoc
+		pred := 5.0 + float64(i%2)
+		tr.observe(rel, Live{Calls: 1000 * (1 + i%2), MeanMs: 1.2 * pred}, pred)
+	}
+	if math.Abs(tr.calib-1.2) > 1e-12 {
+		t.Fatalf("calibration %v, want 1.2", tr.calib)
+	}
+	tr.last = sliceOther
+	if tr.observe(rel, Live{Calls: 5000, MeanMs: 50}, 5); tr.calls != 0 {
+		t.Fatal("a fallback window's calls were counted")
+	}
+	for range trimMinWindows { // 1.10 x 1.2 x 5 ms: at the promise
+		tr.last = sliceBudget
+		tr.observe(rel, Live{Calls: 50, MeanMs: 6.6}, 5)
+	}
+	if tr.steps != 1 || math.Abs(tr.lastRatio-1.1) > 1e-9 || math.Abs(tr.eff-0.10) > 1e-12 {
+		t.Errorf("steps %d, ratio %v, eff %v: want one step at 1.10 keeping 0.10", tr.steps, tr.lastRatio, tr.eff)
+	}
+}
+
+// noTrimRule is the budget 1.10x rule for e without the trim.
+func noTrimRule(t *testing.T, e Estimate) BudgetRule {
+	t.Helper()
+	p := newBudget(t, "1.10x")
+	p.NoTrim = true
+	return p.Plan(e).(BudgetRule)
+}
