@@ -156,6 +156,7 @@ type Monitor struct {
 
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
+	retired   map[string]policy.Policy // the last policy of each name, for Resume
 	planned   chan struct{} // closed once pol's first rule is published
 	maxBatch  int
 	instances int
@@ -504,8 +505,21 @@ func (m *Monitor) Changed() <-chan struct{} { return m.changed }
 // channel is closed once a rule of p (or of a later policy) is published, so
 // a caller that wants to report the new state, as PUT /policy does, can wait
 // for it.
+//
+// A policy that learns from live traffic (policy.Resumer) takes over what
+// the last policy of its name learned on this model, so switching to a
+// baseline and back (an A/B through PUT /policy) does not start it over.
 func (m *Monitor) SetPolicy(p policy.Policy) <-chan struct{} {
 	m.mu.Lock()
+	if m.pol != nil {
+		if m.retired == nil {
+			m.retired = map[string]policy.Policy{}
+		}
+		m.retired[m.pol.Name()] = m.pol
+	}
+	if r, ok := p.(policy.Resumer); ok && p != m.retired[p.Name()] && m.retired[p.Name()] != nil {
+		r.Resume(m.retired[p.Name()])
+	}
 	m.pol = p
 	if m.planned == nil {
 		m.planned = make(chan struct{})

@@ -147,3 +147,31 @@ func TestLiveLatencyIsTheSliceCalls(t *testing.T) {
 		t.Errorf("live %+v after a slice without calls, want none", got)
 	}
 }
+
+// resumer is a policy that records what it resumed from.
+type resumer struct {
+	recorder
+	from policy.Policy
+}
+
+func (r *resumer) Name() string                 { return "resumer" }
+func (r *resumer) Resume(earlier policy.Policy) { r.from = earlier }
+
+// A policy that replaces one of another name resumes from the last one of
+// its own name on this model: an A/B through PUT /policy does not start a
+// learning policy over.
+func TestSetPolicyResumesTheLastOfItsName(t *testing.T) {
+	first, second := &resumer{}, &resumer{}
+	m, err := New(Config{Model: "m", Policy: first, Window: time.Second, MaxBatch: 8, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-m.SetPolicy(&recorder{})
+	<-m.SetPolicy(second)
+	if second.from != first {
+		t.Errorf("resumed from %v, want the first policy of its name", second.from)
+	}
+	if first.from != nil {
+		t.Errorf("the first resumed from %v, want nothing", first.from)
+	}
+}

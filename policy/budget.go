@@ -119,6 +119,30 @@ func init() {
 // Name implements Policy.
 func (*Budget) Name() string { return NameBudget }
 
+// Resume implements Resumer: an earlier budget policy's live trim (its
+// calibration of ad-hoc, and its effective budget when the user's budget
+// is the same) carries over, so an A/B through PUT /policy measures the
+// trim as it runs rather than its first seconds.
+func (p *Budget) Resume(earlier Policy) {
+	e, ok := earlier.(*Budget)
+	if !ok || e == p {
+		return
+	}
+	e.mu.Lock()
+	t := e.trim
+	e.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.NoTrim || e.NoTrim {
+		return
+	}
+	p.trim.calibLive, p.trim.calibPred, p.trim.calib, p.trim.calibSlices = t.calibLive, t.calibPred, t.calib, t.calibSlices
+	p.trim.adhocMs = t.adhocMs
+	if e.Budget == p.Budget && t.set {
+		p.trim.eff, p.trim.set = t.eff, true
+	}
+}
+
 // Solves reports how many constrained optima Plan has computed.
 func (p *Budget) Solves() int {
 	p.mu.Lock()

@@ -109,10 +109,17 @@ func TestBudgetPlanTrimsByTheLiveLatency(t *testing.T) {
 	if p.Solves() < 2 {
 		t.Errorf("%d solves: the tighter budget was not solved", p.Solves())
 	}
-	// Live ad-hoc 20% above the model, the calls at 1.10x of it: kept.
-	r, _, _ = run(false, 1.10, 1.2)
+	// Live ad-hoc 20% below the model, the calls at 1.10x of it: kept.
+	r, _, _ = run(false, 1.10, 0.8)
 	if got := factor(r); math.Abs(got-1.10) > 1e-6 {
-		t.Errorf("calls lived 1.10x of live ad-hoc, the model's ad-hoc 20%% low: solved for %.4fx, want 1.10x", got)
+		t.Errorf("calls lived 1.10x of live ad-hoc, the model's ad-hoc 25%% high: solved for %.4fx, want 1.10x", got)
+	}
+	// Live ad-hoc 20% above the model (an ad-hoc slice on the budget's
+	// queue near saturation), the calls at 1.10x of it: held to the
+	// model's ad-hoc instead, 1.32x, and tightened.
+	r, _, _ = run(false, 1.10, 1.2)
+	if got := factor(r); !(got < 1.10-0.01) {
+		t.Errorf("calls lived 1.32x of the model's ad-hoc: solved for %.4fx, want tighter than 1.10x", got)
 	}
 	r, _, adhoc = run(true, 1.25, 1)
 	if got := factor(r); math.Abs(got-1.10) > 1e-6 || adhoc != 0 {
@@ -127,21 +134,33 @@ func TestTrimCalibratesByAdhocWindows(t *testing.T) {
 	rel := smdp.Budget{Factor: 1.10}
 	tr := trim{}
 	tr.budget(rel)
-	for i := range calibMinSlices { // live ad-hoc 1.2x the model, as a ratio of sums
+	// Live ad-hoc 1.2x the model: the reference stays the model's.
+	for i := range calibMinSlices {
+		tr.last = sliceAdhoc
+		tr.observe(rel, Live{Calls: 1000, MeanMs: 6}, 5)
+		if i == 0 && tr.calib != calibMax {
+			t.Fatalf("calibration %v from a live ad-hoc above the model, want %v", tr.calib, calibMax)
+		}
+	}
+	// Live ad-hoc 0.8x the model, as a ratio of sums: the slices of
+	// 1000 calls at 5 ms and 2000 at 6 ms, lived at 0.8x, outweigh the
+	// first ones by the half-life.
+	tr.calibLive, tr.calibPred = 0, 0
+	for i := range calibMinSlices {
 		tr.last = sliceAdhoc
 		pred := 5.0 + float64(i%2)
-		tr.observe(rel, Live{Calls: 1000 * (1 + i%2), MeanMs: 1.2 * pred}, pred)
+		tr.observe(rel, Live{Calls: 1000 * (1 + i%2), MeanMs: 0.8 * pred}, pred)
 	}
-	if math.Abs(tr.calib-1.2) > 1e-12 {
-		t.Fatalf("calibration %v, want 1.2", tr.calib)
+	if math.Abs(tr.calib-0.8) > 1e-12 {
+		t.Fatalf("calibration %v, want 0.8", tr.calib)
 	}
 	tr.last = sliceOther
 	if tr.observe(rel, Live{Calls: 5000, MeanMs: 50}, 5); tr.calls != 0 {
 		t.Fatal("a fallback window's calls were counted")
 	}
-	for range trimMinWindows { // 1.10 x 1.2 x 5 ms: at the promise
+	for range trimMinWindows { // 1.10 x 0.8 x 5 ms: at the promise
 		tr.last = sliceBudget
-		tr.observe(rel, Live{Calls: 50, MeanMs: 6.6}, 5)
+		tr.observe(rel, Live{Calls: 50, MeanMs: 4.4}, 5)
 	}
 	if tr.steps != 1 || math.Abs(tr.lastRatio-1.1) > 1e-9 || math.Abs(tr.eff-0.10) > 1e-12 {
 		t.Errorf("steps %d, ratio %v, eff %v: want one step at 1.10 keeping 0.10", tr.steps, tr.lastRatio, tr.eff)
@@ -154,4 +173,25 @@ func noTrimRule(t *testing.T, e Estimate) BudgetRule {
 	p := newBudget(t, "1.10x")
 	p.NoTrim = true
 	return p.Plan(e).(BudgetRule)
+}
+
+// A budget policy that replaces an earlier one takes over its calibration,
+// and its effective budget when the user's budget is the same.
+func TestBudgetResumesTheTrim(t *testing.T) {
+	old := newBudget(t, "1.10x")
+	old.trim = trim{eff: 0.05, set: true, calibLive: 12, calibPred: 10, calib: 1.2, calibSlices: 9}
+	same, other := newBudget(t, "1.10x"), newBudget(t, "1.25x")
+	same.Resume(old)
+	other.Resume(old)
+	if same.trim.calib != 1.2 || same.trim.calibSlices != 9 || same.trim.eff != 0.05 {
+		t.Errorf("same budget: trim %+v, want the earlier calibration and eff 0.05", same.trim)
+	}
+	if other.trim.calib != 1.2 || other.trim.set {
+		t.Errorf("other budget: trim %+v, want the calibration only", other.trim)
+	}
+	fresh := newBudget(t, "1.10x")
+	fresh.Resume(Adhoc{})
+	if fresh.trim.calibSlices != 0 {
+		t.Error("resumed from a policy of another kind")
+	}
 }

@@ -114,6 +114,15 @@ type Policy interface {
 	Plan(e Estimate) Rule
 }
 
+// Resumer is a Policy that learns from live traffic and can take over what
+// an earlier policy of the same name learned for the same model (the
+// monitor calls Resume before the first Plan when a policy replaces one of
+// another name and an older one of its name existed). Resume keeps only
+// what is still valid for the new policy's settings.
+type Resumer interface {
+	Resume(earlier Policy)
+}
+
 // Rule is one planned decision rule. It is immutable, cheap, and safe for
 // concurrent use: the dispatcher may consult it from several goroutines
 // while the monitor swaps in the next one.

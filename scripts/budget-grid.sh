@@ -54,8 +54,8 @@ print(tot)
 PY
 }
 
-echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | proxy ms | proxy-internal ms | sim ms |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | trim: solved for, lived | proxy ms | proxy-internal ms | sim ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for real in $REALISMS; do
 for model in $MODELS; do
 for rho in $RHOS; do
@@ -127,11 +127,13 @@ l = json.load(open(lf))
 r = [m for m in json.load(open(sf))['models'] if m['model'] == model][0]['rule']
 m = re.search(r'mean latency ([\d.]+) ms \(ad-hoc ([\d.]+)\)', r.get('note', ''))
 plan, plan_adhoc = (float(m.group(1)), float(m.group(2))) if m else (0, 0)
+t = re.search(r'live trim: solved for ([\d.]+)x \(calls lived ([\d.]+)x', r.get('note', ''))
+trim = [float(t.group(1)), float(t.group(2))] if t else None
 o = r.get('outside') or {}
 print(json.dumps({'policy': pol, 'mean': l['mean_latency_ms'], 'p99': l['p99_latency_ms'], 'ok': l['ok'], 'sched': l['scheduled'],
     'rate': l['throughput_rps'], 'joules': joules, 'wait': 1000 * wait_s / max(wait_n, 1), 'up': 1000 * up_s / max(up_n, 1),
     'batch': rows / max(up_n, 1), 'front': 1000 * front_s / max(wait_n, 1), 'plan': plan, 'plan_adhoc': plan_adhoc, 'outside': o,
-    'fit': [r['alpha_ms'], r['tau0_ms']], 'after': (o.get('after_merged_ms', 0) if up_n and rows / up_n > 1 else o.get('after_lone_ms', 0))}))
+    'fit': [r['alpha_ms'], r['tau0_ms']], 'trim': trim, 'after': (o.get('after_merged_ms', 0) if up_n and rows / up_n > 1 else o.get('after_lone_ms', 0))}))
 PY
 		done
 	done
@@ -166,10 +168,13 @@ for p in pols:
     m = mean([r['mean'] for r in rs])
     rpj = sum(r['ok'] for r in rs) / max(sum(r['joules'] for r in rs), 1e-12)
     lost = sum(r['sched'] - r['ok'] for r in rs)
-    plan = '%.3g (%.3g)' % (mean([r['plan'] for r in rs]), mean([r['plan_adhoc'] for r in rs])) if p != 'adhoc' else '-'
-    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %.3f | %.3f | %.3f |%s' % (
+    planned = [r for r in rs if r['plan'] > 0]  # /status read in an ad-hoc slice has no plan
+    plan = '%.3g (%.3g)' % (mean([r['plan'] for r in planned]), mean([r['plan_adhoc'] for r in planned])) if planned else '-'
+    trims = [r['trim'] for r in rs if r.get('trim')]
+    trim = '%.4gx, %.3gx' % (mean([t[0] for t in trims]), mean([t[1] for t in trims])) if trims else '-'
+    print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %s | %.3f | %.3f | %.3f |%s' % (
         real, model, bmax, rho, rate, p, m, m / ad_mean, mean([r['p99'] for r in rs]), rpj, 100 * (rpj / ad_rpj - 1),
-        mean([r['batch'] for r in rs]), plan, mean([r['front'] for r in rs]),
+        mean([r['batch'] for r in rs]), plan, trim, mean([r['front'] for r in rs]),
         mean([r['wait'] + r['up'] for r in rs]), sim(p), ' %d unanswered' % lost if lost else ''), flush=True)
 print('<!-- %s %s rho %s: --overheads %s -->' % (real, model, rho, ovh), flush=True)
 PY
