@@ -157,7 +157,7 @@ type Monitor struct {
 	mu        sync.Mutex // guards what Plan reads and the window start
 	pol       policy.Policy
 	retired   map[string]policy.Policy // the last policy of each name, for Resume
-	planned   chan struct{} // closed once pol's first rule is published
+	planned   chan struct{}            // closed once pol's first rule is published
 	maxBatch  int
 	instances int
 	last      time.Time
