@@ -66,7 +66,7 @@ type source struct {
 	arrived time.Time // its last arrival
 	overlap bool      // it had more than one call in the proxy at once
 	gaps    int       // gaps learnt, up to sourceWindow
-	// Moving means, in seconds, of the gap from an answer to the next
+	// Moving means, in nanoseconds, of the gap from an answer to the next
 	// arrival and of the interval between the two arrivals, and of their
 	// squares.
 	gap, gap2, ival, ival2 float64
@@ -83,7 +83,7 @@ func (s *source) kind() string {
 	case s.gaps < sourceLearnAfter:
 		return KindUnknown
 	}
-	jitter := sourceJitter.Seconds()
+	const jitter = float64(sourceJitter)
 	if varGap, varIval := s.gap2-s.gap*s.gap, s.ival2-s.ival*s.ival; varGap > 2*varIval+jitter*jitter {
 		return KindOpenLoop
 	}
@@ -94,19 +94,30 @@ func (s *source) kind() string {
 // the interval since its previous arrival, into its moving means. A gap
 // longer than SourceIdleFor is a pause, not a think time, and is skipped.
 func (s *source) learn(now time.Time) {
-	if s.free.IsZero() || s.arrived.IsZero() || now.Sub(s.free) > SourceIdleFor {
+	g := now.Sub(s.free)
+	if s.free.IsZero() || g > SourceIdleFor {
 		return
 	}
-	gap, ival := now.Sub(s.free).Seconds(), now.Sub(s.arrived).Seconds()
+	gap, ival := float64(g), float64(now.Sub(s.arrived))
 	if s.gaps < sourceWindow {
 		s.gaps++
 	}
-	w := 1 / float64(s.gaps)
+	w := sourceWeight[s.gaps]
 	s.gap += w * (gap - s.gap)
 	s.gap2 += w * (gap*gap - s.gap2)
 	s.ival += w * (ival - s.ival)
 	s.ival2 += w * (ival*ival - s.ival2)
 }
+
+// sourceWeight[n] is the weight of the n-th gap of a source's moving
+// means, 1/n, and 1/sourceWindow from then on (a table: no division on the
+// request path).
+var sourceWeight = func() (w [sourceWindow + 1]float64) {
+	for n := 1; n <= sourceWindow; n++ {
+		w[n] = 1 / float64(n)
+	}
+	return w
+}()
 
 // arrive counts a call of source id (0: unknown).
 func (s *sources) arrive(id uint64, now time.Time) {
@@ -249,7 +260,7 @@ func (s *sources) stats(now time.Time) SourceStats {
 		}
 	}
 	if st.ClosedLoop > 0 {
-		ms := think / float64(st.ClosedLoop) * 1000
+		ms := think / float64(st.ClosedLoop) / float64(time.Millisecond)
 		st.ThinkMs = &ms
 	}
 	return st

@@ -303,3 +303,18 @@ ratebatch_sources_busy{model="simple"} 0
 		t.Error(err)
 	}
 }
+
+// BenchmarkSources is the sources' work per call of a closed loop among 64
+// connections, all under the queue's lock: its arrival (learning its gap),
+// a decision's count of the partners, its answer.
+func BenchmarkSources(b *testing.B) {
+	var s sources
+	t := time.Now() // with a monotonic reading, as the dispatcher's clock
+	for i := 0; b.Loop(); i++ {
+		id := uint64(i%64 + 1)
+		s.arrive(id, t)
+		s.idle(t)
+		t = t.Add(50 * time.Microsecond)
+		s.leave(id, t)
+	}
+}
