@@ -715,3 +715,17 @@ func TestConnSource(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConnSource is naming a call's connection: the peer's lookup in
+// the call's context and the hash of its address.
+func BenchmarkConnSource(b *testing.B) {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3).To4(), Port: 40000}})
+	ctx = metadata.NewIncomingContext(ctx, metadata.MD{}) // a layer above it, as grpc-go's stream context has
+	var sum uint64
+	for b.Loop() {
+		sum += connSource(ctx)
+	}
+	if sum == 0 {
+		b.Fatal("no source")
+	}
+}
