@@ -65,6 +65,7 @@ type source struct {
 	free    time.Time // when its last call was answered
 	arrived time.Time // its last arrival
 	overlap bool      // it had more than one call in the proxy at once
+	peak    int       // the most calls it has had in the proxy at once
 	gaps    int       // gaps learnt, up to sourceWindow
 	// Moving means, in nanoseconds, of the gap from an answer to the next
 	// arrival and of the interval between the two arrivals, and of their
@@ -148,6 +149,9 @@ func (s *sources) arrive(id uint64, now time.Time) {
 	}
 	src.arrived = now
 	src.calls++
+	if src.calls > src.peak {
+		src.peak = src.calls
+	}
 }
 
 // leave uncounts a call of source id: answered, withdrawn or expired.
@@ -219,6 +223,13 @@ type SourceStats struct {
 	// Busy have a call in the proxy now, Idle do not.
 	Busy int `json:"busy"`
 	Idle int `json:"idle"`
+	// Concurrency is the sum over the population of the most calls each
+	// has had in the proxy at once: 1 for an HTTP/1.1 connection, the
+	// streams a gRPC connection carried together (perf_analyzer's gRPC
+	// client multiplexes its concurrency over one connection). When each
+	// stream is a synchronous caller, it counts the callers behind the
+	// connections.
+	Concurrency int `json:"concurrency"`
 	// Partners is how many could send a request now, as a decision counts
 	// them (policy.Queue.IdleSources): the idle ones, and busy ones whose
 	// calls overlap.
@@ -240,6 +251,7 @@ func (s *sources) stats(now time.Time) SourceStats {
 			continue
 		}
 		st.Population++
+		st.Concurrency += src.peak
 		if src.calls > 0 {
 			st.Busy++
 			if src.overlap {

@@ -686,8 +686,8 @@ func TestCallsKnowTheirConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.OpenLoop != 1 {
-		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, one open-loop", st)
+	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.OpenLoop != 1 || st.Concurrency != 3 {
+		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, one open-loop, 3 calls at once at most", st)
 	}
 }
 

@@ -154,7 +154,8 @@ function sourcesCard(m, pts, span, ago, xl) {
   ], -span, 0, xl);
   const think = s.think_ms != null ? ` (think time ${fmt(s.think_ms)} ms, answer to next request)` : "";
   let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${think}, ` +
-    `${s.open_loop || 0} open-loop, ${s.unknown || 0} not learnt yet; ${s.busy || 0} with a call in the proxy, ${s.idle || 0} idle. ` +
+    `${s.open_loop || 0} open-loop, ${s.unknown || 0} not learnt yet; ${s.busy || 0} with a call in the proxy, ${s.idle || 0} idle` +
+    (s.concurrency > s.population ? `; up to ${s.concurrency} calls at once over them (streams sharing a connection)` : "") + `. ` +
     `A closed-loop caller sends its next request only after its answer; an open-loop one sends on its own schedule or several at once.`;
   if (!s.known) note += " Some calls came without a connection the proxy can name (or none came yet): these are not all the callers.";
   return card("Callers (connections active in the last second)", note, callers);
