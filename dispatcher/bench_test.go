@@ -166,14 +166,15 @@ func newBenchCaller(tb testing.TB, m benchModel, i int) (benchCaller, int) {
 }
 
 type benchCase struct {
-	m    benchModel
-	conc int
+	m       benchModel
+	conc    int
+	sources bool // each caller on its own connection (Call.Source)
 }
 
 var benchSubmitCases = []benchCase{
-	{benchSimpleJSON, 1}, {benchSimpleJSON, 64},
-	{benchSimpleBinary, 1}, {benchSimpleBinary, 64},
-	{benchImageBinary, 1}, {benchImageBinary, 16},
+	{m: benchSimpleJSON, conc: 1}, {m: benchSimpleJSON, conc: 64},
+	{m: benchSimpleBinary, conc: 1}, {m: benchSimpleBinary, conc: 64},
+	{m: benchImageBinary, conc: 1}, {m: benchImageBinary, conc: 16},
 }
 
 func (c benchCase) String() string {
@@ -191,6 +192,19 @@ func BenchmarkSubmit(b *testing.B) {
 	}
 }
 
+// BenchmarkSubmitSources is BenchmarkSubmit with every caller on its own
+// connection (Call.Source), as the HTTP door tags them: the dispatcher
+// counts and learns each source on arrival and answer.
+func BenchmarkSubmitSources(b *testing.B) {
+	for _, bc := range benchSubmitCases {
+		bc.sources = true
+		b.Run(bc.String(), func(b *testing.B) {
+			d := newBenchDispatcher(b, bc.m, newBenchUpstream(b, bc.m))
+			benchSubmit(b, d, bc)
+		})
+	}
+}
+
 func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
 	callers := make([]benchCaller, bc.conc)
 	var reqBytes int
@@ -200,7 +214,11 @@ func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
 	ctx := context.Background()
 	kservetest.Measure(b, d, reqBytes, bc.conc, func(w int) error {
 		c := &callers[w]
-		res := d.Submit(ctx, bc.m.name, &dispatcher.Call{Req: c.req, Rows: c.rows, Key: c.key})
+		call := &dispatcher.Call{Req: c.req, Rows: c.rows, Key: c.key}
+		if bc.sources {
+			call.Source = uint64(w + 1)
+		}
+		res := d.Submit(ctx, bc.m.name, call)
 		if res.Err != nil {
 			return res.Err
 		}
@@ -216,7 +234,7 @@ func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
 // BenchmarkSubmitHTTP is BenchmarkSubmit through the real HTTPUpstream and
 // a loopback fasthttp server that answers at once (its cost is included).
 func BenchmarkSubmitHTTP(b *testing.B) {
-	for _, bc := range []benchCase{{benchSimpleBinary, 64}, {benchImageBinary, 16}} {
+	for _, bc := range []benchCase{{m: benchSimpleBinary, conc: 64}, {m: benchImageBinary, conc: 16}} {
 		b.Run(bc.String(), func(b *testing.B) {
 			addr := benchReplyServer(b, bc.m)
 			up, err := dispatcher.NewHTTPUpstream("http://"+addr, 64, 10*time.Second)

@@ -32,12 +32,13 @@ type Call struct {
 	// It must stay untouched until the call is answered. (A value, not a
 	// pointer: one allocation fewer per request.)
 	Wire Wire
-	// Source, when not 0, names the caller's connection, which has no
-	// other call in the proxy while this one is there (an HTTP/1.1
-	// connection: its next request follows this one's answer). From the
-	// sources the queue knows how many idle callers could still join a
-	// waiting batch (policy.Queue.IdleSources). 0: unknown, e.g. a gRPC
-	// stream, which may hold many calls at once.
+	// Source, when not 0, names the caller's connection. An HTTP/1.1
+	// connection has no other call in the proxy while this one is there
+	// (its next request follows this one's answer); a gRPC connection may
+	// carry several at once, and the queue learns which it does. From the
+	// sources the queue knows how many callers could still join a waiting
+	// batch (policy.Queue.IdleSources) and learns each one's behaviour
+	// (SourceStats). 0: unknown (a connection the door cannot name).
 	Source uint64
 
 	// dataOnce decodes the JSON data the proxy deferred in Req (readData).

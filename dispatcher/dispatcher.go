@@ -290,13 +290,9 @@ type Snapshot struct {
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
-	// Sources are the callers' connections that sent within
-	// SourceIdleFor, SourcesBusy those with a call in the proxy; the rest
-	// could still join a waiting batch. SourcesKnown is false while calls
-	// without a connection of one call at a time (gRPC) come in.
-	Sources      int  `json:"sources"`
-	SourcesBusy  int  `json:"sources_busy"`
-	SourcesKnown bool `json:"sources_known"`
+	// Sources are the callers' connections active within SourceIdleFor,
+	// by kind, busy or idle, and their think time.
+	Sources SourceStats `json:"sources"`
 }
 
 // Snapshots returns every model queue's state.
@@ -306,12 +302,11 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 	out := make([]Snapshot, 0, len(d.models))
 	for name, q := range d.models {
 		q.mu.Lock()
-		idle, known := q.src.idle(d.now())
 		out = append(out, Snapshot{Model: name, QueuedRows: q.rows, Keys: len(q.keys), InFlight: q.inFlight,
 			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
 			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
 			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive,
-			Sources: idle + q.src.busy, SourcesBusy: q.src.busy, SourcesKnown: known})
+			Sources: q.src.stats(d.now())})
 		q.mu.Unlock()
 	}
 	return out

@@ -92,6 +92,12 @@ var (
 		"Rows in the batches in flight.", []string{"model"}, nil)
 	descFailing = prometheus.NewDesc("ratebatch_model_failing",
 		"1 while the model is marked failing by passive outlier detection (not ready; one probe batch at a time), else 0.", []string{"model"}, nil)
+	descSources = prometheus.NewDesc("ratebatch_sources",
+		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule; unknown: not learnt yet).", []string{"model", "kind"}, nil)
+	descSourcesBusy = prometheus.NewDesc("ratebatch_sources_busy",
+		"Callers' connections with a call in the proxy now.", []string{"model"}, nil)
+	descSourceThink = prometheus.NewDesc("ratebatch_source_think_seconds",
+		"Mean estimated think time of the closed-loop connections (answer to next request, as the proxy sees it); absent without one.", []string{"model"}, nil)
 )
 
 type queueCollector struct{ d *Dispatcher }
@@ -104,6 +110,9 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInFlight
 	ch <- descInFlightRows
 	ch <- descFailing
+	ch <- descSources
+	ch <- descSourcesBusy
+	ch <- descSourceThink
 }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -116,5 +125,13 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 			failing = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, s.Model)
+		src := s.Sources
+		for kind, n := range map[string]int{KindClosedLoop: src.ClosedLoop, KindOpenLoop: src.OpenLoop, KindUnknown: src.Unknown} {
+			ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(n), s.Model, kind)
+		}
+		ch <- prometheus.MustNewConstMetric(descSourcesBusy, prometheus.GaugeValue, float64(src.Busy), s.Model)
+		if src.ThinkMs != nil {
+			ch <- prometheus.MustNewConstMetric(descSourceThink, prometheus.GaugeValue, *src.ThinkMs/1000, s.Model)
+		}
 	}
 }

@@ -11,24 +11,114 @@ import (
 // for a second is taken to have gone.
 const SourceIdleFor = time.Second
 
+// sourceWindow is how many recent gaps a source's moving means weigh: the
+// first gaps are averaged equally, later ones with weight 1/sourceWindow,
+// so an estimate follows a client that changes its pace within a few
+// dozen requests and is not thrown by one late request.
+const sourceWindow = 16
+
+// sourceLearnAfter is how many gaps a source must show before it is
+// classified; until then it is of kind unknown.
+const sourceLearnAfter = 3
+
+// sourceJitter is the spread of a gap below which it carries no
+// information (scheduling and timer noise): a source whose answer→arrival
+// gaps vary by less is never called open-loop for their variation.
+const sourceJitter = 10 * time.Microsecond
+
+// Source kinds, as SourceStats and the ratebatch_sources metric name them.
+const (
+	KindClosedLoop = "closed_loop"
+	KindOpenLoop   = "open_loop"
+	KindUnknown    = "unknown"
+)
+
 // sources counts a model queue's callers by connection, so that a decision
 // knows how many callers could still send a request while a batch waits:
 // an HTTP/1.1 connection with a call in the proxy cannot send another, so
 // when every recently active connection has its call waiting or in flight,
 // no partner can come from them, and holding the batch for one only costs
-// its latency (a lone synchronous client would wait for itself). Guarded
-// by the queue's mutex.
+// its latency (a lone synchronous client would wait for itself). It also
+// learns each source's behaviour (source.kind). Guarded by the queue's
+// mutex.
 type sources struct {
-	by      map[uint64]*source
-	busy    int       // sources with a call in the proxy
-	unknown time.Time // the last call without a source (gRPC): partners unknown until SourceIdleFor after it
-	pruned  time.Time
+	by   map[uint64]*source
+	busy int // sources with a call in the proxy
+	// busyOpen are the busy sources that have had several calls in the
+	// proxy at once (a gRPC connection's streams): busy, they can still
+	// send, so they stay possible partners.
+	busyOpen int
+	unknown  time.Time // the last call without a source: partners unknown until SourceIdleFor after it
+	pruned   time.Time
 }
 
+// source is one caller's connection and what is learnt of it. A
+// closed-loop source sends its next request a think time after its
+// previous answer: the gap from answer to arrival is the think time,
+// whatever the latency was, and the interval from arrival to arrival is
+// the latency plus it, so it varies at least as much. An open-loop source
+// sends on its own schedule: the interval from arrival to arrival is its
+// own, and the gap from the answer is it minus the latency, varying more.
+// The moving means of both and of their squares tell them apart.
 type source struct {
-	calls int       // calls of the source in the proxy
-	free  time.Time // when its last call was answered
+	calls   int       // calls of the source in the proxy
+	free    time.Time // when its last call was answered
+	arrived time.Time // its last arrival
+	overlap bool      // it had more than one call in the proxy at once
+	peak    int       // the most calls it has had in the proxy at once
+	gaps    int       // gaps learnt, up to sourceWindow
+	// Moving means, in nanoseconds, of the gap from an answer to the next
+	// arrival and of the interval between the two arrivals, and of their
+	// squares.
+	gap, gap2, ival, ival2 float64
 }
+
+// kind is what the source's calls so far show: open-loop when they
+// overlapped, or when their gaps after an answer vary more than twice
+// their intervals from arrival to arrival (beyond timer noise); closed-loop
+// when it has shown sourceLearnAfter gaps and neither; else unknown.
+func (s *source) kind() string {
+	switch {
+	case s.overlap:
+		return KindOpenLoop
+	case s.gaps < sourceLearnAfter:
+		return KindUnknown
+	}
+	const jitter = float64(sourceJitter)
+	if varGap, varIval := s.gap2-s.gap*s.gap, s.ival2-s.ival*s.ival; varGap > 2*varIval+jitter*jitter {
+		return KindOpenLoop
+	}
+	return KindClosedLoop
+}
+
+// learn takes the gap from the source's last answer to a new arrival, and
+// the interval since its previous arrival, into its moving means. A gap
+// longer than SourceIdleFor is a pause, not a think time, and is skipped.
+func (s *source) learn(now time.Time) {
+	g := now.Sub(s.free)
+	if s.free.IsZero() || g > SourceIdleFor {
+		return
+	}
+	gap, ival := float64(g), float64(now.Sub(s.arrived))
+	if s.gaps < sourceWindow {
+		s.gaps++
+	}
+	w := sourceWeight[s.gaps]
+	s.gap += w * (gap - s.gap)
+	s.gap2 += w * (gap*gap - s.gap2)
+	s.ival += w * (ival - s.ival)
+	s.ival2 += w * (ival*ival - s.ival2)
+}
+
+// sourceWeight[n] is the weight of the n-th gap of a source's moving
+// means, 1/n, and 1/sourceWindow from then on (a table: no division on the
+// request path).
+var sourceWeight = func() (w [sourceWindow + 1]float64) {
+	for n := 1; n <= sourceWindow; n++ {
+		w[n] = 1 / float64(n)
+	}
+	return w
+}()
 
 // arrive counts a call of source id (0: unknown).
 func (s *sources) arrive(id uint64, now time.Time) {
@@ -44,10 +134,24 @@ func (s *sources) arrive(id uint64, now time.Time) {
 		src = &source{}
 		s.by[id] = src
 	}
-	if src.calls == 0 {
+	switch src.calls {
+	case 0:
 		s.busy++
+		if src.overlap {
+			s.busyOpen++
+		}
+		src.learn(now)
+	case 1:
+		if !src.overlap {
+			src.overlap = true
+			s.busyOpen++
+		}
 	}
+	src.arrived = now
 	src.calls++
+	if src.calls > src.peak {
+		src.peak = src.calls
+	}
 }
 
 // leave uncounts a call of source id: answered, withdrawn or expired.
@@ -59,30 +163,123 @@ func (s *sources) leave(id uint64, now time.Time) {
 	src.calls--
 	if src.calls == 0 {
 		s.busy--
+		if src.overlap {
+			s.busyOpen--
+		}
 		src.free = now
 	}
 }
 
-// idle returns how many known sources are idle and recent enough to send
-// again, and whether that count says anything: not when a call without a
-// source came within SourceIdleFor, nor before any call came.
+// active reports whether a source sent within SourceIdleFor or has a call
+// in the proxy.
+func (src *source) active(now time.Time) bool {
+	return src.calls > 0 || now.Sub(src.free) <= SourceIdleFor
+}
+
+// prune forgets the sources idle for longer than SourceIdleFor, at most
+// four times per SourceIdleFor, so memory is bounded by the connections of
+// the last second or so.
+func (s *sources) prune(now time.Time) {
+	if now.Sub(s.pruned) <= SourceIdleFor/4 {
+		return
+	}
+	s.pruned = now
+	for id, src := range s.by {
+		if !src.active(now) {
+			delete(s.by, id)
+		}
+	}
+}
+
+// idle returns how many known sources could send a request now, and
+// whether that count says anything: not when a call without a source came
+// within SourceIdleFor, nor before any call came. A source can send when
+// it has no call in the proxy and is recent enough, or when its calls
+// have overlapped (several streams of one connection).
 func (s *sources) idle(now time.Time) (n int, known bool) {
+	s.prune(now)
 	if len(s.by) == 0 || now.Sub(s.unknown) < SourceIdleFor {
 		return 0, false
 	}
-	if now.Sub(s.pruned) > SourceIdleFor/4 {
-		s.pruned = now
-		for id, src := range s.by {
-			if src.calls == 0 && now.Sub(src.free) > SourceIdleFor {
-				delete(s.by, id)
+	return len(s.by) - s.busy + s.busyOpen, true
+}
+
+// SourceStats is a model's callers as the dispatcher has learnt them
+// (docs/ALGORITHMS.md, "Sources").
+type SourceStats struct {
+	// Known is false while calls without a source (a connection the door
+	// cannot name) came within SourceIdleFor: the counts below are then
+	// only part of the callers.
+	Known bool `json:"known"`
+	// Population is the sources active within SourceIdleFor: with a call
+	// in the proxy, or answered within it.
+	Population int `json:"population"`
+	// ClosedLoop, OpenLoop and Unknown split the population by kind:
+	// unknown until a source has shown three gaps from an answer to its
+	// next request.
+	ClosedLoop int `json:"closed_loop"`
+	OpenLoop   int `json:"open_loop"`
+	Unknown    int `json:"unknown"`
+	// Busy have a call in the proxy now, Idle do not.
+	Busy int `json:"busy"`
+	Idle int `json:"idle"`
+	// Concurrency is the sum over the population of the most calls each
+	// has had in the proxy at once: 1 for an HTTP/1.1 connection, the
+	// streams a gRPC connection carried together (perf_analyzer's gRPC
+	// client multiplexes its concurrency over one connection). When each
+	// stream is a synchronous caller, it counts the callers behind the
+	// connections.
+	Concurrency int `json:"concurrency"`
+	// Partners is how many could send a request now, as a decision counts
+	// them (policy.Queue.IdleSources): the idle ones, and busy ones whose
+	// calls overlap.
+	Partners int `json:"partners"`
+	// ThinkMs is the mean over closed-loop sources of their estimated
+	// think time: the moving mean of the gap from an answer to the
+	// source's next request, as the proxy sees it (so including the
+	// network both ways). Nil without a closed-loop source.
+	ThinkMs *float64 `json:"think_ms"`
+}
+
+// stats returns the sources' state at now.
+func (s *sources) stats(now time.Time) SourceStats {
+	s.prune(now)
+	st := SourceStats{Known: len(s.by) > 0 && now.Sub(s.unknown) >= SourceIdleFor}
+	var think float64
+	for _, src := range s.by {
+		if !src.active(now) {
+			continue
+		}
+		st.Population++
+		st.Concurrency += src.peak
+		if src.calls > 0 {
+			st.Busy++
+			if src.overlap {
+				st.Partners++
 			}
+		} else {
+			st.Idle++
+			st.Partners++
+		}
+		switch src.kind() {
+		case KindClosedLoop:
+			st.ClosedLoop++
+			think += src.gap
+		case KindOpenLoop:
+			st.OpenLoop++
+		default:
+			st.Unknown++
 		}
 	}
-	return len(s.by) - s.busy, true
+	if st.ClosedLoop > 0 {
+		ms := think / float64(st.ClosedLoop) / float64(time.Millisecond)
+		st.ThinkMs = &ms
+	}
+	return st
 }
 
 // freeSources marks the sources of a batch's calls free: their answers
-// are about to be delivered. Calls without a source (gRPC) need no lock.
+// are about to be delivered. Calls without a source need no lock.
 func (q *modelQueue) freeSources(calls []*Call) {
 	if !slices.ContainsFunc(calls, func(c *Call) bool { return c.Source != 0 }) {
 		return

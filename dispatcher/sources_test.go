@@ -1,11 +1,16 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -73,7 +78,7 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	if q := submit(2); !q.SourcesKnown || q.IdleSources != 0 {
 		t.Fatalf("the first connection gone quiet: known %v, idle %d; want known, 0", q.SourcesKnown, q.IdleSources)
 	}
-	if sn := d.Snapshots()[0]; !sn.SourcesKnown || sn.Sources != 1 || sn.SourcesBusy != 0 {
+	if sn := d.Snapshots()[0].Sources; !sn.Known || sn.Population != 1 || sn.Busy != 0 || sn.Idle != 1 || sn.Partners != 1 {
 		t.Fatalf("snapshot %+v: want one known source, idle", sn)
 	}
 	if q := submit(0); q.SourcesKnown {
@@ -130,4 +135,186 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// sourceEvent is one arrival (leave false) or answer of source id at ms
+// after the test's epoch.
+type sourceEvent struct {
+	ms    float64
+	id    uint64
+	leave bool
+}
+
+// closedLoop is a source that sends its next request thinkMs[i] after its
+// i-th answer, which comes latencyMs[i] after its request.
+func closedLoop(id uint64, startMs float64, thinkMs, latencyMs []float64) []sourceEvent {
+	var ev []sourceEvent
+	t := startMs
+	for i, l := range latencyMs {
+		ev = append(ev, sourceEvent{t, id, false}, sourceEvent{t + l, id, true})
+		t += l
+		if i < len(thinkMs) {
+			t += thinkMs[i]
+		}
+	}
+	return ev
+}
+
+// openLoop is a source that sends every periodMs whatever its answers,
+// each answered latencyMs[i] after it was sent (within the period).
+func openLoop(id uint64, periodMs float64, latencyMs []float64) []sourceEvent {
+	var ev []sourceEvent
+	for i, l := range latencyMs {
+		t := float64(i) * periodMs
+		ev = append(ev, sourceEvent{t, id, false}, sourceEvent{t + l, id, true})
+	}
+	return ev
+}
+
+// What is learnt of each source from its arrivals and answers alone: a
+// closed loop's think time whatever its latencies; an open loop by its
+// gaps after answers varying more than its intervals, or by its calls
+// overlapping (and then it stays a possible partner while busy); nothing
+// before three gaps; no pause taken for a think time; no source kept
+// beyond SourceIdleFor.
+func TestSourcesLearnTheirKind(t *testing.T) {
+	lat := []float64{3, 5, 4, 6, 3, 7, 4}
+	think := func(ms float64) []float64 { return []float64{ms, ms, ms, ms, ms, ms, ms} }
+	ms := func(v float64) *float64 { return &v }
+	for _, tt := range []struct {
+		name   string
+		events []sourceEvent
+		atMs   float64 // stats at; 0: the last event's time
+		want   SourceStats
+	}{
+		{"closed loop with a think time", closedLoop(1, 0, think(2), lat),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
+		{"closed loop without think (perf_analyzer)", closedLoop(1, 0, think(0), lat),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(0)}},
+		{"closed loop whose think varies", closedLoop(1, 0, []float64{1, 9, 2, 8, 3, 7}, []float64{4, 4.1, 4, 4.2, 4, 4.1, 4}),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(5)}},
+		{"open loop on one connection", openLoop(1, 10, lat),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, OpenLoop: 1, Idle: 1, Partners: 1}},
+		{"two gaps: not learnt yet", closedLoop(1, 0, think(2), lat[:3]),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, Unknown: 1, Idle: 1, Partners: 1}},
+		{"overlapping calls, busy", []sourceEvent{{0, 1, false}, {1, 1, false}, {2, 1, true}},
+			0, SourceStats{Known: true, Population: 1, OpenLoop: 1, Busy: 1, Partners: 1, Concurrency: 2}},
+		{"a busy closed loop is no partner", append(closedLoop(1, 0, think(2), lat), sourceEvent{46, 1, false}),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Busy: 1, ThinkMs: ms(2)}},
+		{"a pause is not a think time", append(closedLoop(1, 0, think(2), lat[:4]), closedLoop(1, 1500, think(2), lat[:3])...),
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
+		{"mixed population", append(append(closedLoop(1, 0, think(1), lat), closedLoop(2, 0, think(3), lat)...), openLoop(3, 10, lat)...),
+			60, SourceStats{Known: true, Population: 3, Concurrency: 3, ClosedLoop: 2, OpenLoop: 1, Idle: 3, Partners: 3, ThinkMs: ms(2)}},
+		{"gone quiet", closedLoop(1, 0, think(2), lat),
+			2000, SourceStats{}},
+		{"a call without a source", append(closedLoop(1, 0, think(2), lat), sourceEvent{50, 0, false}),
+			0, SourceStats{Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			epoch := time.Unix(1000, 0)
+			at := func(ms float64) time.Time { return epoch.Add(time.Duration(ms * float64(time.Millisecond))) }
+			ev := slices.Clone(tt.events)
+			slices.SortStableFunc(ev, func(a, b sourceEvent) int { return cmp.Compare(a.ms, b.ms) })
+			var s sources
+			for _, e := range ev {
+				if e.leave {
+					s.leave(e.id, at(e.ms))
+				} else {
+					s.arrive(e.id, at(e.ms))
+				}
+			}
+			now := at(ev[len(ev)-1].ms)
+			if tt.atMs != 0 {
+				now = at(tt.atMs)
+			}
+			got := s.stats(now)
+			if (got.ThinkMs == nil) != (tt.want.ThinkMs == nil) || (got.ThinkMs != nil && math.Abs(*got.ThinkMs-*tt.want.ThinkMs) > 1e-6) {
+				t.Errorf("think %v ms, want %v", deref(got.ThinkMs), deref(tt.want.ThinkMs))
+			}
+			got.ThinkMs, tt.want.ThinkMs = nil, nil
+			if got != tt.want {
+				t.Errorf("stats %+v\nwant  %+v", got, tt.want)
+			}
+			if n, known := s.idle(now); known != tt.want.Known || (known && n != tt.want.Partners) {
+				t.Errorf("a decision sees %d partners (known %v); the stats say %d (known %v)", n, known, tt.want.Partners, tt.want.Known)
+			}
+		})
+	}
+}
+
+func deref(v *float64) any {
+	if v == nil {
+		return nil
+	}
+	return *v
+}
+
+// The sources learnt reach the snapshot (/status) and the metrics: a
+// sequential caller thinking 3 ms between answer and request is one
+// closed-loop source with a think time of 3 ms.
+func TestSourcesInSnapshotAndMetrics(t *testing.T) {
+	clock := struct {
+		sync.Mutex
+		t time.Time
+	}{t: time.Unix(1000, 0)}
+	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
+	advance := func(d time.Duration) { clock.Lock(); clock.t = clock.t.Add(d); clock.Unlock() }
+	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: newPlanner(policy.Fill{Policy: "test"})}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.Drain(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	for range 5 {
+		c := call(t, 1, 1)
+		c.Source = 42
+		if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+			t.Fatal(err)
+		}
+		advance(3 * time.Millisecond)
+	}
+	st := d.Snapshots()[0].Sources
+	if st.ThinkMs == nil || math.Abs(*st.ThinkMs-3) > 1e-9 {
+		t.Fatalf("think %v ms, want 3", deref(st.ThinkMs))
+	}
+	if !st.Known || st.Population != 1 || st.ClosedLoop != 1 || st.Idle != 1 || st.Busy != 0 {
+		t.Fatalf("sources %+v: want one idle closed-loop source", st)
+	}
+	want := `
+# HELP ratebatch_source_think_seconds Mean estimated think time of the closed-loop connections (answer to next request, as the proxy sees it); absent without one.
+# TYPE ratebatch_source_think_seconds gauge
+ratebatch_source_think_seconds{model="simple"} 0.003
+# HELP ratebatch_sources Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule; unknown: not learnt yet).
+# TYPE ratebatch_sources gauge
+ratebatch_sources{kind="closed_loop",model="simple"} 1
+ratebatch_sources{kind="open_loop",model="simple"} 0
+ratebatch_sources{kind="unknown",model="simple"} 0
+# HELP ratebatch_sources_busy Callers' connections with a call in the proxy now.
+# TYPE ratebatch_sources_busy gauge
+ratebatch_sources_busy{model="simple"} 0
+`
+	if err := testutil.CollectAndCompare(d.Collector(), strings.NewReader(want),
+		"ratebatch_sources", "ratebatch_sources_busy", "ratebatch_source_think_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+// BenchmarkSources is the sources' work per call of a closed loop among 64
+// connections, all under the queue's lock: its arrival (learning its gap),
+// a decision's count of the partners, its answer.
+func BenchmarkSources(b *testing.B) {
+	var s sources
+	t := time.Now() // with a monotonic reading, as the dispatcher's clock
+	for i := 0; b.Loop(); i++ {
+		id := uint64(i%64 + 1)
+		s.arrive(id, t)
+		s.idle(t)
+		t = t.Add(50 * time.Microsecond)
+		s.leave(id, t)
+	}
 }

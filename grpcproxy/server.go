@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -408,6 +409,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 		return s.fail(model, err)
 	}
 	defer call.Release()
+	call.Source = connSource(ctx)
 	res := s.o.Batcher.Submit(ctx, model, call)
 	if res.Err != nil {
 		return s.fail(model, res.Err)
@@ -420,6 +422,32 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	}
 	s.o.Metrics.Answered(model, Protocol, time.Since(start))
 	return nil
+}
+
+// connSource names a call's connection for the dispatcher
+// (dispatcher.Call.Source): its peer's TCP address, which no two open
+// connections share, hashed (FNV-1a) without an allocation; the top bit
+// keeps it apart from the HTTP door's connection numbers, which count
+// from 1. 0 (unknown) for any other transport. The connection's streams
+// then show its concurrency: calls that overlap make it an open-loop
+// source, one call at a time a closed loop.
+func connSource(ctx context.Context) uint64 {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return 0
+	}
+	a, ok := p.Addr.(*net.TCPAddr)
+	if !ok {
+		return 0
+	}
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for _, b := range a.IP {
+		h = (h ^ uint64(b)) * prime
+	}
+	h = (h ^ uint64(a.Port&0xff)) * prime
+	h = (h ^ uint64(a.Port>>8)) * prime
+	return h | 1<<63
 }
 
 // fail answers a batched call's error with the status Triton would give.

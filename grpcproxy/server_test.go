@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -651,5 +652,80 @@ func TestGRPCOnlyParameterStaysBehind(t *testing.T) {
 	}
 	if _, ok := req.Parameters["triton_enable_empty_final_response"]; ok || req.Parameters["custom"] != int64(7) {
 		t.Errorf("parameters %v: want custom=7 (int64) only", req.Parameters)
+	}
+}
+
+// A gRPC call is tagged with its connection: calls of two connections are
+// two sources, each busy with its call and no partner of the other's
+// batch; a second call on one connection while its first waits makes it
+// an open-loop source, which stays a possible partner while busy.
+func TestCallsKnowTheirConnection(t *testing.T) {
+	r := newRig(t, rigOptions{rule: waitFor(3)})
+	cc2, err := grpc.NewClient(r.cc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc2.Close()
+	other := pb.NewGRPCInferenceServiceClient(cc2)
+	answered := make(chan error, 3)
+	send := func(c pb.GRPCInferenceServiceClient) {
+		go func() {
+			_, err := c.ModelInfer(context.Background(), simpleRaw("", []int32{1}, []int32{1}))
+			answered <- err
+		}()
+	}
+	send(r.client)
+	send(other)
+	waitQueued(t, r.disp, 2)
+	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 2 || st.Partners != 0 || st.OpenLoop != 0 {
+		t.Fatalf("one call on each of two connections: sources %+v; want 2, both busy, no partner", st)
+	}
+	send(r.client) // the third row: the batch goes, and all three are answered
+	for range 3 {
+		if err := <-answered; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.OpenLoop != 1 || st.Concurrency != 3 {
+		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, one open-loop, 3 calls at once at most", st)
+	}
+}
+
+// connSource names a TCP peer by its address, apart from the HTTP door's
+// connection numbers, and leaves other peers unknown.
+func TestConnSource(t *testing.T) {
+	id := func(addr net.Addr) uint64 {
+		return connSource(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}))
+	}
+	a := id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 40000})
+	for _, tt := range []struct {
+		name string
+		got  uint64
+		want func(uint64) bool
+	}{
+		{"a TCP peer", a, func(v uint64) bool { return v>>63 == 1 }},
+		{"the same peer again", id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 40000}), func(v uint64) bool { return v == a }},
+		{"another port", id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 40001}), func(v uint64) bool { return v != a && v>>63 == 1 }},
+		{"another host", id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 2).To4(), Port: 40000}), func(v uint64) bool { return v != a && v>>63 == 1 }},
+		{"a Unix socket", id(&net.UnixAddr{Name: "@", Net: "unix"}), func(v uint64) bool { return v == 0 }},
+		{"no peer", connSource(context.Background()), func(v uint64) bool { return v == 0 }},
+	} {
+		if !tt.want(tt.got) {
+			t.Errorf("%s: source %#x", tt.name, tt.got)
+		}
+	}
+}
+
+// BenchmarkConnSource is naming a call's connection: the peer's lookup in
+// the call's context and the hash of its address.
+func BenchmarkConnSource(b *testing.B) {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3).To4(), Port: 40000}})
+	ctx = metadata.NewIncomingContext(ctx, metadata.MD{}) // a layer above it, as grpc-go's stream context has
+	var sum uint64
+	for b.Loop() {
+		sum += connSource(ctx)
+	}
+	if sum == 0 {
+		b.Fatal("no source")
 	}
 }

@@ -565,6 +565,11 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 		}()
 	}
 	waitUntil(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
+	// /status knows the three callers: three connections, each busy with
+	// its call, none able to send a partner.
+	if st := queueStatus(t, admin, "simple").Sources; !st.Known || st.Population != 3 || st.Busy != 3 || st.Idle != 0 || st.Partners != 0 || st.Unknown != 3 {
+		t.Errorf("/status sources %+v: want 3 connections, all busy, not learnt yet", st)
+	}
 	stop() // SIGTERM
 	wg.Wait()
 	for i, c := range codes {

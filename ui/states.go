@@ -27,7 +27,7 @@ type Meter interface {
 
 // StatesOf returns the Options.States function of a live proxy: per batched
 // model the rule, the fit, where the fit comes from and its recent round
-// trips, the energy line, the batches sent, and requests per joule over the
+// trips, the energy line, the batches sent, its callers, and requests per joule over the
 // meter's shortest window (the model's share where the meter attributes
 // energy to models). meter may be nil (no energy source).
 func StatesOf(models Monitors, queues Queues, meter Meter) func() []State {
@@ -47,7 +47,7 @@ func StatesOf(models Monitors, queues Queues, meter Meter) func() []State {
 				MaxBatch: snap.MaxBatch, Instances: snap.Instances, AlphaMs: snap.AlphaMs, Tau0Ms: snap.Tau0Ms, R2: snap.R2,
 				FitSource: snap.FitSource, OverheadMs: snap.OverheadMs, Energy: m.Energy(), Batches: m.Samples()}
 			if q, ok := byModel[snap.Model]; ok {
-				s.BatchesSent, s.RowsSent = q.BatchesSent, q.RowsSent
+				s.BatchesSent, s.RowsSent, s.Sources = q.BatchesSent, q.RowsSent, q.Sources
 			}
 			if len(energy.Models) == 0 {
 				s.RequestsPerJoule = shortestWindow(energy.Windows)

@@ -2,7 +2,8 @@
 // most active first, a headline row (requests per joule and what batching
 // gains over ad-hoc, p50 and p99 latency, batch size, load), then the
 // arrival rate and the batch size over the last minutes, latency
-// percentiles, requests per joule, and the tau(b) fit beside the round
+// percentiles, requests per joule, the callers by kind (closed-loop with
+// their think time, open-loop), and the tau(b) fit beside the round
 // trips the proxy measured, so that a person watching the proxy adapt sees
 // what it buys and whether the fit is right.
 //
@@ -28,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -63,6 +65,8 @@ type State struct {
 	// Batches are recent (batch size, round trip) observations the proxy
 	// measured: the monitor's round-trip samples.
 	Batches []regression.Sample
+	// Sources are the model's callers as the dispatcher has learnt them.
+	Sources dispatcher.SourceStats
 }
 
 // Options configure a Recorder.
@@ -91,6 +95,12 @@ type Point struct {
 	P90Ms            *float64 `json:"p90_ms"`
 	P99Ms            *float64 `json:"p99_ms"`
 	RequestsPerJoule *float64 `json:"requests_per_joule"`
+	// The callers at the sample, by kind (dispatcher.SourceStats), and
+	// the closed-loop ones' mean think time (nil without one).
+	ClosedLoop     int      `json:"closed_loop"`
+	OpenLoop       int      `json:"open_loop"`
+	UnknownSources int      `json:"unknown_sources"`
+	ThinkMs        *float64 `json:"think_ms"`
 }
 
 // BatchPoint is one observed batch: its rows and its upstream latency.
@@ -115,6 +125,9 @@ type ModelHistory struct {
 	Headline   Headline     `json:"headline"`
 	Points     []Point      `json:"points"`
 	Batches    []BatchPoint `json:"batches"`
+
+	// Sources are the callers now (dispatcher.SourceStats).
+	Sources dispatcher.SourceStats `json:"sources"`
 }
 
 // Headline is a model's last minute (or less, since the first sample) in
@@ -232,7 +245,8 @@ func (r *Recorder) Sample() {
 			}
 			r.models[s.Model] = tr
 		}
-		p := Point{T: float64(now.UnixMilli()) / 1000, RateRPS: s.RateRPS, BatchSize: s.BatchSize, RequestsPerJoule: s.RequestsPerJoule}
+		p := Point{T: float64(now.UnixMilli()) / 1000, RateRPS: s.RateRPS, BatchSize: s.BatchSize, RequestsPerJoule: s.RequestsPerJoule,
+			ClosedLoop: s.Sources.ClosedLoop, OpenLoop: s.Sources.OpenLoop, UnknownSources: s.Sources.Unknown, ThinkMs: s.Sources.ThinkMs}
 		if db := s.BatchesSent - tr.last.BatchesSent; db > 0 {
 			v := float64(s.RowsSent-tr.last.RowsSent) / float64(db)
 			p.SentBatch = &v
@@ -272,7 +286,8 @@ func current(s State, tr *track) ModelHistory {
 		batches[i] = BatchPoint{Rows: b.Batch, LatencyMs: b.LatencyMs}
 	}
 	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
-		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches}
+		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches,
+		Sources: s.Sources}
 	if s.Energy != nil {
 		beta, zeta0 := s.Energy.BetaMJ, s.Energy.Zeta0MJ
 		m.BetaMJ, m.Zeta0MJ = &beta, &zeta0

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -55,6 +56,10 @@ func (f *fakeProxy) advance() {
 	for i := range 50 {
 		f.lat.WithLabelValues("resnet", "http").Observe(float64(1+i%10) / 1000)
 	}
+	think := 2.5
+	closed := 1 + f.step%3
+	f.state.Sources = dispatcher.SourceStats{Known: true, Population: closed + 1, ClosedLoop: closed, OpenLoop: 1,
+		Busy: 1, Idle: closed, Partners: closed + 1, ThinkMs: &think}
 }
 
 func (f *fakeProxy) states() []State {
@@ -93,6 +98,14 @@ func TestRecorderHistory(t *testing.T) {
 	}
 	if len(m.Batches) != 7 || m.AlphaMs != 0.5 {
 		t.Errorf("fit %v, %d batch points", m.AlphaMs, len(m.Batches))
+	}
+	// The callers: 1 + 7%3 = 2 closed-loop and one open-loop at the last
+	// sample, 1 + 6%3 = 1 closed-loop the sample before.
+	if last.ClosedLoop != 2 || last.OpenLoop != 1 || last.ThinkMs == nil || *last.ThinkMs != 2.5 || m.Points[3].ClosedLoop != 1 {
+		t.Errorf("callers in the points: last %+v, before %+v", last, m.Points[3])
+	}
+	if m.Sources.Population != 3 || m.Sources.ClosedLoop != 2 || !m.Sources.Known {
+		t.Errorf("callers now %+v: want 3, two closed-loop", m.Sources)
 	}
 }
 
@@ -177,7 +190,7 @@ func TestPageInBrowser(t *testing.T) {
 		n, _ := strconv.Atoi(m[2])
 		drawn[m[1]] = n
 	}
-	for _, c := range []string{"rate", "batch", "latency", "rpj", "fit"} {
+	for _, c := range []string{"rate", "batch", "latency", "rpj", "sources", "fit"} {
 		if drawn[c] == 0 {
 			t.Errorf("chart %s drew no points (charts: %v)", c, drawn)
 		}
@@ -187,6 +200,10 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	if !strings.Contains(first, "tau(b) = 0.50·b + 2.00 ms") {
 		t.Error("the fit's line is not stated")
+	}
+	// After five steps: 1 + 5%3 = 3 closed-loop callers and one open-loop.
+	if !strings.Contains(first, `<span data-k="population">4</span>: 3 closed-loop (think time 2.50 ms`) {
+		t.Error("the callers now are not stated")
 	}
 
 	for range 5 {

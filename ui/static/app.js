@@ -142,6 +142,25 @@ function fitChart(m) {
   return card("Batch latency tau(b): round trips and fit (ms)", note, chart("fit", series, 0, bmax, "batch size b (rows)"));
 }
 
+// sourcesCard draws the model's callers by kind over time and says what
+// they are now: how many, closed-loop with their think time or open-loop,
+// busy or idle.
+function sourcesCard(m, pts, span, ago, xl) {
+  const s = m.sources || {};
+  const callers = chart("sources", [
+    { name: "closed-loop", color: COLORS[0], pts: pts.map(p => [ago(p), p.closed_loop]) },
+    { name: "open-loop", color: COLORS[1], pts: pts.map(p => [ago(p), p.open_loop]) },
+    { name: "not learnt yet", color: COLORS[5], pts: pts.map(p => [ago(p), p.unknown_sources]) },
+  ], -span, 0, xl);
+  const think = s.think_ms != null ? ` (think time ${fmt(s.think_ms)} ms, answer to next request)` : "";
+  let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${think}, ` +
+    `${s.open_loop || 0} open-loop, ${s.unknown || 0} not learnt yet; ${s.busy || 0} with a call in the proxy, ${s.idle || 0} idle` +
+    (s.concurrency > s.population ? `; up to ${s.concurrency} calls at once over them (streams sharing a connection)` : "") + `. ` +
+    `A closed-loop caller sends its next request only after its answer; an open-loop one sends on its own schedule or several at once.`;
+  if (!s.known) note += " Some calls came without a connection the proxy can name (or none came yet): these are not all the callers.";
+  return card("Callers (connections active in the last second)", note, callers);
+}
+
 // chooser lists the models, most active first, as links to their section.
 function chooser(models) {
   if (models.length < 2) return "";
@@ -177,6 +196,7 @@ function render(h) {
       card("Batch size (rows)", `chosen ${fmt(last.batch_size)}, sent ${fmt(last.sent_batch)} per batch in the last second; max ${m.max_batch_size}`, batch) +
       card("Latency, end to end (ms)", `last second: p50 ${fmt(last.p50_ms)}, p90 ${fmt(last.p90_ms)}, p99 ${fmt(last.p99_ms)} ms`, lat) +
       card("Requests per joule", hasEnergy ? `now ${fmt(last.requests_per_joule)} over the meter's shortest window` : "no figure yet: no energy measured for this model (or power.source none)", rpj) +
+      sourcesCard(m, pts, span, ago, xl) +
       fitChart(m) +
       `</div>`;
   }
