@@ -40,6 +40,13 @@ type Call struct {
 	// batch (policy.Queue.IdleSources) and learns each one's behaviour
 	// (SourceStats). 0: unknown (a connection the door cannot name).
 	Source uint64
+	// Received, when set, is when the caller's request began to arrive at
+	// the door, before its body was read and decoded: the call's latency
+	// the planner learns (LatencyObserver) is measured from there, so the
+	// door's costs, which differ for a lone call passed through as it came
+	// and a merged one decoded and re-encoded, are in it (NewCall sets
+	// it). Zero: from Submit.
+	Received time.Time
 
 	// dataOnce decodes the JSON data the proxy deferred in Req (readData).
 	dataOnce sync.Once

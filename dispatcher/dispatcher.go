@@ -236,6 +236,9 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	}
 	if r.obs != nil {
 		r.arrived, r.clock = c.arrived, d.now // observed at Release
+		if !c.Received.IsZero() && c.Received.Before(c.arrived) {
+			r.arrived = c.Received
+		}
 	}
 	return r
 }

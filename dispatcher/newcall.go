@@ -26,14 +26,15 @@ func (e *queueFull) Unwrap() []error { return []error{e.err, ErrQueueFull} }
 // doors share batches: the batch key (prefixed by the version when one is
 // named), the rows and Triton's schedule parameters. batchable is false
 // (and err nil) for requests Triton must handle alone: shared memory,
-// sequences, inputs without a common batch dimension.
+// sequences, inputs without a common batch dimension. now is when the
+// request began to arrive (Call.Received).
 func NewCall(req *kserve.Request, version string, now time.Time) (c *Call, batchable bool, err error) {
 	key, rows, ok := kserve.BatchKey(req)
 	if !ok {
 		return nil, false, nil
 	}
 	c = calls.Get().(*Call)
-	c.Version, c.Req, c.Rows, c.Key = version, req, int(rows), key
+	c.Version, c.Req, c.Rows, c.Key, c.Received = version, req, int(rows), key, now
 	if version != "" {
 		c.Key = "v" + version + "\x00" + key
 	}
