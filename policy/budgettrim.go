@@ -41,8 +41,8 @@ import (
 // side is measured on a queue the other formed. The price is a tenth of
 // the savings; /status shows both means, a live A/B of the promise.
 //
-// The step is damped (the square root of the ratio of the promised slack
-// to the lived one, at most x1.5 or /2 per step) and waits for
+// The step is damped (the square root of the ratio of the aimed slack to
+// the lived one, at most x1.22 or /2 per step) and waits for
 // trimMinCalls calls over at least trimMinWindows slices, so the noise of
 // a mean over a few hundred calls (a few per cent) does not steer it. The effective budget is rounded to trimStep, so the plan cache
 // keeps a handful of budgets per rate rather than one per step.
@@ -220,7 +220,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 		want, lived := trimAim*(user.Factor-1), ratio-1
 		g := 1.5
 		if lived > 0 {
-			g = math.Sqrt(clamp(want/lived, 0.5, 1.5))
+			g = math.Sqrt(clamp(want/lived, 0.25, 1.5))
 		}
 		eff := t.eff * g
 		if g > 1 && eff < trimStep {
@@ -232,7 +232,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	// ratio is the live mean over the budget itself.
 	g := 1.5
 	if ratio > 0 {
-		g = math.Sqrt(clamp(trimAimAbs/ratio, 0.5, 1.5))
+		g = math.Sqrt(clamp(trimAimAbs/ratio, 0.25, 1.5))
 	}
 	t.eff = quantize(clamp(t.eff*g, trimFloor, 1))
 	return t.eff != before
