@@ -55,8 +55,8 @@ type Options struct {
 	SMax    int     `yaml:"-"`
 	Resolve float64 `yaml:"-"`
 	Seed    uint64  `yaml:"-"`
-	// NoTrim turns budget's live trim off (the sim command's --no-trim):
-	// the plan alone, as the optimum comparisons measure it.
+	// NoTrim turns budget's live trim off: the plan alone, as the
+	// optimum comparisons and the sim command (unless --trim) run it.
 	NoTrim bool `yaml:"-"`
 }
 

@@ -158,7 +158,7 @@ ovh = 'overhead_ms=%g,overhead_per_row_ms=%g,hold_lone_ms=%g,hold_merged_ms=%g,a
 def sim(pol):
     args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '40000',
             '--overheads', ovh, '--json']
-    args += ['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', pol]
+    args += ['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', pol, '--trim']
     try:
         return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)['mean_latency_ms']
     except Exception:

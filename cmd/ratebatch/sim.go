@@ -29,6 +29,7 @@ type simFlags struct {
 	model                             *preset.Flags
 	policies, traceName, seriesCSV    string
 	overheads                         string
+	trim                              bool
 	rate, rho, traceScale, speedup    float64
 	maxQueueDelayMs, maxWaitMs, slaMs float64
 	asJSON                            bool
@@ -63,7 +64,7 @@ func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.IntVar(&f.opts.Batch, "batch", 8, "static: the exact batch size b")
 	fs.StringVar(&f.opts.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
 	fs.Float64Var(&f.opts.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
-	fs.BoolVar(&f.opts.NoTrim, "no-trim", false, "budget: plan without the live trim (the plan alone, as in the optimum comparisons)")
+	fs.BoolVar(&f.trim, "trim", false, "budget: run the live trim as serve does (ad-hoc a tenth of the time, the budget re-aimed by what the calls lived); off, the plan alone, which the simulator's exact model makes right")
 	fs.Float64Var(&f.opts.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON: one object, or an array with --policy all or a list")
 	fs.IntVar(&f.fleet.Replicas, "replicas", 0, "simulate a fleet of this many GPUs, each with its own proxy running --policy (--rho is then of the fleet's capacity)")
@@ -140,6 +141,7 @@ func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []pol
 	}
 	opts := f.opts
 	opts.MaxQueueDelay, opts.MaxWait = msDuration(f.maxQueueDelayMs), msDuration(f.maxWaitMs)
+	opts.NoTrim = !f.trim
 	f.opts = opts // a fleet builds one policy per replica from them
 	pols, err := sim.Policies(f.policies, opts, func(err error) { fmt.Fprintf(stderr, "ratebatch sim: skipping %v\n", err) })
 	if err != nil {
