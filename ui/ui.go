@@ -30,6 +30,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -208,8 +209,14 @@ func NewRecorder(o Options) *Recorder {
 	return &Recorder{o: o, models: map[string]*track{}}
 }
 
-// Run samples every interval until ctx ends.
-func (r *Recorder) Run(ctx context.Context) {
+// Run samples every interval until ctx ends. A panic of a sample (a
+// state reader's, the histogram's) is recovered, counted in
+// ratebatch_panics_total{site="ui"}, and sampling starts again after a
+// pause (guard.Loop), as the proxy's other background loops do: the live
+// page must not take the proxy down with it.
+func (r *Recorder) Run(ctx context.Context) { guard.Loop(ctx, nil, "ui", r.run) }
+
+func (r *Recorder) run(ctx context.Context) {
 	t := time.NewTicker(r.o.Interval)
 	defer t.Stop()
 	for {

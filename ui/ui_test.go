@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
@@ -394,5 +395,47 @@ func TestHeadlineCountsRowsBeforeFirstSample(t *testing.T) {
 	hl := r.History().Models[0].Headline
 	if hl.Seconds != 2 || hl.SentRPS != 20 || hl.SentBatch == nil || *hl.SentBatch != 4 {
 		t.Errorf("headline %+v (batch %v): want 40 rows in batches of 4 over 2 s", hl, deref(hl.SentBatch))
+	}
+}
+
+// A sample that panics (here its state reader, the test-only way in) does
+// not end the recorder, nor the process: Run recovers, counts the panic
+// at site "ui", and samples again after a pause.
+func TestRunRecoversFromAPanic(t *testing.T) {
+	f := newFakeProxy()
+	f.advance()
+	var mu sync.Mutex
+	panics := 2
+	sampled := make(chan struct{}, 1)
+	r := NewRecorder(Options{Interval: time.Millisecond, Gatherer: f.reg, States: func() []State {
+		mu.Lock()
+		panics--
+		p := panics >= 0
+		mu.Unlock()
+		if p {
+			panic("injected state reader panic")
+		}
+		select {
+		case sampled <- struct{}{}:
+		default:
+		}
+		return f.states()
+	}})
+	before := guard.Count("ui")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	select {
+	case <-sampled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the recorder never sampled again after its panics")
+	}
+	cancel()
+	<-done
+	if got := guard.Count("ui") - before; got != 2 {
+		t.Fatalf("counted %d ui panics, want 2", got)
+	}
+	if h := r.History(); len(h.Models) != 1 || h.Models[0].Model != "resnet" {
+		t.Fatalf("history after the panics: %+v, want the one model", h.Models)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // must be able to count without being handed a registry.
 var panics = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "ratebatch_panics_total",
-	Help: "Panics recovered, by site (http, grpc, grpc_relay, batch, batch_resend, decision, data, plan, monitor, power, discovery, energy_fit, ...).",
+	Help: "Panics recovered, by site (http, grpc, grpc_relay, batch, batch_resend, decision, data, plan, monitor, power, discovery, energy_fit, ui, ...).",
 }, []string{"site"})
 
 // Collector is ratebatch_panics_total, for the serving registry.
