@@ -23,8 +23,9 @@ import (
 // concurrent use; a nil *Budget admits everything.
 type Budget struct {
 	limit int64
-	used  atomic.Int64
+	used  atomic.Int64 // held by requests and answers, and idle in the pool
 	peak  atomic.Int64
+	pool  pool
 }
 
 // New returns a budget of limit bytes; limit <= 0 gives nil (no limit).
@@ -59,11 +60,15 @@ func (b *Budget) Peak() int64 {
 	return b.peak.Load()
 }
 
-// acquire takes n bytes if they fit, else nothing.
+// acquire takes n bytes if they fit, dropping idle pooled buffers to make
+// room if need be, else nothing.
 func (b *Budget) acquire(n int64) bool {
 	for {
 		u := b.used.Load()
 		if u+n > b.limit {
+			if b.reclaim(n) {
+				continue
+			}
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {
@@ -188,9 +193,11 @@ var (
 	descLimit = prometheus.NewDesc("ratebatch_memory_budget_bytes",
 		"The memory budget (limits.memory) request and answer bytes are admitted against.", nil, nil)
 	descHeld = prometheus.NewDesc("ratebatch_memory_held_bytes",
-		"Request and answer bytes held against the memory budget now.", nil, nil)
+		"Request and answer bytes held against the memory budget now, idle pooled buffers included.", nil, nil)
 	descPeak = prometheus.NewDesc("ratebatch_memory_held_peak_bytes",
 		"The most request and answer bytes held against the memory budget at once since the start.", nil, nil)
+	descPooled = prometheus.NewDesc("ratebatch_memory_pooled_bytes",
+		"Bytes of idle large-body buffers kept for reuse, counted in ratebatch_memory_held_bytes.", nil, nil)
 )
 
 type collector struct{ b *Budget }
@@ -202,12 +209,14 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLimit
 	ch <- descHeld
 	ch <- descPeak
+	ch <- descPooled
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(c.b.Limit()))
 	ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(c.b.Used()))
 	ch <- prometheus.MustNewConstMetric(descPeak, prometheus.GaugeValue, float64(c.b.Peak()))
+	ch <- prometheus.MustNewConstMetric(descPooled, prometheus.GaugeValue, float64(c.b.Pooled()))
 }
 
 // Overhead is what the process needs beside the budget, connections
