@@ -6,3 +6,10 @@ func SetTestHookInfer(f func(model string, body []byte)) (restore func()) {
 	testHookInfer.Store(&f)
 	return func() { testHookInfer.Store(nil) }
 }
+
+// SetTestHookLaneWait makes f run when a large body starts waiting for a
+// turn of the large-body lane, until the returned function is called.
+func SetTestHookLaneWait(f func()) (restore func()) {
+	testHookLaneWait.Store(&f)
+	return func() { testHookLaneWait.Store(nil) }
+}

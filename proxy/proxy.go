@@ -95,6 +95,16 @@ type Options struct {
 	// connection is closed. nil: no budget.
 	Memory *membudget.Budget
 
+	// The large-body lane (with a Memory budget only): at most
+	// LargeBodyLanes bodies declared past LargeBodyBytes are read at once;
+	// the others wait for a turn before their body is read, up to
+	// LargeBodyWait, and are refused 503 with Retry-After past it. Zero
+	// values take the defaults (DefaultLargeBodyBytes, DefaultLargeBodyLanes,
+	// DefaultLargeBodyWait); LargeBodyLanes < 0: no lane.
+	LargeBodyBytes int64
+	LargeBodyLanes int
+	LargeBodyWait  time.Duration
+
 	// Forward reaches the upstream for pass-through; nil: a fasthttp client.
 	Forward Forwarder
 	Metrics *Metrics
@@ -121,7 +131,21 @@ type Server struct {
 	// res carries memory reserved at the headers to the handler; nil
 	// without a budget.
 	res *reservations
+	// lane bounds the large bodies read at once; nil: none.
+	lane *lane
 }
+
+// Defaults of the large-body lane. A 4 MiB body is a batch of seven
+// 224x224 FP32 images; two lanes leave the second core to everything else
+// while two large bodies are read, and keep one read going while the
+// other's handler runs. The wait bounds what a large request may be held
+// before its body is read, well within a client's patience for a body it
+// is about to send.
+const (
+	DefaultLargeBodyBytes = 4 << 20
+	DefaultLargeBodyLanes = 2
+	DefaultLargeBodyWait  = 10 * time.Second
+)
 
 // maxHeaderBytes bounds a request's headers (431 past it); fasthttp reads
 // them within one buffer of this size per connection.
@@ -141,7 +165,26 @@ func New(o Options) *Server {
 		s.fwd = newUpstreamClient(o.Upstream)
 	}
 	if o.Memory != nil {
-		s.res = newReservations(o.Memory, o.ReadTimeout)
+		if o.LargeBodyBytes <= 0 {
+			o.LargeBodyBytes = DefaultLargeBodyBytes
+		}
+		if o.LargeBodyLanes == 0 {
+			o.LargeBodyLanes = DefaultLargeBodyLanes
+		}
+		if o.LargeBodyWait <= 0 {
+			o.LargeBodyWait = DefaultLargeBodyWait
+		}
+		if o.ReadTimeout <= 0 && o.ReadHeaderTimeout > 0 {
+			// Without a body timeout the headers' read deadline stays
+			// set while a body waits for its turn: the wait must end
+			// well before it.
+			o.LargeBodyWait = min(o.LargeBodyWait, o.ReadHeaderTimeout/2)
+		}
+		s.o = o
+		if o.LargeBodyLanes > 0 {
+			s.lane = newLane(o.LargeBodyLanes, o.LargeBodyWait)
+		}
+		s.res = newReservations(o.Memory, o.ReadTimeout, s.lane)
 	}
 	// The route table only: handlers are looked up with Find, so the
 	// patterns stay chi's and a request never becomes an *http.Request.
@@ -176,6 +219,7 @@ const declaredTooLarge = "X-Ratebatch-Declared-Too-Large"
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	h.Del(declaredTooLarge) // only the proxy sets them
 	h.Del(declaredOverBudget)
+	h.Del(declaredLaneWait)
 	if s.res != nil {
 		s.res.drop(h) // a previous request's on this connection, if it never reached a handler
 	}
@@ -184,21 +228,36 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	case n > 0 && int64(n) > s.o.MaxBodyBytes:
 		h.SetContentLength(0)
 		h.Set(declaredTooLarge, strconv.Itoa(n))
-	case n > 0 && s.res != nil && s.batched(h) && !s.res.reserve(h, int64(n)+1):
+	case n > 0 && s.res != nil && s.batched(h):
 		// Too large for the budget's room now (else reserved: see
-		// reservations). A client that waits for "100 Continue" is refused
-		// before it sends a byte of the body (no 100 is sent: the Expect
-		// goes); any other has begun sending it, and is refused once its
-		// body is read and thrown away (refuseMemory), so that it reads the
-		// refusal rather than a reset.
-		if len(h.Peek("Expect")) > 0 {
-			h.Del("Expect")
-			h.SetContentLength(0)
+		// reservations), or, a large body, no turn in the lane within its
+		// wait (else the turn is its own until its body is read). A client
+		// that waits for "100 Continue" is refused before it sends a byte
+		// of the body (no 100 is sent: the Expect goes); any other has
+		// begun sending it, and is refused once its body is read and
+		// thrown away (refuse), so that it reads the refusal rather than a
+		// reset.
+		mark := ""
+		switch {
+		case !s.res.reserve(h, int64(n)):
+			mark = declaredOverBudget
+		case s.lane != nil && int64(n) > s.o.LargeBodyBytes && !s.res.enterLane(h):
+			mark = declaredLaneWait
 		}
-		h.Set(declaredOverBudget, strconv.Itoa(n))
+		if mark != "" {
+			if len(h.Peek("Expect")) > 0 {
+				h.Del("Expect")
+				h.SetContentLength(0)
+			}
+			h.Set(mark, strconv.Itoa(n))
+		}
 	}
 	return fasthttp.RequestConfig{ReadTimeout: s.o.ReadTimeout}
 }
+
+// declaredLaneWait marks, inside the proxy only, a large request that
+// found no turn in the large-body lane within its wait.
+const declaredLaneWait = "X-Ratebatch-Lane-Wait"
 
 // declaredOverBudget marks, inside the proxy only, a request whose
 // declared Content-Length does not fit the memory budget's room when its
@@ -271,6 +330,12 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if n := ctx.Request.Header.Peek(declaredOverBudget); len(n) > 0 {
 		declared, _ := strconv.ParseInt(string(n), 10, 64)
 		s.refuseMemory(ctx, "", "memory_declared", declared)
+		return
+	}
+	if n := ctx.Request.Header.Peek(declaredLaneWait); len(n) > 0 {
+		s.refuse(ctx, "", "large_body_wait", fmt.Sprintf(
+			"%s bytes: no turn to be read within %v (at most %d bodies over %d bytes are read at once); retry later",
+			n, s.o.LargeBodyWait, s.o.LargeBodyLanes, s.o.LargeBodyBytes))
 		return
 	}
 	if ctx.IsPost() {
@@ -394,8 +459,19 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	// its buffers grow.
 	hold := membudget.Hold{B: s.o.Memory}
 	defer hold.Release()
+	var lease bodyLease
 	if s.res != nil {
-		hold.Adopt(s.res.take(&ctx.Request.Header))
+		r := s.res.take(&ctx.Request.Header)
+		hold.Adopt(r.n)
+		if r.leased {
+			lease = bodyLease{buf: r.buf, class: r.n}
+		}
+		if r.inLane {
+			// The turn is over once the body is read (or on any return
+			// before).
+			lease.inLane = true
+			defer lease.leaveLane(s.lane)
+		}
 	}
 	if n := ctx.Request.Header.ContentLength(); n > 0 && !hold.Grow(int64(n)+1) {
 		s.refuseMemory(ctx, model, "memory_declared", int64(n))
@@ -403,7 +479,15 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	}
 	bp := bodyBuffers.Get().(*[]byte)
 	defer putBodyBuffer(bp)
-	raw, body, err := s.readBody(ctx, bp, &hold)
+	// Runs before hold.Release, after call.Release: nothing refers to the
+	// body then.
+	defer func() {
+		if lease.keep != nil {
+			hold.Keep(lease.keep)
+		}
+	}()
+	raw, body, err := s.readBody(ctx, bp, &lease, &hold)
+	lease.leaveLane(s.lane)
 	if errors.Is(err, errOverBudget) {
 		s.refuseMemory(ctx, model, "memory_growing", hold.Held())
 		return
@@ -466,9 +550,31 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	s.m.latencyOf(model).Observe(time.Since(start).Seconds())
 }
 
+// bodyLease is a large body's buffer: the pooled one its reservation
+// leased (buf, nil when the budget had none idle; class, its size class),
+// and the one it was read into, to keep in the pool once the request is
+// answered (keep). inLane: the body holds a turn of the large-body lane.
+type bodyLease struct {
+	buf    []byte
+	class  int64
+	keep   []byte
+	inLane bool
+}
+
+// leaveLane gives the lane's turn back, once.
+func (l *bodyLease) leaveLane(ln *lane) {
+	if l.inLane {
+		l.inLane = false
+		ln.leave()
+	}
+}
+
 // Body buffers are reused: once Submit has returned nothing refers to a
 // request's bytes (the upstream call that streamed them has ended), so the
 // next request reads into the same memory instead of new, zeroed memory.
+// Small bodies' buffers are kept here; large ones (past
+// membudget.MinClass, with a budget) in the budget's pool of size
+// classes, counted in it (bodyLease).
 var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // poolBodyMax is the largest buffer kept for reuse (an image batch's
@@ -485,7 +591,7 @@ func putBodyBuffer(bp *[]byte) {
 // readBody reads the whole body within the size limit into *bp and decodes
 // a Content-Encoding of gzip or deflate. raw is the body as sent, body the
 // decoded one (the same slice when not encoded).
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, hold *membudget.Hold) (raw, body []byte, err error) {
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, lease *bodyLease, hold *membudget.Hold) (raw, body []byte, err error) {
 	limit := s.o.MaxBodyBytes
 	// -1 chunked, -2 none; never over the limit (headerReceived).
 	declared := int64(ctx.Request.Header.ContentLength())
@@ -496,10 +602,24 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, hold *membudget.
 		// With the declared length held by the memory budget, a body whose
 		// first reserveMax bytes came grows to it at once (whole): a 60 MB
 		// body would otherwise hold its last two buffers, 32 and 60 MB, at
-		// once while it is copied from one to the other.
-		whole := hold.B != nil && declared > 0 && hold.Held() > declared
+		// once while it is copied from one to the other. A leased body
+		// grows to its size class, so that its buffer can be pooled, or
+		// reads into the pooled buffer its lease came with.
+		var whole int64
+		switch {
+		case lease.buf != nil:
+			buf = lease.buf[:0]
+		case lease.class > 0:
+			whole = lease.class
+		case hold.B != nil && declared > 0 && hold.Held() > declared:
+			whole = declared + 1
+		}
 		raw, err = readAll(stream, limit+1, buf, declared, whole, func(c int) bool { return hold.Grow(int64(c)) })
-		*bp = raw[:0]
+		if lease.class > 0 && int64(cap(raw)) == lease.class {
+			lease.keep = raw[:0]
+		} else {
+			*bp = raw[:0]
+		}
 		if errors.Is(err, errOverBudget) {
 			return nil, nil, err
 		}
@@ -542,7 +662,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, hold *membudget.
 	if !charge(int(min(4*int64(len(raw)), limit+1))) {
 		return nil, nil, errOverBudget
 	}
-	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1, false, charge)
+	body, err = readAll(dec, limit+1, make([]byte, 0, min(4*int64(len(raw)), limit+1)), -1, 0, charge)
 	switch {
 	case errors.Is(err, errOverBudget):
 		return nil, nil, err
@@ -575,20 +695,24 @@ const reserveMax = 1 << 20
 // body), so that memory held follows the bytes received, at most twice
 // over; when it refuses, readAll stops with errOverBudget.
 //
-// whole, with a declared length, grows a buffer that holds reserveMax
-// bytes straight to declared+1.
-func readAll(r io.Reader, limit int64, buf []byte, declared int64, whole bool, charge func(length int) bool) ([]byte, error) {
+// whole, when > declared, grows a buffer that holds reserveMax bytes
+// straight to a capacity of whole (declared+1, or a pool's size class).
+func readAll(r io.Reader, limit int64, buf []byte, declared int64, whole int64, charge func(length int) bool) ([]byte, error) {
 	held := 0 // the length charged for
 	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
 			grow := max(cap(buf), 512)
 			if declared > int64(len(buf)) {
 				grow = int(min(int64(grow), declared+1-int64(len(buf))))
-				if whole && len(buf) >= reserveMax {
-					grow = int(declared + 1 - int64(len(buf)))
-				}
 			}
-			buf = slices.Grow(buf, grow)
+			if whole > declared && declared > int64(len(buf)) && len(buf) >= reserveMax {
+				// Exactly whole: append's growth would round it up.
+				nb := make([]byte, len(buf), whole)
+				copy(nb, buf)
+				buf = nb
+			} else {
+				buf = slices.Grow(buf, grow)
+			}
 		}
 		end := int(min(int64(cap(buf)), limit))
 		if len(buf) >= held {
@@ -625,6 +749,13 @@ var errOverBudget = errors.New("over the memory budget")
 // the answer before the client reads it). Past the limit, or on an error,
 // the connection closes.
 func (s *Server) refuseMemory(ctx *fasthttp.RequestCtx, model, reason string, n int64) {
+	s.refuse(ctx, model, reason, fmt.Sprintf("the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), n))
+}
+
+// refuse answers 503 with Retry-After and msg to a request refused before
+// its body was read (reason: the metric's label), its body thrown away
+// first as refuseMemory says.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, model, reason, msg string) {
 	s.m.Rejected.WithLabelValues(reason).Inc()
 	if stream := ctx.RequestBodyStream(); stream != nil {
 		bp := drainBuffers.Get().(*[]byte)
@@ -640,8 +771,7 @@ func (s *Server) refuseMemory(ctx *fasthttp.RequestCtx, model, reason string, n 
 			ctx.SetConnectionClose()
 		}
 	}
-	s.fail(ctx, model, &kserve.Error{Status: http.StatusServiceUnavailable,
-		Msg: fmt.Sprintf("the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), n)})
+	s.fail(ctx, model, &kserve.Error{Status: http.StatusServiceUnavailable, Msg: msg})
 }
 
 var drainBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

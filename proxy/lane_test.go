@@ -1,0 +1,162 @@
+package proxy_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/internal/membudget"
+	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/proxy"
+)
+
+// expectClient is a large request sent with "Expect: 100-continue": its
+// headers first, its body when told to go on.
+type expectClient struct {
+	t    *testing.T
+	c    net.Conn
+	br   *bufio.Reader
+	body string
+}
+
+func startExpect(t *testing.T, base, body string) *expectClient {
+	t.Helper()
+	c, err := net.Dial("tcp", base[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "POST /v2/models/simple/infer HTTP/1.1\r\nHost: p\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(body))
+	return &expectClient{t: t, c: c, br: bufio.NewReader(c), body: body}
+}
+
+// answer reads the next answer's status, Retry-After and body.
+func (e *expectClient) answer() (int, string, string) {
+	e.t.Helper()
+	resp, err := http.ReadResponse(e.br, nil)
+	if err != nil {
+		e.t.Fatalf("reading an answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	if resp.StatusCode != http.StatusContinue {
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			sb.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+	}
+	return resp.StatusCode, resp.Header.Get("Retry-After"), sb.String()
+}
+
+// send sends the body once told to go on and returns the final status.
+func (e *expectClient) send() int {
+	e.t.Helper()
+	if _, err := e.c.Write([]byte(e.body)); err != nil {
+		e.t.Fatal(err)
+	}
+	st, _, _ := e.answer()
+	return st
+}
+
+// The large-body lane: with one lane, a second large body waits for the
+// first to be read before it is told to go on (its "100 Continue" comes
+// then), or is refused 503 with Retry-After once its wait passes the
+// bound; small requests are served while it waits; every request is
+// answered, and the budget holds nothing but pooled buffers afterwards.
+// The waits are seen through the lane's test hook, not slept for.
+func TestLargeBodyLane(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+		// want is the second large request's answer once it stops waiting.
+		want int
+		// pooled is the buffers kept afterwards: one per large body read
+		// while another was leased (the third reuses one).
+		pooled int64
+	}{
+		{"the second waits its turn", 20 * time.Second, http.StatusContinue, 2},
+		{"the second waits past the bound", time.Millisecond, http.StatusServiceUnavailable, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			budget := membudget.New(64 << 20)
+			base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
+				MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+				RetryAfter: 3 * time.Second, LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: tc.wait})
+			waiting := make(chan struct{}, 4)
+			defer proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} })()
+			large := inferBody(3 << 19) // 1.5 MiB
+
+			first := startExpect(t, base, large)
+			if st, _, body := first.answer(); st != http.StatusContinue {
+				t.Fatalf("the first large request, alone: %d %q, want 100", st, body)
+			}
+			// The first holds the lane (told to go on, its body not sent).
+			second := startExpect(t, base, large)
+			select {
+			case <-waiting:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the second large request did not wait for the lane")
+			}
+			// Small requests, and bodies under the lane's threshold, do
+			// not wait.
+			for _, n := range []int{1 << 10, 512 << 10} {
+				if a := exchange(t, base, post(inferBody(n)), false); a.status != http.StatusOK {
+					t.Fatalf("a %d-byte request while a large one waits: %d %q", n, a.status, a.body)
+				}
+			}
+			if tc.want == http.StatusServiceUnavailable {
+				st, retry, body := second.answer()
+				msg, _ := kserve.ParseErrorBody([]byte(body))
+				if st != http.StatusServiceUnavailable || retry != "3" || !strings.Contains(msg, "no turn") {
+					t.Fatalf("the second large request past its wait: %d, Retry-After %q, %q", st, retry, body)
+				}
+				if st := first.send(); st != http.StatusOK {
+					t.Fatalf("the first large request: %d", st)
+				}
+			} else {
+				if st := first.send(); st != http.StatusOK {
+					t.Fatalf("the first large request: %d", st)
+				}
+				if st, _, body := second.answer(); st != http.StatusContinue {
+					t.Fatalf("the second large request after the first: %d %q, want 100", st, body)
+				}
+				if st := second.send(); st != http.StatusOK {
+					t.Fatalf("the second large request: %d", st)
+				}
+			}
+			// The lane is free again: a third is told to go on at once.
+			third := startExpect(t, base, large)
+			if st, _, _ := third.answer(); st != http.StatusContinue {
+				t.Fatalf("a third large request once the lane is free: %d", st)
+			}
+			if st := third.send(); st != http.StatusOK {
+				t.Fatalf("the third large request: %d", st)
+			}
+			select {
+			case <-waiting:
+				t.Fatal("a large request waited for the lane while it was free")
+			default:
+			}
+			// Answered: the budget holds only the pooled buffers of the
+			// large bodies' size class, reused, not one per request.
+			class := tc.pooled * membudget.Class(int64(len(large))+1)
+			waitForBudget(t, budget, class)
+			deadline := time.Now().Add(5 * time.Second)
+			for budget.Used() != class && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if budget.Used() != class || budget.Pooled() != class {
+				t.Fatalf("after the large requests: used %d, pooled %d, want both %d (%d pooled buffers)", budget.Used(), budget.Pooled(), class, tc.pooled)
+			}
+		})
+	}
+}
