@@ -7,13 +7,18 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
+	"runtime/debug"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/kservetest"
 	"github.com/ratebatch/ratebatch/policy"
@@ -361,4 +366,85 @@ func TestBenchFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sinkBatcher answers every call of model "simple" with a small fixed
+// response, so that a benchmark measures reading the request alone.
+type sinkBatcher struct{}
+
+func (sinkBatcher) Model(name string) (int, bool) { return 8, name == "simple" }
+
+func (sinkBatcher) Submit(_ context.Context, _ string, c *dispatcher.Call) dispatcher.Result {
+	return dispatcher.Result{Resp: &kserve.Response{ModelName: "simple", Outputs: []kserve.Tensor{
+		{Name: "y", Datatype: "INT32", Shape: []int64{1, 1}, Data: []byte{byte(c.Rows), 0, 0, 0}}}}}
+}
+
+// BenchmarkLargeBody posts large binary bodies (one INT32 tensor of the
+// given size) over loopback to a front door with a 512 MiB memory budget,
+// from conc clients at once, with the budget's pool of large buffers
+// (pool) and without (new: every body a new buffer, as before the pool).
+// gc/op is the collector's cycles per request: what a body's fresh
+// allocation costs everyone else.
+func BenchmarkLargeBody(b *testing.B) {
+	for _, mib := range []int{16, 60} {
+		for _, conc := range []int{1, 4} {
+			for _, pool := range []bool{false, true} {
+				name := fmt.Sprintf("body=%dMiB/conc=%d/buffers=new", mib, conc)
+				if pool {
+					name = fmt.Sprintf("body=%dMiB/conc=%d/buffers=pool", mib, conc)
+				}
+				b.Run(name, func(b *testing.B) { benchLargeBody(b, mib<<20, conc, pool) })
+			}
+		}
+	}
+}
+
+func benchLargeBody(b *testing.B, size, conc int, pool bool) {
+	defer proxy.SetLargeBodyPool(pool)()
+	budget := membudget.New(512 << 20)
+	b.Cleanup(budget.DropIdle) // the next case starts without this one's buffers
+	// The runtime's soft limit as serve sets it (membudget.LimitRuntime).
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(budget.Limit() + 96<<20))
+	target := startFront(b, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: sinkBatcher{},
+		MaxBodyBytes: 64 << 20, Forward: fakeUpstream{}, Memory: budget, LargeBodyLanes: -1})
+	n := size / 4
+	header := fmt.Sprintf(`{"inputs":[{"name":"x","datatype":"INT32","shape":[1,%d],"parameters":{"binary_data_size":%d}}]}`, n, 4*n)
+	body := append([]byte(header), make([]byte, 4*n)...)
+	u, _ := url.Parse(target)
+	hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: conc, NoDefaultUserAgentHeader: true}
+	b.Cleanup(hc.CloseIdleConnections)
+	var gc0, gc1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&gc0)
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range conc {
+		wg.Go(func() {
+			var req fasthttp.Request
+			var resp fasthttp.Response
+			req.SetRequestURI(target + "/v2/models/simple/infer")
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.Header.SetContentType("application/octet-stream")
+			req.Header.Set(kserve.HeaderContentLength, strconv.Itoa(len(header)))
+			req.SetBodyRaw(body)
+			for next.Add(1) <= int64(b.N) {
+				resp.Reset()
+				if err := hc.DoTimeout(&req, &resp, 30*time.Second); err != nil {
+					b.Error(err)
+					return
+				}
+				if resp.StatusCode() != http.StatusOK {
+					b.Errorf("status %d: %.200s", resp.StatusCode(), resp.Body())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	runtime.ReadMemStats(&gc1)
+	b.ReportMetric(float64(gc1.NumGC-gc0.NumGC)/float64(b.N), "gc/op")
+	b.ReportMetric(float64(gc1.TotalAlloc-gc0.TotalAlloc)/float64(b.N), "heapB/op")
 }

@@ -13,3 +13,10 @@ func SetTestHookLaneWait(f func()) (restore func()) {
 	testHookLaneWait.Store(&f)
 	return func() { testHookLaneWait.Store(nil) }
 }
+
+// SetLargeBodyPool turns the pooling of large body buffers off (the
+// baseline of BenchmarkLargeBody) or on until the returned function.
+func SetLargeBodyPool(on bool) (restore func()) {
+	testNoLargePool.Store(!on)
+	return func() { testNoLargePool.Store(false) }
+}

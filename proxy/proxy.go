@@ -598,7 +598,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, lease *bodyLease
 	if stream := ctx.RequestBodyStream(); stream != nil {
 		// Reserve the declared length only up to reserveMax: a client that
 		// declares 64 MiB and sends nothing must not hold 64 MiB.
-		buf := slices.Grow((*bp)[:0], int(min(max(declared, 512), reserveMax)+1))
+		var buf []byte
 		// With the declared length held by the memory budget, a body whose
 		// first reserveMax bytes came grows to it at once (whole): a 60 MB
 		// body would otherwise hold its last two buffers, 32 and 60 MB, at
@@ -613,6 +613,10 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, lease *bodyLease
 			whole = lease.class
 		case hold.B != nil && declared > 0 && hold.Held() > declared:
 			whole = declared + 1
+		}
+		if buf == nil {
+			*bp = slices.Grow((*bp)[:0], int(min(max(declared, 512), reserveMax)+1))
+			buf = *bp
 		}
 		raw, err = readAll(stream, limit+1, buf, declared, whole, func(c int) bool { return hold.Grow(int64(c)) })
 		if lease.class > 0 && int64(cap(raw)) == lease.class {

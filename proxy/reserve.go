@@ -61,7 +61,7 @@ func newReservations(b *membudget.Budget, readTimeout time.Duration, l *lane) *r
 func (r *reservations) reserve(h *fasthttp.RequestHeader, declared int64) bool {
 	r.drop(h)
 	v := reservation{n: declared + 1}
-	if v.n > membudget.MinClass {
+	if v.n > membudget.MinClass && !testNoLargePool.Load() {
 		l, ok := r.b.Lease(v.n)
 		if !ok {
 			return false
@@ -174,6 +174,10 @@ func (l *lane) enter() bool {
 
 // leave gives a slot back.
 func (l *lane) leave() { <-l.slots }
+
+// testNoLargePool, set only by benchmarks, reads large bodies into new
+// buffers, as before the pool: the baseline the pool is measured against.
+var testNoLargePool atomic.Bool
 
 // testHookLaneWait, set only by tests, runs when a large body starts
 // waiting for a slot of the lane: the happens-before signal that it waits.

@@ -162,4 +162,8 @@ func TestLeasesNeverPassTheLimit(t *testing.T) {
 	if b.Used() != b.Pooled() || b.Used() > b.Limit() || b.Peak() > b.Limit() {
 		t.Fatalf("used %d, pooled %d, peak %d, limit %d", b.Used(), b.Pooled(), b.Peak(), b.Limit())
 	}
+	b.DropIdle()
+	if b.Used() != 0 || b.Pooled() != 0 {
+		t.Fatalf("after DropIdle: used %d, pooled %d", b.Used(), b.Pooled())
+	}
 }
