@@ -1,14 +1,17 @@
 package proxy_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -447,4 +450,130 @@ func benchLargeBody(b *testing.B, size, conc int, pool bool) {
 	runtime.ReadMemStats(&gc1)
 	b.ReportMetric(float64(gc1.NumGC-gc0.NumGC)/float64(b.N), "gc/op")
 	b.ReportMetric(float64(gc1.TotalAlloc-gc0.TotalAlloc)/float64(b.N), "heapB/op")
+}
+
+// BenchmarkSmallBesideLarge is scripts/memload.sh in miniature, in one
+// process: large clients post 60 MiB binary bodies without pause (each
+// with "Expect: 100-continue", a refused one trying again at once), while
+// b.N small requests are sent one after another, 20 ms apart, to a front
+// door with a 512 MiB budget and the runtime's soft limit as serve sets
+// it. It reports the small requests' p50 and p99 (ms) and the large
+// bodies answered 200 per second, without the large clients (alone),
+// and beside them with and without the pool of large buffers and the
+// large-body lane. Run it with -benchtime 200x or so; read the ratios of
+// its cases, not their figures.
+func BenchmarkSmallBesideLarge(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		large int
+		pool  bool
+		lanes int
+	}{
+		{"alone", 0, true, 0},
+		{"beside/buffers=new/lanes=none", 8, false, -1}, // as before the pool and the lane
+		{"beside/buffers=pool/lanes=none", 8, true, -1},
+		{"beside/buffers=new/lanes=1", 8, false, 1},
+		{"beside/buffers=pool/lanes=1", 8, true, 1},
+		{"beside/buffers=pool/lanes=2", 8, true, 2},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchSmallBeside(b, c.large, c.pool, c.lanes) })
+	}
+}
+
+func benchSmallBeside(b *testing.B, large int, pool bool, lanes int) {
+	defer proxy.SetLargeBodyPool(pool)()
+	budget := membudget.New(512 << 20)
+	b.Cleanup(budget.DropIdle)
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(budget.Limit() + 96<<20))
+	target := startFront(b, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: sinkBatcher{},
+		MaxBodyBytes: 64 << 20, Forward: fakeUpstream{}, Memory: budget, LargeBodyLanes: lanes, RetryAfter: time.Second})
+	addr := target[len("http://"):]
+	const size = 60 << 20
+	header := fmt.Sprintf(`{"inputs":[{"name":"x","datatype":"INT32","shape":[1,%d],"parameters":{"binary_data_size":%d}}]}`, size/4, size)
+	body := append([]byte(header), make([]byte, size)...)
+	head := fmt.Appendf(nil, "POST /v2/models/simple/infer HTTP/1.1\r\nHost: p\r\nContent-Type: application/octet-stream\r\n"+
+		"Inference-Header-Content-Length: %d\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(header), len(body))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for range large {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if largeOnce(addr, head, body) {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	u, _ := url.Parse(target)
+	hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1, NoDefaultUserAgentHeader: true}
+	b.Cleanup(hc.CloseIdleConnections)
+	var req fasthttp.Request
+	var resp fasthttp.Response
+	req.SetRequestURI(target + "/v2/models/simple/infer")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(inferBody(200))
+	lat := make([]time.Duration, 0, b.N)
+	t0 := time.Now()
+	b.ResetTimer()
+	for i := range b.N {
+		if d := time.Until(t0.Add(time.Duration(i) * 20 * time.Millisecond)); d > 0 {
+			time.Sleep(d) // the stream's pace, as memload.py's
+		}
+		start := time.Now()
+		resp.Reset()
+		if err := hc.DoTimeout(&req, &resp, 30*time.Second); err != nil || resp.StatusCode() != http.StatusOK {
+			b.Fatalf("small request %d: %v %d %.200s", i, err, resp.StatusCode(), resp.Body())
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	took := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[min(len(lat)-1, int(p*float64(len(lat)-1)+0.5))]) / 1e6 }
+	b.ReportMetric(q(0.5), "p50_ms")
+	b.ReportMetric(q(0.99), "p99_ms")
+	b.ReportMetric(float64(ok.Load())/took.Seconds(), "large_ok/s")
+}
+
+// largeOnce posts one large body, waiting for "100 Continue" first, and
+// reports whether it was answered 200 (a 503 comes instead of the 100).
+func largeOnce(addr string, head, body []byte) bool {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	if _, err := c.Write(head); err != nil {
+		return false
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusContinue {
+		return false
+	}
+	if _, err := c.Write(body); err != nil {
+		return false
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }

@@ -62,11 +62,14 @@ func (b *Budget) Peak() int64 {
 
 // acquire takes n bytes if they fit, dropping idle pooled buffers to make
 // room if need be, else nothing.
-func (b *Budget) acquire(n int64) bool {
+func (b *Budget) acquire(n int64) bool { return b.acquireUpTo(n, b.limit) }
+
+// acquireUpTo takes n bytes if the bytes used stay within upTo.
+func (b *Budget) acquireUpTo(n, upTo int64) bool {
 	for {
 		u := b.used.Load()
-		if u+n > b.limit {
-			if b.reclaim(n) {
+		if u+n > upTo {
+			if b.reclaim(n, upTo) {
 				continue
 			}
 			return false

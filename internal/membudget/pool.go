@@ -28,6 +28,13 @@ const MinClass = 1 << 20
 // most 1/classSteps larger than the body it was taken for.
 const classSteps = 8
 
+// Leases, the large bodies, may hold the budget only up to its limit less
+// a share of 1/SmallShare: the rest stays for small requests, which would
+// otherwise be refused whenever a few large bodies, rounded up to their
+// size classes, fill the budget to its last byte. (A 512 MiB budget keeps
+// 32 MiB for them, and admits eight 60 MiB bodies.)
+const SmallShare = 16
+
 // IdleFor is how long an idle buffer is kept.
 const IdleFor = 30 * time.Second
 
@@ -69,8 +76,9 @@ type Lease struct {
 
 // Lease takes room for a body of n bytes, rounded up to its size class:
 // an idle buffer of that class if the pool has one (its bytes are already
-// counted: they pass to the lease), else room in the budget, dropping
-// idle buffers of other classes to make it if need be. false: no room.
+// counted: they pass to the lease), else room in the budget below its
+// small requests' share (SmallShare), dropping idle buffers of other
+// classes to make it if need be. false: no room.
 // A nil budget leases nothing and always has room.
 func (b *Budget) Lease(n int64) (Lease, bool) {
 	if b == nil {
@@ -88,7 +96,7 @@ func (b *Budget) Lease(n int64) (Lease, bool) {
 		return Lease{N: c, Buf: buf[:0]}, true
 	}
 	p.mu.Unlock()
-	if !b.acquire(c) {
+	if !b.acquireUpTo(c, b.limit-b.limit/SmallShare) {
 		return Lease{}, false
 	}
 	return Lease{N: c}, true
@@ -130,15 +138,15 @@ func (b *Budget) Pooled() int64 {
 	return b.pool.bytes
 }
 
-// reclaim drops idle buffers, oldest class first, until need bytes would
-// fit the budget or none is left; it reports whether it dropped any.
-func (b *Budget) reclaim(need int64) bool {
+// reclaim drops idle buffers until need more bytes would keep the bytes
+// used within upTo, or none is left; it reports whether it dropped any.
+func (b *Budget) reclaim(need, upTo int64) bool {
 	p := &b.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	dropped := false
 	for c, l := range p.idle {
-		for len(l) > 0 && b.used.Load()+need > b.limit {
+		for len(l) > 0 && b.used.Load()+need > upTo {
 			l[0] = idleBuf{}
 			l = l[1:]
 			p.bytes -= c
@@ -150,7 +158,7 @@ func (b *Budget) reclaim(need int64) bool {
 		} else {
 			p.idle[c] = l
 		}
-		if b.used.Load()+need <= b.limit {
+		if b.used.Load()+need <= upTo {
 			break
 		}
 	}
@@ -208,6 +216,6 @@ func (p *pool) schedule(d time.Duration, f func()) *time.Timer {
 // process that wants its memory back at once).
 func (b *Budget) DropIdle() {
 	if b != nil {
-		b.reclaim(b.limit + 1)
+		b.reclaim(1, 0)
 	}
 }

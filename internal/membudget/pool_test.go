@@ -100,6 +100,15 @@ func TestLeaseKeepReclaimTrim(t *testing.T) {
 	if _, ok := b.Lease(3 * M); ok {
 		t.Fatal("leased 3 MiB with 2 MiB left")
 	}
+	// The small requests' share: 1.5 MiB more fits the budget (9.5 of
+	// 10) but not a lease (limit less 1/16: 9.375).
+	if _, ok := b.Lease(3 * M / 2); ok {
+		t.Fatal("a lease took the small requests' share")
+	}
+	if !b.Acquire(3 * M / 2) {
+		t.Fatal("a small request refused its share")
+	}
+	b.Release(3 * M / 2)
 	b.Release(l3.N)
 
 	// A buffer that is not a whole class, or more than its hold holds, is
