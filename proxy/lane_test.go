@@ -160,3 +160,41 @@ func TestLargeBodyLane(t *testing.T) {
 		})
 	}
 }
+
+// A turn of the lane comes back when its client leaves before sending
+// its body: the one waiting behind it is told to go on, and the budget
+// holds nothing of the one that left.
+func TestLargeBodyLaneComesBack(t *testing.T) {
+	budget := membudget.New(64 << 20)
+	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
+		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+		LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: 20 * time.Second})
+	waiting := make(chan struct{}, 4)
+	defer proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} })()
+	large := inferBody(3 << 19)
+	first := startExpect(t, base, large)
+	if st, _, _ := first.answer(); st != http.StatusContinue {
+		t.Fatalf("the first large request: %d, want 100", st)
+	}
+	second := startExpect(t, base, large)
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second large request did not wait for the lane")
+	}
+	first.c.Close() // leaves with its turn
+	if st, _, body := second.answer(); st != http.StatusContinue {
+		t.Fatalf("the second large request once the first left: %d %q, want 100", st, body)
+	}
+	if st := second.send(); st != http.StatusOK {
+		t.Fatalf("the second large request: %d", st)
+	}
+	class := membudget.Class(int64(len(large)) + 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for budget.Used() != budget.Pooled() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if budget.Used() != budget.Pooled() || budget.Pooled() > 2*class {
+		t.Fatalf("after: used %d, pooled %d (class %d): the one that left still holds room", budget.Used(), budget.Pooled(), class)
+	}
+}
