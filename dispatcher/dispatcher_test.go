@@ -142,11 +142,17 @@ type harness struct {
 	reg *prometheus.Registry
 }
 
-func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream) *harness {
+// newHarness starts a dispatcher with one model; setup, if any, changes
+// the dispatcher before its queue's goroutine starts (options, the clock),
+// which a test must not do after.
+func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream, setup ...func(*Dispatcher)) *harness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	d := New(Options{Upstream: up, Retries: 1, Metrics: m})
+	for _, f := range setup {
+		f(d)
+	}
 	pl := newPlanner(rule)
 	spec.Name, spec.Planner = "simple", pl
 	if spec.MaxBatch == 0 {
@@ -399,8 +405,7 @@ func TestUpstreamFailures(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/wire=%v", tt.name, wire), func(t *testing.T) {
 				up := &fakeUpstream{}
 				tt.setup(up)
-				h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
-				h.d.o.Retries = tt.retries
+				h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up, func(d *Dispatcher) { d.o.Retries = tt.retries })
 				c := call(t, 1, 1)
 				if wire {
 					wired(t, c, true)

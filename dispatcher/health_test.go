@@ -85,8 +85,7 @@ func TestBackoff(t *testing.T) {
 // growing pauses, and all go once it answers.
 func TestHoldRidesOutAnOutage(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 4}, up)
-	h.d.o.Hold = 5 * time.Second
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 4}, up, func(d *Dispatcher) { d.o.Hold = 5 * time.Second })
 	up.refuse.Store(true)
 	// Found down already: every batch then goes through admit. (Batches
 	// admitted while it was still up may overlap their first try with the
@@ -131,8 +130,7 @@ func TestHoldRidesOutAnOutage(t *testing.T) {
 // and a probe out fails at once.
 func TestHoldDeadline(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 2}, up)
-	h.d.o.Hold = 400 * time.Millisecond
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 2}, up, func(d *Dispatcher) { d.o.Hold = 400 * time.Millisecond })
 	up.refuse.Store(true)
 
 	short := call(t, 1, 1)

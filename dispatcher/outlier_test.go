@@ -20,10 +20,11 @@ import (
 // upstream heals makes the model healthy again.
 func TestOutlierServerErrorsMarkTheModelFailing(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
-	h.d.o.Outlier = Outlier{ConsecutiveErrors: 3, ProbeInterval: time.Hour}
 	clock := &manualClock{t: time.Unix(1000, 0)}
-	h.d.now = clock.now
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up, func(d *Dispatcher) {
+		d.o.Outlier = Outlier{ConsecutiveErrors: 3, ProbeInterval: time.Hour}
+		d.now = clock.now
+	})
 	up.status.Store(500)
 	submit := func(i int) Result { return h.d.Submit(context.Background(), "simple", call(t, int32(i), 1)) }
 	for i := range 3 {
@@ -79,9 +80,10 @@ func TestOutlierServerErrorsMarkTheModelFailing(t *testing.T) {
 // A member's bad input (4xx) and connection errors do not count.
 func TestOutlierIgnoresBadInputAndConnectionErrors(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
-	h.d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
-	h.d.o.Retries = 0
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up, func(d *Dispatcher) {
+		d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
+		d.o.Retries = 0
+	})
 	for i := range 4 {
 		if r := h.d.Submit(context.Background(), "simple", call(t, badValue, 1)); status(r.Err) != http.StatusBadRequest {
 			t.Fatalf("bad input %d: %v", i, r.Err)
@@ -118,9 +120,10 @@ func (u *hangingUpstream) Infer(model, version string, b Body) (*Reply, error) {
 // hung batch is finally answered the model is healthy again.
 func TestOutlierHungBatch(t *testing.T) {
 	up := &hangingUpstream{release: make(chan struct{})}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 1}, nil)
-	h.d.o.Upstream = up
-	h.d.o.Outlier = Outlier{HungFactor: 10, HungMin: 50 * time.Millisecond, ProbeInterval: time.Hour}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 1}, nil, func(d *Dispatcher) {
+		d.o.Upstream = up
+		d.o.Outlier = Outlier{HungFactor: 10, HungMin: 50 * time.Millisecond, ProbeInterval: time.Hour}
+	})
 	c := call(t, 1, 1)
 	if err := checkAnswer(c, h.d.Submit(context.Background(), "simple", c)); err != nil { // arms hung detection
 		t.Fatal(err)
@@ -170,9 +173,10 @@ func TestOutlierHungBatch(t *testing.T) {
 // refuses connections ride out the outage with hung detection on.
 func TestOutlierLeavesTheOutageHoldAlone(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 4}, up)
-	h.d.o.Hold = 5 * time.Second
-	h.d.o.Outlier = Outlier{ConsecutiveErrors: 1, HungFactor: 1, HungMin: 20 * time.Millisecond, ProbeInterval: time.Hour}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 4}, up, func(d *Dispatcher) {
+		d.o.Hold = 5 * time.Second
+		d.o.Outlier = Outlier{ConsecutiveErrors: 1, HungFactor: 1, HungMin: 20 * time.Millisecond, ProbeInterval: time.Hour}
+	})
 	c := call(t, 1, 1)
 	if err := checkAnswer(c, h.d.Submit(context.Background(), "simple", c)); err != nil {
 		t.Fatal(err)
