@@ -117,36 +117,13 @@ func httpRun(ctx context.Context, o options, reps []*replica, arm string, rate f
 		}
 		return es, nil
 	}
-	var e0 []float64
-	var t0 time.Time
-	var eerr error
-	rctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
-	defer cancel()
-	go func() {
-		select {
-		case <-time.After(o.warmup):
-		case <-rctx.Done():
-			return
-		}
-		e, err := energy()
-		mu.Lock()
-		measuring, e0, t0, eerr = true, e, time.Now(), err
-		mu.Unlock()
-	}()
-	poisson(rctx, rate, seed, send)
-	if ctx.Err() != nil {
-		return res, ctx.Err()
-	}
-	e1, err := energy()
+	e0, e1, t0, ok, err := measure(ctx, o, rate, seed, &mu, &measuring, energy, send)
 	if err != nil {
 		return res, err
 	}
-	mu.Lock()
+	mu.Lock() // sends still answering write res
 	defer mu.Unlock()
-	if eerr != nil {
-		return res, eerr
-	}
-	if e0 == nil {
+	if !ok {
 		return res, errors.New("the run ended before its warm-up")
 	}
 	for i := range reps {

@@ -304,6 +304,40 @@ func poisson(ctx context.Context, rate float64, seed uint64, send func()) {
 	}
 }
 
+// measure offers Poisson load at rate for o.warmup and then o.duration.
+// At the end of the warm-up it reads the energy counter (e0, at t0) and
+// sets *measuring under mu, so that send records from then on; after the
+// last answer it reads the counter again (e1: the energy while the measured
+// load was served, idle power included). ok is false when the run ended
+// before its warm-up did.
+func measure[E any](ctx context.Context, o options, rate float64, seed uint64, mu *sync.Mutex, measuring *bool,
+	energy func() (E, error), send func()) (e0, e1 E, t0 time.Time, ok bool, err error) {
+	var eerr error
+	rctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
+	defer cancel()
+	go func() {
+		select {
+		case <-time.After(o.warmup):
+		case <-rctx.Done():
+			return
+		}
+		e, err := energy()
+		mu.Lock()
+		*measuring, e0, t0, eerr, ok = true, e, time.Now(), err, true
+		mu.Unlock()
+	}()
+	poisson(rctx, rate, seed, send)
+	if ctx.Err() != nil {
+		return e0, e1, t0, false, ctx.Err()
+	}
+	if e1, err = energy(); err != nil {
+		return e0, e1, t0, false, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return e0, e1, t0, ok, eerr
+}
+
 func runRho(ctx context.Context, o options) error {
 	r, err := start(ctx, o, o.tauScale)
 	if err != nil {
@@ -537,37 +571,12 @@ func fleetRun(ctx context.Context, o options, reps []*replica, balancer string, 
 		}
 		return sum, nil
 	}
-	var e0 float64
-	var t0 time.Time
-	var eerr error
-	rctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
-	defer cancel()
-	go func() {
-		select {
-		case <-time.After(o.warmup):
-		case <-rctx.Done():
-			return
-		}
-		e, err := energy()
-		mu.Lock()
-		measuring, e0, t0, eerr = true, e, time.Now(), err
-		mu.Unlock()
-	}()
-	poisson(rctx, rate, seed, send)
-	if ctx.Err() != nil {
-		return res, ctx.Err()
-	}
-	// Energy up to the last answer: the fleet's energy while it served
-	// the measured load, idle power included.
-	e1, err := energy()
+	e0, e1, t0, _, err := measure(ctx, o, rate, seed, &mu, &measuring, energy, send)
 	if err != nil {
 		return res, err
 	}
-	mu.Lock()
+	mu.Lock() // sends still answering write res
 	defer mu.Unlock()
-	if eerr != nil {
-		return res, eerr
-	}
 	res.energyJ = e1 - e0
 	res.durationS = time.Since(t0).Seconds()
 	res.requests = len(res.lat)
