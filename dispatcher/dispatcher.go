@@ -109,10 +109,14 @@ type Dispatcher struct {
 	health *upstreamHealth
 	mu     sync.RWMutex
 	models map[string]*modelQueue
-	wg     sync.WaitGroup // queue loops
-	ctx    context.Context
-	cancel context.CancelFunc
-	trace  *tracer // nil: no decision trace
+	// draining is set under mu when Drain begins: SetModel adds no queue
+	// after it, so no queue loop joins wg while Drain waits on it (a
+	// discovery still running at shutdown would otherwise race the Wait).
+	draining bool
+	wg       sync.WaitGroup // queue loops
+	ctx      context.Context
+	cancel   context.CancelFunc
+	trace    *tracer // nil: no decision trace
 }
 
 // New returns a dispatcher with no models.
@@ -151,6 +155,9 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 	s.Instances = max(s.Instances, 1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.draining {
+		return fmt.Errorf("dispatcher: model %q: %w", s.Name, ErrClosed)
+	}
 	if q, ok := d.models[s.Name]; ok {
 		q.mu.Lock()
 		q.spec = s
@@ -248,12 +255,13 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 // ends; calls still queued then get 503. New calls are refused from the
 // start of Drain.
 func (d *Dispatcher) Drain(ctx context.Context) error {
-	d.mu.RLock()
+	d.mu.Lock()
+	d.draining = true
 	qs := make([]*modelQueue, 0, len(d.models))
 	for _, q := range d.models {
 		qs = append(qs, q)
 	}
-	d.mu.RUnlock()
+	d.mu.Unlock()
 	for _, q := range qs {
 		q.mu.Lock()
 		q.draining = true

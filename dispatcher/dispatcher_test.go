@@ -918,3 +918,33 @@ func TestRelease(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Models found while the proxy shuts down (discovery still running) are
+// refused: a queue added during Drain would start its loop while Drain
+// waits for the loops, which the race detector reports (CI found it).
+func TestSetModelDuringDrain(t *testing.T) {
+	d := New(Options{Upstream: &fakeUpstream{}, Retries: 1})
+	spec := func(name string) ModelSpec {
+		return ModelSpec{Name: name, MaxBatch: 8, QueueRows: 64, Planner: newPlanner(policy.Fill{Policy: "test", Batch: 1})}
+	}
+	if err := d.SetModel(spec("first")); err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; err == nil; i++ {
+			err = d.SetModel(spec(fmt.Sprintf("m%d", i)))
+		}
+		added <- err
+	}()
+	if err := d.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-added; !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetModel during Drain: %v, want ErrClosed", err)
+	}
+	if err := d.SetModel(spec("late")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetModel after Drain: %v, want ErrClosed", err)
+	}
+}
