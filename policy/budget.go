@@ -84,6 +84,7 @@ type Budget struct {
 
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
+	meter  solveMeter
 	trim   trim
 	solves int
 }
@@ -112,6 +113,7 @@ func init() {
 		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
 		p.NoTrim = o.NoTrim
+		p.meter = newSolveMeter(o)
 		return p, nil
 	})
 }
@@ -217,10 +219,38 @@ func (p *Budget) rule(grid int, m smdp.Model, busyTime bool) Rule {
 	if r, ok := cache.lookup(grid, m, p.resolve()); ok {
 		return r
 	}
-	r := p.solve(m, b, busyTime)
+	if !p.meter.allow() {
+		if r, ok := p.nearest(b, grid, m.MaxBatch); ok {
+			return r
+		}
+	}
+	r := p.meter.time(func() Rule { return p.solve(m, b, busyTime) })
 	p.solves++
 	cache.add(grid, m, r, budgetCacheSize)
 	return r
+}
+
+// nearest is the cached rule nearest to grid (planCache.nearest), of the
+// budget b if it has one, else of the budget nearest to b; its status says
+// it was not solved for this rate.
+func (p *Budget) nearest(b smdp.Budget, grid, maxBatch int) (Rule, bool) {
+	r, dist, ok := p.caches[b].nearest(grid, maxBatch)
+	if !ok {
+		bestGap := math.Inf(1)
+		for ob, c := range p.caches {
+			if or, od, ok2 := c.nearest(grid, maxBatch); ok2 && math.Abs(ob.Factor-b.Factor)+math.Abs(ob.AbsoluteMs-b.AbsoluteMs) < bestGap {
+				bestGap, r, dist, ok = math.Abs(ob.Factor-b.Factor)+math.Abs(ob.AbsoluteMs-b.AbsoluteMs), or, od, true
+			}
+		}
+	}
+	if !ok {
+		return nil, false
+	}
+	if br, isBR := r.(BudgetRule); isBR {
+		br.solveNote = deferredNote(dist)
+		return br, true
+	}
+	return r, true
 }
 
 // solve computes the constrained optimum for m and turns it into a rule; a
@@ -311,6 +341,7 @@ type BudgetRule struct {
 	constrained   smdp.Constrained
 	model         smdp.Model
 	trimNote      string // the live trim's state when the rule was handed out
+	solveNote     string // set when the rule was solved for another rate
 }
 
 // Decide implements Rule.
@@ -348,7 +379,7 @@ func draw(seed uint64, oldest time.Time, rows int) float64 {
 func (r BudgetRule) Status() Status {
 	st := r.first.Status()
 	st.BatchSize = min(r.first.Limit, r.second.Limit)
-	st.Note += r.trimNote
+	st.Note += r.solveNote + r.trimNote
 	return st
 }
 

@@ -12,7 +12,7 @@ import (
 
 func newBudget(t *testing.T, b string) *Budget {
 	t.Helper()
-	p, err := New(NameBudget, Options{LatencyBudget: b})
+	p, err := New(NameBudget, Options{LatencyBudget: b, SolveFree: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,11 @@ type Options struct {
 	// LatencyBudget is budget's mean-latency budget as smdp.ParseBudget
 	// reads it (empty: DefaultLatencyBudget).
 	LatencyBudget string `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
+	// SolveShare bounds the CPU of smdp's and budget's solves (see
+	// solveMeter); SolveFree lifts the bound, for the simulator, whose
+	// runs must not depend on how fast the machine solves.
+	SolveShare float64 `yaml:"solve_share" help:"smdp, budget: the share of one core their solves may take, averaged; past it a new rate is planned from the nearest rate solved (0: 0.1)"`
+	SolveFree  bool    `yaml:"-"`
 
 	// Util and From tune batchmonitor+ (zero: DefaultUtil, DefaultFrom);
 	// NoDrain makes it send the planned size only instead of the queue.
@@ -104,6 +109,8 @@ func (o Options) Validate() error {
 		return paramErr("target", "must be %q or %q, got %q", TargetRate, TargetMax, o.Target)
 	case o.SMax < 0:
 		return paramErr("smax", "must be >= 0 (0: automatic), got %d", o.SMax)
+	case !(o.SolveShare >= 0 && o.SolveShare <= 1):
+		return paramErr("solve_share", "must be in (0, 1] (0: %v), got %v", DefaultSolveShare, o.SolveShare)
 	case !(o.Resolve >= 0 && o.Resolve <= 1):
 		return paramErr("resolve", "must be in (0, 1] (0: the policy's default), got %v", o.Resolve)
 	}

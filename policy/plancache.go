@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/ratebatch/ratebatch/policy/smdp"
 )
@@ -89,4 +90,86 @@ func (c *planCache) add(grid int, m smdp.Model, r Rule, size int) {
 func extraNear(a, b smdp.Extra, d float64) bool {
 	return math.Abs(a.HoldLoneMs-b.HoldLoneMs) <= d && math.Abs(a.HoldMergedMs-b.HoldMergedMs) <= d &&
 		math.Abs(a.AfterLoneMs-b.AfterLoneMs) <= d && math.Abs(a.AfterMergedMs-b.AfterMergedMs) <= d
+}
+
+// nearest returns the cached rule for the same B_max whose grid rate is
+// closest to grid, preferring one at or below it (a plan for a lower rate
+// batches less, so it holds the latency budget at the higher one; a plan
+// for a higher rate waits for partners that come more slowly), and its
+// distance in grid steps. It leaves the order as it is.
+func (c *planCache) nearest(grid, maxBatch int) (r Rule, dist int, ok bool) {
+	best := math.MaxInt
+	for _, e := range c.entries {
+		if e.m.MaxBatch != maxBatch {
+			continue
+		}
+		d := grid - e.grid // >= 0: at or below
+		if d < 0 {
+			d = -2 * d // above: only when nothing below is as near
+		}
+		if d < best {
+			best, r, ok = d, e.rule, true
+		}
+	}
+	return r, best, ok
+}
+
+// DefaultSolveShare is the share of one core the solving policies (smdp,
+// budget) may spend on solves, averaged over time, when the options leave
+// it at zero. A solve near saturation takes hundreds of milliseconds and a
+// constrained optimum several of them: solved every time the rate moved a
+// grid step, they took 90% of a core of the live proxy at rho 0.99 on two
+// cores (588 µs of proxy CPU per request against ad-hoc's 61), and the
+// requests waited for the core.
+const DefaultSolveShare = 0.1
+
+// solveMeter keeps solves within a share of one core: after a solve that
+// took d it allows the next only d*(1/share - 1) later, by the wall clock
+// (the solve's cost is real time even in a simulation, whose runs must
+// then not depend on it: Options.SolveFree). Until then a policy plans
+// from the nearest solved rate. Guarded by the policy's mutex.
+type solveMeter struct {
+	share float64 // <= 0: no limit
+	next  time.Time
+	spent time.Duration
+}
+
+func newSolveMeter(o Options) solveMeter {
+	if o.SolveFree {
+		return solveMeter{}
+	}
+	return solveMeter{share: or(o.SolveShare, DefaultSolveShare)}
+}
+
+// allow reports whether a solve may start now.
+func (s *solveMeter) allow() bool { return s.share <= 0 || !time.Now().Before(s.next) }
+
+// time runs solve and accounts for its wall time.
+func (s *solveMeter) time(solve func() Rule) Rule {
+	start := time.Now()
+	r := solve()
+	d := time.Since(start)
+	s.spent += d
+	if s.share > 0 && s.share < 1 {
+		s.next = start.Add(d + time.Duration(float64(d)*(1/s.share-1)))
+	}
+	return r
+}
+
+// deferredNote says a rule came from another rate's solve, for its status.
+func deferredNote(dist int) string {
+	return fmt.Sprintf("; planned from the nearest solved rate (%d grid steps away): solves are past their share of a core", dist)
+}
+
+// noted is a rule whose status carries one more note.
+type noted struct {
+	Rule
+	note string
+}
+
+// Status implements Rule.
+func (n noted) Status() Status {
+	st := n.Rule.Status()
+	st.Note += n.note
+	return st
 }

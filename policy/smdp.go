@@ -71,6 +71,7 @@ type SMDP struct {
 
 	mu     sync.Mutex
 	cache  planCache
+	meter  solveMeter
 	solves int
 }
 
@@ -88,7 +89,7 @@ func NewSMDP(w1, w2 float64) (*SMDP, error) {
 func init() {
 	Register(NameSMDP, func(o Options) (Policy, error) {
 		w1, w2 := o.weights()
-		return &SMDP{W1: w1, W2: w2, SMax: o.SMax, Resolve: or(o.Resolve, DefaultResolve), MaxWait: o.MaxWait}, nil
+		return &SMDP{W1: w1, W2: w2, SMax: o.SMax, Resolve: or(o.Resolve, DefaultResolve), MaxWait: o.MaxWait, meter: newSolveMeter(o)}, nil
 	})
 }
 
@@ -117,7 +118,12 @@ func (p *SMDP) Plan(e Estimate) Rule {
 	if r, ok := p.cache.lookup(grid, m, p.resolve()); ok {
 		return r
 	}
-	rule := p.solve(m, e.HasEnergy)
+	if !p.meter.allow() {
+		if r, dist, ok := p.cache.nearest(grid, m.MaxBatch); ok {
+			return noted{r, deferredNote(dist)}
+		}
+	}
+	rule := p.meter.time(func() Rule { return p.solve(m, e.HasEnergy) })
 	p.solves++
 	p.cache.add(grid, m, rule, smdpCacheSize)
 	return rule

@@ -142,6 +142,8 @@ func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []pol
 	opts := f.opts
 	opts.MaxQueueDelay, opts.MaxWait = msDuration(f.maxQueueDelayMs), msDuration(f.maxWaitMs)
 	opts.NoTrim = !f.trim
+	// A simulated run must not depend on the machine's speed.
+	opts.SolveFree = true
 	f.opts = opts // a fleet builds one policy per replica from them
 	pols, err := sim.Policies(f.policies, opts, func(err error) { fmt.Fprintf(stderr, "ratebatch sim: skipping %v\n", err) })
 	if err != nil {

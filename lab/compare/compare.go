@@ -159,6 +159,7 @@ func (o *Options) build(name string, prof preset.Profile, sla time.Duration) (po
 		// exact in simulation, at the price of its ad-hoc slices.
 		opts.NoTrim = true
 	}
+	opts.SolveFree = true // a simulation's results must not depend on the machine's speed
 	return policy.New(name, opts)
 }
 

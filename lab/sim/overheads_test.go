@@ -74,7 +74,7 @@ func TestClosedLoopClients(t *testing.T) {
 	for _, n := range []int{1, 4} {
 		res := map[string]Result{}
 		for _, name := range []string{policy.NameAdhoc, policy.NameBudget} {
-			pol, err := policy.New(name, policy.Options{})
+			pol, err := policy.New(name, policy.Options{SolveFree: true})
 			if err != nil {
 				t.Fatal(err)
 			}

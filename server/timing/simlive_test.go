@@ -263,7 +263,7 @@ func TestSimPredictsLive(t *testing.T) {
 			// round trip beyond compute and turnaround.
 			simulate := func(log *batchLog, arrivals []time.Duration, shift time.Duration, overhead time.Duration, samples []time.Duration, inOrder bool, turnaround time.Duration) sim.Result {
 				t.Helper()
-				pl, err := policy.New(pol, policy.Options{})
+				pl, err := policy.New(pol, policy.Options{SolveFree: true})
 				if err != nil {
 					t.Fatal(err)
 				}
