@@ -26,6 +26,7 @@ type loadFlags struct {
 	protocol, traceName, onFull             string
 	rate, traceScale, speedup               float64
 	csvPath, admin, samplesPath, cpuProfile string
+	intervalsPath                           string
 	progress, asJSON                        bool
 	load                                    string // the arrivals, for the summary's first line
 }
@@ -56,6 +57,7 @@ func bindLoadFlags(fs *flag.FlagSet) *loadFlags {
 	fs.BoolVar(&f.progress, "progress", false, "print a line of progress per second to stderr")
 	fs.BoolVar(&f.asJSON, "json", false, "print the summary as JSON")
 	fs.DurationVar(&f.c.Warmup, "warmup", 0, "before the run, offer its starting rate this long on the same connections, unrecorded (a load step's connections then exist when it starts)")
+	fs.StringVar(&f.intervalsPath, "write-intervals", "", "send nothing: write the arrivals' gaps in microseconds to this file, for perf_analyzer --request-intervals (needs only --rate and --duration, or --trace)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile here (go tool pprof)")
 	return f
 }
@@ -65,6 +67,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	f := bindLoadFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if f.intervalsPath != "" {
+		return f.writeIntervals(flagsSet(fs), stdout, stderr)
 	}
 	if err := f.config(flagsSet(fs)); err != nil {
 		return usagef(stderr, "load", "%v", err)
@@ -123,6 +128,30 @@ func (f *loadFlags) config(set map[string]bool) error {
 	var err error
 	f.load, err = arr.Apply(&f.c)
 	return err
+}
+
+// writeIntervals writes the schedule of --write-intervals and says what it
+// wrote: the arrivals alone, no server needed.
+func (f *loadFlags) writeIntervals(set map[string]bool, stdout, stderr io.Writer) error {
+	arr := loadgen.Arrivals{Rate: given(set, "rate", &f.rate), Scale: given(set, "trace-scale", &f.traceScale),
+		Speedup: given(set, "speedup", &f.speedup), DurationGiven: set["duration"]}
+	if set["trace"] {
+		arr.Trace = f.traceName
+	}
+	load, err := arr.Apply(&f.c)
+	if err != nil {
+		return usagef(stderr, "load", "%v", err)
+	}
+	var n int
+	if err := loadreport.WriteFile(f.intervalsPath, func(w io.Writer) (err error) {
+		n, err = loadgen.WriteIntervals(w, f.c.Rate, f.c.Seed, f.c.Duration)
+		return err
+	}); err != nil {
+		return fmt.Errorf("--write-intervals: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s: %d request intervals over %v (%s, seed %d); use perf_analyzer --request-intervals %s\n",
+		f.intervalsPath, n, f.c.Duration, load, f.c.Seed, f.intervalsPath)
+	return nil
 }
 
 // startCPUProfile profiles this process until stop is called.

@@ -3,9 +3,17 @@ package trace
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
+)
+
+// Built-in bursty traces: open traffic whose rate jumps, for checking that
+// a policy keeps its promise when arrivals are not one Poisson rate.
+const (
+	OnOff = "onoff"
+	MMPP  = "mmpp"
 )
 
 // Paper300 is the name of the built-in trace modelled on the adaptive-batching
@@ -35,6 +43,50 @@ var builtin = map[string]struct {
 			"an afternoon dip to 100 req/s at 190 s, an evening rise to 180 req/s at 215 s, " +
 			"a decline to 1 req/s at 270 s and a night lull to the end (rates move linearly between these points)",
 	},
+	OnOff: {
+		points: onOff(60*time.Second, 500*time.Millisecond, 1400, 20),
+		shape: "60 s of on/off load: 500 ms at 1400 req/s, then 500 ms at 20 req/s, and again " +
+			"(about 0.75 of the emulator's simple model's capacity while on; mean 710 req/s)",
+	},
+	MMPP: {
+		points: mmpp(60*time.Second, 1400, 200*time.Millisecond, 200, 400*time.Millisecond, 0x6d6d7070),
+		shape: "60 s of a two-state Markov-modulated Poisson load: 1400 req/s for exponential sojourns of " +
+			"mean 200 ms, 200 req/s for sojourns of mean 400 ms (one fixed draw; mean about 600 req/s)",
+	},
+}
+
+// edge is how long a built-in trace takes to jump between two rates: a
+// series' times increase strictly, so a step is a steep line.
+const edge = time.Microsecond
+
+// onOff alternates between rate on for period and rate off for period,
+// until d.
+func onOff(d, period time.Duration, on, off float64) []Point {
+	var ps []Point
+	for t, r := time.Duration(0), on; t < d; t += period {
+		ps = append(ps, Point{t, r}, Point{t + period - edge, r})
+		r = on + off - r
+	}
+	return append(ps, Point{d, ps[len(ps)-1].RatePerSec})
+}
+
+// mmpp is one draw, from seed, of a two-state Markov-modulated rate: hi
+// for exponential sojourns of mean hiMean, lo for lo's, until d.
+func mmpp(d time.Duration, hi float64, hiMean time.Duration, lo float64, loMean time.Duration, seed uint64) []Point {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var ps []Point
+	high := true
+	for t := time.Duration(0); t < d; high = !high {
+		r, mean := lo, loMean
+		if high {
+			r, mean = hi, hiMean
+		}
+		stay := max(time.Duration(rng.ExpFloat64()*float64(mean)), 2*edge)
+		end := min(t+stay, d)
+		ps = append(ps, Point{t, r}, Point{end - edge, r})
+		t = end
+	}
+	return append(ps, Point{d, ps[len(ps)-1].RatePerSec})
 }
 
 // Lookup returns the named built-in trace.

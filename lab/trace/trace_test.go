@@ -240,3 +240,49 @@ func FuzzReadCSV(f *testing.F) {
 		}
 	})
 }
+
+// The bursty built-ins are what their shapes say: on/off alternates its two
+// rates every 500 ms, the MMPP spends about a third of its time high, and
+// both average what their descriptions state.
+func TestBurstyShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mean     float64 // req/s, from the shape's text
+		tol      float64
+		hi, lo   float64
+		highFrac float64
+	}{
+		{OnOff, 710, 0.01, 1400, 20, 0.5},
+		{MMPP, 600, 0.15, 1400, 200, 1.0 / 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Lookup(tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Duration() != 60*time.Second {
+				t.Fatalf("lasts %v, want 60s", s.Duration())
+			}
+			if m := s.MeanRate(); math.Abs(m/tc.mean-1) > tc.tol {
+				t.Errorf("mean %.1f req/s, want %.0f ± %.0f%%", m, tc.mean, 100*tc.tol)
+			}
+			high, n := 0, 0
+			for at := time.Duration(0); at < s.Duration(); at += time.Millisecond {
+				switch r := s.RateAt(at + time.Millisecond/2); r {
+				case tc.hi:
+					high++
+				case tc.lo:
+				default:
+					t.Fatalf("rate %v at %v: neither %v nor %v", r, at, tc.hi, tc.lo)
+				}
+				n++
+			}
+			if f := float64(high) / float64(n); math.Abs(f-tc.highFrac) > 0.1 {
+				t.Errorf("high %.2f of the time, want %.2f", f, tc.highFrac)
+			}
+			if tc.name == OnOff && (s.RateAt(250*time.Millisecond) != tc.hi || s.RateAt(750*time.Millisecond) != tc.lo) {
+				t.Error("on/off does not start with 500 ms on then 500 ms off")
+			}
+		})
+	}
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# traffic-check.sh: the budget policy against ad-hoc, live, in one proxy,
+# on every traffic shape, with Triton's own client (issue 32).
+#
+# Starts one emulator (--realism REALISM, default rough; --idle-watts
+# IDLE_WATTS) and one `ratebatch serve`, then for each shape in SHAPES runs
+# perf_analyzer (tests/triton/perf_analyzer; PROTOCOL http or grpc)
+# against adhoc and budget 1.10x, alternated REPS times in the one proxy
+# (PUT /policy), the order swapped every other repetition so that no drift
+# of the machine favours either. The shapes:
+#
+#   cN           N synchronous clients (--concurrency-range N): closed loops
+#   poisson:R    open Poisson arrivals at R req/s
+#   onoff, mmpp  the built-in bursty traces (ratebatch load -h), open loop
+#   paper300     the built-in day, its rates x5, played 20x faster (15 s)
+#
+# The open shapes are schedules written by `ratebatch load
+# --write-intervals` and sent by perf_analyzer --request-intervals: the
+# same arrivals `ratebatch load` would send. Per shape it prints one
+# Markdown row: perf_analyzer's mean and p99 latency per policy (the mean
+# of the repetitions), the ratio of the means, the throughput, requests
+# per joule from the emulator's own counters (nv_inference_count over
+# nv_energy_consumption), and the proxy's CPU per request.
+#
+#   RATEBATCH_VENV=/work/venv scripts/traffic-check.sh
+#   SHAPES="c1 c4 onoff" REPS=3 PROTOCOL=grpc IDLE_WATTS=20 scripts/traffic-check.sh
+set -euo pipefail
+RB=${RB:-bin/ratebatch}
+PA=${PA:-tests/triton/perf_analyzer}
+SHAPES=${SHAPES:-"c1 c2 c4 c8 c16 c64 poisson:800 onoff mmpp paper300"}
+REPS=${REPS:-2}
+REALISM=${REALISM:-rough}
+PRESET=${PRESET:-googlenet-p4}
+IDLE_WATTS=${IDLE_WATTS:-0}
+PROTOCOL=${PROTOCOL:-http}
+INTERVAL_MS=${INTERVAL_MS:-4000}
+BUDGET=${BUDGET:-1.10x}
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+P=$((20000 + RANDOM % 20000))
+"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) \
+	--realism "$REALISM" --preset "$PRESET" --idle-watts "$IDLE_WATTS" >"$work/em.log" 2>&1 &
+pids+=($!)
+"$RB" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$((P + 10)) \
+	--grpc-listen 127.0.0.1:$((P + 11)) --admin-listen 127.0.0.1:$((P + 12)) \
+	--admin-token check --policy adhoc --power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics \
+	--log-level warn >"$work/serve.log" 2>&1 &
+pids+=($!)
+serve_pid=$!
+admin=http://127.0.0.1:$((P + 12))
+target=127.0.0.1:$((P + 10))
+[ "$PROTOCOL" = grpc ] && target=127.0.0.1:$((P + 11))
+for _ in $(seq 100); do
+	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
+	sleep 0.2
+done
+setpol() {
+	local body='{"model":"simple","policy":"adhoc"}'
+	[ "$1" = adhoc ] || body='{"model":"simple","policy":"budget","latency_budget":"'$BUDGET'"}'
+	curl -sf -X PUT -H 'Authorization: Bearer check' "$admin/policy" -d "$body" >/dev/null
+}
+cpu() { # the proxy's CPU seconds so far (user + system)
+	awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$serve_pid/stat"
+}
+counters() { # inferences joules
+	curl -sf "http://127.0.0.1:$((P + 2))/metrics" | python3 -c "
+import sys
+n = j = 0.0
+for l in sys.stdin:
+    if l.startswith('nv_inference_count{') and 'model=\"simple\"' in l: n += float(l.split()[-1])
+    if l.startswith('nv_energy_consumption'): j += float(l.split()[-1])
+print(n, j)"
+}
+# load_flags SHAPE: perf_analyzer's load flags for a shape (writes the
+# schedule of an open shape first).
+load_flags() {
+	local s=$1 f=$work/$1.intervals
+	case $s in
+	c*) echo "--concurrency-range ${s#c} --measurement-interval $INTERVAL_MS" ;;
+	poisson:*) "$RB" load --rate "${s#poisson:}" --duration 60s --write-intervals "$f" >/dev/null
+		echo "--request-intervals $f --measurement-interval $INTERVAL_MS" ;;
+	onoff | mmpp) "$RB" load --trace "$s" --write-intervals "$f" >/dev/null
+		echo "--request-intervals $f --measurement-interval $INTERVAL_MS" ;;
+	paper300) "$RB" load --trace paper300 --trace-scale 5 --speedup 20 --write-intervals "$f" >/dev/null
+		echo "--request-intervals $f --measurement-interval 15000" ;; # one window, one day
+	*) echo "unknown shape $s" >&2; return 1 ;;
+	esac
+}
+echo "| shape | ad-hoc mean ms | budget $BUDGET mean ms | x ad-hoc | ad-hoc p99 ms | budget p99 ms | ad-hoc req/s | budget req/s | ad-hoc req/J | budget req/J | vs ad-hoc req/J | proxy CPU µs/req ad-hoc | budget |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for s in $SHAPES; do
+	flags=$(load_flags "$s")
+	: >"$work/rows"
+	for rep in $(seq "$REPS"); do
+		order="adhoc budget"
+		[ $((rep % 2)) -eq 0 ] && order="budget adhoc" # no drift favours either
+		for pol in $order; do
+			setpol "$pol"
+			sleep 1.5
+			read -r n0 j0 < <(counters)
+			c0=$(cpu)
+			# shellcheck disable=SC2086 # flags are words
+			"$PA" -m simple -u "$target" -i "$PROTOCOL" $flags --stability-percentage 999 --max-trials 3 \
+				--percentile 99 -f "$work/pa.csv" >"$work/pa.out" 2>&1 || { tail -3 "$work/pa.out" >&2; continue; }
+			read -r n1 j1 < <(counters)
+			c1=$(cpu)
+			python3 - "$pol" "$work/pa.csv" "$n0" "$n1" "$j0" "$j1" "$c0" "$c1" >>"$work/rows" <<'PY'
+import csv, json, sys
+pol, f = sys.argv[1:3]
+n0, n1, j0, j1, c0, c1 = map(float, sys.argv[3:9])
+r = list(csv.DictReader(open(f)))[0]
+lat = (int(r['Client Send']) + int(r['Network+Server Send/Recv']) + int(r['Server Queue']) + int(r['Server Compute Input'])
+       + int(r['Server Compute Infer']) + int(r['Server Compute Output']) + int(r['Client Recv'])) / 1000
+print(json.dumps({'policy': pol, 'avg': lat, 'p99': int(r['p99 latency']) / 1000, 'rps': float(r['Inferences/Second']),
+                  'n': n1 - n0, 'j': j1 - j0, 'cpu': c1 - c0}))
+PY
+		done
+	done
+	python3 - "$s" "$work/rows" <<'PY'
+import json, sys
+s, f = sys.argv[1:3]
+rows = [json.loads(l) for l in open(f)]
+def agg(p):
+    rs = [r for r in rows if r['policy'] == p]
+    mean = lambda k: sum(r[k] for r in rs) / len(rs)
+    return (mean('avg'), mean('p99'), mean('rps'), sum(r['n'] for r in rs) / max(sum(r['j'] for r in rs), 1e-12),
+            1e6 * sum(r['cpu'] for r in rs) / max(sum(r['n'] for r in rs), 1))
+a, b = agg('adhoc'), agg('budget')
+print('| %s | %.3f | %.3f | %.3f | %.2f | %.2f | %.0f | %.0f | %.4g | %.4g | %+.1f%% | %.0f | %.0f |' % (
+    s, a[0], b[0], b[0] / a[0], a[1], b[1], a[2], b[2], a[3], b[3], 100 * (b[3] / a[3] - 1), a[4], b[4]), flush=True)
+PY
+done
