@@ -44,12 +44,11 @@ const (
 type sources struct {
 	by   map[uint64]*source
 	busy int // sources with a call in the proxy
-	// busyOpen are the busy sources that have had several calls in the
-	// proxy at once (a gRPC connection's streams): busy, they can still
-	// send, so they stay possible partners.
-	busyOpen int
-	unknown  time.Time // the last call without a source: partners unknown until SourceIdleFor after it
-	pruned   time.Time
+	// free is the sum over the sources of source.free: the calls they
+	// could still send now.
+	free    int
+	unknown time.Time // the last call without a source: partners unknown until SourceIdleFor after it
+	pruned  time.Time
 }
 
 // source is one caller's connection and what is learnt of it. A
@@ -61,8 +60,8 @@ type sources struct {
 // own, and the gap from the answer is it minus the latency, varying more.
 // The moving means of both and of their squares tell them apart.
 type source struct {
-	calls   int       // calls of the source in the proxy
-	free    time.Time // when its last call was answered
+	calls    int       // calls of the source in the proxy
+	answered time.Time // when its last call was answered
 	arrived time.Time // its last arrival
 	overlap bool      // it had more than one call in the proxy at once
 	peak    int       // the most calls it has had in the proxy at once
@@ -71,6 +70,22 @@ type source struct {
 	// arrival and of the interval between the two arrivals, and of their
 	// squares.
 	gap, gap2, ival, ival2 float64
+}
+
+// free is how many more calls the source could send now. A connection
+// that has never had two calls in the proxy at once is one caller (an
+// HTTP/1.1 connection cannot have two): it can send when it has none. One
+// whose calls overlapped multiplexes callers (a gRPC connection's
+// streams, perf_analyzer's contexts); it has shown it can have peak calls
+// at once, and can send while it has fewer. When its callers are
+// synchronous, peak counts them, and a connection with all of them in the
+// proxy sends no partner however busy it looks; an open-loop one's peak
+// grows with its bursts, so it stays a partner but at its very peak.
+func (s *source) free() int {
+	if s.overlap {
+		return max(s.peak-s.calls, 0)
+	}
+	return max(1-s.calls, 0)
 }
 
 // kind is what the source's calls so far show: open-loop when they
@@ -95,8 +110,8 @@ func (s *source) kind() string {
 // the interval since its previous arrival, into its moving means. A gap
 // longer than SourceIdleFor is a pause, not a think time, and is skipped.
 func (s *source) learn(now time.Time) {
-	g := now.Sub(s.free)
-	if s.free.IsZero() || g > SourceIdleFor {
+	g := now.Sub(s.answered)
+	if s.answered.IsZero() || g > SourceIdleFor {
 		return
 	}
 	gap, ival := float64(g), float64(now.Sub(s.arrived))
@@ -133,25 +148,22 @@ func (s *sources) arrive(id uint64, now time.Time) {
 	if src == nil {
 		src = &source{}
 		s.by[id] = src
+	} else {
+		s.free -= src.free()
 	}
 	switch src.calls {
 	case 0:
 		s.busy++
-		if src.overlap {
-			s.busyOpen++
-		}
 		src.learn(now)
 	case 1:
-		if !src.overlap {
-			src.overlap = true
-			s.busyOpen++
-		}
+		src.overlap = true
 	}
 	src.arrived = now
 	src.calls++
 	if src.calls > src.peak {
 		src.peak = src.calls
 	}
+	s.free += src.free()
 }
 
 // leave uncounts a call of source id: answered, withdrawn or expired.
@@ -160,20 +172,19 @@ func (s *sources) leave(id uint64, now time.Time) {
 	if id == 0 || src == nil || src.calls == 0 {
 		return
 	}
+	s.free -= src.free()
 	src.calls--
 	if src.calls == 0 {
 		s.busy--
-		if src.overlap {
-			s.busyOpen--
-		}
-		src.free = now
+		src.answered = now
 	}
+	s.free += src.free()
 }
 
 // active reports whether a source sent within SourceIdleFor or has a call
 // in the proxy.
 func (src *source) active(now time.Time) bool {
-	return src.calls > 0 || now.Sub(src.free) <= SourceIdleFor
+	return src.calls > 0 || now.Sub(src.answered) <= SourceIdleFor
 }
 
 // prune forgets the sources idle for longer than SourceIdleFor, at most
@@ -186,22 +197,23 @@ func (s *sources) prune(now time.Time) {
 	s.pruned = now
 	for id, src := range s.by {
 		if !src.active(now) {
+			s.free -= src.free()
 			delete(s.by, id)
 		}
 	}
 }
 
-// idle returns how many known sources could send a request now, and
+// idle returns how many calls the known sources could send now
+// (source.free: a recent connection without a call, the streams a
+// multiplexing one has shown beyond those it has in the proxy), and
 // whether that count says anything: not when a call without a source came
-// within SourceIdleFor, nor before any call came. A source can send when
-// it has no call in the proxy and is recent enough, or when its calls
-// have overlapped (several streams of one connection).
+// within SourceIdleFor, nor before any call came.
 func (s *sources) idle(now time.Time) (n int, known bool) {
 	s.prune(now)
 	if len(s.by) == 0 || now.Sub(s.unknown) < SourceIdleFor {
 		return 0, false
 	}
-	return len(s.by) - s.busy + s.busyOpen, true
+	return s.free, true
 }
 
 // SourceStats is a model's callers as the dispatcher has learnt them
@@ -230,9 +242,10 @@ type SourceStats struct {
 	// stream is a synchronous caller, it counts the callers behind the
 	// connections.
 	Concurrency int `json:"concurrency"`
-	// Partners is how many could send a request now, as a decision counts
-	// them (policy.Queue.IdleSources): the idle ones, and busy ones whose
-	// calls overlap.
+	// Partners is how many calls could be sent now, as a decision counts
+	// them (policy.Queue.IdleSources): one per idle connection, and per
+	// multiplexing connection the calls it has shown at once beyond those
+	// it has in the proxy.
 	Partners int `json:"partners"`
 	// ThinkMs is the mean over closed-loop sources of their estimated
 	// think time: the moving mean of the gap from an answer to the
@@ -254,13 +267,10 @@ func (s *sources) stats(now time.Time) SourceStats {
 		st.Concurrency += src.peak
 		if src.calls > 0 {
 			st.Busy++
-			if src.overlap {
-				st.Partners++
-			}
 		} else {
 			st.Idle++
-			st.Partners++
 		}
+		st.Partners += src.free()
 		switch src.kind() {
 		case KindClosedLoop:
 			st.ClosedLoop++

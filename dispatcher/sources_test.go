@@ -318,3 +318,53 @@ func BenchmarkSources(b *testing.B) {
 		s.leave(id, t)
 	}
 }
+
+// A connection that multiplexes callers (gRPC streams) can send as many
+// calls as it has shown at once, less those in the proxy: with all its
+// synchronous callers waiting it sends no partner, however busy it looks.
+// A one-call connection is a partner only when idle; a source gone quiet
+// for SourceIdleFor is forgotten, with its partners.
+func TestPartnersCountStreams(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		op        string // "+" arrive, "-" leave
+		src       uint64
+		wantIdle  int
+		wantKnown bool
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		after time.Duration // then idle() at t0+after
+		want  int
+	}{
+		{"one HTTP connection", []step{{"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 1, 0, true}}, 0, 0},
+		{"two HTTP connections", []step{{"+", 1, 0, true}, {"+", 2, 0, true}, {"-", 1, 1, true}, {"-", 2, 2, true}}, 0, 2},
+		{"gRPC, two streams", []step{{"+", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"-", 1, 2, true}}, 0, 2},
+		{"gRPC grows to three", []step{{"+", 1, 0, true}, {"+", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 2, 1, true}}, 0, 1},
+		{"gone quiet", []step{{"+", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"-", 1, 2, true}}, 2 * SourceIdleFor, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s sources
+			now := t0
+			for i, st := range tc.steps {
+				now = now.Add(time.Millisecond)
+				switch st.op {
+				case "+":
+					s.arrive(st.src, now)
+				case "-":
+					s.leave(st.src, now)
+				}
+				if n, known := s.idle(now); n != st.wantIdle || known != st.wantKnown {
+					t.Fatalf("step %d (%s%d): idle %d known %v, want %d %v", i, st.op, st.src, n, known, st.wantIdle, st.wantKnown)
+				}
+				if p := s.stats(now).Partners; p != st.wantIdle {
+					t.Fatalf("step %d: stats show %d partners, decisions %d", i, p, st.wantIdle)
+				}
+			}
+			if n, _ := s.idle(now.Add(tc.after)); n != tc.want {
+				t.Fatalf("at the end (+%v): idle %d, want %d", tc.after, n, tc.want)
+			}
+		})
+	}
+}

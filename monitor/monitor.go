@@ -700,6 +700,9 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()
+		// Short of a whole window by more than half a slice (the
+		// estimator's own tolerance): the rate has not held for a window.
+		e.Stepped = window < m.window-m.TickEvery()/2
 	}
 	if m.serverFed.Load() {
 		// The policy plans with the line as the proxy lives it: the proxy

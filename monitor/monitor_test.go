@@ -551,3 +551,29 @@ func (f planRecorder) Plan(e policy.Estimate) policy.Rule {
 	f(e)
 	return policy.Fill{Policy: "recorder", Batch: 1}
 }
+
+// The estimate a plan gets says when the rate just stepped (or the model
+// just started): until the estimate spans a whole window again. A steady
+// load never says so once it has.
+func TestEstimateSaysTheRateStepped(t *testing.T) {
+	m, clk := newMonitorDefaultSeed(t, 32)
+	slice := m.TickEvery()
+	tick := func(n int) bool {
+		m.Arrive(n)
+		clk.add(slice)
+		m.Tick()
+		return m.current.Load().est.Stepped
+	}
+	for i, tc := range []struct {
+		n       int
+		stepped bool
+	}{
+		{200, true}, {200, true}, {200, true}, {200, false}, {205, false}, {195, false}, // start, then steady
+		{5, true}, {5, true}, {4, true}, {6, false}, // a step down, then held for a window
+		{300, true}, {290, true}, {5, true}, // a burst
+	} {
+		if got := tick(tc.n); got != tc.stepped {
+			t.Fatalf("slice %d (%d rows): stepped %v, want %v (window %v)", i, tc.n, got, tc.stepped, m.current.Load().est.Window)
+		}
+	}
+}

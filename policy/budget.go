@@ -176,6 +176,15 @@ func (p *Budget) Plan(e Estimate) Rule {
 		p.trim.next(p.Budget, false)
 		return p.guard(Limit{Policy: NameBudget, Limit: 1, Note: reason}, e)
 	}
+	if e.Stepped {
+		// A burst or a step: the queue holds the old rate's transient and
+		// the new rate is one slice's count. Waiting planned for a steady
+		// load cost 1.4x ad-hoc's latency live on on/off traffic
+		// (docs/ALGORITHMS.md, "Bursts").
+		p.trim.next(p.Budget, false)
+		return p.guard(Limit{Policy: NameBudget, Limit: 1,
+			Note: fmt.Sprintf("the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for half a window", e.RatePerSec, e.Window)}, e)
+	}
 	rule := p.rule(grid, m, busyTime)
 	br, ok := rule.(BudgetRule)
 	if !ok || p.NoTrim {

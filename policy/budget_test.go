@@ -235,3 +235,25 @@ func TestBudgetRuleSendsWhenNoPartnerCanCome(t *testing.T) {
 		t.Fatalf("no idle caller and no free instance: %+v, want a wait", d)
 	}
 }
+
+// Right after a step the budget is work-conserving: a lone row at a free
+// instance goes at once where the plan for the same rate, steady, holds
+// it; and it solves nothing for the one slice's rate.
+func TestBudgetIsWorkConservingAfterAStep(t *testing.T) {
+	p := newBudget(t, "1.10x")
+	steady := energyEstimate(900)
+	q := Queue{Now: t0, Rows: 1, OldestArrival: t0, MaxBatch: 32, Instances: 1}
+	if d := p.Plan(steady).Decide(q); d.Rows != 0 {
+		t.Fatalf("steady at 900 req/s: a lone row sent (%d); the plan holds it for a partner", d.Rows)
+	}
+	solves := p.Solves()
+	stepped := energyEstimate(2000)
+	stepped.Window, stepped.Stepped = time.Second/4, true
+	r := p.Plan(stepped)
+	if d := r.Decide(q); d.Rows != 1 {
+		t.Fatalf("after a step: %+v, want the lone row sent", d)
+	}
+	if !strings.Contains(r.Status().Note, "the rate stepped") || p.Solves() != solves {
+		t.Fatalf("after a step: note %q, %d solves (was %d)", r.Status().Note, p.Solves(), solves)
+	}
+}

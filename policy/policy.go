@@ -40,6 +40,12 @@ type Estimate struct {
 	Window     time.Duration
 	Arrivals   int     // rows counted by the request path during Window
 	RatePerSec float64 // Arrivals / Window
+	// Stepped says the rate has not held for a whole window: the arrivals
+	// of a slice were implausible under the rate before it (a step or a
+	// burst, see monitor's rateEstimator) less than a window ago, or the
+	// model has just started. A plan for a steady load at the new rate
+	// does not hold then (budget stays work-conserving meanwhile).
+	Stepped bool
 
 	// The current fit of the batch latency tau(b) = AlphaMs*b + Tau0Ms
 	// (AlphaMs > 0, Tau0Ms >= 0), seeded from a profile and updated from

@@ -2,8 +2,11 @@
 # traffic-check.sh: the budget policy against ad-hoc, live, in one proxy,
 # on every traffic shape, with Triton's own client (issue 32).
 #
-# Starts one emulator (--realism REALISM, default rough; --idle-watts
-# IDLE_WATTS) and one `ratebatch serve`, then for each shape in SHAPES runs
+# Starts one upstream and one `ratebatch serve`: UPSTREAM=emulator (the
+# default; --realism REALISM, default rough; --idle-watts IDLE_WATTS) or
+# UPSTREAM=pytriton, a real Triton (tests/triton/server.py from the venv
+# RATEBATCH_VENV, whose executions sleep 4 + 0.5 b ms, B_max 16, as the
+# issue's figures used). Then for each shape in SHAPES it runs
 # perf_analyzer (tests/triton/perf_analyzer; PROTOCOL http or grpc)
 # against adhoc and budget 1.10x, alternated REPS times in the one proxy
 # (PUT /policy), the order swapped every other repetition so that no drift
@@ -20,7 +23,11 @@
 # Markdown row: perf_analyzer's mean and p99 latency per policy (the mean
 # of the repetitions), the ratio of the means, the throughput, requests
 # per joule from the emulator's own counters (nv_inference_count over
-# nv_energy_consumption), and the proxy's CPU per request.
+# nv_energy_consumption; PyTriton has no energy counter, so there it is
+# requests per second of execution, nv_inference_count over
+# tau0 * nv_inference_exec_count + alpha * nv_inference_count, the energy
+# of a GPU whose power is constant while it executes), and the proxy's CPU
+# per request.
 #
 #   RATEBATCH_VENV=/work/venv scripts/traffic-check.sh
 #   SHAPES="c1 c4 onoff" REPS=3 PROTOCOL=grpc IDLE_WATTS=20 scripts/traffic-check.sh
@@ -33,6 +40,9 @@ REALISM=${REALISM:-rough}
 PRESET=${PRESET:-googlenet-p4}
 IDLE_WATTS=${IDLE_WATTS:-0}
 PROTOCOL=${PROTOCOL:-http}
+UPSTREAM=${UPSTREAM:-emulator}
+VENV=${RATEBATCH_VENV:-.venv}
+TAU0_MS=4 ALPHA_MS=0.5
 INTERVAL_MS=${INTERVAL_MS:-4000}
 BUDGET=${BUDGET:-1.10x}
 work=$(mktemp -d)
@@ -40,13 +50,22 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 P=$((20000 + RANDOM % 20000))
-"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) \
-	--realism "$REALISM" --preset "$PRESET" --idle-watts "$IDLE_WATTS" >"$work/em.log" 2>&1 &
-pids+=($!)
+power=(--power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics)
+if [ "$UPSTREAM" = pytriton ]; then
+	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
+		--workspace "$work/triton" --max-batch-size 16 --tau0-ms $TAU0_MS --alpha-ms $ALPHA_MS --ready-file "$work/ready" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
+	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+	power=(--power-source none)
+else
+	"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) \
+		--realism "$REALISM" --preset "$PRESET" --idle-watts "$IDLE_WATTS" >"$work/em.log" 2>&1 &
+	pids+=($!)
+fi
 "$RB" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$((P + 10)) \
 	--grpc-listen 127.0.0.1:$((P + 11)) --admin-listen 127.0.0.1:$((P + 12)) \
-	--admin-token check --policy adhoc --power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics \
-	--log-level warn >"$work/serve.log" 2>&1 &
+	--admin-token check --policy adhoc "${power[@]}" --log-level warn >"$work/serve.log" 2>&1 &
 pids+=($!)
 serve_pid=$!
 admin=http://127.0.0.1:$((P + 12))
@@ -64,13 +83,15 @@ setpol() {
 cpu() { # the proxy's CPU seconds so far (user + system)
 	awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$serve_pid/stat"
 }
-counters() { # inferences joules
+counters() { # inferences joules (PyTriton: seconds of execution)
 	curl -sf "http://127.0.0.1:$((P + 2))/metrics" | python3 -c "
 import sys
-n = j = 0.0
+n = j = x = 0.0
 for l in sys.stdin:
-    if l.startswith('nv_inference_count{') and 'model=\"simple\"' in l: n += float(l.split()[-1])
+    if 'model=\"simple\"' in l and l.startswith('nv_inference_count{'): n += float(l.split()[-1])
+    if 'model=\"simple\"' in l and l.startswith('nv_inference_exec_count{'): x += float(l.split()[-1])
     if l.startswith('nv_energy_consumption'): j += float(l.split()[-1])
+if '$UPSTREAM' == 'pytriton': j = ($TAU0_MS * x + $ALPHA_MS * n) / 1000
 print(n, j)"
 }
 # load_flags SHAPE: perf_analyzer's load flags for a shape (writes the
@@ -79,16 +100,21 @@ load_flags() {
 	local s=$1 f=$work/$1.intervals
 	case $s in
 	c*) echo "--concurrency-range ${s#c} --measurement-interval $INTERVAL_MS" ;;
+	# Open shapes run asynchronously: perf_analyzer's synchronous mode
+	# has at most --max-threads (4) requests out, a closed loop paced by
+	# the schedule, not the schedule itself.
 	poisson:*) "$RB" load --rate "${s#poisson:}" --duration 60s --write-intervals "$f" >/dev/null
-		echo "--request-intervals $f --measurement-interval $INTERVAL_MS" ;;
+		echo "--async --request-intervals $f --measurement-interval $INTERVAL_MS" ;;
 	onoff | mmpp) "$RB" load --trace "$s" --write-intervals "$f" >/dev/null
-		echo "--request-intervals $f --measurement-interval $INTERVAL_MS" ;;
+		echo "--async --request-intervals $f --measurement-interval $INTERVAL_MS" ;;
 	paper300) "$RB" load --trace paper300 --trace-scale 5 --speedup 20 --write-intervals "$f" >/dev/null
-		echo "--request-intervals $f --measurement-interval 15000" ;; # one window, one day
+		echo "--async --request-intervals $f --measurement-interval 15000" ;; # one window, one day
 	*) echo "unknown shape $s" >&2; return 1 ;;
 	esac
 }
-echo "| shape | ad-hoc mean ms | budget $BUDGET mean ms | x ad-hoc | ad-hoc p99 ms | budget p99 ms | ad-hoc req/s | budget req/s | ad-hoc req/J | budget req/J | vs ad-hoc req/J | proxy CPU µs/req ad-hoc | budget |"
+unit="req/J"
+[ "$UPSTREAM" = pytriton ] && unit="req per exec-s"
+echo "| shape | ad-hoc mean ms | budget $BUDGET mean ms | x ad-hoc | ad-hoc p99 ms | budget p99 ms | ad-hoc req/s | budget req/s | ad-hoc $unit | budget $unit | vs ad-hoc $unit | proxy CPU µs/req ad-hoc | budget |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for s in $SHAPES; do
 	flags=$(load_flags "$s")
