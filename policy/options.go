@@ -41,7 +41,7 @@ type Options struct {
 	// SolveShare bounds the CPU of smdp's and budget's solves (see
 	// solveMeter); SolveFree lifts the bound, for the simulator, whose
 	// runs must not depend on how fast the machine solves.
-	SolveShare float64 `yaml:"solve_share" help:"smdp, budget: the share of one core their solves may take, averaged; past it a new rate is planned from the nearest rate solved (0: 0.1)"`
+	SolveShare float64 `yaml:"solve_share" help:"smdp, budget: the share of one core their solves may take, averaged; past it a new rate is planned from the nearest rate solved (0: 0.02)"`
 	SolveFree  bool    `yaml:"-"`
 
 	// Util and From tune batchmonitor+ (zero: DefaultUtil, DefaultFrom);

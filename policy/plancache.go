@@ -119,9 +119,14 @@ func (c *planCache) nearest(grid, maxBatch int) (r Rule, dist int, ok bool) {
 // it at zero. A solve near saturation takes hundreds of milliseconds and a
 // constrained optimum several of them: solved every time the rate moved a
 // grid step, they took 90% of a core of the live proxy at rho 0.99 on two
-// cores (588 µs of proxy CPU per request against ad-hoc's 61), and the
-// requests waited for the core.
-const DefaultSolveShare = 0.1
+// cores (585 µs of proxy CPU per request against ad-hoc's 61), and the
+// requests waited for the core. At 0.1 a lone synchronous client still
+// paid 40 ms of solves a second (the fit and the overheads around a batch
+// move past the cache's tolerance every few slices), 1-2% of its
+// requests per joule with an idle power of 20 W; 0.02 bounds that to 20
+// ms, and a new rate at moderate load (a constrained optimum in 20-50 ms)
+// waits a second or two for its own plan.
+const DefaultSolveShare = 0.02
 
 // solveMeter keeps solves within a share of one core: after a solve that
 // took d it allows the next only d*(1/share - 1) later, by the wall clock
