@@ -72,6 +72,11 @@ admin=http://127.0.0.1:$((P + 12))
 target=127.0.0.1:$((P + 10))
 [ "$PROTOCOL" = grpc ] && target=127.0.0.1:$((P + 11))
 for _ in $(seq 100); do
+	# PyTriton's repository index is empty: the proxy learns a model at its
+	# first request, so send one.
+	curl -sf -X POST "http://127.0.0.1:$((P + 10))/v2/models/simple/infer" -d '{"inputs":[
+		{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
+		{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}' >/dev/null 2>&1 || true
 	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
 	sleep 0.2
 done
