@@ -62,10 +62,10 @@ type sources struct {
 type source struct {
 	calls    int       // calls of the source in the proxy
 	answered time.Time // when its last call was answered
-	arrived time.Time // its last arrival
-	overlap bool      // it had more than one call in the proxy at once
-	peak    int       // the most calls it has had in the proxy at once
-	gaps    int       // gaps learnt, up to sourceWindow
+	arrived  time.Time // its last arrival
+	overlap  bool      // it had more than one call in the proxy at once
+	peak     int       // the most calls it has had in the proxy at once
+	gaps     int       // gaps learnt, up to sourceWindow
 	// Moving means, in nanoseconds, of the gap from an answer to the next
 	// arrival and of the interval between the two arrivals, and of their
 	// squares.
