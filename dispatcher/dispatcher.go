@@ -45,6 +45,16 @@ type OverheadObserver interface {
 	ObserveAfter(calls int, after time.Duration)
 }
 
+// DecisionObserver is a Planner that also counts the decisions its rule
+// took, and among them those at which a partner could still have come (a
+// caller idle, or the callers unknown): when none could, the rule sent
+// at once whatever its plan, and a plan need not be solved again for
+// those decisions (the budget policy keeps its rule; a lone synchronous
+// client otherwise paid the solves in CPU).
+type DecisionObserver interface {
+	ObserveDecision(partnerPossible bool)
+}
+
 // LatencyObserver is a Planner that also learns each call's latency inside
 // the proxy, from its arrival to its answer in its own goroutine: what a
 // plan promised about mean latency is checked against it (the budget
@@ -539,6 +549,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	rule := q.spec.Planner.Rule()
 	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
 	idle, known := q.src.idle(now)
+	decisions, _ := q.spec.Planner.(DecisionObserver)
 	for key, k := range q.keys {
 		for {
 			head := k.head()
@@ -561,6 +572,9 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
 					IdleSources: idle, SourcesKnown: known,
 				})
+				if decisions != nil {
+					decisions.ObserveDecision(!known || idle > 0)
+				}
 				if t := q.d.trace; t != nil {
 					idleOut := idle
 					if !known {

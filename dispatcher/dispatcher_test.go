@@ -116,6 +116,8 @@ type fixedPlanner struct {
 	changed  chan struct{}
 	arrived  atomic.Int64
 	observed atomic.Int64
+	// Decisions reported (DecisionObserver), and those open to a partner.
+	decisions, open atomic.Int64
 	// onObserve, when set, runs as each batch is learnt from, before its
 	// callers are answered.
 	onObserve func()
@@ -127,6 +129,12 @@ func newPlanner(r policy.Rule) *fixedPlanner {
 func (p *fixedPlanner) Rule() policy.Rule        { return p.rule }
 func (p *fixedPlanner) Changed() <-chan struct{} { return p.changed }
 func (p *fixedPlanner) Arrive(rows int)          { p.arrived.Add(int64(rows)) }
+func (p *fixedPlanner) ObserveDecision(partnerPossible bool) {
+	p.decisions.Add(1)
+	if partnerPossible {
+		p.open.Add(1)
+	}
+}
 func (p *fixedPlanner) Observe(rows int, _ time.Duration) {
 	p.observed.Add(1)
 	if p.onObserve != nil {

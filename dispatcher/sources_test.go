@@ -48,7 +48,8 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	advance := func(d time.Duration) { clock.Lock(); clock.t = clock.t.Add(d); clock.Unlock() }
 	rule := &seenRule{}
 	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: newPlanner(rule)}); err != nil {
+	pl := newPlanner(rule)
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl}); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -67,12 +68,19 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 		}
 		return rule.last()
 	}
-	// The decision on a call is the caller's own, right after its arrival.
+	// The decision on a call is the caller's own, right after its arrival;
+	// the planner learns of it, and that no partner could come.
 	if q := submit(1); !q.SourcesKnown || q.IdleSources != 0 {
 		t.Fatalf("a lone connection: known %v, idle %d; want known, 0", q.SourcesKnown, q.IdleSources)
 	}
+	if n, open := pl.decisions.Load(), pl.open.Load(); n != 1 || open != 0 {
+		t.Fatalf("a lone connection: %d decisions reported, %d open to a partner; want 1, 0", n, open)
+	}
 	if q := submit(2); !q.SourcesKnown || q.IdleSources != 1 {
 		t.Fatalf("a second connection with the first answered: known %v, idle %d; want known, 1", q.SourcesKnown, q.IdleSources)
+	}
+	if n, open := pl.decisions.Load(), pl.open.Load(); n != 2 || open != 1 {
+		t.Fatalf("a second connection: %d decisions reported, %d open to a partner; want 2, 1", n, open)
 	}
 	advance(2 * SourceIdleFor)
 	if q := submit(2); !q.SourcesKnown || q.IdleSources != 0 {

@@ -123,6 +123,9 @@ type Monitor struct {
 	energy atomic.Pointer[batchcost.Energy] // nil: unknown; SetEnergy replaces it
 
 	arrivals atomic.Int64 // rows since the last slice; reset only by the monitor
+	// Decisions since the last slice, and those at which a partner could
+	// have come (dispatcher.DecisionObserver); reset only by the monitor.
+	decisions, openDecisions atomic.Int64
 	total    atomic.Int64
 	rate     rateEstimator // guarded by mu
 	guessed  bool          // the fit started from DefaultSeed, not a measurement
@@ -215,7 +218,7 @@ func New(c Config) (*Monitor, error) {
 	m.energy.Store(c.Energy)
 	m.gapBySize = make([]mean, c.MaxBatch)
 	m.last = now()
-	m.plan(m.last, 0, 0) // the policy's starting rule
+	m.plan(m.last, 0, 0, decisionCount{}) // the policy's starting rule
 	return m, nil
 }
 
@@ -298,6 +301,15 @@ func (m *Monitor) ObserveAfter(calls int, after time.Duration) {
 		m.outside.afterMerged.add(ms)
 	}
 	m.outsideMu.Unlock()
+}
+
+// ObserveDecision counts a decision of the rule, and whether a partner
+// could have come at it (dispatcher.DecisionObserver).
+func (m *Monitor) ObserveDecision(partnerPossible bool) {
+	m.decisions.Add(1)
+	if partnerPossible {
+		m.openDecisions.Add(1)
+	}
 }
 
 // ObserveCall reports one call's latency inside the proxy, from its
@@ -543,7 +555,7 @@ func (m *Monitor) requestPlan() {
 
 func (m *Monitor) replanNow() {
 	prev := m.current.Load().est
-	m.plan(m.now(), prev.Window, prev.Arrivals)
+	m.plan(m.now(), prev.Window, prev.Arrivals, decisionCount{}) // a new policy plans
 }
 
 // SetEnergy replaces the batch energy line zeta(b) (nil: unknown), as a
@@ -608,8 +620,12 @@ func (m *Monitor) Tick() {
 	}
 	span, count := m.rate.add(int(n), elapsed)
 	m.mu.Unlock()
-	m.plan(now, span, count)
+	m.plan(now, span, count, decisionCount{m.decisions.Swap(0), m.openDecisions.Swap(0)})
 }
+
+// decisionCount is a slice's decisions, and those at which a partner
+// could have come.
+type decisionCount struct{ all, open int64 }
 
 // rateEstimator estimates the arrival rate from counts per slice of the
 // window. In steady load it is the count over the last window (a sliding
@@ -674,7 +690,7 @@ func (r *rateEstimator) add(n int, d time.Duration) (time.Duration, int) {
 	return span, count
 }
 
-func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
+func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decided decisionCount) {
 	fit, err := m.fit()
 	if err != nil {
 		// Only possible without samples and without a seed, which New
@@ -697,6 +713,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int) {
 		Instances: instances,
 		Extra:     m.Extra(),
 		Live:      m.live(now),
+		Decisions: int(decided.all), OpenDecisions: int(decided.open),
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()

@@ -175,3 +175,28 @@ func TestSetPolicyResumesTheLastOfItsName(t *testing.T) {
 		t.Errorf("the first resumed from %v, want nothing", first.from)
 	}
 }
+
+// The decisions the dispatcher reports reach the next plan, per slice:
+// how many, and how many could have waited for a partner.
+func TestDecisionsReachThePlan(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
+		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ closed, open int }{{3, 0}, {2, 5}, {0, 0}} {
+		for range tc.closed {
+			m.ObserveDecision(false)
+		}
+		for range tc.open {
+			m.ObserveDecision(true)
+		}
+		clk.add(m.TickEvery())
+		m.Tick()
+		if e := rec.estimate(); e.Decisions != tc.closed+tc.open || e.OpenDecisions != tc.open {
+			t.Fatalf("slice with %d closed and %d open decisions: plan saw %d, %d open", tc.closed, tc.open, e.Decisions, e.OpenDecisions)
+		}
+	}
+}

@@ -85,6 +85,7 @@ type Budget struct {
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
 	meter  solveMeter
+	kept   Rule // the last planned rule, kept while no decision could wait
 	trim   trim
 	solves int
 }
@@ -176,6 +177,14 @@ func (p *Budget) Plan(e Estimate) Rule {
 		p.trim.next(p.Budget, false)
 		return p.guard(Limit{Policy: NameBudget, Limit: 1, Note: reason}, e)
 	}
+	if e.Decisions > 0 && e.OpenDecisions == 0 && p.kept != nil {
+		// No caller could have sent a partner at any decision of the
+		// slice (synchronous clients, all waiting): the rule sent at once
+		// whatever its plan, so the plan is kept rather than solved
+		// again for a fit that moved by noise.
+		p.trim.next(p.Budget, false)
+		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}
+	}
 	if e.Stepped {
 		// A burst or a step: the queue holds the old rate's transient and
 		// the new rate is one slice's count. Waiting planned for a steady
@@ -207,7 +216,8 @@ func (p *Budget) Plan(e Estimate) Rule {
 				trimAdhoc, trimPeriod, br.constrained.AdhocLatencyMs)}, e)
 	}
 	br.trimNote = p.trim.note(p.Budget)
-	return p.guard(br, e)
+	p.kept = p.guard(br, e)
+	return p.kept
 }
 
 // rule is the constrained optimum for the grid rate and model, at the

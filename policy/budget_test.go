@@ -257,3 +257,38 @@ func TestBudgetIsWorkConservingAfterAStep(t *testing.T) {
 		t.Fatalf("after a step: note %q, %d solves (was %d)", r.Status().Note, p.Solves(), solves)
 	}
 }
+
+// While no decision could wait (every caller synchronous and in the
+// proxy), the budget keeps its plan instead of solving for a rate or fit
+// that moved: the rule sent at once whatever it was. It plans again as
+// soon as a decision could have waited, or where decisions are not
+// counted (a simulation).
+func TestBudgetKeepsItsPlanWhileNoDecisionCanWait(t *testing.T) {
+	p := newBudget(t, "1.10x")
+	e := energyEstimate(900)
+	first := p.Plan(e)
+	for i, tc := range []struct {
+		decisions, open int
+		rate            float64
+		wantSolves      int
+		kept            bool
+	}{
+		{10, 0, 1350, 1, true},
+		{0, 0, 1350, 2, false}, // not counted
+		{10, 1, 600, 3, false},
+		{5, 0, 2000, 3, true},
+	} {
+		e := energyEstimate(tc.rate)
+		e.Decisions, e.OpenDecisions = tc.decisions, tc.open
+		r := p.Plan(e)
+		if p.Solves() != tc.wantSolves {
+			t.Fatalf("case %d: %d solves, want %d", i, p.Solves(), tc.wantSolves)
+		}
+		if kept := strings.Contains(r.Status().Note, "kept: none of the last slice's"); kept != tc.kept {
+			t.Fatalf("case %d: note %q, kept %v want %v", i, r.Status().Note, kept, tc.kept)
+		}
+		if i == 0 && r.Status().BatchSize != first.Status().BatchSize {
+			t.Fatalf("kept rule's batch size %d, the plan's %d", r.Status().BatchSize, first.Status().BatchSize)
+		}
+	}
+}

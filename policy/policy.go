@@ -74,6 +74,12 @@ type Estimate struct {
 	// last plan, under the rule then in force: a plan's promise checked
 	// against what happened (the budget policy's live trim).
 	Live Live
+
+	// Decisions counts the rule's decisions since the last plan where the
+	// live proxy counts them (zero: not counted, as in a simulation), and
+	// OpenDecisions those at which a partner could have come. With none
+	// open the rule sent every batch at once whatever its plan.
+	Decisions, OpenDecisions int
 }
 
 // Live is a measured mean latency over a number of calls.
