@@ -126,9 +126,10 @@ type Monitor struct {
 	// Decisions since the last slice, and those at which a partner could
 	// have come (dispatcher.DecisionObserver); reset only by the monitor.
 	decisions, openDecisions atomic.Int64
-	total                    atomic.Int64
-	rate                     rateEstimator // guarded by mu
-	guessed                  bool          // the fit started from DefaultSeed, not a measurement
+
+	total   atomic.Int64
+	rate    rateEstimator // guarded by mu
+	guessed bool          // the fit started from DefaultSeed, not a measurement
 
 	// The server's own statistics, once it has any: they feed the fit, and
 	// the round trip only measures the overhead around them.
