@@ -6,18 +6,38 @@
 # (the failing input is kept in that package's testdata/fuzz, as go test
 # does).
 #
+# Go before 1.27 can fail a target at the -fuzztime boundary with a bare
+# "context deadline exceeded" and no input written: a race in the fuzzing
+# coordinator (golang/go#75804, fixed in Go 1.27), not a finding (CI saw
+# it once on FuzzVerifyAnswer under load). Such a run, and only such a
+# run (no "Failing input written", no panic, no test error), is tried
+# once more; a second one fails the target like any other failure.
+#
 # Usage: scripts/fuzz.sh [FUZZTIME]   (make fuzz FUZZTIME=5m; CI: make fuzz-ci)
 set -uo pipefail
 t=${1:-30s}
 cd "$(dirname "$0")/.."
 failed=()
 n=0
+# deadline_race LOG: the failure in LOG is only the coordinator's race.
+deadline_race() {
+	grep -q 'context deadline exceeded' "$1" &&
+		! grep -qE 'Failing input written|panic:|_test\.go:[0-9]+:' "$1"
+}
 while read -r dir; do
 	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
 		n=$((n + 1))
 		rel=${dir#"$PWD"/}
 		log=$(mktemp)
-		if (cd "$dir" && go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" .) >"$log" 2>&1; then
+		fuzz() { (cd "$dir" && go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" .) >"$log" 2>&1; }
+		fuzz
+		rc=$?
+		if ((rc != 0)) && deadline_race "$log"; then
+			echo "note $rel $f: the fuzzing coordinator's deadline race (golang/go#75804, no input written); once more"
+			fuzz
+			rc=$?
+		fi
+		if ((rc == 0)); then
 			echo "ok   $rel $f ($t): $(grep -o 'execs: [0-9]*' "$log" | tail -1)"
 		else
 			echo "FAIL $rel $f ($t)"
