@@ -197,11 +197,15 @@ func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
 	if p, ok := b.planner.(Predictor); ok {
 		bound = max(bound, time.Duration(o.HungFactor*float64(p.Predict(b.rows))))
 	}
-	start := q.d.now()
 	var (
 		stopped atomic.Bool
 		timer   atomic.Pointer[time.Timer]
 		fire    func()
+		// start is when the batch's run began: its send, or, once it was
+		// seen held, the first look after the outage. Only fire touches
+		// it after this function returns, one timer at a time.
+		start = q.d.now()
+		held  bool
 	)
 	fire = func() {
 		if stopped.Load() {
@@ -210,6 +214,15 @@ func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
 		if q.d.health.isDown.Load() {
 			// Held for an upstream that refuses connections: the outage
 			// hold's business, not a hung GPU. Look again later.
+			held = true
+			timer.Store(time.AfterFunc(bound, fire))
+			return
+		}
+		if held {
+			// The outage ended within the last bound: the batch's run
+			// begins now, and gets a whole bound (CI saw a batch marked
+			// hung 206 ms after its send, its hold counted as its run).
+			held, start = false, q.d.now()
 			timer.Store(time.AfterFunc(bound, fire))
 			return
 		}
