@@ -23,6 +23,20 @@ func (r *recorder) Plan(e policy.Estimate) policy.Rule {
 	r.mu.Unlock()
 	return policy.Adhoc{}.Plan(e)
 }
+// newRecorded is a monitor of a B_max 8 model, seeded with tau(b) =
+// 0.5 b + 4 ms, whose plans rec records, on a fake clock.
+func newRecorded(t *testing.T) (*Monitor, *recorder, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
+		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, rec, clk
+}
+
 func (r *recorder) estimate() policy.Estimate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -36,13 +50,7 @@ func (r *recorder) estimate() policy.Estimate {
 // under-prices the larger batches a batching policy forms. Hold and after
 // times reach the plan as measured, lone and merged apart.
 func TestOverheadIsALineAndTheTimeAroundABatchReachesThePlan(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	rec := &recorder{}
-	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
-		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, rec, clk := newRecorded(t)
 	compute := regression.Line{AlphaMs: 0.5, Tau0Ms: 4}
 	over := func(b int) float64 { return 1 + 0.4*float64(b) } // ms
 	totals := map[int]*BatchTotal{}
@@ -97,13 +105,7 @@ func TestOverheadIsALineAndTheTimeAroundABatchReachesThePlan(t *testing.T) {
 // With one batch size only (B_max at high load) the slope of the overhead
 // cannot be told: the plan takes the mean as a constant.
 func TestOverheadOfOneSizeIsAConstant(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	rec := &recorder{}
-	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
-		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, rec, clk := newRecorded(t)
 	totals := []BatchTotal{{Batch: 8, Count: 1, Time: 8 * time.Millisecond}}
 	m.ObserveServer(totals)
 	for range 100 {
@@ -179,13 +181,7 @@ func TestSetPolicyResumesTheLastOfItsName(t *testing.T) {
 // The decisions the dispatcher reports reach the next plan, per slice:
 // how many, and how many could have waited for a partner.
 func TestDecisionsReachThePlan(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	rec := &recorder{}
-	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1,
-		Seed: &regression.Line{AlphaMs: 0.5, Tau0Ms: 4}, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, rec, clk := newRecorded(t)
 	for _, tc := range []struct{ closed, open int }{{3, 0}, {2, 5}, {0, 0}} {
 		for range tc.closed {
 			m.ObserveDecision(false)
