@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -208,6 +209,13 @@ func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
 		held  bool
 	)
 	fire = func() {
+		// The timer's own goroutine: a panic here would end the process
+		// and every caller with it; a lost verdict costs only this batch's.
+		defer func() {
+			if v := recover(); v != nil {
+				guard.Recovered(q.d.o.Logger, "hung watch", v)
+			}
+		}()
 		if stopped.Load() {
 			return
 		}
