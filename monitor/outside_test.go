@@ -23,6 +23,7 @@ func (r *recorder) Plan(e policy.Estimate) policy.Rule {
 	r.mu.Unlock()
 	return policy.Adhoc{}.Plan(e)
 }
+
 // newRecorded is a monitor of a B_max 8 model, seeded with tau(b) =
 // 0.5 b + 4 ms, whose plans rec records, on a fake clock.
 func newRecorded(t *testing.T) (*Monitor, *recorder, *fakeClock) {
