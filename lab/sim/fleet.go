@@ -373,7 +373,7 @@ func fleetResult(c FleetConfig, runs []*run) FleetResult {
 		if r.c.Profile.HasEnergy {
 			// Idle power over the whole fleet run, not only up to this
 			// replica's last answer.
-			rr.EnergyJ = r.energyMJ/1000 + r.c.IdleWatts*(end-r.busyTotal).Seconds()
+			rr.EnergyJ = r.energyMJ/1000 + r.c.IdleWatts*end.Seconds()
 			joules += rr.EnergyJ
 			if rr.Requests > 0 {
 				joulesUsed += rr.EnergyJ

@@ -295,7 +295,7 @@ func TestEnergy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantIdle := want + 50*ri.DurationS*(1-ri.Utilization)
+	wantIdle := want + 50*ri.DurationS // idle power all the time, zeta(b) on top
 	if math.Abs(*ri.EnergyJ-wantIdle) > 1e-6*wantIdle || !(*ri.RequestsPerJoule < *r.RequestsPerJoule) {
 		t.Fatalf("idle energy %v J, want %v; rpj %v vs %v", *ri.EnergyJ, wantIdle, *ri.RequestsPerJoule, *r.RequestsPerJoule)
 	}
