@@ -27,7 +27,13 @@
 # requests per second of execution, nv_inference_count over
 # tau0 * nv_inference_exec_count + alpha * nv_inference_count, the energy
 # of a GPU whose power is constant while it executes), and the proxy's CPU
-# per request.
+# per request. Last, per shape, what `ratebatch sim` predicts for both
+# policies on the same shape (--clients N, --rate R, --trace), given the
+# server's line (the emulator's true mean line; PyTriton's as the proxy
+# fitted it), the overheads the proxy measured (/status rule.outside, as
+# --overheads) and the client's own time from the ad-hoc segments
+# (client_ms: its mean latency less the proxy's queue wait, upstream round
+# trip and answer), so the simulator can be set against the live proxy.
 #
 #   RATEBATCH_VENV=/work/venv scripts/traffic-check.sh
 #   SHAPES="c1 c4 onoff" REPS=3 PROTOCOL=grpc IDLE_WATTS=20 scripts/traffic-check.sh
@@ -119,8 +125,22 @@ load_flags() {
 }
 unit="req/J"
 [ "$UPSTREAM" = pytriton ] && unit="req per exec-s"
-echo "| shape | ad-hoc mean ms | budget $BUDGET mean ms | x ad-hoc | ad-hoc p99 ms | budget p99 ms | ad-hoc req/s | budget req/s | ad-hoc $unit | budget $unit | vs ad-hoc $unit | proxy CPU µs/req ad-hoc | budget |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| shape | ad-hoc mean ms | budget $BUDGET mean ms | x ad-hoc | ad-hoc p99 ms | budget p99 ms | ad-hoc req/s | budget req/s | ad-hoc $unit | budget $unit | vs ad-hoc $unit | proxy CPU µs/req ad-hoc | budget | sim ad-hoc ms | sim budget ms | sim ad-hoc $unit | sim budget $unit |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+sumof() { # metrics-file name-regex: the sum of the matching samples
+	python3 -c "
+import re, sys
+print(sum(float(l.split()[-1]) for l in open(sys.argv[1]) if re.match(sys.argv[2], l)))" "$1" "$2"
+}
+# sim_flags SHAPE: the simulator's arrivals for a shape.
+sim_flags() {
+	case $1 in
+	c*) echo "--clients ${1#c} --requests 40000" ;;
+	poisson:*) echo "--rate ${1#poisson:} --requests 40000" ;;
+	onoff | mmpp) echo "--trace $1" ;;
+	paper300) echo "--trace paper300 --trace-scale 5 --speedup 20" ;;
+	esac
+}
 for s in $SHAPES; do
 	flags=$(load_flags "$s")
 	: >"$work/rows"
@@ -131,35 +151,82 @@ for s in $SHAPES; do
 			setpol "$pol"
 			sleep 1.5
 			read -r n0 j0 < <(counters)
+			curl -sf "$admin/metrics" >"$work/m0"
 			c0=$(cpu)
 			# shellcheck disable=SC2086 # flags are words
 			"$PA" -m simple -u "$target" -i "$PROTOCOL" $flags --stability-percentage 999 --max-trials 3 \
 				--percentile 99 -f "$work/pa.csv" >"$work/pa.out" 2>&1 || { tail -3 "$work/pa.out" >&2; continue; }
 			read -r n1 j1 < <(counters)
 			c1=$(cpu)
-			python3 - "$pol" "$work/pa.csv" "$n0" "$n1" "$j0" "$j1" "$c0" "$c1" >>"$work/rows" <<'PY'
+			curl -sf "$admin/metrics" >"$work/m1"
+			sel='\{model="simple"\}'
+			d() { python3 -c "print($(sumof "$work/m1" "$1") - $(sumof "$work/m0" "$1"))"; }
+			wait_s=$(d "ratebatch_queue_wait_seconds_sum$sel") wait_n=$(d "ratebatch_queue_wait_seconds_count$sel")
+			up_s=$(d "ratebatch_upstream_duration_seconds_sum$sel") up_n=$(d "ratebatch_upstream_duration_seconds_count$sel")
+			brows=$(d "ratebatch_batch_size_sum$sel")
+			python3 - "$pol" "$work/pa.csv" "$n0" "$n1" "$j0" "$j1" "$c0" "$c1" "$wait_s" "$wait_n" "$up_s" "$up_n" "$brows" >>"$work/rows" <<'PY'
 import csv, json, sys
 pol, f = sys.argv[1:3]
-n0, n1, j0, j1, c0, c1 = map(float, sys.argv[3:9])
+n0, n1, j0, j1, c0, c1, wait_s, wait_n, up_s, up_n, brows = map(float, sys.argv[3:14])
 r = list(csv.DictReader(open(f)))[0]
 lat = (int(r['Client Send']) + int(r['Network+Server Send/Recv']) + int(r['Server Queue']) + int(r['Server Compute Input'])
        + int(r['Server Compute Infer']) + int(r['Server Compute Output']) + int(r['Client Recv'])) / 1000
 print(json.dumps({'policy': pol, 'avg': lat, 'p99': int(r['p99 latency']) / 1000, 'rps': float(r['Inferences/Second']),
-                  'n': n1 - n0, 'j': j1 - j0, 'cpu': c1 - c0}))
+                  'n': n1 - n0, 'j': j1 - j0, 'cpu': c1 - c0, 'wait': 1000 * wait_s / max(wait_n, 1),
+                  'up': 1000 * up_s / max(up_n, 1), 'batch': brows / max(up_n, 1)}))
 PY
 		done
 	done
+	curl -sf "$admin/status" >"$work/status.json"
+	truth=null
+	[ "$UPSTREAM" = pytriton ] || truth=$(curl -sf "http://127.0.0.1:$P/emulator/models/simple")
+	# shellcheck disable=SC2046 # flags are words
+	python3 - "$s" "$work/rows" "$work/status.json" "$truth" "$RB" "$BUDGET" "$UPSTREAM" "$IDLE_WATTS" "$PRESET" "$TAU0_MS" "$ALPHA_MS" $(sim_flags "$s") <<'PY'
+import json, subprocess, sys
+s, f, sf, truth, rb, budget, upstream, idle, preset, tau0_ms, alpha_ms = sys.argv[1:12]
+simflags = sys.argv[12:]
+rows = [json.loads(l) for l in open(f)]
+rule = [m for m in json.load(open(sf))['models'] if m['model'] == 'simple'][0]['rule']
+o = rule.get('outside') or {}
+ad = [r for r in rows if r['policy'] == 'adhoc']
+after = lambda r: o.get('after_merged_ms', 0) if r['batch'] > 1 else o.get('after_lone_ms', 0)
+client = max(sum(r['avg'] - r['wait'] - r['up'] - after(r) for r in ad) / len(ad), 0)
+ovh = ','.join('%s=%g' % (k, o.get(k, 0)) for k in ('overhead_ms', 'overhead_per_row_ms', 'hold_lone_ms', 'hold_merged_ms',
+                                                  'after_lone_ms', 'after_merged_ms')) + ',client_ms=%g' % client
+args = [rb, 'sim', '--bmax', str(rule['max_batch_size']), '--overheads', ovh, '--json'] + simflags
+if upstream == 'pytriton':
+    # The line as the proxy fitted it (Triton's compute statistics, which
+    # take in PyTriton's Python side); energy as the server's execution
+    # time, zeta(b) = 4 + 0.5 b mJ at 1 W, so that requests per joule read
+    # as the live column's requests per second of execution.
+    args += ['--alpha', str(rule['alpha_ms']), '--tau0', str(rule['tau0_ms']), '--beta', alpha_ms, '--zeta0', tau0_ms]
+else:
+    t = json.loads(truth)
+    args += ['--preset', preset, '--alpha', str(t['alpha_ms']), '--tau0', str(t['tau0_ms']), '--idle-watts', idle]
+def sim(pol):
+    a = args + (['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', budget, '--trim'])
+    try:
+        r = json.loads(subprocess.run(a, capture_output=True, text=True, check=True).stdout)
+        return r['mean_latency_ms'], r.get('requests_per_joule') or float('nan')
+    except Exception as e:
+        print('sim failed: %s' % e, file=sys.stderr)
+        return float('nan'), float('nan')
+json.dump({'sim': [sim('adhoc'), sim('budget')], 'overheads': ovh}, open(f + '.sim', 'w'))
+PY
 	python3 - "$s" "$work/rows" <<'PY'
 import json, sys
 s, f = sys.argv[1:3]
 rows = [json.loads(l) for l in open(f)]
+sim = json.load(open(f + '.sim'))
+(sa, ja), (sb, jb) = sim['sim']
 def agg(p):
     rs = [r for r in rows if r['policy'] == p]
     mean = lambda k: sum(r[k] for r in rs) / len(rs)
     return (mean('avg'), mean('p99'), mean('rps'), sum(r['n'] for r in rs) / max(sum(r['j'] for r in rs), 1e-12),
             1e6 * sum(r['cpu'] for r in rs) / max(sum(r['n'] for r in rs), 1))
 a, b = agg('adhoc'), agg('budget')
-print('| %s | %.3f | %.3f | %.3f | %.2f | %.2f | %.0f | %.0f | %.4g | %.4g | %+.1f%% | %.0f | %.0f |' % (
-    s, a[0], b[0], b[0] / a[0], a[1], b[1], a[2], b[2], a[3], b[3], 100 * (b[3] / a[3] - 1), a[4], b[4]), flush=True)
+print('| %s | %.3f | %.3f | %.3f | %.2f | %.2f | %.0f | %.0f | %.4g | %.4g | %+.1f%% | %.0f | %.0f | %.3f | %.3f | %.4g | %.4g |' % (
+    s, a[0], b[0], b[0] / a[0], a[1], b[1], a[2], b[2], a[3], b[3], 100 * (b[3] / a[3] - 1), a[4], b[4], sa, sb, ja, jb), flush=True)
+print('<!-- %s: --overheads %s -->' % (s, sim['overheads']), flush=True)
 PY
 done
