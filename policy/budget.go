@@ -192,7 +192,7 @@ func (p *Budget) Plan(e Estimate) Rule {
 		// (docs/ALGORITHMS.md, "Bursts").
 		p.trim.next(p.Budget, false)
 		return p.guard(Limit{Policy: NameBudget, Limit: 1,
-			Note: fmt.Sprintf("the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for half a window", e.RatePerSec, e.Window)}, e)
+			Note: fmt.Sprintf("the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window)}, e)
 	}
 	rule := p.rule(grid, m, busyTime)
 	br, ok := rule.(BudgetRule)
@@ -250,26 +250,64 @@ func (p *Budget) rule(grid int, m smdp.Model, busyTime bool) Rule {
 }
 
 // nearest is the cached rule nearest to grid (planCache.nearest), of the
-// budget b if it has one, else of the budget nearest to b; its status says
-// it was not solved for this rate.
+// budget b if it has one, else of the loosest budget solved that is not
+// looser than b; its status says it was not solved for this rate. With
+// neither, while the solves are past their share, it is the
+// work-conserving rule: ad-hoc is within every budget.
+//
+// A looser budget's plan is never taken for b. The live trim tightens the
+// budget when the calls lived above the promise; planning the tighter
+// budget with the looser one's rule until a solve was allowed (5-20 s at
+// rho 0.8, where a constrained solve takes 0.1-0.4 s of a core) kept the
+// very rule that broke the promise, and the trim, measuring it under the
+// new budget, stepped on down past where it meant to go. The
+// work-conserving rule is no BudgetRule, so Plan does not count its calls
+// for the trim either: the trim holds its budget until that budget is
+// solved.
 func (p *Budget) nearest(b smdp.Budget, grid, maxBatch int) (Rule, bool) {
-	r, dist, ok := p.caches[b].nearest(grid, maxBatch)
+	var (
+		r    Rule
+		dist int
+		ok   bool
+	)
+	if c := p.caches[b]; c != nil {
+		r, dist, ok = c.nearest(grid, maxBatch)
+	}
+	solved := ok
 	if !ok {
-		bestGap := math.Inf(1)
+		var best smdp.Budget
 		for ob, c := range p.caches {
-			if or, od, ok2 := c.nearest(grid, maxBatch); ok2 && math.Abs(ob.Factor-b.Factor)+math.Abs(ob.AbsoluteMs-b.AbsoluteMs) < bestGap {
-				bestGap, r, dist, ok = math.Abs(ob.Factor-b.Factor)+math.Abs(ob.AbsoluteMs-b.AbsoluteMs), or, od, true
+			or, od, ok2 := c.nearest(grid, maxBatch)
+			solved = solved || ok2
+			if ok2 && stricter(ob, b) && (!ok || stricter(best, ob)) {
+				best, r, dist, ok = ob, or, od, true
 			}
 		}
 	}
 	if !ok {
-		return nil, false
+		if !solved {
+			return nil, false // nothing solved for this B_max yet: solve
+		}
+		return Limit{Policy: NameBudget, Limit: 1,
+			Note: fmt.Sprintf("budget %s not solved yet and solves are past their share of a core: work-conserving meanwhile", b)}, true
 	}
 	if br, isBR := r.(BudgetRule); isBR {
 		br.solveNote = deferredNote(dist)
 		return br, true
 	}
 	return r, true
+}
+
+// stricter reports whether budget a is at least as strict as b: of the
+// same kind (relative or absolute) and no looser.
+func stricter(a, b smdp.Budget) bool {
+	if (a.AbsoluteMs > 0) != (b.AbsoluteMs > 0) {
+		return false
+	}
+	if b.AbsoluteMs > 0 {
+		return a.AbsoluteMs <= b.AbsoluteMs
+	}
+	return a.Factor <= b.Factor
 }
 
 // solve computes the constrained optimum for m and turns it into a rule; a

@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
 // Past their share of a core, the solving policies plan a new rate from
@@ -53,5 +55,65 @@ func TestSolveShareDefersToTheNearestRate(t *testing.T) {
 	}
 	if m := newSolveMeter(Options{}); m.share != DefaultSolveShare {
 		t.Errorf("default share %v, want %v", m.share, DefaultSolveShare)
+	}
+}
+
+// Past its share of a core, the budget plans a budget it has not solved
+// with the loosest solved budget that is no looser, else work-conserving:
+// the live trim tightens a budget because the calls lived above it, and
+// the looser budget's rule is the one they lived.
+func TestDeferredBudgetIsNeverLooser(t *testing.T) {
+	cached := func(rules map[smdp.Budget]string) *Budget {
+		p := &Budget{caches: map[smdp.Budget]*planCache{}}
+		for b, name := range rules {
+			c := &planCache{}
+			c.add(10, smdp.Model{MaxBatch: 8}, Limit{Policy: name, Limit: 2}, budgetCacheSize)
+			p.caches[b] = c
+		}
+		return p
+	}
+	rel := func(f float64) smdp.Budget { return smdp.Budget{Factor: f} }
+	abs := func(ms float64) smdp.Budget { return smdp.Budget{AbsoluteMs: ms} }
+	for _, tc := range []struct {
+		name   string
+		solved map[smdp.Budget]string
+		want   smdp.Budget
+		rule   string // the cached rule's name; "" for work-conserving
+		none   bool   // nothing to plan from: solve
+	}{
+		{"its own budget", map[smdp.Budget]string{rel(1.10): "1.10x"}, rel(1.10), "1.10x", false},
+		{"a tighter budget than any solved", map[smdp.Budget]string{rel(1.10): "1.10x"}, rel(1.05), "", false},
+		{"a looser budget takes the solved one", map[smdp.Budget]string{rel(1.10): "1.10x"}, rel(1.20), "1.10x", false},
+		{"the loosest that is no looser", map[smdp.Budget]string{rel(1.02): "1.02x", rel(1.04): "1.04x", rel(1.10): "1.10x"}, rel(1.06), "1.04x", false},
+		{"absolute, tighter", map[smdp.Budget]string{abs(4): "4ms"}, abs(3), "", false},
+		{"absolute, looser", map[smdp.Budget]string{abs(4): "4ms", abs(2): "2ms"}, abs(5), "4ms", false},
+		{"no relative plan for an absolute budget", map[smdp.Budget]string{rel(1.10): "1.10x"}, abs(5), "", false},
+		{"nothing solved", map[smdp.Budget]string{}, rel(1.10), "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ok := cached(tc.solved).nearest(tc.want, 12, 8)
+			if tc.none {
+				if ok {
+					t.Fatalf("planned %v with nothing solved, want a solve", r)
+				}
+				return
+			}
+			if !ok {
+				t.Fatal("no rule")
+			}
+			l, isLimit := r.(Limit)
+			if !isLimit {
+				t.Fatalf("rule %T", r)
+			}
+			if tc.rule == "" {
+				if l.Limit != 1 || !strings.Contains(l.Note, "work-conserving") {
+					t.Fatalf("rule %+v, want work-conserving", l)
+				}
+				return
+			}
+			if l.Policy != tc.rule {
+				t.Fatalf("planned with %q's rule, want %q's", l.Policy, tc.rule)
+			}
+		})
 	}
 }
