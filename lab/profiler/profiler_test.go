@@ -15,7 +15,12 @@ import (
 // emulated serves the emulator's KServe API on loopback and returns its URL.
 func emulated(t *testing.T) string {
 	t.Helper()
-	em, err := emulator.New(emulator.Options{TimeScale: 1}) // googlenet-p4: tau(b) = 0.3051*b + 1.052 ms
+	// googlenet-p4 ten times slower, tau(b) = 3.051*b + 10.52 ms: the
+	// emulator's sleeps overshoot by a fraction of a millisecond on a
+	// busy machine whatever their length, which at full speed (1-3 ms a
+	// batch) moved the fitted slope by a third in CI, under -race beside
+	// the other packages' tests.
+	em, err := emulator.New(emulator.Options{TimeScale: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +50,10 @@ func TestRunMeasuresTheServersLine(t *testing.T) {
 	}
 	// The server's statistics give its own compute line (the emulator's
 	// sleeps overshoot on a busy machine, mostly into tau0 but, with six
-	// samples a size, into the slope too: 10% on alpha, 0.35 ms on tau0);
+	// samples a size, into the slope too: 10% on alpha, 2 ms on tau0);
 	// the round trip adds HTTP time on top of it, never less.
-	if res.Server == nil || math.Abs(res.Server.AlphaMs-0.3051) > 0.03 || res.Server.Tau0Ms < 1.0 || res.Server.Tau0Ms > 1.4 {
-		t.Fatalf("server line %+v, want the emulator's 0.3051*b + 1.052", res.Server)
+	if res.Server == nil || math.Abs(res.Server.AlphaMs-3.051) > 0.3 || res.Server.Tau0Ms < 10.0 || res.Server.Tau0Ms > 12.5 {
+		t.Fatalf("server line %+v, want the emulator's 3.051*b + 10.52", res.Server)
 	}
 	if res.Fit.TauMs(1) < res.Server.TauMs(1) {
 		t.Fatalf("round trip tau(1) %.3f ms below the server's compute %.3f ms", res.Fit.TauMs(1), res.Server.TauMs(1))
