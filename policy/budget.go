@@ -258,7 +258,7 @@ func (p *Budget) rule(grid int, m smdp.Model, busyTime bool) Rule {
 // A looser budget's plan is never taken for b. The live trim tightens the
 // budget when the calls lived above the promise; planning the tighter
 // budget with the looser one's rule until a solve was allowed (5-20 s at
-// rho 0.8, where a constrained solve takes 0.1-0.4 s of a core) kept the
+// rho 0.8, where a constrained optimum takes several solves of 0.1-0.4 s) kept the
 // very rule that broke the promise, and the trim, measuring it under the
 // new budget, stepped on down past where it meant to go. The
 // work-conserving rule is no BudgetRule, so Plan does not count its calls
