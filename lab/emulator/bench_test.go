@@ -21,6 +21,9 @@ func BenchmarkInfer(b *testing.B) {
 	binBody, binLen := binaryBody(b, map[string]any{"binary_data_output": true}, nil, a8, b8)
 	img := input{name: "INPUT__0", datatype: "FP32", shape: []int64{1, 3, 224, 224}, f32: make([]float32, 3*224*224)}
 	imgBody, imgLen := binaryBody(b, map[string]any{"binary_data_output": true}, nil, img)
+	// 32 rows, 19 MB: a body past the small-buffer pool (the image model's largest batch).
+	img32 := input{name: "INPUT__0", datatype: "FP32", shape: []int64{32, 3, 224, 224}, f32: make([]float32, 32*3*224*224)}
+	img32Body, img32Len := binaryBody(b, map[string]any{"binary_data_output": true}, nil, img32)
 	cases := []struct {
 		name, model string
 		body        []byte
@@ -29,6 +32,7 @@ func BenchmarkInfer(b *testing.B) {
 		{"simple/json/8rows", SimpleModel, jsonBody(b, nil, nil, a8, b8), -1},
 		{"simple/binary/8rows", SimpleModel, binBody, binLen},
 		{"image/binary/1row", ImageModel, imgBody, imgLen},
+		{"image/binary/32rows", ImageModel, img32Body, img32Len},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -36,7 +36,7 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, m *model) {
 		return
 	}
 
-	buf := getBuffer()
+	buf := getBuffer(r.ContentLength)
 	defer putBuffer(buf)
 	body, err := readBody(w, r, s.opts.MaxBodyBytes, (*buf)[:0])
 	*buf = body
@@ -265,18 +265,37 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, dst []byte) (
 	}
 }
 
-// buffers recycles request and response bodies; very large ones are left
-// to the garbage collector so that one huge request does not pin memory.
-var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+// buffers recycles request bodies up to maxPooledBuffer; largeBuffers
+// the larger ones. A fresh 60 MB buffer costs its zeroing and page faults
+// (more host CPU than a GPU server spends on the body), so a stream of
+// large requests reuses them; a sync.Pool is emptied after two
+// collections without use, so a burst of them does not pin memory.
+var (
+	buffers      = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+	largeBuffers sync.Pool
+)
 
 const maxPooledBuffer = 4 << 20
 
-func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
+// getBuffer returns an empty buffer for a body of declared length n (-1:
+// unknown).
+func getBuffer(n int64) *[]byte {
+	if n <= maxPooledBuffer {
+		return buffers.Get().(*[]byte)
+	}
+	if b, ok := largeBuffers.Get().(*[]byte); ok && int64(cap(*b)) >= n {
+		return b
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
 
 func putBuffer(b *[]byte) {
+	*b = (*b)[:0]
 	if cap(*b) <= maxPooledBuffer {
-		*b = (*b)[:0]
 		buffers.Put(b)
+	} else {
+		largeBuffers.Put(b)
 	}
 }
 

@@ -333,3 +333,33 @@ func TestConcurrentRequests(t *testing.T) {
 			st.ExecutionCount, st.InferenceCount, st.InferenceStats.Success.Count, callers, totalRows, callers)
 	}
 }
+
+// TestFoldRowPaths checks the fast path of the image model's math (a
+// little-endian machine's chunks copied into a []float32) against the
+// element-by-element decoding a big-endian machine takes, on rows that
+// start at every alignment and end mid-chunk.
+func TestFoldRowPaths(t *testing.T) {
+	if !littleEndian {
+		t.Skip("the fast path is taken on little-endian machines only")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct{ offset, elems int }{
+		{0, 3 * 224 * 224}, {1, 3 * 224 * 224}, {2, 2500}, {3, 999}, {0, 1}, {5, 1000},
+	} {
+		buf := make([]byte, c.offset+4*c.elems+3) // 3 trailing bytes: not an element
+		for i := range buf {
+			buf[i] = byte(rng.Uint32())
+		}
+		row := buf[c.offset:]
+		var fast, slow [imageClasses]float64
+		foldRow(&fast, row)
+		littleEndian = false
+		foldRow(&slow, row)
+		littleEndian = true
+		for k := range fast {
+			if math.Float64bits(fast[k]) != math.Float64bits(slow[k]) && !(math.IsNaN(fast[k]) && math.IsNaN(slow[k])) {
+				t.Fatalf("offset %d, %d elements: acc[%d] = %v fast, %v decoded", c.offset, c.elems, k, fast[k], slow[k])
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/preset"
@@ -127,14 +128,35 @@ func sumDiff(_ int, ins, outs [][]byte) {
 const imageClasses = 1000
 
 // foldSum is the image model's math: per row, out[k] is the sum of the
-// input elements whose flat index is k modulo imageClasses.
+// input elements whose flat index is k modulo imageClasses. It reads every
+// byte of a large request, so it is written for speed: a GPU server spends
+// little host CPU on a tensor, and an emulator that spends 40 ms on a
+// 60 MB batch takes a core from the proxy beside it on a small machine.
 func foldSum(rows int, ins, outs [][]byte) {
 	in, out := ins[0], outs[0]
 	inRow, outRow := len(in)/rows, len(out)/rows
 	var acc [imageClasses]float64
 	for r := 0; r < rows; r++ {
 		clear(acc[:])
-		row := in[r*inRow : (r+1)*inRow]
+		foldRow(&acc, in[r*inRow:(r+1)*inRow])
+		o := out[r*outRow : (r+1)*outRow]
+		for k := range imageClasses {
+			binary.LittleEndian.PutUint32(o[4*k:], math.Float32bits(float32(acc[k])))
+		}
+	}
+}
+
+// littleEndian: the machine's floats are the wire's (KServe v2 binary data
+// is little-endian), so a chunk copied into a []float32 reads as is.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// foldRow adds row's FP32 elements into acc, element i into acc[i mod
+// imageClasses]. On a little-endian machine it copies each chunk of
+// imageClasses elements into an aligned []float32 (the row's data starts
+// wherever the request's JSON header ended) and sums that, nearly four
+// times faster than decoding element by element (BenchmarkFoldSum).
+func foldRow(acc *[imageClasses]float64, row []byte) {
+	if !littleEndian {
 		for len(row) >= 4 {
 			chunk := row[:min(len(row), 4*imageClasses)]
 			row = row[len(chunk):]
@@ -142,9 +164,15 @@ func foldSum(rows int, ins, outs [][]byte) {
 				acc[k] += float64(math.Float32frombits(binary.LittleEndian.Uint32(chunk[4*k:])))
 			}
 		}
-		o := out[r*outRow : (r+1)*outRow]
-		for k := range imageClasses {
-			binary.LittleEndian.PutUint32(o[4*k:], math.Float32bits(float32(acc[k])))
+		return
+	}
+	var f [imageClasses]float32
+	fb := unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*imageClasses)
+	for len(row) >= 4 {
+		n := copy(fb, row)
+		row = row[n:]
+		for k, v := range f[:n/4] {
+			acc[k] += float64(v)
 		}
 	}
 }
