@@ -41,19 +41,6 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-metric() { # file name-regex: sum of matching samples
-	python3 - "$1" "$2" <<'PY'
-import re, sys
-tot = 0.0
-for line in open(sys.argv[1]):
-    if line.startswith('#'):
-        continue
-    if re.match(sys.argv[2], line):
-        tot += float(line.split()[-1])
-print(tot)
-PY
-}
-
 echo "| roughness | model | B_max | rho | rate req/s | policy | mean ms | x ad-hoc | p99 ms | req/J | vs ad-hoc req/J | mean batch | plan ms (ad-hoc) | trim: solved for, lived | proxy ms | proxy-internal ms | sim ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for real in $REALISMS; do
@@ -113,12 +100,12 @@ print('%.1f' % ($rho * 1000 * b / tau))")
 			curl -sf "http://127.0.0.1:$((P + 2))/metrics" >"$work/e1"
 			curl -sf "$admin/status" >"$work/s.json"
 			sel="\\{model=\"$model\"\\}"
-			d() { python3 -c "print($(metric "$work/m1" "$1") - $(metric "$work/m0" "$1"))"; }
+			d() { "$(dirname "$0")"/promdelta.py "$1" "$work/m1" "$work/m0"; }
 			wait_s=$(d "ratebatch_queue_wait_seconds_sum$sel"); wait_n=$(d "ratebatch_queue_wait_seconds_count$sel")
 			up_s=$(d "ratebatch_upstream_duration_seconds_sum$sel"); up_n=$(d "ratebatch_upstream_duration_seconds_count$sel")
 			rows=$(d "ratebatch_batch_size_sum$sel")
 			front_s=$(d "ratebatch_request_duration_seconds_sum\\{model=\"$model\",protocol=\"http\"\\}")
-			joules=$(python3 -c "print($(metric "$work/e1" nv_energy_consumption) - $(metric "$work/e0" nv_energy_consumption))")
+			joules=$("$(dirname "$0")"/promdelta.py nv_energy_consumption "$work/e1" "$work/e0")
 			python3 - "$pol" "$work/l.json" "$work/s.json" "$model" "$wait_s" "$wait_n" "$up_s" "$up_n" "$rows" "$joules" "$front_s" >>"$work/segs" <<'PY'
 import json, re, sys
 pol, lf, sf, model = sys.argv[1:5]

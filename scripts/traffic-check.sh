@@ -127,11 +127,6 @@ unit="req/J"
 [ "$UPSTREAM" = pytriton ] && unit="req per exec-s"
 echo "| shape | ad-hoc mean ms | budget $BUDGET mean ms | x ad-hoc | ad-hoc p99 ms | budget p99 ms | ad-hoc req/s | budget req/s | ad-hoc $unit | budget $unit | vs ad-hoc $unit | proxy CPU µs/req ad-hoc | budget | sim ad-hoc ms | sim budget ms | sim ad-hoc $unit | sim budget $unit |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-sumof() { # metrics-file name-regex: the sum of the matching samples
-	python3 -c "
-import re, sys
-print(sum(float(l.split()[-1]) for l in open(sys.argv[1]) if re.match(sys.argv[2], l)))" "$1" "$2"
-}
 # sim_flags SHAPE: the simulator's arrivals for a shape.
 sim_flags() {
 	case $1 in
@@ -160,7 +155,7 @@ for s in $SHAPES; do
 			c1=$(cpu)
 			curl -sf "$admin/metrics" >"$work/m1"
 			sel='\{model="simple"\}'
-			d() { python3 -c "print($(sumof "$work/m1" "$1") - $(sumof "$work/m0" "$1"))"; }
+			d() { "$(dirname "$0")"/promdelta.py "$1" "$work/m1" "$work/m0"; }
 			wait_s=$(d "ratebatch_queue_wait_seconds_sum$sel") wait_n=$(d "ratebatch_queue_wait_seconds_count$sel")
 			up_s=$(d "ratebatch_upstream_duration_seconds_sum$sel") up_n=$(d "ratebatch_upstream_duration_seconds_count$sel")
 			brows=$(d "ratebatch_batch_size_sum$sel")
