@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/procs"
 	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
@@ -149,10 +150,16 @@ func newSolveMeter(o Options) solveMeter {
 // allow reports whether a solve may start now.
 func (s *solveMeter) allow() bool { return s.share <= 0 || !time.Now().Before(s.next) }
 
-// time runs solve and accounts for its wall time.
+// time runs solve and accounts for its wall time. The solve keeps a P of
+// the process free meanwhile (procs.Background): it runs on the monitor's
+// goroutine, and on a proxy sized to one P it would otherwise hold every
+// arrival and answer until the scheduler preempts it.
 func (s *solveMeter) time(solve func() Rule) Rule {
 	start := time.Now()
-	r := solve()
+	r := func() Rule {
+		defer procs.Background()()
+		return solve()
+	}()
 	d := time.Since(start)
 	s.spent += d
 	if s.share > 0 && s.share < 1 {

@@ -6,6 +6,8 @@ offer load, then:
 
     scripts/budget-trace.py FILE [--model simple] [--skip 0.3]
 
+    scripts/budget-trace.py FILE --client LOAD.csv   (ratebatch load --csv)
+
 It prints, for the decisions taken with an instance free: how many distinct
 decision epochs found the queue in each state (rows waiting), the share of
 those whose first decision waited (the live mix, to compare with the plan's
@@ -14,7 +16,19 @@ bound), the batch sizes sent, the round trip per size, and the time from a
 batch's end to the next decision while rows wait (the turnaround the plan
 counts as hold). --skip drops that share of the trace from the start (the
 warm-up and the first windows).
+
+With --client, it joins the client's requests (`ratebatch load --csv`'s
+file of the same run, the proxy serving nothing else) to the trace's
+arrivals in order, each call to the batch that carried it, and splits
+each call's latency into the proxy's share (its arrival in the dispatcher
+to its batch's end) and the rest (the client, the network, reading the
+request and writing the answer), by kind of call: sent at once (alone or
+with others), queued behind a batch in flight, held by the rule (a
+decision not to send while it was the oldest row), or a partner that
+joined a held call. The rest is what a plan and the live trim, which both
+measure inside the proxy, do not see.
 """
+import bisect
 import argparse
 import collections
 import statistics
@@ -25,6 +39,7 @@ def main():
     ap.add_argument('trace')
     ap.add_argument('--model', default='')
     ap.add_argument('--skip', type=float, default=0.3)
+    ap.add_argument('--client', help="ratebatch load --csv file of the same run")
     a = ap.parse_args()
     ev = []
     for line in open(a.trace):
@@ -33,6 +48,8 @@ def main():
             continue
         ev.append((float(f[0]), f[1], {k: float(v) if v not in ('true', 'false') else v == 'true'
                                        for k, v in (x.split('=', 1) for x in f[3:])}))
+    if a.client:
+        client_split(ev, a.client, a.skip)
     ev = ev[int(len(ev) * a.skip):]
     # Epochs: decisions with an instance free, keyed by the oldest row's
     # arrival and the row count (the rule's own notion of a state).
@@ -86,6 +103,61 @@ def main():
         print('batch end to next decision with rows waiting: %d, mean %.3f ms, p90 %.3f' % (
             len(gaps), statistics.mean(gaps), sorted(gaps)[int(0.9 * len(gaps))]))
 
+
+def client_split(ev, path, skip):
+    """Prints the client's time per call split into the proxy's and the rest."""
+    import csv
+    reqs = sorted((float(r['start_ms']), float(r['latency_ms']), r['status'] == '200') for r in csv.DictReader(open(path)))
+    arrivals = [t for t, k, _ in ev if k == 'A']
+    if len(reqs) != len(arrivals):
+        # The join is by order: the proxy must have served this run alone.
+        print('client: %d requests in %s, %d arrivals in the trace: not the same run alone, not joined' % (
+            len(reqs), path, len(arrivals)))
+        return
+    # A call the rule held: a decision not to send with it the oldest row.
+    held = {round(t - d['oldest'], 2) for t, k, d in ev if k == 'D' and d['send'] == 0}
+    # Each arrival's batch: calls leave FIFO; a batch's end is the first
+    # end whose start (end less round trip) is at or after its send.
+    queue, sends = collections.deque(), []
+    for t, k, d in ev:
+        if k == 'A':
+            queue.append(t)
+        elif k == 'S':
+            sends.append((t, [queue.popleft() for _ in range(min(int(d.get('calls', d['rows'])), len(queue)))]))
+    ends = sorted((t - d['rt'], t) for t, k, d in ev if k == 'E')
+    starts = [b for b, _ in ends]
+    batch_of = {}
+    for st, calls in sends:
+        i = bisect.bisect_left(starts, st - 0.05)
+        if i < len(ends) and ends[i][0] - st < 0.2:
+            for c in calls:
+                batch_of[c] = (st, ends[i][1], calls)
+    kinds = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for (st, lat, ok), arr in list(zip(reqs, arrivals))[int(skip * len(reqs)):]:
+        if not ok or arr not in batch_of:
+            continue
+        sent, end, calls = batch_of[arr]
+        if round(arr, 2) in held:
+            kind = 'held'
+        elif any(round(c, 2) in held for c in calls):
+            kind = 'partner of a held call'
+        elif sent - arr >= 0.3:
+            kind = 'queued behind a batch'
+        else:
+            kind = 'sent at once, alone' if len(calls) == 1 else 'sent at once, with others'
+        k = kinds[kind]
+        k[0] += 1
+        k[1] += end - arr
+        k[2] += lat - (end - arr)
+    n = sum(k[0] for k in kinds.values())
+    print('client (%s): %d calls; per call, the proxy (arrival to batch end) + the rest = the client\'s latency' % (path, n))
+    for kind in ('sent at once, alone', 'sent at once, with others', 'queued behind a batch', 'held', 'partner of a held call'):
+        c, prox, rest = kinds.get(kind, (0, 0, 0))
+        if c:
+            print('  %-26s %6d (%.3f)  %.3f + %.3f = %.3f ms' % (kind, c, c / n, prox / c, rest / c, (prox + rest) / c))
+    if n:
+        prox, rest = sum(k[1] for k in kinds.values()) / n, sum(k[2] for k in kinds.values()) / n
+        print('  %-26s %6d          %.3f + %.3f = %.3f ms' % ('all', n, prox, rest, prox + rest))
 
 if __name__ == '__main__':
     main()

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -50,8 +52,67 @@ type Sizer struct {
 	CPU func() (time.Duration, error)
 	// Set sets the count of Ps (nil: runtime.GOMAXPROCS).
 	Set func(n int)
-	// Changed, when set, is told each change and the busy cores behind it.
+	// Changed, when set, is told each change the rule makes and the busy
+	// cores behind it (not the Ps held for Background work).
 	Changed func(from, to int, busy float64)
+
+	mu      sync.Mutex // guards what follows, while Run runs
+	running bool
+	set     func(n int)
+	most    int
+	sized   int // the rule's count
+	cur     int // the count set: sized, or more while work is held
+	holds   int // Background work running
+}
+
+// active is the Sizer running in this process, if any: GOMAXPROCS is the
+// process's, so work in the background asks the one that sizes it.
+var active atomic.Pointer[Sizer]
+
+// Background keeps a P free for the rest of the process while the caller
+// runs CPU-bound work in the background, such as a policy's solve, and
+// returns the call that ends it. Sized down to one P at light load, the
+// process would otherwise run nothing else until the scheduler preempted
+// the work, 10 ms or more later: live, a budget policy's 15-20 ms solves,
+// one a second or so at 188 req/s, held every arrival and every answer
+// from the upstream that long (docs/LEARNING.md, "A solve stalled a
+// proxy sized to one P"). Until the release, the running Sizer keeps at
+// least one P more than the work held (within its Max); the release
+// gives the rule's count back at once. Without a running Sizer
+// (GOMAXPROCS fixed, or one core) it does nothing.
+func Background() (release func()) {
+	s := active.Load()
+	if s == nil {
+		return func() {}
+	}
+	s.mu.Lock()
+	s.holds++
+	s.apply()
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.holds--
+			s.apply()
+			s.mu.Unlock()
+		})
+	}
+}
+
+// apply sets the count the rule and the work held call for; under s.mu.
+func (s *Sizer) apply() {
+	if !s.running {
+		return
+	}
+	n := s.sized
+	if s.holds > 0 {
+		n = max(n, min(s.most, s.holds+1))
+	}
+	if n != s.cur {
+		s.set(n)
+		s.cur = n
+	}
 }
 
 // Run sizes the Ps until ctx is done, then gives them back: to Max when Set
@@ -72,6 +133,16 @@ func (s *Sizer) Run(ctx context.Context) error {
 	} else {
 		defer set(most)
 	}
+	s.mu.Lock()
+	s.running, s.set, s.most, s.sized, s.cur = true, set, most, most, most
+	s.mu.Unlock()
+	active.CompareAndSwap(nil, s)
+	defer func() { // before the deferred restore above: no hold sets after it
+		active.CompareAndSwap(s, nil)
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
+	}()
 	every := s.Interval
 	if every <= 0 {
 		every = DefaultInterval
@@ -82,7 +153,7 @@ func (s *Sizer) Run(ctx context.Context) error {
 		return fmt.Errorf("procs: reading the process's CPU time: %w", err)
 	}
 	at := time.Now() // read beside the CPU time, so both span the same interval
-	cur, low := most, 0
+	low := 0
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -97,14 +168,14 @@ func (s *Sizer) Run(ctx context.Context) error {
 			now := time.Now()
 			busy := (u - used).Seconds() / now.Sub(at).Seconds()
 			used, at = u, now
-			var n int
-			n, low = next(cur, most, busy, low, calm)
-			if n != cur {
-				set(n)
-				if s.Changed != nil {
-					s.Changed(cur, n, busy)
-				}
-				cur = n
+			s.mu.Lock()
+			from := s.sized
+			s.sized, low = next(from, most, busy, low, calm)
+			s.apply()
+			to := s.sized
+			s.mu.Unlock()
+			if to != from && s.Changed != nil {
+				s.Changed(from, to, busy)
 			}
 		}
 	}

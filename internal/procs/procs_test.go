@@ -175,3 +175,77 @@ func TestRunSizesThisProcess(t *testing.T) {
 		t.Errorf("GOMAXPROCS = %d after Run, want the runtime's default %d back", got, def)
 	}
 }
+
+// TestBackgroundKeepsAPFree: with the process sized down to one P, work in
+// the background gets a P of its own at once, and the rule's count comes
+// back at its release; each piece of work held counts; nothing is set
+// with Max 1 or once Run has returned.
+func TestBackgroundKeepsAPFree(t *testing.T) {
+	tests := []struct {
+		name      string
+		max, held int
+		want      int // the Ps while held (the rule's count is 1)
+	}{
+		{"one piece of work", 8, 1, 2},
+		{"two at once", 8, 2, 3},
+		{"never past Max", 2, 3, 2},
+		{"one core: nothing to give", 1, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cpu := &fakeCPU{busy: 0.05}
+			var mu sync.Mutex
+			var sets []int
+			last := func() int { mu.Lock(); defer mu.Unlock(); return sets[len(sets)-1] }
+			s := &Sizer{Max: tt.max, Interval: time.Millisecond, CPU: cpu.read, Set: func(n int) {
+				mu.Lock()
+				sets = append(sets, n)
+				mu.Unlock()
+			}}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				s.mu.Lock()
+				down := s.running && s.sized == 1
+				s.mu.Unlock()
+				if down {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("an idle process was never sized to one P")
+				}
+			}
+			var releases []func()
+			for range tt.held {
+				releases = append(releases, Background())
+			}
+			mu.Lock()
+			n := len(sets)
+			mu.Unlock()
+			if tt.max > 1 && (n == 0 || last() != tt.want) {
+				t.Fatalf("with %d held: Ps set to %v, want %d at once", tt.held, sets, tt.want)
+			}
+			for _, r := range releases {
+				r()
+				r() // a second release does nothing
+			}
+			if tt.max > 1 && last() != 1 {
+				t.Errorf("after the releases: Ps set to %v, want the rule's 1 back", sets)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			mu.Lock()
+			n = len(sets)
+			mu.Unlock()
+			Background()() // no Sizer running: nothing set
+			mu.Lock()
+			defer mu.Unlock()
+			if len(sets) != n {
+				t.Errorf("Background after Run returned set %v", sets[n:])
+			}
+		})
+	}
+}
