@@ -301,13 +301,13 @@ func (p *Budget) nearest(b smdp.Budget, grid, maxBatch int) (Rule, bool) {
 // stricter reports whether budget a is at least as strict as b: of the
 // same kind (relative or absolute) and no looser.
 func stricter(a, b smdp.Budget) bool {
-	if (a.AbsoluteMs > 0) != (b.AbsoluteMs > 0) {
+	if a.Relative() != b.Relative() {
 		return false
 	}
-	if b.AbsoluteMs > 0 {
-		return a.AbsoluteMs <= b.AbsoluteMs
+	if b.Relative() {
+		return a.Factor <= b.Factor
 	}
-	return a.Factor <= b.Factor
+	return a.AbsoluteMs <= b.AbsoluteMs
 }
 
 // solve computes the constrained optimum for m and turns it into a rule; a

@@ -28,9 +28,10 @@ decision not to send while it was the oldest row), or a partner that
 joined a held call. The rest is what a plan and the live trim, which both
 measure inside the proxy, do not see.
 """
-import bisect
 import argparse
+import bisect
 import collections
+import csv
 import statistics
 
 
@@ -106,7 +107,6 @@ def main():
 
 def client_split(ev, path, skip):
     """Prints the client's time per call split into the proxy's and the rest."""
-    import csv
     reqs = sorted((float(r['start_ms']), float(r['latency_ms']), r['status'] == '200') for r in csv.DictReader(open(path)))
     arrivals = [t for t, k, _ in ev if k == 'A']
     if len(reqs) != len(arrivals):
@@ -114,6 +114,13 @@ def client_split(ev, path, skip):
         print('client: %d requests in %s, %d arrivals in the trace: not the same run alone, not joined' % (
             len(reqs), path, len(arrivals)))
         return
+    # Calls that reached the dispatcher late: the clocks differ by a
+    # constant (and the network's time), the median of arrival less send.
+    late = sorted(arr - st for (st, _, _), arr in zip(reqs, arrivals))
+    off = late[len(late) // 2]
+    late = [d - off for d in late if d - off > 1]
+    print('client: %d of %d calls reached the dispatcher over 1 ms later than the median call, %.3f ms a call, the worst %.1f ms' % (
+        len(late), len(reqs), sum(late) / len(reqs), max(late, default=0)))
     # A call the rule held: a decision not to send with it the oldest row.
     held = {round(t - d['oldest'], 2) for t, k, d in ev if k == 'D' and d['send'] == 0}
     # Each arrival's batch: calls leave FIFO; a batch's end is the first
