@@ -839,25 +839,34 @@ func TestReliabilityBurst(t *testing.T) {
 	l := settled(t, lt, "simple").minus(base)
 	checkBooks(t, res.Summary, l, http.StatusServiceUnavailable)
 
-	var refused []time.Duration
+	// Refusals are judged against the calls served in the same burst, not
+	// against a clock: on a loaded CI host every client-side latency
+	// stretches, but a refusal that waited in the queue would take as long
+	// as the served calls do.
+	var refused, served []time.Duration
 	for _, r := range res.Records {
-		if r.Status == http.StatusServiceUnavailable {
+		switch {
+		case r.Status == http.StatusServiceUnavailable:
 			refused = append(refused, r.Latency)
+		case r.Status == http.StatusOK && r.Start >= burstFrom && r.Start < burstTo:
+			served = append(served, r.Latency)
 		}
 	}
 	slices.Sort(refused)
-	p99Refused := stats.Percentile(refused, 99)
+	slices.Sort(served)
+	p90Refused, p99Refused := stats.Percentile(refused, 90), stats.Percentile(refused, 99)
+	p50Served := stats.Percentile(served, 50)
 	sent, failed := okAfter(res.Records, burstTo+time.Second)
 	heapGrowth := int64(maxHeap.Load()) - int64(before.heap)
-	t.Logf("burst: %d sent, %d ok, %d refused (p99 %v), max queue %d rows, heap +%.1f MiB at most; after: %d sent, %d failed",
-		res.Summary.Sent, res.Summary.OK, len(refused), p99Refused, maxQueued.Load(), float64(heapGrowth)/(1<<20), sent, failed)
+	t.Logf("burst: %d sent, %d ok (median %v in the burst), %d refused (p90 %v, p99 %v), max queue %d rows, heap +%.1f MiB at most; after: %d sent, %d failed",
+		res.Summary.Sent, res.Summary.OK, p50Served, len(refused), p90Refused, p99Refused, maxQueued.Load(), float64(heapGrowth)/(1<<20), sent, failed)
 	switch {
 	case len(refused) < 100 || l.rejected["queue_full"] != float64(len(refused)):
 		t.Fatalf("%d requests refused, %v queue_full rejections: the burst did not overload the queue as it should", len(refused), l.rejected["queue_full"])
 	case maxQueued.Load() > queueRows:
 		t.Fatalf("the queue held %d rows, above limits.queue_rows %d", maxQueued.Load(), queueRows)
-	case p99Refused > 150*time.Millisecond: // measured 22-59 ms under -race; the ok ones wait ~300 ms
-		t.Fatalf("p99 of the 503s is %v: refusals must be fast", p99Refused)
+	case len(served) < 20 || p90Refused > p50Served/3: // measured 0.05-0.13 of the median under -race beside lab/sim
+		t.Fatalf("p90 of the 503s is %v against a median of %v for the %d calls served in the burst: refusals must not wait in the queue", p90Refused, p50Served, len(served))
 	case heapGrowth > 64<<20:
 		t.Fatalf("live heap grew by %d MiB during the burst", heapGrowth>>20)
 	case sent == 0 || failed > 0:

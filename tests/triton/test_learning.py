@@ -15,9 +15,10 @@ direct warm-up) and prints them against the profile: under load on a 2-core
 box the server itself runs off its profiled line, and the proxy is then held
 to the line the server measured (docs/LEARNING.md).
 
-Short by default (one rho, 6 s: the fit's tau(4), mid-range, within 25% of
-the profiled line's); RATEBATCH_LONG=1 runs the figures of docs/LEARNING.md
-(rho 0.2, 0.5, 0.8, 30 s each: alpha and tau0 within 10%). Run with -s to see
+Short by default (one rho, 6 s: the fit accounts for Triton's reported
+compute within 25%); RATEBATCH_LONG=1 runs the figures of docs/LEARNING.md
+(rho 0.2, 0.5, 0.8, 30 s each: within 10%, and alpha and tau0 within 10% of
+the profile where the loaded server itself stayed near it). Run with -s to see
 the table.
 """
 
@@ -171,26 +172,24 @@ def test_learns_the_profiled_line(rho, profiled, ratebatch_bin, tmp_path_factory
         f" the proxy's fit against it: alpha {100 * sa_err:+.1f}%, tau0 {100 * st_err:+.1f}%"
     )
     assert r["fit_source"] == "server statistics", r
-    if LONG:
-        # The proxy must learn what the server did: its line accounts for
-        # the compute Triton spent on the step's batches. The profile is the
-        # issue's reference for the coefficients; where the loaded server
-        # itself ran off it (on a 2-core box the load generator, proxy and
-        # Python backend share the cores, and the larger batches form when
-        # the box is busiest: docs/LEARNING.md), the gap is the machine's.
-        spent = sum(n * ms for n, ms in seen.values())
-        predicted = sum(n * (r["alpha_ms"] * b + r["tau0_ms"]) for b, (n, _) in seen.items())
-        print(f"  rho {rho:.1f}: the fit accounts for {100 * predicted / spent:.1f}% of the compute Triton reported for the step")
-        assert abs(predicted / spent - 1) <= TOL, (
-            f"the fit {r['alpha_ms']:.4f}*b + {r['tau0_ms']:.4f} predicts {predicted:.0f} ms of compute, Triton spent {spent:.0f} ms"
+    # The proxy must learn what the server did: its line accounts for the
+    # compute Triton spent on the step's batches. The profile is the issue's
+    # reference for the coefficients; where the loaded server itself ran off
+    # it (on a 2-core box the load generator, proxy and Python backend share
+    # the cores, and the larger batches form when the box is busiest:
+    # docs/LEARNING.md), the gap is the machine's. The short run checked
+    # tau(4) against the profile once, and failed when a busy CI host slowed
+    # the server itself by a quarter.
+    spent = sum(n * ms for n, ms in seen.values())
+    predicted = sum(n * (r["alpha_ms"] * b + r["tau0_ms"]) for b, (n, _) in seen.items())
+    print(f"  rho {rho:.1f}: the fit accounts for {100 * predicted / spent:.1f}% of the compute Triton reported for the step")
+    assert spent > 0 and abs(predicted / spent - 1) <= TOL, (
+        f"the fit {r['alpha_ms']:.4f}*b + {r['tau0_ms']:.4f} predicts {predicted:.0f} ms of compute, Triton spent {spent:.0f} ms"
+    )
+    if LONG and abs(sa / alpha - 1) <= TOL / 2 and abs(st / tau0 - 1) <= TOL / 2:
+        assert abs(ea) <= TOL and abs(et) <= TOL, (
+            f"fit {r['alpha_ms']:.4f}*b + {r['tau0_ms']:.4f}, want {alpha:.4f}*b + {tau0:.4f} within {100 * TOL:.0f}%"
         )
-        if abs(sa / alpha - 1) <= TOL / 2 and abs(st / tau0 - 1) <= TOL / 2:
-            assert abs(ea) <= TOL and abs(et) <= TOL, (
-                f"fit {r['alpha_ms']:.4f}*b + {r['tau0_ms']:.4f}, want {alpha:.4f}*b + {tau0:.4f} within {100 * TOL:.0f}%"
-            )
-    else:
-        got, want = 4 * r["alpha_ms"] + r["tau0_ms"], 4 * alpha + tau0
-        assert abs(got / want - 1) <= TOL, f"fit's tau(4) {got:.3f} ms, profiled {want:.3f} ms: not within {100 * TOL:.0f}%"
 
 
 @pytest.mark.skipif(not LONG, reason="a figure for docs/LEARNING.md; RATEBATCH_LONG=1")
