@@ -227,8 +227,15 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 			g = math.Sqrt(clamp(want/lived, 0.25, 1.5))
 		}
 		eff := t.eff * g
-		if g > 1 && eff < trimStep {
+		switch {
+		case g > 1 && eff < trimStep:
 			eff = trimStep // climb back from ad-hoc
+		case g < 1 && eff < trimStep:
+			// Down to ad-hoc itself: halving the grid's last step
+			// rounds back up to it, and a plan that overspends at a 1%
+			// slack (near saturation its waits cost live several times
+			// what the model prices) would keep waiting for good.
+			eff = 0
 		}
 		t.eff = quantize(clamp(eff, 0, trimReach*(user.Factor-1)))
 		return t.eff != before

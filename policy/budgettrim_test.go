@@ -34,6 +34,10 @@ func TestTrimSteps(t *testing.T) {
 		{name: "below the promise, capped", user: rel, start: 0.14, ref: 5, slices: n, live: Live{60, 5.25}, want: trimReach * 0.10},
 		{name: "below the promise", user: rel, start: 0.04, ref: 5, slices: n, live: Live{60, 5.25}, want: quantize(0.04 * math.Sqrt(1.5))},
 		{name: "far above: at most halved", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 10}, want: 0.05},
+		// The grid's last step down reaches ad-hoc itself: 0.01 halved is
+		// 0.005, which rounded to the 1% grid was 0.01 again, so a plan
+		// that overspent at a 1% slack could never stop waiting.
+		{name: "last step to ad-hoc", user: rel, start: trimStep, ref: 5, slices: n, live: Live{60, 6}, want: 0},
 		{name: "at ad-hoc, climbs back", user: rel, start: 0, ref: 5, slices: n, live: Live{60, 4.9}, want: trimStep},
 		{name: "too few calls", user: rel, start: 0.10, ref: 5, slices: 3 * n, live: Live{trimMinCalls/(3*n) - 1, 9}, want: 0.10, nostep: true},
 		{name: "too few slices", user: rel, start: 0.10, ref: 5, slices: n - 1, live: Live{5000, 9}, want: 0.10, nostep: true},
