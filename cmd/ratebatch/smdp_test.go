@@ -227,3 +227,94 @@ func TestSMDPLatencyBudgetErrors(t *testing.T) {
 		t.Errorf("infeasible budget: exit %d, stderr %q", code, errs)
 	}
 }
+
+// --clients solves the closed loop: with a budget the optimum meets it
+// (3 ms think time binds) and beats ad-hoc in requests per joule; with
+// weights it reports one table; the text names the policies.
+func TestSMDPFiniteClients(t *testing.T) {
+	type figures struct {
+		LatencyMs float64  `json:"latency_ms"`
+		RPJ       *float64 `json:"requests_per_joule"`
+		Energy    *float64 `json:"energy_per_request_mj"`
+		RPS       float64  `json:"throughput_rps"`
+	}
+	var rep struct {
+		figures
+		Clients  int       `json:"clients"`
+		BudgetMs *float64  `json:"budget_ms"`
+		Binding  *bool     `json:"binding"`
+		Mix      *float64  `json:"mix"`
+		MixState *int      `json:"mix_state"`
+		Adhoc    figures   `json:"adhoc"`
+		Share    []float64 `json:"share"`
+		Policies []struct {
+			Policy       []int `json:"policy"`
+			ControlLimit *int  `json:"control_limit"`
+			figures
+		} `json:"policies"`
+	}
+	code, _, errs := runSMDPCommand(t, &rep, "--preset", "googlenet-p4", "--bmax", "8", "--clients", "16", "--think", "3ms", "--latency-budget", "1.10x", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if rep.Clients != 16 || rep.BudgetMs == nil || rep.Binding == nil || !*rep.Binding || len(rep.Policies) != 2 || len(rep.Share) != 17 {
+		t.Fatalf("report %+v", rep)
+	}
+	if want := 1.1 * rep.Adhoc.LatencyMs; math.Abs(*rep.BudgetMs-want) > 1e-9*want || math.Abs(rep.LatencyMs-want) > 1e-6*want {
+		t.Errorf("budget %v ms, latency %v ms, want both 1.1 x ad-hoc's %v", *rep.BudgetMs, rep.LatencyMs, rep.Adhoc.LatencyMs)
+	}
+	if rep.RPJ == nil || rep.Adhoc.RPJ == nil || !(*rep.RPJ > *rep.Adhoc.RPJ) || math.Abs(*rep.RPJ - 1000 / *rep.Energy) > 1e-9**rep.RPJ {
+		t.Errorf("req/J %v vs ad-hoc %v (energy %v mJ/req)", rep.RPJ, rep.Adhoc.RPJ, rep.Energy)
+	}
+	if d := *rep.MixState; rep.Policies[0].Policy[d] == rep.Policies[1].Policy[d] || !(*rep.Mix > 0 && *rep.Mix < 1) || rep.Share[d] != *rep.Mix {
+		t.Errorf("mix %v in state %d: policies %v / %v", *rep.Mix, d, rep.Policies[0].Policy, rep.Policies[1].Policy)
+	}
+	if !(rep.Policies[0].LatencyMs <= rep.LatencyMs && rep.Policies[1].LatencyMs > rep.LatencyMs) {
+		t.Errorf("policies' latencies %v, %v do not straddle %v", rep.Policies[0].LatencyMs, rep.Policies[1].LatencyMs, rep.LatencyMs)
+	}
+
+	var w map[string]any
+	code, _, errs = runSMDPCommand(t, &w, "--preset", "googlenet-p4", "--bmax", "8", "--clients", "4", "--think", "0.3ms", "--w2", "0.5", "--json")
+	if code != 0 {
+		t.Fatalf("weights: exit %d: %s", code, errs)
+	}
+	pols, _ := w["policies"].([]any)
+	obj, _ := w["objective"].(float64)
+	lat, _ := w["latency_ms"].(float64)
+	e, _ := w["energy_per_request_mj"].(float64)
+	if len(pols) != 1 || math.Abs(obj-(lat+0.5*e)) > 1e-9*obj {
+		t.Errorf("weights: policies %v, objective %v, latency %v, energy %v", pols, obj, lat, e)
+	}
+
+	code, out, errs := runSMDPCommand(t, nil, "--preset", "googlenet-p4", "--bmax", "8", "--clients", "8", "--think", "0.3ms", "--latency-budget", "1.10x")
+	if code != 0 {
+		t.Fatalf("text: exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"closed loop: 8 clients", "ad-hoc:", "does not bind", "control limit 8", "mJ/req", "req/J", "req/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSMDPFiniteUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--clients", "8"}, "go together"},
+		{[]string{"--think", "1ms"}, "go together"},
+		{[]string{"--clients", "0", "--think", "1ms"}, "clients must be in 1..1024"},
+		{[]string{"--clients", "8", "--think", "0s"}, "think time"},
+		{[]string{"--clients", "8", "--think", "1ms", "--rho", "0.5"}, "drop --rho"},
+		{[]string{"--clients", "8", "--think", "1ms", "--latency-budget", "1.1x", "--w2", "1"}, "drop --w2"},
+		{[]string{"--clients", "8", "--think", "1ms", "--latency-budget", "0.9x"}, "number >= 1"},
+		{[]string{"--preset", "resnet50-titanrtx", "--clients", "8", "--think", "1ms", "--latency-budget", "1.1x"}, "no published energy"},
+		{[]string{"--preset", "resnet50-titanrtx", "--clients", "8", "--think", "1ms", "--w2", "1"}, "no published energy"},
+	} {
+		code, _, errs := runSMDPCommand(t, nil, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
