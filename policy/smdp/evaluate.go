@@ -3,7 +3,6 @@ package smdp
 import (
 	"errors"
 	"fmt"
-	"sort"
 )
 
 // Evaluate computes the exact long-run performance of a deterministic
@@ -207,73 +206,19 @@ func (k *kernel) stationary(rowOf func(s int, visit func(j int, p float64))) ([]
 }
 
 // closedClass returns, in increasing order, the states of the chain's only
-// closed communicating class, or an error if there is more than one.
-// Tarjan's algorithm completes strongly connected components in reverse
-// topological order, so the first one it completes has no way out.
+// closed communicating class, or an error if there is more than one. In a
+// finite chain every state reaches some closed class, so with one closed
+// class the chain is unichain.
 func closedClass(P [][]float64) ([]int, error) {
-	n := len(P)
-	index := make([]int, n) // 0 = unvisited, else discovery order + 1
-	low := make([]int, n)
-	onStack := make([]bool, n)
-	var stack, class []int
-	counter := 0
-	var visit func(v int) bool
-	visit = func(v int) bool {
-		counter++
-		index[v], low[v] = counter, counter
-		stack = append(stack, v)
-		onStack[v] = true
-		for w, p := range P[v] {
-			if p == 0 {
-				continue
-			}
-			if index[w] == 0 {
-				if visit(w) {
-					return true
-				}
-				low[v] = min(low[v], low[w])
-			} else if onStack[w] {
-				low[v] = min(low[v], index[w])
-			}
-		}
-		if low[v] == index[v] {
-			for {
-				w := stack[len(stack)-1]
-				stack = stack[:len(stack)-1]
-				onStack[w] = false
-				class = append(class, w)
-				if w == v {
-					break
-				}
-			}
-			return true // the first completed component is closed
-		}
-		return false
+	closed := closedClasses(P)
+	switch len(closed) {
+	case 1:
+		return closed[0], nil
+	case 0: // cannot happen in a finite stochastic matrix
+		return nil, fmt.Errorf("the chain has no closed class")
 	}
-	visit(0)
-	sort.Ints(class)
-	// Unichain check: every state must reach the class.
-	reaches := make([]bool, n)
-	queue := append([]int(nil), class...)
-	for _, s := range class {
-		reaches[s] = true
-	}
-	for len(queue) > 0 {
-		j := queue[len(queue)-1]
-		queue = queue[:len(queue)-1]
-		for i := range P {
-			if !reaches[i] && P[i][j] > 0 {
-				reaches[i] = true
-				queue = append(queue, i)
-			}
-		}
-	}
-	for s, ok := range reaches {
-		if !ok {
-			return nil, fmt.Errorf("the chain has more than one recurrent class (state %d never reaches states %d..%d)", s, class[0], class[len(class)-1])
-		}
-	}
-	return class, nil
+	a, b := closed[0], closed[1]
+	return nil, fmt.Errorf("the chain has more than one recurrent class (states %d..%d and %d..%d)", a[0], a[len(a)-1], b[0], b[len(b)-1])
 }
 
 // rows returns the row function of a deterministic policy, for stationary.
