@@ -143,9 +143,7 @@ func (k *kernel) evaluateRandomized(first, second []int, share []float64) (Evalu
 // Poisson tails underflow to 0, which can leave S_o and other rarely
 // visited states transient. So the recurrent class is found from the
 // matrix as it is (the closed strongly connected component), transient
-// states get probability 0, and on the class the GTH algorithm (Grassmann,
-// Taksar, Heyman 1985) solves pi P = pi without subtractions, which keeps
-// even tiny probabilities accurate to a few ulps.
+// states get probability 0, and on the class gthStationary solves pi P = pi.
 func (k *kernel) stationary(rowOf func(s int, visit func(j int, p float64))) ([]float64, error) {
 	n := k.n
 	// Dense transition matrix.
@@ -155,52 +153,11 @@ func (k *kernel) stationary(rowOf func(s int, visit func(j int, p float64))) ([]
 		P[s] = flat[s*n : (s+1)*n]
 		rowOf(s, func(j int, p float64) { P[s][j] += p })
 	}
-	idx, err := closedClass(P)
+	pi, err := gthStationary(P, func(s int) error {
+		return fmt.Errorf("state %s cannot return to the rest of its class (transition probabilities underflowed)", k.stateName(s))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("policy evaluation: %w", err)
-	}
-	c := len(idx)
-	A := make([][]float64, c)
-	for i, s := range idx {
-		A[i] = make([]float64, c)
-		for j, t := range idx {
-			A[i][j] = P[s][t]
-		}
-	}
-	// GTH: eliminate states c-1..1, folding each into the censored chain
-	// on the states before it.
-	for m := c - 1; m > 0; m-- {
-		out := 0.0
-		for j := 0; j < m; j++ {
-			out += A[m][j]
-		}
-		if !(out > 0) {
-			return nil, fmt.Errorf("policy evaluation: state %s cannot return to the rest of its class (transition probabilities underflowed)", k.stateName(idx[m]))
-		}
-		for i := 0; i < m; i++ {
-			if f := A[i][m] / out; f != 0 {
-				axpy(f, A[m], A[i][:m])
-			}
-		}
-	}
-	x := make([]float64, c)
-	x[0] = 1
-	total := 1.0
-	for m := 1; m < c; m++ {
-		out := 0.0
-		for j := 0; j < m; j++ {
-			out += A[m][j]
-		}
-		v := 0.0
-		for i := 0; i < m; i++ {
-			v += x[i] * A[i][m]
-		}
-		x[m] = v / out
-		total += x[m]
-	}
-	pi := make([]float64, n)
-	for i, s := range idx {
-		pi[s] = x[i] / total
 	}
 	return pi, nil
 }

@@ -317,9 +317,9 @@ func mixWeights(first, second []int, share []float64, q int) (w1, w2 float64) {
 // stay exact.
 func (c *finiteChain) evaluate(first, second []int, share []float64) (FiniteEvaluation, error) {
 	P := c.matrix(first, second, share)
-	pi, err := finiteStationary(P)
+	pi, err := gthStationary(P, nil)
 	if err != nil {
-		return FiniteEvaluation{}, err
+		return FiniteEvaluation{}, fmt.Errorf("finite policy evaluation: %w", err)
 	}
 	var time, area, energy, served, batches float64
 	for q, pq := range pi {
@@ -357,24 +357,29 @@ func (c *finiteChain) evaluate(first, second []int, share []float64) (FiniteEval
 	}, nil
 }
 
-// finiteStationary is the stationary distribution of a unichain transition
-// matrix: its recurrent class by the package's closedClass, then GTH
-// (Grassmann, Taksar, Heyman 1985) as in kernel.stationary, which is not
-// reused because of one difference that matters here. GTH anchors the
-// first state of the class at 1 and builds the others up from it; in a
-// closed loop the first state (fewest requests waiting) can be rarer than
-// the likely ones by more than float64's range (64 clients thinking 0.3 ms
-// against 3.5 ms batches: all of them thinking at once has probability
-// ~1e-280 per batch), so the back-substitution overflows to Inf and NaN.
-// Rescaling the partial solution whenever it grows large keeps it finite;
-// the states it underflows to 0 are beyond 1e-300 of the likely ones. For
-// the same reason (1024 clients: the queue never drains in float64) the
-// probability of going back down from a state can underflow to 0, see
-// anchor.
-func finiteStationary(P [][]float64) ([]float64, error) {
+// gthStationary is the stationary distribution of a unichain transition
+// matrix: its recurrent class by closedClass, transient states 0, and on
+// the class GTH (Grassmann, Taksar, Heyman 1985), which solves pi P = pi
+// without subtractions and so keeps tiny probabilities accurate to a few
+// ulps. Both models evaluate through it (kernel.stationary,
+// finiteChain.evaluate).
+//
+// GTH anchors the first state of the class at 1 and builds the others up
+// from it; in a closed loop the first state (fewest requests waiting) can
+// be rarer than the likely ones by more than float64's range (64 clients
+// thinking 0.3 ms against 3.5 ms batches: all of them thinking at once has
+// probability ~1e-280 per batch), so the back-substitution would overflow
+// to Inf and NaN. Rescaling the partial solution whenever it grows large
+// keeps it finite; the states it underflows to 0 are beyond 1e-300 of the
+// likely ones. For the same reason (1024 clients: the queue never drains
+// in float64) the probability of going back down from a state can
+// underflow to 0: with stuck nil the states below it then get 0 and the
+// solution starts at that state (see anchor); otherwise stuck names the
+// error, as the Poisson model, whose chain must drain, reports it.
+func gthStationary(P [][]float64, stuck func(class int) error) ([]float64, error) {
 	idx, err := closedClass(P)
 	if err != nil {
-		return nil, fmt.Errorf("finite policy evaluation: %w", err)
+		return nil, err
 	}
 	c := len(idx)
 	A := make([][]float64, c)
@@ -400,6 +405,9 @@ func finiteStationary(P [][]float64) ([]float64, error) {
 	for m := c - 1; m > 0; m-- {
 		out := outOf(m)
 		if !(out > 0) {
+			if stuck != nil {
+				return nil, stuck(idx[m])
+			}
 			anchor = m
 			break
 		}
@@ -668,9 +676,9 @@ func (c *finiteChain) unichain(policy []int, cost func(q, a int) (float64, float
 				sub[r][col] = P[s][t]
 			}
 		}
-		pi, err := finiteStationary(sub)
+		pi, err := gthStationary(sub, nil)
 		if err != nil {
-			return err
+			return fmt.Errorf("finite policy evaluation: %w", err)
 		}
 		var num, den float64
 		for r, s := range cl {
