@@ -55,6 +55,13 @@ type DecisionObserver interface {
 	ObserveDecision(partnerPossible bool)
 }
 
+// CallerWatcher is a Planner that also reads what the dispatcher has
+// learnt of the model's callers (SourceStats) when it plans: a closed loop
+// of synchronous clients is planned for as such (the budget policy).
+type CallerWatcher interface {
+	WatchCallers(read func(now time.Time) policy.Callers)
+}
+
 // LatencyObserver is a Planner that also learns each call's latency inside
 // the proxy, from its arrival to its answer in its own goroutine: what a
 // plan promised about mean latency is checked against it (the budget
@@ -172,12 +179,14 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		q.mu.Lock()
 		q.spec = s
 		q.mu.Unlock()
+		q.watch()
 		q.signal()
 		return nil
 	}
 	q := &modelQueue{d: d, name: s.Name, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
 		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
+	q.watch()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()

@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"slices"
 	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // SourceIdleFor is how long a source (a caller's connection) counts as a
@@ -286,6 +288,30 @@ func (s *sources) stats(now time.Time) SourceStats {
 		st.ThinkMs = &ms
 	}
 	return st
+}
+
+// callers is the queue's callers as a plan reads them
+// (CallerWatcher): every kind but closed-loop counts as other.
+func (q *modelQueue) callers(now time.Time) policy.Callers {
+	q.mu.Lock()
+	st := q.src.stats(now)
+	q.mu.Unlock()
+	c := policy.Callers{Known: st.Known, ClosedLoop: st.ClosedLoop, Others: st.OpenLoop + st.Unknown}
+	if st.ThinkMs != nil {
+		c.ThinkMs = *st.ThinkMs
+	}
+	return c
+}
+
+// watch hands the queue's planner the reader of its callers, if it takes
+// one (CallerWatcher).
+func (q *modelQueue) watch() {
+	q.mu.Lock()
+	w, ok := q.spec.Planner.(CallerWatcher)
+	q.mu.Unlock()
+	if ok {
+		w.WatchCallers(q.callers)
+	}
 }
 
 // freeSources marks the sources of a batch's calls free: their answers

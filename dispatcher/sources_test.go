@@ -268,8 +268,15 @@ func TestSourcesInSnapshotAndMetrics(t *testing.T) {
 	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
 	advance := func(d time.Duration) { clock.Lock(); clock.t = clock.t.Add(d); clock.Unlock() }
 	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: newPlanner(policy.Fill{Policy: "test"})}); err != nil {
+	pl := &watchingPlanner{fixedPlanner: newPlanner(policy.Fill{Policy: "test"})}
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl}); err != nil {
 		t.Fatal(err)
+	}
+	if pl.read == nil {
+		t.Fatal("the planner was not given the callers' reader")
+	}
+	if c := pl.read(now()); c.Known || c.Closed() {
+		t.Fatalf("callers before any call %+v: want unknown", c)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -293,6 +300,10 @@ func TestSourcesInSnapshotAndMetrics(t *testing.T) {
 	if !st.Known || st.Population != 1 || st.ClosedLoop != 1 || st.Idle != 1 || st.Busy != 0 {
 		t.Fatalf("sources %+v: want one idle closed-loop source", st)
 	}
+	// The plan reads the same: a closed loop of one client thinking 3 ms.
+	if c := pl.read(now()); !c.Closed() || c.ClosedLoop != 1 || c.Others != 0 || math.Abs(c.ThinkMs-3) > 1e-9 {
+		t.Fatalf("callers as a plan reads them %+v: want one closed-loop client thinking 3 ms", c)
+	}
 	want := `
 # HELP ratebatch_source_think_seconds Mean estimated think time of the closed-loop connections (answer to next request, as the proxy sees it); absent without one.
 # TYPE ratebatch_source_think_seconds gauge
@@ -311,6 +322,14 @@ ratebatch_sources_busy{model="simple"} 0
 		t.Error(err)
 	}
 }
+
+// watchingPlanner takes the callers' reader (CallerWatcher).
+type watchingPlanner struct {
+	*fixedPlanner
+	read func(time.Time) policy.Callers
+}
+
+func (p *watchingPlanner) WatchCallers(read func(time.Time) policy.Callers) { p.read = read }
 
 // BenchmarkSources is the sources' work per call of a closed loop among 64
 // connections, all under the queue's lock: its arrival (learning its gap),

@@ -126,6 +126,9 @@ type Monitor struct {
 	// Decisions since the last slice, and those at which a partner could
 	// have come (dispatcher.DecisionObserver); reset only by the monitor.
 	decisions, openDecisions atomic.Int64
+	// callers reads what the dispatcher has learnt of the model's callers
+	// (WatchCallers); nil until it has been given.
+	callers atomic.Pointer[func(time.Time) policy.Callers]
 
 	total   atomic.Int64
 	rate    rateEstimator // guarded by mu
@@ -311,6 +314,13 @@ func (m *Monitor) ObserveDecision(partnerPossible bool) {
 	if partnerPossible {
 		m.openDecisions.Add(1)
 	}
+}
+
+// WatchCallers gives the monitor a reader of the model's callers
+// (dispatcher.CallerWatcher); each plan reads it once, so the budget
+// policy can plan for a closed loop of synchronous clients.
+func (m *Monitor) WatchCallers(read func(now time.Time) policy.Callers) {
+	m.callers.Store(&read)
 }
 
 // ObserveCall reports one call's latency inside the proxy, from its
@@ -715,6 +725,9 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 		Extra:     m.Extra(),
 		Live:      m.live(now),
 		Decisions: int(decided.all), OpenDecisions: int(decided.open),
+	}
+	if read := m.callers.Load(); read != nil {
+		e.Callers = (*read)(now)
 	}
 	if window > 0 {
 		e.RatePerSec = float64(arrivals) / window.Seconds()

@@ -84,6 +84,7 @@ type Budget struct {
 
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
+	finite map[finiteKey]*planCache   // closed loops, by budget and population
 	meter  solveMeter
 	kept   Rule // the last planned rule, kept while no decision could wait
 	trim   trim
@@ -185,25 +186,33 @@ func (p *Budget) Plan(e Estimate) Rule {
 		p.trim.next(p.Budget, false)
 		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}
 	}
-	if e.Stepped {
+	pop, closed := closedLoop(e)
+	if e.Stepped && !closed {
 		// A burst or a step: the queue holds the old rate's transient and
 		// the new rate is one slice's count. Waiting planned for a steady
 		// load cost 1.4x ad-hoc's latency live on on/off traffic
-		// (docs/ALGORITHMS.md, "Bursts").
+		// (docs/ALGORITHMS.md, "Bursts"). A closed loop's rate is not
+		// its load but its output: the plan for it raises the rate it
+		// measures, which is no step (its load is the population).
 		p.trim.next(p.Budget, false)
 		return p.guard(Limit{Policy: NameBudget, Limit: 1,
 			Note: fmt.Sprintf("the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window)}, e)
 	}
-	rule := p.rule(grid, m, busyTime)
-	br, ok := rule.(BudgetRule)
+	pick := func() Rule { return p.rule(grid, m, busyTime) }
+	if closed {
+		pick = func() Rule { return p.finiteRule(pop, m, busyTime) }
+	}
+	rule := pick()
+	bp, ok := rule.(budgetPlan)
 	if !ok || p.NoTrim {
 		p.trim.next(p.Budget, false)
 		return p.guard(rule, e)
 	}
-	// The rule's model is at the rate of the window that just ended, so
-	// its ad-hoc latency is the prediction for that window's calls.
-	if p.trim.observe(p.Budget, e.Live, br.constrained.AdhocLatencyMs) {
-		if br, ok = p.rule(grid, m, busyTime).(BudgetRule); !ok {
+	// The rule's model is at the rate (or the closed loop) of the window
+	// that just ended, so its ad-hoc latency is the prediction for that
+	// window's calls.
+	if p.trim.observe(p.Budget, e.Live, bp.adhocMs()) {
+		if bp, ok = pick().(budgetPlan); !ok {
 			p.trim.next(p.Budget, false)
 			return p.guard(rule, e)
 		}
@@ -213,10 +222,9 @@ func (p *Budget) Plan(e Estimate) Rule {
 		// budget is relative to (budgettrim.go).
 		return p.guard(Fill{Policy: NameBudget, Batch: e.MaxBatch,
 			Note: fmt.Sprintf("live trim: %d slices of ad-hoc in %d, measuring the latency the budget is relative to (model: %.4g ms)",
-				trimAdhoc, trimPeriod, br.constrained.AdhocLatencyMs)}, e)
+				trimAdhoc, trimPeriod, bp.adhocMs())}, e)
 	}
-	br.trimNote = p.trim.note(p.Budget)
-	p.kept = p.guard(br, e)
+	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)), e)
 	return p.kept
 }
 

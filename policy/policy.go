@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,35 @@ type Estimate struct {
 	// OpenDecisions those at which a partner could have come. With none
 	// open the rule sent every batch at once whatever its plan.
 	Decisions, OpenDecisions int
+
+	// Callers is what the dispatcher has learnt of the model's callers at
+	// the plan (the zero value: nothing). When every one of them is a
+	// synchronous client, the budget policy plans for that closed loop
+	// rather than for Poisson arrivals (docs/ALGORITHMS.md, "The closed
+	// loop, planned live").
+	Callers Callers
+}
+
+// Callers is a model's recent callers as the dispatcher classifies them
+// (dispatcher.SourceStats): closed-loop sources send their next request a
+// think time after their previous answer.
+type Callers struct {
+	// Known is false while some calls came from sources the door cannot
+	// name: the counts are then part of the callers only.
+	Known bool
+	// ClosedLoop counts the synchronous callers, Others the open-loop and
+	// the not yet classified ones.
+	ClosedLoop, Others int
+	// ThinkMs is the closed-loop callers' mean gap from an answer to
+	// their next request, as the proxy sees it.
+	ThinkMs float64
+}
+
+// Closed reports whether every known caller is a synchronous client
+// with a measured think time: the arrivals then come from a finite
+// population whose rate falls as its requests queue.
+func (c Callers) Closed() bool {
+	return c.Known && c.ClosedLoop > 0 && c.Others == 0 && c.ThinkMs > 0 && !math.IsInf(c.ThinkMs, 0)
 }
 
 // Live is a measured mean latency over a number of calls.

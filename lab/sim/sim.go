@@ -390,6 +390,7 @@ func newRun(c Config) (*run, error) {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	r.mon = mon
+	mon.WatchCallers(r.callers)
 	if c.Overhead > 0 || c.OverheadSamples != nil || c.Live.PerRow > 0 {
 		r.stats = map[int]monitor.BatchTotal{}
 	}
@@ -580,6 +581,25 @@ func (r *run) closeWindow() {
 	}
 }
 
+// closedOnly reports whether the run's arrivals are its closed-loop
+// clients alone: the rule and the plan then know the callers, as the live
+// dispatcher knows its connections.
+func (r *run) closedOnly() bool {
+	return r.c.Clients > 0 && r.c.RatePerSec == 0 && r.c.Trace == nil && r.c.Arrivals == nil && !r.external
+}
+
+// callers is the clients as the live dispatcher learns them
+// (policy.Callers): the think time it measures runs from the batch's end
+// to the next request, so it holds the wait after the batch and the
+// client's own time.
+func (r *run) callers(time.Time) policy.Callers {
+	if !r.closedOnly() {
+		return policy.Callers{}
+	}
+	think := r.c.Live.Extra.AfterMs(1) + float64(r.c.Live.Client+r.c.Think)/float64(time.Millisecond)
+	return policy.Callers{Known: true, ClosedLoop: r.c.Clients, ThinkMs: think}
+}
+
 func (r *run) queueState() policy.Queue {
 	q := policy.Queue{
 		Now:          Epoch.Add(r.now),
@@ -589,7 +609,7 @@ func (r *run) queueState() policy.Queue {
 		Instances:    r.c.Instances,
 		MaxBatch:     r.c.Profile.MaxBatch,
 	}
-	if r.c.Clients > 0 && r.c.RatePerSec == 0 && r.c.Trace == nil && r.c.Arrivals == nil && !r.external {
+	if r.closedOnly() {
 		q.SourcesKnown, q.IdleSources = true, r.c.Clients-r.busyClients
 	}
 	if q.Rows > 0 {

@@ -1,0 +1,149 @@
+package policy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
+)
+
+// closedEstimate is four synchronous clients thinking 0.3 ms on googlenet-p4
+// with B_max 8, at the rate ad-hoc gives them (about 1200 req/s).
+func closedEstimate() Estimate {
+	e := energyEstimate(1200)
+	e.MaxBatch = 8
+	e.Callers = Callers{Known: true, ClosedLoop: 4, ThinkMs: 0.3}
+	return e
+}
+
+// Only a known, wholly synchronous population on one instance is planned
+// as a closed loop; anything else keeps the Poisson plan.
+func TestBudgetPlansTheClosedLoop(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		edit   func(*Estimate)
+		finite bool
+	}{
+		{"four synchronous clients", func(*Estimate) {}, true},
+		{"a rate step is no step for a closed loop", func(e *Estimate) { e.Stepped = true }, true},
+		{"an open-loop caller among them", func(e *Estimate) { e.Callers.Others = 1 }, false},
+		{"callers not all known", func(e *Estimate) { e.Callers.Known = false }, false},
+		{"no think time measured", func(e *Estimate) { e.Callers.ThinkMs = 0 }, false},
+		{"two instances", func(e *Estimate) { e.Instances = 2 }, false},
+		{"more clients than solved exactly", func(e *Estimate) { e.Callers.ClosedLoop = finiteMaxClients + 1 }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := closedEstimate()
+			tt.edit(&e)
+			r := newBudget(t, "1.10x").Plan(e)
+			_, finite := r.(FiniteRule)
+			if finite != tt.finite {
+				t.Fatalf("Plan = %T (%v); closed-loop plan %v, want %v", r, r.Status(), finite, tt.finite)
+			}
+		})
+	}
+}
+
+// The closed loop's plan is the exact optimum for the population and the
+// think time on its grid: for four clients thinking 0.3 ms it waits for the
+// whole group (smdp: control limit 4, +19.9% requests per joule at lower
+// latency than ad-hoc), and its decisions follow the table.
+func TestFiniteRuleFollowsTheTable(t *testing.T) {
+	p := newBudget(t, "1.10x")
+	p.NoTrim = true // the plan as solved, whatever the calls lived
+	r, ok := p.Plan(closedEstimate()).(FiniteRule)
+	if !ok {
+		t.Fatal("not a closed-loop plan")
+	}
+	c, pop := r.Constrained()
+	if pop.Clients != 4 || pop.ThinkMs < 0.3/1.05 || pop.ThinkMs > 0.3*1.05 {
+		t.Fatalf("solved for %+v, want 4 clients thinking 0.3 ms within the grid's 5%%", pop)
+	}
+	m := smdp.Model{Latency: googlenet, MaxBatch: 8}
+	m.BetaMJ, m.Zeta0MJ = 19.9, 19.6
+	want, err := smdp.SolveFiniteBudget(context.Background(), m, pop, smdp.Budget{Factor: 1.10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, w := c.First.Policy, want.First.Policy; !equalInts(got, w) {
+		t.Fatalf("table %v, the exact optimum's %v", got, w)
+	}
+	if l, ok := smdp.FiniteControlLimitOf(m, c.First.Policy); !ok || l != 4 {
+		t.Fatalf("table %v: want control limit 4", c.First.Policy)
+	}
+	if c.LatencyMs >= c.Adhoc.LatencyMs || c.EnergyPerRequestMJ >= c.Adhoc.EnergyPerRequestMJ {
+		t.Fatalf("optimum %.4g ms, %.4g mJ/req: want below ad-hoc's %.4g ms, %.4g mJ/req",
+			c.LatencyMs, c.EnergyPerRequestMJ, c.Adhoc.LatencyMs, c.Adhoc.EnergyPerRequestMJ)
+	}
+	if st := r.Status(); st.BatchSize != 4 || !strings.Contains(st.Note, "closed loop of 4 clients") {
+		t.Fatalf("status %v", st)
+	}
+	now := at(100)
+	q := func(rows, idle int, waited time.Duration) Queue {
+		return Queue{Now: now, Rows: rows, OldestArrival: now.Add(-waited), Instances: 1, MaxBatch: 8,
+			IdleSources: idle, SourcesKnown: true}
+	}
+	for _, tt := range []struct {
+		name string
+		q    Queue
+		want Decision
+	}{
+		{"empty", q(0, 4, 0), Wait()},
+		{"instance busy", func() Queue { x := q(2, 2, 0); x.InFlight = 1; return x }(), Wait()},
+		{"two of four: wait for the others", q(2, 2, time.Millisecond), WaitUntil(now.Add(-time.Millisecond + r.wait))},
+		{"three of four", q(3, 1, 0), WaitUntil(now.Add(r.wait))},
+		{"the whole group", q(4, 0, 0), Send(4)},
+		{"no caller idle: nobody can come", q(2, 0, 0), Send(2)},
+		{"a partner late past the bound", q(3, 1, r.wait), Send(3)},
+		{"more rows than the population", q(6, 1, 0), Send(4)},
+	} {
+		if got := r.Decide(tt.q); got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	// Planning the same loop again, with a think time within the grid,
+	// costs no solve.
+	solves := p.Solves()
+	e := closedEstimate()
+	e.Callers.ThinkMs = 0.292 // 0.3 and 0.292 round to the grid point 1.1^-13 = 0.2897
+	if _, ok := p.Plan(e).(FiniteRule); !ok || p.Solves() != solves {
+		t.Fatalf("a think time within the grid solved again (%d solves, were %d)", p.Solves(), solves)
+	}
+}
+
+// Where the optimum mixes two tables in one state, the rule follows the
+// second with the share solved for, drawn per decision.
+func TestFiniteRuleMixes(t *testing.T) {
+	c := smdp.FiniteConstrained{MixState: 2, Mix: 0.3}
+	c.First.Policy = []int{0, 0, 2, 3}
+	c.Second.Policy = []int{0, 0, 0, 3}
+	c.Share = []float64{0, 0, 0.3, 0}
+	r := FiniteRule{constrained: c, pop: smdp.Population{Clients: 3, ThinkMs: 1}, wait: time.Second, seed: 5}
+	waits := 0
+	const n = 20000
+	for i := range n {
+		d := r.Decide(Queue{Now: at(float64(i)), Rows: 2, OldestArrival: at(float64(i) - 0.5), Instances: 1, MaxBatch: 8, IdleSources: 1, SourcesKnown: true})
+		if d.Rows == 0 {
+			waits++
+		} else if d.Rows != 2 {
+			t.Fatalf("sent %d rows, want 2 or a wait", d.Rows)
+		}
+	}
+	if share := float64(waits) / n; share < 0.28 || share > 0.32 {
+		t.Fatalf("waited in %.3f of the decisions, want the mix 0.3", share)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
