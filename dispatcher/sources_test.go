@@ -3,7 +3,9 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -179,6 +181,40 @@ func openLoop(id uint64, periodMs float64, latencyMs []float64) []sourceEvent {
 	return ev
 }
 
+// muxBatches serves the calls of one connection as a server with one
+// instance does under ad-hoc batching: whenever it is free it takes every
+// call that has arrived, in tau(b) = 1 + 0.5 b ms. next(k, endMs) is when
+// the caller of a call answered at endMs sends its next one (k counts the
+// calls sent), negative for none; arrivals are the calls sent without
+// waiting for an answer (the open loop's schedule, the closed loop's
+// first calls). It returns the connection's events up to n calls.
+func muxBatches(id uint64, arrivals []float64, next func(k int, endMs float64) float64, n int) []sourceEvent {
+	var ev []sourceEvent
+	pending := slices.Clone(arrivals)
+	free := 0.0
+	sent := len(pending)
+	for len(pending) > 0 && len(ev) < 2*n {
+		slices.Sort(pending)
+		start := max(free, pending[0])
+		b := 0
+		for b < len(pending) && pending[b] <= start {
+			ev = append(ev, sourceEvent{pending[b], id, false})
+			b++
+		}
+		end := start + 1 + 0.5*float64(b)
+		pending = pending[b:]
+		for range b {
+			ev = append(ev, sourceEvent{end, id, true})
+			if t := next(sent, end); t >= 0 && sent < n {
+				pending = append(pending, t)
+				sent++
+			}
+		}
+		free = end
+	}
+	return ev
+}
+
 // What is learnt of each source from its arrivals and answers alone: a
 // closed loop's think time whatever its latencies; an open loop by its
 // gaps after answers varying more than its intervals, or by its calls
@@ -196,27 +232,37 @@ func TestSourcesLearnTheirKind(t *testing.T) {
 		want   SourceStats
 	}{
 		{"closed loop with a think time", closedLoop(1, 0, think(2), lat),
-			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, ClosedLoopCallers: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
 		{"closed loop without think (perf_analyzer)", closedLoop(1, 0, think(0), lat),
-			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(0)}},
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, ClosedLoopCallers: 1, Idle: 1, Partners: 1, ThinkMs: ms(0)}},
 		{"closed loop whose think varies", closedLoop(1, 0, []float64{1, 9, 2, 8, 3, 7}, []float64{4, 4.1, 4, 4.2, 4, 4.1, 4}),
-			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(5)}},
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, ClosedLoopCallers: 1, Idle: 1, Partners: 1, ThinkMs: ms(5)}},
 		{"open loop on one connection", openLoop(1, 10, lat),
 			0, SourceStats{Known: true, Population: 1, Concurrency: 1, OpenLoop: 1, Idle: 1, Partners: 1}},
 		{"two gaps: not learnt yet", closedLoop(1, 0, think(2), lat[:3]),
 			0, SourceStats{Known: true, Population: 1, Concurrency: 1, Unknown: 1, Idle: 1, Partners: 1}},
-		{"overlapping calls, busy", []sourceEvent{{0, 1, false}, {1, 1, false}, {2, 1, true}},
-			0, SourceStats{Known: true, Population: 1, OpenLoop: 1, Busy: 1, Partners: 1, Concurrency: 2}},
+		{"overlapping calls, busy: not learnt yet", []sourceEvent{{0, 1, false}, {1, 1, false}, {2, 1, true}},
+			0, SourceStats{Known: true, Population: 1, Unknown: 1, Busy: 1, Partners: 1, Concurrency: 2}},
+		// perf_analyzer's gRPC client: four synchronous callers on one
+		// connection, each thinking 0.3 ms (+-10%) after its answer.
+		{"synchronous callers multiplexed", muxBatches(1, []float64{0, 0, 0, 0}, func(k int, end float64) float64 {
+			return end + 0.3*(0.9+0.2*float64(k%5)/4)
+		}, 200),
+			0, SourceStats{Known: true, Population: 1, ClosedLoop: 1, ClosedLoopCallers: 4, Idle: 1, Partners: 4, Concurrency: 4, ThinkMs: ms(0.3)}},
+		// An open loop on one connection at 800 calls a second (Poisson),
+		// the server batching them.
+		{"an open loop multiplexed", muxBatches(1, poissonMs(0.8, 400), func(int, float64) float64 { return -1 }, 400),
+			0, SourceStats{Known: true, Population: 1, OpenLoop: 1, Idle: 1, Partners: 10, Concurrency: 10}},
 		{"a busy closed loop is no partner", append(closedLoop(1, 0, think(2), lat), sourceEvent{46, 1, false}),
-			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Busy: 1, ThinkMs: ms(2)}},
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, ClosedLoopCallers: 1, Busy: 1, ThinkMs: ms(2)}},
 		{"a pause is not a think time", append(closedLoop(1, 0, think(2), lat[:4]), closedLoop(1, 1500, think(2), lat[:3])...),
-			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
+			0, SourceStats{Known: true, Population: 1, Concurrency: 1, ClosedLoop: 1, ClosedLoopCallers: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
 		{"mixed population", append(append(closedLoop(1, 0, think(1), lat), closedLoop(2, 0, think(3), lat)...), openLoop(3, 10, lat)...),
-			60, SourceStats{Known: true, Population: 3, Concurrency: 3, ClosedLoop: 2, OpenLoop: 1, Idle: 3, Partners: 3, ThinkMs: ms(2)}},
+			60, SourceStats{Known: true, Population: 3, Concurrency: 3, ClosedLoop: 2, ClosedLoopCallers: 2, OpenLoop: 1, Idle: 3, Partners: 3, ThinkMs: ms(2)}},
 		{"gone quiet", closedLoop(1, 0, think(2), lat),
 			2000, SourceStats{}},
 		{"a call without a source", append(closedLoop(1, 0, think(2), lat), sourceEvent{50, 0, false}),
-			0, SourceStats{Population: 1, Concurrency: 1, ClosedLoop: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
+			0, SourceStats{Population: 1, Concurrency: 1, ClosedLoop: 1, ClosedLoopCallers: 1, Idle: 1, Partners: 1, ThinkMs: ms(2)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			epoch := time.Unix(1000, 0)
@@ -236,7 +282,7 @@ func TestSourcesLearnTheirKind(t *testing.T) {
 				now = at(tt.atMs)
 			}
 			got := s.stats(now)
-			if (got.ThinkMs == nil) != (tt.want.ThinkMs == nil) || (got.ThinkMs != nil && math.Abs(*got.ThinkMs-*tt.want.ThinkMs) > 1e-6) {
+			if (got.ThinkMs == nil) != (tt.want.ThinkMs == nil) || (got.ThinkMs != nil && math.Abs(*got.ThinkMs-*tt.want.ThinkMs) > 0.02**tt.want.ThinkMs+1e-6) {
 				t.Errorf("think %v ms, want %v", deref(got.ThinkMs), deref(tt.want.ThinkMs))
 			}
 			got.ThinkMs, tt.want.ThinkMs = nil, nil
@@ -248,6 +294,18 @@ func TestSourcesLearnTheirKind(t *testing.T) {
 			}
 		})
 	}
+}
+
+// poissonMs is n arrival times of a Poisson process of ratePerMs, seeded.
+func poissonMs(ratePerMs float64, n int) []float64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]float64, n)
+	t := 0.0
+	for i := range out {
+		t += rng.ExpFloat64() / ratePerMs
+		out[i] = t
+	}
+	return out
 }
 
 func deref(v *float64) any {
@@ -393,5 +451,64 @@ func TestPartnersCountStreams(t *testing.T) {
 				t.Fatalf("at the end (+%v): idle %d, want %d", tc.after, n, tc.want)
 			}
 		})
+	}
+}
+
+// A multiplexing connection is closed-loop when its callers are
+// synchronous, whatever their number and think time, and open-loop when
+// its calls come on their own schedule, whatever their rate.
+func TestMultiplexedSourcesKind(t *testing.T) {
+	kind := func(ev []sourceEvent, name string, args ...any) string {
+		slices.SortStableFunc(ev, func(a, b sourceEvent) int { return cmp.Compare(a.ms, b.ms) })
+		var s sources
+		epoch := time.Unix(1000, 0)
+		at := func(ms float64) time.Time { return epoch.Add(time.Duration(ms * float64(time.Millisecond))) }
+		for _, e := range ev {
+			if e.leave {
+				s.leave(e.id, at(e.ms))
+			} else {
+				s.arrive(e.id, at(e.ms))
+			}
+		}
+		src := s.by[1]
+		k := src.kind()
+		t.Logf("%s: Var(gap)/Var(interval) %.3g, %s", fmt.Sprintf(name, args...), (src.gap2-src.gap*src.gap)/(src.ival2-src.ival*src.ival), k)
+		return k
+	}
+	for _, callers := range []int{2, 4, 8, 16} {
+		for _, think := range []float64{0.1, 0.3, 1, 3} {
+			first := make([]float64, callers)
+			ev := muxBatches(1, first, func(k int, end float64) float64 { return end + think*(0.9+0.2*float64(k%7)/6) }, 400)
+			if got := kind(ev, "%d callers thinking %v ms", callers, think); got != KindClosedLoop {
+				t.Errorf("%d synchronous callers thinking %v ms: %s", callers, think, got)
+			}
+			// A client that handles a batch's answers one after another,
+			// 0.15 ms each (perf_analyzer's gRPC client at 8 callers).
+			last, j := -1.0, 0
+			ev = muxBatches(1, first, func(k int, end float64) float64 {
+				if end == last {
+					j++
+				} else {
+					j, last = 0, end
+				}
+				return end + think + 0.15*float64(j)
+			}, 400)
+			if got := kind(ev, "%d callers thinking %v ms, answers handled in turn", callers, think); got != KindClosedLoop {
+				t.Errorf("%d synchronous callers thinking %v ms, answers handled in turn: %s", callers, think, got)
+			}
+		}
+	}
+	// Exponential think times, the closed loop the finite model solves
+	// exactly, though first in, first out pairs them with others' answers.
+	rng := rand.New(rand.NewPCG(3, 4))
+	ev := muxBatches(1, make([]float64, 4), func(_ int, end float64) float64 { return end + rng.ExpFloat64() }, 400)
+	if got := kind(ev, "4 callers thinking exponentially"); got != KindClosedLoop {
+		t.Errorf("4 callers thinking 1 ms on the mean, exponentially: %s", got)
+	}
+	for _, rate := range []float64{0.1, 0.4, 0.8, 1.5, 3} {
+		ev := muxBatches(1, poissonMs(rate, 600), func(int, float64) float64 { return -1 }, 600)
+		if got := kind(ev, "Poisson, %v calls a ms", rate); got != KindOpenLoop {
+			t.Errorf("an open loop of %v calls a ms: %s", rate, got)
+		}
 	}
 }

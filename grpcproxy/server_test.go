@@ -658,7 +658,9 @@ func TestGRPCOnlyParameterStaysBehind(t *testing.T) {
 // A gRPC call is tagged with its connection: calls of two connections are
 // two sources, each busy with its call and no partner of the other's
 // batch; a second call on one connection while its first waits makes it
-// an open-loop source, which stays a possible partner while busy.
+// a multiplexing source, a possible partner while it has fewer calls than
+// it has had at once, of unknown kind until its arrivals have been
+// paired with its answers.
 func TestCallsKnowTheirConnection(t *testing.T) {
 	r := newRig(t, rigOptions{rule: waitFor(3)})
 	cc2, err := grpc.NewClient(r.cc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -686,8 +688,8 @@ func TestCallsKnowTheirConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.OpenLoop != 1 || st.Concurrency != 3 {
-		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, one open-loop, 3 calls at once at most", st)
+	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.Unknown != 2 || st.Concurrency != 3 || st.Partners != 3 {
+		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, not learnt yet, 3 calls at once at most, 3 partners", st)
 	}
 }
 
