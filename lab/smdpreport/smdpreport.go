@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -111,7 +110,7 @@ func writeText(w io.Writer, prof preset.Profile, m smdp.Model, o smdp.Options, a
 	fmt.Fprintf(w, "RVI: %d sweeps, %s, g in [%.6g, %.6g]; delta %.3g\n", sol.Iterations, conv, sol.GLower, sol.GUpper, sol.Delta)
 	fmt.Fprintln(w, "policy by state (requests in system):")
 	for _, r := range policyRuns(sol.Policy) {
-		fmt.Fprintf(w, "  %-10s %s\n", r.states, r.action)
+		fmt.Fprintf(w, "  %-10s %s\n", r.States, r.Action)
 	}
 	if len(rows) == 0 {
 		return
@@ -152,44 +151,18 @@ func optFloat(v *float64, format string) string {
 	return fmt.Sprintf(format, *v)
 }
 
-type policyRun struct{ states, action string }
-
-// policyRuns groups consecutive states with the same kind of action:
-// wait, serve all, or serve a fixed size; the overflow state comes last.
-func policyRuns(policy []int) []policyRun {
+// policyRuns groups consecutive states with the same kind of action
+// (smdp.PolicyRuns); the overflow state comes last.
+func policyRuns(policy []int) []smdp.PolicyRun {
 	if len(policy) < 2 {
 		return nil
 	}
 	so := len(policy) - 1
-	label := func(s int) string {
-		switch a := policy[s]; {
-		case a == 0:
-			return "wait"
-		case a == s:
-			return "serve all"
-		default:
-			return fmt.Sprintf("serve %d", a)
-		}
-	}
-	var runs []policyRun
-	start := 0
-	for s := 1; s <= so; s++ {
-		if s < so && label(s) == label(start) {
-			continue
-		}
-		states := strconv.Itoa(start)
-		if s-1 > start {
-			states += "-" + strconv.Itoa(s-1)
-		}
-		runs = append(runs, policyRun{states, label(start)})
-		start = s
-	}
-	a := policy[so]
 	overflow := "wait"
-	if a > 0 {
+	if a := policy[so]; a > 0 {
 		overflow = fmt.Sprintf("serve %d", a)
 	}
-	return append(runs, policyRun{"S_o", overflow})
+	return append(smdp.PolicyRuns(policy[:so]), smdp.PolicyRun{States: "S_o", Action: overflow})
 }
 
 // BudgetReport is the --latency-budget --json output. The first seven

@@ -172,6 +172,21 @@ func FiniteControlLimitOf(m Model, policy []int) (limit int, ok bool) {
 // FinitePolicySummary writes a policy table as runs of states with the
 // same rule, "0-2 wait, 3-8 serve all, 9-16 serve 8".
 func FinitePolicySummary(policy []int) string {
+	runs := PolicyRuns(policy)
+	out := make([]string, len(runs))
+	for i, r := range runs {
+		out[i] = r.States + " " + r.Action
+	}
+	return strings.Join(out, ", ")
+}
+
+// PolicyRun is a range of consecutive states ("3-8", or one state "2")
+// with the same kind of action: "wait", "serve all" or "serve N".
+type PolicyRun struct{ States, Action string }
+
+// PolicyRuns groups a policy table's consecutive states by the kind of
+// their action.
+func PolicyRuns(policy []int) []PolicyRun {
 	label := func(q int) string {
 		switch a := policy[q]; {
 		case a == 0:
@@ -182,7 +197,7 @@ func FinitePolicySummary(policy []int) string {
 			return "serve " + strconv.Itoa(a)
 		}
 	}
-	var runs []string
+	var runs []PolicyRun
 	for start := 0; start < len(policy); {
 		end := start
 		for end+1 < len(policy) && label(end+1) == label(start) {
@@ -192,10 +207,10 @@ func FinitePolicySummary(policy []int) string {
 		if end > start {
 			states += "-" + strconv.Itoa(end)
 		}
-		runs = append(runs, states+" "+label(start))
+		runs = append(runs, PolicyRun{States: states, Action: label(start)})
 		start = end + 1
 	}
-	return strings.Join(runs, ", ")
+	return runs
 }
 
 // finiteChain is the closed-loop model with what every (state, action)
