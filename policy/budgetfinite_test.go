@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestFiniteRuleFollowsTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, w := c.First.Policy, want.First.Policy; !equalInts(got, w) {
+	if got, w := c.First.Policy, want.First.Policy; !slices.Equal(got, w) {
 		t.Fatalf("table %v, the exact optimum's %v", got, w)
 	}
 	if l, ok := smdp.FiniteControlLimitOf(m, c.First.Policy); !ok || l != 4 {
@@ -134,16 +135,4 @@ func TestFiniteRuleMixes(t *testing.T) {
 	if share := float64(waits) / n; share < 0.28 || share > 0.32 {
 		t.Fatalf("waited in %.3f of the decisions, want the mix 0.3", share)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
