@@ -49,6 +49,9 @@ test-go:
 	@# server/timing; they skip under -race (the detector slows the proxy
 	@# several times over) and run here without it.
 	$(GO) test -count=1 ./server/timing
+	@# The default policy's promise on every preset: constrained optima
+	@# near saturation, minutes under the race detector.
+	$(GO) test -count=1 -short -run '^TestDefaultPolicyNeverHurts$$' ./lab/sim
 
 ## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
 ## and docs/RESULTS.md (Go: the packages whose tests read RATEBATCH_LONG or

@@ -124,7 +124,7 @@ func Default() Config {
 		Listen:      ":9000",
 		AdminListen: "127.0.0.1:9002",
 		Policy: Policy{
-			Name:    "batchmonitor+",
+			Name:    "budget",
 			Window:  time.Second,
 			Options: policy.Options{MaxQueueDelay: 5 * time.Millisecond, W1: 1},
 		},

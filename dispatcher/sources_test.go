@@ -285,7 +285,9 @@ func TestSourcesLearnTheirKind(t *testing.T) {
 			if (got.ThinkMs == nil) != (tt.want.ThinkMs == nil) || (got.ThinkMs != nil && math.Abs(*got.ThinkMs-*tt.want.ThinkMs) > 0.02**tt.want.ThinkMs+1e-6) {
 				t.Errorf("think %v ms, want %v", deref(got.ThinkMs), deref(tt.want.ThinkMs))
 			}
-			got.ThinkMs, tt.want.ThinkMs = nil, nil
+			// The population's feedback score has its own test
+			// (TestFeedbackTellsAPoolFromAClosedLoop).
+			got.ThinkMs, tt.want.ThinkMs, got.Feedback = nil, nil, nil
 			if got != tt.want {
 				t.Errorf("stats %+v\nwant  %+v", got, tt.want)
 			}
@@ -510,5 +512,134 @@ func TestMultiplexedSourcesKind(t *testing.T) {
 		if got := kind(ev, "Poisson, %v calls a ms", rate); got != KindOpenLoop {
 			t.Errorf("an open loop of %v calls a ms: %s", rate, got)
 		}
+	}
+}
+
+// poolCall is a call arriving at ms from source id (0: not assigned yet).
+type poolCall struct {
+	ms float64
+	id uint64
+}
+
+// batchServe serves calls as one instance under ad-hoc batching does
+// (tau(b) = 1 + 0.5 b ms): whenever it is free it takes every call that
+// has arrived. A call without a source gets one from assign(arrival,
+// answer), when it joins its batch (so its answer is known); next(id, end)
+// is when source id sends again after its answer at end (false: it does
+// not). It returns the events of the first n calls.
+func batchServe(first []poolCall, assign func(arrMs, endMs float64) uint64, next func(id uint64, endMs float64) (float64, bool), n int) []sourceEvent {
+	pending := slices.Clone(first)
+	var ev []sourceEvent
+	free, sent := 0.0, len(pending)
+	for len(pending) > 0 && len(ev) < 2*n {
+		slices.SortStableFunc(pending, func(a, b poolCall) int { return cmp.Compare(a.ms, b.ms) })
+		start := max(free, pending[0].ms)
+		b := 0
+		for b < len(pending) && pending[b].ms <= start {
+			b++
+		}
+		end := start + 1 + 0.5*float64(b)
+		batch := slices.Clone(pending[:b])
+		pending = pending[b:]
+		for _, c := range batch {
+			if c.id == 0 {
+				c.id = assign(c.ms, end)
+			}
+			ev = append(ev, sourceEvent{c.ms, c.id, false}, sourceEvent{end, c.id, true})
+			if t, ok := next(c.id, end); ok && sent < n {
+				pending = append(pending, poolCall{t, c.id})
+				sent++
+			}
+		}
+		free = end
+	}
+	return ev
+}
+
+// connPool hands each call an idle keep-alive connection, the most
+// recently freed first (lifo, as Go's http.Transport) or the least, and
+// opens a new one when none is idle.
+func connPool(lifo bool) func(arrMs, endMs float64) uint64 {
+	var busyUntil []float64 // by connection id - 1
+	return func(arrMs, endMs float64) uint64 {
+		pick := -1
+		for i, u := range busyUntil {
+			if u <= arrMs && (pick < 0 || (lifo && u > busyUntil[pick]) || (!lifo && u < busyUntil[pick])) {
+				pick = i
+			}
+		}
+		if pick < 0 {
+			busyUntil = append(busyUntil, 0)
+			pick = len(busyUntil) - 1
+		}
+		busyUntil[pick] = endMs
+		return uint64(pick + 1)
+	}
+}
+
+// The population's feedback score tells synchronous callers from an open
+// stream through a pool of connections, whose connections each look
+// closed-loop: about a half for 2-16 synchronous callers thinking alike,
+// about 1 for exponential thinkers, about 0 for Poisson arrivals over a
+// pool reused last-in or first-in first; the plan then reads the pool's
+// callers as open.
+func TestFeedbackTellsAPoolFromAClosedLoop(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	closed := func(n int, think func() float64) []sourceEvent {
+		var first []poolCall
+		for i := range n {
+			first = append(first, poolCall{float64(i) * 0.01, uint64(i + 1)})
+		}
+		return batchServe(first, nil, func(_ uint64, end float64) (float64, bool) { return end + think(), true }, 6000)
+	}
+	pool := func(rate float64, lifo bool) []sourceEvent {
+		var first []poolCall
+		for _, ms := range poissonMs(rate, 6000) {
+			first = append(first, poolCall{ms, 0})
+		}
+		return batchServe(first, connPool(lifo), func(uint64, float64) (float64, bool) { return 0, false }, 6000)
+	}
+	for _, tt := range []struct {
+		name   string
+		events []sourceEvent
+		closed bool
+	}{
+		{"2 synchronous callers, think 0.3 ms", closed(2, func() float64 { return 0.3 }), true},
+		{"8 synchronous callers, think 0.3 ms", closed(8, func() float64 { return 0.3 }), true},
+		{"16 synchronous callers, think 0.3 ms", closed(16, func() float64 { return 0.3 }), true},
+		{"8 callers thinking 5 ms (exponential)", closed(8, func() float64 { return 5 * rng.ExpFloat64() }), true},
+		{"24 callers thinking 20 ms (exponential)", closed(24, func() float64 { return 20 * rng.ExpFloat64() }), true},
+		{"Poisson 0.5/ms over a LIFO pool", pool(0.5, true), false},
+		{"Poisson 1/ms over a LIFO pool", pool(1, true), false},
+		{"Poisson 1.5/ms over a FIFO pool", pool(1.5, false), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			epoch := time.Unix(1000, 0)
+			at := func(ms float64) time.Time { return epoch.Add(time.Duration(ms * float64(time.Millisecond))) }
+			ev := slices.Clone(tt.events)
+			slices.SortStableFunc(ev, func(a, b sourceEvent) int { return cmp.Compare(a.ms, b.ms) })
+			q := &modelQueue{}
+			for _, e := range ev {
+				if e.leave {
+					q.src.leave(e.id, at(e.ms))
+				} else {
+					q.src.arrive(e.id, at(e.ms))
+				}
+			}
+			now := at(ev[len(ev)-1].ms)
+			st := q.src.stats(now)
+			if st.Feedback == nil {
+				t.Fatalf("no feedback score after %d events: %+v", len(ev), st)
+			}
+			fb := *st.Feedback
+			t.Logf("feedback %.3f; %d connections, %d closed-loop by their gaps", fb, st.Population, st.ClosedLoop)
+			if tt.closed && !(fb > 2*feedbackOpen) || !tt.closed && !(fb < feedbackOpen/2) {
+				t.Errorf("feedback %.3f: want it clear of %v on the %s side", fb, feedbackOpen, map[bool]string{true: "closed-loop", false: "open"}[tt.closed])
+			}
+			c := q.callers(now)
+			if c.ClosedLoop > 0 != tt.closed || (!tt.closed && c.Others < st.Population) {
+				t.Errorf("the plan reads %+v: closed loop %v, want %v", c, c.ClosedLoop > 0, tt.closed)
+			}
+		})
 	}
 }

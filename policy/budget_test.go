@@ -292,3 +292,47 @@ func TestBudgetKeepsItsPlanWhileNoDecisionCanWait(t *testing.T) {
 		}
 	}
 }
+
+// Near saturation the budget plans only a load its window's count can tell
+// from overload (3 standard errors): with fewer arrivals it is
+// work-conserving and solves nothing.
+func TestBudgetNearOverload(t *testing.T) {
+	m := func(rho float64) smdp.Model {
+		return smdp.ModelFor(googlenet, batchcost.Energy{}, 32, rho)
+	}
+	for _, tc := range []struct {
+		rho      float64
+		arrivals int
+		want     bool
+	}{
+		{0.9, 300, true},   // rho + 3 sigma = 1.056
+		{0.9, 2660, false}, // 0.952
+		{0.8, 100, true},   // 1.04
+		{0.5, 30, false},   // 0.774
+		{0.99, 0, false},   // no count: nothing to say
+	} {
+		if got := nearOverload(m(tc.rho), tc.arrivals); got != tc.want {
+			t.Errorf("rho %v, %d arrivals: near overload %v, want %v", tc.rho, tc.arrivals, got, tc.want)
+		}
+	}
+
+	rate := 0.9 * 1000 * m(0.9).ServiceMuPerMs(32)
+	for _, tc := range []struct {
+		arrivals int
+		held     bool
+	}{{300, true}, {int(rate), false}} {
+		p := newBudget(t, "1.10x")
+		e := energyEstimate(rate)
+		e.Arrivals = tc.arrivals
+		r := p.Plan(e)
+		note := r.Status().Note
+		if held := strings.Contains(note, "cannot tell rho") && p.Solves() == 0; held != tc.held {
+			t.Errorf("%d arrivals at rho 0.9: work-conserving %v, want %v (note %q, %d solves)", tc.arrivals, held, tc.held, note, p.Solves())
+		}
+		if tc.held {
+			if d := r.Decide(Queue{Now: at(0), Rows: 3, OldestArrival: at(0), Instances: 1, MaxBatch: 32}); d != Send(3) {
+				t.Errorf("near overload: %+v, want the 3 rows sent", d)
+			}
+		}
+	}
+}

@@ -79,8 +79,11 @@ func TestTrimSteps(t *testing.T) {
 // leave it alone, even when the model's ad-hoc is off by a fifth; NoTrim
 // keeps the user's budget whatever the calls lived.
 func TestBudgetPlanTrimsByTheLiveLatency(t *testing.T) {
-	// lived: budget windows' calls over live ad-hoc; adhocOff: live
-	// ad-hoc over the model's.
+	// lived: every call of a period (budget and ad-hoc slices) over live
+	// ad-hoc; adhocOff: live ad-hoc over the model's. The budget slices'
+	// calls live what makes the period's mean lived, with the ad-hoc
+	// slices' at live ad-hoc.
+	const budgetCalls, adhocCalls = 150, 900
 	run := func(noTrim bool, lived, adhocOff float64) (BudgetRule, *Budget, int) {
 		p := newBudget(t, "1.10x")
 		p.NoTrim = noTrim
@@ -89,14 +92,16 @@ func TestBudgetPlanTrimsByTheLiveLatency(t *testing.T) {
 		adhocWindows := 0
 		c, _ := noTrimRule(t, e).Constrained()
 		model := c.AdhocLatencyMs
+		nb, na := float64((trimPeriod-trimAdhoc)*budgetCalls), float64(trimAdhoc*adhocCalls)
+		budgetLived := (lived*(nb+na) - na) / nb
 		for range 10 * trimPeriod {
 			switch r := p.Plan(e).(type) {
 			case BudgetRule:
 				last = r
-				e.Live = Live{Calls: 150, MeanMs: lived * adhocOff * model}
+				e.Live = Live{Calls: budgetCalls, MeanMs: budgetLived * adhocOff * model}
 			case Fill:
 				adhocWindows++
-				e.Live = Live{Calls: 900, MeanMs: adhocOff * model}
+				e.Live = Live{Calls: adhocCalls, MeanMs: adhocOff * model}
 			default:
 				t.Fatalf("Plan = %T", r)
 			}
@@ -164,6 +169,12 @@ func TestTrimCalibratesByAdhocWindows(t *testing.T) {
 	if math.Abs(tr.calib-0.8) > 1e-12 {
 		t.Fatalf("calibration %v, want 0.8", tr.calib)
 	}
+	// The ad-hoc slices' calls counted against the promise too (the
+	// next test); start the promise's sums afresh.
+	if tr.calls == 0 {
+		t.Fatal("the ad-hoc slices' calls were not counted against the promise")
+	}
+	tr.liveMs, tr.refMs, tr.calls, tr.wins = 0, 0, 0, 0
 	tr.last = sliceOther
 	if tr.observe(rel, Live{Calls: 5000, MeanMs: 50}, 5); tr.calls != 0 {
 		t.Fatal("a fallback window's calls were counted")
@@ -174,6 +185,33 @@ func TestTrimCalibratesByAdhocWindows(t *testing.T) {
 	}
 	if tr.steps != 1 || math.Abs(tr.lastRatio-1.08) > 1e-9 || math.Abs(tr.eff-0.10) > 1e-12 {
 		t.Errorf("steps %d, ratio %v, eff %v: want one step at 1.08 keeping 0.10", tr.steps, tr.lastRatio, tr.eff)
+	}
+}
+
+// Every call of the trim's period counts against the promise: near
+// saturation the ad-hoc slices, starting on the queue the budget's rule
+// left, live 1.4x ad-hoc, and budget slices at the aim do not make up for
+// them. Counting only the budget's slices, the trim kept a plan whose
+// clients lived 1.13-1.17x ad-hoc's mean at rho 0.8.
+func TestTrimCountsEveryCall(t *testing.T) {
+	rel := smdp.Budget{Factor: 1.10}
+	tr := trim{eff: 0.10, set: true, calib: 1, calibSlices: calibMinSlices}
+	for i := range trimPeriod {
+		tr.last = sliceBudget
+		live := Live{Calls: 100, MeanMs: 5 * (1 + trimAim*0.10)} // at the aim
+		if i%trimPeriod >= trimPeriod-trimAdhoc {
+			tr.last = sliceAdhoc
+			live = Live{Calls: 100, MeanMs: 5 * 1.4}
+		}
+		if i == trimPeriod-trimAdhoc {
+			tr.last = sliceSettle
+		}
+		tr.observe(rel, live, 5)
+	}
+	// 27 slices at 1.08x and 3 at 1.4x: 1.112x, over the aim.
+	want := (float64(trimPeriod-trimAdhoc)*1.08 + float64(trimAdhoc)*1.4) / trimPeriod
+	if tr.steps != 1 || math.Abs(tr.lastRatio-want) > 1e-9 || !(tr.eff < 0.10) {
+		t.Errorf("steps %d, ratio %v, eff %v: want one step down at %.4f", tr.steps, tr.lastRatio, tr.eff, want)
 	}
 }
 

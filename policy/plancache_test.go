@@ -117,3 +117,39 @@ func TestDeferredBudgetIsNeverLooser(t *testing.T) {
 		})
 	}
 }
+
+// A cached plan serves a fit and an energy line within the re-solve
+// tolerance of the ones it was solved for, and no other: without a power
+// meter the energy line is the fit itself, and an exact comparison of it
+// had every slice of a simulated run miss the cache.
+func TestPlanCacheTolerance(t *testing.T) {
+	base := smdp.Model{MaxBatch: 8, LambdaPerMs: 0.5}
+	base.AlphaMs, base.Tau0Ms = 1, 2
+	base.BetaMJ, base.Zeta0MJ = 1, 2
+	for _, tc := range []struct {
+		name string
+		move func(*smdp.Model)
+		hit  bool
+	}{
+		{"same", func(*smdp.Model) {}, true},
+		{"fit within 2%", func(m *smdp.Model) { m.AlphaMs *= 1.015; m.Tau0Ms *= 0.99 }, true},
+		{"energy within 2%", func(m *smdp.Model) { m.BetaMJ *= 1.015; m.Zeta0MJ *= 0.99 }, true},
+		{"slope 3% off", func(m *smdp.Model) { m.AlphaMs *= 1.03 }, false},
+		{"energy slope 3% off", func(m *smdp.Model) { m.BetaMJ *= 1.03 }, false},
+		{"energy intercept 5% off", func(m *smdp.Model) { m.Zeta0MJ *= 1.05 }, false},
+		{"other B_max", func(m *smdp.Model) { m.MaxBatch = 16 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c planCache
+			c.add(7, base, Fill{Batch: 8}, 4)
+			m := base
+			tc.move(&m)
+			if _, hit := c.lookup(7, m, 0.02); hit != tc.hit {
+				t.Errorf("lookup hit %v, want %v", hit, tc.hit)
+			}
+			if _, hit := c.lookup(8, base, 0.02); hit {
+				t.Error("another grid rate hit")
+			}
+		})
+	}
+}
