@@ -293,9 +293,9 @@ func TestBudgetKeepsItsPlanWhileNoDecisionCanWait(t *testing.T) {
 	}
 }
 
-// Near saturation the budget plans only a load its window's count can tell
-// from overload (3 standard errors): with fewer arrivals it is
-// work-conserving and solves nothing.
+// Near saturation the budget plans only a load its window's count and its
+// capacity's spread can tell from overload (3 standard errors): otherwise
+// it is work-conserving and solves nothing.
 func TestBudgetNearOverload(t *testing.T) {
 	m := func(rho float64) smdp.Model {
 		return smdp.ModelFor(googlenet, batchcost.Energy{}, 32, rho)
@@ -303,16 +303,20 @@ func TestBudgetNearOverload(t *testing.T) {
 	for _, tc := range []struct {
 		rho      float64
 		arrivals int
+		capSD    float64 // the capacity's relative spread
 		want     bool
 	}{
-		{0.9, 300, true},   // rho + 3 sigma = 1.056
-		{0.9, 2660, false}, // 0.952
-		{0.8, 100, true},   // 1.04
-		{0.5, 30, false},   // 0.774
-		{0.99, 0, false},   // no count: nothing to say
+		{0.9, 300, 0, true},       // rho + 3 sigma = 1.056
+		{0.9, 2660, 0, false},     // 0.952
+		{0.9, 2660, 0.03, false},  // 0.997
+		{0.9, 2660, 0.04, true},   // 1.020
+		{0.8, 100, 0, true},       // 1.04
+		{0.5, 30, 0, false},       // 0.774
+		{0.5, 30000, 0.25, false}, // 0.875
+		{0.99, 0, 0.1, false},     // no count: nothing to say
 	} {
-		if got := nearOverload(m(tc.rho), tc.arrivals); got != tc.want {
-			t.Errorf("rho %v, %d arrivals: near overload %v, want %v", tc.rho, tc.arrivals, got, tc.want)
+		if got := nearOverload(m(tc.rho), tc.arrivals, tc.capSD*tc.capSD); got != tc.want {
+			t.Errorf("rho %v, %d arrivals, capacity spread %v: near overload %v, want %v", tc.rho, tc.arrivals, tc.capSD, got, tc.want)
 		}
 	}
 
@@ -334,5 +338,50 @@ func TestBudgetNearOverload(t *testing.T) {
 				t.Errorf("near overload: %+v, want the 3 rows sent", d)
 			}
 		}
+	}
+
+	// A count that tells rho 0.9 from overload, but a fit whose slope
+	// moves 8% either way from plan to plan: the capacity's spread keeps
+	// the budget work-conserving.
+	p := newBudget(t, "1.10x")
+	var note string
+	for i := range 60 {
+		e := energyEstimate(rate)
+		e.Arrivals = int(rate)
+		e.AlphaMs *= 1 + 0.08*float64(1-2*(i%2))
+		note = p.Plan(e).Status().Note
+	}
+	if !strings.Contains(note, "a capacity varying") {
+		t.Errorf("a capacity moving 8%% either way at rho 0.9: %q, want work-conserving", note)
+	}
+}
+
+// The capacity's spread is learnt from the plans: steady, it is nothing;
+// a capacity that moves by 5% either way reads about 5%; and a value that
+// is not a number leaves it as it was.
+func TestEWVariance(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values func(i int) float64
+		lo, hi float64 // bounds on the standard deviation after 400 values
+	}{
+		{"steady", func(int) float64 { return 7.6 }, 0, 1e-12},
+		{"5% either way", func(i int) float64 { return 7.6 + 0.05*float64(1-2*(i%2)) }, 0.04, 0.06},
+		{"with NaNs", func(i int) float64 {
+			if i%3 == 0 {
+				return math.NaN()
+			}
+			return 7.6
+		}, 0, 1e-12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v ewVariance
+			for i := range 400 {
+				v.add(tc.values(i))
+			}
+			if sd := math.Sqrt(v.variance()); sd < tc.lo || sd > tc.hi {
+				t.Errorf("standard deviation %.4g, want within [%v, %v]", sd, tc.lo, tc.hi)
+			}
+		})
 	}
 }

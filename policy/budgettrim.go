@@ -95,6 +95,10 @@ const (
 	// reference read high would loosen the budget it should tighten; one
 	// read low only makes the promise stricter.
 	calibMax = 1.0
+	// trimMaxFalls bounds the doubling of the hold at ad-hoc after a fall:
+	// 2^6 measurements of at least trimMinWindows slices, about three
+	// minutes at the default window.
+	trimMaxFalls = 6
 )
 
 // slice is what the slice of the monitor's window that just ended ran.
@@ -134,6 +138,10 @@ type trim struct {
 	lastCalls         int
 	budgetMs, adhocMs float64
 	steps             int
+	// falls counts the trim's falls to ad-hoc (eff 0) since a plan last
+	// lived within its aim; hold is how many more measurements it stays
+	// there before it tries a plan again (2^falls, trimMaxHold at most).
+	falls, hold int
 }
 
 // budget is the budget to solve for now.
@@ -246,14 +254,29 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 		}
 		eff := t.eff * g
 		switch {
+		case g > 1 && eff < trimStep && t.hold > 0:
+			t.hold-- // at ad-hoc a while longer
+			eff = 0
 		case g > 1 && eff < trimStep:
 			eff = trimStep // climb back from ad-hoc
 		case g < 1 && eff < trimStep:
 			// Down to ad-hoc itself: halving the grid's last step
 			// rounds back up to it, and a plan that overspends at a 1%
-			// slack (near saturation its waits cost live several times
-			// what the model prices) would keep waiting for good.
+			// slack (its waits cost live several times what the model
+			// prices) would keep waiting for good. Ad-hoc runs as it is
+			// (atAdhoc): the optimum solved for ad-hoc's own latency
+			// still waits where the model finds waiting free. Each fall
+			// since a plan last kept its aim doubles the time before the
+			// next try, so a load the model cannot price spends most of
+			// its time at ad-hoc rather than half of it over the budget.
 			eff = 0
+			if before > 0 {
+				t.falls++
+				t.hold = 1 << min(t.falls, trimMaxFalls)
+			}
+		}
+		if lived <= want && t.eff > 0 {
+			t.falls = 0 // a plan kept its aim
 		}
 		t.eff = quantize(clamp(eff, 0, trimReach*(user.Factor-1)))
 		return t.eff != before
@@ -265,6 +288,12 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	}
 	t.eff = quantize(clamp(t.eff*g, trimFloor, 1))
 	return t.eff != before
+}
+
+// atAdhoc reports whether the trim has stepped a relative budget down to
+// ad-hoc itself: the plan is then not applied, ad-hoc is.
+func (t *trim) atAdhoc(user smdp.Budget) bool {
+	return user.Relative() && t.set && t.eff <= 0
 }
 
 // note says what the trim did, for the rule's status.

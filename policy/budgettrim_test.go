@@ -100,6 +100,12 @@ func TestBudgetPlanTrimsByTheLiveLatency(t *testing.T) {
 				last = r
 				e.Live = Live{Calls: budgetCalls, MeanMs: budgetLived * adhocOff * model}
 			case Fill:
+				if !strings.Contains(r.Note, "slices of ad-hoc in") {
+					// Held at ad-hoc by the trim: its calls are the
+					// budget's, as the test has them live.
+					e.Live = Live{Calls: budgetCalls, MeanMs: budgetLived * adhocOff * model}
+					continue
+				}
 				adhocWindows++
 				e.Live = Live{Calls: adhocCalls, MeanMs: adhocOff * model}
 			default:
@@ -241,5 +247,42 @@ func TestBudgetResumesTheTrim(t *testing.T) {
 	fresh.Resume(Adhoc{})
 	if fresh.trim.calibSlices != 0 {
 		t.Error("resumed from a policy of another kind")
+	}
+}
+
+// A plan that overspends at the last 1% step falls to ad-hoc, and each
+// fall doubles the measurements ad-hoc is held before the next try; a
+// plan that keeps its aim clears the count.
+func TestTrimHoldsAtAdhocAfterAFall(t *testing.T) {
+	rel := smdp.Budget{Factor: 1.10}
+	tr := trim{eff: trimStep, set: true, calib: 1, calibSlices: calibMinSlices}
+	measure := func(lived float64) {
+		for range trimMinWindows {
+			tr.last = sliceBudget
+			tr.observe(rel, Live{Calls: trimMinCalls/trimMinWindows + 1, MeanMs: 5 * lived}, 5)
+		}
+	}
+	for fall := 1; fall <= 3; fall++ {
+		measure(1.10) // over the aim (1.08x) at a 1% slack
+		if tr.eff != 0 || !tr.atAdhoc(rel) {
+			t.Fatalf("fall %d: eff %v, want ad-hoc", fall, tr.eff)
+		}
+		for i := range 1 << fall {
+			measure(1.0) // ad-hoc lives ad-hoc
+			if tr.eff != 0 {
+				t.Fatalf("fall %d: climbed back after %d measurements, want %d", fall, i+1, 1<<fall+1)
+			}
+		}
+		measure(1.0)
+		if tr.eff != trimStep {
+			t.Fatalf("fall %d: eff %v after the hold, want a try at %v", fall, tr.eff, trimStep)
+		}
+	}
+	measure(1.02) // within the aim: the count clears
+	if tr.falls != 0 {
+		t.Errorf("a plan within its aim left %d falls counted", tr.falls)
+	}
+	if (&trim{eff: 0, set: true}).atAdhoc(smdp.Budget{AbsoluteMs: 4}) {
+		t.Error("an absolute budget is never held at ad-hoc")
 	}
 }

@@ -78,13 +78,24 @@ func TestDefaultPolicyNeverHurts(t *testing.T) {
 					}
 					bestGain = max(bestGain, gain)
 				}
-				t.Logf("rho %.1f: %.3fx ad-hoc's latency, %s", rho, d.MeanLatencyMs/a.MeanLatencyMs, gainNote(a, d))
+				t.Logf("rho %.1f: %.3fx ad-hoc's latency, %s%s", rho, d.MeanLatencyMs/a.MeanLatencyMs, gainNote(a, d), solvesNote(pol))
 			}
 			if p.HasEnergy && bestGain < 0.02 {
 				t.Errorf("%s gains at most %+.1f%% requests per joule over ad-hoc on the grid: batching no longer pays", def.Name, 100*bestGain)
 			}
 		})
 	}
+}
+
+// solvesNote is how many optima a policy that solves them has solved so
+// far: with its cache of plans kept across the grid, the count shows
+// whether the cache holds (docs/ALGORITHMS.md, "Solves within a share of a
+// core").
+func solvesNote(pol policy.Policy) string {
+	if s, ok := pol.(interface{ Solves() int }); ok {
+		return fmt.Sprintf(", %d solves so far", s.Solves())
+	}
+	return ""
 }
 
 // gainNote is a run's requests per joule against ad-hoc's, where known.
