@@ -14,12 +14,15 @@
 # answer written, ratebatch_request_duration_seconds), the proxy-internal
 # latency (queue wait + upstream round trip) and the live overheads
 # (/status rule.outside). Then, per point, `ratebatch sim` on the same rate with
-# those overheads (--overheads; client_ms from the ad-hoc segments), so
+# those overheads (--overheads; client_ms from the ad-hoc segments) and the
+# emulator's roughness (--realism), so
 # the simulator's absolute latency can be set against the live one.
 #
 #   scripts/budget-grid.sh                   (defaults below)
 #   REALISMS="exact rough" RHOS="0.2 0.5 0.8" MODELS="simple" scripts/budget-grid.sh
 #   MODELS="image" PRESET=googlenet-p4 TAU_SCALE=10 scripts/budget-grid.sh   (B_max 32)
+#   SIMPLE_MAX=128 TAU_SCALE=4 scripts/budget-grid.sh                  (B_max 128, small rows)
+#   BUDGETS=1.10x OTHERS="smdp batchmonitor+" scripts/budget-grid.sh
 #
 # rho is against the line as the proxy lives it: the emulator's true
 # compute line (GET /emulator/models/M) plus the round trip beyond it and
@@ -31,8 +34,15 @@ REALISMS=${REALISMS:-"exact rough"}
 MODELS=${MODELS:-simple}
 PRESET=${PRESET:-googlenet-p4}
 TAU_SCALE=${TAU_SCALE:-1}
+# The simple model's B_max (the emulator's --simple-max-batch; Triton's
+# example has 8): a large B_max without the image model's 602 KB rows.
+SIMPLE_MAX=${SIMPLE_MAX:-8}
 RHOS=${RHOS:-"0.1 0.3 0.5 0.7 0.9 0.95"}
 BUDGETS=${BUDGETS:-"1.05x 1.10x 1.25x"}
+# Other policies to run in the same proxy beside them (smdp, batchmonitor+,
+# ...): smdp's plan states its mean latency too, so it is checked against
+# its plan as the budget is.
+OTHERS=${OTHERS:-}
 REPS=${REPS:-2}
 SEG=${SEG:-10s}
 WARM=${WARM:-20s}
@@ -48,7 +58,7 @@ for model in $MODELS; do
 for rho in $RHOS; do
 	P=$((20000 + RANDOM % 20000))
 	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$real" --preset "$PRESET" \
-		--tau-scale "$TAU_SCALE" >"$work/em.log" 2>&1 &
+		--tau-scale "$TAU_SCALE" --simple-max-batch "$SIMPLE_MAX" >"$work/em.log" 2>&1 &
 	pids+=($!)
 	sleep 0.5
 	"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
@@ -65,8 +75,10 @@ for rho in $RHOS; do
 	done
 	setpol() {
 		local body
-		if [ "$1" = adhoc ]; then body="{\"model\":\"$model\",\"policy\":\"adhoc\"}"; else
-			body="{\"model\":\"$model\",\"policy\":\"budget\",\"latency_budget\":\"$1\"}"; fi
+		case $1 in
+		*x | *ms) body="{\"model\":\"$model\",\"policy\":\"budget\",\"latency_budget\":\"$1\"}" ;;
+		*) body="{\"model\":\"$model\",\"policy\":\"$1\"}" ;;
+		esac
 		curl -sf -X PUT -H 'Authorization: Bearer grid' "$admin/policy" -d "$body" >/dev/null
 	}
 	# Warm up at a low rate, then read the live line to size the rate.
@@ -87,7 +99,7 @@ print('%.1f' % ($rho * 1000 * b / tau))")
 	"$RB" load --target "$target" --model "$model" --binary --rate "$rate" --duration 4s >/dev/null
 	: >"$work/segs"
 	for rep in $(seq "$REPS"); do
-		for pol in adhoc $BUDGETS; do
+		for pol in adhoc $BUDGETS $OTHERS; do
 			setpol "$pol"
 			# The new rule under the same load before measuring: the
 			# budget's live trim measures ad-hoc and settles its budget
@@ -114,6 +126,10 @@ l = json.load(open(lf))
 r = [m for m in json.load(open(sf))['models'] if m['model'] == model][0]['rule']
 m = re.search(r'mean latency ([\d.]+) ms \(ad-hoc ([\d.]+)\)', r.get('note', ''))
 plan, plan_adhoc = (float(m.group(1)), float(m.group(2))) if m else (0, 0)
+if not m and pol != 'adhoc':
+    # smdp's plan: its mean latency, no ad-hoc reference.
+    m = re.search(r'mean latency ([\d.]+) ms', r.get('note', ''))
+    plan = float(m.group(1)) if m else 0
 t = re.search(r'live trim: solved for ([\d.]+)x \(calls lived ([\d.]+)x', r.get('note', ''))
 trim = [float(t.group(1)), float(t.group(2))] if t else None
 o = r.get('outside') or {}
@@ -125,7 +141,7 @@ PY
 		done
 	done
 	# Pool the segments, run the simulator with the measured overheads.
-	python3 - "$real" "$model" "$bmax" "$rho" "$rate" "$work/segs" "$RB" "$BUDGETS" <<'PY'
+	python3 - "$real" "$model" "$bmax" "$rho" "$rate" "$work/segs" "$RB" "$BUDGETS $OTHERS" <<'PY'
 import json, subprocess, sys
 real, model, bmax, rho, rate, segs, rb, budgets = sys.argv[1:9]
 rows = [json.loads(l) for l in open(segs)]
@@ -143,9 +159,14 @@ ovh = 'overhead_ms=%g,overhead_per_row_ms=%g,hold_lone_ms=%g,hold_merged_ms=%g,a
     o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('hold_lone_ms', 0), o.get('hold_merged_ms', 0),
     o.get('after_lone_ms', 0), o.get('after_merged_ms', 0), client)
 def sim(pol):
+    # The proxy's fit (the mean line), batches drawn around it as rough as
+    # the emulator draws them.
     args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '40000',
-            '--overheads', ovh, '--json']
-    args += ['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', pol, '--trim']
+            '--overheads', ovh, '--realism', real, '--json']
+    if pol.endswith('x') or pol.endswith('ms'):
+        args += ['--policy', 'budget', '--latency-budget', pol, '--trim']
+    else:
+        args += ['--policy', pol]
     try:
         return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)['mean_latency_ms']
     except Exception:
@@ -156,7 +177,9 @@ for p in pols:
     rpj = sum(r['ok'] for r in rs) / max(sum(r['joules'] for r in rs), 1e-12)
     lost = sum(r['sched'] - r['ok'] for r in rs)
     planned = [r for r in rs if r['plan'] > 0]  # /status read in an ad-hoc slice has no plan
-    plan = '%.3g (%.3g)' % (mean([r['plan'] for r in planned]), mean([r['plan_adhoc'] for r in planned])) if planned else '-'
+    plan = '%.3g' % mean([r['plan'] for r in planned]) if planned else '-'
+    if planned and planned[0]['plan_adhoc']:
+        plan += ' (%.3g)' % mean([r['plan_adhoc'] for r in planned])
     trims = [r['trim'] for r in rs if r.get('trim')]
     trim = '%.4gx, %.3gx' % (mean([t[0] for t in trims]), mean([t[1] for t in trims])) if trims else '-'
     print('| %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.2f | %.4g | %+.1f%% | %.2f | %s | %s | %.3f | %.3f | %.3f |%s' % (

@@ -16,6 +16,8 @@
 #   poisson:R    open Poisson arrivals at R req/s
 #   onoff, mmpp  the built-in bursty traces (ratebatch load -h), open loop
 #   paper300     the built-in day, its rates x5, played 20x faster (15 s)
+#   azure2023    the built-in recorded trace (Azure's LLM code service,
+#                CC-BY 4.0), its rates x150, played 120x faster (29 s)
 #
 # The open shapes are schedules written by `ratebatch load
 # --write-intervals` and sent by perf_analyzer --request-intervals: the
@@ -120,6 +122,8 @@ load_flags() {
 		echo "--async --request-intervals $f --measurement-interval $INTERVAL_MS" ;;
 	paper300) "$RB" load --trace paper300 --trace-scale 5 --speedup 20 --write-intervals "$f" >/dev/null
 		echo "--async --request-intervals $f --measurement-interval 15000" ;; # one window, one day
+	azure2023) "$RB" load --trace azure2023 --trace-scale 150 --speedup 120 --write-intervals "$f" >/dev/null
+		echo "--async --request-intervals $f --measurement-interval 28000" ;; # one window, the whole trace
 	*) echo "unknown shape $s" >&2; return 1 ;;
 	esac
 }
@@ -134,6 +138,7 @@ sim_flags() {
 	poisson:*) echo "--rate ${1#poisson:} --requests 40000" ;;
 	onoff | mmpp) echo "--trace $1" ;;
 	paper300) echo "--trace paper300 --trace-scale 5 --speedup 20" ;;
+	azure2023) echo "--trace azure2023 --trace-scale 150 --speedup 120" ;;
 	esac
 }
 for s in $SHAPES; do
@@ -176,10 +181,10 @@ PY
 	truth=null
 	[ "$UPSTREAM" = pytriton ] || truth=$(curl -sf "http://127.0.0.1:$P/emulator/models/simple")
 	# shellcheck disable=SC2046 # flags are words
-	python3 - "$s" "$work/rows" "$work/status.json" "$truth" "$RB" "$BUDGET" "$UPSTREAM" "$IDLE_WATTS" "$PRESET" "$TAU0_MS" "$ALPHA_MS" $(sim_flags "$s") <<'PY'
+	python3 - "$s" "$work/rows" "$work/status.json" "$truth" "$RB" "$BUDGET" "$UPSTREAM" "$IDLE_WATTS" "$PRESET" "$TAU0_MS" "$ALPHA_MS" "$REALISM" $(sim_flags "$s") <<'PY'
 import json, subprocess, sys
-s, f, sf, truth, rb, budget, upstream, idle, preset, tau0_ms, alpha_ms = sys.argv[1:12]
-simflags = sys.argv[12:]
+s, f, sf, truth, rb, budget, upstream, idle, preset, tau0_ms, alpha_ms, realism = sys.argv[1:13]
+simflags = sys.argv[13:]
 rows = [json.loads(l) for l in open(f)]
 rule = [m for m in json.load(open(sf))['models'] if m['model'] == 'simple'][0]['rule']
 o = rule.get('outside') or {}
@@ -196,8 +201,10 @@ if upstream == 'pytriton':
     # as the live column's requests per second of execution.
     args += ['--alpha', str(rule['alpha_ms']), '--tau0', str(rule['tau0_ms']), '--beta', alpha_ms, '--zeta0', tau0_ms]
 else:
+    # The emulator's mean line, its batches drawn around it as rough as
+    # the emulator draws them.
     t = json.loads(truth)
-    args += ['--preset', preset, '--alpha', str(t['alpha_ms']), '--tau0', str(t['tau0_ms']), '--idle-watts', idle]
+    args += ['--preset', preset, '--alpha', str(t['alpha_ms']), '--tau0', str(t['tau0_ms']), '--idle-watts', idle, '--realism', realism]
 def sim(pol):
     a = args + (['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', budget, '--trim'])
     try:

@@ -31,6 +31,7 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o := emulator.Options{Logger: slog.New(slog.NewTextHandler(stderr, nil))}
 	fs.Float64Var(&o.TimeScale, "tau-scale", 1, "multiplies every batch execution time; 0 executes instantly (overhead benchmarks)")
 	fs.IntVar(&o.Instances, "instances", 1, "instances of each model; each runs one batch at a time")
+	fs.IntVar(&o.SimpleMaxBatch, "simple-max-batch", emulator.SimpleMaxBatch, "max_batch_size of the simple model (Triton's example has 8): a large B_max without the image model's large rows")
 	fs.Float64Var(&o.Jitter, "jitter", 0, "relative spread of execution times: tau(b) times a uniform factor in [1-j, 1+j], 0 <= j < 1")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the jitter and the realism")
 	fs.Float64Var(&o.IdleWatts, "idle-watts", 0, "power drawn when idle, in W, added to zeta(b) per batch (needs a preset with energy figures)")

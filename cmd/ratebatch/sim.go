@@ -6,10 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 
 	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/sim"
@@ -28,7 +30,7 @@ type simFlags struct {
 	opts                              policy.Options
 	model                             *preset.Flags
 	policies, traceName, seriesCSV    string
-	overheads                         string
+	overheads, realism                string
 	trim                              bool
 	rate, rho, traceScale, speedup    float64
 	maxQueueDelayMs, maxWaitMs, slaMs float64
@@ -55,6 +57,8 @@ func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.Float64Var(&f.maxWaitMs, "max-wait-ms", 0, fmt.Sprintf("batchmonitor and static: longest the oldest request of a partial batch waits while the server is free, in ms "+
 		"(0 = default: tau(pbs) for batchmonitor, %v for static)", policy.DefaultStaticMaxWait))
 	fs.Float64Var(&f.c.Jitter, "jitter", 0, "each batch takes tau(b) times a uniform factor in [1-j, 1+j), 0 <= j < 1")
+	fs.StringVar(&f.realism, "realism", "exact", "each batch's time drawn around tau(b), its mean, as the emulator's --realism draws it: one of "+
+		strings.Join(emulator.RealismNames(), ", ")+" (the spread, tail and stalls; the per-request overhead is --overheads')")
 	fs.Float64Var(&f.c.IdleWatts, "idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
 	fs.Float64Var(&f.slaMs, "sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
 	fs.IntVar(&f.c.Clients, "clients", 0, "closed-loop clients: each sends a request, waits for its answer, thinks --think and sends the next (perf_analyzer's concurrency mode); alone or with --rate/--trace")
@@ -119,6 +123,11 @@ func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []pol
 	c.Profile, c.SLA, c.Series = prof, msDuration(f.slaMs), f.seriesCSV != ""
 	if c.Live, c.Overhead, err = sim.ParseOverheads(f.overheads); err != nil {
 		return c, nil, fmt.Errorf("--overheads: %w", err)
+	}
+	if r, err := emulator.LookupRealism(f.realism); err != nil {
+		return c, nil, fmt.Errorf("--realism: %w", err)
+	} else if !r.Exact() {
+		c.Spread = r
 	}
 	set := flagsSet(fs)
 	arr := sim.Arrivals{Rate: given(set, "rate", &f.rate), Rho: given(set, "rho", &f.rho),

@@ -11,6 +11,7 @@
 package emulator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,11 @@ type Options struct {
 	// Instances is the number of instances of each model (Triton's
 	// instance_group count); 0 means 1.
 	Instances int
+	// SimpleMaxBatch replaces the simple model's max_batch_size (0:
+	// SimpleMaxBatch, Triton's example's 8), so that a policy can be
+	// measured at a large B_max without the image model's 602 KB rows
+	// loading the host.
+	SimpleMaxBatch int
 	// Jitter spreads execution times: each batch takes tau(b) times a
 	// factor drawn uniformly from [1-Jitter, 1+Jitter]. 0 <= Jitter < 1.
 	Jitter float64
@@ -123,6 +129,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("emulator: %w", opts.Realism.validate())
 	case opts.Instances < 0:
 		return nil, fmt.Errorf("emulator: instances must be >= 1 (0 means 1), got %d", opts.Instances)
+	case opts.SimpleMaxBatch < 0 || opts.SimpleMaxBatch > maxSimpleMaxBatch:
+		return nil, fmt.Errorf("emulator: simple's max batch size must be 1 to %d (0 means %d), got %d", maxSimpleMaxBatch, SimpleMaxBatch, opts.SimpleMaxBatch)
 	case !(opts.Jitter >= 0 && opts.Jitter < 1):
 		return nil, fmt.Errorf("emulator: jitter must be in [0, 1), got %v", opts.Jitter)
 	case !(opts.IdleWatts >= 0) || math.IsInf(opts.IdleWatts, 0):
@@ -154,7 +162,7 @@ func New(opts Options) (*Server, error) {
 		opts:   opts,
 		clock:  opts.Clock,
 		gpu:    newGPU(opts.Clock, opts.IdleWatts),
-		models: newModels(opts.Profile, opts.Instances),
+		models: newModels(opts.Profile, opts.Instances, cmp.Or(opts.SimpleMaxBatch, SimpleMaxBatch)),
 		byName: map[string]*model{},
 		rng:    rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}

@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -257,4 +258,42 @@ func postJSON(t *testing.T, url, body string, v any) {
 		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
 	}
 	mustUnmarshal(t, b, v)
+}
+
+// --simple-max-batch: the simple model's config states the B_max given
+// and a batch of it runs; out-of-range sizes are refused.
+func TestSimpleMaxBatch(t *testing.T) {
+	for _, tc := range []struct {
+		given, want int
+		err         bool
+	}{{0, SimpleMaxBatch, false}, {32, 32, false}, {128, 128, false}, {-1, 0, true}, {maxSimpleMaxBatch + 1, 0, true}} {
+		t.Run(fmt.Sprint(tc.given), func(t *testing.T) {
+			if tc.err {
+				if _, err := New(Options{SimpleMaxBatch: tc.given}); err == nil {
+					t.Fatalf("SimpleMaxBatch %d accepted", tc.given)
+				}
+				return
+			}
+			_, ts := newTestServer(t, Options{TimeScale: 0, SimpleMaxBatch: tc.given})
+			resp, err := http.Get(ts.URL + "/v2/models/simple/config")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var c kserve.ModelConfig
+			if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+				t.Fatal(err)
+			}
+			if c.MaxBatchSize != tc.want {
+				t.Errorf("max_batch_size %d, want %d", c.MaxBatchSize, tc.want)
+			}
+			rows := make([]int32, 16*tc.want)
+			in := func(name string) input {
+				return input{name: name, datatype: "INT32", shape: []int64{int64(tc.want), 16}, i32: rows}
+			}
+			if r := post(t, ts.URL+"/v2/models/simple/infer", jsonBody(t, nil, nil, in("INPUT0"), in("INPUT1")), -1); r.status != http.StatusOK {
+				t.Errorf("a batch of %d rows: status %d", tc.want, r.status)
+			}
+		})
+	}
 }

@@ -13,6 +13,10 @@ import (
 // SimpleMaxBatch is the simple model's max_batch_size, as Triton's example.
 const SimpleMaxBatch = 8
 
+// maxSimpleMaxBatch bounds Options.SimpleMaxBatch: a batch of it is a few
+// hundred KB of rows.
+const maxSimpleMaxBatch = 4096
+
 // The models every emulator serves.
 const (
 	// SimpleModel mirrors Triton's example "simple": INPUT0 and INPUT1,
@@ -80,7 +84,7 @@ func (m *model) shape(t tensorSpec) []int64 {
 	return append([]int64{-1}, t.dims...)
 }
 
-func newModels(p preset.Profile, instances int) []*model {
+func newModels(p preset.Profile, instances, simpleMax int) []*model {
 	simpleIn := []tensorSpec{
 		{name: "INPUT0", datatype: kserve.Int32, dims: []int64{16}},
 		{name: "INPUT1", datatype: kserve.Int32, dims: []int64{16}},
@@ -90,9 +94,9 @@ func newModels(p preset.Profile, instances int) []*model {
 		{name: "OUTPUT1", datatype: kserve.Int32, dims: []int64{16}},
 	}
 	simple := p
-	simple.MaxBatch = SimpleMaxBatch
+	simple.MaxBatch = simpleMax
 	ms := []*model{
-		{name: SimpleModel, maxBatch: SimpleMaxBatch, inputs: simpleIn, outputs: simpleOut, compute: sumDiff, timing: simple},
+		{name: SimpleModel, maxBatch: simpleMax, inputs: simpleIn, outputs: simpleOut, compute: sumDiff, timing: simple},
 		{name: NoBatchModel, maxBatch: 0, inputs: simpleIn, outputs: simpleOut, compute: sumDiff, timing: simple},
 		{
 			name:     ImageModel,

@@ -3,6 +3,7 @@ package emulator
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -110,19 +111,37 @@ func (r Realism) validate() error {
 // batchFactor draws the factor a batch's median time is multiplied by and
 // the stall before it. Called with rngMu held.
 func (s *Server) batchFactor() (float64, time.Duration) {
-	r := s.opts.Realism
+	return s.opts.Realism.draw(s.rng)
+}
+
+// draw draws a batch's factor on its median time and its stall.
+func (r Realism) draw(rng *rand.Rand) (float64, time.Duration) {
 	f := 1.0
 	if r.Sigma > 0 {
-		f = math.Exp(r.Sigma * s.rng.NormFloat64())
+		f = math.Exp(r.Sigma * rng.NormFloat64())
 	}
-	if r.TailShare > 0 && s.rng.Float64() < r.TailShare {
-		f *= r.TailMin + (r.TailMax-r.TailMin)*s.rng.Float64()
+	if r.TailShare > 0 && rng.Float64() < r.TailShare {
+		f *= r.TailMin + (r.TailMax-r.TailMin)*rng.Float64()
 	}
 	var stall time.Duration
-	if r.StallShare > 0 && s.rng.Float64() < r.StallShare {
+	if r.StallShare > 0 && rng.Float64() < r.StallShare {
 		stall = r.Stall
 	}
 	return f, stall
+}
+
+// BatchMs draws the time of a batch whose mean time is meanMs, spread as
+// the emulator spreads its batches (log-normal, tail, stall), with the
+// median scaled so that the draws' mean is meanMs. A fit of the emulator's
+// statistics learns the mean line, so a simulation given that fit and the
+// realism (ratebatch sim --realism) runs batches as rough as the
+// emulator's: near saturation the wait grows with the batch time's second
+// moment, which the mean alone leaves out.
+func (r Realism) BatchMs(rng *rand.Rand, meanMs float64) float64 {
+	f, stall := r.draw(rng)
+	stallMs := float64(stall) / float64(time.Millisecond)
+	median := max(meanMs-r.StallShare*float64(r.Stall)/float64(time.Millisecond), 0) / r.meanFactor()
+	return median*f + stallMs
 }
 
 // transfer is the time outside the batch a request of in bytes spends

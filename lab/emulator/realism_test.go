@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -131,5 +132,36 @@ func TestRealismOutsideTheBatch(t *testing.T) {
 	getJSON(t, ts.URL+"/emulator/models/"+ImageModel, &truth)
 	if truth.AlphaMs != p.AlphaMs || truth.Tau0Ms != p.Tau0Ms || truth.MedianAlphaMs != p.AlphaMs || truth.Realism != r {
 		t.Errorf("truth %+v, want the profile's line and the realism", truth)
+	}
+}
+
+// TestRealismBatchMsKeepsTheMean checks the draws a simulation takes from
+// a realism: their mean is the mean time asked for (a fit's line), their
+// spread the preset's, and the exact preset adds nothing.
+func TestRealismBatchMsKeepsTheMean(t *testing.T) {
+	for _, name := range RealismNames() {
+		t.Run(name, func(t *testing.T) {
+			r, _ := LookupRealism(name)
+			rng := rand.New(rand.NewPCG(1, 2))
+			const meanMs, n = 5.0, 200_000
+			var sum, sq float64
+			for range n {
+				d := r.BatchMs(rng, meanMs)
+				sum += d
+				sq += d * d
+			}
+			mean := sum / n
+			cv2 := sq/n/(mean*mean) - 1 // squared coefficient of variation
+			if mean < 0.99*meanMs || mean > 1.01*meanMs {
+				t.Errorf("mean of the draws %.4g ms, want %.4g within 1%%", mean, meanMs)
+			}
+			switch {
+			case r.Exact() && cv2 > 1e-12:
+				t.Errorf("exact realism spread its batches: squared cv %.3g", cv2)
+			case !r.Exact() && cv2 < 0.1:
+				// The heavy tail alone gives 1% x (E[U^2] ~ 46) / 1.06^2.
+				t.Errorf("%s realism's squared cv %.3g, want the heavy tail's (> 0.1)", name, cv2)
+			}
+		})
 	}
 }

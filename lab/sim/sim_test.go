@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -490,5 +491,43 @@ func TestOverheadFeedsTheMonitorAsLive(t *testing.T) {
 	var ie *InvalidError
 	if err := (Config{Profile: p, Policy: policy.Adhoc{}, RatePerSec: 1, Overhead: -1}).Validate(); !errors.As(err, &ie) || ie.Field != "Overhead" {
 		t.Fatalf("negative overhead: %v", err)
+	}
+}
+
+// spreadFunc draws batch times with a function.
+type spreadFunc func(rng *rand.Rand, meanMs float64) float64
+
+func (f spreadFunc) BatchMs(rng *rand.Rand, meanMs float64) float64 { return f(rng, meanMs) }
+
+// TestSpreadQueuesAtTheSameMean checks Config.Spread: a spread that keeps
+// every batch at its mean changes nothing, and a heavy tail of the same
+// mean queues more near saturation (the wait grows with the batch time's
+// second moment), as the rough emulator's does live.
+func TestSpreadQueuesAtTheSameMean(t *testing.T) {
+	p := lookupPreset(t, "googlenet-p4")
+	rate := 0.8 * 1000 * float64(p.MaxBatch) / p.TauMs(p.MaxBatch)
+	run := func(s Spread) Result {
+		res, err := Run(context.Background(), Config{Profile: p, Policy: policy.Adhoc{}, RatePerSec: rate, Requests: 40_000, Seed: 5, Spread: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	exact := run(nil)
+	if same := run(spreadFunc(func(_ *rand.Rand, m float64) float64 { return m })); same.MeanLatencyMs != exact.MeanLatencyMs {
+		t.Errorf("a spread of nothing moved the mean latency: %.4g ms against %.4g", same.MeanLatencyMs, exact.MeanLatencyMs)
+	}
+	// 2% of batches take 10x their mean, the rest a little less: mean
+	// kept, squared coefficient of variation 1.6.
+	tail := spreadFunc(func(rng *rand.Rand, m float64) float64 {
+		if rng.Float64() < 0.02 {
+			return 10 * m
+		}
+		return m * 0.8 / 0.98
+	})
+	if rough := run(tail); rough.MeanLatencyMs < 1.1*exact.MeanLatencyMs {
+		t.Errorf("a heavy tail of the same mean: mean latency %.4g ms against %.4g without, want at least 1.1x", rough.MeanLatencyMs, exact.MeanLatencyMs)
+	} else {
+		t.Logf("mean latency %.4g ms with the tail, %.4g without", rough.MeanLatencyMs, exact.MeanLatencyMs)
 	}
 }

@@ -1,10 +1,12 @@
 package trace
 
 import (
+	_ "embed"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,6 +17,10 @@ const (
 	OnOff = "onoff"
 	MMPP  = "mmpp"
 )
+
+// Azure2023 is the name of the built-in recorded trace: a public
+// production arrival trace (azure2023.txt says whose, and its licence).
+const Azure2023 = "azure2023"
 
 // Paper300 is the name of the built-in trace modelled on the adaptive-batching
 // paper's workload.
@@ -43,6 +49,12 @@ var builtin = map[string]struct {
 			"an afternoon dip to 100 req/s at 190 s, an evening rise to 180 req/s at 215 s, " +
 			"a decline to 1 req/s at 270 s and a night lull to the end (rates move linearly between these points)",
 	},
+	Azure2023: {
+		points: perSecond(azure2023),
+		shape: "a recorded production trace, 57 min of Azure's LLM inference code service (2023-11-16, " +
+			"8,819 requests, CC-BY 4.0): arrivals per second, mean 2.57 req/s, up to 67 in a second " +
+			"and 2,521 seconds with none; scale and speed it up (--trace-scale 100 --speedup 60: 57 s at 257 req/s on average)",
+	},
 	OnOff: {
 		points: onOff(60*time.Second, 500*time.Millisecond, 1400, 20),
 		shape: "60 s of on/off load: 500 ms at 1400 req/s, then 500 ms at 20 req/s, and again " +
@@ -53,6 +65,35 @@ var builtin = map[string]struct {
 		shape: "60 s of a two-state Markov-modulated Poisson load: 1400 req/s for exponential sojourns of " +
 			"mean 200 ms, 200 req/s for sojourns of mean 400 ms (one fixed draw; mean about 600 req/s)",
 	},
+}
+
+//go:embed azure2023.txt
+var azure2023 string
+
+// perSecond is a step series from arrivals counted per second, one count
+// a line (lines starting with # are comments): each second at its count.
+// It panics on a malformed file, which is embedded and tested.
+func perSecond(counts string) []Point {
+	var ps []Point
+	t := time.Duration(0)
+	for _, line := range strings.Split(counts, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		n, err := strconv.Atoi(line)
+		if err != nil || n < 0 {
+			panic(fmt.Sprintf("trace: per-second count %q: want a count >= 0", line))
+		}
+		r := float64(n)
+		if len(ps) > 0 && ps[len(ps)-1].RatePerSec == r {
+			ps[len(ps)-1].At = t + time.Second - edge // the same rate goes on
+		} else {
+			ps = append(ps, Point{t, r}, Point{t + time.Second - edge, r})
+		}
+		t += time.Second
+	}
+	return append(ps, Point{t, ps[len(ps)-1].RatePerSec})
 }
 
 // edge is how long a built-in trace takes to jump between two rates: a

@@ -286,3 +286,33 @@ func TestBurstyShapes(t *testing.T) {
 		})
 	}
 }
+
+// The recorded trace is the file's counts: its requests, its length, its
+// busiest second and its silences, each second at its own count.
+func TestAzure2023(t *testing.T) {
+	s, err := Lookup(Azure2023)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Duration(); d != 3436*time.Second {
+		t.Errorf("duration %v, want 3436 s", d)
+	}
+	if n := s.Expected(); math.Abs(n-8819) > 0.1 {
+		t.Errorf("expected arrivals %.2f, want the trace's 8,819", n)
+	}
+	if m := s.MaxRate(); m != 67 {
+		t.Errorf("busiest second %v req/s, want 67", m)
+	}
+	silent := 0
+	for i := range 3436 {
+		if s.RateAt(time.Duration(i)*time.Second+time.Second/2) == 0 {
+			silent++
+		}
+	}
+	if silent != 2521 {
+		t.Errorf("%d seconds without an arrival, want 2,521", silent)
+	}
+	if !strings.Contains(Shape(Azure2023), "CC-BY 4.0") {
+		t.Errorf("the trace's description does not state its licence: %q", Shape(Azure2023))
+	}
+}
