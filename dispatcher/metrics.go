@@ -98,6 +98,8 @@ var (
 		"Callers' connections with a call in the proxy now.", []string{"model"}, nil)
 	descSourceThink = prometheus.NewDesc("ratebatch_source_think_seconds",
 		"Mean estimated think time of the closed-loop connections (answer to next request, as the proxy sees it); absent without one.", []string{"model"}, nil)
+	descSourceFeedback = prometheus.NewDesc("ratebatch_source_feedback",
+		"How much the arrivals follow the answers: about 1 for a closed loop, about 0 for open arrivals over a pool of connections; below 0.25 the connections are planned as open. Absent until enough arrivals were seen.", []string{"model"}, nil)
 )
 
 type queueCollector struct{ d *Dispatcher }
@@ -113,6 +115,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSources
 	ch <- descSourcesBusy
 	ch <- descSourceThink
+	ch <- descSourceFeedback
 }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -125,13 +128,20 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 			failing = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, s.Model)
-		src := s.Sources
-		for kind, n := range map[string]int{KindClosedLoop: src.ClosedLoop, KindOpenLoop: src.OpenLoop, KindUnknown: src.Unknown} {
-			ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(n), s.Model, kind)
-		}
-		ch <- prometheus.MustNewConstMetric(descSourcesBusy, prometheus.GaugeValue, float64(src.Busy), s.Model)
-		if src.ThinkMs != nil {
-			ch <- prometheus.MustNewConstMetric(descSourceThink, prometheus.GaugeValue, *src.ThinkMs/1000, s.Model)
-		}
+		collectSources(ch, s.Model, s.Sources)
+	}
+}
+
+// collectSources exports what is learnt of a model's callers.
+func collectSources(ch chan<- prometheus.Metric, model string, src SourceStats) {
+	for kind, n := range map[string]int{KindClosedLoop: src.ClosedLoop, KindOpenLoop: src.OpenLoop, KindUnknown: src.Unknown} {
+		ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(n), model, kind)
+	}
+	ch <- prometheus.MustNewConstMetric(descSourcesBusy, prometheus.GaugeValue, float64(src.Busy), model)
+	if src.ThinkMs != nil {
+		ch <- prometheus.MustNewConstMetric(descSourceThink, prometheus.GaugeValue, *src.ThinkMs/1000, model)
+	}
+	if src.Feedback != nil {
+		ch <- prometheus.MustNewConstMetric(descSourceFeedback, prometheus.GaugeValue, *src.Feedback, model)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratebatch/ratebatch/policy"
@@ -378,10 +379,40 @@ ratebatch_sources{kind="unknown",model="simple"} 0
 ratebatch_sources_busy{model="simple"} 0
 `
 	if err := testutil.CollectAndCompare(d.Collector(), strings.NewReader(want),
-		"ratebatch_sources", "ratebatch_sources_busy", "ratebatch_source_think_seconds"); err != nil {
-		t.Error(err)
+		"ratebatch_sources", "ratebatch_sources_busy", "ratebatch_source_think_seconds", "ratebatch_source_feedback"); err != nil {
+		t.Error(err) // no feedback yet: too few arrivals
 	}
 }
+
+// The feedback score, once known, is exported beside the callers.
+func TestFeedbackMetric(t *testing.T) {
+	fb, think := 0.83, 2.0
+	for _, tc := range []struct {
+		name string
+		src  SourceStats
+		want string
+	}{
+		{"not known yet", SourceStats{}, ""},
+		{"known", SourceStats{ThinkMs: &think, Feedback: &fb}, `
+# HELP ratebatch_source_feedback How much the arrivals follow the answers: about 1 for a closed loop, about 0 for open arrivals over a pool of connections; below 0.25 the connections are planned as open. Absent until enough arrivals were seen.
+# TYPE ratebatch_source_feedback gauge
+ratebatch_source_feedback{model="simple"} 0.83
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := collectorFunc(func(ch chan<- prometheus.Metric) { collectSources(ch, "simple", tc.src) })
+			if err := testutil.CollectAndCompare(c, strings.NewReader(tc.want), "ratebatch_source_feedback"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// collectorFunc is an unchecked collector of what a function sends.
+type collectorFunc func(chan<- prometheus.Metric)
+
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 // watchingPlanner takes the callers' reader (CallerWatcher).
 type watchingPlanner struct {
@@ -609,6 +640,8 @@ func TestFeedbackTellsAPoolFromAClosedLoop(t *testing.T) {
 		{"16 synchronous callers, think 0.3 ms", closed(16, func() float64 { return 0.3 }), true},
 		{"8 callers thinking 5 ms (exponential)", closed(8, func() float64 { return 5 * rng.ExpFloat64() }), true},
 		{"24 callers thinking 20 ms (exponential)", closed(24, func() float64 { return 20 * rng.ExpFloat64() }), true},
+		{"Poisson 0.2/ms over a LIFO pool", pool(0.2, true), false},
+		{"Poisson 0.36/ms over a LIFO pool", pool(0.36, true), false},
 		{"Poisson 0.5/ms over a LIFO pool", pool(0.5, true), false},
 		{"Poisson 1/ms over a LIFO pool", pool(1, true), false},
 		{"Poisson 1.5/ms over a FIFO pool", pool(1.5, false), false},

@@ -57,10 +57,10 @@ func (f *fakeProxy) advance() {
 	for i := range 50 {
 		f.lat.WithLabelValues("resnet", "http").Observe(float64(1+i%10) / 1000)
 	}
-	think := 2.5
+	think, feedback := 2.5, 0.1
 	closed := 1 + f.step%3
 	f.state.Sources = dispatcher.SourceStats{Known: true, Population: closed + 1, ClosedLoop: closed, OpenLoop: 1,
-		Busy: 1, Idle: closed, Partners: closed + 1, ThinkMs: &think}
+		Busy: 1, Idle: closed, Partners: closed + 1, ThinkMs: &think, Feedback: &feedback}
 }
 
 func (f *fakeProxy) states() []State {
@@ -205,6 +205,9 @@ func TestPageInBrowser(t *testing.T) {
 	// After five steps: 1 + 5%3 = 3 closed-loop callers and one open-loop.
 	if !strings.Contains(first, `<span data-k="population">4</span>: 3 closed-loop (think time 2.50 ms`) {
 		t.Error("the callers now are not stated")
+	}
+	if !strings.Contains(first, `Feedback <span data-k="feedback">0.10</span>`) || !strings.Contains(first, "reads the connections as one open stream") {
+		t.Error("the callers' feedback, and that the plan reads them as open, is not stated")
 	}
 
 	for range 5 {

@@ -156,7 +156,10 @@ function sourcesCard(m, pts, span, ago, xl) {
   let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${think}, ` +
     `${s.open_loop || 0} open-loop, ${s.unknown || 0} not learnt yet; ${s.busy || 0} with a call in the proxy, ${s.idle || 0} idle` +
     (s.concurrency > s.population ? `; up to ${s.concurrency} calls at once over them (streams sharing a connection)` : "") + `. ` +
-    `A closed-loop caller sends its next request only after its answer; an open-loop one sends on its own schedule or several at once.`;
+    `A closed-loop caller sends its next request only after its answer; an open-loop one sends on its own schedule or several at once.` +
+    (s.feedback != null ? ` Feedback <span data-k="feedback">${fmt(s.feedback)}</span>: how many more idle callers a request finds than the average ` +
+      `(about 1 for a closed loop, about 0 for open arrivals over a pool of connections)` +
+      (s.feedback < 0.25 ? `; below 0.25, so the plan reads the connections as one open stream.` : `.`) : "");
   if (!s.known) note += " Some calls came without a connection the proxy can name (or none came yet): these are not all the callers.";
   return card("Callers (connections active in the last second)", note, callers);
 }
