@@ -227,15 +227,13 @@ func (p *Budget) Plan(e Estimate) Rule {
 	if p.trim.next(p.Budget, true) {
 		// A window of ad-hoc, whose calls measure the live latency the
 		// budget is relative to (budgettrim.go).
-		return p.guard(Fill{Policy: NameBudget, Batch: e.MaxBatch,
-			Note: fmt.Sprintf("live trim: %d slices of ad-hoc in %d, measuring the latency the budget is relative to (model: %.4g ms)",
-				trimAdhoc, trimPeriod, bp.adhocMs())}, e)
+		return p.guard(trimAdhocRule(e, fmt.Sprintf("live trim: %d slices of ad-hoc in %d, measuring the latency the budget is relative to (model: %.4g ms)",
+			trimAdhoc, trimPeriod, bp.adhocMs())), e)
 	}
 	if p.trim.atAdhoc(p.Budget) {
 		// Calls lived over the budget even under the plan for a 1% slack:
 		// ad-hoc until the trim tries a plan again (budgettrim.go).
-		p.kept = p.guard(Fill{Policy: NameBudget, Batch: e.MaxBatch,
-			Note: "live trim: the calls lived over the budget with every plan down to a 1% slack; ad-hoc" + p.trim.note(p.Budget)}, e)
+		p.kept = p.guard(trimAdhocRule(e, "live trim: the calls lived over the budget with every plan down to a 1% slack; ad-hoc"+p.trim.note(p.Budget)), e)
 		return p.kept
 	}
 	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)), e)
@@ -248,6 +246,13 @@ func (p *Budget) Plan(e Estimate) Rule {
 func (p *Budget) untrimmed(r Rule, e Estimate) Rule {
 	p.trim.next(p.Budget, false)
 	return p.guard(r, e)
+}
+
+// trimAdhocRule is the ad-hoc the live trim runs, in its ad-hoc windows
+// and while it holds at ad-hoc: every batch at once, its calls counted by
+// the trim (untrimmed's are not).
+func trimAdhocRule(e Estimate, note string) Rule {
+	return Fill{Policy: NameBudget, Batch: e.MaxBatch, Note: note}
 }
 
 // workConserving sends every batch at once, with the reason the budget

@@ -140,7 +140,7 @@ type trim struct {
 	steps             int
 	// falls counts the trim's falls to ad-hoc (eff 0) since a plan last
 	// lived within its aim; hold is how many more measurements it stays
-	// there before it tries a plan again (2^falls, trimMaxHold at most).
+	// there before it tries a plan again (2^falls, 2^trimMaxFalls at most).
 	falls, hold int
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/loadreport"
-
 	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/sim"
 	"github.com/ratebatch/ratebatch/lab/trace"

@@ -11,7 +11,6 @@
 package emulator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,6 +144,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Instances == 0 {
 		opts.Instances = 1
 	}
+	if opts.SimpleMaxBatch == 0 {
+		opts.SimpleMaxBatch = SimpleMaxBatch
+	}
 	if opts.GPUUUID == "" {
 		opts.GPUUUID = defaultGPUUUID
 	}
@@ -162,7 +164,7 @@ func New(opts Options) (*Server, error) {
 		opts:   opts,
 		clock:  opts.Clock,
 		gpu:    newGPU(opts.Clock, opts.IdleWatts),
-		models: newModels(opts.Profile, opts.Instances, cmp.Or(opts.SimpleMaxBatch, SimpleMaxBatch)),
+		models: newModels(opts.Profile, opts.Instances, opts.SimpleMaxBatch),
 		byName: map[string]*model{},
 		rng:    rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
