@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# status-watch.sh: what the proxy plans and what it learns of its callers,
+# read from /status while a Poisson load runs.
+#
+# Starts one emulator and one `ratebatch serve` with POLICY (default
+# budget) on the simple model, offers Poisson arrivals at RATE for DUR
+# seconds, and every EVERY seconds prints one line: the rule's note (the
+# plan, its load and rho, the live trim) and the callers as the dispatcher
+# has learnt them (population by kind, think time, feedback score). The
+# arrivals come from `ratebatch load` (CLIENT=load) or from perf_analyzer
+# replaying the same schedule (CLIENT=perf_analyzer, tests/triton's).
+#
+#   RATE=1910 scripts/status-watch.sh                        (the budget near saturation)
+#   RATE=358 REAL=rough POLICY=adhoc scripts/status-watch.sh   (the callers' feedback)
+#   RATE=358 CLIENT=perf_analyzer scripts/status-watch.sh
+#
+# The capacity a plan read is its rate over its rho ("at 1961 req/s (rho
+# 0.914)": 2,145 req/s of full batches).
+set -euo pipefail
+RB=${RB:-bin/ratebatch}
+RATE=${RATE:-358}
+REAL=${REAL:-exact}
+POLICY=${POLICY:-budget}
+DUR=${DUR:-40}
+EVERY=${EVERY:-2}
+CLIENT=${CLIENT:-load}
+PA=${PA:-tests/triton/perf_analyzer}
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+P=$((20000 + RANDOM % 20000))
+"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REAL" --preset googlenet-p4 >"$work/em.log" 2>&1 &
+pids+=($!)
+sleep 0.5
+"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
+	--policy "$POLICY" --log-level warn >"$work/serve.log" 2>&1 &
+pids+=($!)
+admin=http://127.0.0.1:$((P + 12))
+for _ in $(seq 100); do
+	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
+	sleep 0.2
+done
+case $CLIENT in
+load) "$RB" load --target http://127.0.0.1:$((P + 10)) --model simple --binary --rate "$RATE" --duration "${DUR}s" --json >"$work/load.json" & ;;
+perf_analyzer)
+	"$RB" load --rate "$RATE" --duration "${DUR}s" --write-intervals "$work/intervals" >/dev/null
+	"$PA" -m simple -u 127.0.0.1:$((P + 10)) -i http --async --request-intervals "$work/intervals" \
+		--measurement-interval $((DUR * 1000 / 4)) --stability-percentage 999 --max-trials 3 >"$work/pa.out" 2>&1 & ;;
+*) echo "unknown CLIENT $CLIENT (load or perf_analyzer)" >&2; exit 2 ;;
+esac
+client=$!
+pids+=("$client")
+for i in $(seq $((DUR / EVERY))); do
+	sleep "$EVERY"
+	curl -sf "$admin/status" | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+rule = [m for m in d['models'] if m['model'] == 'simple'][0]['rule']
+q = [m for m in d.get('queues', []) if m.get('model') == 'simple']
+s = (q[0] if q else {}).get('sources', {})
+fb = s.get('feedback')
+think = s.get('think_ms')
+print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | %s' % (
+    $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
+    '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb, rule.get('note', '')[:240]))"
+done
+wait "$client" || true
