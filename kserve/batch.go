@@ -483,7 +483,16 @@ func (b *Batch) HeaderLen() int { return len(b.header) }
 // (all when it named none) with dimension 0 set to its rows and Data sliced
 // from resp without copying, each flagged binary or JSON as that caller
 // asked. resp must stay untouched while the responses are in use.
+//
+// An answer naming one output twice is refused: a caller that asked for
+// it by name could be given either.
 func (b *Batch) Split(resp *Response) ([]*Response, error) {
+	for j := range resp.Outputs {
+		name := resp.Outputs[j].Name
+		if slices.ContainsFunc(resp.Outputs[:j], func(t Tensor) bool { return t.Name == name }) {
+			return nil, fmt.Errorf("split: output %q appears twice in the answer", name)
+		}
+	}
 	n := len(b.Callers)
 	// bounds[j*(n+1)+c] is the byte offset where caller c's rows of output j start.
 	bounds := make([]int, len(resp.Outputs)*(n+1))

@@ -322,6 +322,8 @@ func TestSplitErrors(t *testing.T) {
 		{"short data", []Tensor{y([]int64{3}, i32(1, 2))}, `split: output "Y": shape [3] of INT32 needs 12 bytes, data has 8`},
 		{"broken bytes", []Tensor{{Name: "Y", Datatype: Bytes, Shape: []int64{3}, Data: []byte{1, 0, 0, 0, 'a', 9, 0, 0, 0}}}, `BYTES element 1: length 9 runs past the end`},
 		{"shared memory", []Tensor{{Name: "Y", Datatype: Int32, Shape: []int64{3}, Parameters: Parameters{ParamSharedMemRegion: "r"}}}, `is in shared memory`},
+		// Found by FuzzSplit: caller 0 asked for Y by name, which of the two?
+		{"output twice", []Tensor{y([]int64{3}, i32(1, 2, 3)), y([]int64{3}, i32(4, 5, 6))}, `split: output "Y" appears twice in the answer`},
 	} {
 		_, err := batch.Split(&Response{Outputs: tc.out})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
