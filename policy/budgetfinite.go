@@ -54,12 +54,8 @@ func closedLoop(e Estimate) (smdp.Population, bool) {
 }
 
 // finiteRule is the constrained optimum of the closed loop pop for the
-// fit of m, at the budget the trim gives, from the cache or solved.
-func (p *Budget) finiteRule(pop smdp.Population, m smdp.Model, busyTime bool) Rule {
-	b := p.Budget
-	if !p.NoTrim {
-		b = p.trim.budget(p.Budget)
-	}
+// fit of m, at budget b, from the cache or solved.
+func (p *Budget) finiteRule(b smdp.Budget, pop smdp.Population, m smdp.Model, busyTime bool) Rule {
 	ratio := 1 + thinkResolve
 	grid := int(math.Round(math.Log(pop.ThinkMs) / math.Log(ratio)))
 	pop.ThinkMs = math.Pow(ratio, float64(grid))
@@ -189,16 +185,34 @@ func (r FiniteRule) Constrained() (smdp.FiniteConstrained, smdp.Population) {
 }
 
 // budgetPlan is a rule the budget policy solved, which its live trim
-// checks: the ad-hoc latency its model predicts for the same load, and the
-// rule with the trim's note.
+// checks: the ad-hoc latency its model predicts for the same load, the
+// share of ad-hoc's energy per request it saves (minSaving), and the rule
+// with the trim's note.
 type budgetPlan interface {
 	Rule
 	adhocMs() float64
+	saving() float64
 	withTrim(note string) Rule
 }
 
 func (r BudgetRule) adhocMs() float64 { return r.constrained.AdhocLatencyMs }
 func (r FiniteRule) adhocMs() float64 { return r.constrained.Adhoc.LatencyMs }
+
+// saving is 1 - power/ad-hoc's power: the open model serves the same
+// arrivals under either rule, so powers compare as energies per request.
+func (r BudgetRule) saving() float64 {
+	if !(r.constrained.AdhocPowerW > 0) {
+		return 0
+	}
+	return 1 - r.constrained.PowerW/r.constrained.AdhocPowerW
+}
+
+func (r FiniteRule) saving() float64 {
+	if !(r.constrained.Adhoc.EnergyPerRequestMJ > 0) {
+		return 0
+	}
+	return 1 - r.constrained.EnergyPerRequestMJ/r.constrained.Adhoc.EnergyPerRequestMJ
+}
 
 func (r BudgetRule) withTrim(note string) Rule { r.trimNote = note; return r }
 func (r FiniteRule) withTrim(note string) Rule { r.trimNote = note; return r }

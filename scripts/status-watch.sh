@@ -8,11 +8,17 @@
 # plan, its load and rho, the live trim) and the callers as the dispatcher
 # has learnt them (population by kind, think time, feedback score). The
 # arrivals come from `ratebatch load` (CLIENT=load) or from perf_analyzer
-# replaying the same schedule (CLIENT=perf_analyzer, tests/triton's).
+# replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
+# CONC synchronous clients of perf_analyzer (CONC=16: a closed loop; RATE
+# is then unused). Last it prints the proxy's CPU time per request.
+# PROFILE=S takes a CPU profile of the proxy over S seconds from the
+# second reading on (to PROFILE_OUT, default /tmp/status-watch.pprof;
+# read it with `go tool pprof -top bin/ratebatch FILE`).
 #
 #   RATE=1910 scripts/status-watch.sh                        (the budget near saturation)
 #   RATE=358 REAL=rough POLICY=adhoc scripts/status-watch.sh   (the callers' feedback)
 #   RATE=358 CLIENT=perf_analyzer scripts/status-watch.sh
+#   CONC=16 REAL=rough scripts/status-watch.sh                (a closed loop)
 #
 # The capacity a plan read is its rate over its rho ("at 1961 req/s (rho
 # 0.914)": 2,145 req/s of full batches).
@@ -24,6 +30,7 @@ POLICY=${POLICY:-budget}
 DUR=${DUR:-40}
 EVERY=${EVERY:-2}
 CLIENT=${CLIENT:-load}
+CONC=${CONC:-}
 PA=${PA:-tests/triton/perf_analyzer}
 work=$(mktemp -d)
 pids=()
@@ -35,14 +42,21 @@ P=$((20000 + RANDOM % 20000))
 pids+=($!)
 sleep 0.5
 "$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
-	--policy "$POLICY" --log-level warn >"$work/serve.log" 2>&1 &
-pids+=($!)
+	--policy "$POLICY" --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
+serve=$!
+pids+=($serve)
 admin=http://127.0.0.1:$((P + 12))
 for _ in $(seq 100); do
 	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
 	sleep 0.2
 done
+if [ -n "$CONC" ]; then
+	CLIENT=concurrency
+fi
 case $CLIENT in
+concurrency)
+	"$PA" -m simple -u 127.0.0.1:$((P + 10)) -i http --concurrency-range "$CONC" \
+		--measurement-interval $((DUR * 1000 / 4)) --stability-percentage 999 --max-trials 3 >"$work/pa.out" 2>&1 & ;;
 load) "$RB" load --target http://127.0.0.1:$((P + 10)) --model simple --binary --rate "$RATE" --duration "${DUR}s" --json >"$work/load.json" & ;;
 perf_analyzer)
 	"$RB" load --rate "$RATE" --duration "${DUR}s" --write-intervals "$work/intervals" >/dev/null
@@ -65,5 +79,15 @@ think = s.get('think_ms')
 print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | %s' % (
     $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
     '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb, rule.get('note', '')[:240]))"
+	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
+		# A CPU profile of the proxy over the next PROFILE seconds.
+		curl -sf -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
+		prof=$!
+	fi
 done
 wait "$client" || true
+[ -z "${prof:-}" ] || wait "$prof" || true
+answered=$(curl -sf "$admin/metrics" | awk '/^ratebatch_requests_answered_total\{model="simple"/ {n += $2} END {print n + 0}')
+ticks=$(awk '{print $14 + $15}' /proc/$serve/stat)
+python3 -c "print('proxy: %d requests answered, %.1f s of CPU, %.0f µs per request' % ($answered, $ticks / $(getconf CLK_TCK), 1e6 * $ticks / $(getconf CLK_TCK) / max($answered, 1)))"
+

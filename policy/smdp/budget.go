@@ -72,9 +72,12 @@ type Point struct {
 // through the Lagrangian (see SolveBudget).
 type Constrained struct {
 	// BudgetMs is the bound the optimum meets; AdhocLatencyMs the mean
-	// latency of ad-hoc batching (limit 1) it is relative to.
+	// latency of ad-hoc batching (limit 1) it is relative to, and
+	// AdhocPowerW its power (the same arrivals served, so the ratio of
+	// powers is the ratio of energies per request).
 	BudgetMs       float64
 	AdhocLatencyMs float64
+	AdhocPowerW    float64
 	// W2 is the Lagrange multiplier: the weight of power (ms per W, with
 	// w1 = 1) at which First and Second are both optimal. 0 when the
 	// budget does not bind at w2 = 0 (cannot happen above ad-hoc) or when
@@ -163,7 +166,7 @@ func SolveBudget(ctx context.Context, m Model, b Budget, sMax int) (Constrained,
 	if err != nil {
 		return Constrained{}, err
 	}
-	c := Constrained{AdhocLatencyMs: adhoc.LatencyMs, BudgetMs: b.LimitMs(adhoc.LatencyMs)}
+	c := Constrained{AdhocLatencyMs: adhoc.LatencyMs, AdhocPowerW: adhoc.PowerW, BudgetMs: b.LimitMs(adhoc.LatencyMs)}
 	budget := c.BudgetMs
 	feasible := func(p Point) bool { return p.LatencyMs <= budget }
 
