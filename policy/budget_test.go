@@ -445,3 +445,54 @@ func TestEWVariance(t *testing.T) {
 		})
 	}
 }
+
+// A default solve starts with a state space of four full batches and
+// doubles it while the optimum overflows it (budgetFirstStates): its
+// optimum is the one solved over SMDPStates, from light load to near
+// saturation.
+func TestBudgetSolveStartsSmall(t *testing.T) {
+	capacity := 1000 * 8 / googlenet.TauMs(8)
+	for _, rho := range []float64{0.1, 0.2, 0.5, 0.8, 0.9} {
+		t.Run(fmt.Sprintf("rho %v", rho), func(t *testing.T) {
+			e := energyEstimate(rho * capacity)
+			e.MaxBatch = 8
+			small, full := newBudget(t, "1.10x"), newBudget(t, "1.10x")
+			small.NoTrim, full.NoTrim = true, true
+			full.SMax = SMDPStates(8)
+			rs, ok1 := small.Plan(e).(BudgetRule)
+			rf, ok2 := full.Plan(e).(BudgetRule)
+			if !ok1 || !ok2 {
+				t.Fatalf("no plan: %v, %v", small.Plan(e).Status().Note, full.Plan(e).Status().Note)
+			}
+			cs, cf := rs.constrained, rf.constrained
+			if cs.First.Limit != cf.First.Limit || cs.Second.Limit != cf.Second.Limit || math.Abs(cs.Mix-cf.Mix) > 1e-3 ||
+				math.Abs(cs.LatencyMs/cf.LatencyMs-1) > 1e-3 || math.Abs(cs.PowerW/cf.PowerW-1) > 1e-3 {
+				t.Fatalf("started small: limits %d/%d mix %.4f, %.4f ms, %.4f W; over %d states: %d/%d mix %.4f, %.4f ms, %.4f W",
+					cs.First.Limit, cs.Second.Limit, cs.Mix, cs.LatencyMs, cs.PowerW, SMDPStates(8),
+					cf.First.Limit, cf.Second.Limit, cf.Mix, cf.LatencyMs, cf.PowerW)
+			}
+			if !(cs.Delta < smdp.DeltaAccept) {
+				t.Fatalf("overflow share %v", cs.Delta)
+			}
+		})
+	}
+}
+
+// BenchmarkBudgetSolve is one constrained optimum, solved from scratch,
+// over the default state space (started small) and over SMDPStates.
+func BenchmarkBudgetSolve(b *testing.B) {
+	capacity := 1000 * 8 / googlenet.TauMs(8)
+	for _, rho := range []float64{0.2, 0.5, 0.9} {
+		for _, states := range []int{0, SMDPStates(8)} {
+			b.Run(fmt.Sprintf("rho=%v/smax=%d", rho, states), func(b *testing.B) {
+				e := energyEstimate(rho * capacity)
+				e.MaxBatch = 8
+				m := smdp.Model{Latency: e.Latency, MaxBatch: 8, LambdaPerMs: e.RatePerSec / 1000, Energy: e.Energy}
+				p := &Budget{Budget: smdp.Budget{Factor: 1.1}, SMax: states}
+				for b.Loop() {
+					p.solve(m, p.Budget, false)
+				}
+			})
+		}
+	}
+}

@@ -44,6 +44,8 @@ BUDGETS=${BUDGETS:-"1.05x 1.10x 1.25x"}
 # its plan as the budget is.
 OTHERS=${OTHERS:-}
 REPS=${REPS:-2}
+# More flags for `ratebatch serve` (e.g. "--policy-solve-share 1").
+SERVE_ARGS=${SERVE_ARGS:-}
 SEG=${SEG:-10s}
 WARM=${WARM:-20s}
 work=$(mktemp -d)
@@ -63,7 +65,7 @@ for rho in $RHOS; do
 	sleep 0.5
 	"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
 		--admin-token grid --policy adhoc --power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics \
-		--log-level warn >"$work/serve.log" 2>&1 &
+		--log-level warn $SERVE_ARGS >"$work/serve.log" 2>&1 &
 	pids+=($!)
 	admin=http://127.0.0.1:$((P + 12))
 	target=http://127.0.0.1:$((P + 10))
