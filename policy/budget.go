@@ -190,7 +190,7 @@ func (p *Budget) Plan(e Estimate) Rule {
 		p.trim.next(p.Budget, false)
 		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}
 	}
-	pop, closed := closedLoop(e)
+	pop, closed := closedLoop(e, m)
 	if e.Stepped && !closed {
 		// A burst or a step: the queue holds the old rate's transient and
 		// the new rate is one slice's count. Waiting planned for a steady

@@ -34,6 +34,9 @@ func TestBudgetPlansTheClosedLoop(t *testing.T) {
 		{"no think time measured", func(e *Estimate) { e.Callers.ThinkMs = 0 }, false},
 		{"two instances", func(e *Estimate) { e.Instances = 2 }, false},
 		{"more clients than solved exactly", func(e *Estimate) { e.Callers.ClosedLoop = finiteMaxClients + 1 }, false},
+		// Palm: 40 clients thinking 100 ms against 1.4-ms batches, with one
+		// row waiting, come at 39/100 per ms, Poisson's 40/101.4: 1.1% off.
+		{"many clients thinking long are Poisson", func(e *Estimate) { e.Callers.ClosedLoop, e.Callers.ThinkMs = 40, 100 }, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := closedEstimate()
@@ -44,6 +47,35 @@ func TestBudgetPlansTheClosedLoop(t *testing.T) {
 				t.Fatalf("Plan = %T (%v); closed-loop plan %v, want %v", r, r.Status(), finite, tt.finite)
 			}
 		})
+	}
+}
+
+// A loop is solved as one only where its finite population shows: with
+// one row waiting its rate (N-1)/Z is more than palmTolerance from the
+// Poisson rate N/(Z+T) of the same load (T a batch of one, 1.36 ms).
+func TestClosedLoopPalm(t *testing.T) {
+	for _, tt := range []struct {
+		clients int
+		thinkMs float64
+		loop    bool
+	}{
+		{1, 100, true},   // a lone client never has a partner
+		{4, 0.3, true},   // synchronous clients, no think time
+		{4, 100, true},   // 3/100 against 4/101.4: 24% off
+		{16, 1, true},    // perf_analyzer's sixteen
+		{40, 5, true},    // 39/5 against 40/6.4: 24% off
+		{40, 100, false}, // 1.2% off
+		{64, 150, false}, // a keep-alive pool read as closed: 0.7% off
+	} {
+		e := closedEstimate()
+		e.Callers.ClosedLoop, e.Callers.ThinkMs = tt.clients, tt.thinkMs
+		_, m, reason := gridModel(e, DefaultBudgetResolve)
+		if reason != "" {
+			t.Fatal(reason)
+		}
+		if _, loop := closedLoop(e, m); loop != tt.loop {
+			t.Errorf("%d clients thinking %v ms: planned as a closed loop %v, want %v", tt.clients, tt.thinkMs, loop, tt.loop)
+		}
 	}
 }
 
