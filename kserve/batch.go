@@ -487,9 +487,10 @@ func (b *Batch) HeaderLen() int { return len(b.header) }
 // An answer naming one output twice is refused: a caller that asked for
 // it by name could be given either.
 func (b *Batch) Split(resp *Response) ([]*Response, error) {
-	for j := range resp.Outputs {
-		name := resp.Outputs[j].Name
-		if slices.ContainsFunc(resp.Outputs[:j], func(t Tensor) bool { return t.Name == name }) {
+	var arr [8]int
+	order := sortedIndex(arr[:0], len(resp.Outputs), func(i int) string { return resp.Outputs[i].Name })
+	for n := 1; n < len(order); n++ {
+		if name := resp.Outputs[order[n]].Name; name == resp.Outputs[order[n-1]].Name {
 			return nil, fmt.Errorf("split: output %q appears twice in the answer", name)
 		}
 	}

@@ -213,16 +213,22 @@ func (p *Budget) Plan(e Estimate) Rule {
 		}
 		return p.rule(b, grid, m, busyTime)
 	}
-	if bp, ok := pickFor(p.Budget).(budgetPlan); ok && bp.saving() < minSaving {
+	userRule := pickFor(p.Budget)
+	if bp, ok := userRule.(budgetPlan); ok && bp.saving() < minSaving {
 		return p.untrimmed(workConserving(fmt.Sprintf(
 			"the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
 			p.Budget, 100*bp.saving(), 100*minSaving, bp.Status().Note)), e)
 	}
+	// The plan at the budget the trim gives: the user's plan above when
+	// the trim is off or sits at the user's budget.
 	pick := func() Rule {
 		if p.NoTrim {
-			return pickFor(p.Budget)
+			return userRule
 		}
-		return pickFor(p.trim.budget(p.Budget))
+		if b := p.trim.budget(p.Budget); b != p.Budget {
+			return pickFor(b)
+		}
+		return userRule
 	}
 	rule := pick()
 	bp, ok := rule.(budgetPlan)
