@@ -242,7 +242,7 @@ func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	}
 	// The request body may be partly unread: the connection cannot carry
 	// another request.
-	ctx.SetConnectionClose()
+	closeUnread(ctx)
 }
 
 var errBodyTooLarge = errors.New("request body exceeds the limit")

@@ -37,6 +37,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/linger"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
@@ -296,12 +297,24 @@ func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
 	}
 	s.m.Rejected.WithLabelValues("body_too_large").Inc()
 	writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
-	ctx.SetConnectionClose()
+	closeUnread(ctx)
 	return true
 }
 
 // Serve serves the data port on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(rawconn.Listener{Listener: ln}) }
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(linger.NewListener(rawconn.Listener{Listener: ln}, linger.Options{}))
+}
+
+// closeUnread closes the connection after the answer to a request whose
+// body may be partly unread. The close lingers: what the client still
+// sends is read and discarded for a while, so that a client that sends
+// its whole body before it reads (net/http, tritonclient, curl) gets the
+// answer rather than a reset (package linger).
+func closeUnread(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	linger.Mark(ctx.Conn())
+}
 
 // Shutdown stops accepting, lets requests in progress finish and closes
 // the connections, or gives up when ctx ends.
@@ -406,7 +419,7 @@ func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
 	err := guard.Recovered(s.log, "http", v)
 	s.m.Errors.WithLabelValues(panicModel, ProtocolHTTP, "500").Inc()
 	writeError(ctx, http.StatusInternalServerError, err.Error())
-	ctx.SetConnectionClose()
+	closeUnread(ctx)
 }
 
 // panicModel is the model label of an error answered for a panic, whose
@@ -440,7 +453,7 @@ func (s *Server) serverError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	s.m.Rejected.WithLabelValues(strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_"))).Inc()
 	writeError(ctx, status, msg)
-	ctx.SetConnectionClose()
+	closeUnread(ctx)
 }
 
 func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
@@ -775,7 +788,7 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, model, reason, msg string) {
 		}
 		drainBuffers.Put(bp)
 		if err != io.EOF {
-			ctx.SetConnectionClose()
+			closeUnread(ctx)
 		}
 	}
 	s.fail(ctx, model, &kserve.Error{Status: http.StatusServiceUnavailable, Msg: msg})
