@@ -502,8 +502,8 @@ func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
 		return Limit{Policy: NameBudget, Limit: 1, Note: "latency budget solve failed, work-conserving: " + err.Error()}
 	}
 	wait := p.MaxWait
-	if l := float64(max(c.First.Limit, c.Second.Limit)); wait <= 0 && l > 1 {
-		wait = time.Duration((l + 3*math.Sqrt(l)) / m.LambdaPerMs * float64(time.Millisecond))
+	if wait <= 0 {
+		wait = poissonWait(max(c.First.Limit, c.Second.Limit), m.LambdaPerMs)
 	}
 	unit := "W"
 	if busyTime {

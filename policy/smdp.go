@@ -179,9 +179,8 @@ func (p *SMDP) solve(m smdp.Model, hasEnergy bool) Rule {
 	}
 	limit := min(sol.ControlLimit, len(sol.Policy)-1)
 	wait := p.MaxWait
-	if wait <= 0 && limit > 1 {
-		l := float64(limit)
-		wait = time.Duration((l + 3*math.Sqrt(l)) / m.LambdaPerMs * float64(time.Millisecond))
+	if wait <= 0 {
+		wait = poissonWait(limit, m.LambdaPerMs)
 	}
 	note := fmt.Sprintf("control limit %d at %.4g req/s (rho %.3f): g %.4g, mean latency %.4g ms, power %.4g W, %d sweeps",
 		limit, 1000*m.LambdaPerMs, m.Rho(), sol.G, sol.LatencyMs, sol.PowerW, sol.Iterations)
@@ -242,3 +241,17 @@ func (r SMDPRule) ControlLimit() int { return r.limit }
 // Solution is the solver's result the table came from, with the model it
 // was solved for (the grid rate, not the measured one).
 func (r SMDPRule) Solution() (smdp.Solution, smdp.Model) { return r.solution, r.model }
+
+// poissonWait is the wait bound of a partial batch planned for Poisson
+// arrivals at lambdaPerMs and filled at limit rows: the time limit
+// arrivals take, plus three standard deviations of it (a gamma of shape
+// limit: mean limit/lambda, deviation sqrt(limit)/lambda). Rows that waited
+// that long wait for a rate the window overstated, and go. A limit of 1
+// never waits: 0.
+func poissonWait(limit int, lambdaPerMs float64) time.Duration {
+	if limit <= 1 || !(lambdaPerMs > 0) {
+		return 0
+	}
+	l := float64(limit)
+	return time.Duration((l + 3*math.Sqrt(l)) / lambdaPerMs * float64(time.Millisecond))
+}

@@ -244,3 +244,20 @@ func BenchmarkSMDPPlanCached(b *testing.B) {
 		b.Fatalf("%d solves", p.Solves())
 	}
 }
+
+func TestPoissonWait(t *testing.T) {
+	for _, tc := range []struct {
+		limit  int
+		lambda float64
+		want   time.Duration
+	}{
+		{1, 1, 0},                     // a lone row never waits
+		{4, 1, 10 * time.Millisecond}, // 4 + 3*2 arrivals at one a millisecond
+		{9, 2, 9 * time.Millisecond},  // (9 + 9) / 2
+		{4, 0, 0},                     // no rate: no bound to derive
+	} {
+		if got := poissonWait(tc.limit, tc.lambda); got != tc.want {
+			t.Errorf("poissonWait(%d, %v) = %v, want %v", tc.limit, tc.lambda, got, tc.want)
+		}
+	}
+}
