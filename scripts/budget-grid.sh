@@ -4,7 +4,8 @@
 # For each emulator roughness, model and load it starts one emulator and
 # one `ratebatch serve` (energy from the emulator's metrics), offers Poisson
 # load with `ratebatch load`, and alternates the policies in that one proxy
-# (PUT /policy): adhoc, budget 1.05x, 1.10x, 1.25x, REPS times each, SEG
+# (PUT /policy): adhoc, budget 1.05x, 1.10x, 1.25x, REPS times each (every
+# other time in reverse), SEG
 # per segment after WARM of the same load under the new rule. Ad-hoc and budget thus share the machine's moments, which
 # on a shared machine is the only fair comparison. Per policy it prints
 # one Markdown row: the client's mean and p99 latency, the ratio of the
@@ -101,7 +102,13 @@ print('%.1f' % ($rho * 1000 * b / tau))")
 	"$RB" load --target "$target" --model "$model" --binary --rate "$rate" --duration 4s >/dev/null
 	: >"$work/segs"
 	for rep in $(seq "$REPS"); do
-		for pol in adhoc $BUDGETS $OTHERS; do
+		# Every other repetition runs the policies in reverse: near
+		# saturation the queue drifts over minutes (it grows past
+		# capacity), and a fixed order would charge the drift to the
+		# policies measured last.
+		order="adhoc $BUDGETS $OTHERS"
+		[ $((rep % 2)) -eq 0 ] && order=$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')
+		for pol in $order; do
 			setpol "$pol"
 			# The new rule under the same load before measuring: the
 			# budget's live trim measures ad-hoc and settles its budget
