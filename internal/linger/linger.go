@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratebatch/ratebatch/internal/guard"
 )
 
 // Options bound the lingering. Zero values take the defaults.
@@ -130,8 +132,17 @@ func (c *conn) Close() error {
 	return nil
 }
 
+// drain runs on its own goroutine, after the request that closed the
+// connection was answered: a panic in it is counted and logged
+// (internal/guard, site "linger"), never the process's end.
 func (c *conn) drain() {
 	defer func() { <-c.l.slots }()
+	defer func() {
+		if v := recover(); v != nil {
+			guard.Recovered(nil, "linger", v)
+			c.Conn.Close()
+		}
+	}()
 	if c.Conn.SetReadDeadline(time.Now().Add(c.l.o.Timeout)) == nil {
 		// It ends at the client's close, the deadline or the bound; which
 		// one makes no difference to what follows.

@@ -81,19 +81,6 @@ func TestMarkedCloseLetsTheClientFinishAndRead(t *testing.T) {
 	}
 }
 
-// Without a mark a close is immediate, and a client still sending 8 MiB is
-// reset: the case the package exists for (the test would not show the
-// difference if the kernel never reset).
-func TestUnmarkedCloseResets(t *testing.T) {
-	_, addr := serveOnce(t, linger.Options{}, false, "413 refused\n")
-	for range 10 {
-		if _, err := sendThenRead(addr, 8<<20); err != nil {
-			return
-		}
-	}
-	t.Skip("the kernel delivered every answer without lingering; nothing to compare")
-}
-
 // A client that never stops sending is cut off at the timeout, and the
 // slot it held comes back.
 func TestLingerEndsAtTheTimeout(t *testing.T) {
