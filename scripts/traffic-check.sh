@@ -39,6 +39,7 @@
 #
 #   RATEBATCH_VENV=/work/venv scripts/traffic-check.sh
 #   SHAPES="c1 c4 onoff" REPS=3 PROTOCOL=grpc IDLE_WATTS=20 scripts/traffic-check.sh
+#   SHAPES="onoff" BUDGET=adhoc scripts/traffic-check.sh        (A/A: ad-hoc in both arms)
 set -euo pipefail
 RB=${RB:-bin/ratebatch}
 PA=${PA:-tests/triton/perf_analyzer}
@@ -52,6 +53,9 @@ UPSTREAM=${UPSTREAM:-emulator}
 VENV=${RATEBATCH_VENV:-.venv}
 TAU0_MS=4 ALPHA_MS=0.5
 INTERVAL_MS=${INTERVAL_MS:-4000}
+# The second arm's latency budget; BUDGET=adhoc runs ad-hoc in both arms,
+# an A/A test: the spread of one rule measured twice on this host, against
+# which a policy's difference is read.
 BUDGET=${BUDGET:-1.10x}
 work=$(mktemp -d)
 pids=()
@@ -90,7 +94,7 @@ for _ in $(seq 100); do
 done
 setpol() {
 	local body='{"model":"simple","policy":"adhoc"}'
-	[ "$1" = adhoc ] || body='{"model":"simple","policy":"budget","latency_budget":"'$BUDGET'"}'
+	[ "$1" = adhoc ] || [ "$BUDGET" = adhoc ] || body='{"model":"simple","policy":"budget","latency_budget":"'$BUDGET'"}'
 	curl -sf -X PUT -H 'Authorization: Bearer check' "$admin/policy" -d "$body" >/dev/null
 }
 cpu() { # the proxy's CPU seconds so far (user + system)
@@ -206,7 +210,7 @@ else:
     t = json.loads(truth)
     args += ['--preset', preset, '--alpha', str(t['alpha_ms']), '--tau0', str(t['tau0_ms']), '--idle-watts', idle, '--realism', realism]
 def sim(pol):
-    a = args + (['--policy', 'adhoc'] if pol == 'adhoc' else ['--policy', 'budget', '--latency-budget', budget, '--trim'])
+    a = args + (['--policy', 'adhoc'] if pol == 'adhoc' or budget == 'adhoc' else ['--policy', 'budget', '--latency-budget', budget, '--trim'])
     try:
         r = json.loads(subprocess.run(a, capture_output=True, text=True, check=True).stdout)
         return r['mean_latency_ms'], r.get('requests_per_joule') or float('nan')
