@@ -105,14 +105,67 @@ func (a *sizeMean) typical() float64 {
 	return (v[k/2-1] + v[k/2]) / 2
 }
 
-// overheadGain is the weight of the newest batch in the moving average of
-// the round trip's overhead over the server's own figure. The first
-// 1/overheadGain batches are averaged plainly instead (the weight of the
-// n-th is 1/n): an average that started from 0 would, for the first few
-// dozen batches after the statistics arrive, plan on compute alone, pick
-// a batch size whose throughput is below the rate, and build a queue
-// (the simulator, fed as the proxy is, showed it: sim.TestOverheadFeedsTheMonitorAsLive).
-const overheadGain = 0.05
+// gapHalfLife is the half-life of the sums the round trip's overhead over
+// the server's compute is measured from (gapSums): short enough to follow
+// the host's load, long enough that the sums hold thousands of batches at
+// any rate worth batching.
+const gapHalfLife = 10 * time.Second
+
+// gapSums measures the round trip beyond the server's compute for one
+// batch size: the proxy's round trips and the server's compute of the
+// same batches (its statistics, read at the same moments), each summed
+// and decayed alike. The difference of their means is the overhead.
+//
+// Taking each round trip less the fit's tau(b), as the monitor did, put
+// every batch's own spread into the overhead: a batch the server ran 3-10
+// times slower, or one that stalled 20 ms, is an overhead of 20 ms by that
+// measure, and a moving average of weight 0.05 read 1 ms too high for the
+// next hundred batches. On the rough emulator at 350 req/s /status
+// showed the overhead's line at 2.19 - 0.24 b ms where the round trips
+// exceeded the compute by 0.7 ms, the plans' ad-hoc reference moved from
+// 3.1 to 4.0 ms between segments of one load, and the simulator given
+// that line read 47% above the live mean (docs/RESULTS.md). Summed
+// against the same batches' compute, a slow batch is in both sums and
+// cancels.
+//
+// The round trips' squares are summed too: their spread per size is the
+// service time's, which the near-overload test reads (ServiceSCV).
+type gapSums struct {
+	rtN, rtMs, rtSq float64 // the proxy's round trips, decayed
+	compN, compMs   float64 // the server's compute over the same reads, decayed
+	// pendN, pendMs and pendSq are the round trips since the last read.
+	pendN          int64
+	pendMs, pendSq float64
+}
+
+// weight is how many batches the size's overhead is measured over.
+func (g *gapSums) weight() float64 { return min(g.rtN, g.compN) }
+
+// gap is the size's mean round trip less its mean compute.
+func (g *gapSums) gap() float64 { return g.rtMs/g.rtN - g.compMs/g.compN }
+
+// read closes a read of the server's statistics: the sums decay by d and
+// take the round trips since the last read, with the server's n batches
+// that took ms in all; past means the server's statistics of this size
+// are past their warm-up (ObserveServer), else the round trips are
+// dropped with the reads they match.
+func (g *gapSums) read(d float64, past bool, n int64, ms float64) {
+	g.rtN, g.rtMs, g.rtSq, g.compN, g.compMs = g.rtN*d, g.rtMs*d, g.rtSq*d, g.compN*d, g.compMs*d
+	if past {
+		g.rtN += float64(g.pendN)
+		g.rtMs += g.pendMs
+		g.rtSq += g.pendSq
+		g.compN += float64(n)
+		g.compMs += ms
+	}
+	g.pendN, g.pendMs, g.pendSq = 0, 0, 0
+}
+
+// rtVar is the variance of the size's round trips, and their mean.
+func (g *gapSums) rtVar() (v, mean float64) {
+	mean = g.rtMs / g.rtN
+	return max(g.rtSq/g.rtN-mean*mean, 0), mean
+}
 
 // Monitor is the monitor of one model. Its methods are safe for concurrent use.
 type Monitor struct {
@@ -144,7 +197,10 @@ type Monitor struct {
 	serverBatches atomic.Int64
 	serverFed     atomic.Bool
 	overhead      atomic.Uint64 // math.Float64bits of the mean overhead in ms
-	overheadN     atomic.Int64  // round trips the overhead is averaged over
+	overheadN     atomic.Int64  // batches matched by the overhead's sums so far
+	// serviceSCV is math.Float64bits of the round trips' squared
+	// coefficient of variation, pooled over the sizes (readGaps).
+	serviceSCV atomic.Uint64
 	// outside is the proxy's own time around a batch (ObserveHold,
 	// ObserveAfter), which the plan counts beside tau(b).
 	outsideMu sync.Mutex
@@ -153,9 +209,9 @@ type Monitor struct {
 	// calls that arrived since the last plan (ObserveCall), for
 	// Estimate.Live; sliceStart is that plan's time (UnixNano).
 	liveNs, liveCalls, sliceStart atomic.Int64
-	// gapBySize is the round trip beyond the server's compute per batch
-	// size (index b-1), for the overhead's line (overheadLine).
-	gapBySize []mean
+	// gapBySize measures the round trip beyond the server's compute per
+	// batch size (index b-1), for the overhead's line (overheadLine).
+	gapBySize []gapSums
 	current   atomic.Pointer[published]
 	changed   chan struct{}
 	replan    chan struct{} // asks Run to plan again now
@@ -220,7 +276,7 @@ func New(c Config) (*Monitor, error) {
 		instances: max(c.Instances, 1),
 	}
 	m.energy.Store(c.Energy)
-	m.gapBySize = make([]mean, c.MaxBatch)
+	m.gapBySize = make([]gapSums, c.MaxBatch)
 	m.last = now()
 	m.plan(m.last, 0, 0, decisionCount{}) // the policy's starting rule
 	return m, nil
@@ -246,21 +302,15 @@ func (m *Monitor) Observe(rows int, latency time.Duration) {
 		_ = m.est.Observe(rows, ms)
 		return
 	}
-	p := m.current.Load()
-	gap := ms - p.fit.TauMs(rows)
+	// Set against the server's compute at its next read (ObserveServer).
 	m.outsideMu.Lock()
 	if rows >= 1 && rows <= len(m.gapBySize) {
-		m.gapBySize[rows-1].add(gap)
+		g := &m.gapBySize[rows-1]
+		g.pendN++
+		g.pendMs += ms
+		g.pendSq += ms * ms
 	}
 	m.outsideMu.Unlock()
-	gain := max(overheadGain, 1/float64(m.overheadN.Add(1)))
-	for {
-		old := m.overhead.Load()
-		next := math.Float64bits(math.Float64frombits(old) + gain*(gap-math.Float64frombits(old)))
-		if m.overhead.CompareAndSwap(old, next) {
-			return
-		}
-	}
 }
 
 // outsideMeans are moving averages of the proxy's time around a batch, for
@@ -269,8 +319,15 @@ type outsideMeans struct {
 	holdLone, holdMerged, afterLone, afterMerged mean
 }
 
-// mean is a moving average whose first 1/overheadGain values are averaged
-// plainly (see overheadGain).
+// outsideGain is the weight of the newest value in the moving averages of
+// the proxy's time around a batch (mean). The first 1/outsideGain values
+// are averaged plainly instead (the weight of the n-th is 1/n): an average
+// that started from 0 would plan, for its first few dozen batches, as if
+// the time were not there.
+const outsideGain = 0.05
+
+// mean is a moving average whose first 1/outsideGain values are averaged
+// plainly (see outsideGain).
 type mean struct {
 	v float64
 	n int64
@@ -278,7 +335,7 @@ type mean struct {
 
 func (a *mean) add(x float64) {
 	a.n++
-	a.v += max(overheadGain, 1/float64(a.n)) * (x - a.v)
+	a.v += max(outsideGain, 1/float64(a.n)) * (x - a.v)
 }
 
 // ObserveHold reports how long a batch held its instance beyond the
@@ -395,12 +452,14 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 		m.perSize = map[int]*sizeMean{}
 	}
 	now := m.now()
-	decay := math.Exp2(-float64(now.Sub(m.lastRead)) / float64(serverHalfLife))
+	since := float64(now.Sub(m.lastRead))
+	decay := math.Exp2(-since / float64(serverHalfLife))
 	m.lastRead = now
 	for _, a := range m.perSize {
 		a.n *= decay
 		a.ms *= decay
 	}
+	reads := make(map[int]serverRead, len(totals))
 	for _, t := range totals {
 		if t.Batch < 1 || t.Count < 0 {
 			continue
@@ -418,6 +477,8 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 			continue
 		}
 		n := t.Count - prev.Count
+		ms := float64(t.Time-prev.Time) / float64(time.Millisecond)
+		reads[t.Batch] = serverRead{n: n, ms: ms}
 		if n == 0 {
 			continue
 		}
@@ -426,10 +487,52 @@ func (m *Monitor) ObserveServer(totals []BatchTotal) {
 			a = &sizeMean{}
 			m.perSize[t.Batch] = a
 		}
-		a.add(n, float64(t.Time-prev.Time)/float64(time.Millisecond))
+		a.add(n, ms)
 		m.serverBatches.Add(n)
 		m.serverFed.Store(true)
 	}
+	m.readGaps(math.Exp2(-since/float64(gapHalfLife)), reads)
+}
+
+// readGaps closes a read of the server's statistics in the overhead's
+// sums (gapSums) and publishes their mean over the sizes. A round trip
+// and its batch's compute may fall in neighbouring reads (the answer on
+// its way when the statistics were read); the decayed sums hold
+// thousands of batches, so one batch counted a read late moves the mean
+// by its share of them.
+func (m *Monitor) readGaps(d float64, reads map[int]serverRead) {
+	m.outsideMu.Lock()
+	var sw, sg, matched, sv, sm float64
+	for i := range m.gapBySize {
+		g := &m.gapBySize[i]
+		r, past := reads[i+1]
+		if past {
+			matched += float64(g.pendN)
+		}
+		g.read(d, past, r.n, r.ms)
+		if w := g.weight(); w > 0 && g.rtN > 0 && g.compN > 0 {
+			sw, sg = sw+w, sg+w*g.gap()
+		}
+		if g.rtN >= overheadMinBatches {
+			v, mean := g.rtVar()
+			sv, sm = sv+g.rtN*v, sm+g.rtN*mean*mean
+		}
+	}
+	m.outsideMu.Unlock()
+	if sw > 0 {
+		m.overhead.Store(math.Float64bits(sg / sw))
+		m.overheadN.Add(int64(matched))
+	}
+	if sm > 0 {
+		m.serviceSCV.Store(math.Float64bits(sv / sm))
+	}
+}
+
+// serverRead is one batch size's executions between two reads of the
+// server's statistics: n batches that took ms in all.
+type serverRead struct {
+	n  int64
+	ms float64
 }
 
 // serverSamples is the typical time of each batch size in the server's
@@ -588,7 +691,7 @@ func (m *Monitor) SetLimits(maxBatch, instances int) {
 	m.mu.Unlock()
 	m.outsideMu.Lock()
 	if len(m.gapBySize) != maxBatch {
-		m.gapBySize = make([]mean, maxBatch)
+		m.gapBySize = make([]gapSums, maxBatch)
 	}
 	m.outsideMu.Unlock()
 	if !same {
@@ -723,8 +826,11 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 		MaxBatch:  maxBatch,
 		Instances: instances,
 		Extra:     m.Extra(),
-		Live:      m.live(now),
-		Decisions: int(decided.all), OpenDecisions: int(decided.open),
+		// Zero until the statistics are read: without them the round
+		// trips feed the fit, and their spread is not measured.
+		ServiceSCV: math.Float64frombits(m.serviceSCV.Load()),
+		Live:       m.live(now),
+		Decisions:  int(decided.all), OpenDecisions: int(decided.open),
 	}
 	if read := m.callers.Load(); read != nil {
 		e.Callers = (*read)(now)
@@ -810,12 +916,14 @@ func (m *Monitor) overheadLine(mean float64) (o0, o1 float64) {
 	m.outsideMu.Lock()
 	var sw, sb, sg, sbb, sbg float64
 	sizes := 0
-	for i, g := range m.gapBySize {
-		if g.n < overheadMinBatches {
+	for i := range m.gapBySize {
+		g := &m.gapBySize[i]
+		w := g.weight()
+		if w < overheadMinBatches {
 			continue
 		}
-		w, b := float64(g.n), float64(i+1)
-		sw, sb, sg, sbb, sbg = sw+w, sb+w*b, sg+w*g.v, sbb+w*b*b, sbg+w*b*g.v
+		b, v := float64(i+1), g.gap()
+		sw, sb, sg, sbb, sbg = sw+w, sb+w*b, sg+w*v, sbb+w*b*b, sbg+w*b*v
 		sizes++
 	}
 	maxB := len(m.gapBySize)
@@ -941,6 +1049,9 @@ type Outside struct {
 	// zero without server statistics, where the round trip is the fit.
 	OverheadMs       float64 `json:"overhead_ms"`
 	OverheadPerRowMs float64 `json:"overhead_per_row_ms"`
+	// ServiceSCV is the round trips' squared coefficient of variation
+	// (policy.Estimate.ServiceSCV); 0 without server statistics.
+	ServiceSCV float64 `json:"service_scv"`
 }
 
 func (m *Monitor) outsideSnapshot(x smdp.Extra) Outside {
@@ -951,6 +1062,7 @@ func (m *Monitor) outsideSnapshot(x smdp.Extra) Outside {
 		LoneBatches: lone, MergedBatches: merged}
 	if m.serverFed.Load() && m.overheadN.Load() > 0 {
 		o.OverheadMs, o.OverheadPerRowMs = m.overheadLine(math.Float64frombits(m.overhead.Load()))
+		o.ServiceSCV = math.Float64frombits(m.serviceSCV.Load())
 	}
 	return o
 }

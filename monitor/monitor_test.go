@@ -340,13 +340,7 @@ func TestServerStatisticsTeachTheFit(t *testing.T) {
 	const overhead = 3 * time.Millisecond
 	rng := rand.New(rand.NewPCG(3, 4))
 	totals := map[int]*BatchTotal{}
-	snapshot := func() []BatchTotal {
-		var out []BatchTotal
-		for _, t := range totals {
-			out = append(out, *t)
-		}
-		return out
-	}
+	snapshot := func() []BatchTotal { return totalsOf(totals) }
 	// Stats from before the monitor started are a baseline, not learnt.
 	totals[1] = &BatchTotal{Batch: 1, Count: 1000, Time: 1000 * 50 * time.Millisecond}
 	m.ObserveServer(snapshot())
@@ -417,13 +411,7 @@ func TestServerFitIsTheMeanLineWhenSizesAreSeenUnequally(t *testing.T) {
 			totals[b].Count++
 			totals[b].Time += time.Duration(median.TauMs(b) * mult * float64(time.Millisecond))
 		}
-		snapshot := func() []BatchTotal {
-			var out []BatchTotal
-			for _, t := range totals {
-				out = append(out, *t)
-			}
-			return out
-		}
+		snapshot := func() []BatchTotal { return totalsOf(totals) }
 		for b := 1; b <= 8; b++ {
 			run(b)
 		}

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,15 @@ func newRecorded(t *testing.T) (*Monitor, *recorder, *fakeClock) {
 	return m, rec, clk
 }
 
+// totalsOf is the server's statistics as a read returns them.
+func totalsOf(totals map[int]*BatchTotal) []BatchTotal {
+	out := make([]BatchTotal, 0, len(totals))
+	for _, t := range totals {
+		out = append(out, *t)
+	}
+	return out
+}
+
 func (r *recorder) estimate() policy.Estimate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -55,13 +65,7 @@ func TestOverheadIsALineAndTheTimeAroundABatchReachesThePlan(t *testing.T) {
 	compute := regression.Line{AlphaMs: 0.5, Tau0Ms: 4}
 	over := func(b int) float64 { return 1 + 0.4*float64(b) } // ms
 	totals := map[int]*BatchTotal{}
-	snapshot := func() []BatchTotal {
-		var out []BatchTotal
-		for _, t := range totals {
-			out = append(out, *t)
-		}
-		return out
-	}
+	snapshot := func() []BatchTotal { return totalsOf(totals) }
 	for b := 1; b <= 8; b++ {
 		totals[b] = &BatchTotal{Batch: b, Count: 1, Time: time.Duration(compute.TauMs(b) * float64(time.Millisecond))}
 	}
@@ -195,5 +199,74 @@ func TestDecisionsReachThePlan(t *testing.T) {
 		if e := rec.estimate(); e.Decisions != tc.closed+tc.open || e.OpenDecisions != tc.open {
 			t.Fatalf("slice with %d closed and %d open decisions: plan saw %d, %d open", tc.closed, tc.open, e.Decisions, e.OpenDecisions)
 		}
+	}
+}
+
+// A batch that runs slow, by the server's spread, a heavy tail or a stall,
+// is slow in the server's compute as much as in the proxy's round trip: the
+// overhead between them stays what the round trip adds. Measured per
+// round trip against the fit's mean line, a 20-ms stall read as a 20-ms
+// overhead, and the overhead's moving average jumped by a millisecond at
+// each (the rough emulator at 350 req/s: a line of 2.19 - 0.24 b ms where
+// the round trips exceeded compute by 0.7 ms).
+func TestOverheadIgnoresTheBatchesOwnSpread(t *testing.T) {
+	const overMs = 0.7
+	for _, tc := range []struct {
+		name        string
+		tail, stall float64 // shares of batches 5x slower and 20 ms longer
+		sigma       float64
+		// The round trips' squared coefficient of variation the monitor
+		// should read, between these (0.28 and 0.80 for these draws:
+		// `go test ./monitor -run TestOverheadIgnores -v` logs them).
+		scvMin, scvMax float64
+	}{
+		{"exact", 0, 0, 0, 0, 1e-9},
+		{"rough", 0.01, 0.005, 0.05, 0.1, 0.5},
+		{"stalls", 0, 0.02, 0, 0.5, 1.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _, clk := newRecorded(t)
+			rng := rand.New(rand.NewPCG(7, 8))
+			compute := regression.Line{AlphaMs: 0.3, Tau0Ms: 1.2}
+			totals := map[int]*BatchTotal{}
+			snapshot := func() []BatchTotal { return totalsOf(totals) }
+			for b := 1; b <= 4; b++ {
+				totals[b] = &BatchTotal{Batch: b, Count: 1, Time: time.Millisecond}
+			}
+			m.ObserveServer(snapshot())
+			ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+			worst := 0.0
+			for read := range 200 {
+				for range 25 {
+					b := 1 + rng.IntN(4)
+					c := compute.TauMs(b) * math.Exp(tc.sigma*rng.NormFloat64())
+					if u := rng.Float64(); u < tc.tail {
+						c *= 5
+					} else if u < tc.tail+tc.stall {
+						c += 20
+					}
+					totals[b].Count++
+					totals[b].Time += ms(c)
+					m.Observe(b, ms(c+overMs))
+				}
+				m.ObserveServer(snapshot())
+				clk.add(m.TickEvery())
+				m.Tick()
+				if read < 20 {
+					continue // the line's sizes each seen overheadMinBatches times
+				}
+				o := m.Snapshot().Outside
+				for b := 1.0; b <= 4; b++ {
+					worst = max(worst, math.Abs(o.OverheadMs+o.OverheadPerRowMs*b-overMs))
+				}
+				worst = max(worst, math.Abs(*m.Snapshot().OverheadMs-overMs))
+			}
+			if worst > 0.05 {
+				t.Errorf("overhead off by up to %.3g ms, want within 0.05 of %g", worst, overMs)
+			}
+			if scv := m.Snapshot().Outside.ServiceSCV; scv < tc.scvMin || scv > tc.scvMax {
+				t.Errorf("service SCV %.3g, want in [%g, %g]", scv, tc.scvMin, tc.scvMax)
+			}
+		})
 	}
 }

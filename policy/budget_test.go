@@ -365,20 +365,25 @@ func TestBudgetNearOverload(t *testing.T) {
 		rho      float64
 		arrivals int
 		capSD    float64 // the capacity's relative spread
+		scv      float64 // the batch times' squared coefficient of variation
 		want     bool
 	}{
-		{0.9, 300, 0, true},       // rho + 3 sigma = 1.056, past 0.9
-		{0.9, 2660, 0, true},      // 0.952
-		{0.8, 1541, 0, false},     // 0.861
-		{0.856, 1635, 0, true},    // 0.920: the exact emulator's collapse
-		{0.8, 1541, 0.02, false},  // 0.878
-		{0.8, 1541, 0.035, true},  // 0.904
-		{0.8, 100, 0, true},       // 1.04
-		{0.5, 30, 0, false},       // 0.774
-		{0.5, 30000, 0.25, false}, // 0.875
-		{0.99, 0, 0.1, false},     // no count: nothing to say
+		{0.9, 300, 0, 0, true},       // rho + 3 sigma = 1.056, past 0.9
+		{0.9, 2660, 0, 0, true},      // 0.952
+		{0.8, 1541, 0, 0, false},     // 0.861
+		{0.856, 1635, 0, 0, true},    // 0.920: the exact emulator's collapse
+		{0.8, 1541, 0.02, 0, false},  // 0.878
+		{0.8, 1541, 0.035, 0, true},  // 0.904
+		{0.8, 100, 0, 0, true},       // 1.04
+		{0.5, 30, 0, 0, false},       // 0.774
+		{0.5, 30000, 0.25, 0, false}, // 0.875
+		{0.99, 0, 0.1, 0, false},     // no count: nothing to say
+		{0.82, 1400, 0, 0.35, true},  // congested as 0.860, 0.929: the rough emulator at 0.8
+		{0.82, 1400, 0, 0, false},    // 0.886 with exact batches
+		{0.5, 870, 0, 0.35, false},   // congested as 0.574, 0.633: rough at 0.5 planned
+		{0.7, 1400, 0, 0.02, false},  // the exact emulator's jitter: 0.704, 0.761
 	} {
-		if got := nearOverload(m(tc.rho), tc.arrivals, tc.capSD*tc.capSD); got != tc.want {
+		if got := nearOverload(m(tc.rho), tc.arrivals, tc.capSD*tc.capSD, tc.scv); got != tc.want {
 			t.Errorf("rho %v, %d arrivals, capacity spread %v: near overload %v, want %v", tc.rho, tc.arrivals, tc.capSD, got, tc.want)
 		}
 	}

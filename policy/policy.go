@@ -71,6 +71,15 @@ type Estimate struct {
 	// requests live.
 	Extra smdp.Extra
 
+	// ServiceSCV is the squared coefficient of variation of a batch's time
+	// on its instance (the round trip, per batch size, pooled) as the
+	// monitor measured it; 0 where unknown or exact. A Poisson queue
+	// waits in proportion to (1 + SCV)/2 (Pollaczek-Khinchine), so a
+	// server whose batches sometimes run several times slower congests at
+	// a lower load than its mean line says (the budget's near-overload
+	// test, nearOverload).
+	ServiceSCV float64
+
 	// Live is the mean latency the calls lived inside the proxy since the
 	// last plan, under the rule then in force: a plan's promise checked
 	// against what happened (the budget policy's live trim).

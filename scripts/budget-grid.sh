@@ -24,6 +24,8 @@
 #   MODELS="image" PRESET=googlenet-p4 TAU_SCALE=10 scripts/budget-grid.sh   (B_max 32)
 #   SIMPLE_MAX=128 TAU_SCALE=4 scripts/budget-grid.sh                  (B_max 128, small rows)
 #   BUDGETS=1.10x OTHERS="smdp batchmonitor+" scripts/budget-grid.sh
+#   BUDGETS=1.10x OTHERS="adhoc@2" SEG=4s WARM=2s REPS=8 scripts/budget-grid.sh
+#                          (an A/A arm: ad-hoc again; short arms, often alternated)
 #
 # rho is against the capacity the proxy lives (RHO_OF=capacity, the
 # default): after a warm-up, ad-hoc is offered 1.5 times the line's
@@ -89,9 +91,11 @@ for rho in $RHOS; do
 	done
 	setpol() {
 		local body
-		case $1 in
-		*x | *ms) body="{\"model\":\"$model\",\"policy\":\"budget\",\"latency_budget\":\"$1\"}" ;;
-		*) body="{\"model\":\"$model\",\"policy\":\"$1\"}" ;;
+		# NAME@TAG runs policy NAME in an arm of its own: OTHERS="adhoc@2"
+		# measures ad-hoc twice, an A/A test of the host's spread.
+		case ${1%@*} in
+		*x | *ms) body="{\"model\":\"$model\",\"policy\":\"budget\",\"latency_budget\":\"${1%@*}\"}" ;;
+		*) body="{\"model\":\"$model\",\"policy\":\"${1%@*}\"}" ;;
 		esac
 		curl -sf -X PUT -H 'Authorization: Bearer grid' "$admin/policy" -d "$body" >/dev/null
 	}
@@ -153,7 +157,7 @@ l = json.load(open(lf))
 r = [m for m in json.load(open(sf))['models'] if m['model'] == model][0]['rule']
 m = re.search(r'mean latency ([\d.]+) ms \(ad-hoc ([\d.]+)\)', r.get('note', ''))
 plan, plan_adhoc = (float(m.group(1)), float(m.group(2))) if m else (0, 0)
-if not m and pol != 'adhoc':
+if not m and pol.split('@')[0] != 'adhoc':
     # smdp's plan: its mean latency, no ad-hoc reference.
     m = re.search(r'mean latency ([\d.]+) ms', r.get('note', ''))
     plan = float(m.group(1)) if m else 0
@@ -186,6 +190,7 @@ ovh = 'overhead_ms=%g,overhead_per_row_ms=%g,hold_lone_ms=%g,hold_merged_ms=%g,a
     o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('hold_lone_ms', 0), o.get('hold_merged_ms', 0),
     o.get('after_lone_ms', 0), o.get('after_merged_ms', 0), client)
 def sim(pol):
+    pol = pol.split('@')[0]
     # The proxy's fit (the mean line), batches drawn around it as rough as
     # the emulator draws them.
     args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '40000',
@@ -213,7 +218,7 @@ for p in pols:
         real, model, bmax, rho, rate, p, m, m / ad_mean, mean([r['p99'] for r in rs]), rpj, 100 * (rpj / ad_rpj - 1),
         mean([r['batch'] for r in rs]), plan, trim, mean([r['front'] for r in rs]),
         mean([r['wait'] + r['up'] for r in rs]), sim(p), ' %d unanswered' % lost if lost else ''), flush=True)
-print('<!-- %s %s rho %s: --overheads %s -->' % (real, model, rho, ovh), flush=True)
+print('<!-- %s %s rho %s: --overheads %s; service_scv %.3g -->' % (real, model, rho, ovh, o.get('service_scv', 0)), flush=True)
 PY
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
