@@ -5,9 +5,10 @@
 # Starts one emulator and one `ratebatch serve` with POLICY (default
 # budget) on the simple model, offers Poisson arrivals at RATE for DUR
 # seconds, and every EVERY seconds prints one line: the rule's note (the
-# plan, its load and rho, the live trim) and the callers as the dispatcher
-# has learnt them (population by kind, think time, feedback score; the
-# note cut at NOTE_CHARS, default 240). The
+# plan, its load and rho, the live trim), the callers as the dispatcher
+# has learnt them (population by kind, think time, feedback score), and
+# the round trip beyond compute and the round trips' spread (rule.outside:
+# overhead line, service_scv); the note cut at NOTE_CHARS, default 240. The
 # arrivals come from `ratebatch load` (CLIENT=load) or from perf_analyzer
 # replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
 # CONC synchronous clients of perf_analyzer (CONC=16: a closed loop; RATE
@@ -77,9 +78,11 @@ q = [m for m in d.get('queues', []) if m.get('model') == 'simple']
 s = (q[0] if q else {}).get('sources', {})
 fb = s.get('feedback')
 think = s.get('think_ms')
-print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | %s' % (
+o = rule.get('outside') or {}
+print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | overhead %.3f + %.3f b ms, service scv %.3f | %s' % (
     $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
-    '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb, rule.get('note', '')[:${NOTE_CHARS:-240}]))"
+    '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb,
+    o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0), rule.get('note', '')[:${NOTE_CHARS:-240}]))"
 	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
 		# A CPU profile of the proxy over the next PROFILE seconds.
 		curl -sf -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
