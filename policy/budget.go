@@ -329,7 +329,7 @@ const overloadSigmas = 3
 // The margin was measured on batches of exact times. A server whose
 // batches vary (scv, Estimate.ServiceSCV) queues as an exact one at a
 // higher load, congestedRho, and the test reads that load: on the rough
-// emulator (1% of batches 3-10x slower, stalls; scv about 0.35) Poisson
+// emulator (1% of batches 3-10x slower, stalls; scv 0.09-0.29 measured) Poisson
 // at 0.8 of the capacity the host answered was planned at rho 0.82 and
 // lived 1.11-1.88x ad-hoc's mean latency, where the plan's model said
 // 1.05x (docs/RESULTS.md, "The overhead measured against the same
