@@ -424,6 +424,29 @@ func TestBudgetNearOverload(t *testing.T) {
 	}
 }
 
+// A load that reached the near-overload line stays work-conserving for
+// guardHoldPlans plans, even when the next windows' counts fall short of
+// the line, and is planned again after them.
+func TestBudgetHoldsTheGuard(t *testing.T) {
+	m := smdp.ModelFor(googlenet, batchcost.Energy{}, 32, 0.8)
+	rate := 0.8 * 1000 * m.ServiceMuPerMs(32)
+	p := newBudget(t, "1.10x")
+	e := energyEstimate(rate)
+	e.Arrivals = 300 // rho 0.8 cannot be told from overload on 300 arrivals
+	if note := p.Plan(e).Status().Note; !strings.Contains(note, "cannot tell rho") {
+		t.Fatalf("300 arrivals at rho 0.8: %q, want the guard", note)
+	}
+	e.Arrivals = int(rate)
+	for i := range guardHoldPlans {
+		if note := p.Plan(e).Status().Note; !strings.Contains(note, "reached the near-overload line") || p.Solves() != 0 {
+			t.Fatalf("plan %d after the guard: %q (%d solves), want work-conserving", i+1, note, p.Solves())
+		}
+	}
+	if note := p.Plan(e).Status().Note; strings.Contains(note, "near-overload") || p.Solves() == 0 {
+		t.Errorf("after %d plans: %q (%d solves), want a plan", guardHoldPlans, note, p.Solves())
+	}
+}
+
 // The capacity's spread is learnt from the plans: steady, it is nothing;
 // a capacity that moves by 5% either way reads about 5%; and a value that
 // is not a number leaves it as it was.

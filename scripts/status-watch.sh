@@ -2,12 +2,14 @@
 # status-watch.sh: what the proxy plans and what it learns of its callers,
 # read from /status while a Poisson load runs.
 #
-# Starts one emulator and one `ratebatch serve` with POLICY (default
-# budget) on the simple model, offers Poisson arrivals at RATE for DUR
+# Starts one emulator (--realism REAL) or, UPSTREAM=pytriton, a real
+# Triton (tests/triton/server.py from the venv RATEBATCH_VENV: sleeps
+# 4 + 0.5 b ms, B_max 16) and one `ratebatch serve` with POLICY (default
+# budget; BUDGET its --latency-budget) on the simple model, offers Poisson arrivals at RATE for DUR
 # seconds, and every EVERY seconds prints one line: the rule's note (the
 # plan, its load and rho, the live trim), the callers as the dispatcher
-# has learnt them (population by kind, think time, feedback score), and
-# the round trip beyond compute and the round trips' spread (rule.outside:
+# has learnt them (population by kind, think time, feedback score), the
+# fitted line tau(b) = alpha b + tau0, and the round trip beyond compute and the round trips' spread (rule.outside:
 # overhead line, service_scv); the note cut at NOTE_CHARS, default 240. The
 # arrivals come from `ratebatch load` (CLIENT=load) or from perf_analyzer
 # replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
@@ -21,6 +23,7 @@
 #   RATE=358 REAL=rough POLICY=adhoc scripts/status-watch.sh   (the callers' feedback)
 #   RATE=358 CLIENT=perf_analyzer scripts/status-watch.sh
 #   CONC=16 REAL=rough scripts/status-watch.sh                (a closed loop)
+#   UPSTREAM=pytriton RATE=200 CLIENT=perf_analyzer scripts/status-watch.sh
 #
 # The capacity a plan read is its rate over its rho ("at 1961 req/s (rho
 # 0.914)": 2,145 req/s of full batches).
@@ -34,21 +37,36 @@ EVERY=${EVERY:-2}
 CLIENT=${CLIENT:-load}
 CONC=${CONC:-}
 PA=${PA:-tests/triton/perf_analyzer}
+UPSTREAM=${UPSTREAM:-emulator}
+VENV=${RATEBATCH_VENV:-.venv}
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
 P=$((20000 + RANDOM % 20000))
-"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REAL" --preset googlenet-p4 >"$work/em.log" 2>&1 &
-pids+=($!)
-sleep 0.5
+if [ "$UPSTREAM" = pytriton ]; then
+	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
+		--workspace "$work/triton" --max-batch-size 16 --tau0-ms 4 --alpha-ms 0.5 --ready-file "$work/ready" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
+	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+else
+	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REAL" --preset googlenet-p4 >"$work/em.log" 2>&1 &
+	pids+=($!)
+	sleep 0.5
+fi
 "$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
-	--policy "$POLICY" --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
+	--policy "$POLICY" ${BUDGET:+--policy-latency-budget "$BUDGET"} --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
 serve=$!
 pids+=($serve)
 admin=http://127.0.0.1:$((P + 12))
 for _ in $(seq 100); do
+	# PyTriton's repository index is empty: the proxy learns a model at its
+	# first request, so send one.
+	[ "$UPSTREAM" != pytriton ] || curl -sf -X POST "http://127.0.0.1:$((P + 10))/v2/models/simple/infer" -d '{"inputs":[
+		{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
+		{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}' >/dev/null 2>&1 || true
 	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
 	sleep 0.2
 done
@@ -79,10 +97,10 @@ s = (q[0] if q else {}).get('sources', {})
 fb = s.get('feedback')
 think = s.get('think_ms')
 o = rule.get('outside') or {}
-print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | overhead %.3f + %.3f b ms, service scv %.3f | %s' % (
+print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f | %s' % (
     $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
     '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb,
-    o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0), rule.get('note', '')[:${NOTE_CHARS:-240}]))"
+    rule.get('alpha_ms', 0), rule.get('tau0_ms', 0), o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0), rule.get('note', '')[:${NOTE_CHARS:-240}]))"
 	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
 		# A CPU profile of the proxy over the next PROFILE seconds.
 		curl -sf -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
