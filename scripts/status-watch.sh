@@ -39,18 +39,12 @@ CONC=${CONC:-}
 PA=${PA:-tests/triton/perf_analyzer}
 UPSTREAM=${UPSTREAM:-emulator}
 VENV=${RATEBATCH_VENV:-.venv}
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
+# shellcheck source=scripts/upstream.sh
+. "$(dirname "$0")/upstream.sh" # $work, pids, the cleanup on exit
 
 P=$((20000 + RANDOM % 20000))
 if [ "$UPSTREAM" = pytriton ]; then
-	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
-		--workspace "$work/triton" --max-batch-size 16 --tau0-ms 4 --alpha-ms 0.5 --ready-file "$work/ready" >"$work/em.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
-	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+	start_pytriton "$VENV" $P 4 0.5
 else
 	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REAL" --preset googlenet-p4 >"$work/em.log" 2>&1 &
 	pids+=($!)
@@ -61,15 +55,7 @@ fi
 serve=$!
 pids+=($serve)
 admin=http://127.0.0.1:$((P + 12))
-for _ in $(seq 100); do
-	# PyTriton's repository index is empty: the proxy learns a model at its
-	# first request, so send one.
-	[ "$UPSTREAM" != pytriton ] || curl -sf -X POST "http://127.0.0.1:$((P + 10))/v2/models/simple/infer" -d '{"inputs":[
-		{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
-		{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}' >/dev/null 2>&1 || true
-	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
-	sleep 0.2
-done
+await_simple 127.0.0.1:$((P + 10)) "$admin"
 if [ -n "$CONC" ]; then
 	CLIENT=concurrency
 fi

@@ -57,18 +57,12 @@ INTERVAL_MS=${INTERVAL_MS:-4000}
 # an A/A test: the spread of one rule measured twice on this host, against
 # which a policy's difference is read.
 BUDGET=${BUDGET:-1.10x}
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
+# shellcheck source=scripts/upstream.sh
+. "$(dirname "$0")/upstream.sh" # $work, pids, the cleanup on exit
 P=$((20000 + RANDOM % 20000))
 power=(--power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics)
 if [ "$UPSTREAM" = pytriton ]; then
-	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
-		--workspace "$work/triton" --max-batch-size 16 --tau0-ms $TAU0_MS --alpha-ms $ALPHA_MS --ready-file "$work/ready" >"$work/em.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
-	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+	start_pytriton "$VENV" $P $TAU0_MS $ALPHA_MS
 	power=(--power-source none)
 else
 	"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) \
@@ -83,15 +77,7 @@ serve_pid=$!
 admin=http://127.0.0.1:$((P + 12))
 target=127.0.0.1:$((P + 10))
 [ "$PROTOCOL" = grpc ] && target=127.0.0.1:$((P + 11))
-for _ in $(seq 100); do
-	# PyTriton's repository index is empty: the proxy learns a model at its
-	# first request, so send one.
-	curl -sf -X POST "http://127.0.0.1:$((P + 10))/v2/models/simple/infer" -d '{"inputs":[
-		{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
-		{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}' >/dev/null 2>&1 || true
-	curl -sf "$admin/status" 2>/dev/null | grep -q '"model": *"simple"' && break
-	sleep 0.2
-done
+await_simple 127.0.0.1:$((P + 10)) "$admin"
 setpol() {
 	local body='{"model":"simple","policy":"adhoc"}'
 	[ "$1" = adhoc ] || [ "$BUDGET" = adhoc ] || body='{"model":"simple","policy":"budget","latency_budget":"'$BUDGET'"}'

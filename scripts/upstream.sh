@@ -1,0 +1,36 @@
+# upstream.sh: sourced by the lab scripts that run a proxy in front of an
+# upstream (traffic-check.sh, interleave-check.sh, status-watch.sh), so
+# that starting PyTriton and teaching the proxy its model live in one place.
+# It makes the scratch directory $work and the array pids, whose processes
+# are killed and $work removed when the script exits.
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+# start_pytriton VENV PORT TAU0_MS ALPHA_MS: a real Triton
+# (tests/triton/server.py, B_max 16, each execution sleeping
+# tau0 + alpha b ms) on HTTP PORT, gRPC PORT+1 and metrics PORT+2; returns
+# once it serves.
+start_pytriton() {
+	"$1/bin/python" tests/triton/server.py --http-port "$2" --grpc-port $(($2 + 1)) --metrics-port $(($2 + 2)) \
+		--workspace "$work/triton" --max-batch-size 16 --tau0-ms "$3" --alpha-ms "$4" --ready-file "$work/ready" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
+	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+}
+
+# await_simple PROXY ADMIN: waits until the proxy at PROXY (host:port of
+# its HTTP door) lists the simple model in ADMIN/status. PyTriton's
+# repository index is empty, so the proxy learns a model at its first
+# request: one is sent every try.
+await_simple() {
+	for _ in $(seq 100); do
+		curl -sf -X POST "http://$1/v2/models/simple/infer" -d '{"inputs":[
+			{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
+			{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}' >/dev/null 2>&1 || true
+		curl -sf "$2/status" 2>/dev/null | grep -q '"model": *"simple"' && return 0
+		sleep 0.2
+	done
+}
