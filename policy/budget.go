@@ -210,18 +210,18 @@ func (p *Budget) Plan(e Estimate) Rule {
 			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window)), e)
 	}
 	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
-	if !closed && p.guarded > 0 && !nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
-		p.guarded--
-		return p.untrimmed(workConserving(fmt.Sprintf(
-			"the load reached the near-overload line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
-			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded)), e)
-	}
 	if !closed && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
 		p.guarded = guardHoldPlans
 		return p.untrimmed(workConserving(fmt.Sprintf(
 			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from overload (%d standard errors): work-conserving",
 			e.Arrivals, e.Window, 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), m.Rho(),
 			congestedRho(m.Rho(), e.ServiceSCV), overloadSigmas)), e)
+	}
+	if !closed && p.guarded > 0 {
+		p.guarded--
+		return p.untrimmed(workConserving(fmt.Sprintf(
+			"the load reached the near-overload line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
+			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded)), e)
 	}
 	pickFor := func(b smdp.Budget) Rule {
 		if closed {
@@ -315,8 +315,7 @@ const minSaving = 0.01
 // either side from one second to the next: on PyTriton at 650 req/s
 // (/status read every 4 s) the budget alternated between the guard at an
 // estimated rho 0.80-0.86 and a plan waiting for 11 of 16 rows at rho
-// 0.77-0.79, each plan starting on the queue the last left, and lived
-// 1.66x ad-hoc's mean latency. Fifty plans are five seconds at the
+// 0.77-0.79, each plan starting on the queue the last left. Fifty plans are five seconds at the
 // default window: what a plan near the line would save (a few per cent
 // of the energy) is not worth a backlog.
 const guardHoldPlans = 50

@@ -77,7 +77,7 @@ else
 		--measurement-interval $(((DUR + 10) * 1000 / 3)) --stability-percentage 999 --max-trials 3 >"$work/load.out" 2>&1 &
 fi
 pids+=($!)
-python3 - "$admin" "http://127.0.0.1:$((P + 2))/metrics" "$UPSTREAM" "$DUR" "$SEG" "$WARM" $ARMS <<'PY'
+python3 - "$admin" "http://127.0.0.1:$((P + 2))/metrics" "$UPSTREAM" "$DUR" "$SEG" "$WARM" $ARMS <<'PY' || { tail -3 "$work/load.out" >&2; exit 1; }
 import json, math, sys, time, urllib.request
 
 admin, upmetrics, upstream = sys.argv[1:4]
@@ -149,19 +149,21 @@ def add(t, d):
 
 
 def p99(buckets):
+    """The 99th percentile in ms, log-interpolated within its bucket of
+    the cumulative histogram (the first bucket taken from half its bound)."""
     les = sorted(buckets)
     total = buckets[les[-1]] if les else 0
     if total <= 0:
         return float('nan')
-    want, lo = 0.99 * total, 0.0
+    want, lo, below = 0.99 * total, 0.0, 0.0
     for le in les:
         if buckets[le] >= want:
-            below = max((buckets[x] for x in les if x < le), default=0.0)
             if math.isinf(le):
                 return lo * 1000
+            lo = lo or le / 2
             f = (want - below) / max(buckets[le] - below, 1e-9)
-            return (lo if lo > 0 else le / 2) * (le / (lo if lo > 0 else le / 2)) ** f * 1000
-        lo = le
+            return lo * (le / lo) ** f * 1000
+        lo, below = le, buckets[le]
     return float('nan')
 
 
@@ -192,6 +194,8 @@ while time.time() - start < dur:
             blocks.append((y[0] / y[1]) / (x[0] / x[1]))
         block = {a: [0.0, 0.0] for a in arms}
 
+if not all(totals[a]['n'] for a in arms):
+    sys.exit('interleave-check: an arm had no answered calls (the load client failed?)')
 unit = 'req per exec-s' if upstream == 'pytriton' else 'req/J'
 print('| arm | calls | mean ms | p99 ms | mean batch | %s |' % unit)
 print('|---|---|---|---|---|---|')
