@@ -563,6 +563,7 @@ func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
 	if !c.Binding {
 		note += "; the budget does not bind"
 	}
+	note += spreadNote(m)
 	if busyTime {
 		note += "; no energy meter: energy taken proportional to GPU busy time, the budget maximises requests per GPU-second"
 	}

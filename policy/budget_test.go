@@ -515,15 +515,21 @@ func BenchmarkBudgetSolve(b *testing.B) {
 	capacity := 1000 * 8 / googlenet.TauMs(8)
 	for _, rho := range []float64{0.2, 0.5, 0.9} {
 		for _, states := range []int{0, SMDPStates(8)} {
-			b.Run(fmt.Sprintf("rho=%v/smax=%d", rho, states), func(b *testing.B) {
-				e := energyEstimate(rho * capacity)
-				e.MaxBatch = 8
-				m := smdp.Model{Latency: e.Latency, MaxBatch: 8, LambdaPerMs: e.RatePerSec / 1000, Energy: e.Energy}
-				p := &Budget{Budget: smdp.Budget{Factor: 1.1}, SMax: states}
-				for b.Loop() {
-					p.solve(m, p.Budget, false)
+			for _, scv := range []float64{0, 0.3} {
+				name := fmt.Sprintf("rho=%v/smax=%d", rho, states)
+				if scv > 0 {
+					name += fmt.Sprintf("/scv=%v", scv)
 				}
-			})
+				b.Run(name, func(b *testing.B) {
+					e := energyEstimate(rho * capacity)
+					e.MaxBatch = 8
+					m := smdp.Model{Latency: e.Latency, MaxBatch: 8, LambdaPerMs: e.RatePerSec / 1000, Energy: e.Energy, ServiceSCV: scv}
+					p := &Budget{Budget: smdp.Budget{Factor: 1.1}, SMax: states}
+					for b.Loop() {
+						p.solve(m, p.Budget, false)
+					}
+				})
+			}
 		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // gridModel is the SMDP model the solving policies (smdp, budget) plan
-// for: the measured fit and energy line, with the arrival rate rounded to a
+// for: the measured fit, energy line and spread of the batch times
+// (rounded to a grid, spreadGrid), with the arrival rate rounded to a
 // geometric grid of ratio 1+resolve, so Poisson noise around one load does
 // not trigger a solve per window. The grid point replaces the measured rate
 // only while it is a stable load. reason is non-empty when the estimate
@@ -28,7 +29,8 @@ func gridModel(e Estimate, resolve float64) (grid int, m smdp.Model, reason stri
 	ratio := 1 + resolve
 	lambda := e.RatePerSec / 1000
 	grid = int(math.Round(math.Log(lambda) / math.Log(ratio)))
-	m = smdp.Model{Latency: e.Latency, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid)), Extra: e.Extra}
+	m = smdp.Model{Latency: e.Latency, MaxBatch: e.MaxBatch, LambdaPerMs: math.Pow(ratio, float64(grid)), Extra: e.Extra,
+		ServiceSCV: spreadGrid(e.ServiceSCV)}
 	if e.HasEnergy {
 		m.Energy = e.Energy
 	}
@@ -41,6 +43,30 @@ func gridModel(e Estimate, resolve float64) (grid int, m smdp.Model, reason stri
 			e.RatePerSec, 1000*m.ServiceMuPerMs(m.MaxBatch), rho)
 	}
 	return grid, m, ""
+}
+
+// scvSteps is the grid the batch times' measured squared coefficient of
+// variation is planned on, in steps per unit (0.05): a server's SCV reads
+// 0.25-0.33 on the rough emulator from one point of a run to the next, and
+// a plan per reading would be a solve per window. Below half a step (the
+// exact emulator reads 0.003) the batch times are planned as exact.
+const scvSteps = 20
+
+// spreadGrid rounds a measured SCV to the grid, within the model's bound.
+func spreadGrid(scv float64) float64 {
+	if !(scv > 0) {
+		return 0
+	}
+	return min(math.Round(scv*scvSteps)/scvSteps, smdp.MaxServiceSCV)
+}
+
+// spreadNote says how the plan priced the batch times' spread, for the
+// rule's status.
+func spreadNote(m smdp.Model) string {
+	if m.ServiceSCV <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; batch times varying (SCV %.2g: Gamma, scale %.3g ms)", m.ServiceSCV, m.SpreadScaleMs())
 }
 
 // planCache keeps solved rules, one per grid rate and fit, most recently
@@ -66,7 +92,7 @@ type planEntry struct {
 // simulated resnet152-titanrtx at rho 0.1 solved 781 times in 290 windows.
 func (c *planCache) lookup(grid int, m smdp.Model, tol float64) (Rule, bool) {
 	for i, e := range c.entries {
-		if e.grid != grid || e.m.MaxBatch != m.MaxBatch {
+		if e.grid != grid || e.m.MaxBatch != m.MaxBatch || e.m.ServiceSCV != m.ServiceSCV {
 			continue
 		}
 		if !lineNear(m.AlphaMs, m.Tau0Ms, e.m.AlphaMs, e.m.Tau0Ms, tol) || !lineNear(m.BetaMJ, m.Zeta0MJ, e.m.BetaMJ, e.m.Zeta0MJ, tol) {

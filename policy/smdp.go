@@ -184,6 +184,7 @@ func (p *SMDP) solve(m smdp.Model, hasEnergy bool) Rule {
 	}
 	note := fmt.Sprintf("control limit %d at %.4g req/s (rho %.3f): g %.4g, mean latency %.4g ms, power %.4g W, %d sweeps",
 		limit, 1000*m.LambdaPerMs, m.Rho(), sol.G, sol.LatencyMs, sol.PowerW, sol.Iterations)
+	note += spreadNote(m)
 	for _, n := range notes {
 		note += "; " + n
 	}

@@ -192,8 +192,11 @@ ovh = 'overhead_ms=%g,overhead_per_row_ms=%g,hold_lone_ms=%g,hold_merged_ms=%g,a
 def sim(pol):
     pol = pol.split('@')[0]
     # The proxy's fit (the mean line), batches drawn around it as rough as
-    # the emulator draws them.
-    args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '40000',
+    # the emulator draws them. 400,000 requests: with the rough emulator's
+    # tail (1% of batches 3-10x slower) 40,000 are about 130 slow batches,
+    # and one seed's mean at rho 0.8 read 9.59 ms where 2 million read 8.66
+    # (docs/SIMULATION.md, "A server's spread").
+    args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '400000',
             '--overheads', ovh, '--realism', real, '--json']
     if pol.endswith('x') or pol.endswith('ms'):
         args += ['--policy', 'budget', '--latency-budget', pol, '--trim']

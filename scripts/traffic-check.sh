@@ -124,8 +124,8 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 # sim_flags SHAPE: the simulator's arrivals for a shape.
 sim_flags() {
 	case $1 in
-	c*) echo "--clients ${1#c} --requests 40000" ;;
-	poisson:*) echo "--rate ${1#poisson:} --requests 40000" ;;
+	c*) echo "--clients ${1#c} --requests 400000" ;;
+	poisson:*) echo "--rate ${1#poisson:} --requests 400000" ;;
 	onoff | mmpp) echo "--trace $1" ;;
 	paper300) echo "--trace paper300 --trace-scale 5 --speedup 20" ;;
 	azure2023) echo "--trace azure2023 --trace-scale 150 --speedup 120" ;;

@@ -314,7 +314,7 @@ type run struct {
 	wake   time.Duration
 	woken  bool // wake is set
 
-	stats map[int]monitor.BatchTotal // the server's per-size statistics; with Overhead
+	stats map[int]monitor.BatchTotal // the server's per-size statistics; with Overhead or Spread
 
 	nextArrival time.Duration
 	haveArrival bool
@@ -404,7 +404,10 @@ func newRun(c Config) (*run, error) {
 	}
 	r.mon = mon
 	mon.WatchCallers(r.callers)
-	if c.Overhead > 0 || c.OverheadSamples != nil || c.Live.PerRow > 0 {
+	// The server's statistics, as Triton publishes them: the monitor
+	// tells the round trip beyond compute from them, and the batch times'
+	// spread, which the planning policies price (smdp.Model.ServiceSCV).
+	if c.Overhead > 0 || c.OverheadSamples != nil || c.Live.PerRow > 0 || c.Spread != nil {
 		r.stats = map[int]monitor.BatchTotal{}
 	}
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))

@@ -32,15 +32,19 @@ type kernel struct {
 	so     int // index of the overflow state, SMax+1
 	n      int // number of states, SMax+2
 	lambda float64
-	b      []batch // b[a] for a = 1..B_max; b[0] unused
+	// theta is the batch times' Gamma scale (Model.SpreadScaleMs), disp
+	// lambda*theta: the arrivals' dispersion beyond Poisson's.
+	theta, disp float64
+	b           []batch // b[a] for a = 1..B_max; b[0] unused
 }
 
 func newKernel(m Model, o Options) *kernel {
-	k := &kernel{m: m, o: o, so: o.SMax + 1, n: o.SMax + 2, lambda: m.LambdaPerMs}
+	k := &kernel{m: m, o: o, so: o.SMax + 1, n: o.SMax + 2, lambda: m.LambdaPerMs, theta: m.SpreadScaleMs()}
+	k.disp = k.lambda * k.theta
 	k.b = make([]batch, m.MaxBatch+1)
 	for a := 1; a <= m.MaxBatch; a++ {
 		tau := m.ServiceMs(a)
-		pmf, tail := poisson(m.LambdaPerMs*tau, o.SMax+1)
+		pmf, tail := arrivals(m.LambdaPerMs*tau, k.disp, o.SMax+1)
 		bt := batch{tau: tau, zeta: m.ZetaMJ(a), pmf: pmf, tail: tail}
 		// Window: drop the lower and upper tails each below windowCut.
 		cum := 0.0
@@ -57,6 +61,41 @@ func newKernel(m Model, o Options) *kernel {
 	return k
 }
 
+// arrivals returns the distribution of the arrivals during a batch (see
+// poisson for the slices): mean of them, Poisson for a deterministic batch
+// time (disp 0), else Poisson mixed over a Gamma batch time of scale
+// theta, disp = lambda*theta: the negative binomial of shape mean/disp and
+// success probability disp/(1+disp), whose variance is mean*(1+disp).
+func arrivals(mean, disp float64, kTail int) (pmf, tail []float64) {
+	if !(disp > 0) {
+		return poisson(mean, kTail)
+	}
+	r := mean / disp
+	logP := math.Log(disp / (1 + disp))
+	// In log space, by the ratio p(k+1)/p(k) = (k+r)/(k+1)*p from
+	// p(0) = (1+disp)^-r: neither underflows at k = 0 for a large mean nor
+	// loses the digits lgamma(k+r) - lgamma(r) does for a large shape.
+	logPk := -r * math.Log1p(disp)
+	p := disp / (1 + disp)
+	next := 0
+	return counts(kTail, func(k int) float64 {
+		for ; next < k; next++ {
+			logPk += math.Log((float64(next)+r)/float64(next+1)) + logP
+		}
+		return math.Exp(logPk)
+	}, func(k int, pk float64) bool {
+		// Past the mean the pmf falls by (k+r)/(k+1)*p a step, by at
+		// least max(that, p) from here on, so what is left is at most
+		// pk/(1-ratio): stop when that is negligible.
+		ratio := max((float64(k)+r)/float64(k+1)*p, p)
+		return float64(k) > mean && pk < negligibleMass*(1-ratio)
+	})
+}
+
+// negligibleMass is the probability a count distribution leaves out past
+// its end: far below windowCut, and float64's resolution of 1.
+const negligibleMass = 1e-40
+
 // poisson returns the pmf of a Poisson(mean) variable up to where it
 // underflows, and the upper tails P(K >= k) for k = 0..kTail. The pmf is
 // computed in log space, exp(-mean + k ln mean - ln k!), which neither
@@ -66,14 +105,26 @@ func newKernel(m Model, o Options) *kernel {
 func poisson(mean float64, kTail int) (pmf, tail []float64) {
 	// Beyond mean + 40 sd + 40 the mass is below 1e-300.
 	far := int(math.Ceil(mean+40*math.Sqrt(mean)+40)) + 1
-	full := make([]float64, far+1)
 	logMean := math.Log(mean)
-	last := 0
-	for k := 0; k <= far; k++ {
+	return counts(kTail, func(k int) float64 {
 		lg, _ := math.Lgamma(float64(k + 1))
-		full[k] = math.Exp(-mean + float64(k)*logMean - lg)
-		if full[k] > 0 {
+		return math.Exp(-mean + float64(k)*logMean - lg)
+	}, func(k int, _ float64) bool { return k >= far })
+}
+
+// counts tabulates a count distribution p(k) for k = 0, 1, ... until
+// done(k, p(k)), as poisson returns it.
+func counts(kTail int, p func(k int) float64, done func(k int, pk float64) bool) (pmf, tail []float64) {
+	full := make([]float64, 0, 64)
+	last := 0
+	for k := 0; ; k++ {
+		pk := p(k)
+		full = append(full, pk)
+		if pk > 0 {
 			last = k
+		}
+		if done(k, pk) {
+			break
 		}
 	}
 	pmf = full[:last+1]
@@ -125,8 +176,10 @@ func (k *kernel) costParts(s, a int) (lat, energy, over float64) {
 	} else {
 		tau := k.b[a].tau
 		// Each of the a requests served waits After beyond the batch:
-		// a*After of area in the requests-in-system integral.
-		lat = n*tau/k.lambda + tau*tau/2 + float64(a)*k.m.Extra.AfterMs(a)/k.lambda
+		// a*After of area in the requests-in-system integral. The
+		// arrivals during the batch add lambda*E[T^2]/2 of area, and
+		// E[T^2] = tau^2 + theta*tau.
+		lat = n*tau/k.lambda + tau*(tau+k.theta)/2 + float64(a)*k.m.Extra.AfterMs(a)/k.lambda
 		energy = k.b[a].zeta
 	}
 	if s == k.so {

@@ -465,18 +465,25 @@ func TestSolveStopsAtIterMaxAndOnCancel(t *testing.T) {
 func BenchmarkSolve(b *testing.B) {
 	p := lookupPreset(b, "googlenet-p4") // B_max = 32
 	for _, rho := range []float64{0.5, 0.9, 0.95} {
-		b.Run(fmt.Sprintf("bmax=32/smax=200/rho=%v", rho), func(b *testing.B) {
-			m := modelFor(p, rho)
-			o := options(b, m, 1, 1, 200, DefaultEpsilon)
-			var sol Solution
-			for b.Loop() {
-				var err error
-				if sol, err = Solve(context.Background(), m, o); err != nil {
-					b.Fatal(err)
-				}
+		for _, scv := range []float64{0, 0.3} {
+			name := fmt.Sprintf("bmax=32/smax=200/rho=%v", rho)
+			if scv > 0 {
+				name += fmt.Sprintf("/scv=%v", scv) // negative binomial arrivals: no convolution
 			}
-			b.ReportMetric(float64(sol.Iterations), "sweeps")
-		})
+			b.Run(name, func(b *testing.B) {
+				m := modelFor(p, rho)
+				m.ServiceSCV = scv
+				o := options(b, m, 1, 1, 200, DefaultEpsilon)
+				var sol Solution
+				for b.Loop() {
+					var err error
+					if sol, err = Solve(context.Background(), m, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(sol.Iterations), "sweeps")
+			})
+		}
 	}
 }
 

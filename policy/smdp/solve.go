@@ -27,13 +27,14 @@ func Solve(ctx context.Context, m Model, o Options) (Solution, error) {
 	eta := k.eta()
 
 	// Per-action constants. Serving a at effective count n costs
-	// w1*(n/lambda + tau/2) + w2*zeta/tau per ms and waiting w1*n/lambda, so
-	// c/y = hold(n) + fixed(a) with hold(n) = w1*n/lambda (+ Co in S_o).
+	// w1*(n/lambda + (tau+theta)/2) + w2*zeta/tau per ms (costParts) and
+	// waiting w1*n/lambda, so c/y = hold(n) + fixed(a) with
+	// hold(n) = w1*n/lambda (+ Co in S_o).
 	fixed := make([]float64, m.MaxBatch+1)
 	step := make([]float64, m.MaxBatch+1) // eta / y
 	for a := 1; a <= m.MaxBatch; a++ {
 		bt := &k.b[a]
-		fixed[a] = o.W1*bt.tau/2 + o.W2*bt.zeta/bt.tau
+		fixed[a] = o.W1*(bt.tau+k.theta)/2 + o.W2*bt.zeta/bt.tau
 		step[a] = eta / bt.tau
 	}
 	waitStep := eta * k.lambda
@@ -121,18 +122,23 @@ func Solve(ctx context.Context, m Model, o Options) (Solution, error) {
 // Each action then costs one short convolution (lambda*alpha < 1 keeps q
 // within about 15 terms) instead of a sum over its own arrival
 // distribution, which widens with a: this is where Solve spends its time.
+//
+// A batch time that varies (Model.ServiceSCV) keeps the structure: its
+// variance grows in proportion to its mean, so the arrivals during tau(a+1)
+// are those during tau(a) plus an independent negative binomial count of
+// mean lambda*alpha (kernel.disp), q's distribution.
 type expecter struct {
 	sMax     int
 	maxBatch int
 	lo       int       // first term of the a = 1 window
-	first    []float64 // Poisson(lambda*tau(1)) over its window
-	q        []float64 // Poisson(lambda*alpha), upper tail below windowCut cut
+	first    []float64 // the arrivals during tau(1) over its window
+	q        []float64 // those during alpha, upper tail below windowCut cut
 	cur, nxt []float64 // E_a and scratch, over bases 0..SMax plus padding
 }
 
 func newExpecter(k *kernel) *expecter {
 	p1 := &k.b[1]
-	q, _ := poisson(k.lambda*k.m.AlphaMs, 0)
+	q, _ := arrivals(k.lambda*k.m.AlphaMs, k.disp, 0)
 	for up := 0.0; len(q) > 1 && up+q[len(q)-1] < windowCut; q = q[:len(q)-1] {
 		up += q[len(q)-1]
 	}
