@@ -195,8 +195,11 @@ def sim(pol):
     # the emulator draws them. 400,000 requests: with the rough emulator's
     # tail (1% of batches 3-10x slower) 40,000 are about 130 slow batches,
     # and one seed's mean at rho 0.8 read 9.59 ms where 2 million read 8.66
-    # (docs/SIMULATION.md, "A server's spread").
-    args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', '400000',
+    # (docs/SIMULATION.md, "A server's spread"). Above B_max 32 a
+    # budget's solves take a second or more each and the simulator solves
+    # every plan it needs (minutes for 400,000 requests): 100,000 there.
+    n = '400000' if int(bmax) <= 32 else '100000'
+    args = [rb, 'sim', '--alpha', str(alpha), '--tau0', str(tau0), '--bmax', bmax, '--rate', rate, '--requests', n,
             '--overheads', ovh, '--realism', real, '--json']
     if pol.endswith('x') or pol.endswith('ms'):
         args += ['--policy', 'budget', '--latency-budget', pol, '--trim']
