@@ -286,7 +286,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	before := t.eff
 	if user.Relative() {
 		// The slack lived over the slack aimed at.
-		want, lived := trimAim*(user.Factor-1), ratio-1
+		want, lived := aim-1, ratio-1 // the slack aimed at, and lived
 		g := math.Sqrt(1.5)
 		switch {
 		case lived > want:
@@ -346,18 +346,23 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 // calibration's relative error added for a relative budget, whose
 // reference scales with it.
 func (t *trim) ratioSE(ratio float64, relative bool) float64 {
-	k := float64(t.wins)
-	if k < 2 || !(t.refMs > 0) {
-		return 0
-	}
-	v := (t.liveSq - 2*ratio*t.crossSq + ratio*ratio*t.refSq) / (t.refMs * t.refMs) * k / (k - 1)
-	rel := max(v, 0) / (ratio * ratio)
-	if relative && t.calibN > 1 && t.calibPred > 0 {
-		c := t.calibLive / t.calibPred
-		vc := (t.calibLL - 2*c*t.calibLP + c*c*t.calibPP) / (t.calibPred * t.calibPred) * t.calibN / (t.calibN - 1)
-		rel += max(vc, 0) / (c * c)
+	rel := ratioRelVar(t.liveSq, t.crossSq, t.refSq, t.refMs, ratio, float64(t.wins))
+	if relative && t.calibPred > 0 {
+		rel += ratioRelVar(t.calibLL, t.calibLP, t.calibPP, t.calibPred, t.calibLive/t.calibPred, t.calibN)
 	}
 	return ratio * math.Sqrt(rel)
+}
+
+// ratioRelVar is the squared relative standard error of a ratio of sums
+// sum(l)/sum(r) = ratio over k terms, from the sums of l^2 (ll), l*r (lr)
+// and r^2 (rr) and sum(r): the delta method's variance, sample-corrected,
+// over ratio^2. 0 for fewer than two terms.
+func ratioRelVar(ll, lr, rr, sumR, ratio, k float64) float64 {
+	if k < 2 || !(sumR > 0) || !(ratio > 0) {
+		return 0
+	}
+	v := (ll - 2*ratio*lr + ratio*ratio*rr) / (sumR * sumR) * k / (k - 1)
+	return max(v, 0) / (ratio * ratio)
 }
 
 // atAdhoc reports whether the trim has stepped a relative budget down to

@@ -71,12 +71,12 @@ func arrivals(mean, disp float64, kTail int) (pmf, tail []float64) {
 		return poisson(mean, kTail)
 	}
 	r := mean / disp
-	logP := math.Log(disp / (1 + disp))
+	p := disp / (1 + disp)
+	logP := math.Log(p)
 	// In log space, by the ratio p(k+1)/p(k) = (k+r)/(k+1)*p from
 	// p(0) = (1+disp)^-r: neither underflows at k = 0 for a large mean nor
 	// loses the digits lgamma(k+r) - lgamma(r) does for a large shape.
 	logPk := -r * math.Log1p(disp)
-	p := disp / (1 + disp)
 	next := 0
 	return counts(kTail, func(k int) float64 {
 		for ; next < k; next++ {
