@@ -50,10 +50,12 @@ import (
 // of the aim (the slices' own spread, and the calibration's), up to
 // trimMaxWindows slices: on a server whose batches now and then run
 // several times slower (the rough emulator: 1% of batches 3-10x) a 3-s
-// measurement read 0.91x to 1.22x of live ad-hoc for one plan, and the
+// measurement of one plan reads a fifth either side of its mean, and the
 // asymmetric steps turned that noise into a fall to ad-hoc within two
-// minutes of a 1.10x budget the plan alone kept (1.09x in simulation). The effective budget is rounded to trimStep, so the plan cache
-// keeps a handful of budgets per rate rather than one per step.
+// minutes of a budget the plan alone kept (docs/ALGORITHMS.md, "A
+// server's spread in the plan"). The effective budget is rounded to
+// trimStep, so the plan cache keeps a handful of budgets per rate rather
+// than one per step.
 const (
 	trimMinCalls   = 500
 	trimMinWindows = 30
@@ -98,10 +100,9 @@ const (
 	// counted a period (fifteen periods, 45 s at the default window): on
 	// a server with a heavy tail (1% of batches 3-10x slower) a few
 	// ad-hoc slices usually hold none of the slow batches, so their mean
-	// reads low (0.86-0.88 of a model that prices the spread, in
-	// simulation, against 0.96-1.0 later), and the budget's calls,
-	// measured over nine times as many slices, read 1.27x against it
-	// where the plan kept 1.09x.
+	// reads low, and the budget's calls, measured over nine times as many
+	// slices that do hold them, read well past the budget against it
+	// where the plan kept within it.
 	calibHalfLife  = 20000
 	calibMinSlices = 30
 	// calibHalfSlices halves an older calibration's weight every so many

@@ -26,13 +26,25 @@
 # sleeps 4 + 0.5 b ms, B_max 16). Load: RATE req/s of Poisson arrivals
 # sent by perf_analyzer from a `ratebatch load --write-intervals` schedule
 # (CLIENT=perf_analyzer, the default) or by `ratebatch load` (CLIENT=load);
+# TRACE=NAME (a built-in of `ratebatch load --trace`: onoff, mmpp, paper300,
+# azure2023, or a CSV file; TRACE_ARGS more flags such as "--trace-scale 5
+# --speedup 20") sends that trace's arrivals instead, which perf_analyzer
+# replays from its start again when they run out: bursts, set against
+# each other in blocks as the Poisson arrivals are. A built-in trace is one
+# fixed 60-s draw, so a block (4 SEG) that divides 60 s would give each arm
+# the same phases of it every cycle: use SEG=7 (28-s blocks that move
+# along the trace).
 # CONC=N runs N synchronous perf_analyzer clients instead (a closed loop).
+# PROTOCOL=grpc sends perf_analyzer's calls to the proxy's gRPC door, which
+# forwards them to the upstream's gRPC port (HTTP by default).
 # ARMS names the two arms: a policy, or budget:FACTOR, and a second ad-hoc
 # arm written adhoc@2 (an A/A test: the spread of one rule measured twice).
 #
 #   UPSTREAM=pytriton RATEBATCH_VENV=/work/venv RATE=200 scripts/interleave-check.sh
 #   UPSTREAM=pytriton RATE=200 ARMS="adhoc adhoc@2" scripts/interleave-check.sh   (A/A)
 #   REALISM=exact RATE=1150 ARMS="adhoc budget:1.25x" scripts/interleave-check.sh
+#   UPSTREAM=pytriton CONC=4 PROTOCOL=grpc DUR=150 scripts/interleave-check.sh   (gRPC closed loop)
+#   TRACE=mmpp SEG=7 DUR=240 scripts/interleave-check.sh               (bursts, rough emulator)
 set -euo pipefail
 RB=${RB:-bin/ratebatch}
 PA=${PA:-tests/triton/perf_analyzer}
@@ -41,7 +53,10 @@ REALISM=${REALISM:-rough}
 VENV=${RATEBATCH_VENV:-.venv}
 RATE=${RATE:-200}
 CONC=${CONC:-}
+TRACE=${TRACE:-}
+TRACE_ARGS=${TRACE_ARGS:-}
 CLIENT=${CLIENT:-perf_analyzer}
+PROTOCOL=${PROTOCOL:-http}
 DUR=${DUR:-240}
 SEG=${SEG:-5}
 WARM=${WARM:-20}
@@ -53,27 +68,35 @@ if [ "$UPSTREAM" = pytriton ]; then
 	start_pytriton "$VENV" $P 4 0.5
 	power=(--power-source none)
 else
-	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REALISM" \
+	"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REALISM" \
 		--preset googlenet-p4 >"$work/em.log" 2>&1 &
 	pids+=($!)
 	sleep 0.5
 	power=(--power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics)
 fi
-"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
+"$RB" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$((P + 10)) \
+	--grpc-listen 127.0.0.1:$((P + 11)) --admin-listen 127.0.0.1:$((P + 12)) \
 	--admin-token check --policy adhoc "${power[@]}" --log-level warn >"$work/serve.log" 2>&1 &
 pids+=($!)
 admin=http://127.0.0.1:$((P + 12))
 await_simple 127.0.0.1:$((P + 10)) "$admin"
+target=127.0.0.1:$((P + 10))
+[ "$PROTOCOL" = grpc ] && target=127.0.0.1:$((P + 11))
 # The load runs a little longer than the switching, so no segment sees
 # its end.
 if [ -n "$CONC" ]; then
-	"$PA" -m simple -u 127.0.0.1:$((P + 10)) -i http --concurrency-range "$CONC" \
+	"$PA" -m simple -u "$target" -i "$PROTOCOL" --concurrency-range "$CONC" \
 		--measurement-interval $(((DUR + 10) * 1000 / 3)) --stability-percentage 999 --max-trials 3 >"$work/load.out" 2>&1 &
 elif [ "$CLIENT" = load ]; then
 	"$RB" load --target http://127.0.0.1:$((P + 10)) --model simple --binary --rate "$RATE" --duration "$((DUR + 5))s" >"$work/load.out" 2>&1 &
 else
-	"$RB" load --rate "$RATE" --duration "$((DUR * 2))s" --write-intervals "$work/intervals" >/dev/null
-	"$PA" -m simple -u 127.0.0.1:$((P + 10)) -i http --async --request-intervals "$work/intervals" \
+	if [ -n "$TRACE" ]; then
+		# shellcheck disable=SC2086 # TRACE_ARGS is a list of flags
+		"$RB" load --trace "$TRACE" $TRACE_ARGS --write-intervals "$work/intervals" >/dev/null
+	else
+		"$RB" load --rate "$RATE" --duration "$((DUR * 2))s" --write-intervals "$work/intervals" >/dev/null
+	fi
+	"$PA" -m simple -u "$target" -i "$PROTOCOL" --async --request-intervals "$work/intervals" \
 		--measurement-interval $(((DUR + 10) * 1000 / 3)) --stability-percentage 999 --max-trials 3 >"$work/load.out" 2>&1 &
 fi
 pids+=($!)

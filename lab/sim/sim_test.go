@@ -354,6 +354,38 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// cancellingPolicy is ad-hoc that cancels the run's context at its first
+// decision and counts the decisions after it.
+type cancellingPolicy struct {
+	cancel    context.CancelFunc
+	decisions *int
+}
+
+func (cancellingPolicy) Name() string                       { return "cancelling" }
+func (p cancellingPolicy) Plan(policy.Estimate) policy.Rule { return p }
+func (p cancellingPolicy) Decide(q policy.Queue) policy.Decision {
+	*p.decisions++
+	p.cancel()
+	return policy.Adhoc{}.Plan(policy.Estimate{}).Decide(q)
+}
+func (cancellingPolicy) Status() policy.Status { return policy.Status{Policy: "cancelling"} }
+
+// A run stops within an event or two of its context's end: one event can
+// take seconds when a policy solves a large model, so a run must not go
+// on for thousands of them after ^C.
+func TestCancelStopsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	decisions := 0
+	_, err := Run(ctx, Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: cancellingPolicy{cancel, &decisions}, RatePerSec: 1000, Requests: 1_000_000})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if decisions > 2 {
+		t.Errorf("%d decisions after the context ended, want at most 2", decisions)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	g := lookupPreset(t, "googlenet-p4")
 	tr, _ := trace.Lookup(trace.Paper300)

@@ -79,6 +79,8 @@ func arrivals(mean, disp float64, kTail int) (pmf, tail []float64) {
 	logPk := -r * math.Log1p(disp)
 	next := 0
 	return counts(kTail, func(k int) float64 {
+		// counts asks for k = 0, 1, 2, ... in turn: one step of the
+		// recurrence a call.
 		for ; next < k; next++ {
 			logPk += math.Log((float64(next)+r)/float64(next+1)) + logP
 		}
@@ -113,7 +115,9 @@ func poisson(mean float64, kTail int) (pmf, tail []float64) {
 }
 
 // counts tabulates a count distribution p(k) for k = 0, 1, ... until
-// done(k, p(k)), as poisson returns it.
+// done(k, p(k)), as poisson returns it. It calls p once for each k, in
+// increasing order from 0, so p may carry a running value from one k to
+// the next (arrivals' recurrence does).
 func counts(kTail int, p func(k int) float64, done func(k int, pk float64) bool) (pmf, tail []float64) {
 	full := make([]float64, 0, 64)
 	last := 0
