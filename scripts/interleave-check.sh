@@ -25,7 +25,9 @@
 # UPSTREAM=pytriton (tests/triton/server.py from the venv RATEBATCH_VENV,
 # sleeps 4 + 0.5 b ms, B_max 16). Load: RATE req/s of Poisson arrivals
 # sent by perf_analyzer from a `ratebatch load --write-intervals` schedule
-# (CLIENT=perf_analyzer, the default) or by `ratebatch load` (CLIENT=load);
+# (CLIENT=perf_analyzer, the default) or by `ratebatch load` (CLIENT=load;
+# killed when the switching ends; it plays a trace once, where perf_analyzer
+# starts it again);
 # TRACE=NAME (a built-in of `ratebatch load --trace`: onoff, mmpp, paper300,
 # azure2023, or a CSV file; TRACE_ARGS more flags such as "--trace-scale 5
 # --speedup 20") sends that trace's arrivals instead, which perf_analyzer
@@ -83,19 +85,22 @@ await_simple 127.0.0.1:$((P + 10)) "$admin"
 target=127.0.0.1:$((P + 10))
 [ "$PROTOCOL" = grpc ] && target=127.0.0.1:$((P + 11))
 # The load runs a little longer than the switching, so no segment sees
-# its end.
+# its end. The open-loop arrivals: a trace's, or Poisson at RATE.
+if [ -n "$TRACE" ]; then
+	# shellcheck disable=SC2206 # TRACE_ARGS is a list of flags
+	arrivals=(--trace "$TRACE" $TRACE_ARGS)
+else
+	arrivals=(--rate "$RATE" --duration "$((DUR * 2))s")
+fi
 if [ -n "$CONC" ]; then
 	"$PA" -m simple -u "$target" -i "$PROTOCOL" --concurrency-range "$CONC" \
 		--measurement-interval $(((DUR + 10) * 1000 / 3)) --stability-percentage 999 --max-trials 3 >"$work/load.out" 2>&1 &
 elif [ "$CLIENT" = load ]; then
-	"$RB" load --target http://127.0.0.1:$((P + 10)) --model simple --binary --rate "$RATE" --duration "$((DUR + 5))s" >"$work/load.out" 2>&1 &
+	form=(--target "$target" --protocol grpc) # tensors as raw bytes
+	[ "$PROTOCOL" = http ] && form=(--target "http://$target" --binary)
+	"$RB" load "${form[@]}" --model simple "${arrivals[@]}" >"$work/load.out" 2>&1 &
 else
-	if [ -n "$TRACE" ]; then
-		# shellcheck disable=SC2086 # TRACE_ARGS is a list of flags
-		"$RB" load --trace "$TRACE" $TRACE_ARGS --write-intervals "$work/intervals" >/dev/null
-	else
-		"$RB" load --rate "$RATE" --duration "$((DUR * 2))s" --write-intervals "$work/intervals" >/dev/null
-	fi
+	"$RB" load "${arrivals[@]}" --write-intervals "$work/intervals" >/dev/null
 	"$PA" -m simple -u "$target" -i "$PROTOCOL" --async --request-intervals "$work/intervals" \
 		--measurement-interval $(((DUR + 10) * 1000 / 3)) --stability-percentage 999 --max-trials 3 >"$work/load.out" 2>&1 &
 fi
