@@ -225,6 +225,10 @@ for p in pols:
         mean([r['batch'] for r in rs]), plan, trim, mean([r['front'] for r in rs]),
         mean([r['wait'] + r['up'] for r in rs]), sim(p), ' %d unanswered' % lost if lost else ''), flush=True)
 print('<!-- %s %s rho %s: --overheads %s; service_scv %.3g -->' % (real, model, rho, ovh, o.get('service_scv', 0)), flush=True)
+# Each segment's mean and p99 in the order run: near saturation one
+# segment's queue can set an arm's mean, and the others show whether it did.
+print('<!-- %s %s rho %s segments (mean/p99 ms): %s -->' % (real, model, rho, '; '.join(
+    '%s %s' % (p, ' '.join('%.3g/%.3g' % (r['mean'], r['p99']) for r in by[p])) for p in pols)), flush=True)
 PY
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true

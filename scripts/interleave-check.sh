@@ -23,7 +23,7 @@
 #
 # Upstream: UPSTREAM=emulator (--realism REALISM, default rough) or
 # UPSTREAM=pytriton (tests/triton/server.py from the venv RATEBATCH_VENV,
-# sleeps 4 + 0.5 b ms, B_max 16). Load: RATE req/s of Poisson arrivals
+# sleeps 4 + 0.5 b ms, B_max 16 or PYTRITON_BMAX). Load: RATE req/s of Poisson arrivals
 # sent by perf_analyzer from a `ratebatch load --write-intervals` schedule
 # (CLIENT=perf_analyzer, the default) or by `ratebatch load` (CLIENT=load;
 # killed when the switching ends; it plays a trace once, where perf_analyzer
@@ -44,6 +44,7 @@
 #
 #   UPSTREAM=pytriton RATEBATCH_VENV=/work/venv RATE=200 scripts/interleave-check.sh
 #   UPSTREAM=pytriton RATE=200 ARMS="adhoc adhoc@2" scripts/interleave-check.sh   (A/A)
+#   UPSTREAM=pytriton PYTRITON_BMAX=32 RATE=650 scripts/interleave-check.sh   (B_max 32)
 #   REALISM=exact RATE=1150 ARMS="adhoc budget:1.25x" scripts/interleave-check.sh
 #   UPSTREAM=pytriton CONC=4 PROTOCOL=grpc DUR=150 scripts/interleave-check.sh   (gRPC closed loop)
 #   TRACE=mmpp SEG=7 DUR=240 scripts/interleave-check.sh               (bursts, rough emulator)

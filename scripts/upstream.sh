@@ -10,12 +10,12 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 
 # start_pytriton VENV PORT TAU0_MS ALPHA_MS: a real Triton
-# (tests/triton/server.py, B_max 16, each execution sleeping
-# tau0 + alpha b ms) on HTTP PORT, gRPC PORT+1 and metrics PORT+2; returns
-# once it serves.
+# (tests/triton/server.py, B_max $PYTRITON_BMAX, 16 unless set, each
+# execution sleeping tau0 + alpha b ms) on HTTP PORT, gRPC PORT+1 and
+# metrics PORT+2; returns once it serves.
 start_pytriton() {
 	"$1/bin/python" tests/triton/server.py --http-port "$2" --grpc-port $(($2 + 1)) --metrics-port $(($2 + 2)) \
-		--workspace "$work/triton" --max-batch-size 16 --tau0-ms "$3" --alpha-ms "$4" --ready-file "$work/ready" >"$work/em.log" 2>&1 &
+		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$3" --alpha-ms "$4" --ready-file "$work/ready" >"$work/em.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
 	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }

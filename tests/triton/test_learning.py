@@ -43,19 +43,27 @@ RHOS = (0.2, 0.5, 0.8) if LONG else (0.5,)
 @pytest.fixture(scope="module")
 def profiled(ratebatch_bin, tmp_path_factory) -> dict:
     """`ratebatch profile` of the model on a Triton of its own."""
-    server = start_triton(tmp_path_factory.mktemp("triton-profile"), *FLAGS)
-    try:
-        out = subprocess.run(
-            [ratebatch_bin, "profile", "--upstream", server.base_url, "--model", "simple", "--samples", "20", "--json"],
-            capture_output=True, text=True, timeout=300, check=True,
-        ).stdout  # fmt: skip
-    finally:
-        server.stop()
-    p = json.loads(out)
-    assert p["server_alpha_ms"] is not None, f"Triton kept no batch statistics: {p}"
     # The model sleeps ALPHA_MS per row: a profile whose slope reads well
-    # below that was tilted by the machine (see profiler: sizes in rounds).
-    assert p["server_alpha_ms"] >= 0.9 * ALPHA_MS, f"profiled slope {p['server_alpha_ms']:.4f} below the model's {ALPHA_MS} ms per row"
+    # below that was tilted by the machine (see profiler: sizes in rounds),
+    # as a CI run on the shared two-core host once read (0.359 against 0.5;
+    # the rerun in the same clone read it right). Such a profile is
+    # measured once more, on a fresh server, before the tests score the
+    # proxy's fit against it.
+    for attempt in (1, 2):
+        server = start_triton(tmp_path_factory.mktemp("triton-profile"), *FLAGS)
+        try:
+            out = subprocess.run(
+                [ratebatch_bin, "profile", "--upstream", server.base_url, "--model", "simple", "--samples", "20", "--json"],
+                capture_output=True, text=True, timeout=300, check=True,
+            ).stdout  # fmt: skip
+        finally:
+            server.stop()
+        p = json.loads(out)
+        assert p["server_alpha_ms"] is not None, f"Triton kept no batch statistics: {p}"
+        if p["server_alpha_ms"] >= 0.9 * ALPHA_MS:
+            break
+        print(f"\nprofile {attempt}: slope {p['server_alpha_ms']:.4f} below the model's {ALPHA_MS} ms per row")
+    assert p["server_alpha_ms"] >= 0.9 * ALPHA_MS, f"profiled slope {p['server_alpha_ms']:.4f} below the model's {ALPHA_MS} ms per row, twice"
     print(
         f"\nprofile: round trip tau(b) = {p['alpha_ms']:.4f}*b + {p['tau0_ms']:.4f} ms;"
         f" server's own compute {p['server_alpha_ms']:.4f}*b + {p['server_tau0_ms']:.4f} ms"
