@@ -21,7 +21,9 @@
 # ratio; mean +- 2 standard errors), and the last note of the second
 # arm's rule.
 #
-# Upstream: UPSTREAM=emulator (--realism REALISM, default rough) or
+# Upstream: UPSTREAM=emulator (--realism REALISM, default rough; EMU_ARGS
+# more flags, such as "--tau-scale 4" for a model four times slower, whose
+# saturation comes before the host's) or
 # UPSTREAM=pytriton (tests/triton/server.py from the venv RATEBATCH_VENV,
 # sleeps 4 + 0.5 b ms, B_max 16 or PYTRITON_BMAX). Load: RATE req/s of Poisson arrivals
 # sent by perf_analyzer from a `ratebatch load --write-intervals` schedule
@@ -35,7 +37,10 @@
 # each other in blocks as the Poisson arrivals are. A built-in trace is one
 # fixed 60-s draw, so a block (4 SEG) that divides 60 s would give each arm
 # the same phases of it every cycle: use SEG=7 (28-s blocks that move
-# along the trace).
+# along the trace). A trace whose load moves slowly against the blocks
+# (paper300 at --speedup 5, one day a minute) still gives the arms
+# different parts of it in a few minutes, and the arms' call counts show
+# it: play it faster (--speedup 20, a day in 15 s).
 # CONC=N runs N synchronous perf_analyzer clients instead (a closed loop).
 # PROTOCOL=grpc sends perf_analyzer's calls to the proxy's gRPC door, which
 # forwards them to the upstream's gRPC port (HTTP by default).
@@ -53,6 +58,7 @@ RB=${RB:-bin/ratebatch}
 PA=${PA:-tests/triton/perf_analyzer}
 UPSTREAM=${UPSTREAM:-emulator}
 REALISM=${REALISM:-rough}
+EMU_ARGS=${EMU_ARGS:-}
 VENV=${RATEBATCH_VENV:-.venv}
 RATE=${RATE:-200}
 CONC=${CONC:-}
@@ -72,7 +78,7 @@ if [ "$UPSTREAM" = pytriton ]; then
 	power=(--power-source none)
 else
 	"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REALISM" \
-		--preset googlenet-p4 >"$work/em.log" 2>&1 &
+		--preset googlenet-p4 $EMU_ARGS >"$work/em.log" 2>&1 &
 	pids+=($!)
 	sleep 0.5
 	power=(--power-source triton --power-metrics-url http://127.0.0.1:$((P + 2))/metrics)
