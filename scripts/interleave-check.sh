@@ -77,6 +77,7 @@ if [ "$UPSTREAM" = pytriton ]; then
 	start_pytriton "$VENV" $P 4 0.5
 	power=(--power-source none)
 else
+	# shellcheck disable=SC2086 # EMU_ARGS is a list of flags
 	"$RB" emulate --listen 127.0.0.1:$P --grpc-listen 127.0.0.1:$((P + 1)) --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REALISM" \
 		--preset googlenet-p4 $EMU_ARGS >"$work/em.log" 2>&1 &
 	pids+=($!)
