@@ -10,14 +10,28 @@ Prints one JSON object: per phase the small stream's sent, ok, success
 ratio and latency percentiles; the big requests' statuses (an answer of any
 status counts as answered; a connection error or timeout does not); and the
 proxy's resident set sampled every 50 ms and its peak (VmHWM) when --pid is
-given.
+given. With --raw it also writes every small request (phase, status,
+latency, when sent) as JSON lines.
+
+--pool DIR summarises the runs scripts/memload.sh made with RUNS > 1 (their
+result-N.json and raw-N.jsonl in DIR; with ARMS, one DIR per arm): each
+run's ratio; the p99 of every run's small requests taken together, alone
+and beside, their ratio and its 90% interval over the runs resampled; and
+how many requests beside took longer than 3x the p99 alone, against the 1%
+that a p99 within 3x allows. One run's p99
+of 500 requests is its fifth slowest, and on a shared machine a hiccup of
+the host that reaches a few requests of either phase moves it by 2-4x
+(docs/RELIABILITY.md); the pooled p99 estimates the same quantile from
+RUNS times the samples, each run carrying the same load.
 
 Standard library only.
 """
 import argparse
 import asyncio
+import glob
 import json
 import multiprocessing
+import os
 import random
 import time
 
@@ -171,8 +185,74 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
 
 
+def write_raw(path, phases):
+    with open(path, "w") as f:
+        for phase, rec in phases.items():
+            for status, latency, at in rec:
+                f.write(json.dumps({"phase": phase, "status": status, "latency_s": latency, "sent_at_s": at}) + "\n")
+
+
+def pool(d):
+    """Summarises the runs in d (result-N.json, raw-N.jsonl)."""
+    runs = sorted(glob.glob(os.path.join(d, "result-*.json")), key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    if not runs:
+        raise SystemExit(f"memload: no result-N.json in {d}")
+    phases = {"alone": [], "beside": []}
+    per_run, statuses, hwm, by_run = [], {}, [], []
+    for path in runs:
+        with open(path) as f:
+            r = json.load(f)
+        per_run.append(r.get("p99_ratio"))
+        for s, n in r["big"]["final_statuses"].items():
+            statuses[s] = statuses.get(s, 0) + n
+        if "proxy_rss_mib" in r:
+            hwm.append(r["proxy_rss_mib"]["vmhwm"])
+        run = {"alone": [], "beside": []}
+        with open(path.replace("result-", "raw-").replace(".json", ".jsonl")) as f:
+            for line in f:
+                x = json.loads(line)
+                run[x["phase"]].append((x["status"], x["latency_s"], x["sent_at_s"]))
+        by_run.append(run)
+        for k, v in run.items():
+            phases[k] += v
+    alone, beside = summary_small(phases["alone"]), summary_small(phases["beside"])
+    for s in (alone, beside):
+        del s["slowest_1pct_sent_at_s"]
+    # How far the pooled ratio moves with the runs drawn: the runs resampled
+    # with replacement (a run is one load event, its requests not
+    # independent of each other), the 5th and 95th percentile of the ratio.
+    rng = random.Random(1)
+    ok = [([t for s, t, _ in rec["alone"] if s == 200], [t for s, t, _ in rec["beside"] if s == 200]) for rec in by_run]
+    boot = []
+    for _ in range(1000 if len(ok) > 1 else 0):
+        draw = [rng.choice(ok) for _ in ok]
+        a, b = pct([t for x, _ in draw for t in x], 99), pct([t for _, y in draw for t in y], 99)
+        if a and b:
+            boot.append(b / a)
+    res = {"runs": len(runs), "big_final_statuses": dict(sorted(statuses.items())),
+           "small_alone": alone, "small_beside_big": beside,
+           "pooled_p99_ratio": round(beside["p99_ms"] / alone["p99_ms"], 2) if alone["p99_ms"] and beside["p99_ms"] else None,
+           "pooled_beside": over(phases["alone"], phases["beside"]),
+           "pooled_p99_ratio_90pct_over_runs": [round(pct(boot, 5), 2), round(pct(boot, 95), 2)] if boot else None,
+           "per_run_p99_ratio": per_run,
+           "runs_within_3x": sum(1 for x in per_run if x is not None and x <= 3),
+           "proxy_vmhwm_mib_max": max(hwm) if hwm else None}
+    print(json.dumps(res, indent=1))
+
+
+def over(alone, beside):
+    """How many of beside's answered requests took longer than 3x alone's
+    p99, against the 1% of them that a p99 within 3x allows."""
+    a = pct([t for s, t, _ in alone if s == 200], 99)
+    ok = [t for s, t, _ in beside if s == 200]
+    if a is None or not ok:
+        return None
+    return {"slower_than_3x_alone_p99": sum(1 for t in ok if t > 3 * a), "allowed": len(ok) // 100}
+
+
 def summary_small(rec):
     ok = [t for s, t, _ in rec if s == 200]
+    first = [t for s, t, at in rec if s == 200 and at < 1]
     slow = sorted(rec, key=lambda r: -r[1])[:max(1, len(rec) // 100)]
     return {"sent": len(rec), "ok": len(ok), "success": round(len(ok) / len(rec), 4) if rec else None,
             "statuses": dict(sorted({str(s): sum(1 for x, _, _ in rec if x == s) for s, _, _ in rec}.items())),
@@ -181,7 +261,10 @@ def summary_small(rec):
             "p99_ms": round(1000 * pct(ok, 99), 2) if ok else None,
             "max_ms": round(1000 * max(ok), 2) if ok else None,
             "p99_after_1s_ms": round(1000 * pct([t for s, t, at in rec if s == 200 and at >= 1], 99), 2)
-            if any(at >= 1 for _, _, at in rec) else None}
+            if any(at >= 1 for _, _, at in rec) else None,
+            # The large bodies cross in the first second (docs/RELIABILITY.md).
+            "first_1s": {"sent": len(first), "p50_ms": round(1000 * pct(first, 50), 2) if first else None,
+                         "p90_ms": round(1000 * pct(first, 90), 2) if first else None}}
 
 
 async def main():
@@ -196,7 +279,15 @@ async def main():
     ap.add_argument("--retry-for", type=float, default=0, help="seconds a large request refused 503 keeps trying (0: one attempt)")
     ap.add_argument("--chunk", type=int, default=1 << 20)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--big-nice", type=int, default=0,
+                    help="run the large clients at this nice value (the small stream keeps its own): their "
+                         "CPU is the clients', which in a deployment is other hosts'")
+    ap.add_argument("--raw", default="", help="write every small request to this file (JSON lines)")
+    ap.add_argument("--pool", default="", metavar="DIR", help="summarise the runs in DIR instead of running")
     a = ap.parse_args()
+    if a.pool:
+        pool(a.pool)
+        return
     host, port = a.addr.rsplit(":", 1)
     port = int(port)
     shost, sport = (a.small_addr or a.addr).rsplit(":", 1)
@@ -214,6 +305,10 @@ async def main():
     q = ctx.Queue()
     proc = ctx.Process(target=small_process, args=(shost, sport, a.rate, a.duration, a.timeout, q))
     proc.start()
+    if a.big_nice:
+        # After the small stream's process has started, so that only the
+        # large clients run at the lower priority.
+        os.nice(a.big_nice)
     bigs = [asyncio.create_task(big_client(host, port, a.rows, a.chunk, a.timeout, a.retry_for, big, attempts))
             for _ in range(a.big)]
     await asyncio.gather(*bigs)
@@ -224,6 +319,8 @@ async def main():
     if sampler:
         await sampler
 
+    if a.raw:
+        write_raw(a.raw, {"alone": base, "beside": small})
     statuses = {}
     for s, _ in big:
         statuses[s] = statuses.get(s, 0) + 1
@@ -239,6 +336,7 @@ async def main():
     }
     if res["small_alone"]["p99_ms"] and res["small_beside_big"]["p99_ms"]:
         res["p99_ratio"] = round(res["small_beside_big"]["p99_ms"] / res["small_alone"]["p99_ms"], 2)
+        res["beside"] = over(base, small)
     if a.pid:
         res["proxy_rss_mib"] = {"peak_sampled": round(max(rss) / 1024, 1) if rss else None,
                                 "vmhwm": round((rss_kib(a.pid, "VmHWM") or 0) / 1024, 1)}
