@@ -222,7 +222,7 @@ def pool(d):
     # with replacement (a run is one load event, its requests not
     # independent of each other), the 5th and 95th percentile of the ratio.
     rng = random.Random(1)
-    ok = [([t for s, t, _ in rec["alone"] if s == 200], [t for s, t, _ in rec["beside"] if s == 200]) for rec in by_run]
+    ok = [(answered(rec["alone"]), answered(rec["beside"])) for rec in by_run]
     boot = []
     for _ in range(1000 if len(ok) > 1 else 0):
         draw = [rng.choice(ok) for _ in ok]
@@ -240,19 +240,24 @@ def pool(d):
     print(json.dumps(res, indent=1))
 
 
+def answered(rec, since=0.0, until=float("inf")):
+    """The latencies of rec's requests answered 200, sent in [since, until) s."""
+    return [t for s, t, at in rec if s == 200 and since <= at < until]
+
+
 def over(alone, beside):
     """How many of beside's answered requests took longer than 3x alone's
     p99, against the 1% of them that a p99 within 3x allows."""
-    a = pct([t for s, t, _ in alone if s == 200], 99)
-    ok = [t for s, t, _ in beside if s == 200]
+    a = pct(answered(alone), 99)
+    ok = answered(beside)
     if a is None or not ok:
         return None
     return {"slower_than_3x_alone_p99": sum(1 for t in ok if t > 3 * a), "allowed": len(ok) // 100}
 
 
 def summary_small(rec):
-    ok = [t for s, t, _ in rec if s == 200]
-    first = [t for s, t, at in rec if s == 200 and at < 1]
+    ok = answered(rec)
+    first = answered(rec, until=1)
     slow = sorted(rec, key=lambda r: -r[1])[:max(1, len(rec) // 100)]
     return {"sent": len(rec), "ok": len(ok), "success": round(len(ok) / len(rec), 4) if rec else None,
             "statuses": dict(sorted({str(s): sum(1 for x, _, _ in rec if x == s) for s, _, _ in rec}.items())),
@@ -260,7 +265,7 @@ def summary_small(rec):
             "p50_ms": round(1000 * pct(ok, 50), 2) if ok else None,
             "p99_ms": round(1000 * pct(ok, 99), 2) if ok else None,
             "max_ms": round(1000 * max(ok), 2) if ok else None,
-            "p99_after_1s_ms": round(1000 * pct([t for s, t, at in rec if s == 200 and at >= 1], 99), 2)
+            "p99_after_1s_ms": round(1000 * pct(answered(rec, since=1), 99), 2)
             if any(at >= 1 for _, _, at in rec) else None,
             # The large bodies cross in the first second (docs/RELIABILITY.md).
             "first_1s": {"sent": len(first), "p50_ms": round(1000 * pct(first, 50), 2) if first else None,

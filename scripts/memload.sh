@@ -78,10 +78,11 @@ run() {
 # over the minutes reaches alike.
 read -r -a arms <<<"${ARMS:-}"
 ((${#arms[@]})) || arms=("")
+# armdir K: where arm K's runs go ($out itself when there is one arm).
+armdir() { if ((${#arms[@]} == 1)); then echo "$out"; else echo "$out/arm-$1"; fi; }
 for n in $(seq 1 "$RUNS"); do
 	for k in "${!arms[@]}"; do
-		dir=$out
-		((${#arms[@]} == 1)) || dir=$out/arm-$k
+		dir=$(armdir "$k")
 		((RUNS == 1 && ${#arms[@]} == 1)) || echo "memload: run $n of $RUNS${arms[k]:+, ${arms[k]}}" >&2
 		# A subshell, so that the arm's setting stays in it; its own trap
 		# stops its emulator and proxy if the driver fails.
@@ -95,8 +96,7 @@ for n in $(seq 1 "$RUNS"); do
 done
 if ((RUNS > 1 || ${#arms[@]} > 1)); then
 	for k in "${!arms[@]}"; do
-		dir=$out
-		((${#arms[@]} == 1)) || dir=$out/arm-$k
+		dir=$(armdir "$k")
 		echo "memload: the $RUNS runs${arms[k]:+ of ${arms[k]}} together:" >&2
 		python3 "$repo/scripts/memload.py" --pool "$dir" | tee "$dir/pooled.json"
 	done
