@@ -38,7 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import pytest
 
@@ -174,19 +174,53 @@ class TritonServer:
         self.process.stop()
 
 
+START_ATTEMPTS = 3
+
+T = TypeVar("T")
+
+
+class StartFailed(RuntimeError):
+    """A child that did not come up, stopped, with its own output.
+
+    retry: worth starting again with new ports. A child killed by a signal
+    before it was ready never ran the program under test: pytest has
+    tritonclient's gRPC core loaded, and the forked child, between fork and
+    exec, has aborted in it (SIGABRT after "Epoll1Poller encountered
+    epoll_wait error: Bad file descriptor"); tritonserver's own event engine
+    has done the same at start-up. A port can be taken between choosing and
+    binding it. Any other failure, such as a bad flag's exit status, is the
+    program's own answer and is not retried.
+    """
+
+    def __init__(self, proc: Process, what: str):
+        code = proc.exited()
+        out = proc.output()
+        proc.stop()
+        super().__init__(f"{proc.name}: {what}:\n{out}")
+        self.retry = (code is not None and code < 0) or "address already in use" in out.lower()
+
+
+def start_retrying(start: Callable[[int], T]) -> T:
+    """start(attempt), made again (attempt 1, 2, ...) while it raises a
+    StartFailed worth retrying, up to START_ATTEMPTS in all; the last
+    failure is raised."""
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return start(attempt)
+        except StartFailed as e:
+            if not e.retry or attempt == START_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def start_triton(workdir: Path, *flags: str) -> TritonServer:
     """Start server.py with flags on free loopback ports; wait for READY.
 
-    Retries on a port that was taken between choosing and binding it, and
-    on a server killed by a signal before READY: tritonserver's gRPC event
-    engine has aborted at start-up (SIGABRT after "Epoll1Poller encountered
-    epoll_wait error: Bad file descriptor") with nothing of the test's
-    running yet. Any other failure, such as a bad flag's exit status,
-    raises at once with the server's own output.
+    Retried as StartFailed says (a signal before READY, a port taken).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    last_error = ""
-    for attempt in range(3):
+
+    def start(attempt: int) -> TritonServer:
         http, grpc, metrics = free_ports(3)
         argv = [
             sys.executable,
@@ -206,18 +240,11 @@ def start_triton(workdir: Path, *flags: str) -> TritonServer:
             if ready.exists():
                 return TritonServer(p, http, grpc, metrics, tuple(flags), time.monotonic() - started)
             if p.exited() is not None:
-                break
+                raise StartFailed(p, f"server.py {' '.join(flags)} exited with {p.exited()} before READY")
             time.sleep(0.1)
-        out = p.output()
-        code = p.exited()
-        p.stop()
-        last_error = f"server.py {' '.join(flags)} exited with {code} before READY:\n{out}"
-        if code is None:
-            last_error = f"server.py {' '.join(flags)} not READY within {READY_TIMEOUT_S:.0f}s:\n{out}"
-        killed = code is not None and code < 0
-        if not killed and "address already in use" not in out.lower():
-            break
-    raise RuntimeError(last_error)
+        raise StartFailed(p, f"server.py {' '.join(flags)} not READY within {READY_TIMEOUT_S:.0f}s")
+
+    return start_retrying(start)
 
 
 @pytest.fixture(scope="session")
@@ -279,11 +306,13 @@ def _ratebatch_binary(tmp_path_factory) -> str:
 
 
 def _wait_ready(proc: Process, base_url: str, timeout_s: float = 30.0) -> None:
+    """Wait until base_url's /v2/health/ready answers 200; StartFailed (proc
+    stopped) if proc exits first or it does not within timeout_s."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
         if proc.exited() is not None:
-            raise RuntimeError(f"{proc.name} exited with {proc.exited()}:\n{proc.output()}")
+            raise StartFailed(proc, f"exited with {proc.exited()}")
         try:
             status, body = http_get(base_url + "/v2/health/ready", timeout=2.0)
             if status == 200:
@@ -292,7 +321,7 @@ def _wait_ready(proc: Process, base_url: str, timeout_s: float = 30.0) -> None:
         except OSError as e:
             last = str(e)
         time.sleep(0.1)
-    raise RuntimeError(f"{proc.name} not ready within {timeout_s:.0f}s (last: {last}):\n{proc.output()}")
+    raise StartFailed(proc, f"not ready within {timeout_s:.0f}s (last: {last})")
 
 
 @dataclasses.dataclass
@@ -329,24 +358,25 @@ def start_ratebatch(binary: str, upstream_url: str, workdir: Path, *flags: str) 
     """Start `binary serve --upstream upstream_url` plus flags (e.g. "--policy",
     "adhoc") on free loopback ports; wait until its /v2/health/ready answers 200.
 
-    Raises RuntimeError with the proxy's own output if it exits or is not ready.
+    Retried as StartFailed says; raises StartFailed (a RuntimeError) with the
+    proxy's own output if it exits or is not ready.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    listen, admin = free_ports(2)
-    argv = [
-        binary, "serve",
-        "--upstream", upstream_url,
-        "--listen", f"127.0.0.1:{listen}",
-        "--admin-listen", f"127.0.0.1:{admin}",
-        *flags,
-    ]  # fmt: skip
-    proc = Process("ratebatch serve", argv, workdir / f"ratebatch-{listen}.log")
-    try:
+
+    def start(attempt: int) -> RatebatchProxy:
+        listen, admin = free_ports(2)
+        argv = [
+            binary, "serve",
+            "--upstream", upstream_url,
+            "--listen", f"127.0.0.1:{listen}",
+            "--admin-listen", f"127.0.0.1:{admin}",
+            *flags,
+        ]  # fmt: skip
+        proc = Process("ratebatch serve", argv, workdir / f"ratebatch-{listen}.log")
         _wait_ready(proc, f"http://127.0.0.1:{listen}")
-    except RuntimeError:
-        proc.stop()
-        raise
-    return RatebatchProxy(proc, listen, admin, tuple(flags))
+        return RatebatchProxy(proc, listen, admin, tuple(flags))
+
+    return start_retrying(start)
 
 
 @pytest.fixture(scope="session")

@@ -15,37 +15,40 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import Process, free_ports, perf_analyzer_argv, start_ratebatch
+from conftest import Process, StartFailed, free_ports, perf_analyzer_argv, start_ratebatch, start_retrying
 
 
 def wait_grpc(url: str, proc: Process) -> None:
+    """Wait until proc's gRPC door at url is ready; StartFailed (proc stopped)
+    if proc exits first or it is not within 30 s."""
     c = grpcclient.InferenceServerClient(url)
     deadline = time.monotonic() + 30
     while True:
         if proc.exited() is not None:
-            raise RuntimeError(f"{proc.name} exited:\n{proc.output()}")
+            raise StartFailed(proc, f"exited with {proc.exited()}")
         try:
             if c.is_server_ready():
                 return
         except InferenceServerException:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{proc.name}: gRPC {url} not ready:\n{proc.output()}")
+            raise StartFailed(proc, f"gRPC {url} not ready")
         time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
 def emulator(ratebatch_bin, tmp_path_factory):
-    http, grpc = free_ports(2)
-    log = tmp_path_factory.mktemp("emulator") / "emulate.log"
-    argv = [ratebatch_bin, "emulate", "--listen", f"127.0.0.1:{http}", "--grpc-listen", f"127.0.0.1:{grpc}",
-            "--metrics-listen", ""]  # fmt: skip
-    proc = Process("ratebatch emulate", argv, log)
-    try:
+    workdir = tmp_path_factory.mktemp("emulator")
+
+    def start(attempt: int) -> tuple[Process, int, int]:
+        http, grpc = free_ports(2)
+        argv = [ratebatch_bin, "emulate", "--listen", f"127.0.0.1:{http}", "--grpc-listen", f"127.0.0.1:{grpc}",
+                "--metrics-listen", ""]  # fmt: skip
+        proc = Process("ratebatch emulate", argv, workdir / f"emulate-{attempt}.log")
         wait_grpc(f"127.0.0.1:{grpc}", proc)
-    except RuntimeError:
-        proc.stop()
-        raise
+        return proc, http, grpc
+
+    proc, http, grpc = start_retrying(start)
     yield f"http://127.0.0.1:{http}", f"127.0.0.1:{grpc}"
     proc.stop()
 
