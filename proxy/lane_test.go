@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -68,23 +70,21 @@ func (e *expectClient) send() int {
 }
 
 // The large-body lane: with one lane, a second large body waits for the
-// first to be read before it is told to go on (its "100 Continue" comes
-// then), or is refused 503 with Retry-After once its wait passes the
-// bound; small requests are served while it waits; every request is
-// answered, and the budget holds nothing but pooled buffers afterwards.
-// The waits are seen through the lane's test hook, not slept for.
+// first to be answered before it is told to go on (its "100 Continue"
+// comes then), or is refused 503 with Retry-After once its wait passes
+// the bound; small requests are served while it waits; every request is
+// answered, and the budget holds nothing afterwards but one pooled
+// buffer, which each body after the first read into. The waits are seen
+// through the lane's test hook, not slept for.
 func TestLargeBodyLane(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		wait time.Duration
 		// want is the second large request's answer once it stops waiting.
 		want int
-		// pooled is the buffers kept afterwards: one per large body read
-		// while another was leased (the third reuses one).
-		pooled int64
 	}{
-		{"the second waits its turn", 20 * time.Second, http.StatusContinue, 2},
-		{"the second waits past the bound", time.Millisecond, http.StatusServiceUnavailable, 1},
+		{"the second waits its turn", 20 * time.Second, http.StatusContinue},
+		{"the second waits past the bound", time.Millisecond, http.StatusServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			budget := membudget.New(64 << 20)
@@ -146,31 +146,42 @@ func TestLargeBodyLane(t *testing.T) {
 				t.Fatal("a large request waited for the lane while it was free")
 			default:
 			}
-			// Answered: the budget holds only the pooled buffers of the
-			// large bodies' size class, reused, not one per request.
-			class := tc.pooled * membudget.Class(int64(len(large))+1)
+			// Answered: the budget holds only one pooled buffer of the
+			// large bodies' size class, reused, not one per request: each
+			// body's lease was taken at its headers, while the pool was
+			// empty, and claimed the buffer given back before its turn.
+			class := membudget.Class(int64(len(large)) + 1)
 			waitForBudget(t, budget, class)
 			deadline := time.Now().Add(5 * time.Second)
 			for budget.Used() != class && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
 			if budget.Used() != class || budget.Pooled() != class {
-				t.Fatalf("after the large requests: used %d, pooled %d, want both %d (%d pooled buffers)", budget.Used(), budget.Pooled(), class, tc.pooled)
+				t.Fatalf("after the large requests: used %d, pooled %d, want both %d (one pooled buffer)", budget.Used(), budget.Pooled(), class)
 			}
 		})
 	}
+}
+
+// startOneLane starts a front door with a 64 MiB budget and one lane for
+// bodies past 1 MiB, in front of batcher; waiting hears each large body
+// that starts waiting for the lane (until the test ends).
+func startOneLane(t *testing.T, batcher proxy.Batcher) (base string, budget *membudget.Budget, waiting chan struct{}) {
+	t.Helper()
+	budget = membudget.New(64 << 20)
+	base = startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: batcher,
+		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+		LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: 20 * time.Second})
+	waiting = make(chan struct{}, 4)
+	t.Cleanup(proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} }))
+	return base, budget, waiting
 }
 
 // A turn of the lane comes back when its client leaves before sending
 // its body: the one waiting behind it is told to go on, and the budget
 // holds nothing of the one that left.
 func TestLargeBodyLaneComesBack(t *testing.T) {
-	budget := membudget.New(64 << 20)
-	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
-		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
-		LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: 20 * time.Second})
-	waiting := make(chan struct{}, 4)
-	defer proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} })()
+	base, budget, waiting := startOneLane(t, echoBatcher{})
 	large := inferBody(3 << 19)
 	first := startExpect(t, base, large)
 	if st, _, _ := first.answer(); st != http.StatusContinue {
@@ -196,5 +207,67 @@ func TestLargeBodyLaneComesBack(t *testing.T) {
 	}
 	if budget.Used() != budget.Pooled() || budget.Pooled() > 2*class {
 		t.Fatalf("after: used %d, pooled %d (class %d): the one that left still holds room", budget.Used(), budget.Pooled(), class)
+	}
+}
+
+// gateBatcher answers as echoBatcher does once gate is closed, and tells
+// entered each time a call reaches it.
+type gateBatcher struct {
+	echoBatcher
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (b gateBatcher) Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result {
+	b.entered <- struct{}{}
+	select {
+	case <-b.gate:
+	case <-ctx.Done():
+		return dispatcher.Result{Err: ctx.Err()}
+	}
+	return b.echoBatcher.Submit(ctx, model, c)
+}
+
+// A turn of the lane lasts until the body is answered, not only read: a
+// second large body is not told to go on while the first, read in full,
+// waits for its answer, and is as soon as it has it.
+func TestLargeBodyLaneHeldUntilAnswered(t *testing.T) {
+	b := gateBatcher{entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	base, _, waiting := startOneLane(t, b)
+	large := inferBody(3 << 19)
+
+	first := startExpect(t, base, large)
+	if st, _, _ := first.answer(); st != http.StatusContinue {
+		t.Fatalf("the first large request: %d, want 100", st)
+	}
+	if _, err := first.c.Write([]byte(large)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.entered: // read in full, waiting for its answer
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first large request's call never reached the batcher")
+	}
+	second := startExpect(t, base, large)
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second large request did not wait for the lane")
+	}
+	// Nothing for the second while the first waits for its answer.
+	second.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := second.br.Peek(1); err == nil {
+		t.Fatal("the second large request was answered while the first held the lane unanswered")
+	}
+	second.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	close(b.gate)
+	if st, _, body := first.answer(); st != http.StatusOK {
+		t.Fatalf("the first large request: %d %q", st, body)
+	}
+	if st, _, body := second.answer(); st != http.StatusContinue {
+		t.Fatalf("the second large request once the first was answered: %d %q, want 100", st, body)
+	}
+	if st := second.send(); st != http.StatusOK {
+		t.Fatalf("the second large request: %d", st)
 	}
 }

@@ -98,8 +98,9 @@ type Options struct {
 	Memory *membudget.Budget
 
 	// The large-body lane (with a Memory budget only): at most
-	// LargeBodyLanes bodies declared past LargeBodyBytes are read at once;
-	// the others wait for a turn before their body is read, up to
+	// LargeBodyLanes bodies declared past LargeBodyBytes are in the proxy
+	// at once, read, sent upstream and answered; the others wait for a
+	// turn before their body is read, up to
 	// LargeBodyWait, and are refused 503 with Retry-After past it. Zero
 	// values take the defaults (DefaultLargeBodyBytes, half the cores
 	// (GOMAXPROCS) but at least one, DefaultLargeBodyWait);
@@ -140,12 +141,12 @@ type Server struct {
 
 // Defaults of the large-body lane. A 4 MiB body is a batch of seven
 // 224x224 FP32 images. The lanes are half the cores (at least one), so
-// that large bodies being read leave the other half to everything else:
+// that large bodies in the proxy leave the other half to everything else:
 // on two cores, small requests beside large bodies had a p99 two to three
 // times lower with one lane than with two (BenchmarkSmallBesideLarge,
-// docs/RELIABILITY.md). The wait bounds what a large request may
-// be held before its body is read, well within a client's patience for a
-// body it is about to send.
+// docs/RELIABILITY.md). The wait bounds what a large request may be held
+// before its body is read (the turns before it, each until its answer),
+// well within a client's patience for a body it is about to send.
 const (
 	DefaultLargeBodyBytes = 4 << 20
 	DefaultLargeBodyWait  = 10 * time.Second
@@ -483,10 +484,11 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 			lease = bodyLease{buf: r.buf, class: r.n}
 		}
 		if r.inLane {
-			// The turn is over once the body is read (or on any return
-			// before).
-			lease.inLane = true
-			defer lease.leaveLane(s.lane)
+			// The turn lasts until the handler returns: the body read,
+			// sent upstream and answered. Deferred before the buffer's
+			// keep below, it passes on after it: the next body in the
+			// lane reads into this one's buffer (readBody claims it).
+			defer s.lane.leave()
 		}
 	}
 	if n := ctx.Request.Header.ContentLength(); n > 0 && !hold.Grow(int64(n)+1) {
@@ -503,7 +505,6 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		}
 	}()
 	raw, body, err := s.readBody(ctx, bp, &lease, &hold)
-	lease.leaveLane(s.lane)
 	if errors.Is(err, errOverBudget) {
 		s.refuseMemory(ctx, model, "memory_growing", hold.Held())
 		return
@@ -567,22 +568,13 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 }
 
 // bodyLease is a large body's buffer: the pooled one its reservation
-// leased (buf, nil when the budget had none idle; class, its size class),
-// and the one it was read into, to keep in the pool once the request is
-// answered (keep). inLane: the body holds a turn of the large-body lane.
+// leased or readBody claimed (buf, nil when the budget had none idle;
+// class, its size class), and the one it was read into, to keep in the
+// pool once the request is answered (keep).
 type bodyLease struct {
-	buf    []byte
-	class  int64
-	keep   []byte
-	inLane bool
-}
-
-// leaveLane gives the lane's turn back, once.
-func (l *bodyLease) leaveLane(ln *lane) {
-	if l.inLane {
-		l.inLane = false
-		ln.leave()
-	}
+	buf   []byte
+	class int64
+	keep  []byte
 }
 
 // Body buffers are reused: once Submit has returned nothing refers to a
@@ -622,6 +614,9 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, lease *bodyLease
 		// grows to its size class, so that its buffer can be pooled, or
 		// reads into the pooled buffer its lease came with.
 		var whole int64
+		if lease.buf == nil && lease.class > 0 {
+			lease.buf = hold.B.Claim(lease.class) // given back since the headers
+		}
 		switch {
 		case lease.buf != nil:
 			buf = lease.buf[:0]

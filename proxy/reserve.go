@@ -134,15 +134,20 @@ func (r *reservations) giveBack(v reservation) {
 	}
 }
 
-// lane bounds how many large bodies (past Options.LargeBodyBytes) are read
-// at once. A burst of large bodies admitted together would otherwise be
-// read all at once, each by a goroutine that finds bytes waiting at every
-// read and runs its whole time slice, and a small request's goroutine
-// waits behind all of them for a core; in the lane the others wait their
-// turn before a byte of their body is read (a client waiting for "100
-// Continue" gets it when its turn comes). A body that waits longer than
-// the lane's wait is refused 503 with Retry-After. Small bodies never
-// enter it.
+// lane bounds how many large bodies (past Options.LargeBodyBytes) are in
+// the proxy at once, from the first byte read until answered. A burst of
+// large bodies admitted together would otherwise be read all at once,
+// each by a goroutine that finds bytes waiting at every read and runs its
+// whole time slice, and a small request's goroutine waits behind all of
+// them for a core; in the lane the others wait their turn before a byte
+// of their body is read (a client waiting for "100 Continue" gets it when
+// its turn comes). The turn lasts until the answer, not only the read:
+// the next body's read then does not overlap this one's copy to the
+// upstream (two bulk copies at once on two cores leave nothing to the
+// small requests' hops), and it reads into this one's buffer, given back
+// to the pool just before the turn passes, rather than into new memory.
+// A body that waits longer than the lane's wait is refused 503 with
+// Retry-After. Small bodies never enter it.
 type lane struct {
 	slots chan struct{}
 	wait  time.Duration

@@ -136,6 +136,58 @@ func TestLeaseKeepReclaimTrim(t *testing.T) {
 	}
 }
 
+// A lease made while the pool was empty claims a buffer given back since:
+// the buffer, of the lease's class only, leaves the pool and its bytes the
+// budget (the lease counts them); nothing idle, or none of that class:
+// nil, and nothing changes.
+func TestClaim(t *testing.T) {
+	const M = 1 << 20
+	var none *Budget
+	if none.Claim(M) != nil {
+		t.Fatal("a nil budget claimed a buffer")
+	}
+	b := New(16 * M)
+	early, _ := b.Lease(2 * M) // taken while the pool is empty
+	late, _ := b.Lease(2 * M)
+	if early.Buf != nil || late.Buf != nil || b.Used() != 4*M {
+		t.Fatalf("leases on an empty pool: buffers %v %v, used %d", early.Buf != nil, late.Buf != nil, b.Used())
+	}
+	if b.Claim(2*M) != nil {
+		t.Fatal("claimed a buffer from an empty pool")
+	}
+	h := Hold{B: b}
+	h.Adopt(early.N)
+	kept := make([]byte, 7, early.N)
+	h.Keep(kept)
+	h.Release()
+	for _, tc := range []struct {
+		class        int64
+		want         bool
+		used, pooled int64
+	}{
+		{3 * M, false, 4 * M, 2 * M}, // another class: not this buffer
+		{2 * M, true, 2 * M, 0},      // the late lease's: the kept buffer
+		{2 * M, false, 2 * M, 0},     // claimed once only
+	} {
+		got := b.Claim(tc.class)
+		if (got != nil) != tc.want || b.Used() != tc.used || b.Pooled() != tc.pooled {
+			t.Fatalf("Claim(%d): buffer %v, used %d, pooled %d; want %v, %d, %d", tc.class, got != nil, b.Used(), b.Pooled(), tc.want, tc.used, tc.pooled)
+		}
+		if got != nil && (len(got) != 0 || cap(got) != int(early.N) || &got[:1][0] != &kept[0]) {
+			t.Fatalf("claimed len %d cap %d, not the kept buffer emptied", len(got), cap(got))
+		}
+	}
+	// The late lease reads into it, keeps it, and the budget ends with
+	// that one buffer pooled.
+	h2 := Hold{B: b}
+	h2.Adopt(late.N)
+	h2.Keep(make([]byte, 0, late.N))
+	h2.Release()
+	if b.Used() != 2*M || b.Pooled() != 2*M {
+		t.Fatalf("after: used %d pooled %d, want both %d", b.Used(), b.Pooled(), 2*M)
+	}
+}
+
 // Under concurrent leases, keeps and holds the budget never passes its
 // limit, and once everything is given back only idle buffers remain.
 func TestLeasesNeverPassTheLimit(t *testing.T) {
