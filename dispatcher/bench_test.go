@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/dispatcher/dispatchertest"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/kservetest"
 	"github.com/ratebatch/ratebatch/policy"
@@ -115,22 +116,21 @@ func (m benchModel) replyBody(tb testing.TB, rows int) (body []byte, headerLen i
 
 // newBenchUpstream answers every batch at once with the model's prebuilt
 // binary reply for its rows.
-func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
-	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) { return m.replyBody(tb, rows) }, nil)
+func newBenchUpstream(tb testing.TB, m benchModel) *dispatchertest.InstantUpstream {
+	return dispatchertest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) { return m.replyBody(tb, rows) }, nil)
 }
 
-// benchPlanner always answers with the work-conserving rule.
-type benchPlanner struct{}
+// benchPlanner always answers with the work-conserving rule, and observes
+// every event as a monitor would, doing nothing with them.
+type benchPlanner struct{ dispatcher.NopObserver }
 
-func (benchPlanner) Rule() policy.Rule          { return policy.Fill{Policy: policy.NameAdhoc} }
-func (benchPlanner) Changed() <-chan struct{}   { return nil }
-func (benchPlanner) Arrive(int)                 {}
-func (benchPlanner) Observe(int, time.Duration) {}
+func (benchPlanner) Rule() policy.Rule        { return policy.Fill{Policy: policy.NameAdhoc} }
+func (benchPlanner) Changed() <-chan struct{} { return nil }
 
 func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream) *dispatcher.Dispatcher {
 	tb.Helper()
 	d := dispatcher.New(dispatcher.Options{Upstream: up, Retries: 1, Metrics: dispatcher.NewMetrics(nil)})
-	if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}}); err != nil {
+	if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}, Observer: benchPlanner{}}); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
@@ -212,7 +212,7 @@ func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
 		callers[i], reqBytes = newBenchCaller(b, bc.m, i)
 	}
 	ctx := context.Background()
-	kservetest.Measure(b, d, reqBytes, bc.conc, func(w int) error {
+	dispatchertest.Measure(b, d, reqBytes, bc.conc, func(w int) error {
 		c := &callers[w]
 		call := &dispatcher.Call{Req: c.req, Rows: c.rows, Key: c.key}
 		if bc.sources {
@@ -222,6 +222,7 @@ func benchSubmit(b *testing.B, d *dispatcher.Dispatcher, bc benchCase) {
 		if res.Err != nil {
 			return res.Err
 		}
+		d.Delivered(res) // as a door does once it has written the answer
 		if len(res.Resp.Outputs) != len(bc.m.outputs) {
 			res.Release()
 			return fmt.Errorf("answer has %d outputs, want %d", len(res.Resp.Outputs), len(bc.m.outputs))
@@ -273,7 +274,7 @@ func TestBenchUpstreams(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				reply, err := up.Infer(m.name, "", batch)
+				reply, err := up.Infer(context.Background(), m.name, "", batch)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"sync"
@@ -42,7 +43,7 @@ type Call struct {
 	Source uint64
 	// Received, when set, is when the caller's request began to arrive at
 	// the door, before its body was read and decoded: the call's latency
-	// the planner learns (LatencyObserver) is measured from there, so the
+	// the observers learn (Answer) is measured from there, so the
 	// door's costs, which differ for a lone call passed through as it came
 	// and a merged one decoded and re-encoded, are in it (NewCall sets
 	// it). Zero: from Submit.
@@ -52,11 +53,18 @@ type Call struct {
 	dataOnce sync.Once
 	dataErr  error
 
+	// ctx is the context Submit was given (Context).
+	ctx     context.Context
 	arrived time.Time
 	level   uint64 // effective priority: smaller goes first
 	state   atomic.Int32
 	done    chan Result
 }
+
+// Context is the context the call's door gave Submit, where an Observer
+// finds what the door put there (a tracer, the caller's span); nil before
+// Submit.
+func (c *Call) Context() context.Context { return c.ctx }
 
 // readData decodes the JSON data the proxy left undecoded in Req
 // (kserve.DecodeRequestDeferred), once, on whichever goroutine needs it
@@ -98,33 +106,23 @@ type Result struct {
 	// BatchRows is the size of the batch the call went in (0 if none).
 	BatchRows int
 	release   *shared
-	// obs, when set, learns at Release how long the answer took from its
-	// batch's end (answered) to its caller's having written it, and (as a
-	// LatencyObserver) the call's latency from its arrival; calls is the
-	// batch's number of callers, clock the dispatcher's.
-	obs      OverheadObserver
+	// obs, set for the answer of a batch that succeeded, learns at
+	// Dispatcher.Delivered the call's latency from its arrival and how long
+	// the answer took from its batch's end (answered) to its being
+	// written; calls is the batch's number of callers.
+	obs      Observer
+	model    string
 	answered time.Time
 	arrived  time.Time
 	calls    int
-	clock    func() time.Time
 	// run, in a call's channel instead of its answer, is a batch holding
 	// the call for the call's own goroutine to run (launch).
 	run *batch
 }
 
 // Release gives back the buffers the response aliases. The caller calls it
-// once it has written the answer (encoded it into its connection's
-// buffers): the time to there is the call's latency as the proxy can see
-// it, which the planner learns (the encoding of a merged batch's parts and
-// the wake-up of its callers are costs of batching the plan must price).
+// once it has written the answer (and told Dispatcher.Delivered).
 func (r Result) Release() {
-	if r.obs != nil {
-		now := r.clock()
-		r.obs.ObserveAfter(r.calls, now.Sub(r.answered))
-		if l, ok := r.obs.(LatencyObserver); ok {
-			l.ObserveCall(r.arrived, now.Sub(r.arrived))
-		}
-	}
 	if r.release != nil {
 		r.release.done()
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -20,54 +19,12 @@ import (
 	"github.com/ratebatch/ratebatch/policy"
 )
 
-// Planner is the slow half of a policy for one model, as the dispatcher
-// needs it (package monitor implements it).
+// Planner is a model's current batching rule as the dispatcher reads it
+// (package monitor implements it). What the dispatcher sees goes the other
+// way, to the model's Observer.
 type Planner interface {
 	Rule() policy.Rule
 	Changed() <-chan struct{}
-	Arrive(rows int)
-	Observe(rows int, latency time.Duration)
-}
-
-// OverheadObserver is a Planner that also learns the proxy's own time
-// around a batch, which the upstream's round trip (Observe) leaves out
-// and a plan must count: at low load it is as large as the batch time.
-type OverheadObserver interface {
-	// ObserveHold reports how long a batch of rows from calls callers
-	// held its instance beyond the upstream's round trip: handing it to
-	// the goroutine that runs it, merging it, decoding and splitting the
-	// answer, delivering the parts.
-	ObserveHold(rows, calls int, beyond time.Duration)
-	// ObserveAfter reports how long a caller of a batch of calls callers
-	// waited, once its batch's answer was delivered, for that answer to
-	// reach its own goroutine (the wake-up of a caller that did not run
-	// the batch) and be written (Result.Release).
-	ObserveAfter(calls int, after time.Duration)
-}
-
-// DecisionObserver is a Planner that also counts the decisions its rule
-// took, and among them those at which a partner could still have come (a
-// caller idle, or the callers unknown): when none could, the rule sent
-// at once whatever its plan, and a plan need not be solved again for
-// those decisions (the budget policy keeps its rule; a lone synchronous
-// client otherwise paid the solves in CPU).
-type DecisionObserver interface {
-	ObserveDecision(partnerPossible bool)
-}
-
-// CallerWatcher is a Planner that also reads what the dispatcher has
-// learnt of the model's callers (SourceStats) when it plans: a closed loop
-// of synchronous clients is planned for as such (the budget policy).
-type CallerWatcher interface {
-	WatchCallers(read func(now time.Time) policy.Callers)
-}
-
-// LatencyObserver is a Planner that also learns each call's latency inside
-// the proxy, from its arrival to its answer in its own goroutine: what a
-// plan promised about mean latency is checked against it (the budget
-// policy's live trim).
-type LatencyObserver interface {
-	ObserveCall(arrived time.Time, latency time.Duration)
 }
 
 // ModelSpec describes one batchable model.
@@ -79,6 +36,14 @@ type ModelSpec struct {
 	// SLA is the latency target given to calls without a timeout (slack).
 	SLA     time.Duration
 	Planner Planner
+	// Observer, when set, learns the model's events (with
+	// Options.Observer): its monitor.
+	Observer Observer
+	// WatchCallers, when set, is given the reader of what the queue has
+	// learnt of the model's callers (SourceStats, as a plan reads them)
+	// when the model is set: a plan for a closed loop of synchronous
+	// clients reads it (the budget policy).
+	WatchCallers func(read func(now time.Time) policy.Callers)
 	// HalfOutputs are the model's FP16 and BF16 outputs, which Triton does
 	// not write as JSON: a lone call asking for one in JSON is merged, not
 	// sent as it came, so that the proxy writes it (kserve.HalfInJSON).
@@ -100,23 +65,15 @@ type Options struct {
 	// RetryAfter is what 503s on overload advise.
 	RetryAfter time.Duration
 	Metrics    *Metrics
-	// Busy, when set, is told when each batch starts; the function it
-	// returns is called with the rows answered when the batch ends. The
-	// energy meter uses it to split power between idle and busy time.
-	Busy func(model string) (end func(served int))
-	Now  func() time.Time
+	// Observer, when set, learns every model's events (with each one's
+	// ModelSpec.Observer): the energy meter, the decision trace.
+	Observer Observer
+	Now      func() time.Time
 	// Logger gets the stacks of recovered panics and the outlier
 	// detector's changes; nil: slog's default.
 	Logger *slog.Logger
 	// Outlier configures passive outlier detection; zero: off.
 	Outlier Outlier
-	// Trace, when set, receives the decision trace: one line per arrival
-	// (A: rows queued), decision (D: rows, the oldest row's wait, batches
-	// in flight, idle sources, and the rule's answer: rows to send or ms
-	// until its wake-up), batch start (S) and end (E: the round trip).
-	// scripts/budget-trace.py reads it. Nil: the file TraceEnv names, if
-	// set, else none.
-	Trace io.Writer
 }
 
 // Dispatcher routes calls to model queues.
@@ -133,7 +90,6 @@ type Dispatcher struct {
 	wg       sync.WaitGroup // queue loops
 	ctx      context.Context
 	cancel   context.CancelFunc
-	trace    *tracer // nil: no decision trace
 }
 
 // New returns a dispatcher with no models.
@@ -148,14 +104,7 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
-	if o.Trace == nil {
-		o.Trace = traceFromEnv()
-	}
-	if o.Trace != nil {
-		d.trace = newTracer(o.Trace, o.Now())
-	}
-	return d
+	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
 }
 
 // Errors a caller may get before its call is queued.
@@ -170,6 +119,7 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		return fmt.Errorf("dispatcher: model %q: need a name, a planner, max batch >= 1 and queue rows >= 1", s.Name)
 	}
 	s.Instances = max(s.Instances, 1)
+	obs := join(s.Observer, d.o.Observer)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.draining {
@@ -177,13 +127,13 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 	}
 	if q, ok := d.models[s.Name]; ok {
 		q.mu.Lock()
-		q.spec = s
+		q.spec, q.obs = s, obs
 		q.mu.Unlock()
 		q.watch()
 		q.signal()
 		return nil
 	}
-	q := &modelQueue{d: d, name: s.Name, spec: s, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
+	q := &modelQueue{d: d, name: s.Name, spec: s, obs: obs, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
 		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
 	q.watch()
@@ -220,13 +170,13 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownModel, model)}
 	}
-	if err := q.enqueue(c); err != nil {
+	if err := q.enqueue(ctx, c); err != nil {
 		return Result{Err: err}
 	}
 	// The caller decides, and runs its own batch if one leaves now: at low
 	// load a request then never waits for another goroutine to wake.
 	if mine := q.afterArrival(c); mine != nil {
-		q.execute(*mine)
+		q.execute(mine)
 		q.afterOwnBatch()
 	}
 	// At low load the caller ran the batch itself and its answer is there:
@@ -256,17 +206,30 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 	// A batch formed by another goroutine comes to its first caller to
 	// run (see launch); the caller's own answer follows from it.
 	for r.run != nil {
-		q.execute(*r.run)
+		q.execute(r.run)
 		q.afterOwnBatch()
 		r = <-c.done
 	}
 	if r.obs != nil {
-		r.arrived, r.clock = c.arrived, d.now // observed at Release
+		r.arrived = c.arrived // for Delivered
 		if !c.Received.IsZero() && c.Received.Before(c.arrived) {
 			r.arrived = c.Received
 		}
 	}
 	return r
+}
+
+// Delivered tells the dispatcher that r, Submit's result, has been written
+// to its caller (encoded into its connection's buffers): the time to there
+// is the call's latency as the proxy can see it, which the model's
+// observers learn (Observer.Answered) when r is the answer of a batch that
+// succeeded. Call it before r.Release.
+func (d *Dispatcher) Delivered(r Result) {
+	if r.obs == nil {
+		return
+	}
+	now := d.now()
+	r.obs.Answered(Answer{Model: r.model, Arrived: r.arrived, Latency: now.Sub(r.arrived), After: now.Sub(r.answered), Calls: r.calls})
 }
 
 // Drain sends everything queued without waiting for fuller batches and
@@ -298,7 +261,6 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
-	d.trace.close()
 	return err
 }
 
@@ -349,6 +311,7 @@ type modelQueue struct {
 	series *series
 	mu     sync.Mutex
 	spec   ModelSpec
+	obs    Observer // spec.Observer joined with Options.Observer; nil: none
 	keys   map[string]*keyQueue
 	// spare is a key queue emptied and taken out of keys, kept for the next
 	// new key: a model whose queue empties at every batch (any light load)
@@ -375,7 +338,7 @@ func (q *modelQueue) signal() {
 	}
 }
 
-func (q *modelQueue) enqueue(c *Call) error {
+func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	m := q.d.o.Metrics
 	if c.Rows < 1 {
 		return &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request has no rows"}
@@ -431,13 +394,13 @@ func (q *modelQueue) enqueue(c *Call) error {
 	k.push(c)
 	q.rows += c.Rows
 	q.src.arrive(c.Source, now)
-	if t := q.d.trace; t != nil {
-		t.log(now, "A", q.name, "rows=%d", q.rows)
-	}
-	planner := q.spec.Planner
+	c.ctx = ctx
+	obs, queued := q.obs, q.rows
 	q.mu.Unlock()
 	q.series.accepted.Inc()
-	planner.Arrive(c.Rows)
+	if obs != nil {
+		obs.Arrived(Arrival{Model: q.name, At: now, Call: c, Rows: c.Rows, Queued: queued})
+	}
 	return nil
 }
 
@@ -501,7 +464,7 @@ func (q *modelQueue) run(ctx context.Context) {
 func (q *modelQueue) afterArrival(own *Call) *batch {
 	var mine *batch
 	q.keepAppointment(q.dispatch(func(b *batch) bool {
-		if mine == nil && slices.Contains(b.calls, own) {
+		if mine == nil && slices.Contains(b.Calls, own) {
 			mine = b
 			return true
 		}
@@ -531,7 +494,7 @@ func (q *modelQueue) dispatch(keep func(*batch) bool) (next time.Time) {
 		if keep != nil && keep(&batches[i]) {
 			continue
 		}
-		q.launch(&batches[i]) // form's slice: no copy to the heap
+		q.launch(&batches[i]) // form's slice: already on the heap
 	}
 	return next
 }
@@ -558,7 +521,6 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	rule := q.spec.Planner.Rule()
 	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
 	idle, known := q.src.idle(now)
-	decisions, _ := q.spec.Planner.(DecisionObserver)
 	for key, k := range q.keys {
 		for {
 			head := k.head()
@@ -581,16 +543,9 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
 					IdleSources: idle, SourcesKnown: known,
 				})
-				if decisions != nil {
-					decisions.ObserveDecision(!known || idle > 0)
-				}
-				if t := q.d.trace; t != nil {
-					idleOut := idle
-					if !known {
-						idleOut = -1
-					}
-					t.log(now, "D", q.name, "rows=%d oldest=%.3f inflight=%d idle=%d send=%d wake=%.3f", k.rows, ms(now.Sub(head.arrived)),
-						q.inFlight, idleOut, d.Rows, ms(max(d.WakeAt.Sub(now), 0)))
+				if q.obs != nil {
+					q.obs.Decided(Decision{Model: q.name, At: now, Rows: k.rows, Oldest: now.Sub(head.arrived), InFlight: q.inFlight,
+						IdleSources: idle, SourcesKnown: known, Send: min(max(d.Rows, 0), q.spec.MaxBatch), WakeAt: d.WakeAt})
 				}
 				if d.Rows <= 0 {
 					if d.WakeAt.After(now) && (next.IsZero() || d.WakeAt.Before(next)) {
@@ -609,8 +564,8 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			q.inFlightRows += rows
 			q.batchesSent++
 			q.rowsSent += int64(rows)
-			batches = append(batches, batch{calls: calls, rows: rows, sent: now, planner: q.spec.Planner,
-				instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
+			batches = append(batches, batch{Batch: Batch{Model: q.name, Calls: calls, Rows: rows, Formed: now},
+				planner: q.spec.Planner, obs: q.obs, instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
 		}
 	}
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
@@ -638,7 +593,7 @@ func sameRule(a, b policy.Rule) (same bool) {
 // once and answers itself. The send never blocks: a taken call's channel
 // is empty until its batch answers it, and only this batch will.
 func (q *modelQueue) launch(b *batch) {
-	b.calls[0].done <- Result{run: b}
+	b.Calls[0].done <- Result{run: b}
 }
 
 // expire answers queued calls whose Triton timeout has passed and returns
@@ -698,11 +653,12 @@ func (q *modelQueue) deliver(c *Call, r Result) {
 	c.done <- r
 }
 
+// batch is a batch as its runner has it: what observers see (Batch) and
+// the model's settings when it left.
 type batch struct {
-	calls   []*Call
-	rows    int
-	sent    time.Time
-	planner Planner // the model's planner when the batch left, to learn from it
+	Batch
+	planner Planner  // the model's planner when the batch left
+	obs     Observer // the model's observer when the batch left; nil: none
 	// instances is the model's instance limit when the batch left: it also
 	// bounds the caller-by-caller resends of a batch the upstream refused.
 	instances int

@@ -42,7 +42,7 @@ type fakeUpstream struct {
 
 const badValue = -999
 
-func (u *fakeUpstream) Infer(model, version string, batch Body) (*Reply, error) {
+func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body) (*Reply, error) {
 	u.calls.Add(1)
 	n := u.running.Add(1)
 	defer u.running.Add(-1)
@@ -110,16 +110,16 @@ func (u *fakeUpstream) seenBodies() [][]byte {
 	return append([][]byte(nil), u.bodies...)
 }
 
-// fixedPlanner always answers with one rule.
+// fixedPlanner always answers with one rule, and counts what it observes.
 type fixedPlanner struct {
+	NopObserver
 	rule     policy.Rule
 	changed  chan struct{}
 	arrived  atomic.Int64
-	observed atomic.Int64
-	// Decisions reported (DecisionObserver), and those open to a partner.
+	observed atomic.Int64 // batches the upstream answered
+	// Decisions reported, and those open to a partner.
 	decisions, open atomic.Int64
-	// onObserve, when set, runs as each batch is learnt from, before its
-	// callers are answered.
+	// onObserve, when set, runs as each batch the upstream answered ends.
 	onObserve func()
 }
 
@@ -128,14 +128,17 @@ func newPlanner(r policy.Rule) *fixedPlanner {
 }
 func (p *fixedPlanner) Rule() policy.Rule        { return p.rule }
 func (p *fixedPlanner) Changed() <-chan struct{} { return p.changed }
-func (p *fixedPlanner) Arrive(rows int)          { p.arrived.Add(int64(rows)) }
-func (p *fixedPlanner) ObserveDecision(partnerPossible bool) {
+func (p *fixedPlanner) Arrived(a Arrival)        { p.arrived.Add(int64(a.Rows)) }
+func (p *fixedPlanner) Decided(d Decision) {
 	p.decisions.Add(1)
-	if partnerPossible {
+	if d.PartnerPossible() {
 		p.open.Add(1)
 	}
 }
-func (p *fixedPlanner) Observe(rows int, _ time.Duration) {
+func (p *fixedPlanner) BatchEnded(_ *Batch, e BatchEnd) {
+	if !e.OK {
+		return
+	}
 	p.observed.Add(1)
 	if p.onObserve != nil {
 		p.onObserve()
@@ -162,7 +165,7 @@ func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream
 		f(d)
 	}
 	pl := newPlanner(rule)
-	spec.Name, spec.Planner = "simple", pl
+	spec.Name, spec.Planner, spec.Observer = "simple", pl, pl
 	if spec.MaxBatch == 0 {
 		spec.MaxBatch = 8
 	}

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,19 +13,20 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
-// execute sends one batch and answers each of its callers.
-func (q *modelQueue) execute(b batch) {
-	for _, c := range b.calls {
-		q.series.queueWait.Observe(b.sent.Sub(c.arrived).Seconds())
+// execute sends one batch and answers each of its callers, telling the
+// model's observers of its start and end.
+func (q *modelQueue) execute(b *batch) {
+	for _, c := range b.Calls {
+		q.series.queueWait.Observe(b.Formed.Sub(c.arrived).Seconds())
 	}
-	q.series.batchSize.Observe(float64(b.rows))
+	q.series.batchSize.Observe(float64(b.Rows))
 
-	// The planner and the meter are other packages' code on the batch's
-	// way: a panic there is contained too (contain), as the callers'
-	// answers are already in results.
-	var busyEnd func(int)
-	if q.d.o.Busy != nil {
-		q.contain("power", func() { busyEnd = q.d.o.Busy(q.name) })
+	// The observers are other packages' code on the batch's way: a panic
+	// there is contained (contain), and the batch and its callers go on.
+	b.Ctx = context.Background()
+	if b.obs != nil {
+		b.Started = q.d.now()
+		q.contain("observe", func() { b.obs.BatchStarted(&b.Batch) })
 	}
 	var (
 		results []Result
@@ -34,66 +36,62 @@ func (q *modelQueue) execute(b batch) {
 	probe, failing := q.startBatch()
 	if failing != nil {
 		// The model fails and its probe is out: a prompt 503, no upstream call.
-		results = make([]Result, len(b.calls))
+		results = make([]Result, len(b.Calls))
 		for i := range results {
 			results[i] = Result{Err: failing}
 		}
 		q.d.o.Metrics.rejected(q.name, "model_failing")
 	} else {
-		stop := q.watchHung(&b)
-		t := q.d.trace
-		if t != nil {
-			t.log(q.d.now(), "S", q.name, "rows=%d calls=%d", b.rows, len(b.calls))
-		}
+		stop := q.watchHung(b)
 		results, latency, ok = q.sendContained(b)
-		if t != nil {
-			t.log(q.d.now(), "E", q.name, "rows=%d rt=%.3f ok=%v", b.rows, ms(latency), ok)
-		}
 		if stop != nil {
 			stop()
 		}
 		q.endBatch(probe, results)
 	}
 	if ok {
-		q.contain("observe", func() { b.planner.Observe(b.rows, latency) })
 		q.series.upstream.Observe(latency.Seconds())
 	}
-	if busyEnd != nil {
-		served := 0
-		for i, c := range b.calls {
-			if results[i].Err == nil {
-				served += c.Rows
-			}
+	end := BatchEnd{Rows: b.Rows, Calls: len(b.Calls), OK: ok}
+	for i, c := range b.Calls {
+		if results[i].Err == nil {
+			end.Served += c.Rows
 		}
-		q.contain("power", func() { busyEnd(served) })
 	}
 	// The callers' connections are free to send again from here: a
 	// decision from now on counts them as partners that may come.
-	q.freeSources(b.calls)
-	obs, _ := b.planner.(OverheadObserver)
+	q.freeSources(b.Calls)
 	var answered time.Time
-	if obs != nil && ok {
+	learn := ok && b.obs != nil
+	if learn {
 		answered = q.d.now()
 	}
-	for i, c := range b.calls {
+	for i, c := range b.Calls {
 		r := results[i]
-		r.Queued = b.sent.Sub(c.arrived)
-		r.BatchRows = b.rows
-		if !answered.IsZero() {
-			r.obs, r.answered, r.calls = obs, answered, len(b.calls)
+		r.Queued = b.Formed.Sub(c.arrived)
+		r.BatchRows = b.Rows
+		if learn {
+			r.obs, r.model, r.answered, r.calls = b.obs, q.name, answered, len(b.Calls)
 		}
 		q.deliver(c, r)
 	}
+	// The callers have their answers and may reuse their calls.
+	b.Calls = nil
 
 	q.mu.Lock()
 	q.inFlight--
-	q.inFlightRows -= b.rows
+	q.inFlightRows -= b.Rows
 	q.mu.Unlock()
-	if !answered.IsZero() {
+	if b.obs == nil {
+		return
+	}
+	end.At = q.d.now()
+	if ok {
 		// The instance was the batch's from its forming to here: what the
 		// round trip does not cover held it too.
-		obs.ObserveHold(b.rows, len(b.calls), q.d.now().Sub(b.sent)-latency)
+		end.RoundTrip, end.Hold = latency, max(end.At.Sub(b.Formed)-latency, 0)
 	}
+	q.contain("observe", func() { b.obs.BatchEnded(&b.Batch, end) })
 	// No signal: the caller that ran the batch decides next (afterOwnBatch).
 }
 
@@ -101,12 +99,12 @@ func (q *modelQueue) execute(b batch) {
 // hit by a merge, a split or an upstream's answer) fails this batch's
 // callers with a 500 and nothing else; the batch runner goes on to answer
 // them and free the instance as after any failure.
-func (q *modelQueue) sendContained(b batch) (results []Result, latency time.Duration, ok bool) {
+func (q *modelQueue) sendContained(b *batch) (results []Result, latency time.Duration, ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			err := &kserve.Error{Status: http.StatusInternalServerError,
 				Msg: guard.Recovered(q.d.o.Logger, "batch", v).Error()}
-			results = make([]Result, len(b.calls))
+			results = make([]Result, len(b.Calls))
 			for i := range results {
 				results[i] = Result{Err: err}
 			}
@@ -114,7 +112,7 @@ func (q *modelQueue) sendContained(b batch) (results []Result, latency time.Dura
 		}
 	}()
 	if hook := testHookSend.Load(); hook != nil {
-		(*hook)(q.name, b.calls)
+		(*hook)(q.name, b.Calls)
 	}
 	return q.send(b)
 }
@@ -139,11 +137,11 @@ var testHookSend atomic.Pointer[func(model string, calls []*Call)]
 // again on its own, at most the model's instance limit at once, so that
 // only the bad one fails. ok reports a whole-batch success, whose latency
 // teaches the monitor.
-func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok bool) {
-	calls := b.calls
+func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok bool) {
+	calls := b.Calls
 	version := calls[0].Version
 	if len(calls) == 1 {
-		results, latency, status := q.sendAlone(version, calls[0], b.halfOutputs)
+		results, latency, status := q.sendAlone(b.Ctx, version, calls[0], b.halfOutputs)
 		return results, latency, status == http.StatusOK
 	}
 	var bad []error
@@ -162,7 +160,7 @@ func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok 
 	for i, c := range calls {
 		reqs[i] = c.Req
 	}
-	results, latency, status := q.sendMerged(version, reqs, q.holdUntil(calls...))
+	results, latency, status := q.sendMerged(b.Ctx, version, reqs, q.holdUntil(calls...))
 	if status == http.StatusBadRequest {
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
 		q.resendEach(b, results)
@@ -173,10 +171,10 @@ func (q *modelQueue) send(b batch) (results []Result, latency time.Duration, ok 
 
 // resendEach sends each of a refused batch's callers alone, at most the
 // batch's instance limit at once, putting their answers in results.
-func (q *modelQueue) resendEach(b batch, results []Result) {
+func (q *modelQueue) resendEach(b *batch, results []Result) {
 	slots := make(chan struct{}, max(b.instances, 1))
 	var wg sync.WaitGroup
-	for i, c := range b.calls {
+	for i, c := range b.Calls {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
@@ -186,7 +184,7 @@ func (q *modelQueue) resendEach(b batch, results []Result) {
 						Msg: guard.Recovered(q.d.o.Logger, "batch_resend", v).Error()}}
 				}
 			}()
-			rs, _, _ := q.sendAlone(c.Version, c, b.halfOutputs)
+			rs, _, _ := q.sendAlone(b.Ctx, c.Version, c, b.halfOutputs)
 			results[i] = rs[0]
 		})
 	}
@@ -196,22 +194,22 @@ func (q *modelQueue) resendEach(b batch, results []Result) {
 // sendWithout answers the calls whose data does not decode (bad[i] set)
 // with their error and sends the others as a batch of their own. The batch
 // is not the one the planner counted, so it teaches the monitor nothing.
-func (q *modelQueue) sendWithout(b batch, bad []error) []Result {
-	results := make([]Result, len(b.calls))
-	good := b
-	good.calls, good.rows = make([]*Call, 0, len(b.calls)), 0
-	for i, c := range b.calls {
+func (q *modelQueue) sendWithout(b *batch, bad []error) []Result {
+	results := make([]Result, len(b.Calls))
+	good := *b
+	good.Calls, good.Rows = make([]*Call, 0, len(b.Calls)), 0
+	for i, c := range b.Calls {
 		if bad[i] != nil {
 			results[i] = Result{Err: bad[i]}
 			continue
 		}
-		good.calls = append(good.calls, c)
-		good.rows += c.Rows
+		good.Calls = append(good.Calls, c)
+		good.Rows += c.Rows
 	}
-	if len(good.calls) == 0 {
+	if len(good.Calls) == 0 {
 		return results
 	}
-	sent, _, _ := q.send(good)
+	sent, _, _ := q.send(&good)
 	for i := range results {
 		if bad[i] == nil {
 			results[i], sent = sent[0], sent[1:]
@@ -223,14 +221,14 @@ func (q *modelQueue) sendWithout(b batch, bad []error) []Result {
 // sendAlone sends a batch of one call: as it came when it came over HTTP
 // in a form Triton reads and answers as asked (kserve.HalfInJSON), else
 // merged from its decoded request.
-func (q *modelQueue) sendAlone(version string, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendAlone(ctx context.Context, version string, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
 	if c.Wire.Body != nil && !c.Req.HalfInJSON(halfOutputs) {
-		return q.sendWire(version, c, q.holdUntil(c))
+		return q.sendWire(ctx, version, c, q.holdUntil(c))
 	}
 	if err := c.readData(); err != nil {
 		return []Result{{Err: err}}, 0, 0
 	}
-	return q.sendMerged(version, []*kserve.Request{c.Req}, q.holdUntil(c))
+	return q.sendMerged(ctx, version, []*kserve.Request{c.Req}, q.holdUntil(c))
 }
 
 // holdUntil is how long calls may wait for an upstream that is down: the
@@ -255,7 +253,7 @@ func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 
 // sendMerged merges reqs, posts them and splits the answer. status is the
 // upstream's HTTP status, or 0 when there was none.
-func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUntil time.Time) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kserve.Request, holdUntil time.Time) ([]Result, time.Duration, int) {
 	name := q.name
 	failAll := func(err error) []Result {
 		out := make([]Result, len(reqs))
@@ -268,7 +266,7 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUnti
 	if err != nil {
 		return failAll(&kserve.Error{Status: http.StatusInternalServerError, Msg: "forming the batch: " + err.Error()}), 0, 0
 	}
-	reply, latency, status, err := q.post(version, b, holdUntil)
+	reply, latency, status, err := q.post(ctx, version, b, holdUntil)
 	if err != nil {
 		return failAll(err), latency, status
 	}
@@ -297,8 +295,8 @@ func (q *modelQueue) sendMerged(version string, reqs []*kserve.Request, holdUnti
 // sendWire posts a lone call's request as it came and hands it the
 // upstream's answer as it came: what the caller would have had from Triton
 // directly, without merging or splitting.
-func (q *modelQueue) sendWire(version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
-	reply, latency, status, err := q.post(version, wireBody{&c.Wire}, holdUntil)
+func (q *modelQueue) sendWire(ctx context.Context, version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
+	reply, latency, status, err := q.post(ctx, version, wireBody{&c.Wire}, holdUntil)
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}
@@ -320,13 +318,13 @@ type wireAnswer struct {
 // when the status is 200. Otherwise err is the *kserve.Error each of the
 // batch's callers gets, and status the upstream's HTTP status (0 when
 // there was none).
-func (q *modelQueue) post(version string, body Body, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
+func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
 	name := q.name
 	m := q.d.o.Metrics
 	fail := func(status int, format string, args ...any) (*Reply, time.Duration, int, error) {
 		return nil, latency, 0, &kserve.Error{Status: status, Msg: fmt.Sprintf(format, args...)}
 	}
-	reply, latency, err = q.attempt(version, body, holdUntil)
+	reply, latency, err = q.attempt(ctx, version, body, holdUntil)
 	switch {
 	case errors.Is(err, ErrUpstreamTimeout):
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
@@ -388,7 +386,7 @@ var errUpstreamDown = errors.New("refusing connections")
 // others wait for its outcome, and all resume once it answers. Past
 // holdUntil a batch that cannot reach the upstream fails at once with
 // errUpstreamDown. latency is the last attempt's.
-func (q *modelQueue) attempt(version string, b Body, holdUntil time.Time) (reply *Reply, latency time.Duration, err error) {
+func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUntil time.Time) (reply *Reply, latency time.Duration, err error) {
 	h, m, name := q.d.health, q.d.o.Metrics, q.name
 	held := func() bool { return q.d.now().Before(holdUntil) }
 	probe := false // this batch holds the probe role
@@ -421,7 +419,7 @@ func (q *modelQueue) attempt(version string, b Body, holdUntil time.Time) (reply
 			}
 		}
 		start := q.d.now()
-		reply, err = q.d.o.Upstream.Infer(name, version, b)
+		reply, err = q.d.o.Upstream.Infer(ctx, name, version, b)
 		latency = q.d.now().Sub(start)
 		ce, isConn := connError(err)
 		if !isConn {

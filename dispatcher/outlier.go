@@ -196,7 +196,7 @@ func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
 	}
 	bound := o.HungMin
 	if p, ok := b.planner.(Predictor); ok {
-		bound = max(bound, time.Duration(o.HungFactor*float64(p.Predict(b.rows))))
+		bound = max(bound, time.Duration(o.HungFactor*float64(p.Predict(b.Rows))))
 	}
 	var (
 		stopped atomic.Bool
@@ -237,7 +237,7 @@ func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if !q.health.failing {
-			q.markFailing(q.d.now(), fmt.Sprintf("a batch of %d rows has run %v, over %v", b.rows,
+			q.markFailing(q.d.now(), fmt.Sprintf("a batch of %d rows has run %v, over %v", b.Rows,
 				q.d.now().Sub(start).Round(time.Millisecond), bound.Round(time.Millisecond)), "hung")
 		}
 	}

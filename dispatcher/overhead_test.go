@@ -9,46 +9,41 @@ import (
 	"github.com/ratebatch/ratebatch/policy"
 )
 
-// overheadPlanner is a fixedPlanner that also learns the time around a
-// batch (OverheadObserver).
-type overheadPlanner struct {
-	*fixedPlanner
+// overheadObserver records the time around each batch its dispatcher
+// reports.
+type overheadObserver struct {
+	NopObserver
 	mu    sync.Mutex
-	holds []int // calls per batch reported by ObserveHold
-	after []int // calls per batch of each ObserveAfter
-	// lived is each ObserveCall's latency (LatencyObserver), late the
-	// calls reported with an arrival after their report.
+	holds []int // calls per batch of each BatchEnded
+	after []int // calls per batch of each Answered
+	// lived is each Answered's latency, late the calls reported with an
+	// arrival after their report.
 	lived []time.Duration
 	late  int
 	neg   int // negative durations reported
 }
 
-func (p *overheadPlanner) ObserveCall(arrived time.Time, latency time.Duration) {
+func (p *overheadObserver) Answered(a Answer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lived = append(p.lived, latency)
-	if arrived.After(time.Now()) {
+	p.lived = append(p.lived, a.Latency)
+	p.after = append(p.after, a.Calls)
+	if a.Arrived.After(time.Now()) {
 		p.late++
 	}
-	if latency < 0 {
+	if a.Latency < 0 || a.After < 0 {
 		p.neg++
 	}
 }
 
-func (p *overheadPlanner) ObserveHold(_, calls int, beyond time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.holds = append(p.holds, calls)
-	if beyond < 0 {
-		p.neg++
+func (p *overheadObserver) BatchEnded(_ *Batch, e BatchEnd) {
+	if !e.OK {
+		return
 	}
-}
-
-func (p *overheadPlanner) ObserveAfter(calls int, after time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.after = append(p.after, calls)
-	if after < 0 {
+	p.holds = append(p.holds, e.Calls)
+	if e.Hold < 0 {
 		p.neg++
 	}
 }
@@ -56,13 +51,14 @@ func (p *overheadPlanner) ObserveAfter(calls int, after time.Duration) {
 // Every batch reports its hold and every caller its wait after the batch,
 // with the batch's number of callers, so that a planner can price lone and
 // merged batches apart (the budget policy's plan counts both); every
-// caller its latency, once it released its answer (the budget's live
-// trim checks the plan by it).
+// caller its latency, once its door delivered its answer (the budget's
+// live trim checks the plan by it).
 func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
 	up := &fakeUpstream{}
-	pl := &overheadPlanner{fixedPlanner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond})}
+	pl := &overheadObserver{}
 	d := New(Options{Upstream: up, Retries: 1})
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Planner: pl}); err != nil {
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Observer: pl,
+		Planner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond})}); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -77,7 +73,9 @@ func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			c := call(t, int32(i*100), 1)
-			if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+			r := d.Submit(context.Background(), "simple", c)
+			d.Delivered(r)
+			if err := checkAnswer(c, r); err != nil {
 				t.Error(err)
 			}
 		})
@@ -85,7 +83,9 @@ func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
 	wg.Wait()
 	// A lone call at the end: a batch of one caller.
 	c := call(t, 9000, 1)
-	if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+	r := d.Submit(context.Background(), "simple", c)
+	d.Delivered(r)
+	if err := checkAnswer(c, r); err != nil {
 		t.Fatal(err)
 	}
 	pl.mu.Lock()

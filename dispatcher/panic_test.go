@@ -122,15 +122,16 @@ func TestRulePanicLosesNoCaller(t *testing.T) {
 	assertAccounting(t, h.m, n)
 }
 
-// panickyPlanner's Observe panics: the batch's callers are answered anyway.
-type panickyPlanner struct{ *fixedPlanner }
+// panickyObserver's BatchEnded panics: the batch's callers are answered
+// anyway.
+type panickyObserver struct{ *fixedPlanner }
 
-func (panickyPlanner) Observe(int, time.Duration) { panic("injected observe panic") }
+func (panickyObserver) BatchEnded(*Batch, BatchEnd) { panic("injected observe panic") }
 
 func TestObservePanicAnswersTheBatch(t *testing.T) {
 	up := &fakeUpstream{}
 	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
-	spec := ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Planner: panickyPlanner{h.pl}}
+	spec := ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Planner: h.pl, Observer: panickyObserver{h.pl}}
 	if err := h.d.SetModel(spec); err != nil {
 		t.Fatal(err)
 	}

@@ -429,7 +429,7 @@ func (s *sources) stats(now time.Time) SourceStats {
 }
 
 // callers is the queue's callers as a plan reads them
-// (CallerWatcher): every kind but closed-loop counts as other.
+// (ModelSpec.WatchCallers): every kind but closed-loop counts as other.
 func (q *modelQueue) callers(now time.Time) policy.Callers {
 	q.mu.Lock()
 	st := q.src.stats(now)
@@ -447,14 +447,14 @@ func (q *modelQueue) callers(now time.Time) policy.Callers {
 	return c
 }
 
-// watch hands the queue's planner the reader of its callers, if it takes
-// one (CallerWatcher).
+// watch hands the reader of the queue's callers to the model's
+// ModelSpec.WatchCallers, if set.
 func (q *modelQueue) watch() {
 	q.mu.Lock()
-	w, ok := q.spec.Planner.(CallerWatcher)
+	w := q.spec.WatchCallers
 	q.mu.Unlock()
-	if ok {
-		w.WatchCallers(q.callers)
+	if w != nil {
+		w(q.callers)
 	}
 }
 

@@ -52,7 +52,7 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	rule := &seenRule{}
 	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
 	pl := newPlanner(rule)
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl}); err != nil {
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl, Observer: pl}); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -104,7 +104,8 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 // end, in the documented form.
 func TestDecisionTrace(t *testing.T) {
 	var buf syncBuffer
-	d := New(Options{Upstream: &fakeUpstream{}, Trace: &buf})
+	trace := NewDecisionTrace(&buf, time.Now())
+	d := New(Options{Upstream: &fakeUpstream{}, Observer: trace})
 	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: newPlanner(policy.Fill{Policy: "test"})}); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,9 @@ func TestDecisionTrace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := d.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	kinds := ""
@@ -330,7 +334,7 @@ func TestSourcesInSnapshotAndMetrics(t *testing.T) {
 	advance := func(d time.Duration) { clock.Lock(); clock.t = clock.t.Add(d); clock.Unlock() }
 	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
 	pl := &watchingPlanner{fixedPlanner: newPlanner(policy.Fill{Policy: "test"})}
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl}); err != nil {
+	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl, WatchCallers: pl.watch}); err != nil {
 		t.Fatal(err)
 	}
 	if pl.read == nil {
@@ -414,13 +418,13 @@ type collectorFunc func(chan<- prometheus.Metric)
 func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
-// watchingPlanner takes the callers' reader (CallerWatcher).
+// watchingPlanner takes the callers' reader (ModelSpec.WatchCallers).
 type watchingPlanner struct {
 	*fixedPlanner
 	read func(time.Time) policy.Callers
 }
 
-func (p *watchingPlanner) WatchCallers(read func(time.Time) policy.Callers) { p.read = read }
+func (p *watchingPlanner) watch(read func(time.Time) policy.Callers) { p.read = read }
 
 // BenchmarkSources is the sources' work per call of a closed loop among 64
 // connections, all under the queue's lock: its arrival (learning its gap),

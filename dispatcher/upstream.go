@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,10 @@ type Upstream interface {
 	// Infer posts body to the model's infer endpoint. On success the reply
 	// holds the status and body; Free gives the body back and must be
 	// called exactly once. Infer may be called again with the same body
-	// (a retry), so it must not consume it for good.
-	Infer(model, version string, body Body) (*Reply, error)
+	// (a retry), so it must not consume it for good. ctx is the batch's
+	// (Batch.Ctx): it carries what observers put there (a tracer's span, to
+	// propagate upstream); the dispatcher bounds the call's time itself.
+	Infer(ctx context.Context, model, version string, body Body) (*Reply, error)
 }
 
 // Body is a batched request body (a *kserve.Batch, or a lone caller's
@@ -141,7 +144,7 @@ func (u *HTTPUpstream) path(model, version string) string {
 }
 
 // Infer implements Upstream.
-func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
+func (u *HTTPUpstream) Infer(_ context.Context, model, version string, body Body) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	headerLen := body.HeaderLen()

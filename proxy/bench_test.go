@@ -21,6 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/dispatcher/dispatchertest"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/kservetest"
@@ -136,9 +137,9 @@ func (m benchModel) reply(tb testing.TB, rows int, binary bool) (body []byte, he
 // newBenchUpstream answers every batch at once with the model's prebuilt
 // binary reply for its rows, and a lone JSON caller's request, sent as it
 // came, with a JSON reply for one row.
-func newBenchUpstream(tb testing.TB, m benchModel) *kservetest.InstantUpstream {
+func newBenchUpstream(tb testing.TB, m benchModel) *dispatchertest.InstantUpstream {
 	jsonBody, _ := m.reply(tb, 1, false)
-	return kservetest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) {
+	return dispatchertest.NewInstantUpstream(m.maxBatch, func(rows int) ([]byte, int) {
 		body, hl := m.reply(tb, rows, true)
 		n, _ := strconv.Atoi(hl)
 		return body, n
@@ -166,12 +167,12 @@ func (f *benchForward) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response
 	return nil
 }
 
-type benchPlanner struct{}
+// benchPlanner always answers with the work-conserving rule, and observes
+// every event as a monitor would, doing nothing with them.
+type benchPlanner struct{ dispatcher.NopObserver }
 
-func (benchPlanner) Rule() policy.Rule          { return policy.Fill{Policy: policy.NameAdhoc} }
-func (benchPlanner) Changed() <-chan struct{}   { return nil }
-func (benchPlanner) Arrive(int)                 {}
-func (benchPlanner) Observe(int, time.Duration) {}
+func (benchPlanner) Rule() policy.Rule        { return policy.Fill{Policy: policy.NameAdhoc} }
+func (benchPlanner) Changed() <-chan struct{} { return nil }
 
 // newBenchDispatcher batches m through up; batched false leaves it unknown, so
 // the proxy passes its requests through.
@@ -179,7 +180,7 @@ func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream, bat
 	tb.Helper()
 	d := dispatcher.New(dispatcher.Options{Upstream: up, Retries: 1, Metrics: dispatcher.NewMetrics(nil)})
 	if batched {
-		if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}}); err != nil {
+		if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}, Observer: benchPlanner{}}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -244,7 +245,7 @@ func BenchmarkHandler(b *testing.B) {
 				reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
 				headers[i] = benchHeaders(reqs[i])
 			}
-			kservetest.Measure(b, d, len(reqs[0].body), c.conc, func(w int) error {
+			dispatchertest.Measure(b, d, len(reqs[0].body), c.conc, func(w int) error {
 				ctx := &ctxs[w]
 				serveInProcess(h, ctx, http.MethodPost, target, headers[w], reqs[w].body)
 				if st := ctx.Response.StatusCode(); st != http.StatusOK || len(ctx.Response.Body()) == 0 {
@@ -321,7 +322,7 @@ func benchSendAll(b *testing.B, d *dispatcher.Dispatcher, m benchModel, target s
 		s.req.SetBodyRaw(rq.body)
 		reqBytes = len(rq.body)
 	}
-	kservetest.Measure(b, d, reqBytes, conc, func(w int) error {
+	dispatchertest.Measure(b, d, reqBytes, conc, func(w int) error {
 		s := &sessions[w]
 		s.resp.Reset()
 		if err := hc.DoTimeout(&s.req, &s.resp, 10*time.Second); err != nil {
