@@ -50,6 +50,8 @@ type Batcher interface {
 	// Model reports whether the model is batched and its max batch size.
 	Model(name string) (maxBatch int, ok bool)
 	Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result
+	// Delivered tells that Submit's result has been written to its caller.
+	Delivered(r dispatcher.Result)
 }
 
 // Discoverer learns models on demand; optional.
@@ -415,6 +417,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 		return s.fail(model, res.Err)
 	}
 	err = ss.SendMsg(grpcwire.ToResponse(res.Resp)) // marshals before it returns
+	s.o.Batcher.Delivered(res)
 	res.Release()
 	if err != nil {
 		s.log.Debug("writing gRPC response", "model", model, "err", err)

@@ -39,7 +39,7 @@ type addSub struct {
 	batches []int
 }
 
-func (u *addSub) Infer(model, version string, batch dispatcher.Body) (*dispatcher.Reply, error) {
+func (u *addSub) Infer(_ context.Context, model, version string, batch dispatcher.Body) (*dispatcher.Reply, error) {
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ import (
 type instantBatcher struct{}
 
 func (instantBatcher) Model(name string) (int, bool) { return 8, name == "simple" }
+func (instantBatcher) Delivered(dispatcher.Result)   {}
 func (instantBatcher) Submit(_ context.Context, _ string, c *dispatcher.Call) dispatcher.Result {
 	if err := c.Req.DecodeData(); err != nil {
 		return dispatcher.Result{Err: err}

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
@@ -177,7 +178,7 @@ type Monitor struct {
 
 	arrivals atomic.Int64 // rows since the last slice; reset only by the monitor
 	// Decisions since the last slice, and those at which a partner could
-	// have come (dispatcher.DecisionObserver); reset only by the monitor.
+	// have come (Decided); reset only by the monitor.
 	decisions, openDecisions atomic.Int64
 	// callers reads what the dispatcher has learnt of the model's callers
 	// (WatchCallers); nil until it has been given.
@@ -201,12 +202,12 @@ type Monitor struct {
 	// serviceSCV is math.Float64bits of the round trips' squared
 	// coefficient of variation, pooled over the sizes (readGaps).
 	serviceSCV atomic.Uint64
-	// outside is the proxy's own time around a batch (ObserveHold,
-	// ObserveAfter), which the plan counts beside tau(b).
+	// outside is the proxy's own time around a batch (BatchEnded,
+	// Answered), which the plan counts beside tau(b).
 	outsideMu sync.Mutex
 	outside   outsideMeans
 	// liveNs and liveCalls sum the latencies inside the proxy of the
-	// calls that arrived since the last plan (ObserveCall), for
+	// calls that arrived since the last plan (Answered), for
 	// Estimate.Live; sliceStart is that plan's time (UnixNano).
 	liveNs, liveCalls, sliceStart atomic.Int64
 	// gapBySize measures the round trip beyond the server's compute per
@@ -282,20 +283,52 @@ func New(c Config) (*Monitor, error) {
 	return m, nil
 }
 
-// Arrive counts rows that entered the queue. It is the request path's only
-// call into the monitor.
-func (m *Monitor) Arrive(rows int) {
+// The monitor learns from its model's dispatcher as a dispatcher.Observer:
+// each event's method only counts and sums (atomics, or a short lock); the
+// plan reads the sums at its next slice.
+var _ dispatcher.Observer = (*Monitor)(nil)
+
+// Arrived counts the rows of a call that entered the queue.
+func (m *Monitor) Arrived(a dispatcher.Arrival) { m.arrive(a.Rows) }
+
+// Decided counts a decision of the rule, and whether a partner could have
+// come at it.
+func (m *Monitor) Decided(d dispatcher.Decision) { m.observeDecision(d.PartnerPossible()) }
+
+// BatchStarted implements dispatcher.Observer: a batch teaches the monitor
+// nothing until it ends.
+func (m *Monitor) BatchStarted(*dispatcher.Batch) {}
+
+// BatchEnded learns the round trip and the hold of a batch the upstream
+// answered in full.
+func (m *Monitor) BatchEnded(_ *dispatcher.Batch, e dispatcher.BatchEnd) {
+	if !e.OK {
+		return
+	}
+	m.observe(e.Rows, e.RoundTrip)
+	m.observeHold(e.Calls, e.Hold)
+}
+
+// Answered learns a call's latency inside the proxy and its wait after its
+// batch ended.
+func (m *Monitor) Answered(a dispatcher.Answer) {
+	m.observeAfter(a.Calls, a.After)
+	m.observeCall(a.Arrived, a.Latency)
+}
+
+// arrive counts rows that entered the queue.
+func (m *Monitor) arrive(rows int) {
 	m.arrivals.Add(int64(rows))
 	m.total.Add(int64(rows))
 }
 
-// Observe reports one completed batch and its round trip as the proxy
+// observe takes one completed batch and its round trip as the proxy
 // measured it. Until the server's own statistics arrive (ObserveServer) the
 // round trip feeds the tau(b) fit; afterwards it only measures the overhead
 // around the server's figure (network, HTTP, queueing in the server), which
 // must not be mixed into tau(b): tau(b) decides how long a batch holds the
 // device, and the overhead is paid by every request alike.
-func (m *Monitor) Observe(rows int, latency time.Duration) {
+func (m *Monitor) observe(rows int, latency time.Duration) {
 	ms := float64(latency) / float64(time.Millisecond)
 	if !m.serverFed.Load() {
 		// A bad sample (never produced by the dispatcher) is simply not learnt.
@@ -338,9 +371,9 @@ func (a *mean) add(x float64) {
 	a.v += max(outsideGain, 1/float64(a.n)) * (x - a.v)
 }
 
-// ObserveHold reports how long a batch held its instance beyond the
-// upstream's round trip (dispatcher.OverheadObserver).
-func (m *Monitor) ObserveHold(rows, calls int, beyond time.Duration) {
+// observeHold takes how long a batch of calls callers held its instance
+// beyond the upstream's round trip.
+func (m *Monitor) observeHold(calls int, beyond time.Duration) {
 	ms := max(float64(beyond)/float64(time.Millisecond), 0)
 	m.outsideMu.Lock()
 	if calls <= 1 {
@@ -351,9 +384,9 @@ func (m *Monitor) ObserveHold(rows, calls int, beyond time.Duration) {
 	m.outsideMu.Unlock()
 }
 
-// ObserveAfter reports a caller's wait for its answer after its batch
-// ended (dispatcher.OverheadObserver).
-func (m *Monitor) ObserveAfter(calls int, after time.Duration) {
+// observeAfter takes a caller's wait for its answer after its batch of
+// calls callers ended.
+func (m *Monitor) observeAfter(calls int, after time.Duration) {
 	ms := max(float64(after)/float64(time.Millisecond), 0)
 	m.outsideMu.Lock()
 	if calls <= 1 {
@@ -364,9 +397,9 @@ func (m *Monitor) ObserveAfter(calls int, after time.Duration) {
 	m.outsideMu.Unlock()
 }
 
-// ObserveDecision counts a decision of the rule, and whether a partner
-// could have come at it (dispatcher.DecisionObserver).
-func (m *Monitor) ObserveDecision(partnerPossible bool) {
+// observeDecision counts a decision of the rule, and whether a partner
+// could have come at it.
+func (m *Monitor) observeDecision(partnerPossible bool) {
 	m.decisions.Add(1)
 	if partnerPossible {
 		m.openDecisions.Add(1)
@@ -374,17 +407,17 @@ func (m *Monitor) ObserveDecision(partnerPossible bool) {
 }
 
 // WatchCallers gives the monitor a reader of the model's callers
-// (dispatcher.CallerWatcher); each plan reads it once, so the budget
-// policy can plan for a closed loop of synchronous clients.
+// (dispatcher.ModelSpec.WatchCallers); each plan reads it once, so the
+// budget policy can plan for a closed loop of synchronous clients.
 func (m *Monitor) WatchCallers(read func(now time.Time) policy.Callers) {
 	m.callers.Store(&read)
 }
 
-// ObserveCall reports one call's latency inside the proxy, from its
-// arrival to its answer (dispatcher.LatencyObserver). A call that arrived
+// observeCall takes one call's latency inside the proxy, from its
+// arrival to its answer being written. A call that arrived
 // before the last plan is not counted: it lived partly under an older
 // rule, and a plan's promise is checked on the calls it served alone.
-func (m *Monitor) ObserveCall(arrived time.Time, latency time.Duration) {
+func (m *Monitor) observeCall(arrived time.Time, latency time.Duration) {
 	if arrived.UnixNano() < m.sliceStart.Load() {
 		return
 	}

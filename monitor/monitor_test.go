@@ -72,7 +72,7 @@ func TestWindowRateDrivesBatchSize(t *testing.T) {
 			if got := m.Snapshot().BatchSize; got != 1 {
 				t.Fatalf("starting batch size %d, want 1 before any window", got)
 			}
-			m.Arrive(tt.arrivals)
+			m.arrive(tt.arrivals)
 			clk.add(time.Second)
 			m.Tick()
 			s := m.Snapshot()
@@ -93,7 +93,7 @@ func TestWindowRateDrivesBatchSize(t *testing.T) {
 
 func TestArrivalsResetPerWindowButTotalKept(t *testing.T) {
 	m, clk := newMonitor(t, regression.Line{AlphaMs: 1, Tau0Ms: 4}, 32)
-	m.Arrive(700)
+	m.arrive(700)
 	clk.add(time.Second)
 	m.Tick()
 	clk.add(2 * time.Second) // a late tick: the rate uses the real elapsed time
@@ -102,7 +102,7 @@ func TestArrivalsResetPerWindowButTotalKept(t *testing.T) {
 	if s.RatePerSec != 0 || s.Arrivals != 700 {
 		t.Fatalf("rate %v total %d, want 0 and 700", s.RatePerSec, s.Arrivals)
 	}
-	m.Arrive(100)
+	m.arrive(100)
 	clk.add(2 * time.Second)
 	m.Tick()
 	if got := m.Snapshot().RatePerSec; got != 50 {
@@ -114,7 +114,7 @@ func TestObservationsMoveTheFit(t *testing.T) {
 	m, clk := newMonitorDefaultSeed(t, 32)
 	for i := 0; i < 200; i++ {
 		b := 1 + i%16
-		m.Observe(b, time.Duration(float64(time.Millisecond)*(2*float64(b)+3)))
+		m.observe(b, time.Duration(float64(time.Millisecond)*(2*float64(b)+3)))
 	}
 	clk.add(time.Second)
 	m.Tick()
@@ -240,7 +240,7 @@ func TestRateFollowsAStepWithinASlice(t *testing.T) {
 	if r := m.Snapshot().RatePerSec; r != 0 {
 		t.Fatalf("idle rate %v", r)
 	}
-	m.Arrive(200)
+	m.arrive(200)
 	clk.add(slice)
 	m.Tick()
 	if r := m.Snapshot().RatePerSec; r != 800 {
@@ -249,7 +249,7 @@ func TestRateFollowsAStepWithinASlice(t *testing.T) {
 	// Steady load: the estimate spans the whole window again.
 	counts := []int{190, 210, 205, 195, 200}
 	for _, n := range counts {
-		m.Arrive(n)
+		m.arrive(n)
 		clk.add(slice)
 		m.Tick()
 	}
@@ -353,7 +353,7 @@ func TestServerStatisticsTeachTheFit(t *testing.T) {
 			}
 			totals[b].Count++
 			totals[b].Time += d
-			m.Observe(b, d+overhead)
+			m.observe(b, d+overhead)
 		}
 		m.ObserveServer(snapshot())
 		clk.add(m.TickEvery())
@@ -465,7 +465,7 @@ func TestDoubtUntilTheLineIsKnown(t *testing.T) {
 		t.Fatalf("doubt %q before any batch", s.FitDoubt)
 	}
 	for range 50 {
-		m.Observe(2, 5*time.Millisecond)
+		m.observe(2, 5*time.Millisecond)
 	}
 	if s := tick(); !strings.Contains(s.FitDoubt, "one batch size") || !strings.Contains(s.Note, "work-conserving") {
 		t.Fatalf("one size: doubt %q note %q", s.FitDoubt, s.Note)
@@ -475,14 +475,14 @@ func TestDoubtUntilTheLineIsKnown(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range 8 {
 		b := 2 + i%2
-		m.Observe(b, time.Duration((0.5*float64(b)+4+3*rng.NormFloat64())*float64(time.Millisecond)))
+		m.observe(b, time.Duration((0.5*float64(b)+4+3*rng.NormFloat64())*float64(time.Millisecond)))
 	}
 	if s := tick(); !strings.Contains(s.FitDoubt, "uncertain") || s.SEAlphaMs == nil {
 		t.Fatalf("noisy: doubt %q se %v", s.FitDoubt, s.SEAlphaMs)
 	}
 	for i := range 200 {
 		b := 1 + i%8
-		m.Observe(b, time.Duration((0.5*float64(b)+4+0.05*rng.NormFloat64())*float64(time.Millisecond)))
+		m.observe(b, time.Duration((0.5*float64(b)+4+0.05*rng.NormFloat64())*float64(time.Millisecond)))
 	}
 	if s := tick(); s.FitDoubt != "" {
 		t.Fatalf("a clear line is still doubted: %q", s.FitDoubt)
@@ -547,7 +547,7 @@ func TestEstimateSaysTheRateStepped(t *testing.T) {
 	m, clk := newMonitorDefaultSeed(t, 32)
 	slice := m.TickEvery()
 	tick := func(n int) bool {
-		m.Arrive(n)
+		m.arrive(n)
 		clk.add(slice)
 		m.Tick()
 		return m.current.Load().est.Stepped

@@ -76,14 +76,14 @@ func TestOverheadIsALineAndTheTimeAroundABatchReachesThePlan(t *testing.T) {
 			b := 1 + (i+w)%4 // sizes 1..4 seen
 			totals[b].Count++
 			totals[b].Time += ms(compute.TauMs(b))
-			m.Observe(b, ms(compute.TauMs(b)+over(b)))
+			m.observe(b, ms(compute.TauMs(b)+over(b)))
 			if b == 1 {
-				m.ObserveHold(b, 1, ms(0.05))
-				m.ObserveAfter(1, ms(0.01))
+				m.observeHold(1, ms(0.05))
+				m.observeAfter(1, ms(0.01))
 			} else {
-				m.ObserveHold(b, b, ms(0.2))
+				m.observeHold(b, ms(0.2))
 				for range b {
-					m.ObserveAfter(b, ms(0.3))
+					m.observeAfter(b, ms(0.3))
 				}
 			}
 		}
@@ -116,7 +116,7 @@ func TestOverheadOfOneSizeIsAConstant(t *testing.T) {
 	for range 100 {
 		totals[0].Count++
 		totals[0].Time += 8 * time.Millisecond
-		m.Observe(8, 10*time.Millisecond)
+		m.observe(8, 10*time.Millisecond)
 	}
 	m.ObserveServer(totals)
 	clk.add(m.TickEvery())
@@ -140,9 +140,9 @@ func TestLiveLatencyIsTheSliceCalls(t *testing.T) {
 	m.Tick()
 	start := clk.now()
 	clk.add(50 * time.Millisecond)
-	m.ObserveCall(start.Add(-time.Millisecond), 9*time.Millisecond) // before the slice: dropped
-	m.ObserveCall(start.Add(time.Millisecond), 2*time.Millisecond)
-	m.ObserveCall(start.Add(10*time.Millisecond), 4*time.Millisecond)
+	m.observeCall(start.Add(-time.Millisecond), 9*time.Millisecond) // before the slice: dropped
+	m.observeCall(start.Add(time.Millisecond), 2*time.Millisecond)
+	m.observeCall(start.Add(10*time.Millisecond), 4*time.Millisecond)
 	clk.add(50 * time.Millisecond)
 	m.Tick()
 	if got := rec.estimate().Live; got.Calls != 2 || math.Abs(got.MeanMs-3) > 1e-9 {
@@ -189,10 +189,10 @@ func TestDecisionsReachThePlan(t *testing.T) {
 	m, rec, clk := newRecorded(t)
 	for _, tc := range []struct{ closed, open int }{{3, 0}, {2, 5}, {0, 0}} {
 		for range tc.closed {
-			m.ObserveDecision(false)
+			m.observeDecision(false)
 		}
 		for range tc.open {
-			m.ObserveDecision(true)
+			m.observeDecision(true)
 		}
 		clk.add(m.TickEvery())
 		m.Tick()
@@ -247,7 +247,7 @@ func TestOverheadIgnoresTheBatchesOwnSpread(t *testing.T) {
 					}
 					totals[b].Count++
 					totals[b].Time += ms(c)
-					m.Observe(b, ms(c+overMs))
+					m.observe(b, ms(c+overMs))
 				}
 				m.ObserveServer(snapshot())
 				clk.add(m.TickEvery())

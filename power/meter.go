@@ -381,14 +381,18 @@ func (m *Meter) Begin(model, gpu string) Span {
 // End closes the batch; served is how many of its requests got a result,
 // the numerator of requests per joule. The zero Span ignores End.
 func (s Span) End(served int) {
-	m := s.m
-	if m == nil {
+	if s.m == nil {
 		return
 	}
-	now := m.opts.Now()
+	now := s.m.opts.Now()
+	s.m.end(s.model, s.gpu, now, now.Sub(s.start), served)
+}
+
+// end closes a batch of model on gpu at now, which took took.
+func (m *Meter) end(model, gpu string, now time.Time, took time.Duration, served int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s.gpu == "" {
+	if gpu == "" {
 		if m.anyBusy > 0 {
 			m.anyBusy--
 			for _, b := range m.busy {
@@ -396,9 +400,9 @@ func (s Span) End(served int) {
 			}
 		}
 	} else {
-		m.busyOf(s.gpu, now).dec(now)
+		m.busyOf(gpu, now).dec(now)
 	}
-	k := modelKey{s.model, s.gpu}
+	k := modelKey{model, gpu}
 	c := m.cum[k]
 	if c == nil {
 		c = new(modelCum)
@@ -408,7 +412,7 @@ func (s Span) End(served int) {
 		c.requests += int64(served)
 		m.served += int64(served)
 	}
-	if d := now.Sub(s.start); d > 0 {
-		c.batchS += d.Seconds()
+	if took > 0 {
+		c.batchS += took.Seconds()
 	}
 }

@@ -377,6 +377,7 @@ func TestBenchFixtures(t *testing.T) {
 type sinkBatcher struct{}
 
 func (sinkBatcher) Model(name string) (int, bool) { return 8, name == "simple" }
+func (sinkBatcher) Delivered(dispatcher.Result)   {}
 
 func (sinkBatcher) Submit(_ context.Context, _ string, c *dispatcher.Call) dispatcher.Result {
 	return dispatcher.Result{Resp: &kserve.Response{ModelName: "simple", Outputs: []kserve.Tensor{

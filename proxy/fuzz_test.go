@@ -31,6 +31,7 @@ type echoBatcher struct {
 }
 
 func (echoBatcher) Model(name string) (int, bool) { return 8, name == "simple" }
+func (echoBatcher) Delivered(dispatcher.Result)   {}
 
 func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call) dispatcher.Result {
 	if model != "simple" {

@@ -48,6 +48,8 @@ type Batcher interface {
 	// Model reports whether the model is batched and its max batch size.
 	Model(name string) (maxBatch int, ok bool)
 	Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result
+	// Delivered tells that Submit's result has been written to its caller.
+	Delivered(r dispatcher.Result)
 }
 
 // Discoverer learns models on demand; optional.
@@ -556,6 +558,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	} else {
 		err = writeResponse(ctx, res.Resp)
 	}
+	s.o.Batcher.Delivered(res)
 	res.Release()
 	// The answer is written once the handler returns; until then it is
 	// held, even past the budget (the work is done), which makes the next

@@ -371,7 +371,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	}
 	return r.queues.SetModel(dispatcher.ModelSpec{
 		Name: name, MaxBatch: maxBatch, Instances: instances,
-		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon,
+		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon, Observer: e.mon, WatchCallers: e.mon.WatchCallers,
 		HalfOutputs: mc.HalfOutputs(),
 	})
 }

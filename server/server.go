@@ -98,6 +98,10 @@ type Server struct {
 	upstream *url.URL
 	meter    *power.Meter
 	ui       *ui.Recorder
+	// trace is the decision trace DecisionTraceEnv asks for, written to
+	// traceFile; nil without it.
+	trace     *dispatcher.DecisionTrace
+	traceFile *os.File
 	// energyFit learns zeta(b) per model from the meter.
 	energyFit *energyfit.Fitter
 	// memory is the budget of requests and answers (limits.memory).
@@ -151,14 +155,20 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	reg.MustRegister(meter)
+	observers := dispatcher.Observers{meter.Observer()}
+	trace, traceFile, err := openDecisionTrace()
+	if err != nil {
+		return nil, err
+	}
+	if trace != nil {
+		observers = append(observers, trace)
+	}
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
-		Busy: func(model string) func(int) {
-			return meter.Begin(model, "").End
-		},
+		Observer: observers,
 	})
 	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
@@ -168,7 +178,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	memory := newMemoryBudget(cfg, log)
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
-		front: proxy.NewMetrics(reg)}
+		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile}
 	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
@@ -204,6 +214,35 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		WriteTimeout:      30 * time.Second,
 	}
 	return p, nil
+}
+
+// DecisionTraceEnv names the environment variable that, set to a file
+// path, makes serve write the dispatcher's decision trace there
+// (dispatcher.DecisionTrace): a measuring tool, not a log.
+const DecisionTraceEnv = "RATEBATCH_DECISION_TRACE"
+
+// openDecisionTrace opens the decision trace DecisionTraceEnv asks for;
+// nil when it is not set.
+func openDecisionTrace() (*dispatcher.DecisionTrace, *os.File, error) {
+	path := os.Getenv(DecisionTraceEnv)
+	if path == "" {
+		return nil, nil, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", DecisionTraceEnv, err)
+	}
+	return dispatcher.NewDecisionTrace(f, time.Now()), f, nil
+}
+
+// closeTrace writes out and closes the decision trace, if any.
+func (p *Server) closeTrace() {
+	if p.trace == nil {
+		return
+	}
+	if err := errors.Join(p.trace.Flush(), p.traceFile.Close()); err != nil {
+		p.log.Warn("writing the decision trace", "err", err)
+	}
 }
 
 // newMemoryBudget is limits.memory, or its default from the cgroup.
@@ -323,6 +362,7 @@ func (p *Server) Run(ctx context.Context) error {
 	if err := <-drained; err != nil {
 		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
 	}
+	p.closeTrace()
 	stopBg()
 	p.admin.Shutdown(grace)
 	return runErr

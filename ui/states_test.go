@@ -41,7 +41,7 @@ func TestStatesOf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Observe(4, 6*time.Millisecond)
+		m.BatchEnded(&dispatcher.Batch{}, dispatcher.BatchEnd{Rows: 4, Calls: 4, OK: true, RoundTrip: 6 * time.Millisecond})
 		return m
 	}
 	line := &batchcost.Energy{BetaMJ: 10, Zeta0MJ: 30}

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/stats"
 	"github.com/ratebatch/ratebatch/lab/trace"
@@ -303,6 +304,8 @@ type run struct {
 	c    Config
 	rule policy.Rule
 	mon  *monitor.Monitor
+	// batch is the batch the monitor is told of (BatchEnded), reused.
+	batch dispatcher.Batch
 
 	now    time.Duration
 	queue  []time.Duration // arrival times, FIFO from head
@@ -402,7 +405,7 @@ func newRun(c Config) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	r.mon = mon
+	r.mon, r.batch.Model = mon, mc.Model
 	mon.WatchCallers(r.callers)
 	// The server's statistics, as Triton publishes them: the monitor
 	// tells the round trip beyond compute from them, and the batch times'
@@ -540,7 +543,7 @@ func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (st
 		r.busyClients++
 		r.arrived++
 		r.winCount++
-		r.mon.Arrive(1)
+		r.mon.Arrived(dispatcher.Arrival{At: Epoch.Add(at), Rows: 1})
 		r.lastArrival = at
 	case evArrival:
 		r.queue = append(r.queue, at)
@@ -549,7 +552,7 @@ func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (st
 		}
 		r.arrived++
 		r.winCount++
-		r.mon.Arrive(1)
+		r.mon.Arrived(dispatcher.Arrival{At: Epoch.Add(at), Rows: 1})
 		r.lastArrival = at
 		r.drawArrival()
 	case evTick:
@@ -728,13 +731,6 @@ func (r *run) complete(i int) {
 	if r.now < s.free {
 		return // the proxy's turnaround still holds the instance
 	}
-	if x := r.c.Live.Extra; !x.IsZero() {
-		// The monitor learns them as the live dispatcher reports them.
-		r.mon.ObserveHold(s.rows, s.rows, s.free-s.end)
-		for range s.rows {
-			r.mon.ObserveAfter(s.rows, msDur(x.AfterMs(s.rows)))
-		}
-	}
 	r.flying--
 	r.flyRow -= s.rows
 	r.ansRow -= s.rows
@@ -765,13 +761,22 @@ func (r *run) answer(s *slot) {
 		t.Batch, t.Count, t.Time = s.rows, t.Count+1, t.Time+s.compute
 		r.stats[s.rows] = t
 	}
-	// The observation is valid by construction (rows >= 1, latency > 0).
-	r.mon.Observe(s.rows, s.end-s.start)
+	// The monitor learns the batch as the live dispatcher reports it: its
+	// round trip, valid by construction (rows >= 1, latency > 0), and, when
+	// the run models the proxy's time around a batch (Live.Extra), the
+	// hold and each call's wait after the batch.
+	var hold, after time.Duration
+	if x := r.c.Live.Extra; !x.IsZero() {
+		hold, after = s.free-s.end, msDur(x.AfterMs(s.rows))
+	}
+	r.batch.Rows = s.rows
+	r.mon.BatchEnded(&r.batch, dispatcher.BatchEnd{At: Epoch.Add(r.now), Rows: s.rows, Calls: s.rows, OK: true,
+		RoundTrip: s.end - s.start, Hold: hold, Served: s.rows})
 	// The calls' latency as the live proxy measures it (without what the
 	// client adds), which a planning policy checks its plan against.
 	inProxy := msDur(s.latSum/float64(s.rows)) - r.c.Live.Client
 	for _, at := range s.arrivals {
-		r.mon.ObserveCall(Epoch.Add(at), inProxy)
+		r.mon.Answered(dispatcher.Answer{Arrived: Epoch.Add(at), Latency: inProxy, After: after, Calls: s.rows})
 	}
 }
 

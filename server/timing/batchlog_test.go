@@ -15,12 +15,12 @@ import (
 )
 
 // batchLog records, test-side, when rows reached the queue, when the policy
-// planned, every decision its rules made and every round trip the planner
+// planned, every decision its rules made and every round trip the monitor
 // was told of, so that a live run's batches can be measured and its clock
 // lined up with a simulation's without adding anything to the proxy: the
-// live proxy's planner is wrapped (recordingPlanner, given to the
-// dispatcher) and its policy (recordingPolicy, given to its monitor), and a
-// simulated policy alike.
+// live proxy's model observes its queue beside its monitor (batchRecorder,
+// given to the dispatcher) and its policy is wrapped (recordingPolicy,
+// given to its monitor), and a simulated policy alike.
 type batchLog struct {
 	mu        sync.Mutex
 	arrivals  []time.Time // live: when each row reached the queue
@@ -40,7 +40,7 @@ type decision struct {
 	planned  int // the rule's batch size (Status().BatchSize)
 }
 
-// trip is one batch's round trip as the planner was told it, and when.
+// trip is one batch's round trip as the monitor was told it, and when.
 type trip struct {
 	at   time.Time
 	rows int
@@ -67,29 +67,31 @@ type loggedRule struct {
 
 func (r loggedRule) Decide(q policy.Queue) policy.Decision { return r.log.decide(r.Rule, q) }
 
-// recordingPlanner is the live proxy's planner with its arrivals and round
-// trips logged.
-type recordingPlanner struct {
-	dispatcher.Planner
+// batchRecorder logs the live queue's arrivals and the round trips of the
+// batches the upstream answered (what the monitor learns from), observing
+// the model beside its monitor.
+type batchRecorder struct {
+	dispatcher.NopObserver
 	log *batchLog
 }
 
-func (p *recordingPlanner) Arrive(rows int) {
+func (p batchRecorder) Arrived(a dispatcher.Arrival) {
 	p.log.mu.Lock()
 	now := time.Now()
-	for range rows {
+	for range a.Rows {
 		p.log.arrivals = append(p.log.arrivals, now)
 	}
 	p.log.mu.Unlock()
-	p.Planner.Arrive(rows)
 }
 
-func (p *recordingPlanner) Observe(rows int, rt time.Duration) {
+func (p batchRecorder) BatchEnded(_ *dispatcher.Batch, e dispatcher.BatchEnd) {
+	if !e.OK {
+		return
+	}
 	now := time.Now()
 	p.log.mu.Lock()
-	p.log.trips = append(p.log.trips, trip{at: now, rows: rows, rt: rt})
+	p.log.trips = append(p.log.trips, trip{at: now, rows: e.Rows, rt: e.RoundTrip})
 	p.log.mu.Unlock()
-	p.Planner.Observe(rows, rt)
 }
 
 // recordingPolicy is a policy with its plans and its rules' decisions

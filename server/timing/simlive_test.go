@@ -114,7 +114,7 @@ func TestSimPredictsLive(t *testing.T) {
 		if err := lt.Dispatcher().SetModel(dispatcher.ModelSpec{
 			Name: emulator.SimpleModel, MaxBatch: p.MaxBatch, Instances: 1,
 			QueueRows: lt.Config().Limits.QueueRows, SLA: lt.Config().Policy.SLA,
-			Planner: &recordingPlanner{Planner: mon, log: log},
+			Planner: mon, Observer: dispatcher.Observers{mon, batchRecorder{log: log}}, WatchCallers: mon.WatchCallers,
 		}); err != nil {
 			t.Fatal(err)
 		}
