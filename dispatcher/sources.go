@@ -72,10 +72,10 @@ type sources struct {
 // 0 for open arrivals through a pool, whatever its order of reuse
 // (TestFeedbackTellsAPoolFromAClosedLoop prints each).
 //
-// Measured live, `ratebatch load` at 1030 Poisson arrivals a second over
-// 23 keep-alive connections was planned as "a closed loop of 23 clients
-// thinking 17.4 ms" (each connection closed-loop by its own gaps), and
-// budget 1.10x lived 1.16x ad-hoc's mean latency.
+// Without it, an open stream over a pool of keep-alive connections was
+// planned live as a closed loop of as many clients (each connection
+// closed-loop by its own gaps), and the budget policy missed its bound
+// (docs/ALGORITHMS.md, "What is learnt of each source").
 type feedback struct {
 	at           time.Time // when the partner count last changed
 	t, tk, tk2   float64   // time-integrals (ns) of 1, k and k^2
@@ -183,11 +183,9 @@ func (s *source) free() int {
 // noise); else closed-loop. A multiplexing connection is judged the same
 // way, its gaps paired first in, first out: synchronous callers' gaps
 // vary far less than the connection's intervals, which cluster behind
-// each batch's answers (Var(gap)/Var(interval) at most 0.62 for 2-16
-// callers thinking 0.1-3 ms, a batch's answers handled at once or one
-// after another 0.15 ms apart), while Poisson streams of 100-3000 calls a
-// second on one connection, batched as ad-hoc batches them, show 2.5-220
-// (TestMultiplexedSourcesKind prints each).
+// each batch's answers, while a Poisson stream's on one connection vary
+// more (the ratios measured: docs/ALGORITHMS.md, "What is learnt of each
+// source"; TestMultiplexedSourcesKind prints each).
 func (s *source) kind() string {
 	if s.gaps < sourceLearnAfter {
 		return KindUnknown

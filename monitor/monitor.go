@@ -118,16 +118,11 @@ const gapHalfLife = 10 * time.Second
 // and decayed alike. The difference of their means is the overhead.
 //
 // Taking each round trip less the fit's tau(b), as the monitor did, put
-// every batch's own spread into the overhead: a batch the server ran 3-10
-// times slower, or one that stalled 20 ms, is an overhead of 20 ms by that
-// measure, and a moving average of weight 0.05 read 1 ms too high for the
-// next hundred batches. On the rough emulator at 350 req/s /status
-// showed the overhead's line at 2.19 - 0.24 b ms where the round trips
-// exceeded the compute by 0.7 ms, the plans' ad-hoc reference moved from
-// 3.1 to 4.0 ms between segments of one load, and the simulator given
-// that line read 47% above the live mean (docs/RESULTS.md). Summed
-// against the same batches' compute, a slow batch is in both sums and
-// cancels.
+// every batch's own spread into the overhead: a batch the server ran
+// several times slower, or one that stalled, counted whole as overhead,
+// and the plans and the simulator given that line read it too high
+// (docs/ALGORITHMS.md, "Costs outside tau(b)"). Summed against the same
+// batches' compute, a slow batch is in both sums and cancels.
 //
 // The round trips' squares are summed too: their spread per size is the
 // service time's, which the near-overload test reads (ServiceSCV).
@@ -596,7 +591,8 @@ func (m *Monitor) serverSamples() (typical []regression.Sample, counts map[int]f
 // nearly every batch is B_max and the sizes below it are formed a few dozen
 // times: a 1-in-100 slow batch is in B_max's mean and missing from most
 // small sizes' samples, so those read low, the slope steepens and tau0,
-// extrapolated across the sizes, reads 25-40% low (docs/LEARNING.md).
+// extrapolated across the sizes, reads low (docs/LEARNING.md, "Learning
+// tau(b) from the right signal").
 //
 // So the shape comes from each size's typical time (the median of its
 // per-read means), which does not depend on how often the size was seen,
@@ -782,7 +778,8 @@ type decisionCount struct{ all, open int64 }
 // it (more than 3 Poisson standard deviations plus 2 off the count that
 // rate predicts, counting the noise of both), the older slices are dropped
 // and the rate is the newest slice's. Under a steady Poisson load that
-// happens by chance in under 1% of slices (measured in the tests), and then
+// happens by chance in few slices (docs/LEARNING.md, "Starting right and
+// following steps"; TestRateEstimatorRarelyMistakesNoiseForAStep), and then
 // costs one slice of a noisier estimate; a step from idle to 4 or more
 // arrivals per slice is caught at once.
 // A plain moving average cannot do both: a short one is noisy, a long one
@@ -974,8 +971,9 @@ func (m *Monitor) overheadLine(mean float64) (o0, o1 float64) {
 	if o0 < 0 || o0+o1*float64(maxB) < 0 {
 		// The round trip has a fixed part (a request's exchange) that no
 		// size can go below; a line through a negative one is a fit of
-		// stalls that hit the large batches, not a per-row cost
-		// (measured live on a loaded machine: -2.6 ms + 6.7 ms per row).
+		// stalls that hit the large batches, not a per-row cost (as
+		// measured live on a loaded machine; docs/ALGORITHMS.md, "Costs
+		// outside tau(b)").
 		return constant, 0
 	}
 	return o0, o1
