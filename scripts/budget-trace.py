@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """budget-trace.py: what the dispatcher did, per decision, from its trace.
 
-Run the proxy with RATEBATCH_DECISION_TRACE=FILE (dispatcher.TraceEnv),
+Run the proxy with RATEBATCH_DECISION_TRACE=FILE (server.DecisionTraceEnv),
 offer load, then:
 
     scripts/budget-trace.py FILE [--model simple] [--skip 0.3]
