@@ -223,7 +223,9 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 // to its caller (encoded into its connection's buffers): the time to there
 // is the call's latency as the proxy can see it, which the model's
 // observers learn (Observer.Answered) when r is the answer of a batch that
-// succeeded. Call it before r.Release.
+// succeeded. The encoding of a merged batch's parts and the wake-up of its
+// callers are costs of batching that a plan must price, so the door, which
+// alone sees the answer written, tells it. Call it before r.Release.
 func (d *Dispatcher) Delivered(r Result) {
 	if r.obs == nil {
 		return

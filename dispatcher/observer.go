@@ -119,7 +119,8 @@ type Answer struct {
 	Model string
 	// Arrived is when the call began to arrive (Call.Received, else when
 	// it was queued); Latency runs from there to the answer's being
-	// written.
+	// written: the call's latency as the proxy can see it, against which
+	// a plan's promise is checked (the budget policy's live trim).
 	Arrived time.Time
 	Latency time.Duration
 	// After is how long the answer took from its batch's end to its being

@@ -175,6 +175,10 @@ func TestRefreshReconciles(t *testing.T) {
 		if spec.MaxBatch != tt.maxBatch || spec.Instances != tt.instances || s.Seed != tt.seed {
 			t.Errorf("%s: max batch %d instances %d seed %q; want %d %d %q", tt.model, spec.MaxBatch, spec.Instances, s.Seed, tt.maxBatch, tt.instances, tt.seed)
 		}
+		// The model's monitor plans, observes its queue and reads its callers.
+		if mon, ok := spec.Planner.(*monitor.Monitor); !ok || spec.Observer != dispatcher.Observer(mon) || spec.WatchCallers == nil {
+			t.Errorf("%s: planner %T, observer %T, callers watched %v; want its monitor for all three", tt.model, spec.Planner, spec.Observer, spec.WatchCallers != nil)
+		}
 	}
 	if _, ok := byName["loading"]; ok {
 		t.Error("a model not READY was registered")
