@@ -71,19 +71,8 @@ func (u *ctxUpstream) Infer(ctx context.Context, model, version string, b Body) 
 func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 	up := &ctxUpstream{}
 	model, all := &recorder{}, &recorder{}
-	d := New(Options{Upstream: up, Observer: all})
-	spec := ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Observer: model,
-		Planner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Hour})}
-	if err := d.SetModel(spec); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startModel(t, Options{Upstream: up, Observer: all}, ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Observer: model,
+		Planner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Hour})})
 	rows := []int{1, 2, 1}
 	var wg sync.WaitGroup
 	for i, n := range rows {
@@ -147,6 +136,24 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 	if len(up.seen) != 1 || up.seen[0] != "batch" {
 		t.Fatalf("the upstream saw contexts carrying %v, want the one the observers gave the batch", up.seen)
 	}
+}
+
+// startModel starts a dispatcher with one model, drained at the test's
+// end.
+func startModel(t *testing.T, o Options, spec ModelSpec) *Dispatcher {
+	t.Helper()
+	d := New(o)
+	if err := d.SetModel(spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.Drain(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
 }
 
 func sumRows(rows []int) (n int) {

@@ -56,18 +56,8 @@ func (p *overheadObserver) BatchEnded(_ *Batch, e BatchEnd) {
 func TestPlannerLearnsTheTimeAroundABatch(t *testing.T) {
 	up := &fakeUpstream{}
 	pl := &overheadObserver{}
-	d := New(Options{Upstream: up, Retries: 1})
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Observer: pl,
-		Planner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond})}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startModel(t, Options{Upstream: up, Retries: 1}, ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 1024, Observer: pl,
+		Planner: newPlanner(policy.Fill{Policy: "test", Batch: 4, MaxWait: 20 * time.Millisecond})})
 	const n = 40
 	var wg sync.WaitGroup
 	for i := range n {

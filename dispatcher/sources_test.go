@@ -50,18 +50,8 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
 	advance := func(d time.Duration) { clock.Lock(); clock.t = clock.t.Add(d); clock.Unlock() }
 	rule := &seenRule{}
-	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
 	pl := newPlanner(rule)
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl, Observer: pl}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startModel(t, Options{Upstream: &fakeUpstream{}, Now: now}, ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl, Observer: pl})
 	submit := func(src uint64) policy.Queue {
 		t.Helper()
 		c := call(t, 1, 1)
