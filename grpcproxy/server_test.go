@@ -87,10 +87,8 @@ func (w waitFor) Status() policy.Status { return policy.Status{} }
 
 type planner struct{ rule policy.Rule }
 
-func (p planner) Rule() policy.Rule          { return p.rule }
-func (p planner) Changed() <-chan struct{}   { return nil }
-func (p planner) Arrive(int)                 {}
-func (p planner) Observe(int, time.Duration) {}
+func (p planner) Rule() policy.Rule        { return p.rule }
+func (p planner) Changed() <-chan struct{} { return nil }
 
 // fakeTriton stands for Triton's gRPC port: it answers relayed calls from
 // the raw bytes it got, so a test sees exactly what went through.
