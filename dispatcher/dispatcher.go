@@ -369,7 +369,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 		return &queueFull{&kserve.Error{Status: http.StatusServiceUnavailable,
 			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}}
 	}
-	c.arrived = now
+	c.arrived, c.ctx = now, ctx
 	c.level = c.Priority
 	if c.level == 0 {
 		c.level = ^uint64(0) // the default level comes after every explicit one
@@ -396,7 +396,6 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	k.push(c)
 	q.rows += c.Rows
 	q.src.arrive(c.Source, now)
-	c.ctx = ctx
 	obs, queued := q.obs, q.rows
 	q.mu.Unlock()
 	q.series.accepted.Inc()
