@@ -16,7 +16,8 @@ import (
 // locked (Arrived after it, Decided under it): they must be quick, must not
 // block and must not call the Dispatcher. The events are values, and a
 // *Batch is the dispatcher's own: an observer keeps what it needs, not the
-// pointers. An observer with nothing to do for some events embeds
+// pointers. A panic in BatchStarted or BatchEnded is contained and counted
+// (the batch goes on). An observer with nothing to do for some events embeds
 // NopObserver; one that wraps another must forward every method (the
 // interface has all of them, so the compiler sees a wrapper that does not).
 //
@@ -32,9 +33,9 @@ type Observer interface {
 	// Decided: the model's rule decided on one key's queue (not when the
 	// queue drains or the rule has failed, when batches leave full).
 	Decided(Decision)
-	// BatchStarted: a batch is about to be sent. An observer may set b.Ctx
-	// to a context derived from it; b's calls are the caller's until
-	// BatchEnded.
+	// BatchStarted: a batch is about to be sent. An observer may read
+	// b.Calls (not keep them) and set b.Ctx to a context derived from it;
+	// the observers after it in Observers see it set.
 	BatchStarted(b *Batch)
 	// BatchEnded: the batch's callers have their answers and its instance
 	// is free. b.Calls is nil by then: the callers may have reused them.
