@@ -467,7 +467,7 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	st = status{}
 	body = read("/status", &st)
 	if st.Config.Policy.Name != "budget" || st.Config.Policy.LatencyBudget != "1.2x" {
-		t.Errorf("status config.policy after a change for every model: %+v", st.Config.Policy)
+		t.Errorf("status config.policy after a change for every model: %+v in %s", st.Config.Policy, body)
 	}
 	for _, m := range st.Models {
 		if m.Model == "simple" && (m.Policy != "budget" || m.Options["latency_budget"] != "1.2x") {
