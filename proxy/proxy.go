@@ -447,31 +447,40 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	start := time.Now()
 	var a admission
 	defer a.release()
-	if !s.admit(ctx, model, &a) {
-		return
-	}
-	raw, body, err := s.readBody(ctx, &a)
-	if errors.Is(err, errOverBudget) {
-		s.refuseMemory(ctx, model, "memory_growing", a.hold.Held())
-		return
-	}
-	var batchable bool
-	if err == nil {
-		a.call, batchable, err = s.newCall(ctx, model, version, body, start)
-		if !batchable {
-			s.passBuffered(ctx, raw) // shared memory, sequences, ...: Triton handles those itself
-			return
-		}
-	}
-	if err != nil {
-		s.fail(ctx, model, err)
-		return
+	if !s.admit(ctx, model, &a) || !s.read(ctx, model, version, start, &a) {
+		return // answered
 	}
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(wait, model, a.call)
 	gone := wait.Err() != nil
 	s.hangUps.stop(w)
 	s.reply(ctx, model, &res, gone, &a, start)
+}
+
+// read reads an admitted request's body and decodes it into its call
+// (a.call). false: the request is answered, refused or failed, or passed
+// to Triton whole when it is not one the dispatcher batches.
+func (s *Server) read(ctx *fasthttp.RequestCtx, model, version string, start time.Time, a *admission) bool {
+	raw, body, err := s.readBody(ctx, a)
+	if errors.Is(err, errOverBudget) {
+		s.refuseMemory(ctx, model, "memory_growing", a.hold.Held())
+		return false
+	}
+	if err != nil {
+		s.fail(ctx, model, err)
+		return false
+	}
+	call, batchable, err := s.newCall(ctx, model, version, body, start)
+	switch {
+	case !batchable:
+		s.passBuffered(ctx, raw) // shared memory, sequences, ...: Triton handles those itself
+		return false
+	case err != nil:
+		s.fail(ctx, model, err)
+		return false
+	}
+	a.call = call
+	return true
 }
 
 // batches reports whether the proxy batches model, looking it up upstream
