@@ -37,34 +37,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
-	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
-
-// Batcher queues inference calls of the models it batches.
-type Batcher interface {
-	// Model reports whether the model is batched and its max batch size.
-	Model(name string) (maxBatch int, ok bool)
-	Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result
-	// Delivered tells that Submit's result has been written to its caller.
-	Delivered(r dispatcher.Result)
-}
-
-// Discoverer learns models on demand; optional.
-type Discoverer interface {
-	Ensure(ctx context.Context, model string)
-}
-
-// Health is the outlier detector's verdict on the upstream
-// (*dispatcher.Dispatcher is one).
-type Health interface {
-	Failing(model string) (failing bool, reason string)
-	UpstreamFailing() bool
-}
 
 // The readiness methods the door answers itself while the upstream fails.
 const (
@@ -93,8 +72,8 @@ const MethodModelInfer = "/inference.GRPCInferenceService/ModelInfer"
 type Options struct {
 	// Upstream reaches Triton's gRPC port (see Dial).
 	Upstream   grpc.ClientConnInterface
-	Batcher    Batcher
-	Discoverer Discoverer
+	Batcher    door.Batcher
+	Discoverer door.Discoverer
 	// MaxRecvBytes bounds a received message, decompressed (RESOURCE_EXHAUSTED
 	// past it). Zero: Triton's own limit, 2 GiB - 1.
 	MaxRecvBytes int
@@ -122,7 +101,7 @@ type Options struct {
 	// Health, when set, answers ServerReady and ModelReady not ready while
 	// the outlier detector finds the whole upstream, or the model, failing
 	// (as the HTTP door's readiness endpoints); otherwise they are relayed.
-	Health Health
+	Health door.Health
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
 	Ready   func() bool
 	Metrics Metrics
@@ -211,8 +190,8 @@ func New(o Options) *Server {
 		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		// Calls run on a few long-lived workers instead of a new goroutine
-		// each, whose stack grew anew for every call (runtime.newstack was
-		// 8% of a relayed ModelInfer's CPU).
+		// each, whose stack grew anew for every call (runtime.newstack in
+		// a relayed ModelInfer's profile, BenchmarkRelay).
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	)...)
 	healthpb.RegisterHealthServer(s.srv, &health{s: s})
@@ -372,10 +351,9 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	hold := membudget.Hold{B: s.o.Memory}
 	defer hold.Release()
 	if !hold.Grow(int64(len(first.B))) {
-		s.o.Metrics.Refused("memory_declared")
-		s.o.Metrics.Failed("", Protocol, codes.ResourceExhausted.String())
-		return status.Errorf(codes.ResourceExhausted,
-			"the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), len(first.B))
+		r := door.NoRoom("memory_declared", s.o.Memory.Limit(), int64(len(first.B)))
+		s.o.Metrics.Refused(r.Reason)
+		return s.fail("", r)
 	}
 	// The model decides whether the call is batched; a call that is only
 	// relayed is never decoded.
@@ -453,27 +431,12 @@ func connSource(ctx context.Context) uint64 {
 	return h | 1<<63
 }
 
-// fail answers a batched call's error with the status Triton would give.
+// fail answers a batched call's error with the status Triton would give
+// (door.GRPCStatus).
 func (s *Server) fail(model string, err error) error {
-	st := statusOf(err)
+	st := door.GRPCStatus(err)
 	s.o.Metrics.Failed(model, Protocol, st.Code().String())
 	return st.Err()
-}
-
-// statusOf maps the proxy's errors (a *kserve.Error carries an HTTP
-// status) to gRPC status codes as Triton's gRPC server uses them.
-func statusOf(err error) *status.Status {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.New(codes.DeadlineExceeded, "deadline exceeded while the request was queued")
-	case errors.Is(err, context.Canceled):
-		return status.New(codes.Canceled, "request cancelled by the client")
-	case errors.Is(err, dispatcher.ErrQueueFull):
-		return status.New(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, dispatcher.ErrUnknownModel):
-		return status.New(codes.NotFound, err.Error())
-	}
-	return status.New(grpcwire.Code(kserve.ErrorStatus(err)), err.Error())
 }
 
 // forward relays a call to the upstream message by message, both ways at

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -612,26 +611,6 @@ func TestHealthAndLimits(t *testing.T) {
 		resp, err := r.client.ModelInfer(context.Background(), simpleRaw("z", []int32{4}, []int32{1}), grpc.UseCompressor(alg))
 		if err != nil || output(t, resp, "OUTPUT0")[0] != 5 {
 			t.Errorf("%s call: %v, %v", alg, resp, err)
-		}
-	}
-}
-
-func TestStatusOf(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want codes.Code
-	}{
-		{&kserve.Error{Status: 400, Msg: "x"}, codes.InvalidArgument},
-		{&kserve.Error{Status: 503, Msg: "shutting down"}, codes.Unavailable},
-		{&kserve.Error{Status: 502, Msg: "unreachable"}, codes.Unavailable},
-		{&kserve.Error{Status: 504, Msg: "slow"}, codes.DeadlineExceeded},
-		{&kserve.Error{Status: 500, Msg: "x"}, codes.Internal},
-		{&kserve.Error{Status: 404, Msg: "x"}, codes.NotFound},
-		{fmt.Errorf("wrapped: %w", context.Canceled), codes.Canceled},
-		{errors.New("plain"), codes.Internal},
-	} {
-		if got := statusOf(tc.err).Code(); got != tc.want {
-			t.Errorf("%v: got %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

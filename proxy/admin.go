@@ -4,9 +4,14 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -21,13 +26,17 @@ type AdminOptions struct {
 	Gatherer prometheus.Gatherer
 	// Status returns the JSON-serialisable state of the proxy.
 	Status func() any
-	// SetPolicy switches a model ("" for all) to a policy and returns once
-	// the new policy's rule is in force, so the answer shows the new state.
-	SetPolicy func(ctx context.Context, model, policy string) error
-	// SetPolicyBudget switches a model ("" for all) to the budget policy
-	// with the given latency budget, as SetPolicy does; nil refuses
-	// latency_budget.
-	SetPolicyBudget func(ctx context.Context, model, budget string) error
+	// Policies answers GET /policy: the policy in force, its name and
+	// options, for every model and for each (JSON-serialisable); nil: no
+	// GET /policy.
+	Policies func() any
+	// SetPolicy switches a model ("" for all) to a policy with options by
+	// their key in the configuration's policy section, spelt as in the
+	// file ("latency_budget": "1.10x"), and returns the models switched
+	// once the new policy's rule is in force for each. The admin port
+	// passes every option on as it came: what the options are, and
+	// which a policy takes, is the caller's to say.
+	SetPolicy func(ctx context.Context, model, policy string, options map[string]string) ([]string, error)
 	// Logger records policy changes (who asked, what changed); nil: slog's
 	// default.
 	Logger *slog.Logger
@@ -44,8 +53,8 @@ type AdminOptions struct {
 }
 
 // NewAdmin returns the admin handler: GET /metrics, GET /status,
-// GET /healthz, GET /readyz, PUT /policy (bearer token) and, when
-// enabled, the live page /ui and /debug/pprof/.
+// GET /healthz, GET /readyz, GET /policy, PUT /policy (bearer token) and,
+// when enabled, the live page /ui and /debug/pprof/.
 func NewAdmin(o AdminOptions) http.Handler {
 	log := o.Logger
 	if log == nil {
@@ -75,45 +84,97 @@ func NewAdmin(o AdminOptions) http.Handler {
 		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	if o.Policies != nil {
+		r.Get("/policy", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, o.Policies())
+		})
+	}
 	r.Put("/policy", func(w http.ResponseWriter, req *http.Request) {
 		if !authorized(o.Token, req.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ratebatch admin"`)
 			kserve.WriteError(w, http.StatusUnauthorized, "a valid bearer token is required (set admin_token)")
 			return
 		}
-		var body struct {
-			Model         string `json:"model"`
-			Policy        string `json:"policy"`
-			LatencyBudget string `json:"latency_budget"`
-		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil || body.Policy == "" {
-			kserve.WriteError(w, http.StatusBadRequest, `want {"model": "name or empty for all", "policy": "name"}`)
-			return
-		}
-		set := o.SetPolicy
-		if body.LatencyBudget != "" {
-			if body.Policy != "budget" || o.SetPolicyBudget == nil {
-				kserve.WriteError(w, http.StatusBadRequest, `latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
-				return
-			}
-			set = func(ctx context.Context, model, _ string) error {
-				return o.SetPolicyBudget(ctx, model, body.LatencyBudget)
-			}
-		}
-		if err := set(req.Context(), body.Model, body.Policy); err != nil {
+		ch, err := readPolicyChange(http.MaxBytesReader(w, req.Body, 4096))
+		if err != nil {
 			kserve.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		model := body.Model
-		if model == "" {
-			model = "(all batched models)"
+		switched, err := o.SetPolicy(req.Context(), ch.Model, ch.Policy, ch.Options)
+		if err != nil {
+			kserve.WriteError(w, http.StatusBadRequest, err.Error())
+			return
 		}
-		log.Info("policy changed by PUT /policy", "model", model, "policy", body.Policy, "remote", req.RemoteAddr)
-		writeJSON(w, http.StatusOK, o.Status())
+		ch.Models = switched
+		log.Info("policy changed by PUT /policy", ch.logAttrs(req.RemoteAddr)...)
+		writeJSON(w, http.StatusOK, ch)
 	})
 	return r
+}
+
+// policyChange is a PUT /policy body, {"model": "m", "policy": "budget",
+// "latency_budget": "1.10x"}: every key but model and policy is an option
+// of the policy, by its key in the configuration (a string, a number or a
+// boolean, read as the file spells it). With the models it switched
+// (Models), it is also the answer: what was set.
+type policyChange struct {
+	Model   string            `json:"model"`
+	Policy  string            `json:"policy"`
+	Options map[string]string `json:"options"`
+	Models  []string          `json:"models"`
+}
+
+const policyBodyHelp = `want {"model": "name or empty for all", "policy": "name"} and the policy's options by key, e.g. "latency_budget": "1.10x"`
+
+func readPolicyChange(body io.Reader) (policyChange, error) {
+	var fields map[string]json.RawMessage
+	if err := json.NewDecoder(body).Decode(&fields); err != nil {
+		return policyChange{}, errors.New(policyBodyHelp)
+	}
+	ch := policyChange{Options: map[string]string{}}
+	for k, raw := range fields {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return policyChange{}, errors.New(policyBodyHelp)
+		}
+		var s string
+		switch x := v.(type) {
+		case nil:
+			continue // as if absent
+		case string:
+			s = x
+		case float64, bool:
+			s = strings.TrimSpace(string(raw)) // as written: 0.5, 4, true
+		default:
+			return policyChange{}, fmt.Errorf("%s: want a string, a number or true/false; %s", k, policyBodyHelp)
+		}
+		switch k {
+		case "model":
+			ch.Model = s
+		case "policy":
+			ch.Policy = s
+		default:
+			ch.Options[k] = s
+		}
+	}
+	if ch.Policy == "" {
+		return policyChange{}, errors.New(policyBodyHelp)
+	}
+	return ch, nil
+}
+
+// logAttrs name the change in the log: the model, the policy, each
+// option set, in key order, and who asked.
+func (ch policyChange) logAttrs(remote string) []any {
+	model := ch.Model
+	if model == "" {
+		model = "(all batched models)"
+	}
+	attrs := []any{"model", model, "policy", ch.Policy}
+	for _, k := range slices.Sorted(maps.Keys(ch.Options)) {
+		attrs = append(attrs, k, ch.Options[k])
+	}
+	return append(attrs, "remote", remote)
 }
 
 // authorized compares the bearer token in constant time.

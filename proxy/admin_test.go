@@ -3,7 +3,10 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,9 +23,9 @@ func TestAdminPolicyChangeIsLogged(t *testing.T) {
 	h := NewAdmin(AdminOptions{
 		Gatherer: prometheus.NewRegistry(),
 		Status:   func() any { return map[string]string{"policy": current} },
-		SetPolicy: func(_ context.Context, model, p string) error {
+		SetPolicy: func(_ context.Context, model, p string, _ map[string]string) ([]string, error) {
 			current = p
-			return nil
+			return []string{model}, nil
 		},
 		Token:  "tok",
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
@@ -47,5 +50,120 @@ func TestAdminPolicyChangeIsLogged(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log %q lacks %q", logs.String(), want)
 		}
+	}
+}
+
+// TestAdminPutPolicy: the body's keys but model and policy reach SetPolicy
+// as options, spelt as written, whatever they are; the answer is what was
+// set and which models it switched, and the log line names every option.
+func TestAdminPutPolicy(t *testing.T) {
+	type call struct {
+		model, policy string
+		options       map[string]string
+	}
+	for _, tc := range []struct {
+		name, body string
+		refuse     error // SetPolicy's answer
+		code       int
+		call       *call  // what SetPolicy got; nil: not called
+		answer     string // in the answer
+		log        []string
+	}{
+		{name: "one model", body: `{"model":"simple","policy":"adhoc"}`, code: 200,
+			call:   &call{"simple", "adhoc", map[string]string{}},
+			answer: `{"model":"simple","policy":"adhoc","options":{},"models":["simple"]}`,
+			log:    []string{"model=simple", "policy=adhoc"}},
+		{name: "every model, a budget", body: `{"policy":"budget","latency_budget":"1.10x"}`, code: 200,
+			call:   &call{"", "budget", map[string]string{"latency_budget": "1.10x"}},
+			answer: `{"model":"","policy":"budget","options":{"latency_budget":"1.10x"},"models":["a","b"]}`,
+			log:    []string{`model="(all batched models)"`, "policy=budget", "latency_budget=1.10x"}},
+		{name: "options of any kind, as written", body: `{"model":"m","policy":"smdp","w2":0.5,"batch":4,"wait_bound":"2ms","tail_budget":"1.5x","flag":true,"sla":null}`,
+			code: 200, call: &call{"m", "smdp", map[string]string{"w2": "0.5", "batch": "4", "wait_bound": "2ms", "tail_budget": "1.5x", "flag": "true"}},
+			answer: `"options":{"batch":"4","flag":"true","tail_budget":"1.5x","w2":"0.5","wait_bound":"2ms"}`,
+			log:    []string{"batch=4 flag=true tail_budget=1.5x w2=0.5 wait_bound=2ms"}},
+		{name: "refused by the registry", body: `{"model":"simple","policy":"adhoc","latency_budget":"1.2x"}`,
+			refuse: errors.New("latency_budget applies to the budget policy"), code: 400,
+			call:   &call{"simple", "adhoc", map[string]string{"latency_budget": "1.2x"}},
+			answer: `{"error":"latency_budget applies to the budget policy"}`},
+		{name: "no policy", body: `{"model":"simple"}`, code: 400, answer: `{"error":"want {\"model\": \"name or empty for all\"`},
+		{name: "not JSON", body: `policy=adhoc`, code: 400, answer: `{"error":"want`},
+		{name: "an object for an option", body: `{"policy":"budget","latency_budget":{"x":1}}`, code: 400,
+			answer: `latency_budget: want a string, a number or true/false`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			var got *call
+			h := NewAdmin(AdminOptions{
+				Gatherer: prometheus.NewRegistry(),
+				SetPolicy: func(_ context.Context, model, p string, o map[string]string) ([]string, error) {
+					got = &call{model, p, maps.Clone(o)}
+					if tc.refuse != nil {
+						return nil, tc.refuse
+					}
+					if model == "" {
+						return []string{"a", "b"}, nil
+					}
+					return []string{model}, nil
+				},
+				Token:  "tok",
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			req := httptest.NewRequest(http.MethodPut, "/policy", strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer tok")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			var compact bytes.Buffer
+			if json.Compact(&compact, w.Body.Bytes()) != nil {
+				t.Fatalf("answer is not JSON: %s", w.Body)
+			}
+			if w.Code != tc.code || !strings.Contains(compact.String(), tc.answer) {
+				t.Errorf("%d %s, want %d with %s", w.Code, compact.String(), tc.code, tc.answer)
+			}
+			switch {
+			case tc.call == nil && got != nil:
+				t.Errorf("SetPolicy called with %+v", *got)
+			case tc.call != nil && (got == nil || got.model != tc.call.model || got.policy != tc.call.policy || !maps.Equal(got.options, tc.call.options)):
+				t.Errorf("SetPolicy got %+v, want %+v", got, *tc.call)
+			}
+			for _, want := range tc.log {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("log %q lacks %q", logs.String(), want)
+				}
+			}
+			if tc.code != 200 && logs.Len() != 0 {
+				t.Errorf("a refused change is logged: %q", logs.String())
+			}
+		})
+	}
+}
+
+// TestAdminGetPolicy: GET /policy answers what Policies gives, without a
+// token (it changes nothing, as /status); without Policies it is not
+// served.
+func TestAdminGetPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		policies func() any
+		code     int
+		body     string
+	}{
+		{"served", func() any {
+			return map[string]any{"models": []map[string]any{{"model": "simple", "policy": "budget", "options": map[string]any{"latency_budget": "1.25x"}}}}
+		}, 200, `{"models":[{"model":"simple","options":{"latency_budget":"1.25x"},"policy":"budget"}]}`},
+		{"not configured", nil, 405, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Policies: tc.policies, Token: "tok"})
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/policy", nil))
+			if w.Code != tc.code {
+				t.Fatalf("GET /policy: %d, want %d", w.Code, tc.code)
+			}
+			var compact bytes.Buffer
+			json.Compact(&compact, w.Body.Bytes())
+			if tc.body != "" && compact.String() != tc.body {
+				t.Errorf("GET /policy: %s, want %s", compact.String(), tc.body)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -93,7 +94,7 @@ func (fakeUpstream) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, _
 
 const fuzzBodyLimit = 4 << 10
 
-func newFuzzServer(tb testing.TB, b proxy.Batcher) string {
+func newFuzzServer(tb testing.TB, b door.Batcher) string {
 	return startFront(tb, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: b,
 		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -166,7 +167,7 @@ func TestLargeBodyLane(t *testing.T) {
 // startOneLane starts a front door with a 64 MiB budget and one lane for
 // bodies past 1 MiB, in front of batcher; waiting hears each large body
 // that starts waiting for the lane (until the test ends).
-func startOneLane(t *testing.T, batcher proxy.Batcher) (base string, budget *membudget.Budget, waiting chan struct{}) {
+func startOneLane(t *testing.T, batcher door.Batcher) (base string, budget *membudget.Budget, waiting chan struct{}) {
 	t.Helper()
 	budget = membudget.New(64 << 20)
 	base = startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: batcher,

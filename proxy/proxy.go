@@ -5,10 +5,10 @@
 // backpressure answers) and every client-facing error; it never decides
 // batch sizes.
 //
-// The data port runs on fasthttp rather than net/http: measured on two
-// cores, net/http's per-request goroutines, contexts and background reads
-// cost more CPU per request than all of a batch's merging and splitting,
-// and put the proxy behind nginx on added latency (docs/BENCHMARKS.md).
+// The data port runs on fasthttp rather than net/http: net/http's
+// per-request goroutines, contexts and background reads cost more CPU per
+// request than a batch's merging and splitting (docs/BENCHMARKS.md, "The
+// front door on fasthttp").
 package proxy
 
 import (
@@ -36,6 +36,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/linger"
 	"github.com/ratebatch/ratebatch/internal/membudget"
@@ -43,41 +44,17 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
-// Batcher queues inference calls of the models it batches.
-type Batcher interface {
-	// Model reports whether the model is batched and its max batch size.
-	Model(name string) (maxBatch int, ok bool)
-	Submit(ctx context.Context, model string, c *dispatcher.Call) dispatcher.Result
-	// Delivered tells that Submit's result has been written to its caller.
-	Delivered(r dispatcher.Result)
-}
-
-// Discoverer learns models on demand; optional.
-type Discoverer interface {
-	// Ensure looks the model up upstream if it is not known yet.
-	Ensure(ctx context.Context, model string)
-}
-
 // Forwarder sends a pass-through request upstream; *fasthttp.HostClient is
 // one. Tests stand in for Triton with their own.
 type Forwarder interface {
 	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
 }
 
-// Health is the outlier detector's verdict on the upstream
-// (*dispatcher.Dispatcher is one).
-type Health interface {
-	// Failing reports whether a batched model is marked failing, and why.
-	Failing(model string) (failing bool, reason string)
-	// UpstreamFailing reports whether every batched model is.
-	UpstreamFailing() bool
-}
-
 // Options configure a Server.
 type Options struct {
 	Upstream     *url.URL
-	Batcher      Batcher
-	Discoverer   Discoverer
+	Batcher      door.Batcher
+	Discoverer   door.Discoverer
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
 
@@ -90,7 +67,7 @@ type Options struct {
 	// Health, when set, answers the readiness endpoints not ready (400, as
 	// Triton does) while the outlier detector finds the model, or the whole
 	// upstream, failing; otherwise they pass through to Triton.
-	Health Health
+	Health door.Health
 
 	// Memory, when set, is the budget (limits.memory) the bodies of
 	// batched inference requests, from their first byte until answered,
@@ -144,9 +121,9 @@ type Server struct {
 // Defaults of the large-body lane. A 4 MiB body is a batch of seven
 // 224x224 FP32 images. The lanes are half the cores (at least one), so
 // that large bodies in the proxy leave the other half to everything else:
-// on two cores, small requests beside large bodies had a p99 two to three
-// times lower with one lane than with two (BenchmarkSmallBesideLarge,
-// docs/RELIABILITY.md). The wait bounds what a large request may be held
+// small requests beside large bodies keep their tail (docs/RELIABILITY.md,
+// "Memory: a budget for requests and answers", BenchmarkSmallBesideLarge).
+// The wait bounds what a large request may be held
 // before its body is read (the turns before it, each until its answer),
 // well within a client's patience for a body it is about to send.
 const (
@@ -352,9 +329,9 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if n := ctx.Request.Header.Peek(declaredLaneWait); len(n) > 0 {
-		s.refuse(ctx, "", "large_body_wait", fmt.Sprintf(
+		s.refuse(ctx, "", &door.Refusal{Reason: "large_body_wait", Msg: fmt.Sprintf(
 			"%s bytes: no turn to be read within %v (at most %d bodies over %d bytes are read at once); retry later",
-			n, s.o.LargeBodyWait, s.o.LargeBodyLanes, s.o.LargeBodyBytes))
+			n, s.o.LargeBodyWait, s.o.LargeBodyLanes, s.o.LargeBodyBytes)})
 		return
 	}
 	if ctx.IsPost() {
@@ -459,7 +436,56 @@ func (s *Server) serverError(ctx *fasthttp.RequestCtx, err error) {
 	closeUnread(ctx)
 }
 
+// infer serves an inference request of a model: admitted (its memory,
+// its turn in the lane, its buffer), its call queued for a batch, its
+// answer written; a model the proxy does not batch is passed through.
 func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
+	if !s.batches(model) {
+		s.passthrough(ctx) // not batched: stream it to Triton untouched
+		return
+	}
+	start := time.Now()
+	var a admission
+	defer a.release()
+	if !s.admit(ctx, model, &a) || !s.read(ctx, model, version, start, &a) {
+		return // answered
+	}
+	wait, w := s.hangUps.watch(ctx.Conn(), start)
+	res := s.o.Batcher.Submit(wait, model, a.call)
+	gone := wait.Err() != nil
+	s.hangUps.stop(w)
+	s.reply(ctx, model, &res, gone, &a, start)
+}
+
+// read reads an admitted request's body and decodes it into its call
+// (a.call). false: the request is answered, refused or failed, or passed
+// to Triton whole when it is not one the dispatcher batches.
+func (s *Server) read(ctx *fasthttp.RequestCtx, model, version string, start time.Time, a *admission) bool {
+	raw, body, err := s.readBody(ctx, a)
+	if errors.Is(err, errOverBudget) {
+		s.refuseMemory(ctx, model, "memory_growing", a.hold.Held())
+		return false
+	}
+	if err != nil {
+		s.fail(ctx, model, err)
+		return false
+	}
+	call, batchable, err := s.newCall(ctx, model, version, body, start)
+	switch {
+	case !batchable:
+		s.passBuffered(ctx, raw) // shared memory, sequences, ...: Triton handles those itself
+		return false
+	case err != nil:
+		s.fail(ctx, model, err)
+		return false
+	}
+	a.call = call
+	return true
+}
+
+// batches reports whether the proxy batches model, looking it up upstream
+// first when it is not known yet.
+func (s *Server) batches(model string) bool {
 	_, ok := s.o.Batcher.Model(model)
 	if !ok && s.o.Discoverer != nil {
 		// Not ctx: fasthttp reuses a RequestCtx once the handler returns,
@@ -467,84 +493,96 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.o.Discoverer.Ensure(context.Background(), model)
 		_, ok = s.o.Batcher.Model(model)
 	}
-	if !ok {
-		s.passthrough(ctx) // not batched: stream it to Triton untouched
-		return
-	}
-	start := time.Now()
-	// The body's bytes, and then the answer's, are held against the memory
-	// budget until the handler returns; a declared length is taken whole
-	// before a byte of the body is read, a chunked or compressed body's as
-	// its buffers grow.
-	hold := membudget.Hold{B: s.o.Memory}
-	defer hold.Release()
-	var lease bodyLease
+	return ok
+}
+
+// admission is what an inference request of a batched model holds from
+// its headers until its answer is written: its bytes, and then its
+// answer's, in the memory budget (hold); a large body's pooled buffer
+// (lease); its turn of the large-body lane; the buffer its body is read
+// into; its call. release gives all of it back, in the one order that is
+// right (see release); the zero admission holds nothing.
+type admission struct {
+	hold  membudget.Hold
+	lease bodyLease
+	lane  *lane // the lane whose turn it holds; nil: none
+	bp    *[]byte
+	call  *dispatcher.Call
+}
+
+// admit takes over what the request's headers reserved (reservations:
+// its bytes, a lease, a turn of the lane) and holds its declared length
+// before a byte of the body is read; a chunked or compressed body's bytes
+// are held as its buffers grow (readBody). false: refused, and answered.
+func (s *Server) admit(ctx *fasthttp.RequestCtx, model string, a *admission) bool {
+	a.hold = membudget.Hold{B: s.o.Memory}
 	if s.res != nil {
 		r := s.res.take(&ctx.Request.Header)
-		hold.Adopt(r.n)
+		a.hold.Adopt(r.n)
 		if r.leased {
-			lease = bodyLease{buf: r.buf, class: r.n}
+			a.lease = bodyLease{buf: r.buf, class: r.n}
 		}
 		if r.inLane {
-			// The turn lasts until the handler returns: the body read,
-			// sent upstream and answered. Deferred before the buffer's
-			// keep below, it passes on after it: the next body in the
-			// lane reads into this one's buffer (readBody claims it).
-			defer s.lane.leave()
+			a.lane = s.lane
 		}
 	}
-	if n := ctx.Request.Header.ContentLength(); n > 0 && !hold.Grow(int64(n)+1) {
+	if n := ctx.Request.Header.ContentLength(); n > 0 && !a.hold.Grow(int64(n)+1) {
 		s.refuseMemory(ctx, model, "memory_declared", int64(n))
-		return
+		return false
 	}
-	bp := bodyBuffers.Get().(*[]byte)
-	defer putBodyBuffer(bp)
-	// Runs before hold.Release, after call.Release: nothing refers to the
-	// body then.
-	defer func() {
-		if lease.keep != nil {
-			hold.Keep(lease.keep)
-		}
-	}()
-	raw, body, err := s.readBody(ctx, bp, &lease, &hold)
-	if errors.Is(err, errOverBudget) {
-		s.refuseMemory(ctx, model, "memory_growing", hold.Held())
-		return
+	a.bp = bodyBuffers.Get().(*[]byte)
+	return true
+}
+
+// release gives back what the admission holds, once the handler is done
+// with the request and its answer: the call first, after which nothing
+// refers to the body; then the body's buffer, to its pool, and a large
+// body's to the budget's, before the turn of the lane passes on, so that
+// the next body in the lane reads into it (readBody claims it); and last
+// the bytes held, the answer's among them, which until then made the next
+// large requests wait.
+func (a *admission) release() {
+	if a.call != nil {
+		a.call.Release()
 	}
-	if err != nil {
-		s.fail(ctx, model, err)
-		return
+	if a.lease.keep != nil {
+		a.hold.Keep(a.lease.keep)
 	}
+	if a.bp != nil {
+		putBodyBuffer(a.bp)
+	}
+	if a.lane != nil {
+		a.lane.leave()
+	}
+	a.hold.Release()
+}
+
+// newCall decodes a read body into its call for the dispatcher; not
+// batchable: the request is Triton's to handle (the call is nil).
+func (s *Server) newCall(ctx *fasthttp.RequestCtx, model, version string, body []byte, start time.Time) (*dispatcher.Call, bool, error) {
 	if hook := testHookInfer.Load(); hook != nil {
 		(*hook)(model, body)
 	}
 	headerLen, err := kserve.ParseHeaderLength(string(ctx.Request.Header.Peek(kserve.HeaderContentLength)), len(body))
 	if err != nil {
-		s.fail(ctx, model, err)
-		return
+		return nil, true, err
 	}
 	req, err := kserve.DecodeRequestDeferred(body, headerLen)
 	if err != nil {
-		s.fail(ctx, model, err)
-		return
+		return nil, true, err
 	}
 	call, batchable, err := dispatcher.NewCall(req, version, start)
-	if !batchable {
-		// Shared memory, sequences, ...: Triton handles those itself.
-		s.passBuffered(ctx, raw)
-		return
+	if !batchable || err != nil {
+		return nil, batchable, err
 	}
-	if err != nil {
-		s.fail(ctx, model, err)
-		return
-	}
-	defer call.Release()
 	call.Wire = dispatcher.Wire{Body: body, HeaderLen: headerLen}
 	call.Source = ctx.ConnID() // one request at a time per connection
-	wait, w := s.hangUps.watch(ctx.Conn(), start)
-	res := s.o.Batcher.Submit(wait, model, call)
-	gone := wait.Err() != nil
-	s.hangUps.stop(w)
+	return call, true, nil
+}
+
+// reply writes a batched call's answer, or its error; a client that hung
+// up while its call was queued (gone) gets none.
+func (s *Server) reply(ctx *fasthttp.RequestCtx, model string, res *dispatcher.Result, gone bool, a *admission, start time.Time) {
 	if res.Err != nil {
 		if gone {
 			ctx.SetConnectionClose() // the client is gone
@@ -553,17 +591,18 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 		s.fail(ctx, model, res.Err)
 		return
 	}
+	var err error
 	if res.Wire != nil {
 		writeWire(ctx, res.Wire.Body, res.Wire.HeaderLen)
 	} else {
 		err = writeResponse(ctx, res.Resp)
 	}
-	s.o.Batcher.Delivered(res)
+	s.o.Batcher.Delivered(*res)
 	res.Release()
 	// The answer is written once the handler returns; until then it is
 	// held, even past the budget (the work is done), which makes the next
 	// large requests wait.
-	hold.Force(int64(len(ctx.Response.Body())))
+	a.hold.Force(int64(len(ctx.Response.Body())))
 	if err != nil {
 		s.log.Debug("writing response", "model", model, "err", err)
 	}
@@ -599,10 +638,12 @@ func putBodyBuffer(bp *[]byte) {
 	}
 }
 
-// readBody reads the whole body within the size limit into *bp and decodes
-// a Content-Encoding of gzip or deflate. raw is the body as sent, body the
-// decoded one (the same slice when not encoded).
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, bp *[]byte, lease *bodyLease, hold *membudget.Hold) (raw, body []byte, err error) {
+// readBody reads the whole body within the size limit into the
+// admission's buffer (its lease's, for a large body), holding its bytes as
+// they come, and decodes a Content-Encoding of gzip or deflate. raw is the
+// body as sent, body the decoded one (the same slice when not encoded).
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, a *admission) (raw, body []byte, err error) {
+	bp, lease, hold := a.bp, &a.lease, &a.hold
 	limit := s.o.MaxBodyBytes
 	// -1 chunked, -2 none; never over the limit (headerReceived).
 	declared := int64(ctx.Request.Header.ContentLength())
@@ -767,14 +808,14 @@ var errOverBudget = errors.New("over the memory budget")
 // the answer before the client reads it). Past the limit, or on an error,
 // the connection closes.
 func (s *Server) refuseMemory(ctx *fasthttp.RequestCtx, model, reason string, n int64) {
-	s.refuse(ctx, model, reason, fmt.Sprintf("the proxy's memory budget (%d bytes) has no room for this request's %d bytes now; retry later", s.o.Memory.Limit(), n))
+	s.refuse(ctx, model, door.NoRoom(reason, s.o.Memory.Limit(), n))
 }
 
-// refuse answers 503 with Retry-After and msg to a request refused before
-// its body was read (reason: the metric's label), its body thrown away
-// first as refuseMemory says.
-func (s *Server) refuse(ctx *fasthttp.RequestCtx, model, reason, msg string) {
-	s.m.Rejected.WithLabelValues(reason).Inc()
+// refuse answers 503 with Retry-After to a request refused before its
+// body was read (r.Reason: the metric's label), its body thrown away first
+// as refuseMemory says.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, model string, r *door.Refusal) {
+	s.m.Rejected.WithLabelValues(r.Reason).Inc()
 	if stream := ctx.RequestBodyStream(); stream != nil {
 		bp := drainBuffers.Get().(*[]byte)
 		left := s.o.MaxBodyBytes + 1
@@ -789,26 +830,20 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, model, reason, msg string) {
 			closeUnread(ctx)
 		}
 	}
-	s.fail(ctx, model, &kserve.Error{Status: http.StatusServiceUnavailable, Msg: msg})
+	s.fail(ctx, model, r)
 }
 
 var drainBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// fail answers err with its status (door.StatusCode) and a KServe v2
+// error body, as Triton does.
 func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
-	status := http.StatusInternalServerError
-	msg := err.Error()
-	var ke *kserve.Error
-	switch {
-	case errors.As(err, &ke):
-		status = ke.Status
-	case errors.Is(err, dispatcher.ErrUnknownModel):
-		status = http.StatusNotFound
-	}
+	status := door.StatusCode(err)
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
 	}
 	s.m.Errors.WithLabelValues(model, ProtocolHTTP, strconv.Itoa(status)).Inc()
-	writeError(ctx, status, msg)
+	writeError(ctx, status, err.Error())
 }
 
 // writeError answers with a KServe v2 error body.
@@ -867,8 +902,9 @@ func setAnswer(ctx *fasthttp.RequestCtx, body []byte, headerLen int) {
 var headerLengthName = []byte(kserve.HeaderContentLength)
 
 // compress replaces body by its gzip or deflate (zlib) form. fasthttp's
-// compressors are pooled: a new gzip.Writer per reply cost about 800 KB of
-// allocation, more than the 4 KB answer it compressed.
+// compressors are pooled: a new gzip.Writer per reply allocates far more
+// than the answer it compresses (docs/BENCHMARKS.md, "Proxy and dispatcher
+// benchmarks", BenchmarkWriteResponseGzip).
 func compress(body []byte, enc string) []byte {
 	zp := zbufPool.Get().(*[]byte)
 	z := *zp

@@ -1,4 +1,4 @@
-// Package models keeps the set of models the proxy batches in step with the
+// Package registry keeps the set of models the proxy batches in step with the
 // upstream: it discovers them (repository index, model config), gives each a
 // monitor seeded from a profile or the upstream's statistics and a policy
 // from the configuration, registers it with the dispatcher, and re-reads the
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -23,7 +24,6 @@ import (
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
-	"github.com/ratebatch/ratebatch/policy/smdp"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -59,7 +59,12 @@ type Models struct {
 	looking map[string]chan struct{}
 	lastErr error
 	lastRun time.Time
-	budgets map[string]string // latency budgets set at run time, by model ("" for all)
+	// setNames and setOptions are what PUT /policy set at run time, by
+	// model ("" for all): the policy's name, and its options by their key
+	// in the configuration's policy section, spelt as in the file. They
+	// stay until a later change covers the model, or a restart.
+	setNames   map[string]string
+	setOptions map[string]map[string]string
 	// unserved holds the models the configuration names that the upstream
 	// does not serve, each with why, as of the last repository index read.
 	unserved map[string]string
@@ -82,6 +87,7 @@ type entry struct {
 	reason    string // why not batched
 	seed      string // where the tau(b) seed came from
 	warning   string
+	policy    InForce // the policy the monitor runs, as set
 }
 
 // New returns an empty registry; call Discover (or Refresh, then Run).
@@ -90,7 +96,7 @@ func New(up Upstream, queues Queues, cfg *config.Config, log *slog.Logger) *Mode
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Models{up: up, queues: queues, cfg: cfg, log: log, models: map[string]*entry{}, ctx: context.Background(),
-		budgets: map[string]string{}}
+		setNames: map[string]string{}, setOptions: map[string]map[string]string{}}
 }
 
 // Retry delays of Discover's first read of the model list: doubling from
@@ -341,7 +347,8 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		return nil
 	}
 	if !known || !e.batched {
-		pol, err := r.newPolicy(name, pname)
+		pname = r.policyName(name)
+		pol, in, err := r.newPolicy(name, pname)
 		if err != nil {
 			return err
 		}
@@ -353,7 +360,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		e = &entry{name: name, mon: mon, batched: true, seed: from}
+		e = &entry{name: name, mon: mon, batched: true, seed: from, policy: in}
 		if len(mc.DynamicBatching) > 0 && string(mc.DynamicBatching) != "null" {
 			e.warning = "Triton's own dynamic batcher is on for this model: turn it off or set max_queue_delay_microseconds to 0, or both batchers wait"
 			r.log.Warn(e.warning, "model", name)
@@ -460,9 +467,23 @@ func batchTotals(stats []triton.BatchStat) []monitor.BatchTotal {
 	return out
 }
 
-// newPolicy builds the named policy with the configured options and the
-// model's overrides of them.
-func (r *Models) newPolicy(model, name string) (policy.Policy, error) {
+// newPolicy builds the named policy for a model with the options that
+// apply to it (options), and says what it is as set. Called with r.mu held.
+func (r *Models) newPolicy(model, name string) (policy.Policy, InForce, error) {
+	o, err := r.options(model)
+	if err == nil {
+		var pol policy.Policy
+		if pol, err = policy.New(name, o); err == nil {
+			return pol, InForce{Policy: name, Options: config.PolicyOptions(o)}, nil
+		}
+	}
+	return nil, InForce{}, fmt.Errorf("model %s: %w", model, err)
+}
+
+// options are the policy options that apply to a model: the policy
+// section's, the model's overrides of them, then what PUT /policy set for
+// every model and, last, for this one. Called with r.mu held.
+func (r *Models) options(model string) (policy.Options, error) {
 	o := r.cfg.Policy.Options
 	m := r.cfg.Models[model]
 	if m.SLA > 0 {
@@ -471,12 +492,30 @@ func (r *Models) newPolicy(model, name string) (policy.Policy, error) {
 	if o.Batch == 0 {
 		o.Batch = max(m.MaxBatchSize, 0)
 	}
-	o.LatencyBudget = r.latencyBudget(model)
-	pol, err := policy.New(name, o)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", model, err)
+	if m.LatencyBudget != "" {
+		o.LatencyBudget = m.LatencyBudget
 	}
-	return pol, nil
+	for _, set := range []map[string]string{r.setOptions[""], r.setOptions[model]} {
+		for k, v := range set {
+			if err := config.SetPolicyOption(&o, k, v); err != nil {
+				return o, err
+			}
+		}
+	}
+	return o, nil
+}
+
+// policyName is the policy a model that is batched runs: the one PUT
+// /policy set for it, else for every model, else the configuration's.
+// Called with r.mu held.
+func (r *Models) policyName(model string) string {
+	if n, ok := r.setNames[model]; ok {
+		return n
+	}
+	if n, ok := r.setNames[""]; ok {
+		return n
+	}
+	return r.cfg.ModelPolicy(model)
 }
 
 // seed finds the starting tau(b) line: the configured profile CSV, else the
@@ -521,85 +560,161 @@ func fitCSV(path string) (*regression.Line, error) {
 	return &fit.Line, nil
 }
 
-// latencyBudget is the budget that applies to a model: set at run time
-// (SetLatencyBudget), else the model's config, else policy.latency_budget.
-// Called with r.mu held.
-func (r *Models) latencyBudget(model string) string {
-	if b, ok := r.budgets[model]; ok {
-		return b
-	}
-	if b, ok := r.budgets[""]; ok {
-		return b
-	}
-	if b := r.cfg.Models[model].LatencyBudget; b != "" {
-		return b
-	}
-	return r.cfg.Policy.LatencyBudget
-}
-
-// SetPolicyBudget switches a batched model (or every one, for model "") to
-// the budget policy with the given latency budget ("1.10x", "4ms"), which
-// then stays that model's budget.
-func (r *Models) SetPolicyBudget(ctx context.Context, model, budget string) error {
-	if _, err := smdp.ParseBudget(budget); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	prev, had := r.budgets[model]
-	if model == "" {
-		clear(r.budgets)
-	}
-	r.budgets[model] = budget
-	r.mu.Unlock()
-	if err := r.SetPolicy(ctx, model, policy.NameBudget); err != nil {
-		r.mu.Lock()
-		if had {
-			r.budgets[model] = prev
-		} else {
-			delete(r.budgets, model)
-		}
-		r.mu.Unlock()
-		return err
-	}
-	return nil
+// InForce is a policy as it is set: its name and every option it takes,
+// by key, spelt as in the configuration file (the zero value of an option
+// is the policy's documented default).
+type InForce struct {
+	Model   string         `json:"model,omitempty"`
+	Policy  string         `json:"policy"`
+	Options map[string]any `json:"options"`
 }
 
 // SetPolicy switches a batched model (or every one, for model "") to the
-// named policy at run time, and returns once each switched model publishes
-// a rule of the new policy (or ctx ends), so the state read next is the new
-// one.
-func (r *Models) SetPolicy(ctx context.Context, model, name string) error {
+// named policy at run time, with options by their key in the
+// configuration's policy section, spelt as in the file (latency_budget
+// "1.10x"); options not given are the configuration's, or what an earlier
+// change set for the model. The change stays the model's until a later
+// one; one for every model replaces what earlier ones set per model, for
+// the policy and for the options it names. SetPolicy returns the models
+// switched once each publishes a rule of the new policy (or ctx ends), so
+// the state read next is the new one; on an error nothing is switched.
+func (r *Models) SetPolicy(ctx context.Context, model, name string, options map[string]string) ([]string, error) {
+	if _, ok := options["latency_budget"]; ok && name != policy.NameBudget {
+		return nil, fmt.Errorf(`latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
+	}
+	var check policy.Options
+	for k, v := range options {
+		if err := config.SetPolicyOption(&check, k, v); err != nil {
+			return nil, err
+		}
+	}
 	r.mu.Lock()
-	var planned []<-chan struct{}
+	names, opts := maps.Clone(r.setNames), maps.Clone(r.setOptions)
+	undo := func() { r.setNames, r.setOptions = names, opts }
+	r.record(model, name, options)
+	type change struct {
+		e   *entry
+		pol policy.Policy
+		in  InForce
+	}
+	var changes []change
 	for _, e := range r.models {
 		if !e.batched || (model != "" && e.name != model) {
 			continue
 		}
-		pol, err := r.newPolicy(e.name, name)
+		pol, in, err := r.newPolicy(e.name, name)
 		if err != nil {
+			undo()
 			r.mu.Unlock()
-			return err
+			return nil, err
 		}
-		planned = append(planned, e.mon.SetPolicy(pol))
+		changes = append(changes, change{e, pol, in})
+	}
+	if len(changes) == 0 {
+		undo()
+		r.mu.Unlock()
+		return nil, fmt.Errorf("no batched model %q", model)
+	}
+	switched := make([]string, len(changes))
+	planned := make([]<-chan struct{}, len(changes))
+	for i, c := range changes {
+		planned[i] = c.e.mon.SetPolicy(c.pol)
+		c.e.policy = c.in
+		switched[i] = c.e.name
 	}
 	r.mu.Unlock()
-	if len(planned) == 0 {
-		return fmt.Errorf("no batched model %q", model)
-	}
+	sort.Strings(switched)
 	for _, p := range planned {
 		select {
 		case <-p:
 		case <-ctx.Done():
-			return fmt.Errorf("policy %s set, but its first rule is not planned yet: %w", name, ctx.Err())
+			return switched, fmt.Errorf("policy %s set, but its first rule is not planned yet: %w", name, ctx.Err())
 		}
 	}
-	return nil
+	return switched, nil
+}
+
+// record notes a change by PUT /policy (see SetPolicy): the maps are
+// replaced, not edited, so that SetPolicy can put the old ones back.
+// Called with r.mu held.
+func (r *Models) record(model, name string, options map[string]string) {
+	names, opts := map[string]string{}, map[string]map[string]string{}
+	for m, n := range r.setNames {
+		if model != "" {
+			names[m] = n
+		}
+	}
+	for m, set := range r.setOptions {
+		set = maps.Clone(set)
+		if model == "" {
+			for k := range options {
+				delete(set, k)
+			}
+		}
+		opts[m] = set
+	}
+	names[model] = name
+	if opts[model] == nil {
+		opts[model] = map[string]string{}
+	}
+	maps.Copy(opts[model], options)
+	r.setNames, r.setOptions = names, opts
+}
+
+// Policies is the policy in force: for every batched model (Default, the
+// configuration's policy section with what PUT /policy set for all) and
+// for each batched model.
+type Policies struct {
+	Default InForce   `json:"default"`
+	Models  []InForce `json:"models"`
+}
+
+// Policies returns the policy in force, the models sorted by name.
+func (r *Models) Policies() Policies {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg := r.config()
+	out := Policies{Default: InForce{Policy: cfg.Policy.Name, Options: config.PolicyOptions(cfg.Policy.Options)},
+		Models: []InForce{}}
+	for _, e := range r.models {
+		if e.batched && e.mon != nil {
+			in := e.policy
+			in.Model = e.name
+			out.Models = append(out.Models, in)
+		}
+	}
+	sort.Slice(out.Models, func(i, j int) bool { return out.Models[i].Model < out.Models[j].Model })
+	return out
+}
+
+// Config is the configuration in force: the one the registry was given,
+// with the policy PUT /policy set for every model in its policy section
+// (a change for one model shows in its Status instead).
+func (r *Models) Config() config.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.config()
+}
+
+func (r *Models) config() config.Config {
+	c := *r.cfg
+	if n, ok := r.setNames[""]; ok {
+		c.Policy.Name = n
+	}
+	for k, v := range r.setOptions[""] {
+		// Checked when set (SetPolicy).
+		_ = config.SetPolicyOption(&c.Policy.Options, k, v)
+	}
+	return c
 }
 
 // Status is one model's state for the status endpoint.
 type Status struct {
-	Model   string            `json:"model"`
-	Batched bool              `json:"batched"`
+	Model   string `json:"model"`
+	Batched bool   `json:"batched"`
+	// Policy and Options are the batched model's policy as set (InForce).
+	Policy  string            `json:"policy,omitempty"`
+	Options map[string]any    `json:"options,omitempty"`
 	Reason  string            `json:"reason,omitempty"`
 	Seed    string            `json:"seed,omitempty"`
 	Warning string            `json:"warning,omitempty"`
@@ -618,7 +733,8 @@ func (r *Models) Statuses() []Status {
 		}
 	}
 	for _, e := range r.models {
-		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning}
+		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning,
+			Policy: e.policy.Policy, Options: e.policy.Options}
 		if why, ok := r.unserved[e.name]; ok {
 			s.Warning = strings.TrimPrefix(s.Warning+"; "+why, "; ")
 		}

@@ -202,49 +202,6 @@ func TestRefreshReconciles(t *testing.T) {
 		t.Errorf("max batch after the upstream changed = %d, want 16", got)
 	}
 
-	if err := r.SetPolicy(context.Background(), "simple", "adhoc"); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range r.Statuses() {
-		if s.Model == "simple" && s.Rule.Policy != "adhoc" {
-			t.Errorf("policy after SetPolicy = %q", s.Rule.Policy)
-		}
-	}
-	if err := r.SetPolicy(context.Background(), "nobatch", "adhoc"); err == nil {
-		t.Error("SetPolicy on a model that is not batched succeeded")
-	}
-	if err := r.SetPolicy(context.Background(), "", "nonsense"); err == nil {
-		t.Error("unknown policy accepted")
-	}
-	// A latency budget set at run time applies to that model only and
-	// survives a later switch back to budget.
-	if err := r.SetPolicyBudget(context.Background(), "simple", "1.5x"); err != nil {
-		t.Fatal(err)
-	}
-	r.mu.Lock()
-	got, other := r.latencyBudget("simple"), r.latencyBudget("resnet")
-	r.mu.Unlock()
-	if got != "1.5x" || other != r.cfg.Policy.LatencyBudget {
-		t.Errorf("budgets simple %q resnet %q, want 1.5x and the config's %q", got, other, r.cfg.Policy.LatencyBudget)
-	}
-	for _, s := range r.Statuses() {
-		if s.Model == "simple" && s.Rule.Policy != "budget" {
-			t.Errorf("policy after SetPolicyBudget = %q", s.Rule.Policy)
-		}
-	}
-	if err := r.SetPolicyBudget(context.Background(), "simple", "fast"); err == nil {
-		t.Error("budget fast accepted")
-	}
-	if err := r.SetPolicyBudget(context.Background(), "nobatch", "1.2x"); err == nil {
-		t.Error("budget on a model that is not batched accepted")
-	}
-	r.mu.Lock()
-	_, kept := r.budgets["nobatch"]
-	r.mu.Unlock()
-	if kept {
-		t.Error("a failed SetPolicyBudget kept its budget")
-	}
-
 	up.mu.Lock()
 	up.down = true
 	up.mu.Unlock()
@@ -562,6 +519,128 @@ func TestConfiguredModelsTheUpstreamLacksAreWarned(t *testing.T) {
 	for _, s := range r.Statuses() {
 		if s.Model == "resnet50" && (s.Warning != "" || !s.Batched) {
 			t.Errorf("resnet50 once served: %+v, want batched without a warning", s)
+		}
+	}
+}
+
+// TestSetPolicy walks PUT /policy's changes in turn (the state carries
+// over from step to step): each step's policy and latency budget in force
+// per model, as Policies, Statuses and Config show them.
+func TestSetPolicy(t *testing.T) {
+	up := &fakeUpstream{
+		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "resnet", State: "READY"}, {Name: "nobatch", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{
+			"simple":  {Name: "simple", MaxBatchSize: 8},
+			"resnet":  {Name: "resnet", MaxBatchSize: 32},
+			"nobatch": {Name: "nobatch", MaxBatchSize: 0},
+			"late":    {Name: "late", MaxBatchSize: 4},
+		},
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	cfg.Policy.Name = "budget"
+	cfg.Policy.LatencyBudget = ""
+	cfg.Models = map[string]config.Model{"resnet": {LatencyBudget: "1.3x"}}
+	r := New(up, q, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type inForce struct{ policy, budget string }
+	for _, step := range []struct {
+		name          string
+		model, policy string
+		options       map[string]string
+		err           string // in the error; "" for none
+		switched      []string
+		want          map[string]inForce // "" for the default
+	}{
+		{name: "as configured",
+			want: map[string]inForce{"": {"budget", ""}, "simple": {"budget", ""}, "resnet": {"budget", "1.3x"}}},
+		{name: "one model to adhoc", model: "simple", policy: "adhoc", switched: []string{"simple"},
+			want: map[string]inForce{"": {"budget", ""}, "simple": {"adhoc", ""}, "resnet": {"budget", "1.3x"}}},
+		{name: "one model to budget with a budget", model: "simple", policy: "budget", options: map[string]string{"latency_budget": "1.5x"},
+			switched: []string{"simple"},
+			want:     map[string]inForce{"": {"budget", ""}, "simple": {"budget", "1.5x"}, "resnet": {"budget", "1.3x"}}},
+		{name: "away from budget, the budget stays set", model: "simple", policy: "adhoc", switched: []string{"simple"},
+			want: map[string]inForce{"simple": {"adhoc", "1.5x"}}},
+		{name: "and back: the model's budget again", model: "simple", policy: "budget", switched: []string{"simple"},
+			want: map[string]inForce{"simple": {"budget", "1.5x"}, "resnet": {"budget", "1.3x"}}},
+		{name: "unknown policy", policy: "nonsense", err: "nonsense",
+			want: map[string]inForce{"": {"budget", ""}, "simple": {"budget", "1.5x"}}},
+		{name: "a model not batched", model: "nobatch", policy: "budget", options: map[string]string{"latency_budget": "1.2x"},
+			err: `no batched model "nobatch"`, want: map[string]inForce{"simple": {"budget", "1.5x"}}},
+		{name: "a budget that does not read", model: "simple", policy: "budget", options: map[string]string{"latency_budget": "fast"},
+			err: "latency budget", want: map[string]inForce{"simple": {"budget", "1.5x"}}},
+		{name: "a budget below ad-hoc", model: "simple", policy: "budget", options: map[string]string{"latency_budget": "0.5x"},
+			err: "latency budget", want: map[string]inForce{"simple": {"budget", "1.5x"}}},
+		{name: "latency_budget with another policy", model: "simple", policy: "adhoc", options: map[string]string{"latency_budget": "1.2x"},
+			err: "applies to the budget policy", want: map[string]inForce{"simple": {"budget", "1.5x"}}},
+		{name: "an option policies do not have", model: "simple", policy: "budget", options: map[string]string{"window": "1s"},
+			err: `unknown policy option "window"`, want: map[string]inForce{"simple": {"budget", "1.5x"}}},
+		{name: "every model, with a budget", policy: "budget", options: map[string]string{"latency_budget": "1.2x"},
+			switched: []string{"resnet", "simple"},
+			want:     map[string]inForce{"": {"budget", "1.2x"}, "simple": {"budget", "1.2x"}, "resnet": {"budget", "1.2x"}}},
+		{name: "every model, another option: the budget stays", policy: "budget", options: map[string]string{"wait_bound": "3ms"},
+			switched: []string{"resnet", "simple"},
+			want:     map[string]inForce{"": {"budget", "1.2x"}, "simple": {"budget", "1.2x"}, "resnet": {"budget", "1.2x"}}},
+		{name: "every model to adhoc", policy: "adhoc", switched: []string{"resnet", "simple"},
+			want: map[string]inForce{"": {"adhoc", "1.2x"}, "simple": {"adhoc", "1.2x"}, "resnet": {"adhoc", "1.2x"}}},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			if step.policy != "" {
+				switched, err := r.SetPolicy(context.Background(), step.model, step.policy, step.options)
+				if step.err == "" && err != nil || step.err != "" && (err == nil || !strings.Contains(err.Error(), step.err)) {
+					t.Fatalf("error %v, want one with %q", err, step.err)
+				}
+				if strings.Join(switched, ",") != strings.Join(step.switched, ",") {
+					t.Errorf("switched %v, want %v", switched, step.switched)
+				}
+			}
+			pols := r.Policies()
+			got := map[string]InForce{"": pols.Default}
+			for _, p := range pols.Models {
+				got[p.Model] = p
+			}
+			statuses := map[string]Status{}
+			for _, s := range r.Statuses() {
+				statuses[s.Model] = s
+			}
+			for model, want := range step.want {
+				p := got[model]
+				if p.Policy != want.policy || p.Options["latency_budget"] != want.budget {
+					t.Errorf("%q: %s %v, want %s with latency_budget %q", model, p.Policy, p.Options["latency_budget"], want.policy, want.budget)
+				}
+				if model == "" {
+					c := r.Config()
+					if c.Policy.Name != want.policy || c.Policy.LatencyBudget != want.budget {
+						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.LatencyBudget, want.policy, want.budget)
+					}
+					continue
+				}
+				s := statuses[model]
+				if s.Policy != want.policy || s.Options["latency_budget"] != want.budget || s.Rule == nil || s.Rule.Policy != want.policy {
+					t.Errorf("%s's status: %s %v (rule %+v), want %s %q", model, s.Policy, s.Options["latency_budget"], s.Rule, want.policy, want.budget)
+				}
+			}
+		})
+	}
+	if _, kept := r.setOptions["nobatch"]; kept {
+		t.Error("a refused change kept its options")
+	}
+	if w := r.Policies().Models; len(w) != 2 || w[1].Options["wait_bound"] != "3ms" {
+		t.Errorf("wait_bound set for every model: %+v", w)
+	}
+	// A model found later runs what was set for every model.
+	up.mu.Lock()
+	up.index = append(up.index, triton.IndexEntry{Name: "late", State: "READY"})
+	up.mu.Unlock()
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Statuses() {
+		if s.Model == "late" && (s.Policy != "adhoc" || s.Rule == nil || s.Rule.Policy != "adhoc") {
+			t.Errorf("a model found after the change runs %q (rule %+v), want adhoc", s.Policy, s.Rule)
 		}
 	}
 }

@@ -379,39 +379,59 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 	if c := put("test-token", `{"model":"simple","policy":"adhoc"}`); c != 200 {
 		t.Fatalf("good change: %d, want 200", c)
 	}
-	// The answer is the new state, not the one before the change.
+	// The answer is what was set, short; the change is in force by then.
 	var changed struct {
+		Model  string   `json:"model"`
+		Policy string   `json:"policy"`
+		Models []string `json:"models"`
+	}
+	if err := json.Unmarshal(answer, &changed); err != nil {
+		t.Fatalf("PUT /policy answer is not JSON: %v: %s", err, answer)
+	}
+	if changed.Model != "simple" || changed.Policy != "adhoc" || len(changed.Models) != 1 || changed.Models[0] != "simple" || len(answer) > 200 {
+		t.Errorf("PUT /policy answered %s", answer)
+	}
+	// /status and GET /policy show the policy in force.
+	type status struct {
 		Models []struct {
-			Model string `json:"model"`
-			Rule  struct {
+			Model   string         `json:"model"`
+			Policy  string         `json:"policy"`
+			Options map[string]any `json:"options"`
+			Rule    struct {
 				Policy string `json:"policy"`
 			} `json:"rule"`
 		} `json:"models"`
 		Config struct {
 			Policy struct {
-				Window string `json:"window"`
+				Name          string `json:"name"`
+				Window        string `json:"window"`
+				LatencyBudget string `json:"latency_budget"`
 			} `json:"policy"`
 		} `json:"config"`
 	}
-	if err := json.Unmarshal(answer, &changed); err != nil {
-		t.Fatalf("PUT /policy answer is not JSON: %v: %s", err, answer)
-	}
-	for _, m := range changed.Models {
-		if m.Model == "simple" && m.Rule.Policy != "adhoc" {
-			t.Errorf("PUT /policy answered with simple's old policy %q, want adhoc", m.Rule.Policy)
+	read := func(path string, v any) string {
+		t.Helper()
+		code, body := getText(t, admin+path)
+		if code != 200 || json.Unmarshal([]byte(body), v) != nil {
+			t.Fatalf("GET %s: %d %s", path, code, body)
 		}
+		return body
 	}
-	if changed.Config.Policy.Window == "" {
-		t.Errorf("status config lacks policy.window in YAML spelling: %s", answer)
-	}
-	_, status := getText(t, admin+"/status")
-	if !strings.Contains(status, `"policy": "adhoc"`) {
-		t.Fatalf("status does not show the new policy: %s", status)
-	}
-	if strings.Contains(status, "test-token") {
+	var st status
+	body := read("/status", &st)
+	if strings.Contains(body, "test-token") {
 		t.Fatal("status leaks the admin token")
 	}
-	// The budget policy with its latency budget, at run time.
+	if st.Config.Policy.Window == "" {
+		t.Errorf("status config lacks policy.window in YAML spelling: %s", body)
+	}
+	for _, m := range st.Models {
+		if m.Model == "simple" && (m.Policy != "adhoc" || m.Rule.Policy != "adhoc") {
+			t.Errorf("status: simple runs %q (rule %q), want adhoc", m.Policy, m.Rule.Policy)
+		}
+	}
+	// The budget policy with its latency budget, at run time: one model,
+	// then every one.
 	for _, tc := range []struct {
 		body string
 		want int
@@ -424,9 +444,35 @@ func TestServeAdminPolicyChangeNeedsToken(t *testing.T) {
 			t.Fatalf("%s: %d, want %d", tc.body, c, tc.want)
 		}
 	}
-	_, status = getText(t, admin+"/status")
-	if !strings.Contains(status, `"policy": "budget"`) {
-		t.Fatalf("status does not show the budget policy: %s", status)
+	var pols struct {
+		Models []struct {
+			Model   string         `json:"model"`
+			Policy  string         `json:"policy"`
+			Options map[string]any `json:"options"`
+		} `json:"models"`
+	}
+	body = read("/policy", &pols)
+	found := false
+	for _, m := range pols.Models {
+		if m.Model == "simple" {
+			found = m.Policy == "budget" && m.Options["latency_budget"] == "1.25x"
+		}
+	}
+	if !found {
+		t.Errorf("GET /policy does not show simple's budget of 1.25x: %s", body)
+	}
+	if c := put("test-token", `{"policy":"budget","latency_budget":"1.2x"}`); c != 200 {
+		t.Fatalf("every model's budget: %d %s", c, answer)
+	}
+	st = status{}
+	body = read("/status", &st)
+	if st.Config.Policy.Name != "budget" || st.Config.Policy.LatencyBudget != "1.2x" {
+		t.Errorf("status config.policy after a change for every model: %+v in %s", st.Config.Policy, body)
+	}
+	for _, m := range st.Models {
+		if m.Model == "simple" && (m.Policy != "budget" || m.Options["latency_budget"] != "1.2x") {
+			t.Errorf("status: simple runs %q with %v, want budget 1.2x", m.Policy, m.Options["latency_budget"])
+		}
 	}
 }
 

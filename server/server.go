@@ -206,7 +206,8 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	}
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, SetPolicyBudget: mr.SetPolicyBudget, Token: cfg.AdminToken, Logger: log,
+			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
+			Token: cfg.AdminToken, Logger: log,
 			Ready: mr.Ready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -271,7 +272,7 @@ func (p *Server) status() any {
 		"doors":          p.front.Doors(),
 		"energy":         p.meter.Snapshot(),
 		"energy_fit":     p.energyFit.Status(),
-		"config":         p.cfg.Document(),
+		"config":         p.models.Config().Document(), // with the policy set at run time
 	}
 }
 

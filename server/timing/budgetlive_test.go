@@ -158,9 +158,10 @@ func TestBudgetLivePoissonBound(t *testing.T) {
 			for _, budget := range []bool{false, true} {
 				var err error
 				if budget {
-					err = lt.Models().SetPolicyBudget(context.Background(), emulator.SimpleModel, "1.10x")
+					_, err = lt.Models().SetPolicy(context.Background(), emulator.SimpleModel, policy.NameBudget,
+						map[string]string{"latency_budget": "1.10x"})
 				} else {
-					err = lt.Models().SetPolicy(context.Background(), emulator.SimpleModel, policy.NameAdhoc)
+					_, err = lt.Models().SetPolicy(context.Background(), emulator.SimpleModel, policy.NameAdhoc, nil)
 				}
 				if err != nil {
 					t.Fatal(err)
