@@ -38,6 +38,7 @@ type Config struct {
 	Power     Power         `yaml:"power"`
 	ORCA      ORCA          `yaml:"orca"`
 	Log       Log           `yaml:"log"`
+	Tracing   Tracing       `yaml:"tracing"`
 	Discovery time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
 	Grace     time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
 	// Procs is GOMAXPROCS; 0 sizes it to the load (package internal/procs).
@@ -102,6 +103,13 @@ type ORCA struct {
 type Log struct {
 	Level  string `yaml:"level" help:"debug, info, warn or error"`
 	Format string `yaml:"format" help:"text or json"`
+}
+
+// Tracing turns on OpenTelemetry traces (package tracing). The SDK's own
+// OTEL_* variables apply too: OTEL_EXPORTER_OTLP_ENDPOINT when the endpoint
+// is empty, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_TRACES_SAMPLER and _ARG.
+type Tracing struct {
+	OTLPEndpoint string `yaml:"otlp_endpoint" help:"OTLP receiver's base URL for traces, e.g. http://localhost:4318 (empty: OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing); sampling from OTEL_TRACES_SAMPLER, parent-based by default"`
 }
 
 // Model overrides the defaults for one model.
@@ -182,6 +190,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ORCA.HAProxyAgentListen != "" && !(c.ORCA.HAProxyAgentFullRPS > 0 && c.ORCA.HAProxyAgentFullRPS < 1e15) {
 		return fieldErr("orca.haproxy_agent_full_rps", "must be > 0 rows/s with orca.haproxy_agent_listen (the capacity answered as 100%%), got %v", c.ORCA.HAProxyAgentFullRPS)
+	}
+	if e := c.Tracing.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(fieldErr("tracing.otlp_endpoint", "must be an http(s) URL with a host, e.g. http://localhost:4318, got %q", e))
+		}
 	}
 	if c.UpstreamGRPC != "" {
 		if host, port, err := net.SplitHostPort(c.UpstreamGRPC); err != nil || host == "" || port == "" {

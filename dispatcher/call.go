@@ -66,6 +66,15 @@ type Call struct {
 // Submit.
 func (c *Call) Context() context.Context { return c.ctx }
 
+// Arrived is when the call entered its queue (Submit), or began to arrive
+// at its door when that is known and earlier (Received).
+func (c *Call) Arrived() time.Time {
+	if !c.Received.IsZero() && c.Received.Before(c.arrived) {
+		return c.Received
+	}
+	return c.arrived
+}
+
 // readData decodes the JSON data the proxy left undecoded in Req
 // (kserve.DecodeRequestDeferred), once, on whichever goroutine needs it
 // first: the caller while it waits in the queue, or the batch that merges

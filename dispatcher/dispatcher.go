@@ -211,10 +211,7 @@ func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
 		r = <-c.done
 	}
 	if r.obs != nil {
-		r.arrived = c.arrived // for Delivered
-		if !c.Received.IsZero() && c.Received.Before(c.arrived) {
-			r.arrived = c.Received
-		}
+		r.arrived = c.Arrived() // for Delivered
 	}
 	return r
 }

@@ -72,6 +72,10 @@ func (e *ConnError) Unwrap() error { return e.Err }
 
 // HTTPUpstream is the pooled fasthttp client to one Triton HTTP endpoint.
 type HTTPUpstream struct {
+	// Header, when set, adds headers to every batch's request from the
+	// batch's context (Batch.Ctx): a tracer's traceparent.
+	Header func(ctx context.Context, h *fasthttp.RequestHeader)
+
 	hc     *fasthttp.HostClient
 	prefix string // the upstream URL's path, without a trailing slash
 	// paths caches the request path of each model's default version: it
@@ -143,8 +147,9 @@ func (u *HTTPUpstream) path(model, version string) string {
 	return p
 }
 
-// Infer implements Upstream.
-func (u *HTTPUpstream) Infer(_ context.Context, model, version string, body Body) (*Reply, error) {
+// Infer implements Upstream. ctx is the batch's (Batch.Ctx): Header, when
+// set, writes what it carries into the request.
+func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Body) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	headerLen := body.HeaderLen()
@@ -161,6 +166,9 @@ func (u *HTTPUpstream) Infer(_ context.Context, model, version string, body Body
 	req.Header.SetRequestURI(u.path(model, version))
 	req.Header.SetHost(u.host)
 	req.Header.SetMethod(fasthttp.MethodPost)
+	if u.Header != nil {
+		u.Header(ctx, &req.Header)
+	}
 	if headerLen < 0 {
 		req.Header.SetContentType("application/json")
 	} else {

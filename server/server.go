@@ -17,11 +17,13 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
@@ -35,6 +37,7 @@ import (
 	"github.com/ratebatch/ratebatch/power/energyfit"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/registry"
+	"github.com/ratebatch/ratebatch/tracing"
 	"github.com/ratebatch/ratebatch/ui"
 )
 
@@ -102,6 +105,8 @@ type Server struct {
 	// traceFile; nil without it.
 	trace     *dispatcher.DecisionTrace
 	traceFile *os.File
+	// tracer exports OpenTelemetry spans; nil: tracing off.
+	tracer *tracing.Tracer
 	// energyFit learns zeta(b) per model from the meter.
 	energyFit *energyfit.Fitter
 	// memory is the budget of requests and answers (limits.memory).
@@ -163,6 +168,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if trace != nil {
 		observers = append(observers, trace)
 	}
+	// Tracing: the batches' spans from the dispatcher's events, their
+	// context written upstream as traceparent; the requests' spans at the
+	// doors. mr is set below, before any batch can start.
+	tracer, err := tracing.New(context.Background(), tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Version: moduleVersion()})
+	if err != nil {
+		return nil, err
+	}
+	var mr *registry.Models
+	if tracer != nil {
+		observers = append(observers, &tracing.Batches{T: tracer, Policy: func(model string) string { return mr.PolicyName(model) }})
+		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
+	}
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
@@ -172,13 +189,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	})
 	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
-	mr := registry.New(tc, disp, cfg, log)
+	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
 	memory := newMemoryBudget(cfg, log)
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
-		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile}
+		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
 	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
@@ -215,6 +232,14 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		WriteTimeout:      30 * time.Second,
 	}
 	return p, nil
+}
+
+// moduleVersion is the binary's module version for the spans' resource.
+func moduleVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
+	}
+	return ""
 }
 
 // DecisionTraceEnv names the environment variable that, set to a file
@@ -364,6 +389,9 @@ func (p *Server) Run(ctx context.Context) error {
 		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
 	}
 	p.closeTrace()
+	if err := p.tracer.Shutdown(grace); err != nil {
+		p.log.Warn("exporting the last spans", "err", err)
+	}
 	stopBg()
 	p.admin.Shutdown(grace)
 	return runErr

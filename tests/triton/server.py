@@ -100,6 +100,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decoupled", action="store_true", help="also serve the decoupled model countdown")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton's --log-verbose level")
     p.add_argument(
+        "--trace-url",
+        default="",
+        help="OTLP/HTTP traces URL (host:port/v1/traces): Triton's OpenTelemetry trace mode, every request traced",
+    )
+    p.add_argument(
         "--access-token",
         default="",
         help="protect PyTriton's default endpoint set (statistics, model-repository, shared-memory, trace, logging)"
@@ -213,6 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         log_verbose=args.log_verbose,
         exit_timeout_secs=5,
     )
+    if args.trace_url:
+        # Triton's OpenTelemetry mode: a request carrying traceparent gets
+        # its spans in the caller's trace.
+        config.trace_config = [
+            "mode=opentelemetry",
+            "rate=1",
+            "level=TIMESTAMPS",
+            f"opentelemetry,url={args.trace_url}",
+            "opentelemetry,resource=service.name=triton",
+        ]
 
     asked_to_stop = False
 
