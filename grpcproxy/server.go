@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -43,6 +44,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
+	"github.com/ratebatch/ratebatch/tracing"
 )
 
 // The readiness methods the door answers itself while the upstream fails.
@@ -71,8 +73,11 @@ const MethodModelInfer = "/inference.GRPCInferenceService/ModelInfer"
 // Options configure a Server.
 type Options struct {
 	// Upstream reaches Triton's gRPC port (see Dial).
-	Upstream   grpc.ClientConnInterface
-	Batcher    door.Batcher
+	Upstream grpc.ClientConnInterface
+	Batcher  door.Batcher
+	// Tracer, when set, gives each batched call a span in its client's
+	// trace (package tracing); nil: tracing off.
+	Tracer     *tracing.Tracer
 	Discoverer door.Discoverer
 	// MaxRecvBytes bounds a received message, decompressed (RESOURCE_EXHAUSTED
 	// past it). Zero: Triton's own limit, 2 GiB - 1.
@@ -390,10 +395,14 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	}
 	defer call.Release()
 	call.Source = connSource(ctx)
-	res := s.o.Batcher.Submit(ctx, model, call)
+	span := s.o.Tracer.StartGRPC(ctx, model)
+	span.Rows(call.Rows)
+	res := s.o.Batcher.Submit(span.Context(ctx), model, call)
 	if res.Err != nil {
+		span.End(door.StatusCode(res.Err), res.Err.Error())
 		return s.fail(model, res.Err)
 	}
+	defer span.End(http.StatusOK, "")
 	err = ss.SendMsg(grpcwire.ToResponse(res.Resp)) // marshals before it returns
 	s.o.Batcher.Delivered(res)
 	res.Release()

@@ -42,6 +42,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/tracing"
 )
 
 // Forwarder sends a pass-through request upstream; *fasthttp.HostClient is
@@ -52,8 +53,11 @@ type Forwarder interface {
 
 // Options configure a Server.
 type Options struct {
-	Upstream     *url.URL
-	Batcher      door.Batcher
+	Upstream *url.URL
+	Batcher  door.Batcher
+	// Tracer, when set, gives each batched request a span in its client's
+	// trace (package tracing); nil: tracing off.
+	Tracer       *tracing.Tracer
 	Discoverer   door.Discoverer
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
@@ -447,14 +451,29 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	start := time.Now()
 	var a admission
 	defer a.release()
+	span := s.o.Tracer.StartHTTP(&ctx.Request.Header, model)
+	if s.o.Tracer != nil {
+		defer endSpan(ctx, span)
+	}
 	if !s.admit(ctx, model, &a) || !s.read(ctx, model, version, start, &a) {
 		return // answered
 	}
+	span.Rows(a.call.Rows)
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
-	res := s.o.Batcher.Submit(wait, model, a.call)
+	res := s.o.Batcher.Submit(span.Context(wait), model, a.call)
 	gone := wait.Err() != nil
 	s.hangUps.stop(w)
 	s.reply(ctx, model, &res, gone, &a, start)
+}
+
+// endSpan ends a traced request's span with the status written, and the
+// error's message for a failure.
+func endSpan(ctx *fasthttp.RequestCtx, span tracing.Request) {
+	status, msg := ctx.Response.StatusCode(), ""
+	if status >= http.StatusBadRequest {
+		msg = string(ctx.Response.Body())
+	}
+	span.End(status, msg)
 }
 
 // read reads an admitted request's body and decodes it into its call

@@ -202,7 +202,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	p.load = load
 	reg.MustRegister(load.Collector())
 	p.data = proxy.New(proxy.Options{
-		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes), Tracer: tracer,
 		RetryAfter:        cfg.Limits.RetryAfter,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Limits.ReadTimeout,
@@ -217,7 +217,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		}
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
-			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes), Tracer: tracer,
 			Ready: mr.Ready, Metrics: p.front, Logger: log, LoadReport: load, Memory: memory, Health: disp,
 		})
 	}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -31,6 +32,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
 )
 
 // Config turns tracing on. The OpenTelemetry SDK's own environment
@@ -279,3 +281,51 @@ func EndBatch(span trace.Span, roundTrip time.Duration, err error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Request is one request's span at a door. The zero Request, a door's
+// when tracing is off, does nothing.
+type Request struct{ span trace.Span }
+
+// StartHTTP starts the span of an inference request at the HTTP door, in
+// the trace its traceparent header names.
+func (t *Tracer) StartHTTP(h *fasthttp.RequestHeader, model string) Request {
+	if t == nil {
+		return Request{}
+	}
+	_, span := t.StartRequest(context.Background(), HeaderCarrier{H: h}, "http", "ModelInfer", model)
+	return Request{span: span}
+}
+
+// StartGRPC starts the span of a ModelInfer call at the gRPC door, in the
+// trace its traceparent metadata names.
+func (t *Tracer) StartGRPC(ctx context.Context, model string) Request {
+	if t == nil {
+		return Request{}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	_, span := t.StartRequest(context.Background(), MetadataCarrier(md), "grpc", "ModelInfer", model)
+	return Request{span: span}
+}
+
+// Context returns ctx carrying the request's span, for the call the door
+// submits (the batch's observer finds it there: Batches).
+func (r Request) Context(ctx context.Context) context.Context {
+	if r.span == nil {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, r.span)
+}
+
+// Rows records the request's rows.
+func (r Request) Rows(n int) {
+	if r.span != nil && r.span.IsRecording() {
+		r.span.SetAttributes(KeyRows.Int(n))
+	}
+}
+
+// End ends the request's span with its outcome (see End).
+func (r Request) End(status int, msg string) {
+	if r.span != nil {
+		End(r.span, status, msg)
+	}
+}

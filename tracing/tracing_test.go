@@ -2,20 +2,15 @@ package tracing
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/tracing/tracingtest"
 	"github.com/valyala/fasthttp"
-	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 )
 
 // A client's traceparent (W3C trace-context, version 00, sampled).
@@ -174,38 +169,12 @@ func TestParentBasedSampling(t *testing.T) {
 
 // A real OTLP/HTTP receiver gets the spans the tracer exports.
 func TestExportsOverOTLPHTTP(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/traces" {
-			http.NotFound(w, r)
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		var req coltrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(b, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		for _, rs := range req.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					got = append(got, s.Name)
-				}
-			}
-		}
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-		w.Write(out)
-	}))
-	defer srv.Close()
+	rcv := tracingtest.Start(t)
 	for _, k := range EndpointEnv {
 		t.Setenv(k, "")
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
-	tr, err := New(context.Background(), Config{Endpoint: srv.URL, Version: "t"})
+	tr, err := New(context.Background(), Config{Endpoint: rcv.URL, Version: "t"})
 	if err != nil || tr == nil {
 		t.Fatalf("New: %v, %v", tr, err)
 	}
@@ -216,10 +185,9 @@ func TestExportsOverOTLPHTTP(t *testing.T) {
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 2 {
-		t.Fatalf("receiver got spans %v, want ModelInfer and batch m", got)
+	got := rcv.Spans()
+	if len(got) != 2 || got[0].Service != "ratebatch" {
+		t.Fatalf("receiver got spans %+v, want ModelInfer and batch m from ratebatch", got)
 	}
 }
 
