@@ -29,7 +29,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(config.Source{File: *cfgFile, LookupEnv: os.LookupEnv, Flags: fs})
+	src := config.Source{File: *cfgFile, LookupEnv: os.LookupEnv, Flags: fs}
+	cfg, err := config.Load(src)
 	if err != nil {
 		return err
 	}
@@ -41,6 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	s.ReloadFrom(src) // on SIGHUP
 	s.LimitRuntime()
 	return s.Run(ctx)
 }
