@@ -157,6 +157,10 @@ func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 	}
 	req.Header.SetRequestURI(u.path(model, version))
 	req.Header.SetHost(u.host)
+	if u.hc.IsTLS {
+		// fasthttp refuses an http request on a TLS HostClient.
+		req.URI().SetScheme("https")
+	}
 	req.Header.SetMethod(fasthttp.MethodPost)
 	if headerLen < 0 {
 		req.Header.SetContentType("application/json")
