@@ -25,15 +25,15 @@ type configState struct {
 
 // reloader re-reads the configuration on SIGHUP (Server.Reload).
 type reloader struct {
-	src   *config.Source // nil: nothing to reload from
-	mu    sync.Mutex     // one reload at a time
+	src   atomic.Pointer[config.Source] // nil: nothing to reload from
+	mu    sync.Mutex                    // one reload at a time
 	state atomic.Pointer[configState]
 }
 
 // ReloadFrom makes SIGHUP, and Reload, read the configuration again from
 // src: the file, the environment and the flags it was first loaded from,
 // in the same order of precedence.
-func (p *Server) ReloadFrom(src config.Source) { p.reload.src = &src }
+func (p *Server) ReloadFrom(src config.Source) { p.reload.src.Store(&src) }
 
 // current is the configuration in force.
 func (p *Server) current() *configState { return p.reload.state.Load() }
@@ -62,14 +62,15 @@ func liveOption(path string) bool {
 // values, and a log line names them.
 func (p *Server) Reload(ctx context.Context) error {
 	r := &p.reload
-	if r.src == nil {
+	src := r.src.Load()
+	if src == nil {
 		return errors.New("reload: no configuration source (ReloadFrom)")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next, err := config.Load(*r.src)
+	next, err := config.Load(*src)
 	if err != nil {
-		p.log.Error("configuration reload refused; the running configuration is kept", "file", r.src.File, "err", err)
+		p.log.Error("configuration reload refused; the running configuration is kept", "file", src.File, "err", err)
 		return err
 	}
 	cur := r.state.Load()
@@ -100,7 +101,9 @@ func (p *Server) Reload(ctx context.Context) error {
 	return applyErr
 }
 
-// reloadOnHangup calls Reload at each SIGHUP until ctx ends.
+// reloadOnHangup calls Reload at each SIGHUP until ctx ends. It listens
+// whether or not ReloadFrom was called, so that a SIGHUP never ends the
+// process.
 func (p *Server) reloadOnHangup(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -110,7 +113,7 @@ func (p *Server) reloadOnHangup(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			p.log.Info("SIGHUP: reloading the configuration", "file", p.reload.src.File)
+			p.log.Info("SIGHUP: reloading the configuration")
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			_ = p.Reload(rctx) // logged
 			cancel()

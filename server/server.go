@@ -312,9 +312,7 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
-	if p.reload.src != nil {
-		go p.reloadOnHangup(bg)
-	}
+	go p.reloadOnHangup(bg)
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 4)
