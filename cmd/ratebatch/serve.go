@@ -23,6 +23,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(fs.Output(), "\nServes Triton's HTTP API on --listen, batching inference requests of every")
 		fmt.Fprintln(fs.Output(), "model with max_batch_size > 0 and passing everything else through.")
 		fmt.Fprintln(fs.Output(), "Precedence: defaults < --config file < RATEBATCH_* environment < flags.")
+		fmt.Fprintln(fs.Output(), "SIGHUP reads them again and applies what can change live (docs/CONFIG.md, \"Reload\").")
 		fmt.Fprintln(fs.Output(), "Every option is documented in docs/CONFIG.md.\n\nFlags:")
 		fs.PrintDefaults()
 	}
