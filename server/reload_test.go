@@ -103,18 +103,10 @@ func TestReloadUnderLoad(t *testing.T) {
 				}
 				id := fmt.Sprintf("c%d-%d", c, i)
 				sent.Add(1)
-				resp, err := http.Post(p.Base+"/v2/models/simple/infer", "application/json", bytes.NewReader(simpleBody(id, i, 1)))
-				if err != nil {
+				code, r, _ := post(t, p.Base+"/v2/models/simple/infer", simpleBody(id, i, 1))
+				if err := checkSimple(r, id, i, 1); code != http.StatusOK || err != nil {
 					failed.Add(1)
-					t.Errorf("%s: %v", id, err)
-					continue
-				}
-				var r inferReply
-				err = json.NewDecoder(resp.Body).Decode(&r)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK || err != nil || checkSimple(r, id, i, 1) != nil {
-					failed.Add(1)
-					t.Errorf("%s: %d %q %v", id, resp.StatusCode, r.Error, err)
+					t.Errorf("%s: %d %q %v", id, code, r.Error, err)
 				}
 			}
 		}()
