@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/server"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
@@ -77,7 +79,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{})
 	file := filepath.Join(t.TempDir(), "ratebatch.yaml")
 	reloadFile(t, file, em.Addr(), "1.10x", "")
-	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
+	log := server.NewLogger(config.Log{Level: "info", Format: "text"}, io.Discard)
+	p := servertest.Start(t, em.Addr(), log, func(c *config.Config) {
 		c.Policy.Name, c.Policy.LatencyBudget = "budget", "1.10x"
 	})
 	p.ReloadFrom(config.Source{File: file})
@@ -143,8 +146,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	if st.ConfigVersion != 2 || st.budget() != "2x" {
 		t.Errorf("after the reload: config_version %d, policy.latency_budget %v; want 2, 2x", st.ConfigVersion, st.budget())
 	}
-	if p.Config().Limits.QueueRows != 2048 || p.Config().Log.Level != "debug" {
-		t.Errorf("after the reload: queue_rows %d, log.level %s; want 2048, debug", p.Config().Limits.QueueRows, p.Config().Log.Level)
+	if p.Config().Limits.QueueRows != 2048 || p.Config().Log.Level != "debug" || !log.Enabled(context.Background(), slog.LevelDebug) {
+		t.Errorf("after the reload: queue_rows %d, log.level %s, debug logged %v; want 2048, debug, true",
+			p.Config().Limits.QueueRows, p.Config().Log.Level, log.Enabled(context.Background(), slog.LevelDebug))
 	}
 	if now := p.Models().Monitors(); !sameMonitors(now, before) {
 		t.Fatal("the reload replaced a model's monitor")
