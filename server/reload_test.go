@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,31 +88,15 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 
 	var sent, failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var once sync.Once
-	halt := func() { once.Do(func() { close(stop); wg.Wait() }) }
-	defer halt()
-	for c := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("c%d-%d", c, i)
-				sent.Add(1)
-				code, r, _ := post(t, p.Base+"/v2/models/simple/infer", simpleBody(id, i, 1))
-				if err := checkSimple(r, id, i, 1); code != http.StatusOK || err != nil {
-					failed.Add(1)
-					t.Errorf("%s: %d %q %v", id, code, r.Error, err)
-				}
-			}
-		}()
-	}
+	halt := keepSending(t, 8, func(c, i int) {
+		id := fmt.Sprintf("c%d-%d", c, i)
+		sent.Add(1)
+		code, r, _ := post(t, p.Base+"/v2/models/simple/infer", simpleBody(id, i, 1))
+		if err := checkSimple(r, id, i, 1); code != http.StatusOK || err != nil {
+			failed.Add(1)
+			t.Errorf("%s: %d %q %v", id, code, r.Error, err)
+		}
+	})
 	var mon *monitor.Monitor
 	before := p.Models().Monitors()
 	for _, m := range before {
