@@ -32,15 +32,18 @@ type Config struct {
 	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
 
-	Policy    Policy        `yaml:"policy"`
-	Limits    Limits        `yaml:"limits"`
-	Upstreams UpstreamOpts  `yaml:"upstream_client"`
-	Power     Power         `yaml:"power"`
-	ORCA      ORCA          `yaml:"orca"`
-	Log       Log           `yaml:"log"`
-	Tracing   Tracing       `yaml:"tracing"`
-	Discovery time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
-	Grace     time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
+	Policy    Policy       `yaml:"policy"`
+	Limits    Limits       `yaml:"limits"`
+	Upstreams UpstreamOpts `yaml:"upstream_client"`
+	Power     Power        `yaml:"power"`
+	ORCA      ORCA         `yaml:"orca"`
+	Log       Log          `yaml:"log"`
+	Tracing   Tracing      `yaml:"tracing"`
+	// TLS of the doors and the upstream (package server's tls.go).
+	TLS         TLS           `yaml:"tls"`
+	UpstreamTLS UpstreamTLS   `yaml:"upstream_tls"`
+	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
+	Grace       time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
 	// Procs is GOMAXPROCS; 0 sizes it to the load (package internal/procs).
 	Procs int `yaml:"procs" help:"Go processors (GOMAXPROCS) (0: as few as the proxy's CPU use needs, up to the runtime's default; GOMAXPROCS in the environment fixes them instead)"`
 
@@ -242,6 +245,7 @@ func (c *Config) Validate() error {
 			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", c.Power.MetricsURL))
 		}
 	}
+	add(c.validTLS())
 	add(oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"))
 	add(oneOf("log.format", c.Log.Format, "text", "json"))
 	for _, name := range slices.Sorted(maps.Keys(c.Models)) {

@@ -157,6 +157,9 @@ func Load(src Source) (*Config, error) {
 	if err := cfg.checkProfiles(filepath.Dir(src.File)); err != nil {
 		errs = append(errs, err)
 	}
+	if err := cfg.checkTLS(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, flatten(err)
 	}

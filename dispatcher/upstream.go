@@ -165,6 +165,10 @@ func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Bo
 	}
 	req.Header.SetRequestURI(u.path(model, version))
 	req.Header.SetHost(u.host)
+	if u.hc.IsTLS {
+		// fasthttp refuses an http request on a TLS HostClient.
+		req.URI().SetScheme("https")
+	}
 	req.Header.SetMethod(fasthttp.MethodPost)
 	if u.Header != nil {
 		u.Header(ctx, &req.Header)

@@ -31,7 +31,7 @@ package docs_test
 // freshly built. Each block is one `bash -euo pipefail` script, so every
 // command in it must succeed, not only the last; files a block writes
 // (request.json) stay for the next. Triton's and ratebatch's usual ports in
-// the text (8000, 8001, 8002, 9000, 9001, 9002 after a colon) are replaced
+// the text (8000, 8001, 8002, 9000, 9001, 9002, 9443, 9444 after a colon) are replaced
 // by free loopback ports, so the run neither meets a Triton on this machine
 // nor another run. A `go test` command that is not run is still checked
 // with `go test -list`: its packages exist and its -run (or -bench, -fuzz)
@@ -233,15 +233,16 @@ func commandLines(script string) []string {
 	return out
 }
 
-// wellKnownPort matches Triton's and ratebatch's usual ports after a colon.
-var wellKnownPort = regexp.MustCompile(`:(8000|8001|8002|9000|9001|9002)\b`)
+// wellKnownPort matches Triton's and ratebatch's usual ports after a
+// colon, and the HTTPS and admin ports of docs/CONFIG.md's TLS example.
+var wellKnownPort = regexp.MustCompile(`:(8000|8001|8002|9000|9001|9002|9443|9444)\b`)
 
 // freePorts maps each well-known port to a free loopback port.
 func freePorts(t *testing.T) map[string]string {
 	t.Helper()
 	ports := map[string]string{}
 	var held []net.Listener
-	for _, p := range []string{"8000", "8001", "8002", "9000", "9001", "9002"} {
+	for _, p := range []string{"8000", "8001", "8002", "9000", "9001", "9002", "9443", "9444"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ package grpcproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/encoding/gzip" // clients may compress, as with Triton
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -117,6 +119,10 @@ type Options struct {
 	// Triton call, and on the xds.service.orca.v3.OpenRcaService stream,
 	// at most every 30 s or as the client asks (grpc-go's minimum).
 	LoadReport orca.ServerMetricsProvider
+
+	// TLS, when set, is the door's TLS (tls.cert, tls.client_ca); nil:
+	// plain text.
+	TLS *tls.Config
 }
 
 // The door's abuse bounds by default (Options). Triton's clients open a
@@ -184,6 +190,9 @@ func New(o Options) *Server {
 	if o.LoadReport != nil {
 		opts = append(opts, orca.CallMetricsServerOption(o.LoadReport))
 	}
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
 	s.srv = grpc.NewServer(append(opts,
 		grpc.ForceServerCodecV2(grpcwire.Codec{}),
 		grpc.UnknownServiceHandler(s.handle),
@@ -212,9 +221,17 @@ func New(o Options) *Server {
 // connections make raw reads and writes (package rawconn); dialing them
 // ourselves also means no HTTPS_PROXY from the environment, which has no
 // place between the proxy and the Triton beside it.
-func Dial(addr string) (*grpc.ClientConn, error) {
+func Dial(addr string) (*grpc.ClientConn, error) { return DialTLS(addr, nil) }
+
+// DialTLS is Dial speaking TLS with tc (nil: plain text), for a Triton
+// started with --grpc-use-ssl.
+func DialTLS(addr string, tc *tls.Config) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
 	cc, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(dialRaw),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcwire.Codec{}),
 			grpc.MaxCallRecvMsgSize(tritonMaxMessage), grpc.MaxCallSendMsgSize(tritonMaxMessage)))

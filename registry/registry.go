@@ -167,12 +167,13 @@ func (r *Models) Run(ctx context.Context) {
 	for _, e := range r.models {
 		r.startMonitor(e)
 	}
+	every := r.cfg.Discovery
 	r.mu.Unlock()
-	if r.cfg.Discovery <= 0 {
+	if every <= 0 {
 		<-ctx.Done()
 		return
 	}
-	t := time.NewTicker(r.cfg.Discovery)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -316,8 +317,9 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("model %s: reading config: %w", name, err)
 	}
-	override := r.cfg.Models[name]
-	pname := r.cfg.ModelPolicy(name)
+	cfg := r.current()
+	override := cfg.Models[name]
+	pname := cfg.ModelPolicy(name)
 	ok, reason := mc.Batchable()
 	if ok && pname == "passthrough" {
 		ok, reason = false, "policy passthrough (configured)"
@@ -327,8 +329,8 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		maxBatch = override.MaxBatchSize
 	}
 	instances := mc.Instances()
-	if r.cfg.Policy.MaxInFlight > 0 {
-		instances = r.cfg.Policy.MaxInFlight
+	if cfg.Policy.MaxInFlight > 0 {
+		instances = cfg.Policy.MaxInFlight
 	}
 
 	r.mu.Lock()

@@ -286,34 +286,21 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 	url := base + "/v2/models/simple/infer"
 
 	var answered, okCount atomic.Int32
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("w%d-%d", w, i)
-				code, r, _ := post(t, url, simpleBody(id, i, 1))
-				answered.Add(1)
-				switch {
-				case code == 200:
-					if err := checkSimple(r, id, i, 1); err != nil {
-						t.Errorf("%s: %v", id, err)
-					}
-					okCount.Add(1)
-				case code >= 500 && r.Error != "":
-				default:
-					t.Errorf("%s: status %d without a v2 error body", id, code)
-				}
+	stop := keepSending(t, 4, func(w, i int) {
+		id := fmt.Sprintf("w%d-%d", w, i)
+		code, r, _ := post(t, url, simpleBody(id, i, 1))
+		answered.Add(1)
+		switch {
+		case code == 200:
+			if err := checkSimple(r, id, i, 1); err != nil {
+				t.Errorf("%s: %v", id, err)
 			}
-		}()
-	}
+			okCount.Add(1)
+		case code >= 500 && r.Error != "":
+		default:
+			t.Errorf("%s: status %d without a v2 error body", id, code)
+		}
+	})
 	waitUntil(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
 	em.Close() // killed mid-traffic
 	waitUntil(t, "the proxy to mark the upstream down", func() bool {
@@ -325,8 +312,7 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 	}
 	before := okCount.Load()
 	waitUntil(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
-	close(stop)
-	wg.Wait()
+	stop()
 	if okCount.Load() <= before {
 		t.Fatal("no request succeeded after the upstream came back")
 	}
@@ -792,4 +778,29 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	if code, _ := getText(t, admin+"/healthz"); code != 200 {
 		t.Fatalf("healthz %d", code)
 	}
+}
+
+// keepSending runs n clients, client c calling send(c, i) for i = 0, 1,
+// ... until stop is called; stop waits for them, and the test's end calls it.
+func keepSending(t *testing.T, n int, send func(c, i int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				send(c, i)
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }

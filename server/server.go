@@ -72,14 +72,16 @@ func SizeProcs(ctx context.Context, n int, log *slog.Logger) <-chan struct{} {
 }
 
 // NewLogger returns the logger the log options ask for, writing to w.
+// Its level follows log.level when the configuration is reloaded.
 func NewLogger(c config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	level := new(slog.LevelVar)
+	level.Set(parseLevel(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(leveled{h, level})
 }
 
 // Server is a wired `ratebatch serve`.
@@ -115,6 +117,11 @@ type Server struct {
 	// from it (nil without orca.haproxy_agent_listen).
 	load    *orca.Reporter
 	agentLn net.Listener
+	// doorTLS is the doors' TLS (tls.*); nil: plain text.
+	doorTLS *doorTLS
+	// reload holds the configuration in force and re-reads it on SIGHUP;
+	// cfg stays the one the process was built from.
+	reload reloader
 }
 
 // openMeter opens the configured energy source. "none" gives a meter that
@@ -155,6 +162,11 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	upTLS, err := upstreamTLS(cfg.UpstreamTLS, up.Scheme == "https", up.Hostname(), log)
+	if err != nil {
+		return nil, err
+	}
+	client.UseTLS(upTLS)
 	meter, err := openMeter(cfg)
 	if err != nil {
 		return nil, err
@@ -188,7 +200,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		Observer: observers,
 	})
 	reg.MustRegister(disp.Collector())
-	tc := triton.NewClient(cfg.Upstream, &http.Client{Timeout: 10 * time.Second})
+	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
@@ -196,6 +208,12 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
 		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
+	p.reload.state.Store(&configState{cfg: cfg, version: 1, loaded: p.started})
+	if cfg.TLS.On() {
+		if p.doorTLS, err = newDoorTLS(cfg.TLS, log); err != nil {
+			return nil, err
+		}
+	}
 	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
@@ -210,8 +228,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		IdleTimeout:       cfg.Limits.IdleTimeout,
 		Metrics:           p.front, Logger: log, LoadReport: load.HeaderValue, Health: disp, Memory: memory,
 	})
+	p.data.UseUpstreamTLS(upTLS)
 	if cfg.GRPCListen != "" {
-		cc, err := grpcproxy.Dial(cfg.UpstreamGRPCAddr())
+		grpcTLS, err := upstreamTLS(cfg.UpstreamTLS, cfg.UpstreamTLS.GRPC, hostOf(cfg.UpstreamGRPCAddr()), log)
+		if err != nil {
+			return nil, err
+		}
+		cc, err := grpcproxy.DialTLS(cfg.UpstreamGRPCAddr(), grpcTLS)
 		if err != nil {
 			return nil, err
 		}
@@ -219,6 +242,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes), Tracer: tracer,
 			Ready: mr.Ready, Metrics: p.front, Logger: log, LoadReport: load, Memory: memory, Health: disp,
+			TLS: p.doorTLS.serverConfig("h2"),
 		})
 	}
 	p.admin = &http.Server{
@@ -288,7 +312,8 @@ func (p *Server) LimitRuntime() { membudget.LimitRuntime(p.memory) }
 
 // status is the admin /status document.
 func (p *Server) status() any {
-	cfg := p.cfg.Redacted()
+	live := p.current()
+	cfg := live.cfg.Redacted()
 	return map[string]any{
 		"upstream":       cfg.Upstream,
 		"uptime_seconds": time.Since(p.started).Seconds(),
@@ -298,6 +323,8 @@ func (p *Server) status() any {
 		"energy":         p.meter.Snapshot(),
 		"energy_fit":     p.energyFit.Status(),
 		"config":         p.models.Config().Document(), // with the policy set at run time
+		"config_version": live.version,
+		"config_loaded":  live.loaded.UTC().Format(time.RFC3339Nano),
 	}
 }
 
@@ -311,6 +338,10 @@ func (p *Server) Listen() error {
 	if p.adminLn, err = net.Listen("tcp", p.cfg.AdminListen); err != nil {
 		p.dataLn.Close()
 		return fmt.Errorf("admin_listen: %w", err)
+	}
+	p.dataLn = p.doorTLS.listener(p.dataLn, "http/1.1")
+	if p.cfg.TLS.Admin {
+		p.adminLn = p.doorTLS.listener(p.adminLn, "http/1.1")
 	}
 	if p.grpc != nil {
 		if p.grpcLn, err = net.Listen("tcp", p.cfg.GRPCListen); err != nil {
@@ -346,6 +377,7 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
+	go p.reloadOnHangup(bg)
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 4)
@@ -425,8 +457,9 @@ func addrOf(ln net.Listener) net.Addr {
 	return ln.Addr()
 }
 
-// Config is the configuration the server was built from.
-func (p *Server) Config() *config.Config { return p.cfg }
+// Config is the configuration in force: the one the server was built
+// from, or the last one Reload applied.
+func (p *Server) Config() *config.Config { return p.current().cfg }
 
 // Dispatcher is the server's queues.
 func (p *Server) Dispatcher() *dispatcher.Dispatcher { return p.disp }

@@ -23,13 +23,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(fs.Output(), "\nServes Triton's HTTP API on --listen, batching inference requests of every")
 		fmt.Fprintln(fs.Output(), "model with max_batch_size > 0 and passing everything else through.")
 		fmt.Fprintln(fs.Output(), "Precedence: defaults < --config file < RATEBATCH_* environment < flags.")
+		fmt.Fprintln(fs.Output(), "SIGHUP reads them again and applies what can change live (docs/CONFIG.md, \"Reload\").")
 		fmt.Fprintln(fs.Output(), "Every option is documented in docs/CONFIG.md.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(config.Source{File: *cfgFile, LookupEnv: os.LookupEnv, Flags: fs})
+	src := config.Source{File: *cfgFile, LookupEnv: os.LookupEnv, Flags: fs}
+	cfg, err := config.Load(src)
 	if err != nil {
 		return err
 	}
@@ -41,6 +43,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	s.ReloadFrom(src) // on SIGHUP
 	s.LimitRuntime()
 	return s.Run(ctx)
 }

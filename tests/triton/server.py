@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -117,6 +118,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " ~/.cache/pytriton); removed on exit",
     )
     p.add_argument(
+        "--grpc-server-cert",
+        default=None,
+        help="PEM certificate of the gRPC port; with --grpc-server-key it speaks TLS (Triton's --grpc-use-ssl)",
+    )
+    p.add_argument("--grpc-server-key", default=None, help="PEM key of --grpc-server-cert")
+    p.add_argument(
+        "--grpc-root-cert",
+        default=None,
+        help="PEM CA certificates: gRPC clients must present a certificate one signed (Triton's --grpc-use-ssl-mutual)",
+    )
+    p.add_argument(
         "--ready-file",
         default=None,
         help="also write the READY line to this file (atomically, once serving); Triton's own log"
@@ -136,6 +148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--max-queue-delay-us {args.max_queue_delay_us}: want >= 0")
     if args.max_queue_delay_us > 0 and args.dynamic_batching == "off":
         p.error("--max-queue-delay-us needs --dynamic-batching on")
+    if bool(args.grpc_server_cert) != bool(args.grpc_server_key) or (args.grpc_root_cert and not args.grpc_server_cert):
+        p.error("--grpc-server-cert and --grpc-server-key go together, and --grpc-root-cert needs them")
     if args.tau0_ms < 0 or args.alpha_ms < 0:
         p.error("--tau0-ms and --alpha-ms must be >= 0")
     return args
@@ -228,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             f"opentelemetry,url={args.trace_url}",
             "opentelemetry,resource=service.name=triton",
         ]
+    if args.grpc_server_cert:
+        config.grpc_use_ssl = True
+        config.grpc_server_cert = Path(args.grpc_server_cert)
+        config.grpc_server_key = Path(args.grpc_server_key)
+        if args.grpc_root_cert:
+            config.grpc_use_ssl_mutual = True
+            config.grpc_root_cert = Path(args.grpc_root_cert)
 
     asked_to_stop = False
 

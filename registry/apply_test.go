@@ -1,0 +1,93 @@
+package registry
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/triton"
+)
+
+// TestApply gives the registry a new configuration: each batched model
+// takes its policy, limits and overrides, keeps its monitor, and a budget
+// set at run time gives way to the configuration's.
+func TestApply(t *testing.T) {
+	up := &fakeUpstream{
+		index: []triton.IndexEntry{{Name: "a", State: "READY"}, {Name: "b", State: "READY"}, {Name: "c", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{
+			"a": {Name: "a", MaxBatchSize: 8}, "b": {Name: "b", MaxBatchSize: 8}, "c": {Name: "c", MaxBatchSize: 0},
+		},
+		noStats: true,
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, q, &cfg, nil)
+	ctx := context.Background()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := r.Monitors()
+	if _, err := r.SetPolicy(ctx, "a", "budget", map[string]string{"latency_budget": "3x"}); err != nil {
+		t.Fatal(err)
+	}
+
+	next := cfg
+	next.Policy.Name, next.Policy.LatencyBudget = "budget", "2x"
+	next.Limits.QueueRows = 100
+	next.Models = map[string]config.Model{"b": {Policy: "adhoc", MaxBatchSize: 4, SLA: time.Second}}
+	if err := r.Apply(ctx, &next); err != nil {
+		t.Fatal(err)
+	}
+	if after := r.Monitors(); len(after) != len(before) || !sameSet(before, after) {
+		t.Fatal("Apply replaced monitors")
+	}
+	rules := map[string]string{}
+	for _, s := range r.Statuses() {
+		if s.Rule != nil {
+			rules[s.Model] = s.Rule.Policy
+		}
+	}
+	if rules["a"] != "budget" || rules["b"] != "adhoc" {
+		t.Errorf("policies after Apply: %v; want a budget, b adhoc", rules)
+	}
+	var budget any
+	for _, in := range r.Policies().Models {
+		if in.Model == "a" {
+			budget = in.Options["latency_budget"]
+		}
+	}
+	if budget != "2x" {
+		t.Errorf("a's budget after Apply %q, want the configuration's 2x over the run-time 3x", budget)
+	}
+	q.mu.Lock()
+	a, b := q.specs["a"], q.specs["b"]
+	q.mu.Unlock()
+	if a.QueueRows != 100 || b.QueueRows != 100 || b.MaxBatch != 4 || b.SLA != time.Second || a.MaxBatch != 8 {
+		t.Errorf("queues after Apply: a %+v, b %+v; want 100 rows each, b capped at 4 with a 1s SLA", a, b)
+	}
+
+	// A batched model cannot be made passthrough live: said, and kept.
+	last := next
+	last.Models = map[string]config.Model{"a": {Policy: config.Passthrough}}
+	err := r.Apply(ctx, &last)
+	if err == nil || !strings.Contains(err.Error(), "model a: policy passthrough") {
+		t.Errorf("Apply with a passthrough: %v; want it named", err)
+	}
+	if _, ok := q.specs["a"]; !ok {
+		t.Error("a left the queues")
+	}
+}
+
+func sameSet[T comparable](a, b []T) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
