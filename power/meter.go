@@ -363,8 +363,10 @@ type Span struct {
 // Begin notes that a batch for model started on gpu (its UUID, or "" when
 // the caller cannot know which GPU serves it). Call End on the result
 // exactly once, when the batch's response arrived or failed.
-func (m *Meter) Begin(model, gpu string) Span {
-	now := m.opts.Now()
+func (m *Meter) Begin(model, gpu string) Span { return m.begin(model, gpu, m.opts.Now()) }
+
+// begin notes that a batch for model started on gpu at now.
+func (m *Meter) begin(model, gpu string, now time.Time) Span {
 	m.mu.Lock()
 	if gpu == "" {
 		m.anyBusy++
