@@ -8,6 +8,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -116,6 +117,10 @@ type Model struct {
 	SLA time.Duration `yaml:"sla"`
 	// LatencyBudget overrides policy.latency_budget for this model.
 	LatencyBudget string `yaml:"latency_budget"`
+	// Probe is the KServe v2 JSON request the proxy sends on its own to
+	// test the model while it fails; empty: one row of zeros made up from
+	// the model's configuration.
+	Probe string `yaml:"probe"`
 }
 
 // Default returns the configuration used where nothing else is said.
@@ -243,6 +248,9 @@ func (c *Config) Validate() error {
 			add(fieldErr(path+".sla", "must be >= 0"))
 		}
 		add(validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}))
+		if m.Probe != "" {
+			add(validProbe(path+".probe", m.Probe))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -334,4 +342,26 @@ func (e *FieldError) Error() string {
 
 func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CheckProbe checks a probe request (models.NAME.probe): a KServe v2 JSON
+// request body with at least one input.
+func CheckProbe(body string) error {
+	var req struct {
+		Inputs []json.RawMessage `json:"inputs"`
+	}
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		return fmt.Errorf("not a KServe v2 JSON request: %w", err)
+	}
+	if len(req.Inputs) == 0 {
+		return errors.New("not a KServe v2 JSON request: no inputs")
+	}
+	return nil
+}
+
+func validProbe(field, body string) error {
+	if err := CheckProbe(body); err != nil {
+		return fieldErr(field, "%v", err)
+	}
+	return nil
 }

@@ -83,6 +83,10 @@ type ModelSpec struct {
 	// not write as JSON: a lone call asking for one in JSON is merged, not
 	// sent as it came, so that the proxy writes it (kserve.HalfInJSON).
 	HalfOutputs []string
+	// Probe, when its Body is set, is the inference the proxy sends on its
+	// own while the model fails (probe.go): one row the model accepts.
+	// Without it only a caller's batch can find the model healed.
+	Probe Wire
 }
 
 // Options configure a Dispatcher.
@@ -134,6 +138,7 @@ type Dispatcher struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	trace    *tracer // nil: no decision trace
+	probes   *probes // active recovery (probe.go)
 }
 
 // New returns a dispatcher with no models.
@@ -148,7 +153,8 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel,
+		probes: newProbes()}
 	if o.Trace == nil {
 		o.Trace = traceFromEnv()
 	}
@@ -298,6 +304,7 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	d.probes.stop()
 	d.trace.close()
 	return err
 }
@@ -320,6 +327,8 @@ type Snapshot struct {
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
+	// LastProbe is the last active probe of the model (probe.go).
+	LastProbe *ProbeReport `json:"last_probe,omitempty"`
 	// Sources are the callers' connections active within SourceIdleFor,
 	// by kind, busy or idle, and their think time.
 	Sources SourceStats `json:"sources"`
@@ -339,6 +348,7 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 			Sources: q.src.stats(d.now())})
 		q.mu.Unlock()
 	}
+	d.probes.annotate(out)
 	return out
 }
 

@@ -429,8 +429,12 @@ func (q *modelQueue) attempt(version string, b Body, holdUntil time.Time) (reply
 			return reply, latency, err
 		}
 		failures++
-		if ce.Dial && h.refused() {
-			m.UpstreamErrors.WithLabelValues(name, "marked_down").Inc()
+		if ce.Dial {
+			down := h.refused()
+			if down {
+				m.UpstreamErrors.WithLabelValues(name, "marked_down").Inc()
+			}
+			q.d.noteRefused(down, ce)
 		}
 		if probe && !ce.Dial {
 			// The connection was made and then broke: the upstream is

@@ -142,6 +142,10 @@ func (u *HTTPUpstream) path(model, version string) string {
 
 // Infer implements Upstream.
 func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
+	return u.infer(model, version, body, u.timeout)
+}
+
+func (u *HTTPUpstream) infer(model, version string, body Body, timeout time.Duration) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	headerLen := body.HeaderLen()
@@ -166,7 +170,7 @@ func (u *HTTPUpstream) Infer(model, version string, body Body) (*Reply, error) {
 		req.Header.SetBytesV(kserve.HeaderContentLength, strconv.AppendInt(digits[:0], int64(headerLen), 10))
 	}
 	resp := fasthttp.AcquireResponse()
-	if err := u.hc.DoTimeout(req, resp, u.timeout); err != nil {
+	if err := u.hc.DoTimeout(req, resp, timeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			return nil, ErrUpstreamTimeout
