@@ -69,6 +69,16 @@ func probePause(interval time.Duration, n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// nextProbeIn is the wait before probe number n after the last one took
+// took: its pause counts from the last one's start, so that a probe that
+// ran into its timeout is followed soon (the upstream may have healed
+// meanwhile), but never at once: a quarter of the pause at least, so that
+// the upstream has dropped the request given up on before the next comes.
+func nextProbeIn(interval time.Duration, n int, took time.Duration) time.Duration {
+	p := probePause(interval, n)
+	return max(p-took, p/4)
+}
+
 // probes is the dispatcher's active prober: which probe loops run, and
 // what the last probes found.
 type probes struct {
@@ -170,7 +180,7 @@ func (q *modelQueue) probeLoop() {
 		q.d.probes.record(q.name, report)
 		q.endBatch(true, []Result{res})
 		n++
-		wait = max(probePause(q.d.o.Outlier.ProbeInterval, n)-time.Since(start), 0)
+		wait = nextProbeIn(q.d.o.Outlier.ProbeInterval, n, time.Since(start))
 		if report.OK {
 			wait = 0 // the next look ends the loop
 		}
@@ -349,7 +359,7 @@ func (d *Dispatcher) probeUpstreamLoop() {
 		}
 		d.probes.record("", report)
 		n++
-		wait = max(probePause(d.o.Outlier.ProbeInterval, n)-time.Since(start), 0)
+		wait = nextProbeIn(d.o.Outlier.ProbeInterval, n, time.Since(start))
 	}
 }
 
