@@ -271,8 +271,15 @@ func TestKubeletBringsThePodBack(t *testing.T) {
 			// Out: the model fails within failing_after batches (at once)
 			// or hung_min (2 s), then failureThreshold probes.
 			out := k.waitService(t, false, 5*time.Second+time.Duration(k.failures+1)*(k.period+k.timeout))
-			if why := lt.Models().Unready(); !strings.Contains(why, fault.why) {
-				t.Fatalf("out of service, unready %q", why)
+			// /readyz says why.
+			if resp, err := http.Get(lt.Admin + "/readyz"); err != nil {
+				t.Fatal(err)
+			} else {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), fault.why) {
+					t.Fatalf("out of service, /readyz %d %s; want 503 saying %q", resp.StatusCode, body, fault.why)
+				}
 			}
 			// Out of service, no client traffic: the proxy probes alone.
 			// (A request sent just before the pod left may still be out;
