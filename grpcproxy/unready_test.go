@@ -2,12 +2,8 @@ package grpcproxy
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
@@ -26,19 +22,7 @@ func (h *unreadyHealth) Unready() string { s, _ := h.why.Load().(string); return
 func TestServerReadyFollowsUnready(t *testing.T) {
 	h := &unreadyHealth{}
 	h.why.Store("")
-	s := New(Options{Upstream: readyUpstream{}, Batcher: instantBatcher{}, Health: h})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.srv.Stop()
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	c := pb.NewGRPCInferenceServiceClient(cc)
+	c := readyClient(t, h)
 	for _, tc := range []struct {
 		why  string
 		want bool
