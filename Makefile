@@ -52,9 +52,6 @@ test-go:
 	@# The default policy's promise on every preset: constrained optima
 	@# near saturation, minutes under the race detector.
 	$(GO) test -count=1 -short -run '^TestDefaultPolicyNeverHurts$$' ./lab/sim
-	@# The soak's latency bound (a minute of faults and restarts), which
-	@# under -race beside the other packages measures the machine.
-	$(GO) test -count=1 -run '^TestSoak$$' ./server
 
 ## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
 ## and docs/RESULTS.md (Go: the packages whose tests read RATEBATCH_LONG or

@@ -8,6 +8,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -84,7 +85,7 @@ type UpstreamOpts struct {
 	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 5xx, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time (0: off)"`
 	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`
 	HungMin       time.Duration `yaml:"hung_min" flag:"upstream-hung-min" help:"shortest run of a batch taken for hung (see hung_factor)"`
-	ProbeInterval time.Duration `yaml:"probe_interval" flag:"upstream-probe-interval" help:"pause after a failed probe batch of a failing model before the next"`
+	ProbeInterval time.Duration `yaml:"probe_interval" flag:"upstream-probe-interval" help:"longest pause between probes of a failing model or of an upstream refusing connections: the proxy sends its own probe inference, the first within half a second, then at growing jittered pauses up to this"`
 }
 
 // Power selects where energy figures come from.
@@ -127,6 +128,10 @@ type Model struct {
 	SLA time.Duration `yaml:"sla"`
 	// LatencyBudget overrides policy.latency_budget for this model.
 	LatencyBudget string `yaml:"latency_budget"`
+	// Probe is the KServe v2 JSON request the proxy sends on its own to
+	// test the model while it fails; empty: one row of zeros made up from
+	// the model's configuration.
+	Probe string `yaml:"probe"`
 }
 
 // Default returns the configuration used where nothing else is said.
@@ -260,6 +265,9 @@ func (c *Config) Validate() error {
 			add(fieldErr(path+".sla", "must be >= 0"))
 		}
 		add(validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}))
+		if m.Probe != "" {
+			add(validProbe(path+".probe", m.Probe))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -351,4 +359,26 @@ func (e *FieldError) Error() string {
 
 func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CheckProbe checks a probe request (models.NAME.probe): a KServe v2 JSON
+// request body with at least one input.
+func CheckProbe(body string) error {
+	var req struct {
+		Inputs []json.RawMessage `json:"inputs"`
+	}
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		return fmt.Errorf("not a KServe v2 JSON request: %w", err)
+	}
+	if len(req.Inputs) == 0 {
+		return errors.New("not a KServe v2 JSON request: no inputs")
+	}
+	return nil
+}
+
+func validProbe(field, body string) error {
+	if err := CheckProbe(body); err != nil {
+		return fieldErr(field, "%v", err)
+	}
+	return nil
 }

@@ -279,6 +279,21 @@ type k8sContainer struct {
 		Name      string `yaml:"name"`
 		MountPath string `yaml:"mountPath"`
 	} `yaml:"volumeMounts"`
+	ReadinessProbe k8sProbe `yaml:"readinessProbe"`
+}
+
+// k8sProbe is a container probe's HTTP form and timing (Kubernetes'
+// defaults where the manifest says nothing: 10 s period, 1 s timeout, 1
+// success, 3 failures).
+type k8sProbe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	TimeoutSeconds   int `yaml:"timeoutSeconds"`
+	SuccessThreshold int `yaml:"successThreshold"`
+	FailureThreshold int `yaml:"failureThreshold"`
 }
 
 func (c k8sContainer) port(name string) string {
@@ -316,7 +331,11 @@ func readManifests(t *testing.T) []k8sObject {
 	return objs
 }
 
-func TestKubernetesRatebatchConfig(t *testing.T) {
+// shippedRatebatch is the Deployment's ratebatch and triton containers
+// and the configuration the ratebatch container starts with (its args,
+// environment and ConfigMap files as mounted).
+func shippedRatebatch(t *testing.T) (rb, triton k8sContainer, cfg *config.Config) {
+	t.Helper()
 	objs := readManifests(t)
 	var deploy *k8sObject
 	configMaps := map[string]map[string]string{}
@@ -332,7 +351,6 @@ func TestKubernetesRatebatchConfig(t *testing.T) {
 		t.Fatal("deploy/kubernetes: no Deployment")
 	}
 	pod := deploy.Spec.Template.Spec
-	var rb, triton k8sContainer
 	for _, c := range pod.Containers {
 		switch c.Name {
 		case "ratebatch":
@@ -373,7 +391,11 @@ func TestKubernetesRatebatchConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("container ratebatch does not start: %v", err)
 	}
+	return rb, triton, cfg
+}
 
+func TestKubernetesRatebatchConfig(t *testing.T) {
+	rb, triton, cfg := shippedRatebatch(t)
 	tritonHTTP, _ := flagValue(triton.Args, "--http-port")
 	tritonMetrics, _ := flagValue(triton.Args, "--metrics-port")
 	up, _ := url.Parse(cfg.Upstream)

@@ -48,6 +48,10 @@ type ModelSpec struct {
 	// not write as JSON: a lone call asking for one in JSON is merged, not
 	// sent as it came, so that the proxy writes it (kserve.HalfInJSON).
 	HalfOutputs []string
+	// Probe, when its Body is set, is the inference the proxy sends on its
+	// own while the model fails (probe.go): one row the model accepts.
+	// Without it only a caller's batch can find the model healed.
+	Probe Wire
 }
 
 // Options configure a Dispatcher.
@@ -90,6 +94,7 @@ type Dispatcher struct {
 	wg       sync.WaitGroup // queue loops
 	ctx      context.Context
 	cancel   context.CancelFunc
+	probes   *probes // active recovery (probe.go)
 }
 
 // New returns a dispatcher with no models.
@@ -104,7 +109,8 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel}
+	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel,
+		probes: newProbes()}
 }
 
 // Errors a caller may get before its call is queued.
@@ -260,6 +266,7 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	d.probes.stop()
 	return err
 }
 
@@ -281,6 +288,8 @@ type Snapshot struct {
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
+	// LastProbe is the last active probe of the model (probe.go).
+	LastProbe *ProbeReport `json:"last_probe,omitempty"`
 	// Sources are the callers' connections active within SourceIdleFor,
 	// by kind, busy or idle, and their think time.
 	Sources SourceStats `json:"sources"`
@@ -300,6 +309,7 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 			Sources: q.src.stats(d.now())})
 		q.mu.Unlock()
 	}
+	d.probes.annotate(out)
 	return out
 }
 

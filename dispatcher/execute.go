@@ -427,8 +427,12 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 			return reply, latency, err
 		}
 		failures++
-		if ce.Dial && h.refused() {
-			m.UpstreamErrors.WithLabelValues(name, "marked_down").Inc()
+		if ce.Dial {
+			down := h.refused()
+			if down {
+				m.UpstreamErrors.WithLabelValues(name, "marked_down").Inc()
+			}
+			q.d.noteRefused(down, ce)
 		}
 		if probe && !ce.Dial {
 			// The connection was made and then broke: the upstream is

@@ -169,6 +169,7 @@ func (q *modelQueue) markFailing(now time.Time, reason, metric string) {
 	h.nextProbe = now.Add(q.d.o.Outlier.ProbeInterval)
 	q.d.o.Metrics.Ejections.WithLabelValues(q.name, metric).Inc()
 	q.d.o.Logger.Warn("model marked failing: queued callers get 503, one probe batch at a time tests it", "model", q.name, "reason", reason)
+	q.startProbing()
 	err := q.failingError()
 	for key, k := range q.keys {
 		calls, rows := k.take(int(^uint(0)>>1), nil)

@@ -150,6 +150,10 @@ func (u *HTTPUpstream) path(model, version string) string {
 // Infer implements Upstream. ctx is the batch's (Batch.Ctx): Header, when
 // set, writes what it carries into the request.
 func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Body) (*Reply, error) {
+	return u.infer(ctx, model, version, body, u.timeout)
+}
+
+func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Body, timeout time.Duration) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	headerLen := body.HeaderLen()
@@ -181,7 +185,7 @@ func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Bo
 		req.Header.SetBytesV(kserve.HeaderContentLength, strconv.AppendInt(digits[:0], int64(headerLen), 10))
 	}
 	resp := fasthttp.AcquireResponse()
-	if err := u.hc.DoTimeout(req, resp, u.timeout); err != nil {
+	if err := u.hc.DoTimeout(req, resp, timeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			return nil, ErrUpstreamTimeout

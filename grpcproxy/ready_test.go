@@ -2,6 +2,7 @@ package grpcproxy
 
 import (
 	"context"
+	"github.com/ratebatch/ratebatch/door"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -32,19 +33,7 @@ func (h *fakeHealth) UpstreamFailing() bool { return h.all.Load() }
 // the upstream or the model failing, and are Triton's otherwise.
 func TestReadinessFollowsTheOutlierDetector(t *testing.T) {
 	h := &fakeHealth{}
-	s := New(Options{Upstream: readyUpstream{}, Batcher: instantBatcher{}, Health: h})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.srv.Stop()
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	c := pb.NewGRPCInferenceServiceClient(cc)
+	c := readyClient(t, h)
 	check := func(server, simple, other bool) {
 		t.Helper()
 		ctx := context.Background()
@@ -64,4 +53,23 @@ func TestReadinessFollowsTheOutlierDetector(t *testing.T) {
 	check(true, false, true)
 	h.all.Store(true)
 	check(false, false, true)
+}
+
+// readyClient serves a door with health h in front of a Triton that says
+// ready, until the test ends, and returns a client of it.
+func readyClient(t *testing.T, h door.Health) pb.GRPCInferenceServiceClient {
+	t.Helper()
+	s := New(Options{Upstream: readyUpstream{}, Batcher: instantBatcher{}, Health: h})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(s.srv.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return pb.NewGRPCInferenceServiceClient(cc)
 }

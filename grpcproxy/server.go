@@ -345,6 +345,9 @@ func (s *Server) ready(ss grpc.ServerStream, method string) error {
 		return err
 	}
 	failing := s.o.Health.UpstreamFailing()
+	if u, ok := s.o.Health.(interface{ Unready() string }); ok {
+		failing = u.Unready() != "" // the dispatcher's finer verdict (proxy.Server.notReady)
+	}
 	if method == methodModelReady {
 		var m pb.ModelReadyRequest
 		if err := proto.Unmarshal(in.B, &m); err != nil {

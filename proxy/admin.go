@@ -44,6 +44,10 @@ type AdminOptions struct {
 	Token string
 	// Ready reports whether the proxy serves (for a readiness probe).
 	Ready func() bool
+	// Unready, when set, says why the proxy does not serve ("" when it
+	// does) and answers /readyz in place of Ready: a 503 that names the
+	// cause ("upstream refusing connections ...").
+	Unready func() string
 	// UI, when set, serves the live page under /ui (read-only, so like
 	// /status it needs no token).
 	UI http.Handler
@@ -67,7 +71,12 @@ func NewAdmin(o AdminOptions) http.Handler {
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if o.Ready != nil && !o.Ready() {
+		if o.Unready != nil {
+			if why := o.Unready(); why != "" {
+				kserve.WriteError(w, http.StatusServiceUnavailable, "not ready: "+why)
+				return
+			}
+		} else if o.Ready != nil && !o.Ready() {
 			kserve.WriteError(w, http.StatusServiceUnavailable, "not ready")
 			return
 		}

@@ -379,6 +379,10 @@ func (s *Server) notReady(ctx *fasthttp.RequestCtx) bool {
 	switch {
 	case path == "/v2/health/ready":
 		failing, why = s.o.Health.UpstreamFailing(), "every batched model is failing upstream"
+		if u, ok := s.o.Health.(interface{ Unready() string }); ok {
+			why = u.Unready() // the dispatcher's finer verdict, with its cause
+			failing = why != ""
+		}
 	case strings.HasPrefix(path, "/v2/models/") && strings.HasSuffix(path, "/ready"):
 		model, _, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(path, "/v2/models/"), "/ready"), "/versions/")
 		failing, why = s.o.Health.Failing(model)

@@ -88,6 +88,8 @@ type entry struct {
 	seed      string // where the tau(b) seed came from
 	warning   string
 	policy    InForce // the policy the monitor runs, as set
+	probe     string  // where the probe inference came from, or why there is none
+	probeReq  dispatcher.Wire
 }
 
 // New returns an empty registry; call Discover (or Refresh, then Run).
@@ -147,17 +149,9 @@ func (r *Models) Discovered() bool { return r.discovered.Load() }
 
 // Ready is the readiness of the proxy (/readyz, grpc.health.v1): the
 // upstream's models are read, and, when the queues judge the upstream
-// (*dispatcher.Dispatcher's outlier detection), not every batched model
-// is failing.
-func (r *Models) Ready() bool {
-	if !r.Discovered() {
-		return false
-	}
-	if h, ok := r.queues.(interface{ UpstreamFailing() bool }); ok && h.UpstreamFailing() {
-		return false
-	}
-	return true
-}
+// (*dispatcher.Dispatcher's Unready), it neither refuses connections nor
+// fails every batched model (see Unready).
+func (r *Models) Ready() bool { return r.Unready() == "" }
 
 // Run re-reads the upstream every discovery interval until ctx ends; the
 // monitors it started run until then too.
@@ -363,6 +357,11 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 			return err
 		}
 		e = &entry{name: name, mon: mon, batched: true, seed: from, policy: in}
+		probe, noProbe := r.probeFor(name, mc)
+		e.probe, e.probeReq = probeSource(r.cfg.Models[name].Probe != "", noProbe), probe
+		if noProbe != "" {
+			r.log.Warn("a failing model is tested only by its callers' requests, and does not take the proxy out of service", "model", name, "why", noProbe)
+		}
 		if len(mc.DynamicBatching) > 0 && string(mc.DynamicBatching) != "null" {
 			e.warning = "Triton's own dynamic batcher is on for this model: turn it off or set max_queue_delay_microseconds to 0, or both batchers wait"
 			r.log.Warn(e.warning, "model", name)
@@ -381,7 +380,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	return r.queues.SetModel(dispatcher.ModelSpec{
 		Name: name, MaxBatch: maxBatch, Instances: instances,
 		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon, Observer: e.mon, WatchCallers: e.mon.WatchCallers,
-		HalfOutputs: mc.HalfOutputs(),
+		HalfOutputs: mc.HalfOutputs(), Probe: e.probeReq,
 	})
 }
 
@@ -715,12 +714,15 @@ type Status struct {
 	Model   string `json:"model"`
 	Batched bool   `json:"batched"`
 	// Policy and Options are the batched model's policy as set (InForce).
-	Policy  string            `json:"policy,omitempty"`
-	Options map[string]any    `json:"options,omitempty"`
-	Reason  string            `json:"reason,omitempty"`
-	Seed    string            `json:"seed,omitempty"`
-	Warning string            `json:"warning,omitempty"`
-	Rule    *monitor.Snapshot `json:"rule,omitempty"`
+	Policy  string         `json:"policy,omitempty"`
+	Options map[string]any `json:"options,omitempty"`
+	Reason  string         `json:"reason,omitempty"`
+	Seed    string         `json:"seed,omitempty"`
+	Warning string         `json:"warning,omitempty"`
+	// Probe says where the inference that tests the model while it fails
+	// comes from (configured, synthesised), or why there is none.
+	Probe string            `json:"probe,omitempty"`
+	Rule  *monitor.Snapshot `json:"rule,omitempty"`
 }
 
 // Statuses returns every known model's state, and every configured model
@@ -735,7 +737,7 @@ func (r *Models) Statuses() []Status {
 		}
 	}
 	for _, e := range r.models {
-		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning,
+		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning, Probe: e.probe,
 			Policy: e.policy.Policy, Options: e.policy.Options}
 		if why, ok := r.unserved[e.name]; ok {
 			s.Warning = strings.TrimPrefix(s.Warning+"; "+why, "; ")

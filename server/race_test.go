@@ -3,7 +3,6 @@
 package server_test
 
 // raceEnabled says the race detector is on: it slows the proxy several
-// times over, and beside the other packages' tests a latency bound then
-// measures the machine (TestSoak keeps its books under -race and holds its
-// latency bound only without it: make test-go runs it so).
+// times over, and beside the other packages' tests a latency figure then
+// measures the machine (TestSoak reports it).
 const raceEnabled = true

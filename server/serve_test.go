@@ -759,9 +759,15 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	addr := em.Addr()
 	em.Close() // the upstream is down when the proxy starts
 	admin := servertest.Run(t, addr, nil, nil).Admin
-	if code, _ := getText(t, admin+"/readyz"); code != 503 {
-		t.Fatalf("readyz %d before the upstream answered, want 503", code)
-	}
+	// Not ready, and saying why: the first discovery's error, once it has
+	// tried.
+	waitUntil(t, "readyz names the refused connection", func() bool {
+		code, body := getText(t, admin+"/readyz")
+		if code != 503 {
+			t.Fatalf("readyz %d %s before the upstream answered, want 503", code, body)
+		}
+		return strings.Contains(body, "not read yet") && strings.Contains(body, "connection refused")
+	})
 	if err := em.Start(addr, ""); err != nil {
 		t.Fatal(err)
 	}

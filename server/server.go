@@ -199,7 +199,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
 		Observer: observers,
 	})
-	reg.MustRegister(disp.Collector())
+	reg.MustRegister(disp.Collector(), disp.ProbeCollector())
 	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
@@ -249,7 +249,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
 			Token: cfg.AdminToken, Logger: log,
-			Ready: mr.Ready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -319,6 +319,7 @@ func (p *Server) status() any {
 		"uptime_seconds": time.Since(p.started).Seconds(),
 		"models":         p.models.Statuses(),
 		"queues":         p.disp.Snapshots(),
+		"upstream_state": p.disp.Upstream(),
 		"doors":          p.front.Doors(),
 		"energy":         p.meter.Snapshot(),
 		"energy_fit":     p.energyFit.Status(),

@@ -1,24 +1,34 @@
 package server_test
 
-// The soak: a high steady rate for minutes while the upstream misbehaves at
-// random (failed batches, dropped connections, slow batches, hung batches,
-// restarts). Nothing may be lost, the books must balance, the p99 of every
-// window must stay bounded, and the proxy must end with the goroutines and
-// memory it started with. CI runs it for a minute; RATEBATCH_SOAK=30m (see
+// The soak: every kind of client at once (HTTP JSON and binary, gRPC, large
+// bodies, a closed loop) for minutes, while the upstream is killed and
+// restarted, made to answer 500, made to hang, and the policy is switched,
+// in a cycle of fault windows. Every accepted request must be answered
+// exactly once, errors may come only inside a fault window, nothing may
+// panic, and the process's RSS, live heap, goroutines and open files must
+// stay flat from the first cycle's calm end on. CI runs it for a minute; RATEBATCH_SOAK=30m (see
 // scripts/soak.sh) runs it longer.
 
 import (
-	"maps"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
@@ -27,13 +37,14 @@ import (
 )
 
 // soakSettings reads RATEBATCH_SOAK (a duration, default 60s) and
-// RATEBATCH_SOAK_RATE (requests per second, default 300).
+// RATEBATCH_SOAK_RATE (open-loop requests per second over the three
+// small-body clients, default 200).
 func soakSettings(t *testing.T) (time.Duration, float64) {
-	d, rate := 60*time.Second, 300.0
+	d, rate := 60*time.Second, 200.0
 	if v := os.Getenv("RATEBATCH_SOAK"); v != "" {
 		var err error
-		if d, err = time.ParseDuration(v); err != nil || d < 10*time.Second {
-			t.Fatalf("RATEBATCH_SOAK=%q: want a duration of at least 10s, e.g. 30m", v)
+		if d, err = time.ParseDuration(v); err != nil || d < soakCycle {
+			t.Fatalf("RATEBATCH_SOAK=%q: want a duration of at least %v, e.g. 30m", v, soakCycle)
 		}
 	}
 	if v := os.Getenv("RATEBATCH_SOAK_RATE"); v != "" {
@@ -45,157 +56,491 @@ func soakSettings(t *testing.T) (time.Duration, float64) {
 	return d, rate
 }
 
-// soakFaults draws a fault per batch: 1% fail with 500, 1% drop the
-// connection (the proxy retries), 1% take 30 ms longer (ten times a full
-// batch), and one in 4000 hangs until the proxy's upstream timeout. At
-// most one batch hangs at a time (none within soakHangApart of the last):
-// two at once would hold both instances, the whole GPU, for the upstream
-// timeout, and every request of that half second would wait it out: two
-// hangs forced at once read a worst window p99 of 372 ms, and a CI run
-// (at 593431f) 650 ms, against 120-168 ms in four runs without. A whole
-// GPU hung is the outlier detector's case (hung_min), tested in package
-// dispatcher.
-type soakFaults struct {
-	mu       sync.Mutex
-	rng      *rand.Rand
-	n        map[string]int
-	lastHang time.Time
+// The fault cycle, repeated every soakCycle from the start of the load:
+// the upstream killed and restarted, answering 500 to everything, hanging
+// everything, and the policy switched (which must cost nothing). Each
+// window runs from the fault's start to its end plus the time the proxy
+// is given to recover (the outage hold's retries, the outlier detector's
+// probes, a hung batch's upstream timeout).
+const (
+	soakCycle        = 30 * time.Second
+	soakKillAt       = 5 * time.Second
+	soakDown         = 500 * time.Millisecond
+	soakFailAt       = 9 * time.Second
+	soakFailFor      = 1500 * time.Millisecond
+	soakHangAt       = 13500 * time.Millisecond
+	soakHangFor      = time.Second
+	soakPolicyAt     = 19 * time.Second
+	soakRecover      = 2500 * time.Millisecond
+	soakEdge         = 300 * time.Millisecond // clients start apart by about this
+	soakUpstreamWait = time.Second            // upstream_client.timeout
+	// The footprint is sampled in the calm end of the cycle, from
+	// soakCalmFrom: past the clients' idle timeout (10 s) after the last
+	// fault window, so connections a window opened are closed again.
+	soakCalmFrom    = 24 * time.Second
+	soakSampleAt    = 29500 * time.Millisecond
+	soakSampleEvery = 500 * time.Millisecond
+	soakJudgeAfter  = 4 // samples (cycles) before the growth bounds are asserted
+)
+
+// soakWindow is a fault window within the cycle.
+type soakWindow struct {
+	name       string
+	start, end time.Duration
 }
 
-// soakHangApart keeps hangs apart: the upstream timeout and a margin.
-const soakHangApart = time.Second
+var soakWindows = []soakWindow{
+	{"kill", soakKillAt, soakKillAt + soakDown + soakRecover},
+	{"500", soakFailAt, soakFailAt + soakFailFor + soakRecover},
+	{"hang", soakHangAt, soakHangAt + soakHangFor + soakUpstreamWait + soakRecover},
+	{"policy", soakPolicyAt, soakPolicyAt + soakRecover},
+}
 
-func (f *soakFaults) fault(emulator.BatchInfo) emulator.Fault {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch x := f.rng.Float64(); {
-	case x < 0.01:
-		f.n["status_500"]++
-		return emulator.Fault{Status: 500, Message: "soak: injected failure"}
-	case x < 0.02:
-		f.n["drop"]++
-		return emulator.Fault{Drop: true}
-	case x < 0.03:
-		f.n["slow"]++
-		return emulator.Fault{Delay: 30 * time.Millisecond}
-	case x < 0.03025 && time.Since(f.lastHang) >= soakHangApart:
-		f.n["hang"]++
-		f.lastHang = time.Now()
+// faultWindow names the window a request that ran from start to end (from
+// the start of the load) overlaps, "" for none.
+func faultWindow(start, end time.Duration) string {
+	for c := (start - soakEdge) / soakCycle * soakCycle; c <= end; c += soakCycle {
+		for _, w := range soakWindows {
+			if start < c+w.end+soakEdge && end > c+w.start-soakEdge {
+				return w.name
+			}
+		}
+	}
+	return ""
+}
+
+// soakUpstream is the emulator's fault: the upstream's mode, and 1% of
+// batches 30 ms slower at any time (a slow batch costs latency only).
+type soakUpstream struct {
+	mode atomic.Int32 // soakOK, soak500, soakHang
+	mu   sync.Mutex
+	rng  *rand.Rand
+}
+
+const (
+	soakOK = iota
+	soak500
+	soakHang
+)
+
+func (u *soakUpstream) fault(emulator.BatchInfo) emulator.Fault {
+	switch u.mode.Load() {
+	case soak500:
+		return emulator.Fault{Status: 500, Message: "soak: CUDA error: device lost"}
+	case soakHang:
 		return emulator.Fault{Hang: true}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.rng.Float64() < 0.01 {
+		return emulator.Fault{Delay: 30 * time.Millisecond}
 	}
 	return emulator.Fault{}
 }
 
-func (f *soakFaults) counts() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.n)
+// procSample is the process's footprint: the least of each figure over a
+// cycle's calm phase, when what a fault window piled up (connections,
+// their goroutines, held requests) has drained; a leak raises the least.
+type procSample struct {
+	at         time.Duration
+	rss        int64 // bytes resident (VmRSS)
+	fds        int   // open file descriptors
+	goroutines int
+	heap       uint64 // bytes of live heap (HeapAlloc after a collection)
+	answered   float64
 }
+
+func sampleProc(at time.Duration) procSample {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s := procSample{at: at, goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc}
+	if data, err := os.ReadFile("/proc/self/status"); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				s.rss = kb << 10
+			}
+		}
+	}
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		s.fds = len(fds)
+	}
+	return s
+}
+
+// least keeps the least of each figure of s and o.
+func (s procSample) least(o procSample) procSample {
+	if s.at == 0 {
+		return o
+	}
+	s.rss, s.fds, s.goroutines = min(s.rss, o.rss), min(s.fds, o.fds), min(s.goroutines, o.goroutines)
+	s.at = o.at
+	return s
+}
+
+// Growth bounds after the first cycle: a fixed slack for what comes and
+// goes (pools, timers, the GC's pace), and a rate per 10 minutes that a
+// leak of anything per request or per fault would pass within the long
+// run (300 requests a second are 180 000 in 10 minutes; a fault cycle
+// every 20 s is 30).
+var soakGrowth = []struct {
+	what         string
+	slack, per10 float64
+	of           func(procSample) float64
+	unit         string
+}{
+	{"RSS", 48 << 20, 24 << 20, func(s procSample) float64 { return float64(s.rss) }, "MiB"},
+	{"live heap", 16 << 20, 8 << 20, func(s procSample) float64 { return float64(s.heap) }, "MiB"},
+	{"goroutines", 24, 12, func(s procSample) float64 { return float64(s.goroutines) }, ""},
+	{"open files", 24, 12, func(s procSample) float64 { return float64(s.fds) }, ""},
+}
+
+// flat checks that the samples grow within the bounds: the median of the
+// last three against the median of the first three.
+func flat(t *testing.T, samples []procSample) {
+	t.Helper()
+	if len(samples) < 2 {
+		t.Logf("%d footprint samples: too few to measure growth", len(samples))
+		return
+	}
+	// A minute's two samples measure the machine's noise as much as any
+	// growth: short runs report the figures, and the end's leak check
+	// (expectNoLeak) judges them; from soakJudgeAfter samples on, the
+	// bounds hold.
+	judge := len(samples) >= soakJudgeAfter
+	k := min(3, len(samples)/2)
+	for _, g := range soakGrowth {
+		med := func(ss []procSample) float64 {
+			v := make([]float64, len(ss))
+			for i, s := range ss {
+				v[i] = g.of(s)
+			}
+			slices.Sort(v)
+			return v[len(v)/2]
+		}
+		first, last := med(samples[:k]), med(samples[len(samples)-k:])
+		span := samples[len(samples)-1].at - samples[0].at
+		bound := g.slack + g.per10*span.Minutes()/10
+		scale := 1.0
+		if g.unit == "MiB" {
+			scale = 1 << 20
+		}
+		per10 := (last - first) / max(span.Minutes(), 1) * 10
+		t.Logf("%s: %.1f -> %.1f%s over %v after warm-up (%+.1f per 10 min; bound %+.1f)", g.what, first/scale, last/scale, g.unit,
+			span.Round(time.Second), per10/scale, bound/scale)
+		if judge && last-first > bound {
+			t.Errorf("%s grew from %.1f to %.1f%s over %v: past %.1f (%.1f + %.1f per 10 min)", g.what, first/scale, last/scale, g.unit,
+				span.Round(time.Second), bound/scale, g.slack/scale, g.per10/scale)
+		}
+	}
+}
+
+// closedLoop is a client that sends its next request when the last one is
+// answered (after a think time), counting what it got; it keeps only the
+// records of its errors.
+type closedLoop struct {
+	sent, ok atomic.Int64
+	mu       sync.Mutex
+	statuses map[int]int64
+	errs     []loadgen.Record
+	lat      []time.Duration // ok answers started outside fault windows
+}
+
+func (c *closedLoop) run(ctx context.Context, t *testing.T, url string, t0 time.Time, think time.Duration) {
+	client := newClient()
+	defer client.CloseIdleConnections()
+	for i := 0; ctx.Err() == nil; i++ {
+		id := fmt.Sprint("c", i)
+		start := time.Now()
+		c.sent.Add(1)
+		resp, err := client.Post(url, "application/json", bytes.NewReader(simpleBody(id, i%1000, 1)))
+		rec := loadgen.Record{Start: start.Sub(t0)}
+		if err != nil {
+			rec.Latency, rec.Err = time.Since(start), loadgen.KindConnection
+			c.mu.Lock()
+			c.errs = append(c.errs, rec)
+			c.mu.Unlock()
+			t.Errorf("closed loop: %s: %v", id, err)
+			continue
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		rec.Latency, rec.Status = time.Since(start), resp.StatusCode
+		c.mu.Lock()
+		c.statuses[resp.StatusCode]++
+		switch {
+		case resp.StatusCode != http.StatusOK:
+			rec.Err = loadgen.KindStatus
+			c.errs = append(c.errs, rec)
+		default:
+			c.ok.Add(1)
+			var r inferReply
+			if err := json.Unmarshal(data, &r); err != nil || checkSimple(r, id, i%1000, 1) != nil {
+				t.Errorf("closed loop: %s: a wrong answer: %v %v", id, err, checkSimple(r, id, i%1000, 1))
+			}
+			if faultWindow(rec.Start, rec.Start+rec.Latency) == "" {
+				c.lat = append(c.lat, rec.Latency)
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(think):
+		}
+	}
+}
+
+// largeInputs is the emulator's image model: 588 KiB a row.
+var largeInputs = []kserve.TensorMetadata{{Name: "INPUT__0", Datatype: "FP32", Shape: []int64{-1, 3, 224, 224}}}
 
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak")
 	}
 	d, rate := soakSettings(t)
-	faults := &soakFaults{rng: rand.New(rand.NewPCG(9, 9)), n: map[string]int{}}
-	// Two instances, as a GPU with two model instances: a hung batch holds
-	// one while the other serves.
-	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Instances: 2, Jitter: 0.2, Seed: 7, Fault: faults.fault})
+	up := &soakUpstream{rng: rand.New(rand.NewPCG(9, 9))}
+	// Two instances, as a GPU with two model instances.
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Instances: 2, Jitter: 0.2, Seed: 7, Fault: up.fault})
 	addr := em.Addr()
-	const upstreamTimeout = 500 * time.Millisecond
-	lt := servertest.Start(t, addr, nil, func(c *config.Config) { c.Upstreams.Timeout = upstreamTimeout })
+	grpcUp, stopGRPC, err := em.ServeGRPC("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopGRPC(time.Second)
+	lt := servertest.Start(t, addr, nil, func(c *config.Config) {
+		c.Upstreams.Timeout = soakUpstreamWait
+		c.GRPCListen, c.UpstreamGRPC = "127.0.0.1:0", grpcUp
+	})
+	grpcAddr := lt.GRPCAddr().String()
 	offerLoad(t, lt.Base, loadgen.ConstantRate(rate/4), time.Second, 10) // warm up
 	before := takeFootprint()
-	base := settled(t, lt, "simple")
+	base := map[string]ledger{"simple": settled(t, lt, "simple"), "image": settled(t, lt, "image")}
 
-	// The upstream restarts every 20 s: down for 200 ms.
-	stop := make(chan struct{})
-	var restarts int
-	var chaos sync.WaitGroup
-	chaos.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Second):
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	t0 := time.Now()
+	var (
+		wg       sync.WaitGroup
+		results  = map[string]*loadgen.Result{}
+		resMu    sync.Mutex
+		restarts int
+		switches []string
+		samples  []procSample
+	)
+	offsets := map[string]time.Duration{} // from t0 to each run's own start
+	run := func(name string, cfg loadgen.Config) {
+		wg.Go(func() {
+			cfg.Duration, cfg.Timeout = d, 10*time.Second
+			// A small pool: its connections, used in turn, are never idle
+			// long enough to close, so a pool grows to the most requests
+			// ever out at once and stays that large. Bounded, it is full
+			// after the first hang window and flat from there; past the
+			// bound an arrival is dropped by the client (not sent, not an
+			// error).
+			// A run's records count from its own start, a little after t0
+			// (its payloads are built first): learn by how much.
+			var off atomic.Int64
+			off.Store(-1)
+			cfg.Progress = func(s loadgen.Snapshot) {
+				if o := int64(time.Since(t0) - s.Elapsed); off.Load() < 0 || o < off.Load() {
+					off.Store(o)
+				}
 			}
-			em.Close()
-			time.Sleep(200 * time.Millisecond)
-			if err := em.Start(addr, ""); err != nil {
-				t.Errorf("restarting the upstream: %v", err)
-				return
+			res, err := loadgen.Run(context.Background(), cfg)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
 			}
-			restarts++
+			if res.FirstVerifyError != "" {
+				t.Errorf("%s: a wrong answer: %s", name, res.FirstVerifyError)
+			}
+			resMu.Lock()
+			results[name], offsets[name] = &res, time.Duration(max(off.Load(), 0))
+			resMu.Unlock()
+		})
+	}
+	run("http json", loadgen.Config{Target: lt.Base, Model: "simple", Rate: loadgen.ConstantRate(rate * 0.5), Seed: 11,
+		Verify: true, Inputs: simpleInputs, MaxInFlight: 32})
+	run("http binary", loadgen.Config{Target: lt.Base, Model: "simple", Rate: loadgen.ConstantRate(rate * 0.2), Seed: 12,
+		Binary: true, Verify: true, Inputs: simpleInputs, Rows: 2, MaxInFlight: 16})
+	run("grpc", loadgen.Config{Target: grpcAddr, GRPC: true, Model: "simple", Rate: loadgen.ConstantRate(rate * 0.3), Seed: 13,
+		Verify: true, Inputs: simpleInputs, MaxInFlight: 32})
+	run("large", loadgen.Config{Target: lt.Base, Model: "image", Rate: loadgen.ConstantRate(4), Seed: 14,
+		Binary: true, Inputs: largeInputs, Payloads: 2, MaxInFlight: 8})
+	loop := &closedLoop{statuses: map[int]int64{}}
+	wg.Go(func() { loop.run(ctx, t, lt.Base+"/v2/models/simple/infer", t0, 10*time.Millisecond) })
+
+	// The fault cycle.
+	policies := []string{"adhoc", "budget"}
+	at := func(cycle int, phase time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Until(t0.Add(time.Duration(cycle)*soakCycle + phase))):
+			return ctx.Err() == nil
 		}
-	})
-	res := offerLoad(t, lt.Base, loadgen.ConstantRate(rate), d, 11)
-	close(stop)
-	chaos.Wait()
-	l := settled(t, lt, "simple").minus(base)
-	s := res.Summary
-	checkBooks(t, s, l, http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout)
-
-	// The books as exported on /metrics agree too.
-	_, m := getText(t, lt.Admin+"/metrics")
-	acc := metricValue(m, `ratebatch_requests_accepted_total{model="simple"}`)
-	ans := metricValue(m, `ratebatch_requests_answered_total{model="simple",outcome="ok"}`) +
-		metricValue(m, `ratebatch_requests_answered_total{model="simple",outcome="error"}`)
-	if acc == 0 || acc != ans {
-		t.Fatalf("/metrics: accepted %v != answered %v", acc, ans)
 	}
-
-	// Bounded p99 in every 10 s window, so slow decay shows too.
-	windows := windowP99(res.Records, 10*time.Second)
-	worst := slices.Max(windows)
-	fc := faults.counts()
-	t.Logf("soak %v at %.0f req/s: %d sent, %d ok, %d errors %v; p50 %.1f ms, p99 %.1f ms, max %.1f ms; worst 10 s window p99 %.1f ms (%d windows)",
-		d, rate, s.Sent, s.OK, s.Errors, s.StatusCounts, s.P50LatencyMs, s.P99LatencyMs, s.MaxLatencyMs, worst, len(windows))
-	t.Logf("faults injected: %v, %d upstream restarts; upstream errors seen by the proxy: %v", fc, restarts, l.upstream)
-	if s.Sent < int64(float64(d/time.Second)*rate*0.9) {
-		t.Fatalf("only %d requests sent: the load generator did not keep the rate", s.Sent)
+	admin := newClient()
+cycles:
+	for cycle := 0; ; cycle++ {
+		if !at(cycle, soakKillAt) {
+			break
+		}
+		em.Close()
+		time.Sleep(soakDown)
+		if err := em.Start(addr, ""); err != nil {
+			t.Errorf("restarting the upstream: %v", err)
+			break
+		}
+		restarts++
+		for _, step := range []struct {
+			at, hold time.Duration
+			mode     int32
+		}{{soakFailAt, soakFailFor, soak500}, {soakHangAt, soakHangFor, soakHang}} {
+			if !at(cycle, step.at) {
+				break cycles
+			}
+			up.mode.Store(step.mode)
+			time.Sleep(step.hold)
+			up.mode.Store(soakOK)
+		}
+		if !at(cycle, soakPolicyAt) {
+			break
+		}
+		p := policies[cycle%len(policies)]
+		req, _ := http.NewRequest(http.MethodPut, lt.Admin+"/policy", strings.NewReader(`{"policy":"`+p+`"}`))
+		req.Header.Set("Authorization", "Bearer test-token")
+		resp, err := admin.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("PUT /policy %s: %v %v", p, err, resp)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+		switches = append(switches, p)
+		var least procSample
+		for ph := soakCalmFrom; ph <= soakSampleAt; ph += soakSampleEvery {
+			if !at(cycle, ph) {
+				break cycles
+			}
+			least = least.least(sampleProc(time.Since(t0)))
+		}
+		runtime.GC() // the heap figure is the live heap at the phase's end
+		least.heap = sampleProc(time.Since(t0)).heap
+		l := ledgerOf(t, lt, "simple")
+		least.answered = l.ok + l.failed
+		samples = append(samples, least)
 	}
-	// A full batch takes 3.5 ms; a request waits behind at most a slow
-	// (30 ms) or restarted batch, and a hung one (500 ms) holds one of two
-	// instances. The worst window (one with a restart, 200 ms down) read
-	// 235 ms under -race alone on two cores; under -race beside the other
-	// packages' tests (CI) it read 337 and 1072 ms, the machine's load,
-	// not the proxy's decay: the bound holds without the detector (make
-	// test-go runs this test so too).
-	if worst > 250 {
-		if raceEnabled {
-			t.Logf("p99 of a 10 s window reached %.1f ms (bound 250 without the race detector)", worst)
+	up.mode.Store(soakOK)
+	wg.Wait()
+	admin.CloseIdleConnections()
+
+	// The books: the clients' against the proxy's, model by model.
+	type tally struct{ sent, ok, errs int64 }
+	clients := map[string]*tally{"simple": {}, "image": {}}
+	var outside []string
+	var calm []time.Duration
+	byWindow := map[string]int64{}
+	for name, res := range results {
+		model := "simple"
+		if name == "large" {
+			model = "image"
+		}
+		s := res.Summary
+		c := clients[model]
+		c.sent, c.ok, c.errs = c.sent+s.Sent, c.ok+s.OK, c.errs+s.Errors
+		for kind, n := range s.ErrorsByKind {
+			if kind != "http_status" && kind != loadgen.KindDropped.String() {
+				t.Errorf("%s: %d requests ended as %q: lost, hung or answered wrongly", name, n, kind)
+			}
+		}
+		for _, r := range res.Records {
+			r.Start += offsets[name]
+			w := faultWindow(r.Start, r.Start+r.Latency)
+			switch {
+			case r.Err == loadgen.KindNone && w == "" && model == "simple":
+				calm = append(calm, r.Latency)
+			case r.Err == loadgen.KindDropped || r.Err == loadgen.KindNone:
+			case w == "":
+				outside = append(outside, fmt.Sprintf("%s: %v at %v (%v)", name, r.Status, r.Start.Round(time.Millisecond), r.Latency.Round(time.Millisecond)))
+			default:
+				byWindow[w]++
+			}
+		}
+		t.Logf("%s (started %v after the others): %d sent, %d ok, %d errors %v; p50 %.1f ms, p99 %.1f ms, max %.1f ms", name,
+			offsets[name].Round(time.Millisecond), s.Sent, s.OK, s.Errors, s.StatusCounts, s.P50LatencyMs, s.P99LatencyMs, s.MaxLatencyMs)
+	}
+	c := clients["simple"]
+	c.sent += loop.sent.Load()
+	c.ok += loop.ok.Load()
+	c.errs += loop.sent.Load() - loop.ok.Load()
+	for _, r := range loop.errs {
+		if w := faultWindow(r.Start, r.Start+r.Latency); w != "" {
+			byWindow[w]++
 		} else {
-			t.Fatalf("p99 of a 10 s window reached %.1f ms, want <= 250", worst)
+			outside = append(outside, fmt.Sprintf("closed loop: %v at %v (%v)", r.Status, r.Start.Round(time.Millisecond), r.Latency.Round(time.Millisecond)))
 		}
 	}
-	if fc["status_500"] == 0 || fc["drop"] == 0 || l.upstream["connection_retry"] == 0 {
-		t.Fatalf("faults %v, upstream errors %v: the soak did not exercise the faults", fc, l.upstream)
+	calm = append(calm, loop.lat...)
+	t.Logf("closed loop: %d sent, %d ok, statuses %v", loop.sent.Load(), loop.ok.Load(), loop.statuses)
+	for model, c := range clients {
+		l := settled(t, lt, model).minus(base[model])
+		l.balanced(t) // accepted = answered ok + answered with an error
+		var frontErrs float64
+		for _, n := range l.errors {
+			frontErrs += n
+		}
+		if c.sent != c.ok+c.errs {
+			t.Errorf("%s: clients sent %d, got %d ok and %d errors: some never answered", model, c.sent, c.ok, c.errs)
+		}
+		if float64(c.ok) != l.ok || float64(c.errs) != frontErrs {
+			t.Errorf("%s: clients got %d ok and %d errors; the proxy answered %v ok and wrote %v errors (%v)", model, c.ok, c.errs, l.ok, frontErrs, l.errors)
+		}
+		t.Logf("%s: clients sent %d: %d ok, %d errors; proxy accepted %v, answered %v ok + %v errors, refused %v before a queue; upstream errors %v",
+			model, c.sent, c.ok, c.errs, l.accepted, l.ok, l.failed, l.rejected, l.upstream)
 	}
-	res.Records = nil // the records are the test's memory, not the proxy's
-	expectNoLeak(t, before)
-}
+	if len(outside) > 0 {
+		t.Errorf("%d errors outside the fault windows, the first: %v", len(outside), outside[:min(len(outside), 10)])
+	}
 
-// windowP99 returns the p99 latency of the ok requests sent in each window
-// (a window without any counts 0).
-func windowP99(records []loadgen.Record, window time.Duration) []float64 {
-	var lat [][]time.Duration
-	for _, r := range records {
-		if r.Err != loadgen.KindNone {
-			continue
+	// The books as exported on /metrics agree too, and nothing panicked.
+	_, m := getText(t, lt.Admin+"/metrics")
+	for _, model := range []string{"simple", "image"} {
+		acc := metricValue(m, `ratebatch_requests_accepted_total{model="`+model+`"}`)
+		ans := metricValue(m, `ratebatch_requests_answered_total{model="`+model+`",outcome="ok"}`) +
+			metricValue(m, `ratebatch_requests_answered_total{model="`+model+`",outcome="error"}`)
+		if acc == 0 || acc != ans {
+			t.Errorf("/metrics: %s accepted %v != answered %v", model, acc, ans)
 		}
-		i := int(r.Start / window)
-		for len(lat) <= i {
-			lat = append(lat, nil)
+	}
+	if strings.Contains(m, "ratebatch_panics_total{") {
+		for line := range strings.SplitSeq(m, "\n") {
+			if strings.HasPrefix(line, "ratebatch_panics_total{") && !strings.HasSuffix(line, " 0") {
+				t.Errorf("a panic: %s", line)
+			}
 		}
-		lat[i] = append(lat[i], r.Latency)
 	}
-	out := make([]float64, len(lat))
-	for i, l := range lat {
-		slices.Sort(l)
-		out[i] = float64(stats.Percentile(l, 99)) / float64(time.Millisecond)
+
+	slices.Sort(calm)
+	p99 := float64(stats.Percentile(calm, 99)) / float64(time.Millisecond)
+	t.Logf("soak %v at %.0f req/s open loop (race detector %v): errors by fault window %v (%d outside); %d upstream restarts, %d policy switches; p99 outside the windows %.1f ms",
+		d, rate, raceEnabled, byWindow, len(outside), restarts, len(switches), p99)
+	for _, s := range samples {
+		t.Logf("footprint at %v: RSS %.1f MiB, live heap %.1f MiB, %d goroutines, %d open files; %.0f answered",
+			s.at.Round(time.Second), float64(s.rss)/(1<<20), float64(s.heap)/(1<<20), s.goroutines, s.fds, s.answered)
 	}
-	if len(out) == 0 {
-		return []float64{0}
+	flat(t, samples)
+	if c := clients["simple"]; c.sent < int64(float64(d/time.Second)*rate*0.9) {
+		t.Errorf("only %d requests sent: the load generators did not keep the rate", c.sent)
 	}
-	return out
+	if restarts == 0 || len(switches) == 0 || byWindow["500"] == 0 || byWindow["hang"] == 0 {
+		t.Errorf("restarts %d, switches %v, errors by window %v: the soak did not exercise its faults", restarts, switches, byWindow)
+	}
+	// The latency outside the fault windows is reported, not bounded: with
+	// five clients, a fault every few seconds and the machine shared, it
+	// measures the machine (the latency bounds are server/timing's).
+	for _, res := range results {
+		res.Records = nil // the records are the test's memory, not the proxy's
+	}
+	results = nil
+	expectNoLeak(t, before)
 }

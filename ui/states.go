@@ -48,6 +48,7 @@ func StatesOf(models Monitors, queues Queues, meter Meter) func() []State {
 				FitSource: snap.FitSource, OverheadMs: snap.OverheadMs, Energy: m.Energy(), Batches: m.Samples()}
 			if q, ok := byModel[snap.Model]; ok {
 				s.BatchesSent, s.RowsSent, s.Sources = q.BatchesSent, q.RowsSent, q.Sources
+				s.Health = Health{Failing: q.Failing, Reason: q.FailingReason, LastProbe: q.LastProbe}
 			}
 			if len(energy.Models) == 0 {
 				s.RequestsPerJoule = shortestWindow(energy.Windows)

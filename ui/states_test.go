@@ -46,7 +46,9 @@ func TestStatesOf(t *testing.T) {
 	}
 	line := &batchcost.Energy{BetaMJ: 10, Zeta0MJ: 30}
 	models := fakeMonitors{mon("simple", line), mon("image", nil)}
-	queues := fakeQueues{{Model: "simple", BatchesSent: 10, RowsSent: 40, Sources: dispatcher.SourceStats{Known: true, Population: 2, ClosedLoop: 2}}}
+	probe := &dispatcher.ProbeReport{Outcome: "error", Detail: "500 CUDA error"}
+	queues := fakeQueues{{Model: "simple", BatchesSent: 10, RowsSent: 40, Sources: dispatcher.SourceStats{Known: true, Population: 2, ClosedLoop: 2},
+		Failing: true, FailingReason: "5 batches in a row failed", LastProbe: probe}}
 	total := map[string]power.Figures{power.TotalWindow: figures(100, 1), "10s": figures(10, 5), "1m": figures(60, 3)}
 
 	for _, tt := range []struct {
@@ -67,7 +69,8 @@ func TestStatesOf(t *testing.T) {
 			s := states[0]
 			if s.Policy != "adhoc" || s.MaxBatch != 8 || s.Instances != 2 || s.BatchesSent != 10 || s.RowsSent != 40 ||
 				s.Energy == nil || *s.Energy != *line || len(s.Batches) != 1 || s.Batches[0].Batch != 4 || s.FitSource != "round trip" ||
-				s.Sources.Population != 2 || s.Sources.ClosedLoop != 2 {
+				s.Sources.Population != 2 || s.Sources.ClosedLoop != 2 ||
+				!s.Health.Failing || s.Health.Reason != "5 batches in a row failed" || s.Health.LastProbe != probe {
 				t.Errorf("simple's state %+v", s)
 			}
 			if states[1].Energy != nil || states[1].BatchesSent != 0 {

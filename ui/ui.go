@@ -68,6 +68,17 @@ type State struct {
 	Batches []regression.Sample
 	// Sources are the model's callers as the dispatcher has learnt them.
 	Sources dispatcher.SourceStats
+	// Health is the model's state upstream: failing or not, and the last
+	// active probe.
+	Health Health
+}
+
+// Health is a model's state as the outlier detector and the active probes
+// see it.
+type Health struct {
+	Failing   bool                    `json:"failing"`
+	Reason    string                  `json:"reason,omitempty"`
+	LastProbe *dispatcher.ProbeReport `json:"last_probe,omitempty"`
 }
 
 // Options configure a Recorder.
@@ -129,6 +140,7 @@ type ModelHistory struct {
 
 	// Sources are the callers now (dispatcher.SourceStats).
 	Sources dispatcher.SourceStats `json:"sources"`
+	Health  Health                 `json:"health"`
 }
 
 // Headline is a model's last minute (or less, since the first sample) in
@@ -294,7 +306,7 @@ func current(s State, tr *track) ModelHistory {
 	}
 	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
 		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches,
-		Sources: s.Sources}
+		Sources: s.Sources, Health: s.Health}
 	if s.Energy != nil {
 		beta, zeta0 := s.Energy.BetaMJ, s.Energy.Zeta0MJ
 		m.BetaMJ, m.Zeta0MJ = &beta, &zeta0

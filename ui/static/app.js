@@ -97,6 +97,17 @@ function pct(v) {
   return (v >= 1 ? "+" : "") + fmt(100 * (v - 1)) + "%";
 }
 
+// health says whether the model is failing upstream, why, and what the
+// proxy's last probe of it found.
+function health(m) {
+  const h = m.health || {};
+  const p = h.last_probe;
+  const probe = p ? `; last probe ${new Date(p.at).toLocaleTimeString()}: ${esc(p.outcome)}` +
+    (p.detail ? ` (${esc(p.detail)})` : "") + `, ${fmt(p.took_ms)} ms` : "";
+  const state = h.failing ? `<b class="failing">failing</b>: ${esc(h.reason)}` : "healthy";
+  return `<p class="health" data-failing="${h.failing ? 1 : 0}">upstream: ${state}${probe}</p>`;
+}
+
 // headline is a model's row of the figures a person came for.
 function headline(m) {
   const hl = m.headline || {};
@@ -194,7 +205,7 @@ function render(h) {
     const hasEnergy = pts.some(p => p.requests_per_joule !== null);
     const rpj = chart("rpj", [{ name: "requests/J", color: COLORS[3], pts: pts.map(p => [ago(p), p.requests_per_joule]) }], -span, 0, xl);
     out += `<h2 id="m-${esc(m.model)}" data-model="${esc(m.model)}">${esc(m.model)} <small>policy ${esc(m.policy)}</small></h2>` +
-      headline(m) + `<div class="grid">` +
+      health(m) + headline(m) + `<div class="grid">` +
       card("Arrival rate (requests/s)", `now ${fmt(last.rate_rps)}/s, as the monitor counted its last window`, rate) +
       card("Batch size (rows)", `chosen ${fmt(last.batch_size)}, sent ${fmt(last.sent_batch)} per batch in the last second; max ${m.max_batch_size}`, batch) +
       card("Latency, end to end (ms)", `last second: p50 ${fmt(last.p50_ms)}, p90 ${fmt(last.p90_ms)}, p99 ${fmt(last.p99_ms)} ms`, lat) +
