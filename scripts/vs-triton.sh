@@ -82,7 +82,7 @@ measure() {
 	case $1 in
 	poisson:*)
 		"$RB" load --target "http://127.0.0.1:$2" --model simple --binary --rate "${1#poisson:}" --duration "$DUR" \
-			--warmup "$WARMUP" --json >"$work/load.json"
+			--warmup "$WARMUP" --json >"$work/load.json" || { echo nan nan; return 0; }
 		"$VENV/bin/python" -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -92,8 +92,8 @@ print("%.3f %.3f" % (s["mean_latency_ms"], s["p99_latency_ms"]))' "$work/load.js
 		local u=127.0.0.1:$2
 		[ "$PROTOCOL" = grpc ] && u=127.0.0.1:$(($2 + 1))
 		"$PA" -m simple -u "$u" -i "$PROTOCOL" --concurrency-range "${1#c}" -p "$INTERVAL_MS" \
-			--stability-percentage 50 --max-trials 4 -f "$work/pa.csv" >"$work/pa.log" 2>&1 ||
-			{ tail -5 "$work/pa.log" >&2; return 1; }
+			--stability-percentage 999 --max-trials 3 -f "$work/pa.csv" >"$work/pa.log" 2>&1 ||
+			{ tail -3 "$work/pa.log" >&2; echo nan nan; return 0; }
 		# The mean is the log's "Client Average Batch Latency" line (this
 		# perf_analyzer's CSV has no average column), the p99 the CSV's.
 		"$VENV/bin/python" -c '
