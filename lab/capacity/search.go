@@ -73,9 +73,15 @@ type Capacity struct {
 // ErrNoRate is returned when even the lowest rate the search may try misses the bound.
 var ErrNoRate = errors.New("no rate tried meets the bound")
 
-// minRate is the lowest rate a search tries: below it a bounded run has
-// too few requests to have a 99th percentile.
-const minRate = 0.5
+// minRate is the lowest rate a search tries, and floorShare the lowest
+// share of its starting rate: a target that misses the bound at a
+// sixty-fourth of the rate it was expected to carry has no capacity worth
+// the runs (each at least minRequests arrivals long) it would take to
+// find.
+const (
+	minRate    = 0.5
+	floorShare = 1.0 / 64
+)
 
 // Run searches with probe.
 func (s Search) Run(ctx context.Context, probe Probe) (Capacity, error) {
@@ -116,9 +122,10 @@ func (s Search) Run(ctx context.Context, probe Probe) (Capacity, error) {
 	}
 	// Bracket from rate: up while it passes (no miss yet), down while it
 	// misses.
+	floor := max(minRate, s.Start*floorShare)
 	bracket := func(rate float64) error {
 		for lo == 0 || hi == 0 {
-			if rate < minRate {
+			if rate < floor {
 				c.Above = hi
 				return fmt.Errorf("capacity search: %w (%v at %.4g req/s)", ErrNoRate, s.Bound, hi)
 			}
