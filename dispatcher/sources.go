@@ -52,6 +52,95 @@ type sources struct {
 	unknown time.Time // the last call without a source: partners unknown until SourceIdleFor after it
 	pruned  time.Time
 	fb      feedback
+	lone    lone
+}
+
+// lone tells a lone synchronous caller whatever its connections. A client
+// that opens a connection per call (curl in a shell loop, requests.post
+// without a Session, urllib) shows as a new source at every call, each
+// answered source a possible partner for SourceIdleFor: one such client
+// read as "population 53, unknown 53, partners 53", and the rules held
+// its calls for partners that could not come. What its connections hide
+// the model's arrivals show: a lone synchronous caller never sends while
+// a call of its own is in the proxy, so no arrival finds one there. Poisson
+// arrivals find one as often as the proxy has one (PASTA): a run of n
+// arrivals that found none, while the proxy had a call a share u of the
+// run's time, has probability about exp(-n u) under any open stream.
+// After loneMinimum arrivals in a row with n u >= loneEvidence the callers
+// are taken as one synchronous client (SourceStats.Lone): no partner can
+// come (sources.idle) and the plan reads a closed loop of one, thinking
+// the mean gap from the proxy's last answer to the next arrival. The first
+// arrival that finds a call in the proxy ends it. An open stream so light
+// that it passes shows almost no overlaps to gain from: sending at once
+// is then what a tail budget asks anyway.
+//
+// Keying sources by the client's address instead would merge the callers
+// behind one address (a gateway, a NAT, a load generator's pool) into one
+// source and needs the door's peer address; the model's arrivals need
+// neither and hold for any transport.
+type lone struct {
+	inProxy  int       // calls of known sources in the proxy
+	run      int       // arrivals in a row that found none in the proxy
+	since    time.Time // the first arrival of the run
+	busyFrom time.Time // when inProxy last rose from 0
+	busy     float64   // ns of the run with a call in the proxy, before busyFrom
+	answered time.Time // when inProxy last fell to 0
+	gaps     int       // gaps learnt into think, up to sourceWindow
+	think    float64   // moving mean (ns) of the gap from answered to an arrival
+}
+
+// The lone caller's thresholds: arrivals in a row, and the overlaps an
+// open stream would have shown in them (exp(-6): 0.25% of runs).
+const (
+	loneMinimum  = 32
+	loneEvidence = 6
+)
+
+// arrive counts an arrival at now, before it is in the proxy.
+func (l *lone) arrive(now time.Time) {
+	if l.inProxy > 0 {
+		l.run = 0
+	} else {
+		if l.run == 0 {
+			l.since, l.busy = now, 0
+		}
+		l.run++
+		if g := now.Sub(l.answered); !l.answered.IsZero() && g <= SourceIdleFor {
+			if l.gaps < sourceWindow {
+				l.gaps++
+			}
+			l.think += sourceWeight[l.gaps] * (float64(g) - l.think)
+		}
+		l.busyFrom = now
+	}
+	l.inProxy++
+}
+
+// leave counts a call leaving the proxy at now.
+func (l *lone) leave(now time.Time) {
+	if l.inProxy == 0 {
+		return
+	}
+	l.inProxy--
+	if l.inProxy == 0 {
+		l.busy += float64(now.Sub(l.busyFrom))
+		l.answered = now
+	}
+}
+
+// is reports whether the arrivals are a lone synchronous caller's at now:
+// the run is long and telling enough, and the caller active (a call in
+// the proxy, or answered within SourceIdleFor).
+func (l *lone) is(now time.Time) bool {
+	if l.run < loneMinimum || (l.inProxy == 0 && now.Sub(l.answered) > SourceIdleFor) {
+		return false
+	}
+	busy := l.busy
+	if l.inProxy > 0 {
+		busy += float64(now.Sub(l.busyFrom))
+	}
+	span := float64(now.Sub(l.since))
+	return span > 0 && float64(l.run)*busy/span >= loneEvidence
 }
 
 // feedback tells a closed loop from open arrivals that come through a pool
@@ -149,6 +238,7 @@ type source struct {
 	answered time.Time // when its latest call was answered
 	arrived  time.Time // its last arrival
 	overlap  bool      // it had more than one call in the proxy at once
+	reused   bool      // it sent a call after its first
 	// unpaired holds, for a connection whose calls overlapped, the times
 	// of its answers not yet paired with a later arrival, oldest first
 	// (at most maxUnpaired).
@@ -170,9 +260,19 @@ type source struct {
 // synchronous, peak counts them, and a connection with all of them in the
 // proxy sends no partner however busy it looks; an open-loop one's peak
 // grows with its bursts, so it stays a partner but at its very peak.
+//
+// A connection that has carried one call only is no partner yet: many
+// clients open a connection per call and close it with the answer (curl
+// in a shell loop, requests.post without a Session), and a partner that
+// cannot come is the costly error (a hold for nobody) where one missed
+// costs a batch that could have been fuller. It counts from its second
+// call on.
 func (s *source) free() int {
-	if s.overlap {
+	switch {
+	case s.overlap:
 		return max(s.peak-s.calls, 0)
+	case !s.reused:
+		return 0
 	}
 	return max(1-s.calls, 0)
 }
@@ -250,6 +350,7 @@ func (s *sources) arrive(id uint64, now time.Time) {
 	if s.by == nil {
 		s.by = map[uint64]*source{}
 	}
+	s.lone.arrive(now)
 	s.fb.hold(s.free, now)
 	s.fb.arrive(s.free)
 	src := s.by[id]
@@ -258,6 +359,7 @@ func (s *sources) arrive(id uint64, now time.Time) {
 		s.by[id] = src
 	} else {
 		s.free -= src.free()
+		src.reused = true
 	}
 	switch {
 	case src.calls == 0:
@@ -286,6 +388,7 @@ func (s *sources) leave(id uint64, now time.Time) {
 	if id == 0 || src == nil || src.calls == 0 {
 		return
 	}
+	s.lone.leave(now)
 	s.fb.hold(s.free, now)
 	s.free -= src.free()
 	src.calls--
@@ -327,13 +430,17 @@ func (s *sources) prune(now time.Time) {
 
 // idle returns how many calls the known sources could send now
 // (source.free: a recent connection without a call, the streams a
-// multiplexing one has shown beyond those it has in the proxy), and
+// multiplexing one has shown beyond those it has in the proxy; none
+// when the arrivals are a lone caller's, lone), and
 // whether that count says anything: not when a call without a source came
 // within SourceIdleFor, nor before any call came.
 func (s *sources) idle(now time.Time) (n int, known bool) {
 	s.prune(now)
 	if len(s.by) == 0 || now.Sub(s.unknown) < SourceIdleFor {
 		return 0, false
+	}
+	if s.lone.is(now) {
+		return 0, true // the one caller is waiting
 	}
 	return s.free, true
 }
@@ -379,6 +486,12 @@ type SourceStats struct {
 	// source's next request, as the proxy sees it (so including the
 	// network both ways). Nil without a closed-loop source.
 	ThinkMs *float64 `json:"think_ms"`
+	// Lone is true when the arrivals are one synchronous caller's,
+	// whatever its connections: none found a call in the proxy over a
+	// run long enough to tell (lone). The counts then describe that one
+	// caller: one closed-loop source, thinking the mean gap from the
+	// proxy's last answer to the next arrival.
+	Lone bool `json:"lone"`
 	// Feedback is how much the arrivals follow the answers: about 1 when
 	// the callers are a closed loop (an idle caller sends its next
 	// request at its own pace), about 0 when they arrive on their own
@@ -392,6 +505,13 @@ type SourceStats struct {
 func (s *sources) stats(now time.Time) SourceStats {
 	s.prune(now)
 	st := SourceStats{Known: len(s.by) > 0 && now.Sub(s.unknown) >= SourceIdleFor}
+	if st.Known && s.lone.is(now) {
+		busy := min(s.lone.inProxy, 1)
+		ms := s.lone.think / float64(time.Millisecond)
+		st.Lone, st.Population, st.ClosedLoop, st.ClosedLoopCallers, st.Concurrency = true, 1, 1, 1, 1
+		st.Busy, st.Idle, st.ThinkMs = busy, 1-busy, &ms
+		return st
+	}
 	var think float64
 	for _, src := range s.by {
 		if !src.active(now) {

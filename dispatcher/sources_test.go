@@ -39,8 +39,8 @@ func (r *seenRule) last() policy.Queue {
 }
 
 // A decision knows how many of the recent callers could still send: a
-// lone connection whose call waits has no partner; once answered it is
-// one for the next caller's call; a call without a source (gRPC) makes
+// lone connection whose call waits has no partner; once reused and
+// answered it is one for the next caller's call; a call without a source (gRPC) makes
 // the count unknown for SourceIdleFor.
 func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	clock := struct {
@@ -69,11 +69,19 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	if n, open := pl.decisions.Load(), pl.open.Load(); n != 1 || open != 0 {
 		t.Fatalf("a lone connection: %d decisions reported, %d open to a partner; want 1, 0", n, open)
 	}
-	if q := submit(2); !q.SourcesKnown || q.IdleSources != 1 {
-		t.Fatalf("a second connection with the first answered: known %v, idle %d; want known, 1", q.SourcesKnown, q.IdleSources)
+	// A connection that carried one call may have been closed with its
+	// answer: it is a partner once it sends again.
+	if q := submit(2); !q.SourcesKnown || q.IdleSources != 0 {
+		t.Fatalf("a second connection with the first answered once: known %v, idle %d; want known, 0", q.SourcesKnown, q.IdleSources)
 	}
-	if n, open := pl.decisions.Load(), pl.open.Load(); n != 2 || open != 1 {
-		t.Fatalf("a second connection: %d decisions reported, %d open to a partner; want 2, 1", n, open)
+	if q := submit(1); !q.SourcesKnown || q.IdleSources != 0 {
+		t.Fatalf("the first connection again: known %v, idle %d; want known, 0", q.SourcesKnown, q.IdleSources)
+	}
+	if q := submit(2); !q.SourcesKnown || q.IdleSources != 1 {
+		t.Fatalf("the second connection with the first reused and answered: known %v, idle %d; want known, 1", q.SourcesKnown, q.IdleSources)
+	}
+	if n, open := pl.decisions.Load(), pl.open.Load(); n != 4 || open != 1 {
+		t.Fatalf("%d decisions reported, %d open to a partner; want 4, 1", n, open)
 	}
 	advance(2 * SourceIdleFor)
 	if q := submit(2); !q.SourcesKnown || q.IdleSources != 0 {
@@ -434,8 +442,9 @@ func BenchmarkSources(b *testing.B) {
 // A connection that multiplexes callers (gRPC streams) can send as many
 // calls as it has shown at once, less those in the proxy: with all its
 // synchronous callers waiting it sends no partner, however busy it looks.
-// A one-call connection is a partner only when idle; a source gone quiet
-// for SourceIdleFor is forgotten, with its partners.
+// A one-call connection is a partner only when idle, and only once it has
+// been reused (a client may open a connection per call); a source gone
+// quiet for SourceIdleFor is forgotten, with its partners.
 func TestPartnersCountStreams(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	type step struct {
@@ -450,8 +459,10 @@ func TestPartnersCountStreams(t *testing.T) {
 		after time.Duration // then idle() at t0+after
 		want  int
 	}{
-		{"one HTTP connection", []step{{"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 1, 0, true}}, 0, 0},
-		{"two HTTP connections", []step{{"+", 1, 0, true}, {"+", 2, 0, true}, {"-", 1, 1, true}, {"-", 2, 2, true}}, 0, 2},
+		{"one HTTP connection", []step{{"+", 1, 0, true}, {"-", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 1, 0, true}}, 0, 0},
+		{"two HTTP connections", []step{{"+", 1, 0, true}, {"+", 2, 0, true}, {"-", 1, 0, true}, {"-", 2, 0, true},
+			{"+", 1, 0, true}, {"+", 2, 0, true}, {"-", 1, 1, true}, {"-", 2, 2, true}}, 0, 2},
+		{"a connection per call", []step{{"+", 1, 0, true}, {"-", 1, 0, true}, {"+", 2, 0, true}, {"-", 2, 0, true}, {"+", 3, 0, true}, {"-", 3, 0, true}}, 0, 0},
 		{"gRPC, two streams", []step{{"+", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"-", 1, 2, true}}, 0, 2},
 		{"gRPC grows to three", []step{{"+", 1, 0, true}, {"+", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"+", 2, 1, true}}, 0, 1},
 		{"gone quiet", []step{{"+", 1, 0, true}, {"+", 1, 0, true}, {"-", 1, 1, true}, {"-", 1, 2, true}}, 2 * SourceIdleFor, 0},
@@ -667,6 +678,92 @@ func TestFeedbackTellsAPoolFromAClosedLoop(t *testing.T) {
 			if c.ClosedLoop > 0 != tt.closed || (!tt.closed && c.Others < st.Population) {
 				t.Errorf("the plan reads %+v: closed loop %v, want %v", c, c.ClosedLoop > 0, tt.closed)
 			}
+		})
+	}
+}
+
+// A lone synchronous client that opens a connection per call is one
+// closed-loop caller, with no partner to wait for, whatever its think
+// time; its first call that overlaps another caller's ends the verdict.
+// Open arrivals (Poisson, each on a new connection or over a pool) are
+// almost never taken for a lone caller, and where a rule holds a batch
+// their arrivals overlap the held call at once.
+func TestLoneCallerWhateverItsConnections(t *testing.T) {
+	const latency = time.Millisecond
+	for _, think := range []time.Duration{0, 200 * time.Microsecond, 15 * time.Millisecond} {
+		t.Run(fmt.Sprintf("think %v", think), func(t *testing.T) {
+			var s sources
+			now := time.Unix(1000, 0)
+			id := uint64(0)
+			for range 200 {
+				id++
+				s.arrive(id, now)
+				now = now.Add(latency)
+				s.leave(id, now)
+				now = now.Add(think + 50*time.Microsecond)
+			}
+			st := s.stats(now)
+			if !st.Lone || st.Population != 1 || st.ClosedLoop != 1 || st.ClosedLoopCallers != 1 || st.Unknown != 0 || st.Partners != 0 {
+				t.Fatalf("stats %+v: want one closed-loop caller, no partner", st)
+			}
+			if want := float64(think+50*time.Microsecond) / 1e6; st.ThinkMs == nil || math.Abs(*st.ThinkMs-want) > 0.01*want+0.001 {
+				t.Fatalf("think %v ms, want %.3f", st.ThinkMs, want)
+			}
+			id++
+			s.arrive(id, now)
+			if n, known := s.idle(now); n != 0 || !known {
+				t.Fatalf("its call in the proxy: idle %d known %v, want 0 known", n, known)
+			}
+			s.arrive(id+1, now.Add(latency/2)) // another caller's call overlaps it
+			if st := s.stats(now.Add(latency / 2)); st.Lone {
+				t.Fatalf("stats %+v after an overlapping call: still lone", st)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		rate  float64 // per second
+		conns int     // 0: a new connection per call
+	}{
+		{"Poisson 30/s, a connection per call", 30, 0},
+		{"Poisson 150/s, a connection per call", 150, 0},
+		{"Poisson 150/s, pool of 4", 150, 4},
+		{"Poisson 600/s, a connection per call", 600, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			var s sources
+			now := time.Unix(1000, 0)
+			type out struct {
+				id uint64
+				at time.Time
+			}
+			var inflight []out
+			lone, n := 0, 20000
+			for i := range n {
+				now = now.Add(time.Duration(rng.ExpFloat64() / tc.rate * float64(time.Second)))
+				for len(inflight) > 0 && !inflight[0].at.After(now) {
+					s.leave(inflight[0].id, inflight[0].at)
+					inflight = inflight[1:]
+				}
+				id := uint64(i + 1)
+				if tc.conns > 0 {
+					id = uint64(i%tc.conns + 1)
+				}
+				s.arrive(id, now)
+				if s.lone.is(now) {
+					lone++
+				}
+				done := now.Add(latency)
+				if len(inflight) > 0 && inflight[len(inflight)-1].at.After(done) {
+					done = inflight[len(inflight)-1].at
+				}
+				inflight = append(inflight, out{id, done})
+			}
+			if share := float64(lone) / float64(n); share > 0.01 {
+				t.Fatalf("%d of %d arrivals (%.2f%%) taken for a lone caller's", lone, n, 100*share)
+			}
+			t.Logf("%d of %d arrivals taken for a lone caller's", lone, n)
 		})
 	}
 }

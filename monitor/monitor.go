@@ -898,7 +898,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 		e.Energy, e.HasEnergy = *en, true
 	}
 	if rule, ok := safePlan(pol, e); ok {
-		m.current.Store(&published{rule: rule, est: e, fit: fit})
+		m.current.Store(&published{rule: policy.BoundHolds(rule, e), est: e, fit: fit})
 	} else if m.current.Load() == nil {
 		// No rule yet to keep: send what waits at once, as adhoc does,
 		// until a plan succeeds.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/lab/capacity"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"github.com/ratebatch/ratebatch/lab/trace"
@@ -29,6 +31,8 @@ type loadFlags struct {
 	intervalsPath                           string
 	progress, asJSON                        bool
 	load                                    string // the arrivals, for the summary's first line
+	find                                    capacity.Search
+	findRequests                            int
 }
 
 func bindLoadFlags(fs *flag.FlagSet) *loadFlags {
@@ -59,6 +63,10 @@ func bindLoadFlags(fs *flag.FlagSet) *loadFlags {
 	fs.DurationVar(&f.c.Warmup, "warmup", 0, "before the run, offer its starting rate this long on the same connections, unrecorded (a load step's connections then exist when it starts)")
 	fs.StringVar(&f.intervalsPath, "write-intervals", "", "send nothing: write the arrivals' gaps in microseconds to this file, for perf_analyzer --request-intervals (needs only --rate and --duration, or --trace)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile here (go tool pprof)")
+	fs.DurationVar(&f.find.Bound, "find-rate-p99", 0, "find the highest Poisson rate whose p99 latency stays under this bound (e.g. 15ms): runs of --duration each from --rate, bracketed then bisected, the answer confirmed; prints the table of tried rates")
+	fs.Float64Var(&f.find.Resolution, "find-resolution", 0.05, "with --find-rate-p99: stop bisecting when the bracket's ends are within this fraction")
+	fs.IntVar(&f.find.Confirm, "find-confirm", 1, "with --find-rate-p99: runs with other seeds the answer must also pass")
+	fs.IntVar(&f.findRequests, "find-requests", capacity.DefaultStepRequests, "with --find-rate-p99: the fewest arrivals a step expects (a step lasts longer than --duration at low rates)")
 	return f
 }
 
@@ -73,6 +81,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := f.config(flagsSet(fs)); err != nil {
 		return usagef(stderr, "load", "%v", err)
+	}
+	if f.find.Bound > 0 {
+		f.find.Start, f.find.Seed = float64(f.c.Rate.MaxRate()), f.c.Seed
+		_, err := capacity.Find(ctx, f.c, f.find, f.findRequests, stdout)
+		return err
 	}
 	if f.progress {
 		f.c.Progress = func(s loadgen.Snapshot) { loadgen.WriteProgress(stderr, s) }
@@ -119,6 +132,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func (f *loadFlags) config(set map[string]bool) error {
 	if err := loadgen.Command(&f.c, f.protocol, f.onFull, set["duration"]); err != nil {
 		return err
+	}
+	if set["find-rate-p99"] && (f.find.Bound <= 0 || !set["rate"]) {
+		return errors.New("--find-rate-p99 needs a bound > 0 and --rate (the first rate tried) with --duration (each step's length)")
 	}
 	arr := loadgen.Arrivals{Rate: given(set, "rate", &f.rate), Scale: given(set, "trace-scale", &f.traceScale),
 		Speedup: given(set, "speedup", &f.speedup), DurationGiven: set["duration"]}

@@ -195,6 +195,8 @@ func TestLoadUsageErrors(t *testing.T) {
 		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--on-full", "queue"}, "--on-full must be"},
 		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--rows", "0"}, "--rows"},
 		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--warmup", "-1s"}, "--warmup must be >= 0"},
+		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--trace", "paper300", "--find-rate-p99", "15ms"}, "--find-rate-p99 needs"},
+		{[]string{"--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--duration", "1s", "--find-rate-p99", "0s"}, "--find-rate-p99 needs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
