@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"github.com/ratebatch/ratebatch/lab/preset"
@@ -39,7 +40,8 @@ type simFlags struct {
 
 func bindSimFlags(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{}
-	fs.StringVar(&f.policies, "policy", "", "policy to simulate: one of "+strings.Join(policy.Names(), ", ")+"; a comma list; or all (one row per policy)")
+	fs.StringVar(&f.policies, "policy", config.Default().Policy.Name, "policy to simulate: one of "+strings.Join(policy.Names(), ", ")+
+		"; a comma list; or all (one row per policy); the default is serve's")
 	f.model = preset.BindFlags(fs)
 	fs.Float64Var(&f.rate, "rate", 0, "constant Poisson arrival rate in requests/s")
 	fs.Float64Var(&f.rho, "rho", 0, "arrival rate as a load: rho * mu(B_max), where mu(b) = b/tau(b)")
