@@ -150,13 +150,16 @@ type Headline struct {
 	Rho *float64 `json:"rho"`
 	// RequestsPerJoule is the meter's figure over its shortest window.
 	RequestsPerJoule *float64 `json:"requests_per_joule"`
-	// AdhocMJ is ad-hoc's energy per request, zeta(1) (ad-hoc sends a
-	// request alone while the device keeps up); BatchedMJ is zeta(b)/b at
-	// the mean batch sent; Gain is AdhocMJ/BatchedMJ, the requests per
+	// AdhocBatch is the mean batch ad-hoc would send at the rate sent:
+	// everything waiting whenever the device is free, b = lambda*tau(b)
+	// between 1 and B_max (batchcost.Latency.AdhocBatch). AdhocMJ is its
+	// energy per request, zeta(b)/b at that batch; BatchedMJ is zeta(b)/b
+	// at the mean batch sent; Gain is AdhocMJ/BatchedMJ, the requests per
 	// joule batching yields over ad-hoc's. Nil without the energy line.
-	AdhocMJ   *float64 `json:"adhoc_mj_per_request"`
-	BatchedMJ *float64 `json:"batched_mj_per_request"`
-	Gain      *float64 `json:"gain_vs_adhoc"`
+	AdhocBatch *float64 `json:"adhoc_batch"`
+	AdhocMJ    *float64 `json:"adhoc_mj_per_request"`
+	BatchedMJ  *float64 `json:"batched_mj_per_request"`
+	Gain       *float64 `json:"gain_vs_adhoc"`
 }
 
 // HeadlineWindow is the span the headline figures cover.
@@ -347,9 +350,13 @@ func headline(s State, tr *track, instances int) Headline {
 		h.Rho = &rho
 	}
 	if e := s.Energy; e != nil && e.ZetaMJ(1) > 0 && e.BetaMJ*b+e.Zeta0MJ > 0 {
-		adhoc, batched := e.ZetaMJ(1), (e.BetaMJ*b+e.Zeta0MJ)/b
+		// Ad-hoc at this load on each instance: what waits whenever the
+		// device is free (batchcost.Latency.AdhocBatch).
+		lat := batchcost.Latency{AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms}
+		ab := lat.AdhocBatch(h.SentRPS/1000/float64(instances), s.MaxBatch)
+		adhoc, batched := (e.BetaMJ*ab+e.Zeta0MJ)/ab, (e.BetaMJ*b+e.Zeta0MJ)/b
 		gain := adhoc / batched
-		h.AdhocMJ, h.BatchedMJ, h.Gain = &adhoc, &batched, &gain
+		h.AdhocBatch, h.AdhocMJ, h.BatchedMJ, h.Gain = &ab, &adhoc, &batched, &gain
 	}
 	return h
 }
