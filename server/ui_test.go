@@ -17,10 +17,11 @@ import (
 // The live page's history, as serve wires it (ui.StatesOf over the
 // registry, the dispatcher and the meter): the model that took requests
 // comes first, with its headline figures and where its fit comes from.
+// The power source is the default (auto): given the metrics URL, it reads
+// Triton's (here the emulator's) energy without power.source.
 func TestServeLivePageHistory(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
-		c.Power.Source = "triton"
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
 		c.Power.Interval = 20 * time.Millisecond
 	})

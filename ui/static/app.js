@@ -114,8 +114,9 @@ function headline(m) {
     cell("batch", "batch size", hl.sent_batch != null ? fmt(hl.sent_batch) : "-", `rows per batch sent; max ${m.max_batch_size}`) +
     cell("rho", "load rho", hl.rho != null ? fmt(hl.rho) : "-", `${fmt(hl.sent_rps)} req/s sent; 1 = saturated`) +
     `</div><p class="caption">Measured: requests per joule (the power meter, its shortest window), latency and batch size (the proxy). ` +
-    `Modelled: the gain over ad-hoc, which sends everything waiting whenever the device is free, so at this load ` +
-    `batches of b = lambda·tau(b) (at least 1, at most the max), against zeta(b)/b at the batch size sent, from the energy line zeta(b)` +
+    `Modelled: the gain over ad-hoc, which sends everything waiting whenever the device is free ` +
+    (hl.adhoc_batch != null ? `(at this load and on the fitted line, batches of ${fmt(hl.adhoc_batch)}) ` : ``) +
+    `and so spends zeta(b)/b at its batch size, against zeta(b)/b at the batch size sent, from the energy line zeta(b)` +
     (m.beta_mj != null ? ` = ${fmt(m.beta_mj)}·b + ${fmt(m.zeta0_mj)} mJ` : ` (not known yet for this model)`) +
     `; and rho = sent rate × tau(b)/b per instance (${m.instances || 1}).</p>`;
 }
