@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/ui"
@@ -40,7 +41,7 @@ func TestServeLivePageHistory(t *testing.T) {
 	wg.Wait()
 
 	var h ui.History
-	waitUntil(t, "the live page's headline of simple", func() bool {
+	poll.Until(t, "the live page's headline of simple", func() bool {
 		code, body := getText(t, admin+"/ui/history.json")
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &h) != nil || len(h.Models) == 0 {
 			return false
