@@ -50,7 +50,7 @@ test-go:
 	@# several times over) and run here without it. Among them the budget's
 	@# promise, live (TestBudgetLivePoissonBound, TestBudgetLiveOnPaper300:
 	@# concurrent pairs of ad-hoc and budget on their own proxy and emulator).
-	$(GO) test -count=1 ./server/timing
+	$(GO) test -count=1 -timeout 20m ./server/timing
 	@# The default policy's promise on every preset: constrained optima
 	@# near saturation, minutes under the race detector.
 	$(GO) test -count=1 -short -run '^TestDefaultPolicyNeverHurts$$' ./lab/sim
