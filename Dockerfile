@@ -50,18 +50,20 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # --- runtime: NVML (glibc, non-root) -------------------------------------------
 FROM gcr.io/distroless/base-debian12:nonroot AS nvml
 COPY --from=build-nvml /out/ratebatch /usr/local/bin/ratebatch
-# 8000: data port (Triton's HTTP API); 9002: admin (/metrics, /healthz, /readyz).
-# The binary's own defaults are :9000 and 127.0.0.1:9002; the deploy files set
-# --listen :8000 and --admin-listen 0.0.0.0:9002 so Prometheus can scrape.
-EXPOSE 8000 9002
+# 8000 and 8001: data ports (Triton's HTTP and gRPC APIs); 9002: admin
+# (/metrics, /healthz, /readyz). The binary's own defaults are :9000, no gRPC
+# door and 127.0.0.1:9002; the image takes Triton's ports, and --admin-listen
+# 0.0.0.0:9002 so Prometheus can scrape. The gRPC upstream defaults to the
+# --upstream host's port 8001.
+EXPOSE 8000 8001 9002
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/ratebatch"]
-CMD ["serve", "--listen", ":8000", "--admin-listen", "0.0.0.0:9002"]
+CMD ["serve", "--listen", ":8000", "--grpc-listen", ":8001", "--admin-listen", "0.0.0.0:9002"]
 
 # --- runtime: static (default target, non-root) ----------------------------------
 FROM gcr.io/distroless/static-debian12:nonroot AS static
 COPY --from=build-static /out/ratebatch /usr/local/bin/ratebatch
-EXPOSE 8000 9002
+EXPOSE 8000 8001 9002
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/ratebatch"]
-CMD ["serve", "--listen", ":8000", "--admin-listen", "0.0.0.0:9002"]
+CMD ["serve", "--listen", ":8000", "--grpc-listen", ":8001", "--admin-listen", "0.0.0.0:9002"]

@@ -90,7 +90,7 @@ type UpstreamOpts struct {
 
 // Power selects where energy figures come from.
 type Power struct {
-	Source     string        `yaml:"source" help:"energy source: none, nvml (this host's GPUs), triton (the upstream's metrics endpoint)"`
+	Source     string        `yaml:"source" help:"energy source: auto (triton when power.metrics_url is set or the upstream is on Triton's port 8000, else none), none, nvml (this host's GPUs), triton (the upstream's metrics endpoint)"`
 	Interval   time.Duration `yaml:"interval" help:"power sampling interval"`
 	MetricsURL string        `yaml:"metrics_url" help:"triton source: Triton's metrics URL (default: upstream host, port 8002, /metrics)"`
 	GPUs       string        `yaml:"gpus" help:"nvml source: comma-separated GPU indices (empty: all)"`
@@ -155,7 +155,7 @@ func Default() Config {
 		},
 		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
 			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second},
-		Power:     Power{Source: "none", Interval: 100 * time.Millisecond},
+		Power:     Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
 		Grace:     30 * time.Second,
@@ -244,7 +244,7 @@ func (c *Config) Validate() error {
 			add(fieldErr(ch.field, "%s", ch.msg))
 		}
 	}
-	add(oneOf("power.source", c.Power.Source, "none", "nvml", "triton"))
+	add(oneOf("power.source", c.Power.Source, PowerAuto, "none", "nvml", "triton"))
 	if c.Power.MetricsURL != "" {
 		if u, err := url.Parse(c.Power.MetricsURL); err != nil || u.Host == "" {
 			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", c.Power.MetricsURL))
@@ -314,6 +314,29 @@ func (c *Config) MetricsURL() string {
 		return "http://" + hp + "/metrics"
 	}
 	return ""
+}
+
+// PowerAuto is the default power.source: Triton's metrics where they are
+// known to be, else none (Config.PowerSource).
+const PowerAuto = "auto"
+
+// PowerSource is the energy source to open and, for triton, the metrics
+// URL it reads. It resolves auto: Triton's metrics when power.metrics_url
+// is set, or when the upstream is on Triton's HTTP port 8000, so that its
+// metrics port 8002 beside it is Triton's (as Triton and the emulator
+// serve them by default); otherwise none, rather than read a port 8002
+// that may be anyone's.
+func (c *Config) PowerSource() (kind, metricsURL string) {
+	switch c.Power.Source {
+	case "triton":
+		return "triton", c.MetricsURL()
+	case PowerAuto:
+		if u, err := url.Parse(c.Upstream); c.Power.MetricsURL == "" && (err != nil || u.Port() != "8000") {
+			return "none", ""
+		}
+		return "triton", c.MetricsURL()
+	}
+	return c.Power.Source, c.Power.MetricsURL
 }
 
 // ModelPolicy returns the policy name that applies to a model.

@@ -301,3 +301,36 @@ func TestUpstreamDerivedDefaults(t *testing.T) {
 		t.Errorf("grpc_listen = listen: got %v, want a grpc_listen error", err)
 	}
 }
+
+// power.source auto reads Triton's metrics where they are known to be: at
+// power.metrics_url, or beside an upstream on Triton's port 8000 (the
+// README's try-it emulator and a default Triton); elsewhere none.
+func TestPowerSourceAuto(t *testing.T) {
+	tests := []struct {
+		source, upstream, metrics string
+		kind, url                 string
+	}{
+		{"auto", "http://127.0.0.1:8000", "", "triton", "http://127.0.0.1:8002/metrics"},
+		{"auto", "http://triton:8000/", "", "triton", "http://triton:8002/metrics"},
+		{"auto", "http://[::1]:8000", "", "triton", "http://[::1]:8002/metrics"},
+		{"auto", "http://127.0.0.1:38211", "", "none", ""},
+		{"auto", "http://triton", "", "none", ""},
+		{"auto", "http://127.0.0.1:38211", "http://m:9/metrics", "triton", "http://m:9/metrics"},
+		{"triton", "http://127.0.0.1:38211", "", "triton", "http://127.0.0.1:8002/metrics"},
+		{"none", "http://127.0.0.1:8000", "", "none", ""},
+		{"nvml", "http://127.0.0.1:8000", "", "nvml", ""},
+	}
+	for _, tt := range tests {
+		c := Default()
+		c.Upstream, c.Power.Source, c.Power.MetricsURL = tt.upstream, tt.source, tt.metrics
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v: %v", tt, err)
+		}
+		if kind, url := c.PowerSource(); kind != tt.kind || url != tt.url {
+			t.Errorf("source %s, upstream %s, metrics_url %q: %s %q, want %s %q", tt.source, tt.upstream, tt.metrics, kind, url, tt.kind, tt.url)
+		}
+	}
+	if Default().Power.Source != PowerAuto {
+		t.Errorf("the default power.source is %q, want auto", Default().Power.Source)
+	}
+}

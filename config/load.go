@@ -121,6 +121,7 @@ func Load(src Source) (*Config, error) {
 	// Every mistake is collected, from the file, the environment, the flags
 	// and validation, so that one run names them all.
 	var errs []error
+	unread := false // the file is not YAML: validating the rest would only add noise
 	if src.File != "" {
 		data, err := os.ReadFile(src.File)
 		if err != nil {
@@ -128,6 +129,8 @@ func Load(src Source) (*Config, error) {
 		}
 		if err := decodeYAML(data, &cfg); err != nil {
 			errs = append(errs, inFile(err, src.File))
+			var se *syntaxError
+			unread = errors.As(err, &se)
 		}
 	}
 	v := reflect.ValueOf(&cfg).Elem()
@@ -150,6 +153,9 @@ func Load(src Source) (*Config, error) {
 				errs = append(errs, fieldErr(p.o.path, "flag -%s: %v", p.o.flag, err))
 			}
 		})
+	}
+	if unread {
+		return nil, flatten(errors.Join(errs...))
 	}
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)

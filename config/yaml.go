@@ -28,13 +28,22 @@ func decodeYAML(data []byte, cfg *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		return err
+		return &syntaxError{err}
 	}
 	if len(doc.Content) == 0 {
 		return nil
 	}
 	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
 }
+
+// syntaxError is a file that is not YAML (a bad indentation, an unclosed
+// quote): none of it was read, so Load does not go on to validate the
+// configuration, whose required keys would be missing only because the
+// file could not be read.
+type syntaxError struct{ err error }
+
+func (e *syntaxError) Error() string { return e.err.Error() }
+func (e *syntaxError) Unwrap() error { return e.err }
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()

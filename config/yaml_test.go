@@ -188,3 +188,34 @@ log:
 		t.Errorf("the message has %d lines, want one per mistake:\n%v", lines, err)
 	}
 }
+
+// A file that is not YAML gives one error, with its line, and not also the
+// required keys it would have set ("upstream: is required").
+func TestYAMLSyntaxErrorIsTheOnlyError(t *testing.T) {
+	for _, body := range []string{
+		"upstream: http://u\nlimits:\n  queue_rows: 10\n    max_body_bytes: 1MiB\n",
+		"upstream: http://u\n  listen: :9000\n",
+		"upstream: \"http://u\n",
+	} {
+		file := writeFile(t, body)
+		_, err := Load(Source{File: file})
+		if err == nil {
+			t.Errorf("%q loaded", body)
+			continue
+		}
+		msg := err.Error()
+		if n := len(leaves(err)); n != 1 || strings.Contains(msg, "required") {
+			t.Errorf("%q: %d errors, want one, without a required key:\n%v", body, n, msg)
+		}
+		if !strings.Contains(msg, file) || !strings.Contains(msg, "line ") {
+			t.Errorf("%q: %q does not name the file and its line", body, msg)
+		}
+	}
+	// The environment's and the flags' mistakes are still named beside it.
+	file := writeFile(t, "upstream: http://u\n  listen: :9000\n")
+	env := map[string]string{"RATEBATCH_LIMITS_QUEUE_ROWS": "lots"}
+	_, err := Load(Source{File: file, LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err == nil || len(leaves(err)) != 2 || !strings.Contains(err.Error(), "RATEBATCH_LIMITS_QUEUE_ROWS") {
+		t.Errorf("a syntax error and a bad variable: %v", err)
+	}
+}

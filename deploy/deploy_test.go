@@ -434,14 +434,23 @@ func TestKubernetesRatebatchConfig(t *testing.T) {
 
 // --- Dockerfile --------------------------------------------------------------
 
-// The images' default command must parse as serve flags.
+// The images' default command must parse as serve flags, serve both of
+// Triton's data doors (HTTP 8000, gRPC 8001) and the admin port, and each
+// stage must EXPOSE exactly the ports its command listens on.
 func TestDockerfileCommand(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var cmds int
+	var exposed []string // the current stage's
 	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "FROM ") {
+			exposed = nil
+		}
+		if ports, ok := strings.CutPrefix(line, "EXPOSE "); ok {
+			exposed = append(exposed, strings.Fields(ports)...)
+		}
 		rest, ok := strings.CutPrefix(line, "CMD ")
 		if !ok {
 			continue
@@ -452,8 +461,22 @@ func TestDockerfileCommand(t *testing.T) {
 		}
 		cmds++
 		env := map[string]string{"RATEBATCH_UPSTREAM": "http://triton:8000"}
-		if _, err := loadServe(args, env, nil); err != nil {
+		cfg, err := loadServe(args, env, nil)
+		if err != nil {
 			t.Errorf("Dockerfile: CMD %s: %v", rest, err)
+			continue
+		}
+		if cfg.GRPCListen == "" {
+			t.Errorf("Dockerfile: CMD %s serves no gRPC door (--grpc-listen)", rest)
+			continue
+		}
+		listens := []string{mustPort(t, "listen", cfg.Listen), mustPort(t, "grpc_listen", cfg.GRPCListen), mustPort(t, "admin_listen", cfg.AdminListen)}
+		if want := []string{"8000", "8001"}; !slices.Equal(listens[:2], want) {
+			t.Errorf("Dockerfile: CMD %s serves data on %v, want Triton's ports %v", rest, listens[:2], want)
+		}
+		slices.Sort(listens)
+		if got := slices.Sorted(slices.Values(exposed)); !slices.Equal(got, listens) {
+			t.Errorf("Dockerfile: CMD %s listens on %v but its stage EXPOSEs %v", rest, listens, got)
 		}
 	}
 	if cmds == 0 {

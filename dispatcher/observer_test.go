@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"sync"
 	"testing"
 	"time"
@@ -87,7 +88,7 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 		})
 		// One at a time, so that the arrivals and their queued rows come
 		// in order.
-		waitFor(t, func() bool { return d.Snapshots()[0].QueuedRows == sumRows(rows[:i+1]) || i == len(rows)-1 })
+		poll.Until(t, "the condition", func() bool { return d.Snapshots()[0].QueuedRows == sumRows(rows[:i+1]) || i == len(rows)-1 })
 	}
 	wg.Wait()
 

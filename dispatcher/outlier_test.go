@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -132,7 +133,7 @@ func TestOutlierHungBatch(t *testing.T) {
 	hungCall := call(t, 2, 1)
 	hungDone := make(chan Result, 1)
 	go func() { hungDone <- h.d.Submit(context.Background(), "simple", hungCall) }()
-	waitFor(t, func() bool { return up.hung.Load() == 1 })
+	poll.Until(t, `up.hung.Load() == 1`, func() bool { return up.hung.Load() == 1 })
 	// Queued behind the hung batch (one instance): answered 503 once it is
 	// found hung, while it still hangs.
 	const n = 6
@@ -191,7 +192,7 @@ func TestOutlierLeavesTheOutageHoldAlone(t *testing.T) {
 		calls[i] = call(t, int32(10*i), 1)
 		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", calls[i]) })
 	}
-	waitFor(t, func() bool { return up.refused.Load() >= 5 }) // held past the 20 ms hung bound
+	poll.Until(t, `up.refused.Load() >= 5`, func() bool { return up.refused.Load() >= 5 }) // held past the 20 ms hung bound
 	up.refuse.Store(false)
 	wg.Wait()
 	for i, c := range calls {

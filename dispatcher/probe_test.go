@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"io"
 	"net"
 	"net/http"
@@ -163,7 +164,7 @@ func TestProbeFindsTheHealedUpstream(t *testing.T) {
 		t.Fatalf("every model failing, unready %q", why)
 	}
 	// Probes go, and fail, while it is broken.
-	waitFor(t, func() bool { return s.probes.Load() >= 2 })
+	poll.Until(t, "the condition", func() bool { return s.probes.Load() >= 2 })
 	if f, _ := d.Failing("simple"); !f {
 		t.Fatal("a probe answered 500 made the model healthy")
 	}
@@ -197,7 +198,7 @@ func TestProbeRetriesAHungUpstream(t *testing.T) {
 	s.mode.Store(standHang)
 	s.peak.Store(0)
 	start := s.probes.Load()
-	waitFor(t, func() bool {
+	poll.Until(t, "the condition", func() bool {
 		r, _ := d.probes.lastOf("simple")
 		return r.Outcome == "timeout" && s.probes.Load() >= start+2 && s.running.Load() == 1
 	})
@@ -242,7 +243,7 @@ func TestProbeNeverBesideAClientProbe(t *testing.T) {
 	// A client's batch holds the probe role (its call in flight): the
 	// active probes wait for it, however long.
 	q := d.models["simple"]
-	waitFor(t, func() bool { q.mu.Lock(); defer q.mu.Unlock(); return !q.health.probing })
+	poll.Until(t, "the condition", func() bool { q.mu.Lock(); defer q.mu.Unlock(); return !q.health.probing })
 	if probe, err := q.startBatch(); !probe || err != nil {
 		t.Fatalf("a client batch could not take the probe role: %v %v", probe, err)
 	}
@@ -252,7 +253,7 @@ func TestProbeNeverBesideAClientProbe(t *testing.T) {
 		t.Fatalf("%d active probes while a client batch probed", n)
 	}
 	q.endBatch(true, []Result{{Err: &kserve.Error{Status: http.StatusServiceUnavailable, Msg: "neutral"}}})
-	waitFor(t, func() bool { return s.probes.Load() > held })
+	poll.Until(t, "the condition", func() bool { return s.probes.Load() > held })
 }
 
 // An upstream refusing connections, with no client waiting on it: the
@@ -272,7 +273,7 @@ func TestProbeFindsTheUpstreamBack(t *testing.T) {
 	if why := d.Unready(); !strings.Contains(why, "refusing connections") || !strings.Contains(why, "refused") {
 		t.Fatalf("unready %q, want the refused connection named", why)
 	}
-	waitFor(t, func() bool { r, ok := d.probes.lastOf(""); return ok && r.Outcome == "connection" })
+	poll.Until(t, "the condition", func() bool { r, ok := d.probes.lastOf(""); return ok && r.Outcome == "connection" })
 	s := &standIn{}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		s.requests.Add(1)

@@ -289,11 +289,11 @@ var joulesRow = regexp.MustCompile("(?m)^\\| `([a-z+]+)`(?:, ([0-9.]+x))?[^|]* \
 
 // TestReadmeJoulesTableIsReproduced: every figure of README's "Fewer joules
 // per request" table is what the sim command it names prints now, rounded
-// as the table rounds. With RATEBATCH_LONG (four simulations of 330,000
-// requests each).
+// as the table rounds. It runs in every CI run (a few simulations of
+// 330,000 requests each, seconds of CPU apiece); -short skips it.
 func TestReadmeJoulesTableIsReproduced(t *testing.T) {
-	if os.Getenv("RATEBATCH_LONG") == "" {
-		t.Skip("simulates the README table's rows; RATEBATCH_LONG=1 runs it")
+	if testing.Short() {
+		t.Skip("simulates the README table's rows")
 	}
 	rows := joulesRow.FindAllStringSubmatch(section(t, "../README.md", "## Fewer joules per request"), -1)
 	if len(rows) < 3 {

@@ -62,12 +62,16 @@ func TestSMDPFallbacks(t *testing.T) {
 // serves the table's batch at and above it, and only while an instance is
 // free. The table itself has the control-limit structure.
 func TestSMDPRuleFollowsTable(t *testing.T) {
+	// The rule solves at the rate's point on the geometric grid of ratio
+	// 1.1 (DefaultResolve): 1.48 per ms is 1.1^4.11, so 1.1^4; 2.66 per ms
+	// is 1.1^10.26, so 1.1^10.
 	cases := []struct {
-		rate, w2 float64
+		rate, w2  float64
+		gridPerMs float64
 	}{
-		{1480, 1},   // rho 0.5, limit above 1
-		{1480, 0},   // latency only
-		{2660, 0.1}, // rho 0.9
+		{1480, 1, math.Pow(1.1, 4)},    // rho 0.5, limit above 1
+		{1480, 0, math.Pow(1.1, 4)},    // latency only
+		{2660, 0.1, math.Pow(1.1, 10)}, // rho 0.9
 	}
 	if testing.Short() {
 		cases = cases[:1]
@@ -83,8 +87,13 @@ func TestSMDPRuleFollowsTable(t *testing.T) {
 		if !sol.Converged || sol.Delta >= smdp.DeltaAccept {
 			t.Fatalf("rate %v: solve not accepted: converged %v delta %v", c.rate, sol.Converged, sol.Delta)
 		}
-		if limit != smdp.ControlLimitOf(table) || limit < 1 {
-			t.Fatalf("rate %v: control limit %d, table says %d", c.rate, limit, smdp.ControlLimitOf(table))
+		if math.Abs(m.LambdaPerMs-c.gridPerMs) > 1e-12 {
+			t.Fatalf("rate %v: solved at %v per ms, want the grid's %v", c.rate, m.LambdaPerMs, c.gridPerMs)
+		}
+		// The control limit is the first state whose action serves.
+		first := slices.IndexFunc(table, func(a int) bool { return a > 0 })
+		if limit != first || limit < 1 {
+			t.Fatalf("rate %v: control limit %d, the table's first serving state is %d", c.rate, limit, first)
 		}
 		for s, a := range table {
 			if (s < limit) != (a == 0) {
@@ -92,10 +101,12 @@ func TestSMDPRuleFollowsTable(t *testing.T) {
 			}
 		}
 		st := r.Status()
+		// A partial batch waits at most for the limit's arrivals plus three
+		// Poisson standard deviations of them: (L + 3*sqrt(L))/lambda.
 		wantWait := time.Duration(0)
 		if limit > 1 {
 			l := float64(limit)
-			wantWait = time.Duration((l + 3*math.Sqrt(l)) / m.LambdaPerMs * float64(time.Millisecond))
+			wantWait = time.Duration((l + 3*math.Sqrt(l)) / c.gridPerMs * float64(time.Millisecond))
 		}
 		if st.BatchSize != limit || st.MaxWait != wantWait || !strings.Contains(st.Note, "control limit") {
 			t.Fatalf("Status = %+v, want limit %d wait %v", st, limit, wantWait)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/internal/poll"
 )
 
 // longAgo is an arrival old enough that a watched call is due for a check
@@ -49,19 +51,6 @@ func pending(t *testing.T, conn net.Conn) bool {
 		return true
 	})
 	return n > 0
-}
-
-// eventually polls cond until it holds, failing after 10 s. Only for what
-// must happen; what must not is checked after a signal that it could have.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // tcpPair returns both ends of a loopback TCP connection.
@@ -104,13 +93,13 @@ func TestWatchHangUp(t *testing.T) {
 			ctx.Done() // the call waits: the watch starts
 			tc.client(client)
 			if tc.wantGone {
-				eventually(t, "hang-up not seen", func() bool { pollNow(&h); return ctx.Err() != nil })
+				poll.Until(t, "hang-up not seen", func() bool { pollNow(&h); return ctx.Err() != nil })
 				<-ctx.Done()
 			} else {
 				// What the client sent has arrived before the socket is
 				// peeked at, so a watch that took data for a hang-up fails.
 				if tc.pipelined != "" {
-					eventually(t, "the pipelined bytes never arrived", func() bool { return pending(t, server) })
+					poll.Until(t, "the pipelined bytes never arrived", func() bool { return pending(t, server) })
 				}
 				pollNow(&h)
 				if ctx.Err() != nil {
@@ -153,8 +142,8 @@ func TestHangUpsWatchesEachCallApart(t *testing.T) {
 	// Both hang-ups are visible on the proxy's side before the last poll,
 	// which peeks at every watched call: a watch that still held call 5,
 	// or ended a connected call, fails below.
-	eventually(t, "call 5's hang-up never reached its socket", func() bool { return peerClosed(servers[5]) })
-	eventually(t, "call 3's hang-up not seen", func() bool { pollNow(&h); return ctxs[3].Err() != nil })
+	poll.Until(t, "call 5's hang-up never reached its socket", func() bool { return peerClosed(servers[5]) })
+	poll.Until(t, "call 3's hang-up not seen", func() bool { pollNow(&h); return ctxs[3].Err() != nil })
 	pollNow(&h)
 	for i := range n {
 		gone := ctxs[i].Err() != nil

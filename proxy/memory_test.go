@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/membudget"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -97,17 +98,10 @@ func TestMemoryBudgetRefusesWhatDoesNotFit(t *testing.T) {
 
 func waitForBudget(t *testing.T, b *membudget.Budget, atLeast int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, fmt.Sprintf("the budget to hold %d (or, for 0, nothing)", atLeast), func() bool {
 		u := b.Used()
-		if (atLeast == 0 && u == 0) || (atLeast > 0 && u >= atLeast) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("budget holds %d, waited for %d", u, atLeast)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return (atLeast == 0 && u == 0) || (atLeast > 0 && u >= atLeast)
+	})
 }
 
 // pipeline writes raw on one connection and reads n answers' statuses.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 )
@@ -265,7 +266,7 @@ func TestEnsureWaitsForALookupInProgress(t *testing.T) {
 	// One caller looks (held in ModelConfig by the gate, without asking its
 	// context for Done); the others reach their wait, where they ask for
 	// Done. None may return while the gate holds the lookup.
-	waitUntil(t, "one lookup started", func() bool {
+	poll.Until(t, "one lookup started", func() bool {
 		up.mu.Lock()
 		defer up.mu.Unlock()
 		return up.lookups == 1
@@ -298,7 +299,7 @@ func TestEnsureWaitsForALookupInProgress(t *testing.T) {
 	up.gate = make(chan struct{})
 	defer close(up.gate)
 	go r.Ensure(context.Background(), "other")
-	waitUntil(t, "the lookup of other started", func() bool {
+	poll.Until(t, "the lookup of other started", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.looking["other"] != nil
@@ -319,20 +320,6 @@ type doneSignal struct {
 func (c *doneSignal) Done() <-chan struct{} {
 	c.once.Do(func() { c.asked <- struct{}{} })
 	return c.Context.Done()
-}
-
-// waitUntil polls cond until it holds, failing the test after 10 s. Only
-// for positive conditions: what must not happen is checked after a
-// happens-before signal instead.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s: %s never happened", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestStatisticsFeedTheMonitor runs the registry against an upstream whose
@@ -368,7 +355,7 @@ func TestStatisticsFeedTheMonitor(t *testing.T) {
 	go r.Run(ctx)
 	var snap *monitor.Snapshot
 	n := int64(0)
-	waitUntil(t, "the monitor fitted the statistics' line", func() bool {
+	poll.Until(t, "the monitor fitted the statistics' line", func() bool {
 		n++
 		up.setStats("m", grown(10*n))
 		snap = r.Statuses()[0].Rule
@@ -439,14 +426,14 @@ func TestDiscoverRetriesUntilTheUpstreamAnswers(t *testing.T) {
 	// Down: several attempts, none of which may mark the registry discovered.
 	// The third attempt started, so the first two have been handled: a
 	// registry that took a failure for discovery is marked by now.
-	waitUntil(t, "three attempts to read the model list", func() bool { return up.attempts() >= 3 })
+	poll.Until(t, "three attempts to read the model list", func() bool { return up.attempts() >= 3 })
 	if r.Discovered() {
 		t.Fatal("discovered while the upstream is down")
 	}
 	up.mu.Lock()
 	up.down = false
 	up.mu.Unlock()
-	waitUntil(t, "discovery after the upstream came up", r.Discovered)
+	poll.Until(t, "discovery after the upstream came up", r.Discovered)
 	if len(r.Statuses()) != 1 {
 		t.Fatalf("statuses %+v, want the upstream's one model", r.Statuses())
 	}

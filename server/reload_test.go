@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"io"
 	"log/slog"
 	"net/http"
@@ -107,7 +108,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if mon == nil {
 		t.Fatal("no monitor of simple")
 	}
-	waitUntil(t, "the monitor to learn from some batches", func() bool { return mon.Snapshot().Samples > 0 })
+	poll.Until(t, "the monitor to learn from some batches", func() bool { return mon.Snapshot().Samples > 0 })
 	learnt := mon.Snapshot().Samples
 
 	reloadFile(t, file, em.Addr(), "2x", "limits:\n  queue_rows: 2048\nlog:\n  level: debug\n")
@@ -115,11 +116,11 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Fatalf("reload: %v", err)
 	}
 	after := sent.Load()
-	waitUntil(t, "the rule planned under budget 2x", func() bool {
+	poll.Until(t, "the rule planned under budget 2x", func() bool {
 		n := mon.Snapshot().Note
 		return strings.Contains(n, "budget 2x")
 	})
-	waitUntil(t, "requests answered after the reload", func() bool { return sent.Load() > after+200 })
+	poll.Until(t, "requests answered after the reload", func() bool { return sent.Load() > after+200 })
 	halt()
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed across the reload", failed.Load(), sent.Load())

@@ -3,6 +3,7 @@
 package server_test
 
 import (
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -26,7 +27,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "config_version 2 with budget 3x", func() bool {
+	poll.Until(t, "config_version 2 with budget 3x", func() bool {
 		st := readStatus(t, p.Admin)
 		return st.ConfigVersion == 2 && st.budget() == "3x"
 	})

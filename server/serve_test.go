@@ -15,22 +15,12 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
-
-// waitUntil polls cond, as an operator would watch /status or /metrics,
-// until it holds; after 10 s the test fails naming what it waited for.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
 
 // queueStatus is model's queue as the admin /status endpoint reports it.
 func queueStatus(t *testing.T, admin, model string) dispatcher.Snapshot {
@@ -301,9 +291,9 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 			t.Errorf("%s: status %d without a v2 error body", id, code)
 		}
 	})
-	waitUntil(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
+	poll.Until(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
 	em.Close() // killed mid-traffic
-	waitUntil(t, "the proxy to mark the upstream down", func() bool {
+	poll.Until(t, "the proxy to mark the upstream down", func() bool {
 		_, m := getText(t, admin+"/metrics")
 		return metricValue(m, `ratebatch_upstream_errors_total{kind="marked_down",model="simple"}`) > 0
 	})
@@ -311,7 +301,7 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 		t.Fatalf("restarting the emulator: %v", err)
 	}
 	before := okCount.Load()
-	waitUntil(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
+	poll.Until(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
 	stop()
 	if okCount.Load() <= before {
 		t.Fatal("no request succeeded after the upstream came back")
@@ -556,7 +546,7 @@ func TestServeTimeoutParameter(t *testing.T) {
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
 	url := base + "/v2/models/simple/infer"
 	go post(t, url, simpleBody("busy", 0, 1)) // occupies the only instance
-	waitUntil(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
+	poll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
 	body := bytes.Replace(simpleBody("late", 0, 1), []byte(`{"id":"late",`), []byte(`{"id":"late","parameters":{"timeout":20000},`), 1)
 	start := time.Now()
 	code, r, _ := post(t, url, body)
@@ -596,7 +586,7 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 			}
 		}()
 	}
-	waitUntil(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
+	poll.Until(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
 	// /status knows the three callers: three connections, each busy with
 	// its call, none able to send a partner.
 	if st := queueStatus(t, admin, "simple").Sources; !st.Known || st.Population != 3 || st.Busy != 3 || st.Idle != 0 || st.Partners != 0 || st.Unknown != 3 {
@@ -761,7 +751,7 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	admin := servertest.Run(t, addr, nil, nil).Admin
 	// Not ready, and saying why: the first discovery's error, once it has
 	// tried.
-	waitUntil(t, "readyz names the refused connection", func() bool {
+	poll.Until(t, "readyz names the refused connection", func() bool {
 		code, body := getText(t, admin+"/readyz")
 		if code != 503 {
 			t.Fatalf("readyz %d %s before the upstream answered, want 503", code, body)

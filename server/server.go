@@ -124,19 +124,18 @@ type Server struct {
 	reload reloader
 }
 
-// openMeter opens the configured energy source. "none" gives a meter that
-// reports every energy figure as absent.
+// openMeter opens the configured energy source (auto resolved by
+// config.Config.PowerSource). "none" gives a meter that reports every
+// energy figure as absent.
 func openMeter(cfg *config.Config) (*power.Meter, error) {
-	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: cfg.Power.MetricsURL}
-	if cfg.Power.Source == power.KindTriton {
-		o.TritonMetricsURL = cfg.MetricsURL()
-	}
+	kind, metricsURL := cfg.PowerSource()
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
 			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
 		}
 	}
-	src, err := power.Open(cfg.Power.Source, o)
+	src, err := power.Open(kind, o)
 	if err != nil {
 		return nil, fmt.Errorf("power.source %s: %w", cfg.Power.Source, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/ui"
@@ -17,10 +18,11 @@ import (
 // The live page's history, as serve wires it (ui.StatesOf over the
 // registry, the dispatcher and the meter): the model that took requests
 // comes first, with its headline figures and where its fit comes from.
+// The power source is the default (auto): given the metrics URL, it reads
+// Triton's (here the emulator's) energy without power.source.
 func TestServeLivePageHistory(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) {
-		c.Power.Source = "triton"
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
 		c.Power.Interval = 20 * time.Millisecond
 	})
@@ -39,7 +41,7 @@ func TestServeLivePageHistory(t *testing.T) {
 	wg.Wait()
 
 	var h ui.History
-	waitUntil(t, "the live page's headline of simple", func() bool {
+	poll.Until(t, "the live page's headline of simple", func() bool {
 		code, body := getText(t, admin+"/ui/history.json")
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &h) != nil || len(h.Models) == 0 {
 			return false

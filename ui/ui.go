@@ -32,6 +32,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -162,13 +163,16 @@ type Headline struct {
 	Rho *float64 `json:"rho"`
 	// RequestsPerJoule is the meter's figure over its shortest window.
 	RequestsPerJoule *float64 `json:"requests_per_joule"`
-	// AdhocMJ is ad-hoc's energy per request, zeta(1) (ad-hoc sends a
-	// request alone while the device keeps up); BatchedMJ is zeta(b)/b at
-	// the mean batch sent; Gain is AdhocMJ/BatchedMJ, the requests per
+	// AdhocBatch is the mean batch ad-hoc would send at the rate sent:
+	// everything waiting whenever the device is free, on the fitted line
+	// (smdp.AdHocMeanBatch: the exact chain, B_max at saturation). AdhocMJ is its
+	// energy per request, zeta(b)/b at that batch; BatchedMJ is zeta(b)/b
+	// at the mean batch sent; Gain is AdhocMJ/BatchedMJ, the requests per
 	// joule batching yields over ad-hoc's. Nil without the energy line.
-	AdhocMJ   *float64 `json:"adhoc_mj_per_request"`
-	BatchedMJ *float64 `json:"batched_mj_per_request"`
-	Gain      *float64 `json:"gain_vs_adhoc"`
+	AdhocBatch *float64 `json:"adhoc_batch"`
+	AdhocMJ    *float64 `json:"adhoc_mj_per_request"`
+	BatchedMJ  *float64 `json:"batched_mj_per_request"`
+	Gain       *float64 `json:"gain_vs_adhoc"`
 }
 
 // HeadlineWindow is the span the headline figures cover.
@@ -198,6 +202,31 @@ type track struct {
 	// cums are the cumulative counters at the last samples, oldest first,
 	// enough to span HeadlineWindow.
 	cums []cumulative
+	// adhoc is the last ad-hoc batch modelled and what it was modelled
+	// for: evaluating the chain takes milliseconds, so it is redone only
+	// when the line or the rate moved.
+	adhoc adhocModel
+}
+
+type adhocModel struct {
+	lat      batchcost.Latency
+	maxBatch int
+	lambda   float64
+	batch    float64
+}
+
+// adhocBatchTolerance is the relative change of the rate that asks for a
+// new evaluation of ad-hoc's batch; within it the batch barely moves.
+const adhocBatchTolerance = 0.01
+
+// adhocBatch is smdp.AdHocMeanBatch, kept while the model stays the same.
+func (tr *track) adhocBatch(lat batchcost.Latency, maxBatch int, lambdaPerMs float64) float64 {
+	a := tr.adhoc
+	if a.batch > 0 && a.lat == lat && a.maxBatch == maxBatch && math.Abs(lambdaPerMs-a.lambda) <= adhocBatchTolerance*a.lambda {
+		return a.batch
+	}
+	tr.adhoc = adhocModel{lat: lat, maxBatch: maxBatch, lambda: lambdaPerMs, batch: smdp.AdHocMeanBatch(lat, maxBatch, lambdaPerMs)}
+	return tr.adhoc.batch
 }
 
 // cumulative is a model's counters at one sample.
@@ -359,9 +388,12 @@ func headline(s State, tr *track, instances int) Headline {
 		h.Rho = &rho
 	}
 	if e := s.Energy; e != nil && e.ZetaMJ(1) > 0 && e.BetaMJ*b+e.Zeta0MJ > 0 {
-		adhoc, batched := e.ZetaMJ(1), (e.BetaMJ*b+e.Zeta0MJ)/b
+		// Ad-hoc at this load on each instance: what waits whenever the
+		// device is free (smdp.AdHocMeanBatch).
+		ab := tr.adhocBatch(batchcost.Latency{AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms}, s.MaxBatch, h.SentRPS/1000/float64(instances))
+		adhoc, batched := (e.BetaMJ*ab+e.Zeta0MJ)/ab, (e.BetaMJ*b+e.Zeta0MJ)/b
 		gain := adhoc / batched
-		h.AdhocMJ, h.BatchedMJ, h.Gain = &adhoc, &batched, &gain
+		h.AdhocBatch, h.AdhocMJ, h.BatchedMJ, h.Gain = &ab, &adhoc, &batched, &gain
 	}
 	return h
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/policy/batchcost"
+	"github.com/ratebatch/ratebatch/policy/smdp"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -261,7 +262,8 @@ func (f *twoModels) states() []State { return []State{f.idle, f.busy} }
 
 // TestHeadline: the busiest model comes first, with its last minute's
 // figures: rows per batch, load, latency percentiles and the gain over
-// ad-hoc from the energy line (zeta(1) = 40 mJ against zeta(4)/4 = 17.5 mJ).
+// ad-hoc from the energy line: zeta(b)/b = 10 + 30/b mJ at ad-hoc's batch
+// against zeta(4)/4 = 17.5 mJ.
 func TestHeadline(t *testing.T) {
 	f := newTwoModels()
 	now := time.Unix(1000, 0)
@@ -284,14 +286,56 @@ func TestHeadline(t *testing.T) {
 	if hl.Rho == nil || math.Abs(*hl.Rho-0.2) > 1e-9 {
 		t.Errorf("rho %v, want 0.2", deref(hl.Rho))
 	}
-	if hl.Gain == nil || math.Abs(*hl.Gain-40/17.5) > 1e-9 || *hl.AdhocMJ != 40 || *hl.BatchedMJ != 17.5 {
-		t.Errorf("gain %v (%v vs %v mJ), want 40/17.5", deref(hl.Gain), deref(hl.AdhocMJ), deref(hl.BatchedMJ))
+	// Ad-hoc at 0.2 requests/ms on tau(b) = 0.5*b + 2 ms: the device idles
+	// (the fluid b = 0.2*2/(1 - 0.2*0.5) = 0.44 < 1), but a request finds
+	// another waiting when one arrived during the batch before it, so the
+	// mean is above 1; it is the chain's (smdp.AdHocMeanBatch).
+	ab := smdp.AdHocMeanBatch(batchcost.Latency{AlphaMs: 0.5, Tau0Ms: 2}, 8, 0.2)
+	if hl.AdhocBatch == nil || *hl.AdhocBatch != ab || !(ab > 1 && ab < 2) {
+		t.Errorf("ad-hoc's batch %v, want the chain's %v, between 1 and 2", deref(hl.AdhocBatch), ab)
+	}
+	if want := (10 + 30/ab) / 17.5; hl.Gain == nil || math.Abs(*hl.Gain-want) > 1e-9 || math.Abs(*hl.AdhocMJ-(10+30/ab)) > 1e-9 || *hl.BatchedMJ != 17.5 {
+		t.Errorf("gain %v (%v vs %v mJ), want %v", deref(hl.Gain), deref(hl.AdhocMJ), deref(hl.BatchedMJ), want)
 	}
 	if hl.P50Ms == nil || *hl.P50Ms < 4 || *hl.P50Ms > 8 || hl.P99Ms == nil || *hl.P99Ms < *hl.P50Ms || *hl.P99Ms > 12.8 {
 		t.Errorf("p50 %v p99 %v, want within the 4-8 ms observed (p99 within 8 ms's bucket, up to 12.8)", deref(hl.P50Ms), deref(hl.P99Ms))
 	}
 	if idle := h.Models[1].Headline; idle.Gain != nil || idle.SentBatch != nil || idle.SentRPS != 0 {
 		t.Errorf("idle model's headline %+v: want no batch, no gain", idle)
+	}
+}
+
+// TestHeadlineAdhocBatchesUnderLoad: "vs ad-hoc" compares with ad-hoc as
+// the product means it, everything waiting whenever the device is free, not
+// each request alone. At 1000 rows/s on tau(b) = 0.5*b + 2 ms ad-hoc sends
+// about b = lambda*tau(b) = 1*(0.5*b + 2), b = 4 (the fluid fixed point; the
+// spread of Poisson arrivals around it adds a little), so about zeta(4)/4 =
+// (10*4 + 30)/4 = 17.5 mJ a request; batches of 8 spend (10*8 + 30)/8 =
+// 13.75 mJ: a gain near 17.5/13.75 = 1.27, not zeta(1)/13.75 = 40/13.75.
+func TestHeadlineAdhocBatchesUnderLoad(t *testing.T) {
+	f := newTwoModels()
+	now := time.Unix(1000, 0)
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg, Now: func() time.Time { return now }})
+	r.Sample()
+	for range 5 {
+		now = now.Add(time.Second)
+		f.busy.BatchesSent += 125
+		f.busy.RowsSent += 1000
+		r.Sample()
+	}
+	hl := r.History().Models[0].Headline
+	if hl.SentRPS != 1000 || hl.SentBatch == nil || *hl.SentBatch != 8 {
+		t.Fatalf("headline %+v: want 1000 rows/s in batches of 8", hl)
+	}
+	if hl.AdhocBatch == nil || *hl.AdhocBatch < 4 || *hl.AdhocBatch > 4.2 {
+		t.Fatalf("ad-hoc's batch %v, want 4 to 4.2", deref(hl.AdhocBatch))
+	}
+	ab := *hl.AdhocBatch
+	if want := (10 + 30/ab) / 13.75; hl.Gain == nil || math.Abs(*hl.Gain-want) > 1e-9 || *hl.BatchedMJ != 13.75 {
+		t.Errorf("gain %v (%v vs %v mJ), want (10 + 30/%v)/13.75 = %v", deref(hl.Gain), deref(hl.AdhocMJ), deref(hl.BatchedMJ), ab, want)
+	}
+	if *hl.Gain > 1.28 {
+		t.Errorf("gain %v: more than batches of 4 against 8 give (1.27)", *hl.Gain)
 	}
 }
 
@@ -335,7 +379,10 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 	for _, m := range headlineCell.FindAllStringSubmatch(dom[zeta:alpha], -1) {
 		cells[m[1]] = m[2]
 	}
-	want := map[string]string{"rpj": "24.0", "gain": "+129%", "batch": "4.00", "rho": "0.20"}
+	ab := smdp.AdHocMeanBatch(batchcost.Latency{AlphaMs: 0.5, Tau0Ms: 2}, 8, 0.2)
+	gain := "+" + jsFmt(100*((10+30/ab)/17.5-1)) + "%" // app.js's pct
+
+	want := map[string]string{"rpj": "24.0", "gain": gain, "batch": "4.00", "rho": "0.20"}
 	for k, v := range want {
 		if cells[k] != v {
 			t.Errorf("headline %s shows %q, want %q (cells %v)", k, cells[k], v, cells)
@@ -347,7 +394,8 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 		}
 	}
 	for _, phrase := range []string{"round trips measured by the proxy", "tau(b) fitted on Triton's statistics",
-		"tau(b) + 2.50 ms overhead", "Modelled: the gain over ad-hoc", "Measured: requests per joule"} {
+		"tau(b) + 2.50 ms overhead", "Modelled: the gain over ad-hoc, which sends everything waiting whenever the device is free (at this load",
+		"Measured: requests per joule"} {
 		if !strings.Contains(dom[zeta:alpha], phrase) {
 			t.Errorf("the busy model's section does not say %q", phrase)
 		}
@@ -441,4 +489,15 @@ func TestRunRecoversFromAPanic(t *testing.T) {
 	if h := r.History(); len(h.Models) != 1 || h.Models[0].Model != "resnet" {
 		t.Fatalf("history after the panics: %+v, want the one model", h.Models)
 	}
+}
+
+// jsFmt is app.js's fmt: 0, 1 or 2 decimals by magnitude.
+func jsFmt(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/ratebatch/ratebatch/internal/poll"
 )
 
 // lockedBuffer is a bytes.Buffer safe to read while a command writes it.
@@ -47,22 +48,16 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 		Energy        bool     `json:"energy"`
 		GRPCListen    string   `json:"grpc_listen"`
 	}
-	for i := 0; ; i++ {
-		if s := out.String(); strings.HasSuffix(s, "\n") {
-			if err := json.Unmarshal([]byte(s), &info); err != nil {
-				t.Fatalf("--json output %q: %v", s, err)
-			}
-			break
-		}
+	poll.Until(t, "emulate to print its addresses", func() bool {
 		select {
 		case c := <-code:
 			t.Fatalf("emulate exited with %d before serving: %s", c, errb.String())
 		default:
 		}
-		if i == 5000 {
-			t.Fatal("emulate printed no addresses")
-		}
-		time.Sleep(time.Millisecond)
+		return strings.HasSuffix(out.String(), "\n")
+	})
+	if err := json.Unmarshal([]byte(out.String()), &info); err != nil {
+		t.Fatalf("--json output %q: %v", out.String(), err)
 	}
 	if info.Preset != "resnet50-v100" || !info.Energy || len(info.Models) != 3 {
 		t.Errorf("info = %+v", info)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Flag helpers the subcommands share.
@@ -32,9 +31,6 @@ func countSet(set map[string]bool, names ...string) int {
 	}
 	return n
 }
-
-// msDuration converts milliseconds to a duration.
-func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
 func splitList(s string) []string {
 	var out []string

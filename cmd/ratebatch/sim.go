@@ -2,213 +2,31 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"strings"
-	"time"
 
-	"github.com/ratebatch/ratebatch/lab/emulator"
-	"github.com/ratebatch/ratebatch/lab/loadreport"
-	"github.com/ratebatch/ratebatch/lab/preset"
 	"github.com/ratebatch/ratebatch/lab/sim"
-	"github.com/ratebatch/ratebatch/lab/trace"
-	"github.com/ratebatch/ratebatch/policy"
 )
 
 func init() {
 	register("sim", "simulate batching policies on a model profile (discrete-event, virtual clock)", runSim)
 }
 
-// simFlags are sim's flags; those that map one to one onto sim.Config and
-// policy.Options are bound to them directly.
-type simFlags struct {
-	c                                 sim.Config
-	opts                              policy.Options
-	model                             *preset.Flags
-	policies, traceName, seriesCSV    string
-	overheads, realism                string
-	trim                              bool
-	rate, rho, traceScale, speedup    float64
-	maxQueueDelayMs, maxWaitMs, slaMs float64
-	asJSON                            bool
-	fleet                             sim.FleetSpec
-}
-
-func bindSimFlags(fs *flag.FlagSet) *simFlags {
-	f := &simFlags{}
-	fs.StringVar(&f.policies, "policy", "", "policy to simulate: one of "+strings.Join(policy.Names(), ", ")+"; a comma list; or all (one row per policy)")
-	f.model = preset.BindFlags(fs)
-	fs.Float64Var(&f.rate, "rate", 0, "constant Poisson arrival rate in requests/s")
-	fs.Float64Var(&f.rho, "rho", 0, "arrival rate as a load: rho * mu(B_max), where mu(b) = b/tau(b)")
-	fs.StringVar(&f.traceName, "trace", "", "arrival rate series: a built-in name ("+strings.Join(trace.Names(), ", ")+
-		") or a CSV file (columns time_s,rate_rps). "+trace.Paper300+": "+trace.Shape(trace.Paper300))
-	fs.Float64Var(&f.traceScale, "trace-scale", 1, "multiply the trace's rates by this factor (keeps its shape)")
-	fs.Float64Var(&f.speedup, "speedup", 1, "play the trace this many times faster, keeping its rates, as demo and load do (paper300 with 5 lasts 60 s)")
-	fs.IntVar(&f.c.Requests, "requests", 0, fmt.Sprintf("arrivals to simulate (default %d with --rate/--rho; with --trace a cap, 0 = whole trace)", sim.DefaultRequests))
-	fs.Uint64Var(&f.c.Seed, "seed", 1, "seed of arrivals and jitter; a seed gives the same arrivals to every policy")
-	fs.DurationVar(&f.c.Window, "window", sim.DefaultWindow, "monitor window: how often the arrival rate is measured and the policy plans")
-	fs.IntVar(&f.c.Instances, "instances", 1, "batches the server runs at once")
-	fs.Float64Var(&f.maxQueueDelayMs, "max-queue-delay-ms", float64(policy.DefaultMaxQueueDelay)/float64(time.Millisecond),
-		"maxbatch: longest the oldest request waits for a full batch of B_max, in ms")
-	fs.Float64Var(&f.maxWaitMs, "max-wait-ms", 0, fmt.Sprintf("batchmonitor and static: longest the oldest request of a partial batch waits while the server is free, in ms "+
-		"(0 = default: tau(pbs) for batchmonitor, %v for static)", policy.DefaultStaticMaxWait))
-	fs.Float64Var(&f.c.Jitter, "jitter", 0, "each batch takes tau(b) times a uniform factor in [1-j, 1+j), 0 <= j < 1")
-	fs.StringVar(&f.realism, "realism", "exact", "each batch's time drawn around tau(b), its mean, as the emulator's --realism draws it: one of "+
-		strings.Join(emulator.RealismNames(), ", ")+" (the spread, tail and stalls; the per-request overhead is --overheads')")
-	fs.Float64Var(&f.c.IdleWatts, "idle-watts", 0, "power drawn while no batch runs, in W (counted only with an energy model)")
-	fs.Float64Var(&f.slaMs, "sla-ms", 0, "give every request a deadline this long after arrival (for policies that read it)")
-	fs.IntVar(&f.c.Clients, "clients", 0, "closed-loop clients: each sends a request, waits for its answer, thinks --think and sends the next (perf_analyzer's concurrency mode); alone or with --rate/--trace")
-	fs.DurationVar(&f.c.Think, "think", 0, "closed-loop clients: time between an answer and the client's next request")
-	fs.StringVar(&f.overheads, "overheads", "", "the live proxy's time outside the server's compute, key=value ms as its /status shows them under rule.outside (overhead_ms=1,overhead_per_row_ms=0.05,hold_lone_ms=..,hold_merged_ms=..,after_lone_ms=..,after_merged_ms=..) and client_ms: absolute latencies then match the live proxy's")
-	fs.StringVar(&f.seriesCSV, "series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
-	fs.IntVar(&f.opts.Batch, "batch", 8, "static: the exact batch size b")
-	fs.StringVar(&f.opts.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
-	fs.Float64Var(&f.opts.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
-	fs.BoolVar(&f.trim, "trim", false, "budget: run the live trim as serve does (ad-hoc a tenth of the time, the budget re-aimed by what the calls lived); off, the plan alone, which the simulator's exact model makes right")
-	fs.Float64Var(&f.opts.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")
-	fs.BoolVar(&f.asJSON, "json", false, "print JSON: one object, or an array with --policy all or a list")
-	fs.IntVar(&f.fleet.Replicas, "replicas", 0, "simulate a fleet of this many GPUs, each with its own proxy running --policy (--rho is then of the fleet's capacity)")
-	fs.StringVar(&f.fleet.Balancers, "balancer", "all", "--replicas: how requests are spread: "+strings.Join(sim.Balancers, ", ")+"; a comma list; or all")
-	fs.StringVar(&f.fleet.Speeds, "replica-speeds", "", "--replicas: relative speed of each replica, e.g. 1,1,0.5 (one value: all)")
-	fs.StringVar(&f.fleet.Presets, "replica-presets", "", "--replicas: preset of each replica (one value: all; empty: the model flags')")
-	fs.StringVar(&f.fleet.IdleWatts, "replica-idle-watts", "", "--replicas: idle power of each replica in W (empty: --idle-watts)")
-	fs.Float64Var(&f.fleet.PackTarget, "pack-target", 0.8, "--replicas, balancer pack: share of its capacity a GPU is filled to before the next one gets load")
-	return f
-}
-
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sim", stderr)
-	f := bindSimFlags(fs)
+	f := sim.BindFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, pols, err := f.config(fs, stderr)
-	if err != nil {
-		return usagef(stderr, "sim", "%v", err)
-	}
-	if f.fleet.Replicas != 0 {
-		return f.runFleet(ctx, fs, c, pols, stdout, stderr)
-	}
-	results, err := sim.RunAll(ctx, c, pols)
-	if err != nil {
-		return err
-	}
-	if f.seriesCSV != "" {
-		if err := loadreport.WriteFile(f.seriesCSV, func(w io.Writer) error { return sim.WriteSeriesCSV(w, results) }); err != nil {
-			return fmt.Errorf("writing the series: %w", err)
-		}
-	}
-	if f.asJSON {
-		if len(results) == 1 {
-			return json.NewEncoder(stdout).Encode(results[0])
-		}
-		return json.NewEncoder(stdout).Encode(results)
-	}
-	sim.WriteTable(stdout, c, results)
-	return nil
-}
-
-// config is the run the flags describe and its policies; an error is a
-// usage error.
-func (f *simFlags) config(fs *flag.FlagSet, stderr io.Writer) (sim.Config, []policy.Policy, error) {
-	c := f.c
-	prof, err := f.model.Profile()
-	if err != nil {
-		return c, nil, err
-	}
-	c.Profile, c.SLA, c.Series = prof, msDuration(f.slaMs), f.seriesCSV != ""
-	if c.Live, c.Overhead, err = sim.ParseOverheads(f.overheads); err != nil {
-		return c, nil, fmt.Errorf("--overheads: %w", err)
-	}
-	if r, err := emulator.LookupRealism(f.realism); err != nil {
-		return c, nil, fmt.Errorf("--realism: %w", err)
-	} else if !r.Exact() {
-		c.Spread = r
-	}
 	set := flagsSet(fs)
-	arr := sim.Arrivals{Rate: given(set, "rate", &f.rate), Rho: given(set, "rho", &f.rho),
-		Speedup: given(set, "speedup", &f.speedup), Scale: given(set, "trace-scale", &f.traceScale)}
-	if set["trace"] {
-		arr.Trace = f.traceName
-	}
-	if err := arr.Apply(&c); err != nil {
-		return c, nil, err
-	}
-	// The policy's own options are checked by policy.New, the run's by
-	// sim.Config.Validate; the flags only add what is theirs: a delay of 0
-	// would select maxbatch's default, not "no delay", and a wait is a
-	// duration.
-	switch {
-	case !(f.maxQueueDelayMs > 0):
-		return c, nil, fmt.Errorf("--max-queue-delay-ms must be > 0, got %v", f.maxQueueDelayMs)
-	case !(f.maxWaitMs >= 0):
-		return c, nil, fmt.Errorf("--max-wait-ms must be >= 0, got %v", f.maxWaitMs)
-	}
-	opts := f.opts
-	opts.MaxQueueDelay, opts.MaxWait = msDuration(f.maxQueueDelayMs), msDuration(f.maxWaitMs)
-	opts.NoTrim = !f.trim
-	// A simulated run must not depend on the machine's speed.
-	opts.SolveFree = true
-	f.opts = opts // a fleet builds one policy per replica from them
-	pols, err := sim.Policies(f.policies, opts, func(err error) { fmt.Fprintf(stderr, "ratebatch sim: skipping %v\n", err) })
-	if err != nil {
-		return c, nil, fmt.Errorf("--policy: %w", err)
-	}
-	if len(pols) == 0 {
-		return c, nil, errors.New("--policy: no policy could be built")
-	}
-	c.Policy = pols[0]
-	if err := c.Validate(); err != nil {
-		return c, nil, simFlagErr(err, set)
-	}
-	return c, pols, nil
-}
-
-// simFlagErr names the flag behind the sim.Config field an error is about.
-func simFlagErr(err error, set map[string]bool) error {
-	var ie *sim.InvalidError
-	if !errors.As(err, &ie) {
-		return err
-	}
-	flag := map[string]string{"Requests": "requests", "Window": "window", "Instances": "instances",
-		"Jitter": "jitter", "IdleWatts": "idle-watts", "SLA": "sla-ms", "RatePerSec": "rate"}[ie.Field]
-	if ie.Field == "RatePerSec" && set["rho"] {
-		flag = "rho"
-	}
-	if flag == "" {
-		return err
-	}
-	return fmt.Errorf("--%s: %w", flag, err)
-}
-
-// runFleet runs --replicas: the fleet once per balancer.
-func (f *simFlags) runFleet(ctx context.Context, fs *flag.FlagSet, c sim.Config, pols []policy.Policy, stdout, stderr io.Writer) error {
-	if len(pols) != 1 {
-		return usagef(stderr, "sim", "--replicas runs one --policy on every replica, got %d", len(pols))
-	}
-	if flagsSet(fs)["rho"] {
-		f.fleet.Rho = f.rho
-	}
-	name := pols[0].Name()
-	newPolicy := func() (policy.Policy, error) { return policy.New(name, f.opts) }
-	reps, err := f.fleet.Fleet(c, newPolicy)
+	c, pols, err := f.Config(set, func(err error) { fmt.Fprintf(stderr, "ratebatch sim: skipping %v\n", err) })
 	if err != nil {
 		return usagef(stderr, "sim", "%v", err)
 	}
-	results, err := sim.RunFleets(ctx, c, f.fleet, newPolicy)
-	if err != nil {
-		return usagef(stderr, "sim", "%v", err)
+	err = f.Run(ctx, c, pols, set, stdout)
+	if fe := (*sim.FlagError)(nil); errors.As(err, &fe) {
+		return usagef(stderr, "sim", "%v", fe)
 	}
-	if f.asJSON {
-		return json.NewEncoder(stdout).Encode(results)
-	}
-	rate := c.RatePerSec
-	if f.fleet.Rho > 0 {
-		rate = f.fleet.Rho * sim.FleetCapacity(reps)
-	}
-	sim.WriteFleetTable(stdout, reps, name, rate, c.Seed, results)
-	return nil
+	return err
 }

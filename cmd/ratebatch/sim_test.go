@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/preset"
 )
 
@@ -122,6 +123,28 @@ func TestSimAllPolicies(t *testing.T) {
 	}
 }
 
+// sim without --policy simulates the policy serve runs without one.
+func TestSimDefaultPolicyIsServes(t *testing.T) {
+	args := []string{"sim", "--preset", "googlenet-p4", "--rho", "0.5", "--requests", "3000", "--json"}
+	code, out, errs := runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("sim without --policy: exit %d: %s", code, errs)
+	}
+	var r struct {
+		Policy string `json:"policy"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := config.Default().Policy.Name; r.Policy != want {
+		t.Errorf("sim without --policy simulated %q, serve's default is %q", r.Policy, want)
+	}
+	_, named, _ := runCmd(t, append(args, "--policy", config.Default().Policy.Name)...)
+	if named != out {
+		t.Errorf("sim without --policy differs from --policy %s:\n%s\n%s", config.Default().Policy.Name, out, named)
+	}
+}
+
 func TestSimDeterministic(t *testing.T) {
 	args := []string{"sim", "--policy", "batchmonitor", "--trace", "paper300", "--seed", "7", "--jitter", "0.1", "--json"}
 	_, a, _ := runCmd(t, args...)
@@ -186,7 +209,7 @@ func TestSimErrors(t *testing.T) {
 	}{
 		{"no arrivals", []string{"--policy", "adhoc"}, 2, "one of --rate, --rho or --trace"},
 		{"two arrivals", []string{"--policy", "adhoc", "--rate", "1", "--rho", "0.5"}, 2, "only one of"},
-		{"no policy", []string{"--rate", "1"}, 2, "name a policy"},
+		{"empty policy", []string{"--policy", "", "--rate", "1"}, 2, "name a policy"},
 		{"unknown policy", []string{"--policy", "fifo", "--rate", "1"}, 2, `unknown policy "fifo"`},
 		{"unknown preset", []string{"--policy", "adhoc", "--rate", "1", "--preset", "x"}, 2, "unknown preset"},
 		{"custom needs tau0", []string{"--policy", "adhoc", "--rate", "1", "--alpha", "1"}, 2, "--alpha and --tau0"},

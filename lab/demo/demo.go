@@ -325,20 +325,15 @@ func (l *demoLane) stop() {
 	}
 }
 
-// showProgress prints one line a second until done: the offered rate, then
-// per policy what was sent, p50 latency and requests per joule.
+// showProgress prints the figures of every second until done: the offered
+// rate, then per policy what was sent, p50 latency and requests per joule.
 func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
-	const cell = "%5s %7s %6s" // b, p50 ms, req/J
-	head1, head2 := fmt.Sprintf("%5s %9s", "", ""), fmt.Sprintf("%5s %9s", "time", "offered/s")
-	for _, l := range lanes {
-		width := len(fmt.Sprintf(cell, "", "", ""))
-		head1 += " | " + fmt.Sprintf("%-*s", width, l.policy)
-		head2 += " | " + fmt.Sprintf(cell, "b", "p50 ms", "req/J")
+	names := make([]string, len(lanes))
+	for i, l := range lanes {
+		names[i] = l.policy
 	}
-	fmt.Fprintln(w, "Each second: b = mean rows per batch the proxy sent in the last second, p50 = median latency of")
-	fmt.Fprintln(w, "the answers completed in it, req/J = requests per joule over the meter's shortest window; - = none.")
-	fmt.Fprintln(w, head1)
-	fmt.Fprintln(w, head2)
+	table := newProgressTable(names)
+	table.header(w)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -347,19 +342,88 @@ func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		var line string
+		var first loadgen.Snapshot
+		cells := make([][3]string, len(lanes))
 		for i, l := range lanes {
 			l.mu.Lock()
 			s := l.snap
 			l.mu.Unlock()
 			if i == 0 {
-				line = fmt.Sprintf("%4.0fs %9.0f", s.Elapsed.Seconds(), s.TargetRPS)
+				first = s
 			}
 			b, p50, rpj := progressCells(s, l.sampler.Samples())
-			line += " | " + fmt.Sprintf(cell, b, p50, rpj)
+			cells[i] = [3]string{b, p50, rpj}
 		}
-		fmt.Fprintln(w, line)
+		table.row(w, first.Elapsed, first.TargetRPS, cells)
 	}
+}
+
+// progressWidth is the widest line of the per-second table: a terminal's
+// 100 columns.
+const progressWidth = 100
+
+const (
+	progressCell   = "%5s %6s %6s" // b, p50 ms, req/J
+	progressPrefix = "%4s %7s"     // time, offered requests/s
+	progressSep    = " |"
+)
+
+// progressTable lays the per-second table out in lines of at most
+// progressWidth columns: lanes that do not fit on the line continue on the
+// next, under the same columns, so that each second is one block of lines.
+type progressTable struct {
+	names   []string
+	perLine int
+}
+
+func newProgressTable(names []string) progressTable {
+	cell := len(progressSep) + 1 + len(fmt.Sprintf(progressCell, "", "", ""))
+	prefix := len(fmt.Sprintf(progressPrefix, "", ""))
+	most := max(1, (progressWidth-prefix)/cell)
+	lines := max(1, (len(names)+most-1)/most)
+	// The lanes shared evenly among the lines: 3 and 3, not 4 and 2.
+	return progressTable{names: names, perLine: (len(names) + lines - 1) / lines}
+}
+
+func (t progressTable) header(w io.Writer) {
+	fmt.Fprintln(w, "Each second: offered = requests/s of the load, b = mean rows per batch the proxy sent in it,")
+	fmt.Fprintln(w, "p50 = median latency (ms) of the answers completed in it, req/J = requests per joule")
+	fmt.Fprintln(w, "over the meter's shortest window; - = none.")
+	width := len(fmt.Sprintf(progressCell, "", "", ""))
+	names, heads := make([][3]string, len(t.names)), make([][3]string, len(t.names))
+	for i, n := range t.names {
+		names[i] = [3]string{fmt.Sprintf("%-*s", width, n)}
+		heads[i] = [3]string{"b", "p50", "req/J"}
+	}
+	for start := 0; start < len(t.names); start += t.perLine {
+		end := min(start+t.perLine, len(t.names))
+		fmt.Fprintln(w, t.line(fmt.Sprintf(progressPrefix, "", ""), names[start:end], true))
+		fmt.Fprintln(w, t.line(fmt.Sprintf(progressPrefix, "time", "offered"), heads[start:end], false))
+	}
+}
+
+// row prints one second: the first line leads with the time and the offered
+// rate, a continuation line with blanks under them.
+func (t progressTable) row(w io.Writer, elapsed time.Duration, offered float64, cells [][3]string) {
+	lead := fmt.Sprintf(progressPrefix, fmt.Sprintf("%.0fs", elapsed.Seconds()), fmt.Sprintf("%.0f", offered))
+	for start := 0; start < len(cells); start += t.perLine {
+		fmt.Fprintln(w, t.line(lead, cells[start:min(start+t.perLine, len(cells))], false))
+		lead = fmt.Sprintf(progressPrefix, "", "")
+	}
+}
+
+func (t progressTable) line(lead string, cells [][3]string, name bool) string {
+	var b strings.Builder
+	b.WriteString(lead)
+	for _, c := range cells {
+		b.WriteString(progressSep + " ")
+		if name {
+			b.WriteString(c[0])
+		} else {
+			fmt.Fprintf(&b, progressCell, c[0], c[1], c[2])
+		}
+	}
+	return strings.TrimRight(b.String(), " ")
 }
 
 // progressCells are one lane's figures for the last second: the mean rows

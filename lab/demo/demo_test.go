@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/loadreport"
@@ -78,5 +79,38 @@ func TestDemoDefaultPolicies(t *testing.T) {
 	}
 	if got := PolicyList("a,b"); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("--policies a,b gave %v", got)
+	}
+}
+
+// The per-second table fits 100 columns with the default policies (and
+// with many more), and every lane's figures appear under its name.
+func TestDemoProgressFitsTheTerminal(t *testing.T) {
+	for _, names := range [][]string{DefaultPolicies, {"adhoc"}, append(slices.Clone(DefaultPolicies), DefaultPolicies...)} {
+		table := newProgressTable(names)
+		var out bytes.Buffer
+		table.header(&out)
+		cells := make([][3]string, len(names))
+		for i := range names {
+			cells[i] = [3]string{"7.25", "123.45", "1234.5"}
+		}
+		cells[len(cells)-1] = [3]string{"-", "-", "-"}
+		table.row(&out, 42*time.Second, 1234, cells)
+		for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+			if len(line) > progressWidth {
+				t.Errorf("%d policies: a line of %d columns:\n%s", len(names), len(line), line)
+			}
+		}
+		text := out.String()
+		for _, n := range names {
+			if !strings.Contains(text, " "+n) {
+				t.Errorf("%d policies: no column named %s:\n%s", len(names), n, text)
+			}
+		}
+		if got := strings.Count(text, "123.45"); got != len(names)-1 {
+			t.Errorf("%d policies: %d lanes' figures shown, want %d:\n%s", len(names), got, len(names)-1, text)
+		}
+		if !strings.Contains(text, " 42s ") || !strings.Contains(text, " 1234 ") {
+			t.Errorf("%d policies: the time and the offered rate are missing:\n%s", len(names), text)
+		}
 	}
 }

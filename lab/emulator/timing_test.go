@@ -2,11 +2,13 @@ package emulator
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/lab/preset"
 )
 
@@ -222,15 +224,9 @@ func TestGPUEnergyAndPower(t *testing.T) {
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
-// waitFor polls cond for up to 5 s; it synchronises with goroutines, it
-// does not measure time.
+// waitFor is poll.Until with a formatted what: it synchronises with
+// goroutines, it does not measure time.
 func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
-	for range 5000 {
-		if cond() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for "+format, args...)
+	poll.Until(t, fmt.Sprintf(format, args...), cond)
 }

@@ -35,6 +35,26 @@ func (l Latency) TauDuration(b int) time.Duration {
 // back-to-back batches of b.
 func (l Latency) MuPerMs(b int) float64 { return float64(b) / l.TauMs(b) }
 
+// AdhocBatch is the mean batch ad-hoc batching sends at an arrival rate of
+// lambdaPerMs rows per millisecond on one instance: ad-hoc sends everything
+// waiting whenever the server is free, so under load a batch holds what
+// arrived during the one before, b = lambda*tau(b) = lambda*tau0/(1 -
+// lambda*alpha), and never fewer than 1 (a request alone on an idle server)
+// nor more than maxBatch (at or past saturation, lambda*alpha >= 1, full
+// batches). It is the fluid figure: at light load, where a request now and
+// then finds another waiting, the exact mean is slightly above 1.
+func (l Latency) AdhocBatch(lambdaPerMs float64, maxBatch int) float64 {
+	top := float64(max(maxBatch, 1))
+	if !(lambdaPerMs > 0) {
+		return 1
+	}
+	x := 1 - lambdaPerMs*l.AlphaMs
+	if !(x > 0) {
+		return top
+	}
+	return min(max(lambdaPerMs*l.Tau0Ms/x, 1), top)
+}
+
 // Validate reports whether the line is a usable latency model: a batch must
 // cost time per row (alpha > 0, else batches of any size are free and every
 // rate is sustainable) and cannot take negative time.

@@ -23,6 +23,34 @@ func TestLatency(t *testing.T) {
 	}
 }
 
+// AdhocBatch against the fixed point b = lambda*tau(b) solved by hand for
+// tau(b) = 0.5*b + 2 ms: b = 2*lambda/(1 - 0.5*lambda).
+func TestAdhocBatch(t *testing.T) {
+	l := Latency{AlphaMs: 0.5, Tau0Ms: 2}
+	tests := []struct {
+		lambda float64 // rows per ms
+		want   float64
+	}{
+		{0, 1},          // no load: a request alone
+		{0.2, 1},        // 2*0.2/0.9 = 0.44: the server idles, batches of 1
+		{1, 4},          // 2/0.5 = 4: a batch of 4 takes 4 ms, in which 4 arrive
+		{1.2, 6},        // 2.4/0.4 = 6
+		{1.5, 8},        // 3/0.25 = 12, past B_max 8
+		{2, 8},          // lambda*alpha = 1: saturated
+		{3, 8},          // past saturation
+		{math.NaN(), 1}, // no rate known
+	}
+	for _, tt := range tests {
+		if got := l.AdhocBatch(tt.lambda, 8); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("AdhocBatch(%v, 8) = %v, want %v", tt.lambda, got, tt.want)
+		}
+	}
+	// At the fixed point the batch is what arrives while it runs.
+	if b := l.AdhocBatch(1.2, 8); math.Abs(b-1.2*(0.5*b+2)) > 1e-12 {
+		t.Errorf("b = %v is not lambda*tau(b) = %v", b, 1.2*(0.5*b+2))
+	}
+}
+
 func TestValidate(t *testing.T) {
 	inf, nan := math.Inf(1), math.NaN()
 	tests := []struct {

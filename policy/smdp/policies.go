@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // The builders below express the baselines of ALGORITHMS.md section 2 as
@@ -14,6 +16,25 @@ import (
 // everything waiting, up to B_max. It is the control-limit policy with
 // limit 1.
 func AdHoc(m Model, sMax int) []int { return ControlLimit(m, sMax, 1) }
+
+// AdHocMeanBatch is the mean batch ad-hoc batching sends on the line lat
+// at lambdaPerMs Poisson arrivals: everything waiting whenever the server
+// is free, evaluated exactly on the model's chain (AdHoc, DefaultSMax). At
+// or past saturation, or where the chain cannot be evaluated, it is the
+// fluid figure lat.AdhocBatch (B_max at saturation). Unlike the fluid
+// figure it counts, at light load, the requests that find another waiting.
+func AdHocMeanBatch(lat batchcost.Latency, maxBatch int, lambdaPerMs float64) float64 {
+	fluid := lat.AdhocBatch(lambdaPerMs, maxBatch)
+	m := Model{Latency: lat, MaxBatch: maxBatch, LambdaPerMs: lambdaPerMs}
+	if !(lambdaPerMs > 0) || maxBatch < 1 || m.Rho() >= 1 {
+		return fluid
+	}
+	ev, err := Evaluate(m, Options{W1: 1, SMax: DefaultSMax, Epsilon: DefaultEpsilon, IterMax: DefaultIterMax}, AdHoc(m, DefaultSMax))
+	if err != nil || !(ev.MeanBatch >= 1) {
+		return fluid
+	}
+	return ev.MeanBatch
+}
 
 // ControlLimit waits while fewer than limit requests are in the system and
 // then serves min(s, B_max): the structure section 3 expects of optimal

@@ -80,10 +80,7 @@ func (m Model) SpreadScaleMs() float64 {
 	top := m.ServiceMs(m.MaxBatch)
 	alpha := m.AlphaMs
 	c0 := top - alpha*float64(m.MaxBatch) // intercept, with a merged batch's hold
-	b := float64(m.MaxBatch)
-	if x := 1 - m.LambdaPerMs*alpha; x > 0 {
-		b = min(max(m.LambdaPerMs*c0/x, 1), b)
-	}
+	b := batchcost.Latency{AlphaMs: alpha, Tau0Ms: c0}.AdhocBatch(m.LambdaPerMs, m.MaxBatch)
 	return m.ServiceSCV * (c0 + alpha*b)
 }
 

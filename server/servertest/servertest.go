@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/server"
 )
 
@@ -37,14 +38,11 @@ func Long() bool { return os.Getenv("RATEBATCH_LONG") != "" }
 func Start(t testing.TB, upstream string, log *slog.Logger, edit func(*config.Config)) *Proxy {
 	t.Helper()
 	p := Run(t, upstream, log, edit)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, ok := p.Dispatcher().Model("simple"); ok {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("proxy did not discover the upstream's models")
-		}
-	}
+	poll.Until(t, "the proxy to discover the upstream's model simple", func() bool {
+		_, ok := p.Dispatcher().Model("simple")
+		return ok
+	})
+	return p
 }
 
 // Run starts the proxy without waiting for the upstream. The

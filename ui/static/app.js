@@ -117,7 +117,7 @@ function headline(m) {
   let energy = cell("rpj", "requests per joule", hl.requests_per_joule != null ? fmt(hl.requests_per_joule) : "-",
     hl.requests_per_joule != null ? "measured by the meter" : "no energy source");
   let gain = cell("gain", "vs ad-hoc", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
-    hl.gain_vs_adhoc != null ? `requests per joule, modelled: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request`
+    hl.gain_vs_adhoc != null ? `requests per joule, modelled: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request (ad-hoc's batch ${fmt(hl.adhoc_batch)})`
       : "needs the energy line zeta(b), learnt from the meter (not yet: /status energy_fit says why)");
   return `<div class="headline" data-model="${esc(m.model)}">` + energy + gain +
     cell("p50", "p50 latency", hl.p50_ms != null ? fmt(hl.p50_ms) + " ms" : "-", span + ", end to end") +
@@ -125,8 +125,9 @@ function headline(m) {
     cell("batch", "batch size", hl.sent_batch != null ? fmt(hl.sent_batch) : "-", `rows per batch sent; max ${m.max_batch_size}`) +
     cell("rho", "load rho", hl.rho != null ? fmt(hl.rho) : "-", `${fmt(hl.sent_rps)} req/s sent; 1 = saturated`) +
     `</div><p class="caption">Measured: requests per joule (the power meter, its shortest window), latency and batch size (the proxy). ` +
-    `Modelled: the gain over ad-hoc, which sends each request alone while the device keeps up, so spends zeta(1) a request, ` +
-    `against zeta(b)/b at the batch size sent, from the energy line zeta(b)` +
+    `Modelled: the gain over ad-hoc, which sends everything waiting whenever the device is free ` +
+    (hl.adhoc_batch != null ? `(at this load and on the fitted line, batches of ${fmt(hl.adhoc_batch)}) ` : ``) +
+    `and so spends zeta(b)/b at its batch size, against zeta(b)/b at the batch size sent, from the energy line zeta(b)` +
     (m.beta_mj != null ? ` = ${fmt(m.beta_mj)}·b + ${fmt(m.zeta0_mj)} mJ` : ` (not known yet for this model)`) +
     `; and rho = sent rate × tau(b)/b per instance (${m.instances || 1}).</p>`;
 }

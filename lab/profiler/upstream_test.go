@@ -1,4 +1,4 @@
-package main
+package profiler
 
 import (
 	"bytes"
@@ -6,19 +6,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
+	"github.com/ratebatch/ratebatch/regression"
 )
 
+// TestProfileMeasuresTheUpstreamLine profiles the emulator as `ratebatch
+// profile --upstream URL --model simple --samples 8 --json` does (warm-up
+// 3, binary tensors), then fits the samples it writes as `fit --csv` would.
 func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1}) // googlenet-p4: tau(b) = 0.3051*b + 1.052 ms
-	csv := t.TempDir() + "/simple.csv"
-	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"profile", "--upstream", "http://" + em.Addr(), "--model", "simple",
-		"--samples", "8", "--out", csv, "--json"}, &out, &errb)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	res, err := Run(context.Background(), Options{Upstream: "http://" + em.Addr(), Model: "simple", Samples: 8, Warmup: 3,
+		Binary: true, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := res.WriteJSON(&out, "simple"); err != nil {
+		t.Fatal(err)
 	}
 	var got struct {
 		Alpha       float64  `json:"alpha_ms"`
@@ -54,9 +61,17 @@ func TestProfileMeasuresTheUpstreamLine(t *testing.T) {
 		t.Fatalf("server line %s against the round trip's %.4f*b + %.4f: want the emulator's 0.3051*b + 1.052 (+ late wake-ups), below the round trip",
 			fmtLine(got.ServerAlpha, got.ServerTau0), got.Alpha, got.Tau0)
 	}
-	out.Reset()
-	if code := run(context.Background(), []string{"fit", "--csv", csv, "--json"}, &out, &errb); code != 0 {
-		t.Fatalf("fit of the profile CSV: exit %d: %s", code, errb.String())
+	// The samples as the profile CSV holds them fit again.
+	var csv bytes.Buffer
+	if err := regression.WriteCSV(&csv, res.Samples); err != nil {
+		t.Fatal(err)
+	}
+	samples, err := regression.ReadCSV(&csv)
+	if err != nil {
+		t.Fatalf("reading the profile CSV back: %v", err)
+	}
+	if _, err := regression.FitSamples(samples, regression.Options{}); err != nil {
+		t.Fatalf("fit of the profile CSV: %v", err)
 	}
 }
 
