@@ -352,3 +352,61 @@ func stripFenced(text string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// resultsLink matches a link into docs/results from README.
+var resultsLink = regexp.MustCompile(`\]\(docs/results/[a-z-]+\.md(#[^)]*)?\)`)
+
+// readmeFigureErrors returns README's figures that do not link the
+// results page holding their command: each row of the table under
+// "## Results" and each bullet of the "Should I use it?" box.
+func readmeFigureErrors(results, box string) []error {
+	var errs []error
+	for _, row := range tableLine.FindAllString(results, -1) {
+		if strings.HasPrefix(row, "|---") || strings.HasPrefix(row, "| question |") {
+			continue
+		}
+		if !resultsLink.MatchString(row) {
+			errs = append(errs, fmt.Errorf("README.md, Results: a row without the link to its results page: %s", row))
+		}
+	}
+	for _, bullet := range strings.Split(box, "\n> - ")[1:] {
+		if !resultsLink.MatchString(bullet) {
+			errs = append(errs, fmt.Errorf("README.md, Should I use it?: a point without the link to its results page: %.60s...", bullet))
+		}
+	}
+	return errs
+}
+
+// TestReadmeFiguresLinkTheirPage: README quotes figures only with a link
+// to the results page that holds their command and date.
+func TestReadmeFiguresLinkTheirPage(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, "> **Should I use it?**")
+	if i < 0 {
+		t.Fatal(`README.md: no "Should I use it?" box`)
+	}
+	box, _, _ := strings.Cut(text[i:], "\n\n<")
+	if j := strings.Index(box, "\n\n"); j >= 0 && !strings.HasPrefix(box[j+2:], ">") {
+		box = box[:j]
+	}
+	results := section(t, "../README.md", "## Results")
+	if n := len(tableLine.FindAllString(results, -1)); n < 5 {
+		t.Fatalf("README.md, Results: %d table lines, want the headline table", n)
+	}
+	for _, err := range readmeFigureErrors(results, box) {
+		t.Error(err)
+	}
+}
+
+func TestReadmeFigurePattern(t *testing.T) {
+	results := "| question | answer | page |\n|---|---|---|\n| a | 1.1x | [p](docs/results/p.md#s) |\n| b | 2x | none |\n"
+	box := "> **Should I use it?**\n>\n> - gain ([x](docs/results/x.md))\n> - cost, unlinked\n"
+	errs := readmeFigureErrors(results, box)
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "| b | 2x") || !strings.Contains(errs[1].Error(), "cost, unlinked") {
+		t.Errorf("errors %v, want the unlinked row and the unlinked point", errs)
+	}
+}
