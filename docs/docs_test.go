@@ -48,20 +48,35 @@ func pages(t *testing.T) []string {
 // measurement with its command and date (results_test.go).
 const resultsDir = "results"
 
-// relativeLinks returns the link targets of a Markdown text that point into
-// the repository: no scheme, no pure #anchor, fenced code skipped.
-func relativeLinks(text string) []string {
-	var out []string
+// proseLine is a line of a Markdown text outside fenced code.
+type proseLine struct {
+	n    int // 1-based
+	text string
+}
+
+// proseLines returns the lines of text outside fenced code blocks (the
+// fences themselves left out too).
+func proseLines(text string) []proseLine {
+	var out []proseLine
 	fenced := false
-	for _, line := range strings.Split(text, "\n") {
+	for i, line := range strings.Split(text, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "```") {
 			fenced = !fenced
 			continue
 		}
-		if fenced {
-			continue
+		if !fenced {
+			out = append(out, proseLine{i + 1, line})
 		}
-		for _, m := range link.FindAllStringSubmatch(line, -1) {
+	}
+	return out
+}
+
+// relativeLinks returns the link targets of a Markdown text that point into
+// the repository: no scheme, no pure #anchor, fenced code skipped.
+func relativeLinks(text string) []string {
+	var out []string
+	for _, line := range proseLines(text) {
+		for _, m := range link.FindAllStringSubmatch(line.text, -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
 				continue

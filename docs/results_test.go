@@ -251,16 +251,11 @@ func slug(heading string) string {
 func anchors(text string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fenced := false
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
+	for _, line := range proseLines(text) {
+		if !strings.HasPrefix(line.text, "#") {
 			continue
 		}
-		if fenced || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		h := strings.TrimLeft(line, "#")
+		h := strings.TrimLeft(line.text, "#")
 		if h == "" || h[0] != ' ' {
 			continue
 		}
@@ -282,16 +277,8 @@ func TestAnchorsResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fenced := false
-		for i, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(strings.TrimSpace(line), "```") {
-				fenced = !fenced
-				continue
-			}
-			if fenced {
-				continue
-			}
-			for _, m := range anchorLink.FindAllStringSubmatch(line, -1) {
+		for _, line := range proseLines(string(b)) {
+			for _, m := range anchorLink.FindAllStringSubmatch(line.text, -1) {
 				target := doc
 				if m[1] != "" {
 					if strings.Contains(m[1], "://") || !strings.HasSuffix(m[1], ".md") {
@@ -305,7 +292,7 @@ func TestAnchorsResolve(t *testing.T) {
 				}
 				checked++
 				if !anchors(string(t2))[m[2]] {
-					t.Errorf("%s:%d: #%s is no heading of %s", doc, i+1, m[2], target)
+					t.Errorf("%s:%d: #%s is no heading of %s", doc, line.n, m[2], target)
 				}
 			}
 		}
@@ -340,15 +327,8 @@ func TestSlug(t *testing.T) {
 // stripFenced drops fenced code from text.
 func stripFenced(text string) string {
 	var out []string
-	fenced := false
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		if !fenced {
-			out = append(out, line)
-		}
+	for _, line := range proseLines(text) {
+		out = append(out, line.text)
 	}
 	return strings.Join(out, "\n")
 }
