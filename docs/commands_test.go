@@ -4,9 +4,10 @@ package docs_test
 // a curl without its request.json, a PUT /policy without a token and on a
 // model the emulator lacks, a perf_analyzer that could not load).
 //
-// The convention, for README.md and docs/*.md (except the documents in
-// notRunDocuments): every code block fenced as sh, bash, shell or console
-// is preceded by one marker line (blank lines between are allowed):
+// The convention, for README.md, docs/*.md and docs/results/*.md (except
+// the documents in notRunDocuments): every code block fenced as sh, bash,
+// shell or console is preceded by one marker line (blank lines between
+// are allowed):
 //
 //	<!-- run -->                 run to completion; it must exit 0
 //	<!-- run: server -->         one command that keeps serving (the
@@ -23,10 +24,14 @@ package docs_test
 //	                             Triton or GPU, minutes of runtime, ...)
 //
 // A block fenced without a language is a shell block too when a marker
-// precedes it, and must have one when its first line is a command.
+// precedes it, and must have one when its first line is a command. Blocks
+// between a "<!-- ...: BEGIN generated -->" line and its "END generated"
+// line are a tool's output (tests/triton/bench.py writes one: the commands
+// it ran), not instructions, and are left alone; the page gives the
+// command that regenerates them outside the markers.
 //
-// The blocks run in document order (README.md first, then docs/*.md by
-// name), in one scratch directory that looks like a fresh clone after the
+// The blocks run in document order (README.md first, then docs/*.md and
+// docs/results/*.md by name), in one scratch directory that looks like a fresh clone after the
 // two commands: every file of the repository (symlinked) and bin/ratebatch
 // freshly built. Each block is one `bash -euo pipefail` script, so every
 // command in it must succeed, not only the last; files a block writes
@@ -59,10 +64,9 @@ import (
 	"time"
 )
 
-// notRunDocuments are left out of the convention, with the reason.
-var notRunDocuments = map[string]string{
-	"BENCHMARKS.md": "measurement recipes: each runs for minutes under load (nginx, the proxy, load generators) and records figures for that machine; scripts/bench-*.sh own them",
-}
+// notRunDocuments are left out of the convention, with the reason (none
+// today: the results pages mark their measurements <!-- not run: ... -->).
+var notRunDocuments = map[string]string{}
 
 // block is one shell code block of a document.
 type block struct {
@@ -81,6 +85,12 @@ var (
 	anyMarker  = regexp.MustCompile(`^<!-- (not )?run\b`)
 )
 
+// generatedBegin and generatedEnd delimit a tool's generated block.
+var (
+	generatedBegin = regexp.MustCompile(`^<!-- .*: BEGIN generated -->$`)
+	generatedEnd   = regexp.MustCompile(`^<!-- .*: END generated -->$`)
+)
+
 // commandStart matches the first line of an untagged block that is a
 // command, not output: it must be fenced as sh and marked like the others.
 var commandStart = regexp.MustCompile(`^(\$ |go |make |bin/|curl |cd |scripts/|tests/|flock |ratebatch |[A-Z_]+=\S* )`)
@@ -91,7 +101,14 @@ func shellBlocks(doc, text string) ([]block, []error) {
 	var out []block
 	var errs []error
 	lines := strings.Split(text, "\n")
+	generated := false
 	for i := 0; i < len(lines); i++ {
+		switch {
+		case generatedBegin.MatchString(lines[i]):
+			generated = true
+		case generatedEnd.MatchString(lines[i]):
+			generated = false
+		}
 		if !strings.HasPrefix(lines[i], "```") {
 			continue
 		}
@@ -101,6 +118,9 @@ func shellBlocks(doc, text string) ([]block, []error) {
 			j++
 		}
 		i = j
+		if generated {
+			continue
+		}
 		k := open - 1
 		for k >= 0 && strings.TrimSpace(lines[k]) == "" {
 			k--
@@ -141,17 +161,12 @@ func shellBlocks(doc, text string) ([]block, []error) {
 	return out, errs
 }
 
-// coveredDocuments lists README.md and docs/*.md in run order, paths
-// relative to this directory, without notRunDocuments.
+// coveredDocuments lists README.md, docs/*.md and docs/results/*.md in
+// run order, paths relative to this directory, without notRunDocuments.
 func coveredDocuments(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob("*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(docs)
 	out := []string{filepath.Join("..", "README.md")}
-	for _, d := range docs {
+	for _, d := range pages(t) {
 		if _, skip := notRunDocuments[d]; !skip {
 			out = append(out, d)
 		}
@@ -203,7 +218,8 @@ func TestDocsCommandsAreMarked(t *testing.T) {
 func TestShellBlocksParse(t *testing.T) {
 	text := "<!-- run -->\n```sh\necho a\n```\n\n<!-- not run: no GPU -->\n\n```bash\nnvidia-smi\n```\n" +
 		"```sh\nunmarked\n```\n<!-- run: later -->\n```sh\nbad\n```\n```yaml\nx: 1\n```\n<!-- run: server -->\n```sh\nserve\n```\n" +
-		"```\nRATEBATCH_LONG=1 go test ./x\n```\n```\noutput, not a command\n```\n<!-- not run: long -->\n```\ngo test ./y\n```\n"
+		"```\nRATEBATCH_LONG=1 go test ./x\n```\n```\noutput, not a command\n```\n<!-- not run: long -->\n```\ngo test ./y\n```\n" +
+		"<!-- tool: BEGIN generated -->\n```\nmake build\n```\n<!-- tool: END generated -->\n```\nmake again\n```\n"
 	blocks, errs := shellBlocks("d.md", text)
 	var got []string
 	for _, b := range blocks {
@@ -213,10 +229,11 @@ func TestShellBlocksParse(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("blocks\n got %q\nwant %q", got, want)
 	}
-	if len(errs) != 3 || !strings.Contains(errs[0].Error(), "d.md:11: shell block without a marker") ||
+	if len(errs) != 4 || !strings.Contains(errs[0].Error(), "d.md:11: shell block without a marker") ||
 		!strings.Contains(errs[1].Error(), "d.md:15: malformed marker") ||
-		!strings.Contains(errs[2].Error(), "d.md:25: a command in an unmarked block") {
-		t.Errorf("errors %v, want the unmarked block at 11, the malformed marker at 15, the untagged command at 25", errs)
+		!strings.Contains(errs[2].Error(), "d.md:25: a command in an unmarked block") ||
+		!strings.Contains(errs[3].Error(), "d.md:40: a command in an unmarked block") {
+		t.Errorf("errors %v, want the unmarked block at 11, the malformed marker at 15, the untagged commands at 25 and 40 (not the generated one at 36)", errs)
 	}
 }
 

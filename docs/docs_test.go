@@ -1,7 +1,8 @@
 // Package docs_test keeps the project's documents true to the repository:
-// every relative link in README.md and docs/*.md names a file of the clone,
-// their code blocks close, and ARCHITECTURE.md's package table names every
-// package `go list` finds.
+// every relative link in README.md, docs/*.md and docs/results/*.md names
+// a file of the clone (and its #anchor a heading there), their code blocks
+// close, and ARCHITECTURE.md's package table names every package `go
+// list` finds.
 // Both rotted once (links to design notes outside the repository, a table
 // listing 12 of 22 packages); this test makes a repeat fail CI.
 package docs_test
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,30 +21,62 @@ import (
 // ![alt](target "title").
 var link = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 
-// documents lists README.md and docs/*.md, paths relative to the repository root.
+// documents lists README.md, docs/*.md and docs/results/*.md, paths
+// relative to this directory.
 func documents(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob("*.md")
-	if err != nil {
-		t.Fatal(err)
+	return append([]string{filepath.Join("..", "README.md")}, pages(t)...)
+}
+
+// pages lists docs/*.md and then docs/results/*.md, each sorted, paths
+// relative to this directory.
+func pages(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, pattern := range []string{"*.md", filepath.Join(resultsDir, "*.md")} {
+		docs, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(docs)
+		out = append(out, docs...)
 	}
-	return append([]string{filepath.Join("..", "README.md")}, docs...)
+	return out
+}
+
+// resultsDir holds the results pages: one question a page, each section a
+// measurement with its command and date (results_test.go).
+const resultsDir = "results"
+
+// proseLine is a line of a Markdown text outside fenced code.
+type proseLine struct {
+	n    int // 1-based
+	text string
+}
+
+// proseLines returns the lines of text outside fenced code blocks (the
+// fences themselves left out too).
+func proseLines(text string) []proseLine {
+	var out []proseLine
+	fenced := false
+	for i, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out = append(out, proseLine{i + 1, line})
+		}
+	}
+	return out
 }
 
 // relativeLinks returns the link targets of a Markdown text that point into
 // the repository: no scheme, no pure #anchor, fenced code skipped.
 func relativeLinks(text string) []string {
 	var out []string
-	fenced := false
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		if fenced {
-			continue
-		}
-		for _, m := range link.FindAllStringSubmatch(line, -1) {
+	for _, line := range proseLines(text) {
+		for _, m := range link.FindAllStringSubmatch(line.text, -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
 				continue

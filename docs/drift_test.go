@@ -282,22 +282,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// joulesRow matches a row of README's "Fewer joules per request" table:
-// policy, budget (budget rows), mean ms, p99 ms, rows per batch, req/J,
-// the gain in req/J over adhoc's (empty on adhoc's row).
+// joulesRow matches a row of the simulated table of
+// docs/results/latency-cost.md: policy, budget (budget rows), mean ms, p99
+// ms, rows per batch, req/J, the gain in req/J over adhoc's (empty on
+// adhoc's row).
 var joulesRow = regexp.MustCompile("(?m)^\\| `([a-z+]+)`(?:, ([0-9.]+x))?[^|]* \\| ([0-9.]+) ms \\| ([0-9.]+) ms \\| ([0-9.]+) \\| ([0-9.]+) \\| ([+-][0-9.]+%)? ?\\|")
 
-// TestReadmeJoulesTableIsReproduced: every figure of README's "Fewer joules
-// per request" table is what the sim command it names prints now, rounded
-// as the table rounds. It runs in every CI run (a few simulations of
-// 330,000 requests each, seconds of CPU apiece); -short skips it.
-func TestReadmeJoulesTableIsReproduced(t *testing.T) {
+// latencyCostTable is the section of the simulated energy-for-latency
+// table, the figures README's "Should I use it?" quotes.
+const (
+	latencyCostPage  = "results/latency-cost.md"
+	latencyCostTable = "## In simulation: paper300 at ten times its rates"
+)
+
+// TestLatencyCostTableIsReproduced: every figure of the simulated table of
+// docs/results/latency-cost.md is what the sim command it names prints
+// now, rounded as the table rounds. It runs in every CI run (four
+// simulations of 330,000 requests each, seconds of CPU apiece); -short
+// skips it.
+func TestLatencyCostTableIsReproduced(t *testing.T) {
 	if testing.Short() {
-		t.Skip("simulates the README table's rows")
+		t.Skip("simulates the table's rows")
 	}
-	rows := joulesRow.FindAllStringSubmatch(section(t, "../README.md", "## Fewer joules per request"), -1)
+	rows := joulesRow.FindAllStringSubmatch(section(t, latencyCostPage, latencyCostTable), -1)
 	if len(rows) < 3 {
-		t.Fatalf("README's joules table: %d rows found, want adhoc, the default and budget", len(rows))
+		t.Fatalf("%s's simulated table: %d rows found, want adhoc, the default and budget", latencyCostPage, len(rows))
 	}
 	type simRow struct {
 		Policy  string  `json:"policy"`
@@ -330,7 +339,7 @@ func TestReadmeJoulesTableIsReproduced(t *testing.T) {
 	for _, m := range rows {
 		name, budget := m[1], m[2]
 		if name == "budget" && budget == "" {
-			t.Errorf("README's joules table: a budget row without its budget: %s", m[0])
+			t.Errorf("%s's simulated table: a budget row without its budget: %s", latencyCostPage, m[0])
 			continue
 		}
 		var got *simRow
@@ -340,7 +349,7 @@ func TestReadmeJoulesTableIsReproduced(t *testing.T) {
 			}
 		}
 		if got == nil {
-			t.Errorf("README's joules table names %s, which sim did not print", name)
+			t.Errorf("%s's simulated table names %s, which sim did not print", latencyCostPage, name)
 			continue
 		}
 		gain := ""
@@ -350,7 +359,7 @@ func TestReadmeJoulesTableIsReproduced(t *testing.T) {
 		}
 		want := []string{fmt.Sprintf("%.2f", got.Mean), fmt.Sprintf("%.1f", got.P99), fmt.Sprintf("%.2f", got.Batch), fmt.Sprintf("%.2f", got.PerJule), gain}
 		if have := m[3:8]; !slices.Equal(have, want) {
-			t.Errorf("README's joules table, %s %s: %q, but sim prints %q (mean ms, p99 ms, rows per batch, req/J, vs ad-hoc)", name, budget, have, want)
+			t.Errorf("%s's simulated table, %s %s: %q, but sim prints %q (mean ms, p99 ms, rows per batch, req/J, vs ad-hoc)", latencyCostPage, name, budget, have, want)
 		}
 	}
 }

@@ -41,9 +41,9 @@ func bindCompareFlags(fs *flag.FlagSet) *compareFlags {
 	fs.StringVar(&f.lists.Policies, "policies", "all", "comma list of policies to compare, or all ("+strings.Join(policy.Names(), ", ")+")")
 	fs.IntVar(&f.o.Workers, "workers", 0, "runs in parallel (0: one per CPU)")
 	// The defaults stay under out/, so running compare anywhere never
-	// overwrites a docs/ directory; the project's docs/RESULTS.md is made
-	// with --out docs/RESULTS.md --plots-dir docs/img, as it says.
-	fs.StringVar(&f.out, "out", "out/compare/RESULTS.md", "write the Markdown report here (empty: do not write it); docs/RESULTS.md is made with --out docs/RESULTS.md --plots-dir docs/img")
+	// overwrites a docs/ directory (docs/results/energy.md quotes the
+	// report's headline).
+	fs.StringVar(&f.out, "out", "out/compare/RESULTS.md", "write the Markdown report here (empty: do not write it)")
 	fs.StringVar(&f.plotsDir, "plots-dir", "out/compare/img", "write the SVG plots here (empty: no plots)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the full report as JSON on stdout")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not report progress on stderr")

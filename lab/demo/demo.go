@@ -58,7 +58,7 @@ type Options struct {
 }
 
 // loadedRho is the load at the trace's peak in the loaded regime, as in
-// docs/RESULTS.md's loaded copy of paper300.
+// the loaded copy of paper300 in `ratebatch compare` (docs/results/energy.md).
 const loadedRho = 0.8
 
 // ParseRegimes reads --regimes: a comma list of light and loaded.
@@ -180,7 +180,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 // printRegime says what a regime's load means.
 func printRegime(w io.Writer, regime string, timeScale float64) {
 	if regime == "loaded" {
-		fmt.Fprintf(w, " (the GPU %.1fx slower, as if the trace's rates were %.1fx higher, as docs/RESULTS.md's loaded copy)", timeScale, timeScale)
+		fmt.Fprintf(w, " (the GPU %.1fx slower, as if the trace's rates were %.1fx higher, as compare's loaded copy)", timeScale, timeScale)
 		return
 	}
 	fmt.Fprint(w, " (the trace as it is: the GPU is nearly idle, so every policy sends most requests alone and they barely differ)")

@@ -30,8 +30,8 @@ either, and an overloaded open-loop run only measures how long it lasted.
 rounds each setup kept up: single runs on a shared machine vary.
 
   .venv/bin/python tests/triton/bench.py                       # markdown to stdout
-  .venv/bin/python tests/triton/bench.py --update-doc docs/BENCHMARKS.md
-  .venv/bin/python tests/triton/bench.py --protocol grpc --update-doc docs/BENCHMARKS.md
+  .venv/bin/python tests/triton/bench.py --update-doc docs/results/against-triton.md
+  .venv/bin/python tests/triton/bench.py --protocol grpc --update-doc docs/results/against-triton.md
 
 --update-doc rewrites only the text between the BEGIN/END markers of this
 bench inside its section of the file (see MARK_BEGIN); the section's prose
@@ -717,7 +717,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", help="also write the generated markdown to this file")
     p.add_argument("--json", help="also write every measurement as JSON to this file")
     p.add_argument(
-        "--update-doc", help="replace this bench's generated block in this markdown file (e.g. docs/BENCHMARKS.md)"
+        "--update-doc", help="replace this bench's generated block in this markdown file (e.g. docs/results/against-triton.md)"
     )
     args = p.parse_args(argv)
     args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
