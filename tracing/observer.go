@@ -26,7 +26,8 @@ var _ dispatcher.Observer = (*Batches)(nil)
 // whole batch; each member's own span carries its own outcome.
 var errBatchFailed = errors.New("the batch failed")
 
-// BatchStarted starts b's span when one of its calls is traced.
+// BatchStarted starts b's span when one of its calls is sampled: a batch
+// of requests no one asked to trace costs nothing more.
 func (o *Batches) BatchStarted(b *dispatcher.Batch) {
 	if o == nil || o.T == nil {
 		return
@@ -38,7 +39,7 @@ func (o *Batches) BatchStarted(b *dispatcher.Batch) {
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		if trace.SpanContextFromContext(ctx).IsValid() {
+		if trace.SpanContextFromContext(ctx).IsSampled() {
 			traced = true
 		}
 		members = append(members, ctx)
