@@ -43,9 +43,11 @@ func newRecorder(p policy.Policy, prof preset.Profile, sla time.Duration) *recor
 // Name implements policy.Policy.
 func (r *recorder) Name() string { return r.inner.Name() }
 
-// Plan implements policy.Policy.
+// Plan implements policy.Policy. The rule recorded is the one the proxy
+// runs, its holds bounded (policy.BoundHolds) as the monitor bounds them:
+// a batch the bound sends must be seen here, or the record loses track.
 func (r *recorder) Plan(e policy.Estimate) policy.Rule {
-	return recordedRule{r: r, inner: r.inner.Plan(e)}
+	return recordedRule{r: r, inner: policy.BoundHolds(r.inner.Plan(e), e)}
 }
 
 type recordedRule struct {
@@ -54,6 +56,11 @@ type recordedRule struct {
 }
 
 func (rr recordedRule) Status() policy.Status { return rr.inner.Status() }
+
+// HoldAllowance implements policy.HoldAllower: the rule inside already
+// bounds its holds (Plan), so the monitor's bound around this one must
+// never send a batch the record would not see.
+func (rr recordedRule) HoldAllowance() time.Duration { return 365 * 24 * time.Hour }
 
 func (rr recordedRule) Decide(q policy.Queue) policy.Decision {
 	r := rr.r
