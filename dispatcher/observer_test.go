@@ -87,8 +87,9 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 			}
 		})
 		// One at a time, so that the arrivals and their queued rows come
-		// in order.
-		poll.Until(t, "the condition", func() bool { return d.Snapshots()[0].QueuedRows == sumRows(rows[:i+1]) || i == len(rows)-1 })
+		// in order: the next is submitted once both observers have seen
+		// this one (the dispatcher's observer is told last).
+		poll.Until(t, "both observers told of the arrival", func() bool { all.mu.Lock(); defer all.mu.Unlock(); return len(all.arrived) == i+1 })
 	}
 	wg.Wait()
 
