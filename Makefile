@@ -56,7 +56,7 @@ test-go:
 	$(GO) test -count=1 -short -run '^TestDefaultPolicyNeverHurts$$' ./lab/sim
 
 ## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
-## and docs/RESULTS.md (Go: the packages whose tests read RATEBATCH_LONG or
+## and docs/results/ (Go: the packages whose tests read RATEBATCH_LONG or
 ## servertest.Long; Python: the long tests of tests/triton); without -race.
 ## Not in `make test` (CI): it is the figures' longer versions. The tests of
 ## the product's promises run in `make test` in their short form: the
@@ -88,7 +88,7 @@ fuzz:
 fuzz-ci:
 	scripts/fuzz.sh 5s
 
-## bench: the Go benchmarks recorded in docs/BENCHMARKS.md
+## bench: the Go benchmarks recorded in docs/results/benchmarks.md
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 

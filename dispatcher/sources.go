@@ -59,8 +59,9 @@ type sources struct {
 // that opens a connection per call (curl in a shell loop, requests.post
 // without a Session, urllib) shows as a new source at every call, each
 // answered source a possible partner for SourceIdleFor: one such client
-// read as "population 53, unknown 53, partners 53", and the rules held
-// its calls for partners that could not come. What its connections hide
+// read as a population of as many unknown partners as the calls it made
+// in that time, and the rules held its calls for partners that could not
+// come. What its connections hide
 // the model's arrivals show: a lone synchronous caller never sends while
 // a call of its own is in the proxy, so no arrival finds one there. Poisson
 // arrivals find one as often as the proxy has one (PASTA): a run of n

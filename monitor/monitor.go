@@ -822,9 +822,9 @@ func (r *rateEstimator) add(n int, d time.Duration) (time.Duration, int) {
 	// Drop the oldest slices while the rest still spans the window, to
 	// within half a slice: a wall clock's ticks come microseconds early or
 	// late, and four slices spanning 999.9 ms must not keep a fifth. Held
-	// to the exact window, the live estimate was the count over 1.25
-	// windows about half the time (a simulation, whose ticks are exact,
-	// never), which moved its batch sizes away from the simulated ones
+	// to the exact window, the live estimate was often the count over a
+	// window and a slice (a simulation's, whose ticks are exact, never),
+	// which moved its batch sizes away from the simulated ones
 	// (docs/LEARNING.md, "The simulator predicts the live proxy").
 	for len(r.slices) > 1 && span-r.slices[0].d >= r.window-d/2 {
 		span -= r.slices[0].d

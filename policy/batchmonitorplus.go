@@ -11,7 +11,9 @@ import (
 // NameBatchMonitorPlus is the improved BatchMonitor.
 const NameBatchMonitorPlus = "batchmonitor+"
 
-// Defaults of batchmonitor+, chosen from the ablation in docs/RESULTS.md.
+// Defaults of batchmonitor+, chosen from the ablation in
+// docs/results/energy.md, "Every policy against the SMDP optimum, in
+// simulation".
 const (
 	// DefaultUtil is the utilisation batchmonitor+ plans for: 1, as
 	// Algorithm 1. Planning for less (the smallest b with rate < u*b/tau(b),
@@ -38,7 +40,8 @@ func ChooseBatchFor(ratePerSec float64, tau batchcost.Latency, from, maxBatch in
 }
 
 // BatchMonitorPlus is BatchMonitor with the changes the comparison in
-// docs/RESULTS.md points to; each is a field, so it can be measured alone:
+// docs/results/energy.md, "Every policy against the SMDP optimum, in
+// simulation" points to; each is a field, so it can be measured alone:
 //
 //   - Drain: the batch size becomes a control limit. Once the limit is
 //     reached every waiting row (up to B_max) goes, so a queue longer than
@@ -53,12 +56,11 @@ func ChooseBatchFor(ratePerSec float64, tau batchcost.Latency, from, maxBatch in
 //
 // Partial batches wait at most MaxWait, by default half of tau(limit)
 // (DefaultWaitShare). BatchMonitor waits a whole tau(pbs); as a control
-// limit that costs up to 16% mean latency against ad-hoc near saturation
-// (googlenet-p4, resnet50-p4, rho 0.8-0.9 of B_max's capacity), for an
-// energy saving of 1-3% there. Half a batch time keeps the mean latency
-// within 6% of ad-hoc's at every load of the compare grid and most of the
-// saving at the loads where batching pays (docs/LEARNING.md, "A default
-// that never hurts").
+// limit that costs mean latency against ad-hoc near saturation for little
+// energy saved there. Half a batch time keeps the mean latency close to
+// ad-hoc's at every load of the compare grid and most of the saving at the
+// loads where batching pays (docs/LEARNING.md, "A default that never
+// hurts").
 type BatchMonitorPlus struct {
 	Util    float64       // in (0, 1]; outside it, 1
 	From    int           // 1 or 2
@@ -143,9 +145,10 @@ type Limit struct {
 // in m1 reaches tau0 scaled by B/(B-1) (8/7 at B_max 8); with sizes B/2
 // and B, tau0 = 2*m(B/2) - mB doubles an error in m(B/2), which is also
 // twice as large in milliseconds. On a heavy-tailed server the mean of a
-// size seen a hundred times usually reads a few percent low (its rare
-// slow batches are absent from most samples), and halving turned that
-// into tau0 errors of 30-40% at rho 0.8 (docs/LEARNING.md).
+// size seen a hundred times usually reads low (its rare slow batches are
+// absent from most samples), and halving turned that into large tau0
+// errors under load (docs/LEARNING.md, "Learning tau(b) from the right
+// signal").
 //
 // It never holds a row (the rest go with the next batch, at once when an
 // instance is free), skips queues whose rows carry deadlines, and costs at

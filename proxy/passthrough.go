@@ -108,11 +108,10 @@ func isHopHeader(k []byte) bool {
 // dropHopHeaders removes from h the hop-by-hop headers and those the
 // Connection header names. Most exchanges carry no hop-by-hop field, and
 // then nothing is deleted: each Del normalises its name and rescans the
-// whole header, and twenty such scans per exchange showed in the
-// pass-through proxy's profile of user time (docs/BENCHMARKS.md, "Profile
-// of the user time"). The check is a method of concrete types, not an
-// iterator passed in: an iterator called through a func value put five
-// allocations on every exchange.
+// whole header, and a scan per hop-by-hop name on every exchange showed in
+// the pass-through proxy's profile of user time. The check is a method of
+// concrete types, not an iterator passed in: an iterator called through a
+// func value put allocations on every exchange.
 func dropHopHeaders(h header) {
 	if !h.anyHop() {
 		return

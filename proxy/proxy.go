@@ -7,8 +7,8 @@
 //
 // The data port runs on fasthttp rather than net/http: net/http's
 // per-request goroutines, contexts and background reads cost more CPU per
-// request than a batch's merging and splitting (docs/BENCHMARKS.md, "The
-// front door on fasthttp").
+// request than a batch's merging and splitting (docs/ARCHITECTURE.md,
+// "Principles").
 package proxy
 
 import (
@@ -926,8 +926,7 @@ var headerLengthName = []byte(kserve.HeaderContentLength)
 
 // compress replaces body by its gzip or deflate (zlib) form. fasthttp's
 // compressors are pooled: a new gzip.Writer per reply allocates far more
-// than the answer it compresses (docs/BENCHMARKS.md, "Proxy and dispatcher
-// benchmarks", BenchmarkWriteResponseGzip).
+// than the answer it compresses (BenchmarkWriteResponseGzip).
 func compress(body []byte, enc string) []byte {
 	zp := zbufPool.Get().(*[]byte)
 	z := *zp

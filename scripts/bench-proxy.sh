@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proxy overhead harness (issue 10): offers the same open-loop Poisson load
+# Proxy overhead harness: offers the same open-loop Poisson load
 # (`ratebatch load`, model `simple`, in three forms: HTTP with JSON tensors,
 # HTTP with Triton's binary tensors, and KServe v2 gRPC with raw tensors)
 # four ways in one run, and reports added latency and the highest
@@ -33,7 +33,7 @@
 # cold at 15,000 req/s opens its connections all at once, and the queue a
 # proxy builds while it accepts them (and, passing through, dials the
 # upstream for each) failed steps it sustains once they are open
-# (docs/BENCHMARKS.md, "A load step's first milliseconds"). CPU per
+# (docs/results/benchmarks.md, "The highest sustainable rate"). CPU per
 # request counts the warm-up's requests with the step's.
 # Ladders are repeated $REPEAT times, targets in a rotated order each time so
 # that a change in the machine's background load hits every target alike;

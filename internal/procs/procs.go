@@ -5,11 +5,11 @@
 // and the thread goes back to sleep when it finds none. A proxy at light load
 // makes goroutines runnable all the time (a request arrives, an upstream
 // answer arrives, a batch is handed over) while it uses a small share of one
-// core, so most of those wake-ups find nothing: on two cores at 2,000 req/s,
-// sizing took 7 to 23% off the pass-through proxy's CPU per request and 22
-// to 31% off the batching proxy's (docs/BENCHMARKS.md, "Go processors sized
-// to the load"). A Sizer keeps as few Ps as the
-// process's own CPU use calls for and adds them back as soon as it grows.
+// core, so most of those wake-ups find nothing, and sizing the Ps to the
+// load takes a share off the CPU per request of both the pass-through and
+// the batching proxy (docs/ARCHITECTURE.md, "Principles"). A Sizer keeps as
+// few Ps as the process's own CPU use calls for and adds them back as soon
+// as it grows.
 package procs
 
 import (
@@ -73,10 +73,10 @@ var active atomic.Pointer[Sizer]
 // runs CPU-bound work in the background, such as a policy's solve, and
 // returns the call that ends it. Sized down to one P at light load, the
 // process would otherwise run nothing else until the scheduler preempted
-// the work, 10 ms or more later: live, a budget policy's 15-20 ms solves,
-// one a second or so at 188 req/s, held every arrival and every answer
-// from the upstream that long (docs/LEARNING.md, "A solve stalled a
-// proxy sized to one P"). Until the release, the running Sizer keeps at
+// the work, 10 ms or more later: live, a budget policy's solves held
+// every arrival and every answer from the upstream that long
+// (docs/LEARNING.md, "A solve keeps a processor free"). Until the
+// release, the running Sizer keeps at
 // least one P more than the work held (within its Max); the release
 // gives the rule's count back at once. Without a running Sizer
 // (GOMAXPROCS fixed, or one core) it does nothing.

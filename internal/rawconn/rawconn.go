@@ -11,8 +11,8 @@
 // every 20 µs for a while before it goes back to sleep. At the rates a proxy
 // usually sees, where the process idles between requests, that was the
 // largest single cost of the pass-through proxy after the kernel's TCP
-// work: a quarter of its CPU time (docs/BENCHMARKS.md, "Issue 19: the Go
-// runtime's share"). Reads and writes made with syscall.RawSyscall inside
+// work (docs/ARCHITECTURE.md, "Principles"). Reads and writes made with
+// syscall.RawSyscall inside
 // syscall.RawConn's Read and Write keep the poller's readiness waits and
 // deadlines and drop that bookkeeping.
 //

@@ -83,8 +83,8 @@ const slackShare = 8
 // both sides of the proxy: the server's read deadline alternates between
 // the idle and the header timeout, the others move a little later each
 // time. Passed on, that is five runtime timer updates per pass-through
-// exchange, each taking the poller's lock: 7% of the proxy's user time
-// (docs/BENCHMARKS.md, "Issue 19: where the rest of the gap is").
+// exchange, each taking the poller's lock, a visible share of the proxy's
+// user time (docs/ARCHITECTURE.md, "Principles").
 //
 // So the runtime's deadline (armed) only ever wakes the connection: it is
 // left alone while it falls no later than the deadline asked for (want)

@@ -1,6 +1,7 @@
 // Package compare runs every batching policy through the simulator over a
 // grid of loads and over a day-shaped trace, prices each against the SMDP
-// optimum, and writes the result as docs/RESULTS.md with SVG plots.
+// optimum, and writes the result as a Markdown report with SVG plots
+// (`ratebatch compare` writes out/compare/RESULTS.md).
 //
 // One number ranks policies: the weighted cost of ALGORITHMS.md section 3,
 // W1 * (mean latency, ms) + W2 * (mean power, W), measured in the simulator

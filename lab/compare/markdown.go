@@ -13,7 +13,8 @@ import (
 	"github.com/ratebatch/ratebatch/policy"
 )
 
-// WriteMarkdown writes the report as a Markdown document (docs/RESULTS.md).
+// WriteMarkdown writes the report as a Markdown document (`ratebatch
+// compare` writes out/compare/RESULTS.md).
 // command is the command line that produced the report, printed at the top
 // so that every figure can be reproduced; imgDir is where Figures were
 // written, relative to the document ("" leaves the plots out).

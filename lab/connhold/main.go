@@ -2,7 +2,8 @@
 // memory: it reads the server's resident set size (VmRSS in /proc) at rest,
 // with many idle keep-alive connections open, and at its peak while many
 // requests are in flight at once. scripts/bench-memory.sh runs it against
-// `ratebatch serve`; the figures are recorded in docs/BENCHMARKS.md.
+// `ratebatch serve`; the figures are recorded in docs/results/benchmarks.md,
+// "Memory per connection and per request in flight".
 //
 // It speaks raw HTTP/1.1 over TCP so that its own connections cost it
 // little, and it checks every answer's status: a run in which any request

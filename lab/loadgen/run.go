@@ -81,9 +81,9 @@ type Config struct {
 	// records: the run then meets the target with the connections its rate
 	// needs already open. Started cold at a high rate, a run opens them all
 	// in its first milliseconds, and a proxy that must accept each one (and
-	// dial the upstream for it) falls behind, which opens more: hundreds of
-	// milliseconds of queueing that say more about the start than about the
-	// rate (docs/BENCHMARKS.md, "A load step's first milliseconds").
+	// dial the upstream for it) falls behind, which opens more: a queue
+	// that says more about the start than about the rate
+	// (docs/results/benchmarks.md, "The highest sustainable rate").
 	Warmup time.Duration
 
 	// Progress, when set, is called every ProgressInterval (0 means 1s)

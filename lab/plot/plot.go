@@ -1,5 +1,5 @@
 // Package plot writes simple line plots as SVG with the standard library
-// only, so that reports (docs/RESULTS.md, ratebatch report) can carry
+// only, so that reports (ratebatch compare, ratebatch report) can carry
 // figures that any browser or GitHub renders, without a plotting toolchain.
 //
 // A Figure is axes, ticks, a legend and one polyline per Series. That is

@@ -86,7 +86,8 @@ type Config struct {
 	// Jitter), taken as its mean: a real server's log-normal spread,
 	// heavy tail and stalls, as the emulator's realism draws them. With
 	// the mean alone a simulation of the rough emulator near saturation
-	// read 27% below the live proxy's mean latency (docs/RESULTS.md).
+	// read well below the live proxy's mean latency (docs/SIMULATION.md,
+	// "A server's spread").
 	Spread Spread
 	// Overhead is the round trip beyond the server's compute per batch
 	// (network, HTTP): it holds the instance like compute does, but is not
@@ -117,9 +118,9 @@ type Config struct {
 	// delivering the answer and deciding the next batch after it. The
 	// instance stays taken for it after the answer, as the live proxy
 	// sends an instance its next batch only then, but the monitor does not
-	// see it and it is not in the rows' latency. Small as it is, near
-	// saturation it counts: the live proxy's 0.08 ms per batch of 10 ms
-	// moved batchmonitor's simulated mean latency at rho 0.7 by about 9%
+	// see it and it is not in the rows' latency. Small as it is against a
+	// batch's time, near saturation it counts: the live proxy's turnaround
+	// moved batchmonitor's simulated mean latency at rho 0.7 visibly
 	// (docs/LEARNING.md, "The simulator predicts the live proxy").
 	Turnaround time.Duration
 	// Live is the rest of a live proxy's time outside the server's
@@ -132,8 +133,8 @@ type Config struct {
 	// batch's zeta(b) is the energy it adds on top. This is the emulator's
 	// model (and plan --fleet's), so that a simulation's requests per joule
 	// are the emulator's: counting idle power only between batches, the
-	// simulator read 1.5-2x the emulator's requests per joule for a lone
-	// closed-loop client, whose batches are a small part of its time.
+	// simulator read far more requests per joule than the emulator for a
+	// lone closed-loop client, whose batches are a small part of its time.
 	IdleWatts float64
 	// SLA, when > 0, gives every request the deadline arrival+SLA, which
 	// rules see as Queue.EarliestDeadline.

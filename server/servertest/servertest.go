@@ -29,7 +29,7 @@ type Proxy struct {
 
 // Long reports whether the long versions of the end-to-end tests run
 // (RATEBATCH_LONG set; `make test-long`): the figures of docs/LEARNING.md
-// and docs/RESULTS.md come from them.
+// and docs/results/ come from them.
 func Long() bool { return os.Getenv("RATEBATCH_LONG") != "" }
 
 // Start runs the proxy against upstream (host:port of an HTTP KServe v2

@@ -134,7 +134,8 @@ func checkBudgetPromise(t *testing.T, what string, factor float64, ad, bu armFig
 // load: paper300 played 10x faster (30 s) on the realistic (rough)
 // emulator, googlenet-p4 slowed simLiveScale times on simple, B_max 8;
 // two concurrent pairs of fresh proxies (seeds 1 and 2), pooled. With
-// RATEBATCH_LONG it also prints docs/RESULTS.md's table (paper300Table).
+// RATEBATCH_LONG it also prints every policy's live table on paper300
+// (paper300Table).
 func TestBudgetLiveOnPaper300(t *testing.T) {
 	timing(t)
 	rough, err := emulator.LookupRealism("rough")
@@ -172,7 +173,8 @@ func TestBudgetLiveOnPaper300(t *testing.T) {
 	}
 }
 
-// paper300Table is the latency budget's live figure (docs/RESULTS.md):
+// paper300Table is the latency budget's live figure (the policy:
+// docs/ALGORITHMS.md, "Latency budget"):
 // paper300 played 10x faster, the same seeded arrivals through a fresh
 // proxy and a fresh emulator in realistic mode (`rough`) per policy, one
 // after the other: ad-hoc, the paper's batchmonitor, the default

@@ -22,7 +22,7 @@ import (
 )
 
 // The figures of docs/LEARNING.md come from the tests in this file run with
-// RATEBATCH_LONG=1 (30 s steps, the tolerances); without it they run
+// RATEBATCH_LONG=1 (30 s steps, the documented tolerances); without it they run
 // a short version of each check that still fails when the behaviour breaks.
 
 // learnServer is the emulated server the learning figures are measured on:
@@ -249,12 +249,12 @@ func median(v []float64) float64 {
 // the figure is the median of the pairs' ratios.
 //
 // The short version runs the two of a pair at once (stepPair) on the exact
-// emulator, 3 pairs, at 1.3x: the p99 of 3 s on a shared machine swings 5x
-// between runs one after the other (0.46x to 2.41x in six sequential pairs
-// at load average 5), while the two of a concurrent pair share every stall
-// of the machine, and their ratio stays within 0.74x to 1.12x (ten pairs at
-// load average 9-11). A policy that sends too small batches after the
-// step (static with b = 3 in the default's place) fails it at 3.48x.
+// emulator, 3 pairs, at 1.3x: the p99 of 3 s on a shared machine swings
+// widely between runs one after the other, while the two of a concurrent
+// pair share every stall of the machine, so their ratio stays close to one
+// even on a busy machine. A policy that sends too small batches after the
+// step (static with b = 3 in the default's place) fails it well past the
+// tolerance.
 //
 // The long version is docs/LEARNING.md's figure: the two of a pair one
 // after the other on the rough emulator, whose heavy-tail batches set the
@@ -297,7 +297,8 @@ func TestSequentialClient(t *testing.T) {
 	}
 	em, _ := learnServer(t, 7)
 	// RATEBATCH_SEQUENTIAL_POLICY puts another policy in the default's
-	// place, to measure what it would cost a lone client (docs/RESULTS.md).
+	// place, to measure what it would cost a lone client (docs/ALGORITHMS.md,
+	// "Sources: a partner that cannot come").
 	name := cmp.Or(os.Getenv("RATEBATCH_SEQUENTIAL_POLICY"), config.Default().Policy.Name)
 	def := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Window = time.Second; c.Policy.Name = name })
 	adhoc := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.Policy.Window = time.Second; c.Policy.Name = "adhoc" })
