@@ -82,6 +82,15 @@ type Budget struct {
 	// given, whatever the calls lived (budgettrim.go).
 	NoTrim bool
 
+	// Tail, when > 0, bounds the plan's p99 to Tail times ad-hoc's on the
+	// same model, as the tail model predicts both (budgettail.go).
+	Tail float64
+	// SLOP99, when > 0, bounds the plan's p99 absolutely. With MeanFree
+	// the mean is not bounded (Budget is not solved for): the plan is the
+	// most requests per joule whose p99 stays under SLOP99.
+	SLOP99   time.Duration
+	MeanFree bool
+
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
 	finite map[finiteKey]*planCache   // closed loops, by budget and population
@@ -123,6 +132,9 @@ func init() {
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
 		p.NoTrim = o.NoTrim
 		p.meter = newSolveMeter(o)
+		if err := p.setTail(o); err != nil {
+			return nil, err
+		}
 		return p, nil
 	})
 }
@@ -528,7 +540,10 @@ func budgetFirstStates(maxBatch int) int { return max(4*maxBatch, 32) }
 // solve computes the constrained optimum for m and turns it into a rule; a
 // failed solve gives the work-conserving rule (cached too, so a model the
 // solver rejects is not retried every window).
-func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
+func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) (out Rule) {
+	if p.MeanFree {
+		return p.solveSLO(m, busyTime)
+	}
 	sMax := p.SMax
 	states := sMax
 	if sMax == 0 {
@@ -550,10 +565,28 @@ func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
 	if err != nil {
 		return Limit{Policy: NameBudget, Limit: 1, Note: "latency budget solve failed, work-conserving: " + err.Error()}
 	}
-	wait := p.MaxWait
-	if wait <= 0 {
-		wait = poissonWait(max(c.First.Limit, c.Second.Limit), m.LambdaPerMs)
+	if p.Tail > 0 || p.SLOP99 > 0 {
+		// The hold bound of the mean's plan, kept unless the tail needs
+		// a shorter one.
+		r := p.withTail(BudgetRule{
+			first:  Limit{Policy: NameBudget, Limit: c.First.Limit, MaxWait: p.waitFor(c, m)},
+			second: Limit{Policy: NameBudget, Limit: c.Second.Limit, MaxWait: p.waitFor(c, m)},
+			mix:    c.Mix,
+		}, m, c.BudgetMs)
+		defer func() {
+			br := out.(BudgetRule)
+			br.tail, br.tailBound = r.tail, r.tailBound
+			if r.tailBound {
+				br.first.Limit, br.second.Limit, br.mix = r.first.Limit, r.second.Limit, r.mix
+				br.first.MaxWait, br.second.MaxWait = r.first.MaxWait, r.second.MaxWait
+				br.first.Note += r.tail.heldNote(r)
+			}
+			br.first.Note += r.tail.note()
+			br.second.Note = br.first.Note
+			out = br
+		}()
 	}
+	wait := p.waitFor(c, m)
 	unit := "W"
 	if busyTime {
 		unit = "GPU-busy share"
@@ -627,6 +660,10 @@ type BudgetRule struct {
 	model         smdp.Model
 	trimNote      string // the live trim's state when the rule was handed out
 	solveNote     string // set when the rule was solved for another rate
+	// tail is the tail model's prediction for the rule (nil: none);
+	// tailBound says the p99 bound chose the limits and the hold.
+	tail      *tailPlan
+	tailBound bool
 }
 
 // Decide implements Rule.
@@ -665,6 +702,9 @@ func (r BudgetRule) Status() Status {
 	st := r.first.Status()
 	st.BatchSize = min(r.first.Limit, r.second.Limit)
 	st.Note += r.solveNote + r.trimNote
+	if r.tail != nil {
+		st.PlannedMeanMs, st.PlannedP99Ms = r.tail.planned.MeanMs, r.tail.planned.P99Ms
+	}
 	return st
 }
 

@@ -257,6 +257,10 @@ type Status struct {
 	MaxWait time.Duration
 	// Note says anything unusual, e.g. a fallback taken in Plan.
 	Note string
+	// PlannedMeanMs and PlannedP99Ms are the mean and the 99th percentile
+	// of latency the rule's plan predicts (the budget policy's tail model);
+	// zero when the rule predicts none.
+	PlannedMeanMs, PlannedP99Ms float64
 }
 
 func (s Status) String() string {

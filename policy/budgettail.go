@@ -1,0 +1,237 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
+)
+
+// DefaultTailBudget is the budget policy's bound on the 99th percentile
+// of latency when none is set: 20% above ad-hoc's p99 on the same model.
+const DefaultTailBudget = 1.20
+
+// ParseTailBudget reads a tail budget as users write it: a factor >= 1 of
+// ad-hoc's p99 ("1.20x"), or "off" (no bound on the tail).
+func ParseTailBudget(s string) (float64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "off" || t == "none" {
+		return 0, nil
+	}
+	f, ok := strings.CutSuffix(t, "x")
+	v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+	if !ok || err != nil || !(v >= 1) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("tail budget %q: want a factor >= 1 of ad-hoc's p99 followed by x (1.20x), or off", s)
+	}
+	return v, nil
+}
+
+// tailRequests is the length of each simulation of the plan's tail
+// search (smdp.TailLatency): a candidate's p99 and energy are compared on
+// the same arrivals (one seed), so their order does not move with the
+// sampling noise, and a search of a few dozen candidates stays within a
+// few hundred milliseconds of a core, off the request path and cached.
+const tailRequests = 10000
+
+// tailHoldSteps is how many times the search halves a candidate's hold
+// bound: the bound is then within 1/128 of the p99 bound.
+const tailHoldSteps = 7
+
+// tailSeed fixes the arrivals of the tail search: a plan computed twice is
+// the same plan.
+const tailSeed = 0x5eed
+
+// tailPlan is what the tail model predicts for a planned rule, beside
+// ad-hoc's on the same model.
+type tailPlan struct {
+	planned, adhoc smdp.Tail
+	// boundMs is the p99 the plan was held to (0: none).
+	boundMs float64
+}
+
+// p99Bound is the p99 a plan must keep on the model whose ad-hoc p99 is
+// adhocP99Ms: the tail budget's factor of it, the SLO, the tighter of the
+// two, or none (0).
+func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
+	bound := 0.0
+	if p.Tail > 0 {
+		bound = p.Tail * p.tailScale() * adhocP99Ms
+		bound = max(bound, adhocP99Ms)
+	}
+	if p.SLOP99 > 0 {
+		slo := float64(p.SLOP99) / float64(time.Millisecond) * p.sloScale()
+		if bound == 0 || slo < bound {
+			bound = slo
+		}
+	}
+	return bound
+}
+
+// tailScale and sloScale are the live trim's corrections of the tail
+// budget's slack and of the SLO (1: none).
+func (p *Budget) tailScale() float64 { return 1 }
+func (p *Budget) sloScale() float64  { return 1 }
+
+// tailOf is the rule's TailRule as smdp.TailLatency simulates it.
+func tailOf(first, second int, mix float64, hold time.Duration) smdp.TailRule {
+	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(hold) / float64(time.Millisecond)}
+}
+
+// withTail holds a mean-constrained plan to the p99 bound as well
+// (docs/ALGORITHMS.md, "The tail"). The tail model predicts the plan's
+// latency distribution and ad-hoc's; when the plan's p99 is within the
+// bound it stands. Otherwise the most requests per joule within both
+// bounds is searched among the plan's own limits and every pure control
+// limit, each with the longest hold bound that keeps the p99 and the mean
+// (meanMs; +Inf without a mean budget) within their bounds: a hold bound
+// cuts off the waits that make the tail. Ad-hoc (a hold of 0) is always
+// within both.
+func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule {
+	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
+	adhoc := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
+	bound := p.p99Bound(adhoc.P99Ms)
+	r.tail = &tailPlan{adhoc: adhoc, boundMs: bound}
+	if bound <= 0 {
+		r.tail.planned = smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait), o)
+		return r
+	}
+	if r.first.Limit > 1 || r.second.Limit > 1 {
+		planned := smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait), o)
+		if planned.P99Ms <= bound && planned.MeanMs <= meanMs {
+			r.tail.planned = planned
+			return r
+		}
+	}
+	type candidate struct {
+		first, second int
+		mix           float64
+		hold          time.Duration
+		tail          smdp.Tail
+	}
+	best := candidate{first: 1, second: 1, tail: adhoc}
+	try := func(first, second int, mix float64) {
+		hi := min(poissonWait(max(first, second), m.LambdaPerMs), time.Duration(bound*float64(time.Millisecond)))
+		lo := time.Duration(0)
+		var at smdp.Tail
+		found := false
+		for range tailHoldSteps {
+			mid := (lo + hi) / 2
+			t := smdp.TailLatency(m, tailOf(first, second, mix, mid), o)
+			if t.P99Ms <= bound && t.MeanMs <= meanMs {
+				lo, at, found = mid, t, true
+			} else {
+				hi = mid
+			}
+		}
+		if found && at.EnergyMJ < best.tail.EnergyMJ {
+			best = candidate{first: first, second: second, mix: mix, hold: lo, tail: at}
+		}
+	}
+	if r.mix > 0 && r.first.Limit != r.second.Limit {
+		try(r.first.Limit, r.second.Limit, r.mix)
+	}
+	for _, l := range tailLimits(m.MaxBatch) {
+		try(l, l, 0)
+	}
+	r.tail.planned = best.tail
+	r.first.Limit, r.second.Limit, r.mix = best.first, best.second, best.mix
+	r.first.MaxWait, r.second.MaxWait = best.hold, best.hold
+	r.tailBound = true
+	return r
+}
+
+// tailLimits are the pure control limits the tail search tries: every
+// limit up to 4, then steps of about a half, and B_max.
+func tailLimits(maxBatch int) []int {
+	var out []int
+	for l := 2; l < maxBatch; l = max(l+1, l*3/2) {
+		out = append(out, l)
+	}
+	if maxBatch >= 2 {
+		out = append(out, maxBatch)
+	}
+	return out
+}
+
+// tailNote says what the tail model predicts, for the rule's status.
+func (t *tailPlan) note() string {
+	if t == nil {
+		return ""
+	}
+	s := fmt.Sprintf("; tail model: p99 %.4g ms, mean %.4g ms (ad-hoc p99 %.4g, mean %.4g)", t.planned.P99Ms, t.planned.MeanMs, t.adhoc.P99Ms, t.adhoc.MeanMs)
+	if t.boundMs > 0 {
+		s += fmt.Sprintf(", p99 bound %.4g ms", t.boundMs)
+	}
+	return s
+}
+
+// saving is 1 - energy per request / ad-hoc's, from the tail model's
+// simulation of both.
+func (t *tailPlan) saving() float64 {
+	if !(t.adhoc.EnergyMJ > 0) {
+		return 0
+	}
+	return 1 - t.planned.EnergyMJ/t.adhoc.EnergyMJ
+}
+
+// heldNote says how the p99 bound changed the mean's plan.
+func (t *tailPlan) heldNote(r BudgetRule) string {
+	return fmt.Sprintf("; held to the p99 bound: control limits %d/%d mixed %.3f, hold bound %v, %.2f%% of ad-hoc's energy per request saved",
+		r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait.Round(10*time.Microsecond), 100*t.saving())
+}
+
+// waitFor is the hold bound of a mean-constrained plan: MaxWait when set,
+// else the time its limit's arrivals take (poissonWait).
+func (p *Budget) waitFor(c smdp.Constrained, m smdp.Model) time.Duration {
+	if p.MaxWait > 0 {
+		return p.MaxWait
+	}
+	return poissonWait(max(c.First.Limit, c.Second.Limit), m.LambdaPerMs)
+}
+
+// solveSLO is the plan of a p99 bound without a mean budget: the most
+// requests per joule whose predicted p99 stays under the SLO.
+func (p *Budget) solveSLO(m smdp.Model, busyTime bool) Rule {
+	r := p.withTail(BudgetRule{
+		first:  Limit{Policy: NameBudget, Limit: 1},
+		second: Limit{Policy: NameBudget, Limit: 1},
+		seed:   p.Seed, model: m,
+	}, m, math.Inf(1))
+	r.tailBound = true
+	r.constrained = smdp.Constrained{AdhocLatencyMs: r.tail.adhoc.MeanMs, Mix: r.mix}
+	r.constrained.LatencyMs, r.constrained.MeanBatch = r.tail.planned.MeanMs, r.tail.planned.MeanBatch
+	r.constrained.First.Limit, r.constrained.Second.Limit = r.first.Limit, r.second.Limit
+	note := fmt.Sprintf("p99 at most %v at %.4g req/s (rho %.3f): control limits %d/%d mixed %.3f, hold bound %v, %.2f%% of ad-hoc's energy per request saved",
+		p.SLOP99, 1000*m.LambdaPerMs, m.Rho(), r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait.Round(10*time.Microsecond), 100*r.tail.saving())
+	note += r.tail.note() + spreadNote(m)
+	if busyTime {
+		note += "; no energy meter: energy taken proportional to GPU busy time"
+	}
+	r.first.Note, r.second.Note = note, note
+	return r
+}
+
+// setTail reads the tail budget and the SLO from the options: the tail
+// budget defaults to DefaultTailBudget unless an SLO is set, and an SLO
+// without a latency budget bounds the p99 alone.
+func (p *Budget) setTail(o Options) error {
+	tail, err := o.tailBudget()
+	if err != nil {
+		return err
+	}
+	p.SLOP99 = o.SLOP99
+	switch {
+	case o.TailBudget != "":
+		p.Tail = tail
+	case o.SLOP99 <= 0:
+		p.Tail = DefaultTailBudget
+	}
+	if o.SLOP99 > 0 && o.LatencyBudget == "" {
+		// No mean budget: nothing for the mean's trim to hold either.
+		p.MeanFree, p.NoTrim = true, true
+	}
+	return nil
+}
