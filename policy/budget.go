@@ -93,11 +93,14 @@ type Budget struct {
 
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
-	finite map[finiteKey]*planCache   // closed loops, by budget and population
-	meter  solveMeter
-	kept   Rule // the last planned rule, kept while no decision could wait
-	trim   trim
-	solves int
+	// byScale holds caches by the tail trim's scale of the p99 bound.
+	byScale map[float64]map[smdp.Budget]*planCache
+	tt      tailTrim
+	finite  map[finiteKey]*planCache // closed loops, by budget and population
+	meter   solveMeter
+	kept    Rule // the last planned rule, kept while no decision could wait
+	trim    trim
+	solves  int
 	// capacity follows the log of the throughput of full batches as the
 	// plans read it, so its spread from window to window counts in the
 	// margin kept from overload (nearOverload).
@@ -152,10 +155,18 @@ func (p *Budget) Resume(earlier Policy) {
 		return
 	}
 	e.mu.Lock()
-	t := e.trim
+	t, tt := e.trim, e.tt
+	sameTail := e.Tail == p.Tail && e.SLOP99 == p.SLOP99
 	e.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if sameTail {
+		// The tail's trim carries over whatever the mean's does: its
+		// scale and its measurements (ad-hoc's calls too).
+		tt.last, tt.prior = sliceOther, sliceOther
+		p.tt = tt
+		p.caches = nil
+	}
 	if p.NoTrim || e.NoTrim {
 		return
 	}
@@ -188,6 +199,17 @@ func (p *Budget) resolve() float64 {
 
 // Plan implements Policy.
 func (p *Budget) Plan(e Estimate) Rule {
+	p.mu.Lock()
+	p.observeTail(e.Live)
+	p.mu.Unlock()
+	r := p.plan(e)
+	p.mu.Lock()
+	p.ranTail(r)
+	p.mu.Unlock()
+	return r
+}
+
+func (p *Budget) plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return fallback(NameBudget, e, err)
 	}
@@ -261,6 +283,9 @@ func (p *Budget) Plan(e Estimate) Rule {
 	rule := pick()
 	bp, ok := rule.(budgetPlan)
 	if !ok || p.NoTrim {
+		if ok {
+			rule = bp.withTrim(p.tailTrimNote())
+		}
 		return p.untrimmed(rule, e)
 	}
 	// The rule's model is at the rate (or the closed loop) of the window
@@ -283,7 +308,7 @@ func (p *Budget) Plan(e Estimate) Rule {
 		p.kept = p.guard(trimAdhocRule(e, "live trim: the calls lived over the budget with every plan down to a 1% slack; ad-hoc"+p.trim.note(p.Budget)), e)
 		return p.kept
 	}
-	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)), e)
+	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)+p.tailTrimNote()), e)
 	return p.kept
 }
 
@@ -440,7 +465,7 @@ func (v *ewVariance) variance() float64 { return v.vari }
 // b, from the cache or solved.
 func (p *Budget) rule(b smdp.Budget, grid int, m smdp.Model, busyTime bool) Rule {
 	if p.caches == nil {
-		p.caches = make(map[smdp.Budget]*planCache)
+		p.useTailScale()
 	}
 	cache := p.caches[b]
 	if cache == nil {

@@ -54,26 +54,22 @@ type tailPlan struct {
 
 // p99Bound is the p99 a plan must keep on the model whose ad-hoc p99 is
 // adhocP99Ms: the tail budget's factor of it, the SLO, the tighter of the
-// two, or none (0).
+// two, or none (0); the live trim scales the tail budget's slack over
+// ad-hoc and the SLO (tailTrim).
 func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
 	bound := 0.0
+	s := p.tailScaleNow()
 	if p.Tail > 0 {
-		bound = p.Tail * p.tailScale() * adhocP99Ms
-		bound = max(bound, adhocP99Ms)
+		bound = adhocP99Ms * (1 + (p.Tail-1)*s)
 	}
 	if p.SLOP99 > 0 {
-		slo := float64(p.SLOP99) / float64(time.Millisecond) * p.sloScale()
+		slo := float64(p.SLOP99) / float64(time.Millisecond) * s
 		if bound == 0 || slo < bound {
 			bound = slo
 		}
 	}
 	return bound
 }
-
-// tailScale and sloScale are the live trim's corrections of the tail
-// budget's slack and of the SLO (1: none).
-func (p *Budget) tailScale() float64 { return 1 }
-func (p *Budget) sloScale() float64  { return 1 }
 
 // tailOf is the rule's TailRule as smdp.TailLatency simulates it.
 func tailOf(first, second int, mix float64, hold time.Duration) smdp.TailRule {
@@ -234,4 +230,152 @@ func (p *Budget) setTail(o Options) error {
 		p.MeanFree, p.NoTrim = true, true
 	}
 	return nil
+}
+
+// The tail's live trim: the p99 the calls lived, against its bound.
+//
+// The tail model prices what the plan's model holds (the fit, the
+// overheads around a batch, the spread of the batch times), not what it
+// leaves out (the client's own exchange, the host's scheduling), and those
+// fall on the tail more than on the mean. So, as the mean's trim does for
+// the mean (budgettrim.go), the tail's follows the calls: over at least
+// tailTrimSlices slices and tailTrimCalls calls of the budget's own rule
+// (the first slice after another rule not counted), the lived p99 (the
+// monitor's histogram of the calls, Live.Hist) is held against the live
+// bound: the SLO, or the tail budget times the p99 ad-hoc's slices lived
+// (the mean's trim runs them; without them the relative bound is not
+// checked). Over the bound, the bound the plans hold moves down by the
+// ratio (at most halved per step); under 90% of it, back up by a damped
+// square root, never past the user's. The scale is rounded to
+// tailTrimStep and each scale has its own plan cache, so a scale visited
+// again is not solved again.
+type tailTrim struct {
+	scale       float64 // of the bound the plans hold: 1 at the user's
+	budget      Hist    // the budget slices' calls since the last step
+	slices      int
+	adhoc       Hist // the ad-hoc slices' calls, decayed
+	last, prior slice
+	lived       float64 // the last measured p99 and its live bound, ms
+	liveBound   float64
+	steps       int
+}
+
+const (
+	tailTrimSlices = 30
+	tailTrimCalls  = 1000
+	tailTrimStep   = 0.02
+	tailTrimMin    = 0.2
+	// tailTrimAim is the share of the live bound the trim aims at: a
+	// p99 measured over a thousand calls is a few per cent off.
+	tailTrimAim = 0.95
+	// tailAdhocDecay is the weight ad-hoc's calls keep at each new
+	// ad-hoc slice: a memory of about a hundred slices.
+	tailAdhocDecay = 0.99
+	// tailAdhocCalls is how many ad-hoc calls the relative bound needs.
+	tailAdhocCalls = 500
+)
+
+// tailScale is the trim's scale of the bound (1 before it measured).
+func (p *Budget) tailScaleNow() float64 {
+	if p.tt.scale == 0 {
+		return 1
+	}
+	return p.tt.scale
+}
+
+// observeTail counts the calls of the slice that just ended, run under
+// the rule the last Plan returned, and steps the scale when a measurement
+// is complete. It reports whether the scale moved.
+func (p *Budget) observeTail(live Live) bool {
+	t := &p.tt
+	if live.Hist == nil || (p.Tail <= 0 && p.SLOP99 <= 0) {
+		return false
+	}
+	switch {
+	case t.last == sliceBudget && t.prior == sliceBudget:
+		t.budget.Merge(live.Hist, 1)
+		t.slices++
+	case t.last == sliceAdhoc && t.prior == sliceAdhoc:
+		t.adhoc.Scale(tailAdhocDecay)
+		t.adhoc.Merge(live.Hist, 1)
+	}
+	if t.slices < tailTrimSlices || t.budget.Count() < tailTrimCalls {
+		return false
+	}
+	bound := 0.0
+	if p.SLOP99 > 0 {
+		bound = float64(p.SLOP99) / float64(time.Millisecond)
+	}
+	if p.Tail > 0 && t.adhoc.Count() >= tailAdhocCalls {
+		if b := p.Tail * t.adhoc.QuantileMs(0.99); bound == 0 || b < bound {
+			bound = b
+		}
+	}
+	lived := t.budget.QuantileMs(0.99)
+	t.budget, t.slices = Hist{}, 0
+	if bound <= 0 {
+		return false
+	}
+	t.lived, t.liveBound = lived, bound
+	s := p.tailScaleNow()
+	r := lived / bound
+	switch {
+	case r > 1:
+		s *= max(tailTrimAim/r, 0.5)
+	case r < 0.9:
+		s *= min(math.Sqrt(tailTrimAim/r), 1.2)
+	default:
+		return false
+	}
+	s = min(max(math.Round(s/tailTrimStep)*tailTrimStep, tailTrimMin), 1)
+	if s == p.tailScaleNow() {
+		return false
+	}
+	t.scale = s
+	t.steps++
+	p.useTailScale()
+	return true
+}
+
+// useTailScale points the plan cache at the current scale's.
+func (p *Budget) useTailScale() {
+	s := p.tailScaleNow()
+	if p.byScale == nil {
+		p.byScale = make(map[float64]map[smdp.Budget]*planCache)
+	}
+	if p.byScale[s] == nil {
+		p.byScale[s] = make(map[smdp.Budget]*planCache)
+	}
+	p.caches = p.byScale[s]
+}
+
+// ranTail records what kind of rule the slice starting now runs.
+func (p *Budget) ranTail(r Rule) {
+	k := sliceOther
+	switch x := r.(type) {
+	case guarded:
+		r = x.Rule
+	}
+	switch x := r.(type) {
+	case BudgetRule:
+		k = sliceBudget
+	case Fill:
+		if x.Policy == NameBudget {
+			k = sliceAdhoc
+		}
+	case noted:
+		if _, ok := x.Rule.(BudgetRule); ok {
+			k = sliceBudget
+		}
+	}
+	p.tt.prior, p.tt.last = p.tt.last, k
+}
+
+// tailTrimNote says where the tail's trim stands.
+func (p *Budget) tailTrimNote() string {
+	t := &p.tt
+	if t.liveBound == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; tail trim: bound x%.2f (calls lived p99 %.4g ms against %.4g live, %d steps)", p.tailScaleNow(), t.lived, t.liveBound, t.steps)
 }

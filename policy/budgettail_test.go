@@ -111,3 +111,58 @@ func TestTailOptions(t *testing.T) {
 		}
 	}
 }
+
+// liveAt is a slice's calls, all of them at the given latencies.
+func liveAt(calls int, p99 time.Duration) Live {
+	h := new(Hist)
+	h.Add(HistBucket(p99/2), float64(calls-calls/50))
+	h.Add(HistBucket(p99*11/10), float64(calls/50))
+	return Live{Calls: calls, MeanMs: float64(p99/2) / float64(time.Millisecond), Hist: h}
+}
+
+// The tail's trim follows the p99 the calls lived: over the SLO, the next
+// plans hold a tighter bound (their predicted p99 falls); well under it,
+// the bound comes back, never past the SLO.
+func TestTailTrimFollowsTheP99(t *testing.T) {
+	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	e := energyEstimate(150)
+	planned := func() float64 {
+		r := p.Plan(e)
+		return r.Status().PlannedP99Ms
+	}
+	first := planned()
+	if !(first > 9 && first <= 10) {
+		t.Fatalf("first plan predicts p99 %.4g ms for an SLO of 10 ms", first)
+	}
+	e.Live = liveAt(100, 14*time.Millisecond) // lived p99 above 14 ms
+	var got float64
+	for range 2 * tailTrimSlices {
+		got = planned()
+	}
+	if !(got < 0.8*first) || p.tt.steps == 0 {
+		t.Fatalf("calls living p99 14 ms against 10: plans predict %.4g ms after, %.4g before (%d steps)", got, first, p.tt.steps)
+	}
+	e.Live = liveAt(100, 4*time.Millisecond)
+	for range 20 * tailTrimSlices {
+		got = planned()
+	}
+	if !(got > 0.9*first) || got > 10 || p.tailScaleNow() > 1 {
+		t.Errorf("calls living p99 4 ms: plans predict %.4g ms (scale %.2f), want back near %.4g and within the SLO", got, p.tailScaleNow(), first)
+	}
+	if n := p.Plan(e).Status().Note; !strings.Contains(n, "tail trim") {
+		t.Errorf("note %q says nothing of the tail trim", n)
+	}
+}
+
+func TestHistQuantile(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 1000; i++ {
+		h.Add(HistBucket(time.Duration(i)*time.Millisecond/100), 1) // 0.01 .. 10 ms
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		want := q * 10
+		if got := h.QuantileMs(q); math.Abs(got/want-1) > 0.1 {
+			t.Errorf("q%.2f %.4g ms, want %.4g", q, got, want)
+		}
+	}
+}
