@@ -71,10 +71,23 @@ func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
 	return bound
 }
 
-// tailOf is the rule's TailRule as smdp.TailLatency simulates it.
+// tailOf is the rule's TailRule as smdp.TailLatency simulates it: a hold
+// bound as the live proxy keeps it, holdLate past the bound.
 func tailOf(first, second int, mix float64, hold time.Duration) smdp.TailRule {
+	if hold > 0 {
+		hold += holdLate
+	}
 	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(hold) / float64(time.Millisecond)}
 }
+
+// holdLate is how late a hold bound ends live: the dispatcher's wait
+// timers wake through Go's network poller, whose wait has millisecond
+// resolution (docs/ALGORITHMS.md, "Costs outside tau(b)"), so a hold
+// planned for 150 µs lasts about a millisecond. Where a wait mostly ends
+// at an arrival this does not matter; a hold bound chosen for the tail
+// ends at its timer, and a plan that counted it exact would promise a p99
+// the calls do not live.
+const holdLate = time.Millisecond
 
 // withTail holds a mean-constrained plan to the p99 bound as well
 // (docs/ALGORITHMS.md, "The tail"). The tail model predicts the plan's
