@@ -37,8 +37,8 @@ func ParseTailBudget(s string) (float64, error) {
 const tailRequests = 10000
 
 // tailHoldSteps is how many times the search halves a candidate's hold
-// bound: the bound is then within 1/128 of the p99 bound.
-const tailHoldSteps = 7
+// bound: the bound is then within 1/64 of the p99 bound.
+const tailHoldSteps = 6
 
 // tailSeed fixes the arrivals of the tail search: a plan computed twice is
 // the same plan.
@@ -126,7 +126,17 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 		lo := time.Duration(0)
 		var at smdp.Tail
 		found := false
+		// The longest hold saves the most; a candidate that does not beat
+		// the best so far even there is not searched.
+		if t := smdp.TailLatency(m, tailOf(first, second, mix, hi), o); !(t.EnergyMJ < best.tail.EnergyMJ) {
+			return
+		} else if t.P99Ms <= bound && t.MeanMs <= meanMs {
+			lo, at, found = hi, t, true
+		}
 		for range tailHoldSteps {
+			if found && lo == hi {
+				break
+			}
 			mid := (lo + hi) / 2
 			t := smdp.TailLatency(m, tailOf(first, second, mix, mid), o)
 			if t.P99Ms <= bound && t.MeanMs <= meanMs {
