@@ -71,23 +71,31 @@ func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
 	return bound
 }
 
-// tailOf is the rule's TailRule as smdp.TailLatency simulates it: a hold
-// bound as the live proxy keeps it, holdLate past the bound.
+// tailOf is the rule's TailRule as smdp.TailLatency simulates it, with
+// its hold bound as the live proxy keeps it (livedHold).
 func tailOf(first, second int, mix float64, hold time.Duration) smdp.TailRule {
-	if hold > 0 {
-		hold += holdLate
-	}
-	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(hold) / float64(time.Millisecond)}
+	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(livedHold(hold)) / float64(time.Millisecond)}
 }
 
-// holdLate is how late a hold bound ends live: the dispatcher's wait
-// timers wake through Go's network poller, whose wait has millisecond
-// resolution (docs/ALGORITHMS.md, "Costs outside tau(b)"), so a hold
-// planned for 150 µs lasts about a millisecond. Where a wait mostly ends
+// livedHold is how long a hold bound lasts live: the dispatcher's wait
+// timers wake through Go's network poller, whose wait is a whole number of
+// milliseconds from the moment it is set (docs/ALGORITHMS.md, "Costs
+// outside tau(b)"), so a hold of 150 µs or 600 µs lasts about 1.07 ms and
+// one of 2.3 ms about 3.1 ms on an idle process. Where a wait mostly ends
 // at an arrival this does not matter; a hold bound chosen for the tail
 // ends at its timer, and a plan that counted it exact would promise a p99
-// the calls do not live.
-const holdLate = time.Millisecond
+// the calls do not live. A busy process checks its timers more often:
+// then the hold ends sooner than counted, which only keeps the tail.
+func livedHold(hold time.Duration) time.Duration {
+	if hold <= 0 {
+		return 0
+	}
+	ms := time.Millisecond
+	return (hold+ms-1)/ms*ms + holdLate
+}
+
+// holdLate is how late past the whole milliseconds a poller's wait ends.
+const holdLate = 100 * time.Microsecond
 
 // withTail holds a mean-constrained plan to the p99 bound as well
 // (docs/ALGORITHMS.md, "The tail"). The tail model predicts the plan's
