@@ -266,7 +266,7 @@ func (p *Budget) plan(e Estimate) Rule {
 	if bp, ok := userRule.(budgetPlan); ok && bp.saving() < minSaving {
 		return p.untrimmed(workConserving(fmt.Sprintf(
 			"the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
-			p.Budget, 100*bp.saving(), 100*minSaving, bp.Status().Note)), e)
+			p.promise(), 100*bp.saving(), 100*minSaving, bp.Status().Note)), e)
 	}
 	// The plan at the budget the trim gives: the user's plan above when
 	// the trim is off or sits at the user's budget.

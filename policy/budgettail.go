@@ -410,3 +410,18 @@ func (p *Budget) tailTrimNote() string {
 	}
 	return fmt.Sprintf("; tail trim: bound x%.2f (calls lived p99 %.4g ms against %.4g live, %d steps)", p.tailScaleNow(), t.lived, t.liveBound, t.steps)
 }
+
+// promise names the bounds the plans keep, for notes.
+func (p *Budget) promise() string {
+	var parts []string
+	if !p.MeanFree {
+		parts = append(parts, "mean "+p.Budget.String())
+	}
+	if p.Tail > 0 {
+		parts = append(parts, "p99 "+strconv.FormatFloat(p.Tail, 'f', -1, 64)+"x")
+	}
+	if p.SLOP99 > 0 {
+		parts = append(parts, "p99 under "+p.SLOP99.String())
+	}
+	return strings.Join(parts, ", ")
+}
