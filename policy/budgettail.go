@@ -275,9 +275,14 @@ func (p *Budget) setTail(o Options) error {
 // monitor's histogram of the calls, Live.Hist) is held against the live
 // bound: the SLO, or the tail budget times the p99 ad-hoc's slices lived
 // (the mean's trim runs them; without them the relative bound is not
-// checked). Over the bound, the bound the plans hold moves down by the
-// ratio (at most halved per step); under 90% of it, back up by a damped
-// square root, never past the user's. The scale is rounded to
+// checked). When more calls than 1% lived over the bound, by two binomial
+// standard errors, the bound the plans hold moves down by the ratio of
+// the lived p99 to the bound (at most halved per step); when fewer than
+// 1% lived over 90% of it, back up by a damped square root, never past
+// the user's; otherwise the measurement goes on (up to a minute). A p99
+// over a few thousand calls is a few per cent off either way, and steps
+// on that noise, down at once and up damped, would walk the bound to the
+// floor. The scale is rounded to
 // tailTrimStep and each scale has its own plan cache, so a scale visited
 // again is not solved again.
 type tailTrim struct {
@@ -294,8 +299,11 @@ type tailTrim struct {
 const (
 	tailTrimSlices = 30
 	tailTrimCalls  = 1000
-	tailTrimStep   = 0.02
-	tailTrimMin    = 0.2
+	// tailTrimMaxSlices bounds a measurement that cannot tell the p99
+	// from its bound (a minute at the default window).
+	tailTrimMaxSlices = 600
+	tailTrimStep      = 0.02
+	tailTrimMin       = 0.2
 	// tailTrimAim is the share of the live bound the trim aims at: a
 	// p99 measured over a thousand calls is a few per cent off.
 	tailTrimAim = 0.95
@@ -342,18 +350,28 @@ func (p *Budget) observeTail(live Live) bool {
 			bound = b
 		}
 	}
-	lived := t.budget.QuantileMs(0.99)
-	t.budget, t.slices = Hist{}, 0
 	if bound <= 0 {
+		t.budget, t.slices = Hist{}, 0
 		return false
 	}
+	// A step only when the calls over the bound (or under nine tenths of
+	// it) are more (fewer) than 1% of them by two binomial standard
+	// errors; otherwise the measurement goes on, up to tailTrimMaxSlices.
+	n := t.budget.Count()
+	sd := math.Sqrt(n * 0.01 * 0.99)
+	over, under := t.budget.CountAbove(bound) > 0.01*n+2*sd, t.budget.CountAbove(0.9*bound) < 0.01*n-2*sd
+	if !over && !under && t.slices < tailTrimMaxSlices {
+		return false
+	}
+	lived := t.budget.QuantileMs(0.99)
+	t.budget, t.slices = Hist{}, 0
 	t.lived, t.liveBound = lived, bound
 	s := p.tailScaleNow()
 	r := lived / bound
 	switch {
-	case r > 1:
+	case over:
 		s *= max(tailTrimAim/r, 0.5)
-	case r < 0.9:
+	case under:
 		s *= min(math.Sqrt(tailTrimAim/r), 1.2)
 	default:
 		return false

@@ -166,3 +166,34 @@ func TestHistQuantile(t *testing.T) {
 		}
 	}
 }
+
+// A p99 that cannot be told from its bound is no step: 1.2% of a few
+// thousand calls just over the SLO is within the noise of a plan that
+// keeps it.
+func TestTailTrimWaitsOutTheNoise(t *testing.T) {
+	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	e := energyEstimate(150)
+	h := new(Hist)
+	h.Add(HistBucket(5*time.Millisecond), 98.8)
+	h.Add(HistBucket(11*time.Millisecond), 1.2)
+	e.Live = Live{Calls: 100, MeanMs: 5, Hist: h}
+	for range 3 * tailTrimSlices {
+		p.Plan(e)
+	}
+	if p.tt.steps != 0 || p.tailScaleNow() != 1 {
+		t.Errorf("1.2%% of the calls at 11 ms against an SLO of 10: %d steps, scale %.2f", p.tt.steps, p.tailScaleNow())
+	}
+}
+
+func TestHistCountAbove(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 1000; i++ {
+		h.Add(HistBucket(time.Duration(i)*time.Millisecond/100), 1) // 0.01 .. 10 ms
+	}
+	for _, ms := range []float64{1, 5, 9.9} {
+		want := 1000 * (10 - ms) / 10
+		if got := h.CountAbove(ms); math.Abs(got-want) > 0.06*1000*ms/10+1 {
+			t.Errorf("above %v ms: %.1f calls, want %.0f", ms, got, want)
+		}
+	}
+}

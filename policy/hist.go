@@ -73,3 +73,17 @@ func (h *Hist) QuantileMs(q float64) float64 {
 	}
 	return float64(histMin) * math.Exp2(float64(HistBuckets)/histPerOctave) / float64(time.Millisecond)
 }
+
+// CountAbove is the number of calls above ms, the bucket holding ms split
+// geometrically.
+func (h *Hist) CountAbove(ms float64) float64 {
+	d := time.Duration(ms * float64(time.Millisecond))
+	i := HistBucket(d)
+	n := 0.0
+	for _, c := range h[i+1:] {
+		n += c
+	}
+	lo := float64(histMin) * math.Exp2(float64(i)/histPerOctave)
+	f := math.Log2(float64(d)/lo) * histPerOctave // share of bucket i below ms
+	return n + h[i]*(1-min(max(f, 0), 1))
+}
