@@ -205,6 +205,14 @@ type Monitor struct {
 	// calls that arrived since the last plan (Answered), for
 	// Estimate.Live; sliceStart is that plan's time (UnixNano).
 	liveNs, liveCalls, sliceStart atomic.Int64
+	// liveHist counts the same calls by latency (policy.HistBucket), for
+	// the distribution the budget's trim holds to its p99 bound; lived
+	// is its decayed sum over the slices, and livedP99 and livedMean
+	// (math.Float64bits, ms) what /status shows of it.
+	liveHist            [policy.HistBuckets]atomic.Int64
+	lived               policy.Hist
+	livedNs, livedCalls float64
+	livedP99, livedMean atomic.Uint64
 	// gapBySize measures the round trip beyond the server's compute per
 	// batch size (index b-1), for the overhead's line (overheadLine).
 	gapBySize []gapSums
@@ -418,6 +426,7 @@ func (m *Monitor) observeCall(arrived time.Time, latency time.Duration) {
 	}
 	m.liveNs.Add(int64(latency))
 	m.liveCalls.Add(1)
+	m.liveHist[policy.HistBucket(latency)].Add(1)
 }
 
 // live takes the calls' mean latency since the last plan and starts a new
@@ -426,11 +435,30 @@ func (m *Monitor) live(now time.Time) policy.Live {
 	m.sliceStart.Store(now.UnixNano())
 	n := m.liveCalls.Swap(0)
 	ns := m.liveNs.Swap(0)
+	h := new(policy.Hist)
+	for i := range m.liveHist {
+		if c := m.liveHist[i].Swap(0); c > 0 {
+			h.Add(i, float64(c))
+		}
+	}
+	m.lived.Scale(livedDecay)
+	m.lived.Merge(h, 1)
+	m.livedNs, m.livedCalls = livedDecay*m.livedNs+float64(ns), livedDecay*m.livedCalls+float64(n)
+	if m.livedCalls > 0 {
+		m.livedP99.Store(math.Float64bits(m.lived.QuantileMs(0.99)))
+		m.livedMean.Store(math.Float64bits(m.livedNs / m.livedCalls / float64(time.Millisecond)))
+	}
 	if n <= 0 {
 		return policy.Live{}
 	}
-	return policy.Live{Calls: int(n), MeanMs: float64(ns) / float64(n) / float64(time.Millisecond)}
+	return policy.Live{Calls: int(n), MeanMs: float64(ns) / float64(n) / float64(time.Millisecond), Hist: h}
 }
+
+// livedDecay is the weight a slice's calls keep at the next plan in the
+// lived distribution /status shows: a half-life of about 70 slices (7 s
+// at the default window), long enough for a p99 over thousands of calls
+// at a few hundred a second, short enough to follow a change of rule.
+const livedDecay = 0.99
 
 // Extra is the time outside tau(b) the plan counts: the measured means,
 // a kind of batch not seen yet taking the other kind's, zero before any
@@ -1031,6 +1059,15 @@ type Snapshot struct {
 	MaxBatch  int     `json:"max_batch_size"`
 	Instances int     `json:"instances"`
 	Arrivals  int64   `json:"arrivals_total"`
+	// PlannedMeanMs and PlannedP99Ms are the rule's predicted latency
+	// (the budget policy's tail model; 0 when the rule predicts none),
+	// LivedMeanMs and LivedP99Ms the calls' inside the proxy over the
+	// last seconds (arrival to answer, decayed with a half-life of about
+	// 70 plans).
+	PlannedMeanMs float64 `json:"planned_mean_ms"`
+	PlannedP99Ms  float64 `json:"planned_p99_ms"`
+	LivedMeanMs   float64 `json:"lived_mean_ms"`
+	LivedP99Ms    float64 `json:"lived_p99_ms"`
 }
 
 // Snapshot returns the current state.
@@ -1058,6 +1095,11 @@ func (m *Monitor) Snapshot() Snapshot {
 		Instances:  p.est.Instances,
 		Arrivals:   m.total.Load(),
 		Outside:    m.outsideSnapshot(p.est.Extra),
+
+		PlannedMeanMs: st.PlannedMeanMs,
+		PlannedP99Ms:  st.PlannedP99Ms,
+		LivedMeanMs:   math.Float64frombits(m.livedMean.Load()),
+		LivedP99Ms:    math.Float64frombits(m.livedP99.Load()),
 	}
 	if m.serverFed.Load() {
 		s.FitSource = "server statistics"

@@ -131,13 +131,7 @@ func TestOverheadOfOneSizeIsAConstant(t *testing.T) {
 // arrived since the plan before: a call that arrived earlier lived partly
 // under an older rule and is not counted; each plan starts a new sum.
 func TestLiveLatencyIsTheSliceCalls(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	rec := &recorder{}
-	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Tick()
+	m, clk, rec := sliceMonitor(t)
 	start := clk.now()
 	clk.add(50 * time.Millisecond)
 	m.observeCall(start.Add(-time.Millisecond), 9*time.Millisecond) // before the slice: dropped
@@ -269,4 +263,49 @@ func TestOverheadIgnoresTheBatchesOwnSpread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The slice's calls reach the plan as a distribution too (Live.Hist), and
+// /status shows their p99 and mean over the last slices.
+func TestLiveDistributionAndLivedP99(t *testing.T) {
+	m, clk, rec := sliceMonitor(t)
+	start := clk.now()
+	clk.add(50 * time.Millisecond)
+	for i := range 200 { // 198 calls at 2 ms, 2 at 40 ms
+		d := 2 * time.Millisecond
+		if i%100 == 0 {
+			d = 40 * time.Millisecond
+		}
+		m.observeCall(start.Add(time.Millisecond), d)
+	}
+	clk.add(50 * time.Millisecond)
+	m.Tick()
+	live := rec.estimate().Live
+	if live.Hist == nil || live.Hist.Count() != 200 {
+		t.Fatalf("live %+v, want the 200 calls' histogram", live)
+	}
+	if p50 := live.Hist.QuantileMs(0.5); math.Abs(p50/2-1) > 0.1 {
+		t.Errorf("slice p50 %.4g ms, want 2", p50)
+	}
+	if p := live.Hist.QuantileMs(0.995); p < 30 {
+		t.Errorf("slice p99.5 %.4g ms, want the 40-ms calls", p)
+	}
+	s := m.Snapshot()
+	wantMean := (198*2 + 2*40) / 200.0
+	if math.Abs(s.LivedMeanMs/wantMean-1) > 1e-6 || math.Abs(s.LivedP99Ms/2-1) > 0.1 {
+		t.Errorf("snapshot lived mean %.4g ms p99 %.4g ms, want %.4g and 2", s.LivedMeanMs, s.LivedP99Ms, wantMean)
+	}
+}
+
+// sliceMonitor is a monitor on a fake clock, its first plan made.
+func sliceMonitor(t *testing.T) (*Monitor, *fakeClock, *recorder) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	rec := &recorder{}
+	m, err := New(Config{Model: "m", Policy: rec, Window: time.Second, MaxBatch: 8, Instances: 1, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Tick()
+	return m, clk, rec
 }

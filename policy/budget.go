@@ -19,13 +19,12 @@ var DefaultLatencyBudget = smdp.Budget{Factor: 1.10}
 
 // Defaults of the budget policy's cache.
 const (
-	// DefaultBudgetResolve is the budget policy's rate grid: 2%, finer
-	// than smdp's 10%. A budget is a promise about mean latency, and near
-	// saturation latency moves much faster than the rate (at rho 0.9 a
-	// rate 5% low, the worst a 10% grid gives, plans for a queue a third
-	// shorter than the real one); a 2% grid keeps the planned rate within
-	// 1%. The price is more solves, each a few hundred milliseconds to a
-	// few seconds, off the request path and cached.
+	// DefaultBudgetResolve is the budget policy's rate grid, finer than
+	// smdp's: a budget is a promise about mean latency, and near
+	// saturation latency moves much faster than the rate, so a coarse grid
+	// plans for a queue shorter than the real one (docs/ALGORITHMS.md,
+	// "The live rule"). The price is more solves, off the request path
+	// and cached.
 	DefaultBudgetResolve = 0.02
 	// budgetCacheSize is how many constrained optima the policy keeps.
 	budgetCacheSize = 256
@@ -82,13 +81,25 @@ type Budget struct {
 	// given, whatever the calls lived (budgettrim.go).
 	NoTrim bool
 
+	// Tail, when > 0, bounds the plan's p99 to Tail times ad-hoc's on the
+	// same model, as the tail model predicts both (budgettail.go).
+	Tail float64
+	// SLOP99, when > 0, bounds the plan's p99 absolutely. With MeanFree
+	// the mean is not bounded (Budget is not solved for): the plan is the
+	// most requests per joule whose p99 stays under SLOP99.
+	SLOP99   time.Duration
+	MeanFree bool
+
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
-	finite map[finiteKey]*planCache   // closed loops, by budget and population
-	meter  solveMeter
-	kept   Rule // the last planned rule, kept while no decision could wait
-	trim   trim
-	solves int
+	// byScale holds caches by the tail trim's scale of the p99 bound.
+	byScale map[float64]map[smdp.Budget]*planCache
+	tt      tailTrim
+	finite  map[finiteKey]*planCache // closed loops, by budget and population
+	meter   solveMeter
+	kept    Rule // the last planned rule, kept while no decision could wait
+	trim    trim
+	solves  int
 	// capacity follows the log of the throughput of full batches as the
 	// plans read it, so its spread from window to window counts in the
 	// margin kept from overload (nearOverload).
@@ -123,6 +134,9 @@ func init() {
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
 		p.NoTrim = o.NoTrim
 		p.meter = newSolveMeter(o)
+		if err := p.setTail(o); err != nil {
+			return nil, err
+		}
 		return p, nil
 	})
 }
@@ -140,10 +154,18 @@ func (p *Budget) Resume(earlier Policy) {
 		return
 	}
 	e.mu.Lock()
-	t := e.trim
+	t, tt := e.trim, e.tt
+	sameTail := e.Tail == p.Tail && e.SLOP99 == p.SLOP99
 	e.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if sameTail {
+		// The tail's trim carries over whatever the mean's does: its
+		// scale and its measurements (ad-hoc's calls too).
+		tt.last, tt.prior = sliceOther, sliceOther
+		p.tt = tt
+		p.caches = nil
+	}
 	if p.NoTrim || e.NoTrim {
 		return
 	}
@@ -176,6 +198,17 @@ func (p *Budget) resolve() float64 {
 
 // Plan implements Policy.
 func (p *Budget) Plan(e Estimate) Rule {
+	p.mu.Lock()
+	p.observeTail(e.Live)
+	p.mu.Unlock()
+	r := p.plan(e)
+	p.mu.Lock()
+	p.ranTail(r)
+	p.mu.Unlock()
+	return r
+}
+
+func (p *Budget) plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return fallback(NameBudget, e, err)
 	}
@@ -201,11 +234,11 @@ func (p *Budget) Plan(e Estimate) Rule {
 	pop, closed := closedLoop(e, m)
 	if e.Stepped && !closed {
 		// A burst or a step: the queue holds the old rate's transient and
-		// the new rate is one slice's count. Waiting planned for a steady
-		// load cost 1.4x ad-hoc's latency live on on/off traffic
-		// (docs/ALGORITHMS.md, "Bursts"). A closed loop's rate is not
-		// its load but its output: the plan for it raises the rate it
-		// measures, which is no step (its load is the population).
+		// the new rate is one slice's count, so waiting planned for a
+		// steady load does not hold (docs/ALGORITHMS.md, "Bursts"). A
+		// closed loop's rate is not its load but its output: the plan for
+		// it raises the rate it measures, which is no step (its load is
+		// the population).
 		return p.untrimmed(workConserving(fmt.Sprintf(
 			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window)), e)
 	}
@@ -233,7 +266,7 @@ func (p *Budget) Plan(e Estimate) Rule {
 	if bp, ok := userRule.(budgetPlan); ok && bp.saving() < minSaving {
 		return p.untrimmed(workConserving(fmt.Sprintf(
 			"the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
-			p.Budget, 100*bp.saving(), 100*minSaving, bp.Status().Note)), e)
+			p.promise(), 100*bp.saving(), 100*minSaving, bp.Status().Note)), e)
 	}
 	// The plan at the budget the trim gives: the user's plan above when
 	// the trim is off or sits at the user's budget.
@@ -249,6 +282,9 @@ func (p *Budget) Plan(e Estimate) Rule {
 	rule := pick()
 	bp, ok := rule.(budgetPlan)
 	if !ok || p.NoTrim {
+		if ok {
+			rule = bp.withTrim(p.tailTrimNote())
+		}
 		return p.untrimmed(rule, e)
 	}
 	// The rule's model is at the rate (or the closed loop) of the window
@@ -271,7 +307,7 @@ func (p *Budget) Plan(e Estimate) Rule {
 		p.kept = p.guard(trimAdhocRule(e, "live trim: the calls lived over the budget with every plan down to a 1% slack; ad-hoc"+p.trim.note(p.Budget)), e)
 		return p.kept
 	}
-	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)), e)
+	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)+p.tailTrimNote()), e)
 	return p.kept
 }
 
@@ -301,23 +337,19 @@ func workConserving(reason string) Rule {
 // it ad-hoc runs (work-conserving). A plan's saving is the model's, and
 // the model is a few per cent off live (its fit, its overheads, the
 // arrivals it assumes); a wait that saves less than that is as likely to
-// cost as to save, and its wait costs latency for certain. Sixteen
-// synchronous clients on the rough emulator (B_max 8) were planned "wait
-// for 8 rows" for a 0.4% saving; live, runs of the same two policies
-// differ by 1-2% either way (docs/RESULTS.md), so such a saving cannot be
-// seen, let alone promised. The constrained optimum gives up at most this
-// share, so in simulation the policy stays within 1% of it.
+// cost as to save, and its wait costs latency for certain
+// (docs/ALGORITHMS.md, "A saving too small to tell from the model's
+// error"). It is also where the tail's bound leaves nothing to save (a
+// trickle of requests): the default then sends at once.
 const minSaving = 0.01
 
 // guardHoldPlans is how many plans the budget stays work-conserving after
 // the load last reached the near-overload line. The line is crossed by a
 // window's count of arrivals, and at a load near it that count falls on
-// either side from one second to the next: on PyTriton at 650 req/s
-// (/status read every 4 s) the budget alternated between the guard at an
-// estimated rho 0.80-0.86 and a plan waiting for 11 of 16 rows at rho
-// 0.77-0.79, each plan starting on the queue the last left. Fifty plans are five seconds at the
-// default window: what a plan near the line would save (a few per cent
-// of the energy) is not worth a backlog.
+// either side from one second to the next; each plan would start on the
+// queue the last left. Fifty plans are five seconds at the default window:
+// what a plan near the line would save is not worth a backlog
+// (docs/ALGORITHMS.md, "Near overload").
 const guardHoldPlans = 50
 
 // overloadSigmas is how many standard errors of the load the budget keeps
@@ -332,19 +364,10 @@ const overloadSigmas = 3
 // overheads are measured too).
 //
 // Near saturation a plan's latency moves as 1/(1-rho)^2 with the rate, so
-// a rate a few per cent off plans a wait the queue cannot pay for: with
-// 300 arrivals a window (resnet152-titanrtx, 93 ms batches, rho 0.9) the
-// constrained optimum, solved at each window's count, lived 1.12-1.13x
-// ad-hoc's latency in simulation for a 1.10x budget, the trim unable to
-// help with ten batches a window. The saving there is under 1.5% of the
-// energy (docs/LEARNING.md, "A default that never hurts"); ad-hoc is
-// within every budget. A fast model's window holds thousands of arrivals
-// (googlenet-p4 at rho 0.9: 2,660, rho + 3 sigma 0.95), but live its
-// capacity moves: on the exact emulator (B_max 8, 1,910 req/s) the plans
-// read the throughput of full batches anywhere from 1,995 to 2,145 req/s
-// as the fit and the overheads moved with the machine's load, and the
-// budget planned waits at "rho 0.91" that lived 2.3x ad-hoc's mean
-// latency (docs/RESULTS.md, "Near saturation").
+// a rate a few per cent off plans a wait the queue cannot pay for, and the
+// saving there is small; ad-hoc is within every budget. Live the capacity
+// moves too, as the fit and the overheads move with the host's load
+// (docs/ALGORITHMS.md, "Near overload").
 //
 // The margin ends short of the model's capacity, at 1 - congestionMargin:
 // a wait near saturation raises the number of calls in flight, and a
@@ -352,14 +375,8 @@ const overloadSigmas = 3
 // plan that waits can tip the load into a backlog that ad-hoc at the same
 // rate never enters (below, congestionMargin).
 //
-// The margin was measured on batches of exact times. A server whose
-// batches vary (scv, Estimate.ServiceSCV) queues as an exact one at a
-// higher load, congestedRho, and the test reads that load: on the rough
-// emulator (1% of batches 3-10x slower, stalls; scv 0.09-0.29 measured) Poisson
-// at 0.8 of the capacity the host answered was planned at rho 0.82 and
-// lived 1.11-1.88x ad-hoc's mean latency, where the plan's model said
-// 1.05x (docs/RESULTS.md, "The overhead measured against the same
-// batches' compute").
+// A server whose batches vary (scv, Estimate.ServiceSCV) queues as an
+// exact one at a higher load, congestedRho, and the test reads that load.
 func nearOverload(m smdp.Model, arrivals int, capVar, scv float64) bool {
 	if arrivals <= 0 {
 		return false
@@ -381,20 +398,12 @@ func congestedRho(rho, scv float64) float64 {
 }
 
 // congestionMargin is the share of the modelled capacity a plan keeps free
-// for the proxy's own congestion. On the exact emulator (B_max 8, the
-// proxy, emulator and load generator on two cores) Poisson at 1,635 req/s
-// was planned at rho 0.82-0.87 (control limits 5/6 and 6/7, +2.9% and
-// +3.2% requests per joule live) with the count's 3 standard errors inside the margin;
-// live, about 25 s into a run, the waits' longer latencies had raised the
-// load generator's connections from 42 to 187, the throughput of full
-// batches fell to 1,475 req/s (the model's: 1,910), a backlog formed and
-// held, and the budget lived 1.24x and 1.31x ad-hoc's mean latency, its
-// p99 up to 2.2x (docs/RESULTS.md); ad-hoc's segments lived 6.0-6.3 ms.
-// At 1,541 req/s (rho 0.81) the same build lived
-// 1.05x. A tenth of the capacity kept free makes rho 0.86 with 1,635
-// arrivals a second work-conserving and leaves rho 0.81 planned; it gives
-// up what a plan saves there (4.4% of the energy at rho 0.8 in the model,
-// TestBudgetNeedsAMaterialSaving logs it; less nearer capacity).
+// for the proxy's own congestion: on a host shared by the proxy, the
+// server and the clients, the waits' longer latencies raise the calls in
+// flight, the throughput of full batches falls below the model's and a
+// backlog forms that ad-hoc at the same rate never enters
+// (docs/ALGORITHMS.md, "Near overload"). It gives up what a plan saves
+// near capacity, which is little (TestBudgetNeedsAMaterialSaving logs it).
 const congestionMargin = 0.10
 
 // ewVariance is an exponentially weighted mean and variance of a series.
@@ -428,7 +437,7 @@ func (v *ewVariance) variance() float64 { return v.vari }
 // b, from the cache or solved.
 func (p *Budget) rule(b smdp.Budget, grid int, m smdp.Model, busyTime bool) Rule {
 	if p.caches == nil {
-		p.caches = make(map[smdp.Budget]*planCache)
+		p.useTailScale()
 	}
 	cache := p.caches[b]
 	if cache == nil {
@@ -457,10 +466,10 @@ func (p *Budget) rule(b smdp.Budget, grid int, m smdp.Model, busyTime bool) Rule
 //
 // A looser budget's plan is never taken for b. The live trim tightens the
 // budget when the calls lived above the promise; planning the tighter
-// budget with the looser one's rule until a solve was allowed (5-20 s at
-// rho 0.8, where a constrained optimum takes several solves of 0.1-0.4 s) kept the
-// very rule that broke the promise, and the trim, measuring it under the
-// new budget, stepped on down past where it meant to go. The
+// budget with the looser one's rule until a solve was allowed would keep
+// the very rule that broke the promise, and the trim, measuring it under
+// the new budget, would step on down past where it meant to go
+// (docs/ALGORITHMS.md, "Solves within a share of a core"). The
 // work-conserving rule is no BudgetRule, so Plan does not count its calls
 // for the trim either: the trim holds its budget until that budget is
 // solved.
@@ -515,12 +524,9 @@ func stricter(a, b smdp.Budget) bool {
 // overflow share is at or above smdp.DeltaAccept, up to SMDPStates. A
 // solve's cost grows as the cube of its states (GTH elimination of the
 // embedded chain, several evaluations per Lagrangian search), and away
-// from saturation the queue almost never holds four batches. At rho 0.2
-// with B_max 8 a solve over 200 states takes 26 ms of a core, over 32 it
-// takes 1.1 ms (BenchmarkBudgetSolve; at rho 0.9, 181 against 30 ms), and
-// live a budget that solved and trimmed as usual but sent as ad-hoc did
-// lived 1.07x ad-hoc's mean latency on the rough emulator, p99 25 ms
-// against 16 (docs/RESULTS.md, "The solves' own cost"). Truncated where
+// from saturation the queue almost never holds four batches; the solves'
+// bursts cost the calls latency of their own (BenchmarkBudgetSolve;
+// docs/ALGORITHMS.md, "Solves within a share of a core"). Truncated where
 // the queue does not reach, the optimum is the same
 // (TestBudgetSolveStartsSmall).
 func budgetFirstStates(maxBatch int) int { return max(4*maxBatch, 32) }
@@ -528,7 +534,10 @@ func budgetFirstStates(maxBatch int) int { return max(4*maxBatch, 32) }
 // solve computes the constrained optimum for m and turns it into a rule; a
 // failed solve gives the work-conserving rule (cached too, so a model the
 // solver rejects is not retried every window).
-func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
+func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) (out Rule) {
+	if p.MeanFree {
+		return p.solveSLO(m, busyTime)
+	}
 	sMax := p.SMax
 	states := sMax
 	if sMax == 0 {
@@ -550,10 +559,28 @@ func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) Rule {
 	if err != nil {
 		return Limit{Policy: NameBudget, Limit: 1, Note: "latency budget solve failed, work-conserving: " + err.Error()}
 	}
-	wait := p.MaxWait
-	if wait <= 0 {
-		wait = poissonWait(max(c.First.Limit, c.Second.Limit), m.LambdaPerMs)
+	if p.Tail > 0 || p.SLOP99 > 0 {
+		// The hold bound of the mean's plan, kept unless the tail needs
+		// a shorter one.
+		r := p.withTail(BudgetRule{
+			first:  Limit{Policy: NameBudget, Limit: c.First.Limit, MaxWait: p.waitFor(c, m)},
+			second: Limit{Policy: NameBudget, Limit: c.Second.Limit, MaxWait: p.waitFor(c, m)},
+			mix:    c.Mix,
+		}, m, c.BudgetMs)
+		defer func() {
+			br := out.(BudgetRule)
+			br.tail, br.tailBound = r.tail, r.tailBound
+			if r.tailBound {
+				br.first.Limit, br.second.Limit, br.mix = r.first.Limit, r.second.Limit, r.mix
+				br.first.MaxWait, br.second.MaxWait = r.first.MaxWait, r.second.MaxWait
+				br.first.Note += r.tail.heldNote(r)
+			}
+			br.first.Note += r.tail.note()
+			br.second.Note = br.first.Note
+			out = br
+		}()
 	}
+	wait := p.waitFor(c, m)
 	unit := "W"
 	if busyTime {
 		unit = "GPU-busy share"
@@ -627,6 +654,10 @@ type BudgetRule struct {
 	model         smdp.Model
 	trimNote      string // the live trim's state when the rule was handed out
 	solveNote     string // set when the rule was solved for another rate
+	// tail is the tail model's prediction for the rule (nil: none);
+	// tailBound says the p99 bound chose the limits and the hold.
+	tail      *tailPlan
+	tailBound bool
 }
 
 // Decide implements Rule.
@@ -665,6 +696,9 @@ func (r BudgetRule) Status() Status {
 	st := r.first.Status()
 	st.BatchSize = min(r.first.Limit, r.second.Limit)
 	st.Note += r.solveNote + r.trimNote
+	if r.tail != nil {
+		st.PlannedMeanMs, st.PlannedP99Ms = r.tail.planned.MeanMs, r.tail.planned.P99Ms
+	}
 	return st
 }
 

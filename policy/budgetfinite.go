@@ -221,6 +221,9 @@ func (r FiniteRule) adhocMs() float64 { return r.constrained.Adhoc.LatencyMs }
 // saving is 1 - power/ad-hoc's power: the open model serves the same
 // arrivals under either rule, so powers compare as energies per request.
 func (r BudgetRule) saving() float64 {
+	if r.tailBound {
+		return r.tail.saving()
+	}
 	if !(r.constrained.AdhocPowerW > 0) {
 		return 0
 	}

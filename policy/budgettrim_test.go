@@ -28,30 +28,30 @@ func TestTrimSteps(t *testing.T) {
 		uncalibrated bool
 	}{
 		// Lived 1.20x for a 1.10x promise aimed at 1.08x: slack 0.10 * 0.08/0.20, the whole step.
-		{name: "above the promise", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 6}, want: quantize(0.10 * trimAim * 0.10 / 0.20)},
+		{name: "above the promise", user: rel, start: 0.10, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 6}, want: quantize(0.10 * trimAim * 0.10 / 0.20)},
 		// Lived 1.12x: 0.10 * 0.08/0.12.
-		{name: "a little above", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 5.6}, want: quantize(0.10 * trimAim * 0.10 / 0.12)},
+		{name: "a little above", user: rel, start: 0.10, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 5.6}, want: quantize(0.10 * trimAim * 0.10 / 0.12)},
 		// Lived 1.06x, under the aim: grown by the square root, 0.05 * sqrt(0.08/0.06).
-		{name: "under the aim", user: rel, start: 0.05, ref: 5, slices: n, live: Live{60, 5.3}, want: quantize(0.05 * math.Sqrt(trimAim*0.10/0.06))},
+		{name: "under the aim", user: rel, start: 0.05, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 5.3}, want: quantize(0.05 * math.Sqrt(trimAim*0.10/0.06))},
 		// Lived 1.05x: the slack grows by sqrt(1.5) (sqrt(2) capped), up to trimReach times the user's 0.10.
-		{name: "below the promise, capped", user: rel, start: 0.14, ref: 5, slices: n, live: Live{60, 5.25}, want: trimReach * 0.10},
-		{name: "below the promise", user: rel, start: 0.04, ref: 5, slices: n, live: Live{60, 5.25}, want: quantize(0.04 * math.Sqrt(1.5))},
-		{name: "far above: at most a quarter", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 10}, want: quantize(0.10 / 4)},
+		{name: "below the promise, capped", user: rel, start: 0.14, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 5.25}, want: trimReach * 0.10},
+		{name: "below the promise", user: rel, start: 0.04, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 5.25}, want: quantize(0.04 * math.Sqrt(1.5))},
+		{name: "far above: at most a quarter", user: rel, start: 0.10, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 10}, want: quantize(0.10 / 4)},
 		// The grid's last step down reaches ad-hoc itself: 0.01 times
 		// 0.8 is 0.008, which rounded to the 1% grid was 0.01 again, so a
 		// plan that overspent a little at a 1% slack could never stop
 		// waiting.
-		{name: "last step to ad-hoc", user: rel, start: trimStep, ref: 5, slices: n, live: Live{60, 5.5}, want: 0},
-		{name: "at ad-hoc, climbs back", user: rel, start: 0, ref: 5, slices: n, live: Live{60, 4.9}, want: trimStep},
-		{name: "too few calls", user: rel, start: 0.10, ref: 5, slices: 3 * n, live: Live{trimMinCalls/(3*n) - 1, 9}, want: 0.10, nostep: true},
-		{name: "too few slices", user: rel, start: 0.10, ref: 5, slices: n - 1, live: Live{5000, 9}, want: 0.10, nostep: true},
-		{name: "no model to check by", user: rel, start: 0.10, ref: 0, slices: n, live: Live{60, 9}, want: 0.10, nostep: true},
-		{name: "no live ad-hoc yet", user: rel, start: 0.10, ref: 5, slices: n, live: Live{60, 9}, want: 0.10, nostep: true, uncalibrated: true},
-		{name: "slices without calls", user: rel, start: 0.10, ref: 5, slices: 5 * n, live: Live{0, 0}, want: 0.10, nostep: true},
+		{name: "last step to ad-hoc", user: rel, start: trimStep, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 5.5}, want: 0},
+		{name: "at ad-hoc, climbs back", user: rel, start: 0, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 4.9}, want: trimStep},
+		{name: "too few calls", user: rel, start: 0.10, ref: 5, slices: 3 * n, live: Live{Calls: trimMinCalls/(3*n) - 1, MeanMs: 9}, want: 0.10, nostep: true},
+		{name: "too few slices", user: rel, start: 0.10, ref: 5, slices: n - 1, live: Live{Calls: 5000, MeanMs: 9}, want: 0.10, nostep: true},
+		{name: "no model to check by", user: rel, start: 0.10, ref: 0, slices: n, live: Live{Calls: 60, MeanMs: 9}, want: 0.10, nostep: true},
+		{name: "no live ad-hoc yet", user: rel, start: 0.10, ref: 5, slices: n, live: Live{Calls: 60, MeanMs: 9}, want: 0.10, nostep: true, uncalibrated: true},
+		{name: "slices without calls", user: rel, start: 0.10, ref: 5, slices: 5 * n, live: Live{Calls: 0, MeanMs: 0}, want: 0.10, nostep: true},
 		// Absolute: 5 ms lived for 4: share 1 * sqrt(0.98/1.25).
-		{name: "absolute above", user: abs, start: 1, ref: 4, slices: n, live: Live{60, 5}, want: quantize(math.Sqrt(trimAimAbs / 1.25))},
-		{name: "absolute below, capped", user: abs, start: 0.9, ref: 4, slices: n, live: Live{60, 2}, want: 1},
-		{name: "absolute floor", user: abs, start: 0.3, ref: 4, slices: n, live: Live{60, 40}, want: trimFloor},
+		{name: "absolute above", user: abs, start: 1, ref: 4, slices: n, live: Live{Calls: 60, MeanMs: 5}, want: quantize(math.Sqrt(trimAimAbs / 1.25))},
+		{name: "absolute below, capped", user: abs, start: 0.9, ref: 4, slices: n, live: Live{Calls: 60, MeanMs: 2}, want: 1},
+		{name: "absolute floor", user: abs, start: 0.3, ref: 4, slices: n, live: Live{Calls: 60, MeanMs: 40}, want: trimFloor},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

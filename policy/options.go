@@ -38,6 +38,12 @@ type Options struct {
 	// LatencyBudget is budget's mean-latency budget as smdp.ParseBudget
 	// reads it (empty: DefaultLatencyBudget).
 	LatencyBudget string `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
+	// TailBudget bounds budget's predicted p99 relative to ad-hoc's
+	// (empty: DefaultTailBudget, none when SLOP99 is set); SLOP99 bounds
+	// it absolutely, and alone (without LatencyBudget) leaves the mean
+	// unbounded.
+	TailBudget string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
+	SLOP99     time.Duration `yaml:"slo_p99" help:"budget: the p99 the plan keeps under (15ms): the most requests per joule within it, with no mean budget unless latency_budget is set"`
 	// SolveShare bounds the CPU of smdp's and budget's solves (see
 	// solveMeter); SolveFree lifts the bound, for the simulator, whose
 	// runs must not depend on how fast the machine solves.
@@ -117,7 +123,25 @@ func (o Options) Validate() error {
 	if _, err := o.budget(); err != nil {
 		return err
 	}
+	if o.SLOP99 < 0 {
+		return paramErr("slo_p99", "must be >= 0 (0: none), got %v", o.SLOP99)
+	}
+	if _, err := o.tailBudget(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// tailBudget is TailBudget read (0 when empty or off).
+func (o Options) tailBudget() (float64, error) {
+	if o.TailBudget == "" {
+		return 0, nil
+	}
+	f, err := ParseTailBudget(o.TailBudget)
+	if err != nil {
+		return 0, paramErr("tail_budget", "%v", err)
+	}
+	return f, nil
 }
 
 // budget is LatencyBudget read (zero when empty).

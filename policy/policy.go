@@ -121,10 +121,13 @@ func (c Callers) Closed() bool {
 	return c.Known && c.ClosedLoop > 0 && c.Others == 0 && c.ThinkMs > 0 && !math.IsInf(c.ThinkMs, 0)
 }
 
-// Live is a measured mean latency over a number of calls.
+// Live is a measured mean latency over a number of calls, and their
+// distribution where the monitor keeps it (nil: not kept, as in a
+// simulation).
 type Live struct {
 	Calls  int
 	MeanMs float64
+	Hist   *Hist
 }
 
 // Observed reports whether the estimate carries a measured window.
@@ -257,6 +260,10 @@ type Status struct {
 	MaxWait time.Duration
 	// Note says anything unusual, e.g. a fallback taken in Plan.
 	Note string
+	// PlannedMeanMs and PlannedP99Ms are the mean and the 99th percentile
+	// of latency the rule's plan predicts (the budget policy's tail model);
+	// zero when the rule predicts none.
+	PlannedMeanMs, PlannedP99Ms float64
 }
 
 func (s Status) String() string {

@@ -58,6 +58,9 @@ type State struct {
 	// the server's tau(b), nil without server statistics.
 	FitSource  string
 	OverheadMs *float64
+	// PlannedP99Ms is the p99 the rule's plan predicts (the budget
+	// policy's tail model); 0 when it predicts none.
+	PlannedP99Ms float64
 	// Energy is the batch energy line zeta(b) in mJ; nil when unknown.
 	Energy *batchcost.Energy
 	// Cumulative batches and rows sent; differences give rows per batch.
@@ -124,20 +127,22 @@ type BatchPoint struct {
 
 // ModelHistory is what the page draws for one model.
 type ModelHistory struct {
-	Model      string       `json:"model"`
-	Policy     string       `json:"policy"`
-	MaxBatch   int          `json:"max_batch_size"`
-	Instances  int          `json:"instances"`
-	AlphaMs    float64      `json:"alpha_ms"`
-	Tau0Ms     float64      `json:"tau0_ms"`
-	R2         float64      `json:"r2"`
-	FitSource  string       `json:"fit_source"`
-	OverheadMs *float64     `json:"overhead_ms"`
-	BetaMJ     *float64     `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
-	Zeta0MJ    *float64     `json:"zeta0_mj"` //
-	Headline   Headline     `json:"headline"`
-	Points     []Point      `json:"points"`
-	Batches    []BatchPoint `json:"batches"`
+	Model      string   `json:"model"`
+	Policy     string   `json:"policy"`
+	MaxBatch   int      `json:"max_batch_size"`
+	Instances  int      `json:"instances"`
+	AlphaMs    float64  `json:"alpha_ms"`
+	Tau0Ms     float64  `json:"tau0_ms"`
+	R2         float64  `json:"r2"`
+	FitSource  string   `json:"fit_source"`
+	OverheadMs *float64 `json:"overhead_ms"`
+	// PlannedP99Ms is the p99 the plan predicts; null when none.
+	PlannedP99Ms *float64     `json:"planned_p99_ms"`
+	BetaMJ       *float64     `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
+	Zeta0MJ      *float64     `json:"zeta0_mj"` //
+	Headline     Headline     `json:"headline"`
+	Points       []Point      `json:"points"`
+	Batches      []BatchPoint `json:"batches"`
 
 	// Sources are the callers now (dispatcher.SourceStats).
 	Sources dispatcher.SourceStats `json:"sources"`
@@ -336,6 +341,10 @@ func current(s State, tr *track) ModelHistory {
 	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
 		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches,
 		Sources: s.Sources, Health: s.Health}
+	if s.PlannedP99Ms > 0 {
+		p99 := s.PlannedP99Ms
+		m.PlannedP99Ms = &p99
+	}
 	if s.Energy != nil {
 		beta, zeta0 := s.Energy.BetaMJ, s.Energy.Zeta0MJ
 		m.BetaMJ, m.Zeta0MJ = &beta, &zeta0

@@ -65,6 +65,8 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.seriesCSV, "series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
 	fs.IntVar(&f.opts.Batch, "batch", 8, "static: the exact batch size b")
 	fs.StringVar(&f.opts.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
+	fs.StringVar(&f.opts.TailBudget, "tail-budget", "", "budget: p99 budget, a factor of ad-hoc's p99 (1.20x, the default) or off")
+	fs.DurationVar(&f.opts.SLOP99, "slo-p99", 0, "budget: the p99 to keep under (15ms): the most requests per joule within it, no mean budget unless --latency-budget is set")
 	fs.Float64Var(&f.opts.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
 	fs.BoolVar(&f.trim, "trim", false, "budget: run the live trim as serve does (ad-hoc a tenth of the time, the budget re-aimed by what the calls lived); off, the plan alone, which the simulator's exact model makes right")
 	fs.Float64Var(&f.opts.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")

@@ -70,28 +70,9 @@ func TestEvaluateMatchesMG1(t *testing.T) {
 	}
 }
 
-// gammaMs draws a Gamma time of mean mean and scale theta (Marsaglia and
-// Tsang; shape below 1 by the boost U^(1/shape)).
+// gammaMs draws a Gamma time of mean mean and scale theta.
 func gammaMs(rng *rand.Rand, mean, theta float64) float64 {
-	shape := mean / theta
-	boost := 1.0
-	if shape < 1 {
-		boost = math.Pow(rng.Float64(), 1/shape)
-		shape++
-	}
-	d := shape - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := rng.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		if u := rng.Float64(); math.Log(u) < x*x/2+d-d*v+d*math.Log(v) {
-			return boost * d * v * theta
-		}
-	}
+	return gamma(rng, mean/theta) * theta
 }
 
 // Ad-hoc with B_max 8 on Gamma batch times: the model's mean latency and

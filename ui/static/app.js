@@ -121,7 +121,8 @@ function headline(m) {
       : "needs the energy line zeta(b), learnt from the meter (not yet: /status energy_fit says why)");
   return `<div class="headline" data-model="${esc(m.model)}">` + energy + gain +
     cell("p50", "p50 latency", hl.p50_ms != null ? fmt(hl.p50_ms) + " ms" : "-", span + ", end to end") +
-    cell("p99", "p99 latency", hl.p99_ms != null ? fmt(hl.p99_ms) + " ms" : "-", span + ", end to end") +
+    cell("p99", "p99 latency", hl.p99_ms != null ? fmt(hl.p99_ms) + " ms" : "-", span + ", end to end" +
+      (m.planned_p99_ms != null ? `; the plan predicts ${fmt(m.planned_p99_ms)} ms inside the proxy` : "")) +
     cell("batch", "batch size", hl.sent_batch != null ? fmt(hl.sent_batch) : "-", `rows per batch sent; max ${m.max_batch_size}`) +
     cell("rho", "load rho", hl.rho != null ? fmt(hl.rho) : "-", `${fmt(hl.sent_rps)} req/s sent; 1 = saturated`) +
     `</div><p class="caption">Measured: requests per joule (the power meter, its shortest window), latency and batch size (the proxy). ` +

@@ -1,0 +1,447 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
+)
+
+// DefaultTailBudget is the budget policy's bound on the 99th percentile
+// of latency when none is set: 20% above ad-hoc's p99 on the same model.
+const DefaultTailBudget = 1.20
+
+// ParseTailBudget reads a tail budget as users write it: a factor >= 1 of
+// ad-hoc's p99 ("1.20x"), or "off" (no bound on the tail).
+func ParseTailBudget(s string) (float64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "off" || t == "none" {
+		return 0, nil
+	}
+	f, ok := strings.CutSuffix(t, "x")
+	v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+	if !ok || err != nil || !(v >= 1) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("tail budget %q: want a factor >= 1 of ad-hoc's p99 followed by x (1.20x), or off", s)
+	}
+	return v, nil
+}
+
+// tailRequests is the length of each simulation of the plan's tail
+// search (smdp.TailLatency): a candidate's p99 and energy are compared on
+// the same arrivals (one seed), so their order does not move with the
+// sampling noise, and a search of a few dozen candidates stays within a
+// few hundred milliseconds of a core, off the request path and cached.
+const tailRequests = 10000
+
+// tailHoldSteps is how many times the search halves a candidate's hold
+// bound: the bound is then within 1/64 of the p99 bound.
+const tailHoldSteps = 6
+
+// tailSeed fixes the arrivals of the tail search: a plan computed twice is
+// the same plan.
+const tailSeed = 0x5eed
+
+// tailPlan is what the tail model predicts for a planned rule, beside
+// ad-hoc's on the same model.
+type tailPlan struct {
+	planned, adhoc smdp.Tail
+	// boundMs is the p99 the plan was held to (0: none).
+	boundMs float64
+}
+
+// p99Bound is the p99 a plan must keep on the model whose ad-hoc p99 is
+// adhocP99Ms: the tail budget's factor of it, the SLO, the tighter of the
+// two, or none (0); the live trim scales the tail budget's slack over
+// ad-hoc and the SLO (tailTrim).
+func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
+	bound := 0.0
+	s := p.tailScaleNow()
+	if p.Tail > 0 {
+		bound = adhocP99Ms * (1 + (p.Tail-1)*s)
+	}
+	if p.SLOP99 > 0 {
+		slo := float64(p.SLOP99) / float64(time.Millisecond) * s
+		if bound == 0 || slo < bound {
+			bound = slo
+		}
+	}
+	return bound
+}
+
+// tailOf is the rule's TailRule as smdp.TailLatency simulates it, with
+// its hold bound as the live proxy keeps it (livedHold).
+func tailOf(first, second int, mix float64, hold time.Duration) smdp.TailRule {
+	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(livedHold(hold)) / float64(time.Millisecond)}
+}
+
+// livedHold is how long a hold bound lasts live: the dispatcher's wait
+// timers wake through Go's network poller, whose wait is a whole number of
+// milliseconds from the moment it is set (docs/ALGORITHMS.md, "Costs
+// outside tau(b)"), so a hold of 150 µs or 600 µs lasts about 1.07 ms and
+// one of 2.3 ms about 3.1 ms on an idle process. Where a wait mostly ends
+// at an arrival this does not matter; a hold bound chosen for the tail
+// ends at its timer, and a plan that counted it exact would promise a p99
+// the calls do not live. A busy process checks its timers more often:
+// then the hold ends sooner than counted, which only keeps the tail.
+func livedHold(hold time.Duration) time.Duration {
+	if hold <= 0 {
+		return 0
+	}
+	ms := time.Millisecond
+	return (hold+ms-1)/ms*ms + holdLate
+}
+
+// holdLate is how late past the whole milliseconds a poller's wait ends.
+const holdLate = 100 * time.Microsecond
+
+// withTail holds a mean-constrained plan to the p99 bound as well
+// (docs/ALGORITHMS.md, "The tail"). The tail model predicts the plan's
+// latency distribution and ad-hoc's; when the plan's p99 is within the
+// bound it stands. Otherwise the most requests per joule within both
+// bounds is searched among the plan's own limits and every pure control
+// limit, each with the longest hold bound that keeps the p99 and the mean
+// (meanMs; +Inf without a mean budget) within their bounds: a hold bound
+// cuts off the waits that make the tail. Ad-hoc (a hold of 0) is always
+// within both.
+func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule {
+	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
+	adhoc := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
+	bound := p.p99Bound(adhoc.P99Ms)
+	r.tail = &tailPlan{adhoc: adhoc, boundMs: bound}
+	if bound <= 0 {
+		r.tail.planned = smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait), o)
+		return r
+	}
+	if r.first.Limit > 1 || r.second.Limit > 1 {
+		// Its mean is the chain's, within the budget by construction:
+		// only the tail is checked (the simulation's mean is a sample).
+		planned := smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait), o)
+		if planned.P99Ms <= bound {
+			r.tail.planned = planned
+			return r
+		}
+	}
+	type candidate struct {
+		first, second int
+		mix           float64
+		hold          time.Duration
+		tail          smdp.Tail
+	}
+	best := candidate{first: 1, second: 1, tail: adhoc}
+	try := func(first, second int, mix float64) {
+		hi := min(poissonWait(max(first, second), m.LambdaPerMs), time.Duration(bound*float64(time.Millisecond)))
+		lo := time.Duration(0)
+		var at smdp.Tail
+		found := false
+		// The longest hold saves the most; a candidate that does not beat
+		// the best so far even there is not searched.
+		if t := smdp.TailLatency(m, tailOf(first, second, mix, hi), o); !(t.EnergyMJ < best.tail.EnergyMJ) {
+			return
+		} else if t.P99Ms <= bound && t.MeanMs <= meanMs {
+			lo, at, found = hi, t, true
+		}
+		for range tailHoldSteps {
+			if found && lo == hi {
+				break
+			}
+			mid := (lo + hi) / 2
+			t := smdp.TailLatency(m, tailOf(first, second, mix, mid), o)
+			if t.P99Ms <= bound && t.MeanMs <= meanMs {
+				lo, at, found = mid, t, true
+			} else {
+				hi = mid
+			}
+		}
+		if found && at.EnergyMJ < best.tail.EnergyMJ {
+			best = candidate{first: first, second: second, mix: mix, hold: lo, tail: at}
+		}
+	}
+	if r.mix > 0 && r.first.Limit != r.second.Limit {
+		try(r.first.Limit, r.second.Limit, r.mix)
+	}
+	for _, l := range tailLimits(m.MaxBatch) {
+		try(l, l, 0)
+	}
+	r.tail.planned = best.tail
+	r.first.Limit, r.second.Limit, r.mix = best.first, best.second, best.mix
+	r.first.MaxWait, r.second.MaxWait = best.hold, best.hold
+	r.tailBound = true
+	return r
+}
+
+// tailLimits are the pure control limits the tail search tries: every
+// limit up to 4, then steps of about a half, and B_max.
+func tailLimits(maxBatch int) []int {
+	var out []int
+	for l := 2; l < maxBatch; l = max(l+1, l*3/2) {
+		out = append(out, l)
+	}
+	if maxBatch >= 2 {
+		out = append(out, maxBatch)
+	}
+	return out
+}
+
+// tailNote says what the tail model predicts, for the rule's status.
+func (t *tailPlan) note() string {
+	if t == nil {
+		return ""
+	}
+	s := fmt.Sprintf("; tail model: p99 %.4g ms, mean %.4g ms (ad-hoc p99 %.4g, mean %.4g)", t.planned.P99Ms, t.planned.MeanMs, t.adhoc.P99Ms, t.adhoc.MeanMs)
+	if t.boundMs > 0 {
+		s += fmt.Sprintf(", p99 bound %.4g ms", t.boundMs)
+	}
+	return s
+}
+
+// saving is 1 - energy per request / ad-hoc's, from the tail model's
+// simulation of both.
+func (t *tailPlan) saving() float64 {
+	if !(t.adhoc.EnergyMJ > 0) {
+		return 0
+	}
+	return 1 - t.planned.EnergyMJ/t.adhoc.EnergyMJ
+}
+
+// heldNote says how the p99 bound changed the mean's plan.
+func (t *tailPlan) heldNote(r BudgetRule) string {
+	return fmt.Sprintf("; held to the p99 bound: control limits %d/%d mixed %.3f, hold bound %v, %.2f%% of ad-hoc's energy per request saved",
+		r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait.Round(10*time.Microsecond), 100*t.saving())
+}
+
+// waitFor is the hold bound of a mean-constrained plan: MaxWait when set,
+// else the time its limit's arrivals take (poissonWait).
+func (p *Budget) waitFor(c smdp.Constrained, m smdp.Model) time.Duration {
+	if p.MaxWait > 0 {
+		return p.MaxWait
+	}
+	return poissonWait(max(c.First.Limit, c.Second.Limit), m.LambdaPerMs)
+}
+
+// solveSLO is the plan of a p99 bound without a mean budget: the most
+// requests per joule whose predicted p99 stays under the SLO.
+func (p *Budget) solveSLO(m smdp.Model, busyTime bool) Rule {
+	r := p.withTail(BudgetRule{
+		first:  Limit{Policy: NameBudget, Limit: 1},
+		second: Limit{Policy: NameBudget, Limit: 1},
+		seed:   p.Seed, model: m,
+	}, m, math.Inf(1))
+	r.tailBound = true
+	r.constrained = smdp.Constrained{AdhocLatencyMs: r.tail.adhoc.MeanMs, Mix: r.mix}
+	r.constrained.LatencyMs, r.constrained.MeanBatch = r.tail.planned.MeanMs, r.tail.planned.MeanBatch
+	r.constrained.First.Limit, r.constrained.Second.Limit = r.first.Limit, r.second.Limit
+	note := fmt.Sprintf("p99 at most %v at %.4g req/s (rho %.3f): control limits %d/%d mixed %.3f, hold bound %v, %.2f%% of ad-hoc's energy per request saved",
+		p.SLOP99, 1000*m.LambdaPerMs, m.Rho(), r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait.Round(10*time.Microsecond), 100*r.tail.saving())
+	note += r.tail.note() + spreadNote(m)
+	if busyTime {
+		note += "; no energy meter: energy taken proportional to GPU busy time"
+	}
+	r.first.Note, r.second.Note = note, note
+	return r
+}
+
+// setTail reads the tail budget and the SLO from the options: the tail
+// budget defaults to DefaultTailBudget unless an SLO is set, and an SLO
+// without a latency budget bounds the p99 alone.
+func (p *Budget) setTail(o Options) error {
+	tail, err := o.tailBudget()
+	if err != nil {
+		return err
+	}
+	p.SLOP99 = o.SLOP99
+	switch {
+	case o.TailBudget != "":
+		p.Tail = tail
+	case o.SLOP99 <= 0:
+		p.Tail = DefaultTailBudget
+	}
+	if o.SLOP99 > 0 && o.LatencyBudget == "" {
+		// No mean budget: nothing for the mean's trim to hold either.
+		p.MeanFree, p.NoTrim = true, true
+	}
+	return nil
+}
+
+// The tail's live trim: the p99 the calls lived, against its bound.
+//
+// The tail model prices what the plan's model holds (the fit, the
+// overheads around a batch, the spread of the batch times), not what it
+// leaves out (the client's own exchange, the host's scheduling), and those
+// fall on the tail more than on the mean. So, as the mean's trim does for
+// the mean (budgettrim.go), the tail's follows the calls: over at least
+// tailTrimSlices slices and tailTrimCalls calls of the budget's own rule
+// (the first slice after another rule not counted), the lived p99 (the
+// monitor's histogram of the calls, Live.Hist) is held against the live
+// bound: the SLO, or the tail budget times the p99 ad-hoc's slices lived
+// (the mean's trim runs them; without them the relative bound is not
+// checked). When more calls than 1% lived over the bound, by two binomial
+// standard errors, the bound the plans hold moves down by the ratio of
+// the lived p99 to the bound (at most halved per step); when fewer than
+// 1% lived over 90% of it, back up by a damped square root, never past
+// the user's; otherwise the measurement goes on (up to a minute). A p99
+// over a few thousand calls is a few per cent off either way, and steps
+// on that noise, down at once and up damped, would walk the bound to the
+// floor. The scale is rounded to
+// tailTrimStep and each scale has its own plan cache, so a scale visited
+// again is not solved again.
+type tailTrim struct {
+	scale       float64 // of the bound the plans hold: 1 at the user's
+	budget      Hist    // the budget slices' calls since the last step
+	slices      int
+	adhoc       Hist // the ad-hoc slices' calls, decayed
+	last, prior slice
+	lived       float64 // the last measured p99 and its live bound, ms
+	liveBound   float64
+	steps       int
+}
+
+const (
+	tailTrimSlices = 30
+	tailTrimCalls  = 1000
+	// tailTrimMaxSlices bounds a measurement that cannot tell the p99
+	// from its bound (a minute at the default window).
+	tailTrimMaxSlices = 600
+	tailTrimStep      = 0.02
+	tailTrimMin       = 0.2
+	// tailTrimAim is the share of the live bound the trim aims at: a
+	// p99 measured over a thousand calls is a few per cent off.
+	tailTrimAim = 0.95
+	// tailAdhocDecay is the weight ad-hoc's calls keep at each new
+	// ad-hoc slice: a memory of about a hundred slices.
+	tailAdhocDecay = 0.99
+	// tailAdhocCalls is how many ad-hoc calls the relative bound needs.
+	tailAdhocCalls = 500
+)
+
+// tailScale is the trim's scale of the bound (1 before it measured).
+func (p *Budget) tailScaleNow() float64 {
+	if p.tt.scale == 0 {
+		return 1
+	}
+	return p.tt.scale
+}
+
+// observeTail counts the calls of the slice that just ended, run under
+// the rule the last Plan returned, and steps the scale when a measurement
+// is complete. It reports whether the scale moved.
+func (p *Budget) observeTail(live Live) bool {
+	t := &p.tt
+	if live.Hist == nil || (p.Tail <= 0 && p.SLOP99 <= 0) {
+		return false
+	}
+	switch {
+	case t.last == sliceBudget && t.prior == sliceBudget:
+		t.budget.Merge(live.Hist, 1)
+		t.slices++
+	case t.last == sliceAdhoc && t.prior == sliceAdhoc:
+		t.adhoc.Scale(tailAdhocDecay)
+		t.adhoc.Merge(live.Hist, 1)
+	}
+	if t.slices < tailTrimSlices || t.budget.Count() < tailTrimCalls {
+		return false
+	}
+	bound := 0.0
+	if p.SLOP99 > 0 {
+		bound = float64(p.SLOP99) / float64(time.Millisecond)
+	}
+	if p.Tail > 0 && t.adhoc.Count() >= tailAdhocCalls {
+		if b := p.Tail * t.adhoc.QuantileMs(0.99); bound == 0 || b < bound {
+			bound = b
+		}
+	}
+	if bound <= 0 {
+		t.budget, t.slices = Hist{}, 0
+		return false
+	}
+	// A step only when the calls over the bound (or under nine tenths of
+	// it) are more (fewer) than 1% of them by two binomial standard
+	// errors; otherwise the measurement goes on, up to tailTrimMaxSlices.
+	n := t.budget.Count()
+	sd := math.Sqrt(n * 0.01 * 0.99)
+	over, under := t.budget.CountAbove(bound) > 0.01*n+2*sd, t.budget.CountAbove(0.9*bound) < 0.01*n-2*sd
+	if !over && !under && t.slices < tailTrimMaxSlices {
+		return false
+	}
+	lived := t.budget.QuantileMs(0.99)
+	t.budget, t.slices = Hist{}, 0
+	t.lived, t.liveBound = lived, bound
+	s := p.tailScaleNow()
+	r := lived / bound
+	switch {
+	case over:
+		s *= max(tailTrimAim/r, 0.5)
+	case under:
+		s *= min(math.Sqrt(tailTrimAim/r), 1.2)
+	default:
+		return false
+	}
+	s = min(max(math.Round(s/tailTrimStep)*tailTrimStep, tailTrimMin), 1)
+	if s == p.tailScaleNow() {
+		return false
+	}
+	t.scale = s
+	t.steps++
+	p.useTailScale()
+	return true
+}
+
+// useTailScale points the plan cache at the current scale's.
+func (p *Budget) useTailScale() {
+	s := p.tailScaleNow()
+	if p.byScale == nil {
+		p.byScale = make(map[float64]map[smdp.Budget]*planCache)
+	}
+	if p.byScale[s] == nil {
+		p.byScale[s] = make(map[smdp.Budget]*planCache)
+	}
+	p.caches = p.byScale[s]
+}
+
+// ranTail records what kind of rule the slice starting now runs.
+func (p *Budget) ranTail(r Rule) {
+	k := sliceOther
+	switch x := r.(type) {
+	case guarded:
+		r = x.Rule
+	}
+	switch x := r.(type) {
+	case BudgetRule:
+		k = sliceBudget
+	case Fill:
+		if x.Policy == NameBudget {
+			k = sliceAdhoc
+		}
+	case noted:
+		if _, ok := x.Rule.(BudgetRule); ok {
+			k = sliceBudget
+		}
+	}
+	p.tt.prior, p.tt.last = p.tt.last, k
+}
+
+// tailTrimNote says where the tail's trim stands.
+func (p *Budget) tailTrimNote() string {
+	t := &p.tt
+	if t.liveBound == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; tail trim: bound x%.2f (calls lived p99 %.4g ms against %.4g live, %d steps)", p.tailScaleNow(), t.lived, t.liveBound, t.steps)
+}
+
+// promise names the bounds the plans keep, for notes.
+func (p *Budget) promise() string {
+	var parts []string
+	if !p.MeanFree {
+		parts = append(parts, "mean "+p.Budget.String())
+	}
+	if p.Tail > 0 {
+		parts = append(parts, "p99 "+strconv.FormatFloat(p.Tail, 'f', -1, 64)+"x")
+	}
+	if p.SLOP99 > 0 {
+		parts = append(parts, "p99 under "+p.SLOP99.String())
+	}
+	return strings.Join(parts, ", ")
+}

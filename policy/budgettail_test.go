@@ -1,0 +1,199 @@
+package policy
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratebatch/ratebatch/policy/smdp"
+)
+
+// gridModel100 is the model a plan for e solves (its 2% grid rate).
+func gridModelOf(e Estimate) smdp.Model {
+	lambda := math.Pow(1.02, math.Round(math.Log(e.RatePerSec/1000)/math.Log(1.02)))
+	return smdp.Model{Latency: e.Latency, Energy: e.Energy, MaxBatch: e.MaxBatch, LambdaPerMs: lambda}
+}
+
+// lives simulates rule r as it decides (its limits, mix and hold bound
+// read off its decisions' status) on a long run of its own seed.
+func lives(t *testing.T, m smdp.Model, r BudgetRule) smdp.Tail {
+	t.Helper()
+	first, second, mix := r.Limits()
+	return smdp.TailLatency(m, smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(r.Status().MaxWait) / float64(time.Millisecond)},
+		smdp.TailOptions{Requests: 200000, Seed: 99})
+}
+
+// The default holds the p99 within 1.20x ad-hoc's and the mean within
+// 1.10x, on a long simulation of its own, and saves energy where the
+// mean's plan alone would break the tail.
+func TestBudgetHoldsTheTail(t *testing.T) {
+	for _, rate := range []float64{300, 900, 1800} {
+		e := energyEstimate(rate)
+		m := gridModelOf(e)
+		adhoc := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, smdp.TailOptions{Requests: 200000, Seed: 99})
+		meanOnly, ok := newBudget(t, "1.10x").Plan(e).(BudgetRule)
+		if !ok {
+			t.Fatalf("rate %v: the mean's plan is no BudgetRule", rate)
+		}
+		rule := newBudgetWith(t, Options{}).Plan(e)
+		r, ok := rule.(BudgetRule)
+		if !ok {
+			t.Logf("rate %v: %v", rate, rule.Status())
+			continue
+		}
+		got, mo := lives(t, m, r), lives(t, m, meanOnly)
+		t.Logf("rate %v: ad-hoc p99 %.3g mean %.3g; mean's plan p99 %.3g; default p99 %.3g mean %.3g energy %.3f of ad-hoc",
+			rate, adhoc.P99Ms, adhoc.MeanMs, mo.P99Ms, got.P99Ms, got.MeanMs, got.EnergyMJ/adhoc.EnergyMJ)
+		if got.P99Ms > 1.2*adhoc.P99Ms*1.03 || got.MeanMs > 1.1*adhoc.MeanMs*1.02 {
+			t.Errorf("rate %v: the default lives p99 %.4g ms and mean %.4g ms, over 1.20x and 1.10x ad-hoc's %.4g and %.4g (%v)",
+				rate, got.P99Ms, got.MeanMs, adhoc.P99Ms, adhoc.MeanMs, r.Status())
+		}
+		if mo.P99Ms > 1.25*adhoc.P99Ms && !(got.EnergyMJ < adhoc.EnergyMJ) {
+			t.Errorf("rate %v: the default saves nothing (energy %.4g against ad-hoc's %.4g)", rate, got.EnergyMJ, adhoc.EnergyMJ)
+		}
+		if st := r.Status(); !(st.PlannedP99Ms > 0) || !strings.Contains(st.Note, "tail model") {
+			t.Errorf("rate %v: status %+v says nothing of the tail", rate, st)
+		}
+	}
+}
+
+// An SLO well above ad-hoc's p99 at light load is paid in joules: the
+// plan keeps its p99 under the SLO and spends no more per request than
+// holding every batch for partners up to 4 ms (maxbatch's rule), which
+// keeps it too.
+func TestBudgetSLOPaysInJoules(t *testing.T) {
+	e := energyEstimate(150)
+	m := gridModelOf(e)
+	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	if !p.MeanFree || p.Tail != 0 {
+		t.Fatalf("slo_p99 alone: mean free %v, tail budget %v; want no relative budget", p.MeanFree, p.Tail)
+	}
+	r, ok := p.Plan(e).(BudgetRule)
+	if !ok {
+		t.Fatalf("Plan = %v, want a BudgetRule", p.Plan(e).Status())
+	}
+	got := lives(t, m, r)
+	o := smdp.TailOptions{Requests: 200000, Seed: 99}
+	adhoc := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
+	hold4 := smdp.TailLatency(m, smdp.TailRule{First: e.MaxBatch, Second: e.MaxBatch, HoldMs: 4}, o)
+	t.Logf("ad-hoc p99 %.3g; 4 ms hold p99 %.3g, %+.1f%% req/J; SLO plan p99 %.3g, %+.1f%% req/J (%v)", adhoc.P99Ms,
+		hold4.P99Ms, 100*(adhoc.EnergyMJ/hold4.EnergyMJ-1), got.P99Ms, 100*(adhoc.EnergyMJ/got.EnergyMJ-1), r.Status().Note)
+	if got.P99Ms > 10 {
+		t.Errorf("p99 %.4g ms over the SLO of 10 ms", got.P99Ms)
+	}
+	if hold4.P99Ms <= 10 && got.EnergyMJ > hold4.EnergyMJ {
+		t.Errorf("energy per request %.4g mJ, more than a plain 4 ms hold's %.4g", got.EnergyMJ, hold4.EnergyMJ)
+	}
+}
+
+// Where the tail cannot be paid for, the default sends at once.
+func TestBudgetTrickleSendsAtOnce(t *testing.T) {
+	r := newBudgetWith(t, Options{}).Plan(energyEstimate(20))
+	if l, ok := r.(Limit); !ok || l.Limit != 1 {
+		t.Errorf("a trickle of 20 req/s planned %T %v, want work-conserving", r, r.Status())
+	}
+}
+
+func TestTailOptions(t *testing.T) {
+	if p := newBudgetWith(t, Options{}); p.Tail != DefaultTailBudget || p.MeanFree {
+		t.Errorf("default tail budget %v (mean free %v), want %v", p.Tail, p.MeanFree, DefaultTailBudget)
+	}
+	if p := newBudgetWith(t, Options{TailBudget: "1.5x", SLOP99: 15 * time.Millisecond, LatencyBudget: "1.2x"}); p.Tail != 1.5 || p.MeanFree || p.SLOP99 != 15*time.Millisecond {
+		t.Errorf("tail 1.5x, slo 15ms, mean 1.2x read as tail %v, slo %v, mean free %v", p.Tail, p.SLOP99, p.MeanFree)
+	}
+	if p := newBudgetWith(t, Options{TailBudget: "off"}); p.Tail != 0 {
+		t.Errorf("tail budget off read as %v", p.Tail)
+	}
+	for _, bad := range []Options{{TailBudget: "0.9x"}, {TailBudget: "1.2"}, {TailBudget: "soon"}, {SLOP99: -time.Millisecond}} {
+		if _, err := New(NameBudget, bad); err == nil {
+			t.Errorf("options %+v accepted", bad)
+		}
+	}
+}
+
+// liveAt is a slice's calls, all of them at the given latencies.
+func liveAt(calls int, p99 time.Duration) Live {
+	h := new(Hist)
+	h.Add(HistBucket(p99/2), float64(calls-calls/50))
+	h.Add(HistBucket(p99*11/10), float64(calls/50))
+	return Live{Calls: calls, MeanMs: float64(p99/2) / float64(time.Millisecond), Hist: h}
+}
+
+// The tail's trim follows the p99 the calls lived: over the SLO, the next
+// plans hold a tighter bound (their predicted p99 falls); well under it,
+// the bound comes back, never past the SLO.
+func TestTailTrimFollowsTheP99(t *testing.T) {
+	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	e := energyEstimate(150)
+	planned := func() float64 {
+		r := p.Plan(e)
+		return r.Status().PlannedP99Ms
+	}
+	first := planned()
+	if !(first > 9 && first <= 10) {
+		t.Fatalf("first plan predicts p99 %.4g ms for an SLO of 10 ms", first)
+	}
+	e.Live = liveAt(100, 14*time.Millisecond) // lived p99 above 14 ms
+	var got float64
+	for range 2 * tailTrimSlices {
+		got = planned()
+	}
+	if !(got < 0.8*first) || p.tt.steps == 0 {
+		t.Fatalf("calls living p99 14 ms against 10: plans predict %.4g ms after, %.4g before (%d steps)", got, first, p.tt.steps)
+	}
+	e.Live = liveAt(100, 4*time.Millisecond)
+	for range 20 * tailTrimSlices {
+		got = planned()
+	}
+	if !(got > 0.9*first) || got > 10 || p.tailScaleNow() > 1 {
+		t.Errorf("calls living p99 4 ms: plans predict %.4g ms (scale %.2f), want back near %.4g and within the SLO", got, p.tailScaleNow(), first)
+	}
+	if n := p.Plan(e).Status().Note; !strings.Contains(n, "tail trim") {
+		t.Errorf("note %q says nothing of the tail trim", n)
+	}
+}
+
+func TestHistQuantile(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 1000; i++ {
+		h.Add(HistBucket(time.Duration(i)*time.Millisecond/100), 1) // 0.01 .. 10 ms
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		want := q * 10
+		if got := h.QuantileMs(q); math.Abs(got/want-1) > 0.1 {
+			t.Errorf("q%.2f %.4g ms, want %.4g", q, got, want)
+		}
+	}
+}
+
+// A p99 that cannot be told from its bound is no step: 1.2% of a few
+// thousand calls just over the SLO is within the noise of a plan that
+// keeps it.
+func TestTailTrimWaitsOutTheNoise(t *testing.T) {
+	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	e := energyEstimate(150)
+	h := new(Hist)
+	h.Add(HistBucket(5*time.Millisecond), 98.8)
+	h.Add(HistBucket(11*time.Millisecond), 1.2)
+	e.Live = Live{Calls: 100, MeanMs: 5, Hist: h}
+	for range 3 * tailTrimSlices {
+		p.Plan(e)
+	}
+	if p.tt.steps != 0 || p.tailScaleNow() != 1 {
+		t.Errorf("1.2%% of the calls at 11 ms against an SLO of 10: %d steps, scale %.2f", p.tt.steps, p.tailScaleNow())
+	}
+}
+
+func TestHistCountAbove(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 1000; i++ {
+		h.Add(HistBucket(time.Duration(i)*time.Millisecond/100), 1) // 0.01 .. 10 ms
+	}
+	for _, ms := range []float64{1, 5, 9.9} {
+		want := 1000 * (10 - ms) / 10
+		if got := h.CountAbove(ms); math.Abs(got-want) > 0.06*1000*ms/10+1 {
+			t.Errorf("above %v ms: %.1f calls, want %.0f", ms, got, want)
+		}
+	}
+}
