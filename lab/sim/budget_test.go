@@ -32,8 +32,11 @@ func TestBudgetPolicyMeetsItsBudget(t *testing.T) {
 		}
 		adhoc := run(newPolicy(t, policy.NameAdhoc, policy.Options{}))
 		// The plan alone: the trim corrects a live model the simulator
-		// does not have (the sim command's default too).
-		got := run(newPolicy(t, policy.NameBudget, policy.Options{LatencyBudget: tc.budget, NoTrim: true}))
+		// does not have (the sim command's default too). The mean's
+		// budget alone, its optimum the SMDP's constrained one: the p99
+		// bound (tail_budget) is the tail model's test
+		// (TestTailModelMatchesTheSimulator) and policy's.
+		got := run(newPolicy(t, policy.NameBudget, policy.Options{LatencyBudget: tc.budget, TailBudget: "off", NoTrim: true}))
 		opt, err := smdp.SolveBudget(context.Background(), smdp.ModelFor(prof.Latency, prof.KnownEnergy(), prof.MaxBatch, tc.rho), b, 0)
 		if err != nil {
 			t.Fatal(err)
