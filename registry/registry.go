@@ -570,6 +570,10 @@ type InForce struct {
 	Options map[string]any `json:"options"`
 }
 
+// budgetOnly are the options only the budget policy reads: a PUT that sets
+// one for another policy is a mistake said at once, not an option ignored.
+var budgetOnly = []string{"latency_budget", "tail_budget", "slo_p99"}
+
 // SetPolicy switches a batched model (or every one, for model "") to the
 // named policy at run time, with options by their key in the
 // configuration's policy section, spelt as in the file (latency_budget
@@ -580,8 +584,10 @@ type InForce struct {
 // switched once each publishes a rule of the new policy (or ctx ends), so
 // the state read next is the new one; on an error nothing is switched.
 func (r *Models) SetPolicy(ctx context.Context, model, name string, options map[string]string) ([]string, error) {
-	if _, ok := options["latency_budget"]; ok && name != policy.NameBudget {
-		return nil, fmt.Errorf(`latency_budget applies to the budget policy: {"policy": "budget", "latency_budget": "1.10x"}`)
+	for _, k := range budgetOnly {
+		if _, ok := options[k]; ok && name != policy.NameBudget {
+			return nil, fmt.Errorf(`%s applies to the budget policy: {"policy": "budget", "%s": ...}`, k, k)
+		}
 	}
 	var check policy.Options
 	for k, v := range options {

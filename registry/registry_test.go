@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -629,5 +630,42 @@ func TestSetPolicy(t *testing.T) {
 		if s.Model == "late" && (s.Policy != "adhoc" || s.Rule == nil || s.Rule.Policy != "adhoc") {
 			t.Errorf("a model found after the change runs %q (rule %+v), want adhoc", s.Policy, s.Rule)
 		}
+	}
+}
+
+// The budget's p99 options go through PUT /policy's path as the mean's
+// does: set for one model, shown in force, refused for another policy.
+func TestSetPolicyTailOptions(t *testing.T) {
+	up := &fakeUpstream{
+		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
+	}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	ctx := context.Background()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"tail_budget": "1.3x", "slo_p99": "12ms"}); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	for _, in := range r.Policies().Models {
+		if in.Model == "simple" {
+			got = in.Options
+		}
+	}
+	if got["tail_budget"] != "1.3x" || fmt.Sprint(got["slo_p99"]) != "12ms" {
+		t.Errorf("in force %v, want tail_budget 1.3x and slo_p99 12ms", got)
+	}
+	for _, k := range []string{"tail_budget", "slo_p99"} {
+		_, err := r.SetPolicy(ctx, "simple", "adhoc", map[string]string{k: "2x"})
+		if err == nil || !strings.Contains(err.Error(), k+" applies to the budget policy") {
+			t.Errorf("%s with adhoc: error %v, want it refused", k, err)
+		}
+	}
+	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"slo_p99": "soon"}); err == nil {
+		t.Error("slo_p99 soon: no error")
 	}
 }
