@@ -4,18 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/ratebatch/ratebatch/lab/loadreport"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/lab/emulator"
-	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
+	"github.com/ratebatch/ratebatch/lab/loadreport"
 )
 
 // The small items a newcomer met (issue 36).
@@ -115,35 +112,5 @@ func TestSimWeightsReachSMDP(t *testing.T) {
 	}
 	if lat, energy := meanBatch("0"), meanBatch("2"); !(energy > lat*1.2) {
 		t.Errorf("mean batch with --w2 2: %.2f, with --w2 0: %.2f; want the energy weight to raise it", energy, lat)
-	}
-}
-
-// The text summary of load says which protocol's statuses it counts, and
-// --verify says when every answer checked out.
-func TestLoadTextSaysProtocolAndVerdict(t *testing.T) {
-	em := emulatortest.Start(t, emulator.Options{TimeScale: 0})
-	addr, stop, err := em.ServeGRPC("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stop(time.Second) })
-	tests := []struct {
-		target, protocol string
-		want, not        string
-	}{
-		{"http://" + em.Addr(), "http", "HTTP status (200 ", "gRPC"},
-		{addr, "grpc", "gRPC status (OK ", "HTTP status"},
-	}
-	for _, tt := range tests {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), []string{"load", "--target", tt.target, "--protocol", tt.protocol, "--model", "simple",
-			"--rate", "200", "--duration", "200ms", "--verify"}, &out, &errb)
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", tt.protocol, code, errb.String())
-		}
-		text := out.String()
-		if !strings.Contains(text, tt.want) || strings.Contains(text, tt.not) || !regexp.MustCompile(`verify: all [1-9]\d* answers verified`).MatchString(text) {
-			t.Errorf("%s: summary\n%s\nwant %q, no %q, and the verification verdict", tt.protocol, text, tt.want, tt.not)
-		}
 	}
 }

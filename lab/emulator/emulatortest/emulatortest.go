@@ -1,6 +1,7 @@
 // Package emulatortest starts an emulated Triton for a test, as
 // net/http/httptest starts a handler: on loopback, closed when the test
-// ends. The CLI's and the proxy's end-to-end tests share it.
+// ends. The end-to-end tests of the load generator, the load reports and
+// the proxy share it.
 package emulatortest
 
 import (
