@@ -238,24 +238,30 @@ func BenchmarkHandler(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.String(), func(b *testing.B) {
 			h, d := newBenchHandler(b, c)
-			target := "/v2/models/" + c.m.name + "/infer"
-			reqs := make([]benchRequest, c.conc)
-			headers := make([]map[string]string, c.conc)
-			ctxs := make([]fasthttp.RequestCtx, c.conc)
-			for i := range reqs {
-				reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
-				headers[i] = benchHeaders(reqs[i])
-			}
-			dispatchertest.Measure(b, d, len(reqs[0].body), c.conc, func(w int) error {
-				ctx := &ctxs[w]
-				serveInProcess(h, ctx, http.MethodPost, target, headers[w], reqs[w].body)
-				if st := ctx.Response.StatusCode(); st != http.StatusOK || len(ctx.Response.Body()) == 0 {
-					return fmt.Errorf("status %d: %.200s", st, ctx.Response.Body())
-				}
-				return nil
-			})
+			measureHandler(b, h, d, c)
 		})
 	}
+}
+
+// measureHandler sends c's requests to h in-process from c.conc callers
+// and reports the dispatcher's figures (dispatchertest.Measure).
+func measureHandler(b *testing.B, h *proxy.Server, d *dispatcher.Dispatcher, c benchCase) {
+	target := "/v2/models/" + c.m.name + "/infer"
+	reqs := make([]benchRequest, c.conc)
+	headers := make([]map[string]string, c.conc)
+	ctxs := make([]fasthttp.RequestCtx, c.conc)
+	for i := range reqs {
+		reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
+		headers[i] = benchHeaders(reqs[i])
+	}
+	dispatchertest.Measure(b, d, len(reqs[0].body), c.conc, func(w int) error {
+		ctx := &ctxs[w]
+		serveInProcess(h, ctx, http.MethodPost, target, headers[w], reqs[w].body)
+		if st := ctx.Response.StatusCode(); st != http.StatusOK || len(ctx.Response.Body()) == 0 {
+			return fmt.Errorf("status %d: %.200s", st, ctx.Response.Body())
+		}
+		return nil
+	})
 }
 
 // benchReplyServer is a loopback server answering infer requests at once:

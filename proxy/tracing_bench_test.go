@@ -3,16 +3,12 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/dispatcher/dispatchertest"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/tracing"
 )
@@ -60,22 +56,7 @@ func BenchmarkHandlerTracing(b *testing.B) {
 				})
 				h := proxy.New(proxy.Options{Upstream: mustURL("http://upstream.invalid:8000"), Batcher: d,
 					MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Forward: fw, Tracer: tr})
-				target := "/v2/models/" + c.m.name + "/infer"
-				reqs := make([]benchRequest, c.conc)
-				headers := make([]map[string]string, c.conc)
-				ctxs := make([]fasthttp.RequestCtx, c.conc)
-				for i := range reqs {
-					reqs[i] = c.m.request(b, "lg-"+strconv.Itoa(i))
-					headers[i] = benchHeaders(reqs[i])
-				}
-				dispatchertest.Measure(b, d, len(reqs[0].body), c.conc, func(w int) error {
-					ctx := &ctxs[w]
-					serveInProcess(h, ctx, http.MethodPost, target, headers[w], reqs[w].body)
-					if st := ctx.Response.StatusCode(); st != http.StatusOK {
-						return fmt.Errorf("status %d: %.200s", st, ctx.Response.Body())
-					}
-					return nil
-				})
+				measureHandler(b, h, d, c)
 			})
 		}
 	}
