@@ -26,6 +26,7 @@ func TestBatchPanicFailsOnlyItsCallers(t *testing.T) {
 	h := newHarness(t, policy.Fill{Policy: "test", Batch: 4, MaxWait: 5 * time.Millisecond}, ModelSpec{}, up)
 	var mu sync.Mutex
 	doomed := map[*Call]bool{}
+	panics := 0 // 7 and 23 may share a batch: one panic, or two
 	setSendHook(t, func(_ string, calls []*Call) {
 		for _, c := range calls {
 			if c.Req.ID == "7" || c.Req.ID == "23" {
@@ -33,6 +34,7 @@ func TestBatchPanicFailsOnlyItsCallers(t *testing.T) {
 				for _, c := range calls {
 					doomed[c] = true
 				}
+				panics++
 				mu.Unlock()
 				panic("injected batch panic")
 			}
@@ -67,8 +69,11 @@ func TestBatchPanicFailsOnlyItsCallers(t *testing.T) {
 	if failed == 0 || failed > 8 {
 		t.Fatalf("%d calls failed; want those of the two panicking batches (1 to 8)", failed)
 	}
-	if got := guard.Count("batch") - before; got != 2 {
-		t.Fatalf("counted %d batch panics, want 2", got)
+	mu.Lock()
+	want := panics
+	mu.Unlock()
+	if got := guard.Count("batch") - before; got != want || want < 1 || want > 2 {
+		t.Fatalf("counted %d batch panics, want the %d injected (1 or 2)", got, want)
 	}
 	assertAccounting(t, h.m, n)
 	if s := firstSnapshot(h.d); s.InFlight != 0 || s.QueuedRows != 0 {
