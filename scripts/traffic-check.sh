@@ -18,6 +18,14 @@
 #   paper300     the built-in day, its rates x5, played 20x faster (15 s)
 #   azure2023    the built-in recorded trace (Azure's LLM code service,
 #                CC-BY 4.0), its rates x150, played 120x faster (29 s)
+#   curl         one client calling in a shell loop of curl (a new process
+#                and connection per call), for SEQ_S seconds (default 15)
+#   post:T       one Python client opening a new connection per call
+#                (urllib, as requests.post without a Session), thinking
+#                T ms between an answer and its next call (post:0: none)
+#
+# The sequential shapes (curl, post:T) run scripts/seqclient.py over HTTP
+# whatever PROTOCOL says: a client without keep-alive is an HTTP client.
 #
 # The open shapes are schedules written by `ratebatch load
 # --write-intervals` and sent by perf_analyzer --request-intervals: the
@@ -53,6 +61,7 @@ UPSTREAM=${UPSTREAM:-emulator}
 VENV=${RATEBATCH_VENV:-.venv}
 TAU0_MS=4 ALPHA_MS=0.5
 INTERVAL_MS=${INTERVAL_MS:-4000}
+SEQ_S=${SEQ_S:-15}
 # The second arm's latency budget; BUDGET=adhoc runs ad-hoc in both arms,
 # an A/A test: the spread of one rule measured twice on this host, against
 # which a policy's difference is read.
@@ -114,6 +123,8 @@ load_flags() {
 		echo "--async --request-intervals $f --measurement-interval 15000" ;; # one window, one day
 	azure2023) "$RB" load --trace azure2023 --trace-scale 150 --speedup 120 --write-intervals "$f" >/dev/null
 		echo "--async --request-intervals $f --measurement-interval 28000" ;; # one window, the whole trace
+	curl) echo "curl 0" ;;
+	post:*) echo "urllib ${s#post:}" ;;
 	*) echo "unknown shape $s" >&2; return 1 ;;
 	esac
 }
@@ -129,6 +140,31 @@ sim_flags() {
 	onoff | mmpp) echo "--trace $1" ;;
 	paper300) echo "--trace paper300 --trace-scale 5 --speedup 20" ;;
 	azure2023) echo "--trace azure2023 --trace-scale 150 --speedup 120" ;;
+	curl) echo "--clients 1 --requests 100000" ;;
+	post:*) echo "--clients 1 --think ${1#post:}ms --requests 100000" ;;
+	esac
+}
+# client SHAPE FLAGS: runs the shape's client against the proxy and writes
+# its mean and p99 latency (ms) and throughput to $work/client.json.
+client() {
+	case $1 in
+	curl | post:*)
+		# shellcheck disable=SC2086 # flags are words
+		python3 "$(dirname "$0")/seqclient.py" "http://127.0.0.1:$((P + 10))/v2/models/simple/infer" "$SEQ_S" $2 \
+			>"$work/client.json" 2>"$work/pa.out" || { tail -3 "$work/pa.out" >&2; return 1; }
+		;;
+	*)
+		# shellcheck disable=SC2086 # flags are words
+		"$PA" -m simple -u "$target" -i "$PROTOCOL" $2 --stability-percentage 999 --max-trials 3 \
+			--percentile 99 -f "$work/pa.csv" >"$work/pa.out" 2>&1 || { tail -3 "$work/pa.out" >&2; return 1; }
+		python3 - "$work/pa.csv" >"$work/client.json" <<'PY'
+import csv, json, sys
+r = list(csv.DictReader(open(sys.argv[1])))[0]
+lat = (int(r['Client Send']) + int(r['Network+Server Send/Recv']) + int(r['Server Queue']) + int(r['Server Compute Input'])
+       + int(r['Server Compute Infer']) + int(r['Server Compute Output']) + int(r['Client Recv'])) / 1000
+print(json.dumps({'avg': lat, 'p99': int(r['p99 latency']) / 1000, 'rps': float(r['Inferences/Second'])}))
+PY
+		;;
 	esac
 }
 for s in $SHAPES; do
@@ -143,9 +179,7 @@ for s in $SHAPES; do
 			read -r n0 j0 < <(counters)
 			curl -sf "$admin/metrics" >"$work/m0"
 			c0=$(cpu)
-			# shellcheck disable=SC2086 # flags are words
-			"$PA" -m simple -u "$target" -i "$PROTOCOL" $flags --stability-percentage 999 --max-trials 3 \
-				--percentile 99 -f "$work/pa.csv" >"$work/pa.out" 2>&1 || { tail -3 "$work/pa.out" >&2; continue; }
+			client "$s" "$flags" || continue
 			read -r n1 j1 < <(counters)
 			c1=$(cpu)
 			curl -sf "$admin/metrics" >"$work/m1"
@@ -154,14 +188,12 @@ for s in $SHAPES; do
 			wait_s=$(d "ratebatch_queue_wait_seconds_sum$sel") wait_n=$(d "ratebatch_queue_wait_seconds_count$sel")
 			up_s=$(d "ratebatch_upstream_duration_seconds_sum$sel") up_n=$(d "ratebatch_upstream_duration_seconds_count$sel")
 			brows=$(d "ratebatch_batch_size_sum$sel")
-			python3 - "$pol" "$work/pa.csv" "$n0" "$n1" "$j0" "$j1" "$c0" "$c1" "$wait_s" "$wait_n" "$up_s" "$up_n" "$brows" >>"$work/rows" <<'PY'
-import csv, json, sys
+			python3 - "$pol" "$work/client.json" "$n0" "$n1" "$j0" "$j1" "$c0" "$c1" "$wait_s" "$wait_n" "$up_s" "$up_n" "$brows" >>"$work/rows" <<'PY'
+import json, sys
 pol, f = sys.argv[1:3]
 n0, n1, j0, j1, c0, c1, wait_s, wait_n, up_s, up_n, brows = map(float, sys.argv[3:14])
-r = list(csv.DictReader(open(f)))[0]
-lat = (int(r['Client Send']) + int(r['Network+Server Send/Recv']) + int(r['Server Queue']) + int(r['Server Compute Input'])
-       + int(r['Server Compute Infer']) + int(r['Server Compute Output']) + int(r['Client Recv'])) / 1000
-print(json.dumps({'policy': pol, 'avg': lat, 'p99': int(r['p99 latency']) / 1000, 'rps': float(r['Inferences/Second']),
+c = json.load(open(f))
+print(json.dumps({'policy': pol, 'avg': c['avg'], 'p99': c['p99'], 'rps': c['rps'],
                   'n': n1 - n0, 'j': j1 - j0, 'cpu': c1 - c0, 'wait': 1000 * wait_s / max(wait_n, 1),
                   'up': 1000 * up_s / max(up_n, 1), 'batch': brows / max(up_n, 1)}))
 PY
