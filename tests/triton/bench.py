@@ -92,7 +92,7 @@ def markers(protocol: str) -> tuple[str, str, str]:
 
 DEFAULT_RATES = (50.0, 200.0, 400.0)
 DEFAULT_DELAYS_US = (500, 2000, 5000)
-DEFAULT_POLICIES = ("batchmonitor", "batchmonitor+", "adhoc", "smdp")
+DEFAULT_POLICIES = ("budget", "adhoc", "batchmonitor+", "smdp")
 DRAIN_TIMEOUT_S = 60.0
 PERF_TIMEOUT_S = 180.0
 
