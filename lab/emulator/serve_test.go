@@ -1,10 +1,13 @@
 package emulator_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +83,97 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 	defer cancel()
 	if err := em.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// serve runs em.Serve(ctx, a) on a goroutine and returns the first line it
+// writes (the banner's) and the channel its error comes on. A Serve that
+// fails before writing gives an empty line and its error.
+func serve(t *testing.T, ctx context.Context, em *emulator.Server, a emulator.Addrs) (string, <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := em.Serve(ctx, a, pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil && line != "" {
+		t.Fatalf("banner %q: %v", line, err)
+	}
+	go io.Copy(io.Discard, pr) // nothing more is expected; never block Serve
+	return line, done
+}
+
+// `ratebatch emulate --json` prints one JSON line that scripts read to learn
+// where it listens and what it serves; the addresses it gives answer once it
+// is printed, and the server stops cleanly when told.
+func TestServeJSONBanner(t *testing.T) {
+	em, err := emulator.New(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := serve(t, ctx, em, emulator.Addrs{Listen: "127.0.0.1:0", Metrics: "127.0.0.1:0", GRPC: "127.0.0.1:0",
+		Realism: "exact", JSON: true, Grace: 5 * time.Second})
+	// Read back by the keys scripts use, not by emulator.Banner: renaming
+	// a key breaks them.
+	var banner struct {
+		Listen        string   `json:"listen"`
+		MetricsListen string   `json:"metrics_listen"`
+		GRPCListen    string   `json:"grpc_listen"`
+		Preset        string   `json:"preset"`
+		Models        []string `json:"models"`
+		Realism       string   `json:"realism"`
+	}
+	if err := json.Unmarshal([]byte(line), &banner); err != nil {
+		t.Fatalf("banner %q is not one JSON object: %v (Serve: %v)", line, err, <-done)
+	}
+	if banner.Preset != preset.DefaultPreset || banner.Realism != "exact" || !slices.Contains(banner.Models, "simple") {
+		t.Errorf("banner %+v: want preset %s, realism exact and the simple model", banner, preset.DefaultPreset)
+	}
+	for _, url := range []string{"http://" + banner.Listen + "/v2/health/ready", "http://" + banner.MetricsListen + "/metrics"} {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("the banner's address: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", url, resp.Status)
+		}
+	}
+	if _, port, err := net.SplitHostPort(banner.GRPCListen); err != nil || port == "0" {
+		t.Errorf("grpc_listen %q: want the bound address (%v)", banner.GRPCListen, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve after cancel: %v", err)
+	}
+}
+
+// Without JSON the banner is text naming the address; an address that
+// cannot be listened on is Serve's error, before any banner.
+func TestServeTextBannerAndListenError(t *testing.T) {
+	em, err := emulator.New(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := serve(t, ctx, em, emulator.Addrs{Listen: "127.0.0.1:0", Realism: "exact", Grace: time.Second})
+	addr := em.Addr()
+	if addr == "" || !strings.Contains(line, "on http://"+addr+" ") {
+		t.Errorf("banner %q does not name the address %q", line, addr)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve after cancel: %v", err)
+	}
+
+	line, done = serve(t, context.Background(), em, emulator.Addrs{Listen: "127.0.0.1:notaport", Grace: time.Second})
+	if err := <-done; err == nil || line != "" || !strings.Contains(err.Error(), "listen") {
+		t.Errorf("Serve on a bad address: banner %q, error %v; want no banner and a listen error", line, err)
 	}
 }
