@@ -198,7 +198,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
 		Observer: observers,
 	})
-	reg.MustRegister(disp.Collector(), disp.ProbeCollector())
+	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
