@@ -140,24 +140,6 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 	}
 }
 
-// startModel starts a dispatcher with one model, drained at the test's
-// end.
-func startModel(t *testing.T, o Options, spec ModelSpec) *Dispatcher {
-	t.Helper()
-	d := New(o)
-	if err := d.SetModel(spec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
-}
-
 func sumRows(rows []int) (n int) {
 	for _, r := range rows {
 		n += r
