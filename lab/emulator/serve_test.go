@@ -86,11 +86,22 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 	}
 }
 
-// serve runs em.Serve(ctx, a) on a goroutine and returns the first line it
-// writes (the banner's) and the channel its error comes on. A Serve that
-// fails before writing gives an empty line and its error.
-func serve(t *testing.T, ctx context.Context, em *emulator.Server, a emulator.Addrs) (string, <-chan error) {
+// served is an emulator that Serve runs on a goroutine.
+type served struct {
+	em   *emulator.Server
+	line string       // the first line Serve wrote, the banner's; "" if it failed first
+	stop func() error // ends Serve's context and returns its error
+}
+
+// serve starts a default emulator's Serve with a and reads its first line.
+func serve(t *testing.T, a emulator.Addrs) served {
 	t.Helper()
+	em, err := emulator.New(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -103,20 +114,14 @@ func serve(t *testing.T, ctx context.Context, em *emulator.Server, a emulator.Ad
 		t.Fatalf("banner %q: %v", line, err)
 	}
 	go io.Copy(io.Discard, pr) // nothing more is expected; never block Serve
-	return line, done
+	return served{em: em, line: line, stop: func() error { cancel(); return <-done }}
 }
 
 // `ratebatch emulate --json` prints one JSON line that scripts read to learn
 // where it listens and what it serves; the addresses it gives answer once it
 // is printed, and the server stops cleanly when told.
 func TestServeJSONBanner(t *testing.T) {
-	em, err := emulator.New(emulator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	line, done := serve(t, ctx, em, emulator.Addrs{Listen: "127.0.0.1:0", Metrics: "127.0.0.1:0", GRPC: "127.0.0.1:0",
+	s := serve(t, emulator.Addrs{Listen: "127.0.0.1:0", Metrics: "127.0.0.1:0", GRPC: "127.0.0.1:0",
 		Realism: "exact", JSON: true, Grace: 5 * time.Second})
 	// Read back by the keys scripts use, not by emulator.Banner: renaming
 	// a key breaks them.
@@ -128,8 +133,8 @@ func TestServeJSONBanner(t *testing.T) {
 		Models        []string `json:"models"`
 		Realism       string   `json:"realism"`
 	}
-	if err := json.Unmarshal([]byte(line), &banner); err != nil {
-		t.Fatalf("banner %q is not one JSON object: %v (Serve: %v)", line, err, <-done)
+	if err := json.Unmarshal([]byte(s.line), &banner); err != nil {
+		t.Fatalf("banner %q is not one JSON object: %v (Serve: %v)", s.line, err, s.stop())
 	}
 	if banner.Preset != preset.DefaultPreset || banner.Realism != "exact" || !slices.Contains(banner.Models, "simple") {
 		t.Errorf("banner %+v: want preset %s, realism exact and the simple model", banner, preset.DefaultPreset)
@@ -147,8 +152,7 @@ func TestServeJSONBanner(t *testing.T) {
 	if _, port, err := net.SplitHostPort(banner.GRPCListen); err != nil || port == "0" {
 		t.Errorf("grpc_listen %q: want the bound address (%v)", banner.GRPCListen, err)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := s.stop(); err != nil {
 		t.Errorf("Serve after cancel: %v", err)
 	}
 }
@@ -156,24 +160,17 @@ func TestServeJSONBanner(t *testing.T) {
 // Without JSON the banner is text naming the address; an address that
 // cannot be listened on is Serve's error, before any banner.
 func TestServeTextBannerAndListenError(t *testing.T) {
-	em, err := emulator.New(emulator.Options{})
-	if err != nil {
-		t.Fatal(err)
+	s := serve(t, emulator.Addrs{Listen: "127.0.0.1:0", Realism: "exact", Grace: time.Second})
+	addr := s.em.Addr()
+	if addr == "" || !strings.Contains(s.line, "on http://"+addr+" ") {
+		t.Errorf("banner %q does not name the address %q", s.line, addr)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	line, done := serve(t, ctx, em, emulator.Addrs{Listen: "127.0.0.1:0", Realism: "exact", Grace: time.Second})
-	addr := em.Addr()
-	if addr == "" || !strings.Contains(line, "on http://"+addr+" ") {
-		t.Errorf("banner %q does not name the address %q", line, addr)
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := s.stop(); err != nil {
 		t.Errorf("Serve after cancel: %v", err)
 	}
 
-	line, done = serve(t, context.Background(), em, emulator.Addrs{Listen: "127.0.0.1:notaport", Grace: time.Second})
-	if err := <-done; err == nil || line != "" || !strings.Contains(err.Error(), "listen") {
-		t.Errorf("Serve on a bad address: banner %q, error %v; want no banner and a listen error", line, err)
+	s = serve(t, emulator.Addrs{Listen: "127.0.0.1:notaport", Grace: time.Second})
+	if err := s.stop(); err == nil || s.line != "" || !strings.Contains(err.Error(), "listen") {
+		t.Errorf("Serve on a bad address: banner %q, error %v; want no banner and a listen error", s.line, err)
 	}
 }
