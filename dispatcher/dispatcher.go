@@ -528,6 +528,10 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
 	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
+	formedBy := rule // Batch.Rule
+	if fallback {
+		formedBy = nil
+	}
 	idle, known := q.src.idle(now)
 	for key, k := range q.keys {
 		for {
@@ -572,7 +576,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			q.inFlightRows += rows
 			q.batchesSent++
 			q.rowsSent += int64(rows)
-			batches = append(batches, batch{Batch: Batch{Model: q.name, Calls: calls, Rows: rows, Formed: now},
+			batches = append(batches, batch{Batch: Batch{Model: q.name, Calls: calls, Rows: rows, Formed: now, Rule: formedBy},
 				planner: q.spec.Planner, obs: q.obs, instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
 		}
 	}

@@ -161,10 +161,6 @@ func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	d := New(Options{Upstream: up, Retries: 1, Metrics: m})
-	for _, f := range setup {
-		f(d)
-	}
 	pl := newPlanner(rule)
 	spec.Name, spec.Planner, spec.Observer = "simple", pl, pl
 	if spec.MaxBatch == 0 {
@@ -172,6 +168,19 @@ func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream
 	}
 	if spec.QueueRows == 0 {
 		spec.QueueRows = 1024
+	}
+	d := startModel(t, Options{Upstream: up, Retries: 1, Metrics: m}, spec, setup...)
+	return &harness{d: d, up: up, pl: pl, m: m, reg: reg}
+}
+
+// startModel starts a dispatcher with one model, drained at the test's
+// end; setup, if any, changes the dispatcher before the model's queue
+// starts.
+func startModel(t *testing.T, o Options, spec ModelSpec, setup ...func(*Dispatcher)) *Dispatcher {
+	t.Helper()
+	d := New(o)
+	for _, f := range setup {
+		f(d)
 	}
 	if err := d.SetModel(spec); err != nil {
 		t.Fatal(err)
@@ -183,7 +192,7 @@ func newHarness(t *testing.T, rule policy.Rule, spec ModelSpec, up *fakeUpstream
 			t.Errorf("drain: %v", err)
 		}
 	})
-	return &harness{d: d, up: up, pl: pl, m: m, reg: reg}
+	return d
 }
 
 // call builds a request of rows rows whose INPUT0 row r is base+r.

@@ -1,6 +1,10 @@
 package dispatcher
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the dispatcher's Prometheus series. Accepted calls always end
 // in answered{outcome="ok"|"error"}, so
@@ -102,34 +106,39 @@ var (
 		"How much the arrivals follow the answers: about 1 for a closed loop, about 0 for open arrivals over a pool of connections; below 0.25 the connections are planned as open. Absent until enough arrivals were seen.", []string{"model"}, nil)
 )
 
-type queueCollector struct{ d *Dispatcher }
+type collector struct{ d *Dispatcher }
 
-// Collector exports queue lengths and in-flight batches at scrape time.
-func (d *Dispatcher) Collector() prometheus.Collector { return queueCollector{d} }
+// Collector exports, at scrape time, the queues, the batches in flight, the
+// callers learnt, the active probes and the upstream's state.
+func (d *Dispatcher) Collector() prometheus.Collector { return collector{d} }
 
-func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descQueued
-	ch <- descInFlight
-	ch <- descInFlightRows
-	ch <- descFailing
-	ch <- descSources
-	ch <- descSourcesBusy
-	ch <- descSourceThink
-	ch <- descSourceFeedback
+// queueDescs are the series of each model's snapshot.
+var queueDescs = []*prometheus.Desc{descQueued, descInFlight, descInFlightRows, descFailing,
+	descSources, descSourcesBusy, descSourceThink, descSourceFeedback}
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range slices.Concat(queueDescs, probeDescs) {
+		ch <- d
+	}
 }
 
-func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.d.Snapshots() {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.QueuedRows), s.Model)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), s.Model)
 		ch <- prometheus.MustNewConstMetric(descInFlightRows, prometheus.GaugeValue, float64(s.InFlightRows), s.Model)
-		failing := 0.0
-		if s.Failing {
-			failing = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, failing, s.Model)
+		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, gauge01(s.Failing), s.Model)
 		collectSources(ch, s.Model, s.Sources)
 	}
+	c.d.collectProbes(ch)
+}
+
+// gauge01 is a yes/no state as a gauge: 1 or 0.
+func gauge01(on bool) float64 {
+	if on {
+		return 1
+	}
+	return 0
 }
 
 // collectSources exports what is learnt of a model's callers.

@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"context"
 	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // Observer learns what the dispatcher does with a model's calls: the one
@@ -92,6 +94,11 @@ type Batch struct {
 	// Formed is when the rule sent the batch, Started when it began to
 	// run (BatchStarted).
 	Formed, Started time.Time
+	// Rule is the rule that formed the batch, whose Status names its
+	// policy (a tracer labels the batch with it); nil when the batch left
+	// full without a decision (the queue draining, or the rule failed). An
+	// observer may read it, not call Decide.
+	Rule policy.Rule
 	// Ctx is the context of the batch's upstream call (Upstream.Infer):
 	// context.Background() unless an observer set it in BatchStarted.
 	Ctx context.Context

@@ -115,6 +115,9 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 		if b := r.started[0]; b.Model != "simple" || b.Rows != 4 || len(b.Calls) != 3 || b.Started.Before(b.Formed) {
 			t.Errorf("batch started %+v: want 4 rows of 3 callers", b)
 		}
+		if b := r.started[0]; b.Rule == nil || b.Rule.Status().Policy != "test" {
+			t.Errorf("batch started with rule %v, want the one that formed it (policy test)", b.Rule)
+		}
 		seen := map[any]bool{}
 		for _, v := range r.callCtx {
 			seen[v] = true
@@ -138,24 +141,6 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 	if len(up.seen) != 1 || up.seen[0] != "batch" {
 		t.Fatalf("the upstream saw contexts carrying %v, want the one the observers gave the batch", up.seen)
 	}
-}
-
-// startModel starts a dispatcher with one model, drained at the test's
-// end.
-func startModel(t *testing.T, o Options, spec ModelSpec) *Dispatcher {
-	t.Helper()
-	d := New(o)
-	if err := d.SetModel(spec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
 }
 
 func sumRows(rows []int) (n int) {
@@ -188,6 +173,24 @@ func TestObserverSeesAFailedBatch(t *testing.T) {
 	}
 	if len(rec.answered) != 0 {
 		t.Fatalf("answers %+v learnt from an error", rec.answered)
+	}
+}
+
+// A batch that leaves without its rule's decision (the rule panicked: the
+// queue goes out as when draining) carries no rule, so that no policy is
+// named for it.
+func TestBatchWithoutDecisionHasNoRule(t *testing.T) {
+	rec := &recorder{}
+	d := startModel(t, Options{Upstream: &fakeUpstream{}, Observer: rec}, ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64,
+		Planner: newPlanner(panickyRule{Fill: policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Millisecond}, armed: true})})
+	c := call(t, 1, 1)
+	if err := checkAnswer(c, d.Submit(context.Background(), "simple", c)); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.started) != 1 || rec.started[0].Rule != nil {
+		t.Fatalf("batches started %+v: want one, with no rule", rec.started)
 	}
 }
 

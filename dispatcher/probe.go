@@ -495,30 +495,15 @@ var (
 		"1 while the upstream's state takes the proxy out of service (/readyz 503): it refuses connections, or every batched model is failing.", nil, nil)
 )
 
-type probeCollector struct{ d *Dispatcher }
+// probeDescs are the series collectProbes exports.
+var probeDescs = []*prometheus.Desc{descProbes, descProbeLast, descProbeLastOK, descUpstreamDown, descUnready}
 
-// ProbeCollector exports the active probes and the upstream's state.
-func (d *Dispatcher) ProbeCollector() prometheus.Collector { return probeCollector{d} }
-
-func (c probeCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descProbes
-	ch <- descProbeLast
-	ch <- descProbeLastOK
-	ch <- descUpstreamDown
-	ch <- descUnready
-}
-
-func (c probeCollector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, on bool, labels ...string) {
-		v := 0.0
-		if on {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	gauge(descUpstreamDown, c.d.health.isDown.Load())
-	gauge(descUnready, c.d.Unready() != "")
-	p := c.d.probes
+// collectProbes exports the active probes and the upstream's state (part
+// of Collector).
+func (d *Dispatcher) collectProbes(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descUpstreamDown, prometheus.GaugeValue, gauge01(d.health.isDown.Load()))
+	ch <- prometheus.MustNewConstMetric(descUnready, prometheus.GaugeValue, gauge01(d.Unready() != ""))
+	p := d.probes
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for k, n := range p.counts {
@@ -526,6 +511,6 @@ func (c probeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for model, r := range p.last {
 		ch <- prometheus.MustNewConstMetric(descProbeLast, prometheus.GaugeValue, float64(r.At.UnixNano())/1e9, model)
-		gauge(descProbeLastOK, r.OK, model)
+		ch <- prometheus.MustNewConstMetric(descProbeLastOK, prometheus.GaugeValue, gauge01(r.OK), model)
 	}
 }

@@ -2,7 +2,7 @@ package dispatcher
 
 import (
 	"context"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,9 +13,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
+
+// checkProbeMetrics compares what the dispatcher's collector exports of
+// the probes and of readiness (through a pedantic registry: every series
+// collected is described).
+func checkProbeMetrics(t *testing.T, d *Dispatcher, lastOK, unready int) {
+	t.Helper()
+	want := fmt.Sprintf(`
+# HELP ratebatch_probe_last_ok 1 if the last active probe found the model (the upstream) answering, else 0.
+# TYPE ratebatch_probe_last_ok gauge
+ratebatch_probe_last_ok{model="simple"} %d
+# HELP ratebatch_upstream_unready 1 while the upstream's state takes the proxy out of service (/readyz 503): it refuses connections, or every batched model is failing.
+# TYPE ratebatch_upstream_unready gauge
+ratebatch_upstream_unready %d
+`, lastOK, unready)
+	if err := testutil.CollectAndCompare(d.Collector(), strings.NewReader(want), "ratebatch_probe_last_ok", "ratebatch_upstream_unready"); err != nil {
+		t.Error(err)
+	}
+}
 
 // The pacing of the active probes: the first within half a second, the
 // next ones growing to the probe interval and never past it.
@@ -175,6 +196,7 @@ func TestProbeFindsTheHealedUpstream(t *testing.T) {
 	if why := d.Unready(); !strings.Contains(why, "device lost") {
 		t.Fatalf("unready %q does not say what the last probe found", why)
 	}
+	checkProbeMetrics(t, d, 0, 1)
 	s.mode.Store(standOK)
 	took := backWithin(t, d, time.Now(), 2*time.Second)
 	if r, _ := d.probes.lastOf("simple"); !r.OK {
@@ -183,6 +205,7 @@ func TestProbeFindsTheHealedUpstream(t *testing.T) {
 	if snap := d.Snapshots()[0]; snap.LastProbe == nil || !snap.LastProbe.OK {
 		t.Fatalf("snapshot's last probe %+v", snap.LastProbe)
 	}
+	checkProbeMetrics(t, d, 1, 0)
 	t.Logf("back %v after healing, %d probes", took.Round(time.Millisecond), s.probes.Load())
 }
 

@@ -330,24 +330,14 @@ func TestSourcesInSnapshotAndMetrics(t *testing.T) {
 	}{t: time.Unix(1000, 0)}
 	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
 	advance := func(d time.Duration) { clock.Lock(); clock.t = clock.t.Add(d); clock.Unlock() }
-	d := New(Options{Upstream: &fakeUpstream{}, Now: now})
 	pl := &watchingPlanner{fixedPlanner: newPlanner(policy.Fill{Policy: "test"})}
-	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl, WatchCallers: pl.watch}); err != nil {
-		t.Fatal(err)
-	}
+	d := startModel(t, Options{Upstream: &fakeUpstream{}, Now: now}, ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: pl, WatchCallers: pl.watch})
 	if pl.read == nil {
 		t.Fatal("the planner was not given the callers' reader")
 	}
 	if c := pl.read(now()); c.Known || c.Closed() {
 		t.Fatalf("callers before any call %+v: want unknown", c)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	for range 5 {
 		c := call(t, 1, 1)
 		c.Source = 42

@@ -770,15 +770,3 @@ func (r *Models) Monitors() []*monitor.Monitor {
 	}
 	return out
 }
-
-// PolicyName is the name of the policy whose rule is in force for model,
-// "" when the model is not batched. A tracer records it on each batch.
-func (r *Models) PolicyName(model string) string {
-	r.mu.Lock()
-	e := r.models[model]
-	r.mu.Unlock()
-	if e == nil || e.mon == nil {
-		return ""
-	}
-	return e.mon.Rule().Status().Policy
-}

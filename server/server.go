@@ -181,14 +181,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	}
 	// Tracing: the batches' spans from the dispatcher's events, their
 	// context written upstream as traceparent; the requests' spans at the
-	// doors. mr is set below, before any batch can start.
+	// doors.
 	tracer, err := tracing.New(context.Background(), tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Version: moduleVersion()})
 	if err != nil {
 		return nil, err
 	}
-	var mr *registry.Models
 	if tracer != nil {
-		observers = append(observers, &tracing.Batches{T: tracer, Policy: func(model string) string { return mr.PolicyName(model) }})
+		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
 	disp := dispatcher.New(dispatcher.Options{
@@ -198,9 +197,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
 		Observer: observers,
 	})
-	reg.MustRegister(disp.Collector(), disp.ProbeCollector())
+	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
-	mr = registry.New(tc, disp, cfg, log)
+	mr := registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
 	memory := newMemoryBudget(cfg, log)

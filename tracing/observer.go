@@ -12,12 +12,12 @@ import (
 // it starts the batch's span linked to its members' spans, records on
 // each member's span its wait and its batch, and hands the batch's context
 // to the upstream call (dispatcher.Batch.Ctx), whose client injects it as
-// traceparent; in BatchEnded it ends the span.
+// traceparent; in BatchEnded it ends the span. The policy on the members'
+// spans is the batch's own rule's (dispatcher.Batch.Rule), so a traced
+// batch asks no one else for it.
 type Batches struct {
 	dispatcher.NopObserver
 	T *Tracer
-	// Policy names the policy that formed a model's batches; nil: none.
-	Policy func(model string) string
 }
 
 var _ dispatcher.Observer = (*Batches)(nil)
@@ -49,9 +49,9 @@ func (o *Batches) BatchStarted(b *dispatcher.Batch) {
 	}
 	ctx, span := o.T.StartBatch(members, b.Model, b.Rows)
 	b.Ctx = ctx
-	policy := ""
-	if o.Policy != nil {
-		policy = o.Policy(b.Model)
+	policy := "" // the batch left without its rule's decision
+	if b.Rule != nil {
+		policy = b.Rule.Status().Policy
 	}
 	sc := span.SpanContext()
 	for i, c := range b.Calls {

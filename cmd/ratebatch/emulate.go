@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,38 +53,6 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usagef(stderr, "emulate", "%v", err)
 	}
-	return serveEmulator(ctx, em, *listen, *metricsListen, *grpcListen, *realism, stdout, *asJSON)
-}
-
-// serveEmulator serves em until ctx ends, after telling where.
-func serveEmulator(ctx context.Context, em *emulator.Server, listen, metricsListen, grpcListen, realism string, stdout io.Writer, asJSON bool) error {
-	if err := em.Start(listen, metricsListen); err != nil {
-		return err
-	}
-	var grpcAddr string
-	if grpcListen != "" {
-		addr, stop, err := em.ServeGRPC(grpcListen)
-		if err != nil {
-			em.Close()
-			return err
-		}
-		grpcAddr = addr
-		defer stop(emulateShutdownGrace) // within the grace the HTTP door has too
-	}
-	banner := em.Banner(realism, grpcAddr)
-	if asJSON {
-		if err := json.NewEncoder(stdout).Encode(banner); err != nil {
-			em.Close()
-			return fmt.Errorf("writing the addresses: %w", err)
-		}
-	} else {
-		banner.WriteText(stdout)
-	}
-	<-ctx.Done()
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emulateShutdownGrace)
-	defer cancel()
-	if err := em.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("stopping the emulator: %w", err)
-	}
-	return nil
+	return em.Serve(ctx, emulator.Addrs{Listen: *listen, Metrics: *metricsListen, GRPC: *grpcListen,
+		Realism: *realism, JSON: *asJSON, Grace: emulateShutdownGrace}, stdout)
 }

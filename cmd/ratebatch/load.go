@@ -122,10 +122,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if runErr != nil {
 		return runErr
 	}
-	if bad := res.Summary.ErrorsByKind["mismatch"] + res.Summary.ErrorsByKind["decode"]; f.c.Verify && bad > 0 {
-		return fmt.Errorf("%d answers failed verification; the first: %s", bad, res.FirstVerifyError)
-	}
-	return nil
+	return res.Verified()
 }
 
 // config checks the flags and completes f.c; an error is a usage error.

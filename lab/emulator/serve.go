@@ -1,6 +1,8 @@
 package emulator
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +12,59 @@ import (
 
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
+
+// Addrs are where Serve listens and how it tells so.
+type Addrs struct {
+	// Listen is the KServe v2 HTTP API's address (Triton's port 8000).
+	Listen string
+	// Metrics is GET /metrics' address (Triton's port 8002); "" serves none.
+	Metrics string
+	// GRPC is the gRPC door's address (Triton's port 8001); "" serves none.
+	GRPC string
+	// Realism is the Realism's name, for the banner.
+	Realism string
+	// JSON writes the banner as one line of JSON, which scripts read to
+	// learn the bound addresses (a port 0 is chosen by the system).
+	JSON bool
+	// Grace bounds how long answers in flight may take once ctx ends.
+	Grace time.Duration
+}
+
+// Serve serves s on a's addresses until ctx ends (`ratebatch emulate`):
+// once every door listens it writes the Banner to out, and when ctx ends
+// it lets the answers in flight go out within a.Grace. An error is a
+// listen failure, an unwritable banner or a shutdown that ran out of grace.
+func (s *Server) Serve(ctx context.Context, a Addrs, out io.Writer) error {
+	if err := s.Start(a.Listen, a.Metrics); err != nil {
+		return err
+	}
+	var grpcAddr string
+	if a.GRPC != "" {
+		addr, stop, err := s.ServeGRPC(a.GRPC)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		grpcAddr = addr
+		defer stop(a.Grace) // within the grace the HTTP door has too
+	}
+	banner := s.Banner(a.Realism, grpcAddr)
+	if a.JSON {
+		if err := json.NewEncoder(out).Encode(banner); err != nil {
+			s.Close()
+			return fmt.Errorf("emulator: writing the addresses: %w", err)
+		}
+	} else {
+		banner.WriteText(out)
+	}
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Grace)
+	defer cancel()
+	if err := s.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("emulator: stopping: %w", err)
+	}
+	return nil
+}
 
 // ServeGRPC serves the gRPC door (GRPC) on addr, beside Start's HTTP
 // ports, until stop: stop lets answers in flight go out within grace,
@@ -34,7 +89,8 @@ func (s *Server) ServeGRPC(addr string) (bound string, stop func(grace time.Dura
 }
 
 // Banner is what a serving emulator tells its user: its addresses, preset
-// and models (`ratebatch emulate`, JSON with --json).
+// and models (`ratebatch emulate`, JSON with --json). The JSON keys are a
+// contract: scripts read them.
 type Banner struct {
 	Listen        string   `json:"listen"`
 	MetricsListen string   `json:"metrics_listen"`

@@ -1,10 +1,13 @@
 package emulator_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +83,94 @@ func TestEmulateServesUntilCancelled(t *testing.T) {
 	defer cancel()
 	if err := em.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// served is an emulator that Serve runs on a goroutine.
+type served struct {
+	em   *emulator.Server
+	line string       // the first line Serve wrote, the banner's; "" if it failed first
+	stop func() error // ends Serve's context and returns its error
+}
+
+// serve starts a default emulator's Serve with a and reads its first line.
+func serve(t *testing.T, a emulator.Addrs) served {
+	t.Helper()
+	em, err := emulator.New(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := em.Serve(ctx, a, pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil && line != "" {
+		t.Fatalf("banner %q: %v", line, err)
+	}
+	go io.Copy(io.Discard, pr) // nothing more is expected; never block Serve
+	return served{em: em, line: line, stop: func() error { cancel(); return <-done }}
+}
+
+// `ratebatch emulate --json` prints one JSON line that scripts read to learn
+// where it listens and what it serves; the addresses it gives answer once it
+// is printed, and the server stops cleanly when told.
+func TestServeJSONBanner(t *testing.T) {
+	s := serve(t, emulator.Addrs{Listen: "127.0.0.1:0", Metrics: "127.0.0.1:0", GRPC: "127.0.0.1:0",
+		Realism: "exact", JSON: true, Grace: 5 * time.Second})
+	// Read back by the keys scripts use, not by emulator.Banner: renaming
+	// a key breaks them.
+	var banner struct {
+		Listen        string   `json:"listen"`
+		MetricsListen string   `json:"metrics_listen"`
+		GRPCListen    string   `json:"grpc_listen"`
+		Preset        string   `json:"preset"`
+		Models        []string `json:"models"`
+		Realism       string   `json:"realism"`
+	}
+	if err := json.Unmarshal([]byte(s.line), &banner); err != nil {
+		t.Fatalf("banner %q is not one JSON object: %v (Serve: %v)", s.line, err, s.stop())
+	}
+	if banner.Preset != preset.DefaultPreset || banner.Realism != "exact" || !slices.Contains(banner.Models, "simple") {
+		t.Errorf("banner %+v: want preset %s, realism exact and the simple model", banner, preset.DefaultPreset)
+	}
+	for _, url := range []string{"http://" + banner.Listen + "/v2/health/ready", "http://" + banner.MetricsListen + "/metrics"} {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("the banner's address: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", url, resp.Status)
+		}
+	}
+	if _, port, err := net.SplitHostPort(banner.GRPCListen); err != nil || port == "0" {
+		t.Errorf("grpc_listen %q: want the bound address (%v)", banner.GRPCListen, err)
+	}
+	if err := s.stop(); err != nil {
+		t.Errorf("Serve after cancel: %v", err)
+	}
+}
+
+// Without JSON the banner is text naming the address; an address that
+// cannot be listened on is Serve's error, before any banner.
+func TestServeTextBannerAndListenError(t *testing.T) {
+	s := serve(t, emulator.Addrs{Listen: "127.0.0.1:0", Realism: "exact", Grace: time.Second})
+	addr := s.em.Addr()
+	if addr == "" || !strings.Contains(s.line, "on http://"+addr+" ") {
+		t.Errorf("banner %q does not name the address %q", s.line, addr)
+	}
+	if err := s.stop(); err != nil {
+		t.Errorf("Serve after cancel: %v", err)
+	}
+
+	s = serve(t, emulator.Addrs{Listen: "127.0.0.1:notaport", Grace: time.Second})
+	if err := s.stop(); err == nil || s.line != "" || !strings.Contains(err.Error(), "listen") {
+		t.Errorf("Serve on a bad address: banner %q, error %v; want no banner and a listen error", s.line, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -186,17 +187,13 @@ func TestLoadCountsFailuresAndWritesCSV(t *testing.T) {
 	}
 }
 
-// A proxy that answers some callers with another caller's result fails
-// verification: the mismatches are counted and the first is kept.
-func TestLoadVerifyCatchesMixedCallers(t *testing.T) {
-	em, err := emulator.New(emulator.Options{Instances: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+// mixCallers serves em but answers every fourth request with the previous
+// caller's result, as a proxy that splits a batch's outputs wrongly would.
+func mixCallers(em *emulator.Server) http.Handler {
 	var mu sync.Mutex
 	var n int
 	var previous []byte
-	mixer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)
 			mu.Lock()
@@ -211,13 +208,79 @@ func TestLoadVerifyCatchesMixedCallers(t *testing.T) {
 			r.ContentLength = int64(len(body))
 		}
 		em.Handler().ServeHTTP(w, r)
-	}))
-	defer mixer.Close()
-	cmd := newCommand(mixer.URL, 200, 300*time.Millisecond)
-	cmd.c.Verify, cmd.c.MaxInFlight, cmd.onFull = true, 1, "wait"
-	got, _ := cmd.runJSON(t)
-	if got.ErrorsByKind["mismatch"] == 0 || got.FirstVerifyError == "" || *got.OK+*got.Errors != *got.Sent {
-		t.Fatalf("errors by kind %v, first %q, ok %d errors %d sent %d", got.ErrorsByKind, got.FirstVerifyError, *got.OK, *got.Errors, *got.Sent)
+	})
+}
+
+// miscount serves em but adds one to every element of OUTPUT0 of every
+// JSON answer: its own caller's, with a wrong sum.
+func miscount(em *emulator.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			em.Handler().ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		em.Handler().ServeHTTP(rec, r)
+		var resp map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		outputs, _ := resp["outputs"].([]any)
+		for _, o := range outputs {
+			if o := o.(map[string]any); o["name"] == "OUTPUT0" {
+				for i, v := range o["data"].([]any) {
+					o["data"].([]any)[i] = v.(float64) + 1
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(resp)
+	})
+}
+
+// A run with Verify fails (Result.Verified, which `ratebatch load --verify`
+// returns, so the command exits non-zero) when any answer does not match
+// its own inputs, and passes when every answer does; the mismatches are
+// counted and the first is kept.
+func TestLoadVerifyFailsTheRun(t *testing.T) {
+	em, err := emulator.New(emulator.Options{Instances: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		h            http.Handler
+		wrong, every bool // some answers are wrong; every one is
+	}{
+		{"the emulator's right answers", em.Handler(), false, false},
+		{"wrong sums", miscount(em), true, true},
+		{"another caller's answers", mixCallers(em), true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.h)
+			defer srv.Close()
+			cmd := newCommand(srv.URL, 200, 300*time.Millisecond)
+			cmd.c.Verify, cmd.c.MaxInFlight, cmd.onFull = true, 1, "wait"
+			got, res := cmd.runJSON(t)
+			if *got.Sent == 0 || *got.OK+*got.Errors != *got.Sent {
+				t.Fatalf("ok %d errors %d sent %d", *got.OK, *got.Errors, *got.Sent)
+			}
+			err := res.Verified()
+			if !tt.wrong {
+				if err != nil || *got.OK != *got.Sent || got.FirstVerifyError != "" {
+					t.Fatalf("right answers: Verified() = %v, ok %d of %d, first %q", err, *got.OK, *got.Sent, got.FirstVerifyError)
+				}
+				return
+			}
+			if !errors.Is(err, loadgen.ErrUnverified) || !strings.Contains(err.Error(), got.FirstVerifyError) {
+				t.Fatalf("wrong answers: Verified() = %v, want ErrUnverified naming the first (%q)", err, got.FirstVerifyError)
+			}
+			if n := got.ErrorsByKind["mismatch"]; n == 0 || tt.every && n != *got.Sent || got.FirstVerifyError == "" {
+				t.Fatalf("errors by kind %v of %d sent, first %q", got.ErrorsByKind, *got.Sent, got.FirstVerifyError)
+			}
+		})
 	}
 }
 

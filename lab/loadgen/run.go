@@ -115,6 +115,20 @@ type Result struct {
 	Warmup Summary
 }
 
+// ErrUnverified is Result.Verified's error.
+var ErrUnverified = errors.New("answers failed verification")
+
+// Verified is nil when no answer failed Config.Verify, and otherwise says
+// how many failed and how the first did. A verified run that fails it is a
+// failed run: `ratebatch load --verify` exits non-zero, because an answer
+// that is not its caller's is a broken proxy, whatever the latencies.
+func (r Result) Verified() error {
+	if bad := r.Summary.Unverified(); bad > 0 {
+		return fmt.Errorf("%d %w; the first: %s", bad, ErrUnverified, r.FirstVerifyError)
+	}
+	return nil
+}
+
 const (
 	defaultTimeout     = 10 * time.Second
 	defaultMaxInFlight = 1024

@@ -39,6 +39,12 @@ type Summary struct {
 	ErrorsByKind map[string]int64 `json:"errors_by_kind"` // ErrorKind.String() -> requests
 }
 
+// Unverified counts the answers that failed Config.Verify: undecodable, or
+// not the ones their own inputs imply.
+func (s Summary) Unverified() int64 {
+	return s.ErrorsByKind[KindMismatch.String()] + s.ErrorsByKind[KindDecode.String()]
+}
+
 // Summarize accounts for records. duration is the sending window and elapsed
 // the time until the last answer; both may be zero (then rates are 0).
 func Summarize(records []Record, duration, elapsed time.Duration) Summary {

@@ -44,7 +44,7 @@ func WriteSummary(w io.Writer, s Summary, grpc bool) {
 // WriteVerified prints the verdict of Config.Verify on s: every answer
 // checked out, or how many did not.
 func WriteVerified(w io.Writer, s Summary) {
-	if bad := s.ErrorsByKind[KindMismatch.String()] + s.ErrorsByKind[KindDecode.String()]; bad > 0 {
+	if bad := s.Unverified(); bad > 0 {
 		fmt.Fprintf(w, "verify: %d of %d answers failed verification\n", bad, s.OK+bad)
 		return
 	}
