@@ -15,7 +15,8 @@
 # --duration DURATION --seed ROUND` to each proxy in turn; on a shared
 # machine the ratio within a round is the comparison, the rounds its spread.
 # The emulator (REALISM, default exact; PRESET, default googlenet-p4; model
-# MODEL, default simple) counts the energy. Per round and variant it prints
+# MODEL, default simple; TAU_SCALE, default 1, times the preset's batch
+# time) counts the energy. Per round and variant it prints
 # the client's mean and p99 latency and requests per joule, with the steal
 # time the host took meanwhile (a disturbed round shows it); last, per
 # variant, the ratio of its summed means to the first variant's and its
@@ -26,6 +27,7 @@ RB=${RB:-bin/ratebatch}
 REALISM=${REALISM:-exact}
 PRESET=${PRESET:-googlenet-p4}
 MODEL=${MODEL:-simple}
+TAU_SCALE=${TAU_SCALE:-1}
 PORT=${PORT:-9500}
 [[ $# -ge 4 ]] || { sed -n '2,21p' "$0" >&2; exit 2; }
 rate=$1 dur=$2 rounds=$3
@@ -41,7 +43,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$RB" emulate --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$((PORT + 2))" \
-	--realism "$REALISM" --preset "$PRESET" >"$work/emulator.log" 2>&1 &
+	--realism "$REALISM" --preset "$PRESET" --tau-scale "$TAU_SCALE" >"$work/emulator.log" 2>&1 &
 pids+=($!)
 names=()
 i=0
