@@ -40,7 +40,7 @@ func (c *Config) Keep(from *Config, paths []string) {
 	cv, fv := reflect.ValueOf(c).Elem(), reflect.ValueOf(from).Elem()
 	for _, o := range options {
 		if slices.Contains(paths, o.path) {
-			cv.FieldByIndex(o.index).Set(fv.FieldByIndex(o.index))
+			_ = setCopies(cv, o.index, o.copies, func(f reflect.Value) error { f.Set(fv.FieldByIndex(o.index)); return nil })
 		}
 	}
 }

@@ -528,7 +528,7 @@ func TestSetPolicy(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream = "http://u"
 	cfg.Policy.Name = "budget"
-	cfg.Policy.LatencyBudget = ""
+	cfg.Policy.Budget.LatencyBudget = ""
 	cfg.Models = map[string]config.Model{"resnet": {LatencyBudget: "1.3x"}}
 	r := New(up, q, &cfg, nil)
 	if err := r.Refresh(context.Background()); err != nil {
@@ -601,8 +601,8 @@ func TestSetPolicy(t *testing.T) {
 				}
 				if model == "" {
 					c := r.Config()
-					if c.Policy.Name != want.policy || c.Policy.LatencyBudget != want.budget {
-						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.LatencyBudget, want.policy, want.budget)
+					if c.Policy.Name != want.policy || c.Policy.Budget.LatencyBudget != want.budget {
+						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.Budget.LatencyBudget, want.policy, want.budget)
 					}
 					continue
 				}
