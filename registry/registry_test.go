@@ -669,3 +669,44 @@ func TestSetPolicyTailOptions(t *testing.T) {
 		t.Error("slo_p99 soon: no error")
 	}
 }
+
+// A key belongs to the policies whose options have it: PUT /policy with a
+// key of another policy is refused, naming the policies that take it, and
+// switches nothing.
+func TestSetPolicyRefusesAnotherPolicysOption(t *testing.T) {
+	up := &fakeUpstream{
+		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
+	}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	ctx := context.Background()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		policy, key, value, err string
+	}{
+		{"budget", "w2", "0.5", "w2 applies to the smdp policy"},
+		{"budget", "batch", "4", "batch applies to the static policy"},
+		{"smdp", "latency_budget", "1.2x", "latency_budget applies to the budget policy"},
+		{"adhoc", "wait_bound", "2ms", "wait_bound applies to the batchmonitor, batchmonitor+, budget, smdp, static policies"},
+		{"elastic", "sla", "5ms", "sla applies to the budget, slack policies"},
+	} {
+		switched, err := r.SetPolicy(ctx, "simple", tc.policy, map[string]string{tc.key: tc.value})
+		if err == nil || !strings.Contains(err.Error(), tc.err) || len(switched) != 0 {
+			t.Errorf("%s with %s: switched %v, error %v, want it refused with %q", tc.policy, tc.key, switched, err, tc.err)
+		}
+	}
+	if in := r.Policies().Models; len(in) != 1 || in[0].Policy != "budget" {
+		t.Errorf("after refused changes: %+v, want simple still on budget", in)
+	}
+	// The same keys with a policy that has them pass.
+	for pol, key := range map[string]string{"smdp": "w2", "static": "batch", "budget": "latency_budget", "slack": "sla"} {
+		value := map[string]string{"w2": "0.5", "batch": "4", "latency_budget": "1.2x", "sla": "5ms"}[key]
+		if _, err := r.SetPolicy(ctx, "simple", pol, map[string]string{key: value}); err != nil {
+			t.Errorf("%s with %s: %v", pol, key, err)
+		}
+	}
+}
