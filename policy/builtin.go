@@ -56,10 +56,7 @@ type MaxBatchOptions struct {
 
 // Validate implements validator.
 func (o MaxBatchOptions) Validate() error {
-	if o.MaxQueueDelay < 0 {
-		return paramErr("max_queue_delay", "max queue delay must be >= 0, got %v", o.MaxQueueDelay)
-	}
-	return nil
+	return notNegative("max_queue_delay", "max queue delay", o.MaxQueueDelay)
 }
 
 // StaticOptions are static's options. Batch 0 passes Validate, as the

@@ -26,7 +26,7 @@ type Elastic struct {
 
 func init() {
 	Register(NameElastic, func(o *Options) *ElasticOptions { return &o.Elastic }, func(o ElasticOptions) (Policy, error) {
-		return Elastic{RowCap: o.RowCap}, nil
+		return Elastic(o), nil
 	})
 }
 

@@ -84,12 +84,7 @@ type HoldOptions struct {
 }
 
 // Validate implements validator.
-func (o HoldOptions) Validate() error {
-	if o.MaxWait < 0 {
-		return paramErr("wait_bound", "max wait must be >= 0, got %v", o.MaxWait)
-	}
-	return nil
-}
+func (o HoldOptions) Validate() error { return notNegative("wait_bound", "max wait", o.MaxWait) }
 
 // DeadlineOptions are the deadline of rows without their own and the
 // over-estimate of batch time that keeps it, for slack and budget.
@@ -156,6 +151,14 @@ func firstErr(errs ...error) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// notNegative refuses a negative duration d of the parameter key.
+func notNegative(key, what string, d time.Duration) error {
+	if d < 0 {
+		return paramErr(key, "%s must be >= 0, got %v", what, d)
 	}
 	return nil
 }

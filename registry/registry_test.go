@@ -636,17 +636,7 @@ func TestSetPolicy(t *testing.T) {
 // The budget's p99 options go through PUT /policy's path as the mean's
 // does: set for one model, shown in force, refused for another policy.
 func TestSetPolicyTailOptions(t *testing.T) {
-	up := &fakeUpstream{
-		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
-		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
-	}
-	cfg := config.Default()
-	cfg.Upstream = "http://u"
-	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
-	ctx := context.Background()
-	if err := r.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, ctx := simpleRegistry(t), context.Background()
 	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"tail_budget": "1.3x", "slo_p99": "12ms"}); err != nil {
 		t.Fatal(err)
 	}
@@ -674,17 +664,7 @@ func TestSetPolicyTailOptions(t *testing.T) {
 // key of another policy is refused, naming the policies that take it, and
 // switches nothing.
 func TestSetPolicyRefusesAnotherPolicysOption(t *testing.T) {
-	up := &fakeUpstream{
-		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
-		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
-	}
-	cfg := config.Default()
-	cfg.Upstream = "http://u"
-	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
-	ctx := context.Background()
-	if err := r.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, ctx := simpleRegistry(t), context.Background()
 	for _, tc := range []struct {
 		policy, key, value, err string
 	}{
@@ -709,4 +689,21 @@ func TestSetPolicyRefusesAnotherPolicysOption(t *testing.T) {
 			t.Errorf("%s with %s: %v", pol, key, err)
 		}
 	}
+}
+
+// simpleRegistry is a registry of the default configuration over one
+// batched model, simple.
+func simpleRegistry(t *testing.T) *Models {
+	t.Helper()
+	up := &fakeUpstream{
+		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
+	}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
