@@ -58,7 +58,8 @@ type Policy struct {
 	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
 	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
 	// Options are the policies' own parameters (policy.w1, policy.sla,
-	// ...), declared, documented and validated by package policy.
+	// ...), declared, documented and validated by package policy, each
+	// policy's beside it; their keys are this section's.
 	policy.Options `yaml:",inline"`
 	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
@@ -140,9 +141,12 @@ func Default() Config {
 		Listen:      ":9000",
 		AdminListen: "127.0.0.1:9002",
 		Policy: Policy{
-			Name:    "budget",
-			Window:  time.Second,
-			Options: policy.Options{MaxQueueDelay: 5 * time.Millisecond, W1: 1},
+			Name:   "budget",
+			Window: time.Second,
+			Options: policy.Options{
+				MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+				SMDP:     policy.SMDPOptions{W1: 1},
+			},
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,
@@ -264,7 +268,7 @@ func (c *Config) Validate() error {
 		if m.SLA < 0 {
 			add(fieldErr(path+".sla", "must be >= 0"))
 		}
-		add(validOptions(path+".", policy.Options{LatencyBudget: m.LatencyBudget}))
+		add(validOptions(path+".", policy.BudgetOptions{LatencyBudget: m.LatencyBudget}))
 		if m.Probe != "" {
 			add(validProbe(path+".probe", m.Probe))
 		}
@@ -293,7 +297,7 @@ func (c *Config) upstreamHostPort(port string) string {
 
 // validOptions validates policy options (package policy owns their bounds)
 // and names the field at fault under prefix.
-func validOptions(prefix string, o policy.Options) error {
+func validOptions(prefix string, o interface{ Validate() error }) error {
 	err := o.Validate()
 	var pe *policy.ParamError
 	if errors.As(err, &pe) {

@@ -160,7 +160,14 @@ func TestPolicyOptionsFilledDirectly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := policy.Options{MaxQueueDelay: 5 * time.Millisecond, Batch: 4, SLA: 50 * time.Millisecond, W1: 1, W2: 0.5, RowCap: 48}
+	want := policy.Options{
+		MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+		Static:   policy.StaticOptions{Batch: 4},
+		SMDP:     policy.SMDPOptions{W1: 1, W2: 0.5},
+		Elastic:  policy.ElasticOptions{RowCap: 48},
+	}
+	// sla is one key for the two policies whose options have it.
+	want.Slack.SLA, want.Budget.SLA = 50*time.Millisecond, 50*time.Millisecond
 	if c.Policy.Options != want {
 		t.Fatalf("policy options %+v, want %+v", c.Policy.Options, want)
 	}

@@ -14,8 +14,13 @@ func Changed(old, new *Config) []string {
 	var out []string
 	ov, nv := reflect.ValueOf(old).Elem(), reflect.ValueOf(new).Elem()
 	for _, o := range options {
-		if !reflect.DeepEqual(ov.FieldByIndex(o.index).Interface(), nv.FieldByIndex(o.index).Interface()) {
-			out = append(out, o.path)
+		// Every copy of a shared key (yamlField): a configuration built in
+		// Go may set one only.
+		for _, idx := range append([][]int{o.index}, o.copies...) {
+			if !reflect.DeepEqual(ov.FieldByIndex(idx).Interface(), nv.FieldByIndex(idx).Interface()) {
+				out = append(out, o.path)
+				break
+			}
 		}
 	}
 	names := slices.Sorted(maps.Keys(old.Models))
@@ -40,7 +45,9 @@ func (c *Config) Keep(from *Config, paths []string) {
 	cv, fv := reflect.ValueOf(c).Elem(), reflect.ValueOf(from).Elem()
 	for _, o := range options {
 		if slices.Contains(paths, o.path) {
-			cv.FieldByIndex(o.index).Set(fv.FieldByIndex(o.index))
+			for _, idx := range append([][]int{o.index}, o.copies...) {
+				cv.FieldByIndex(idx).Set(fv.FieldByIndex(idx))
+			}
 		}
 	}
 }

@@ -28,6 +28,13 @@ type option struct {
 	help   string
 	secret bool
 	index  []int // reflect field index path from Config
+	copies [][]int
+}
+
+// set sets the option in v (a Config) from its spelling in a file or a
+// flag, and its copies (yamlField) with it.
+func (o option) set(v reflect.Value, s string) error {
+	return setCopies(v, o.index, o.copies, func(f reflect.Value) error { return setField(f, s) })
 }
 
 var options = collect(reflect.TypeOf(Config{}), nil, "")
@@ -40,6 +47,10 @@ func collect(t reflect.Type, index []int, prefix string) []option {
 			continue
 		}
 		idx := append(append([]int(nil), index...), yf.index...)
+		var copies [][]int
+		for _, c := range yf.copies {
+			copies = append(copies, append(append([]int(nil), index...), c...))
+		}
 		path := prefix + name
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 			out = append(out, collect(f.Type, idx, path+".")...)
@@ -56,6 +67,7 @@ func collect(t reflect.Type, index []int, prefix string) []option {
 			help:   f.Tag.Get("help"),
 			secret: f.Tag.Get("secret") == "true",
 			index:  idx,
+			copies: copies,
 		})
 	}
 	return out
@@ -137,7 +149,7 @@ func Load(src Source) (*Config, error) {
 	if src.LookupEnv != nil {
 		for _, o := range options {
 			if s, ok := src.LookupEnv(o.env); ok {
-				if err := setField(v.FieldByIndex(o.index), s); err != nil {
+				if err := o.set(v, s); err != nil {
 					errs = append(errs, fieldErr(o.path, "environment %s: %v", o.env, err))
 				}
 			}
@@ -149,7 +161,7 @@ func Load(src Source) (*Config, error) {
 			if !ok {
 				return
 			}
-			if err := setField(v.FieldByIndex(p.o.index), p.raw); err != nil {
+			if err := p.o.set(v, p.raw); err != nil {
 				errs = append(errs, fieldErr(p.o.path, "flag -%s: %v", p.o.flag, err))
 			}
 		})

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/ratebatch/ratebatch/policy"
@@ -18,12 +19,14 @@ func PolicyOptions(o policy.Options) map[string]any {
 
 // SetPolicyOption sets the option of o whose key in the policy section is
 // key, from its spelling in the file or a flag ("1.10x", "2ms", "0.5"),
-// as PUT /policy sets it at run time. Bounds are policy.Options.Validate's.
+// as PUT /policy sets it at run time: in every policy's options that have
+// the key. Bounds are each policy's options' Validate.
 func SetPolicyOption(o *policy.Options, key, value string) error {
 	fields := yamlFields(reflect.TypeOf(*o))
 	for _, f := range fields {
 		if f.name == key {
-			if err := setField(reflect.ValueOf(o).Elem().FieldByIndex(f.index), value); err != nil {
+			err := setCopies(reflect.ValueOf(o).Elem(), f.index, f.copies, func(v reflect.Value) error { return setField(v, value) })
+			if err != nil {
 				return fmt.Errorf("%s: %w", key, err)
 			}
 			return nil
@@ -34,4 +37,42 @@ func SetPolicyOption(o *policy.Options, key, value string) error {
 		known[i] = f.name
 	}
 	return fmt.Errorf("unknown policy option %q (known: %s)", key, strings.Join(known, ", "))
+}
+
+// PolicyTakes says whether the named policy has the option key among its
+// own options (policy.OptionsOf): a key set for a policy without it is a
+// mistake said at once, not an option ignored. The error names the
+// policies that take the key. An unknown policy or key is policy.New's and
+// SetPolicyOption's to report: PolicyTakes passes them.
+func PolicyTakes(name, key string) error {
+	if _, known := policy.OptionsOf(name, &policy.Options{}); !known || slices.Contains(policyKeys(name), key) {
+		return nil
+	}
+	var takers []string
+	for _, n := range policy.Names() {
+		if slices.Contains(policyKeys(n), key) {
+			takers = append(takers, n)
+		}
+	}
+	switch len(takers) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf(`%s applies to the %s policy: {"policy": "%s", "%s": ...}`, key, takers[0], takers[0], key)
+	}
+	return fmt.Errorf("%s applies to the %s policies, not to %s", key, strings.Join(takers, ", "), name)
+}
+
+// policyKeys are the keys of the named policy's own options; none for a
+// policy that is not registered.
+func policyKeys(name string) []string {
+	own, ok := policy.OptionsOf(name, &policy.Options{})
+	if !ok {
+		return nil
+	}
+	var keys []string
+	for _, f := range yamlFields(reflect.TypeOf(own).Elem()) {
+		keys = append(keys, f.name)
+	}
+	return keys
 }

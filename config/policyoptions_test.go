@@ -1,6 +1,9 @@
 package config
 
 import (
+	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +17,18 @@ func TestSetPolicyOption(t *testing.T) {
 		check      func(policy.Options) bool
 		err        string // in the error; "" for none
 	}{
-		{"latency_budget", "1.25x", func(o policy.Options) bool { return o.LatencyBudget == "1.25x" }, ""},
-		{"wait_bound", "2ms", func(o policy.Options) bool { return o.MaxWait == 2*time.Millisecond }, ""},
-		{"w2", "0.5", func(o policy.Options) bool { return o.W2 == 0.5 }, ""},
-		{"batch", "4", func(o policy.Options) bool { return o.Batch == 4 }, ""},
+		{"latency_budget", "1.25x", func(o policy.Options) bool { return o.Budget.LatencyBudget == "1.25x" }, ""},
+		{"wait_bound", "2ms", func(o policy.Options) bool {
+			// One key, set in every policy's options that have it.
+			return o.Budget.MaxWait == 2*time.Millisecond && o.SMDP.MaxWait == 2*time.Millisecond &&
+				o.Static.MaxWait == 2*time.Millisecond && o.BatchMonitor.MaxWait == 2*time.Millisecond &&
+				o.BatchMonitorPlus.MaxWait == 2*time.Millisecond
+		}, ""},
+		{"sla", "7ms", func(o policy.Options) bool {
+			return o.Slack.SLA == 7*time.Millisecond && o.Budget.SLA == 7*time.Millisecond
+		}, ""},
+		{"w2", "0.5", func(o policy.Options) bool { return o.SMDP.W2 == 0.5 }, ""},
+		{"batch", "4", func(o policy.Options) bool { return o.Static.Batch == 4 }, ""},
 		{"wait_bound", "soon", nil, "wait_bound: wants a duration"},
 		{"batch", "four", nil, "batch: wants an integer"},
 		{"window", "1s", nil, `unknown policy option "window"`}, // the section's, not a policy's
@@ -38,7 +49,9 @@ func TestSetPolicyOption(t *testing.T) {
 }
 
 func TestPolicyOptionsSpeltAsInTheFile(t *testing.T) {
-	doc := PolicyOptions(policy.Options{LatencyBudget: "1.10x", MaxWait: 3 * time.Millisecond, W1: 1})
+	o := policy.Options{Budget: policy.BudgetOptions{LatencyBudget: "1.10x"}, SMDP: policy.SMDPOptions{W1: 1}}
+	policy.Each(&o, func(h *policy.HoldOptions) { h.MaxWait = 3 * time.Millisecond })
+	doc := PolicyOptions(o)
 	for key, want := range map[string]any{"latency_budget": "1.10x", "wait_bound": "3ms", "w1": 1.0, "batch": 0} {
 		if got, ok := doc[key]; !ok || got != want {
 			t.Errorf("%s: %v (%T), want %v", key, got, got, want)
@@ -48,5 +61,77 @@ func TestPolicyOptionsSpeltAsInTheFile(t *testing.T) {
 		if _, ok := doc[goOnly]; ok {
 			t.Errorf("%s, set from Go only, is shown", goOnly)
 		}
+	}
+}
+
+// A key belongs to the policies whose options have it: set for another
+// policy it is refused, naming the policies that take it.
+func TestPolicyTakes(t *testing.T) {
+	for _, tc := range []struct {
+		policy, key string
+		err         string // in the error; "" for none
+	}{
+		{"budget", "latency_budget", ""},
+		{"budget", "wait_bound", ""},
+		{"budget", "sla", ""},
+		{"budget", "solve_share", ""},
+		{"smdp", "w2", ""},
+		{"smdp", "solve_share", ""},
+		{"static", "batch", ""},
+		{"slack", "sla", ""},
+		{"elastic", "row_cap", ""},
+		{"maxbatch", "max_queue_delay", ""},
+		{"batchmonitor", "wait_bound", ""},
+		{"batchmonitor+", "wait_bound", ""},
+		{"adhoc", "latency_budget", "latency_budget applies to the budget policy"},
+		{"smdp", "tail_budget", "tail_budget applies to the budget policy"},
+		{"budget", "w1", "w1 applies to the smdp policy"},
+		{"budget", "batch", "batch applies to the static policy"},
+		{"slack", "row_cap", "row_cap applies to the elastic policy"},
+		{"static", "sla", "sla applies to the budget, slack policies, not to static"},
+		{"adhoc", "wait_bound", "wait_bound applies to the batchmonitor, batchmonitor+, budget, smdp, static policies"},
+		{"elastic", "solve_share", "solve_share applies to the budget, smdp policies"},
+		{"nonsense", "batch", ""},  // the unknown policy is New's to say
+		{"budget", "nonsense", ""}, // the unknown key is SetPolicyOption's
+	} {
+		err := PolicyTakes(tc.policy, tc.key)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s %s: error %v, want one with %q", tc.policy, tc.key, err, tc.err)
+		}
+	}
+}
+
+// Every key of the policy section is one of some policy's options, with
+// one type; each copy of a shared key follows the file, the environment
+// and a flag alike.
+func TestPolicyKeysAreEachPolicys(t *testing.T) {
+	for _, f := range yamlFields(reflect.TypeFor[policy.Options]()) {
+		found := false
+		for _, n := range policy.Names() {
+			found = found || slices.Contains(policyKeys(n), f.name)
+		}
+		if !found {
+			t.Errorf("key %s belongs to no policy", f.name)
+		}
+	}
+	c, err := Load(Source{
+		File:      writeFile(t, "upstream: http://u\npolicy: {wait_bound: 4ms}\n"),
+		LookupEnv: env(map[string]string{"RATEBATCH_POLICY_SOLVE_SHARE": "0.5"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Policy.Options
+	if o.Static.MaxWait != 4*time.Millisecond || o.Budget.MaxWait != 4*time.Millisecond || o.BatchMonitorPlus.MaxWait != 4*time.Millisecond {
+		t.Errorf("wait_bound 4ms from the file: %+v", o)
+	}
+	if o.SMDP.SolveShare != 0.5 || o.Budget.SolveShare != 0.5 {
+		t.Errorf("solve_share 0.5 from the environment: smdp %v, budget %v", o.SMDP.SolveShare, o.Budget.SolveShare)
+	}
+	// A bad value of a policy's option names the key under policy.
+	_, err = Load(Source{File: writeFile(t, "upstream: http://u\npolicy: {w1: 0, w2: 1}\n")})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "policy.w1" {
+		t.Errorf("w1 0 with w2 1: error %v, want one for policy.w1", err)
 	}
 }

@@ -92,43 +92,75 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
 }
 
 // yamlField is a struct field as the YAML file sees it: the fields of a
-// struct embedded with `yaml:",inline"` (config.Policy's policy.Options)
-// are the outer struct's own keys.
+// struct embedded with `yaml:",inline"` (config.Policy's policy.Options,
+// and in it each policy's options) are the outer struct's own keys. A key
+// that several inlined structs declare (wait_bound, in each policy that
+// holds partial batches) is one key: its first field, and copies kept
+// equal to it (set).
 type yamlField struct {
-	name  string
-	index []int // reflect field index path from the outer struct
-	field reflect.StructField
+	name   string
+	index  []int   // reflect field index path from the outer struct
+	copies [][]int // the same key's other fields, from the outer struct
+	field  reflect.StructField
 }
 
-// yamlFields lists t's YAML keys in declaration order; fields without a
-// name or tagged "-" are not keys.
+// yamlFields lists t's YAML keys in declaration order, each once; fields
+// without a name or tagged "-" are not keys. A key declared twice with two
+// types is a programming error, and panics.
 func yamlFields(t reflect.Type) []yamlField {
 	var out []yamlField
+	at := map[string]int{}
+	add := func(f yamlField) {
+		i, dup := at[f.name]
+		if !dup {
+			at[f.name] = len(out)
+			out = append(out, f)
+			return
+		}
+		if out[i].field.Type != f.field.Type {
+			panic(fmt.Sprintf("config: key %s of %v is a %v and a %v", f.name, t, out[i].field.Type, f.field.Type))
+		}
+		out[i].copies = append(out[i].copies, f.index)
+		out[i].copies = append(out[i].copies, f.copies...)
+	}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if opts == "inline" && f.Type.Kind() == reflect.Struct {
 			for _, in := range yamlFields(f.Type) {
 				in.index = append([]int{i}, in.index...)
-				out = append(out, in)
+				for j, c := range in.copies {
+					in.copies[j] = append([]int{i}, c...)
+				}
+				add(in)
 			}
 			continue
 		}
 		if name != "" && name != "-" && f.IsExported() {
-			out = append(out, yamlField{name: name, index: []int{i}, field: f})
+			add(yamlField{name: name, index: []int{i}, field: f})
 		}
 	}
 	return out
+}
+
+// setCopies sets the field of v at index with set, then its copies to the
+// same value (what set kept of a bad value too: one key, one value).
+func setCopies(v reflect.Value, index []int, copies [][]int, set func(reflect.Value) error) error {
+	err := set(v.FieldByIndex(index))
+	for _, c := range copies {
+		v.FieldByIndex(c).Set(v.FieldByIndex(index))
+	}
+	return err
 }
 
 func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
 	if n.Kind != yaml.MappingNode {
 		return nodeErr(n, path, "wants a mapping of keys, got %s", describe(n))
 	}
-	fields := map[string][]int{}
+	fields := map[string]yamlField{}
 	var names []string
 	for _, f := range yamlFields(v.Type()) {
-		fields[f.name] = f.index
+		fields[f.name] = f
 		names = append(names, f.name)
 	}
 	slices.Sort(names)
@@ -137,12 +169,13 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
 	var errs []error
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
-		idx, ok := fields[k.Value]
+		f, ok := fields[k.Value]
 		if !ok {
 			errs = append(errs, nodeErr(k, join(path, k.Value), "unknown key (known here: %s)", strings.Join(names, ", ")))
 			continue
 		}
-		if err := decodeNode(val, v.FieldByIndex(idx), join(path, k.Value)); err != nil {
+		err := setCopies(v, f.index, f.copies, func(fv reflect.Value) error { return decodeNode(val, fv, join(path, k.Value)) })
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -80,11 +80,32 @@ func NewBatchMonitorPlus() BatchMonitorPlus {
 }
 
 func init() {
-	Register(NameBatchMonitorPlus, func(o Options) (Policy, error) {
+	Register(NameBatchMonitorPlus, func(o *Options) *BatchMonitorPlusOptions { return &o.BatchMonitorPlus }, func(o BatchMonitorPlusOptions) (Policy, error) {
 		p := NewBatchMonitorPlus()
 		p.Util, p.From, p.Drain, p.MaxWait = or(o.Util, DefaultUtil), or(o.From, DefaultFrom), !o.NoDrain, o.MaxWait
 		return p, nil
 	})
+}
+
+// BatchMonitorPlusOptions are batchmonitor+'s options: Util and From
+// (zero: DefaultUtil, DefaultFrom); NoDrain makes it send the planned size
+// only instead of the queue.
+type BatchMonitorPlusOptions struct {
+	Util        float64 `yaml:"-"`
+	From        int     `yaml:"-"`
+	NoDrain     bool    `yaml:"-"`
+	HoldOptions `yaml:",inline"`
+}
+
+// Validate implements validator.
+func (o BatchMonitorPlusOptions) Validate() error {
+	switch {
+	case !(o.Util >= 0 && o.Util <= 1):
+		return paramErr("util", "must be in (0, 1] (0: %v), got %v", DefaultUtil, o.Util)
+	case o.From != 0 && o.From != 1 && o.From != 2:
+		return paramErr("from", "must be 1 or 2, got %d", o.From)
+	}
+	return o.HoldOptions.Validate()
 }
 
 // Name implements Policy.

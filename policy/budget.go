@@ -121,7 +121,7 @@ func NewBudget(b smdp.Budget) (*Budget, error) {
 }
 
 func init() {
-	Register(NameBudget, func(o Options) (Policy, error) {
+	Register(NameBudget, func(o *Options) *BudgetOptions { return &o.Budget }, func(o BudgetOptions) (Policy, error) {
 		b, err := o.budget()
 		if err != nil {
 			return nil, err
@@ -133,12 +133,69 @@ func init() {
 		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
 		p.NoTrim = o.NoTrim
-		p.meter = newSolveMeter(o)
+		p.meter = newSolveMeter(o.SolveOptions)
 		if err := p.setTail(o); err != nil {
 			return nil, err
 		}
 		return p, nil
 	})
+}
+
+// BudgetOptions are budget's options. LatencyBudget is the mean-latency
+// budget as smdp.ParseBudget reads it (empty: DefaultLatencyBudget).
+// TailBudget bounds the predicted p99 relative to ad-hoc's (empty:
+// DefaultTailBudget, none when SLOP99 is set); SLOP99 bounds it absolutely,
+// and alone (without LatencyBudget) leaves the mean unbounded. Seed varies
+// the draws; NoTrim turns the live trim off: the plan alone, as the optimum
+// comparisons and the sim command (unless --trim) run it.
+type BudgetOptions struct {
+	LatencyBudget   string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
+	TailBudget      string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
+	SLOP99          time.Duration `yaml:"slo_p99" help:"budget: the p99 the plan keeps under (15ms): the most requests per joule within it, with no mean budget unless latency_budget is set"`
+	DeadlineOptions `yaml:",inline"`
+	HoldOptions     `yaml:",inline"`
+	SolveOptions    `yaml:",inline"`
+	Seed            uint64 `yaml:"-"`
+	NoTrim          bool   `yaml:"-"`
+}
+
+// Validate implements validator.
+func (o BudgetOptions) Validate() error {
+	if err := firstErr(o.DeadlineOptions.Validate(), o.HoldOptions.Validate(), o.SolveOptions.Validate()); err != nil {
+		return err
+	}
+	if _, err := o.budget(); err != nil {
+		return err
+	}
+	if o.SLOP99 < 0 {
+		return paramErr("slo_p99", "must be >= 0 (0: none), got %v", o.SLOP99)
+	}
+	_, err := o.tailBudget()
+	return err
+}
+
+// budget is LatencyBudget read (zero when empty).
+func (o BudgetOptions) budget() (smdp.Budget, error) {
+	if o.LatencyBudget == "" {
+		return smdp.Budget{}, nil
+	}
+	b, err := smdp.ParseBudget(o.LatencyBudget)
+	if err != nil {
+		return b, paramErr("latency_budget", "%v", err)
+	}
+	return b, nil
+}
+
+// tailBudget is TailBudget read (0 when empty or off).
+func (o BudgetOptions) tailBudget() (float64, error) {
+	if o.TailBudget == "" {
+		return 0, nil
+	}
+	f, err := ParseTailBudget(o.TailBudget)
+	if err != nil {
+		return 0, paramErr("tail_budget", "%v", err)
+	}
+	return f, nil
 }
 
 // Name implements Policy.

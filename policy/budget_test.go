@@ -13,14 +13,14 @@ import (
 
 func newBudget(t *testing.T, b string) *Budget {
 	t.Helper()
-	return newBudgetWith(t, Options{LatencyBudget: b, TailBudget: "off"})
+	return newBudgetWith(t, BudgetOptions{LatencyBudget: b, TailBudget: "off"})
 }
 
 // newBudgetWith is the budget policy with options o, its solves free.
-func newBudgetWith(t *testing.T, o Options) *Budget {
+func newBudgetWith(t *testing.T, o BudgetOptions) *Budget {
 	t.Helper()
 	o.SolveFree = true
-	p, err := New(NameBudget, o)
+	p, err := New(NameBudget, Options{Budget: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,15 +38,14 @@ func TestBudgetOptions(t *testing.T) {
 	if b := newBudget(t, "4ms").Budget; b != (smdp.Budget{AbsoluteMs: 4}) {
 		t.Errorf("4ms read as %+v", b)
 	}
-	for _, bad := range []Options{
+	for _, bad := range []BudgetOptions{
 		{LatencyBudget: "0.9x"},
 		{LatencyBudget: "soon"},
-		{LatencyBudget: "1.1x", W2: 1},
-		{SLA: -time.Second},
-		{Safety: 0.5},
-		{Resolve: 2},
+		{DeadlineOptions: DeadlineOptions{SLA: -time.Second}},
+		{DeadlineOptions: DeadlineOptions{Safety: 0.5}},
+		{SolveOptions: SolveOptions{Resolve: 2}},
 	} {
-		if _, err := New(NameBudget, bad); err == nil {
+		if _, err := New(NameBudget, Options{Budget: bad}); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		}
 	}
@@ -239,7 +238,7 @@ func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
 // The SLA guard sends a partial batch once the deadline comes close, even
 // where the budget rule would wait.
 func TestBudgetSLAGuard(t *testing.T) {
-	p, err := New(NameBudget, Options{LatencyBudget: "2x", SLA: 5 * time.Millisecond})
+	p, err := New(NameBudget, Options{Budget: BudgetOptions{LatencyBudget: "2x", DeadlineOptions: DeadlineOptions{SLA: 5 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,7 +246,7 @@ func (p *Budget) solveSLO(m smdp.Model, busyTime bool) Rule {
 // setTail reads the tail budget and the SLO from the options: the tail
 // budget defaults to DefaultTailBudget unless an SLO is set, and an SLO
 // without a latency budget bounds the p99 alone.
-func (p *Budget) setTail(o Options) error {
+func (p *Budget) setTail(o BudgetOptions) error {
 	tail, err := o.tailBudget()
 	if err != nil {
 		return err

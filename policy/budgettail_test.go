@@ -36,7 +36,7 @@ func TestBudgetHoldsTheTail(t *testing.T) {
 		if !ok {
 			t.Fatalf("rate %v: the mean's plan is no BudgetRule", rate)
 		}
-		rule := newBudgetWith(t, Options{}).Plan(e)
+		rule := newBudgetWith(t, BudgetOptions{}).Plan(e)
 		r, ok := rule.(BudgetRule)
 		if !ok {
 			t.Logf("rate %v: %v", rate, rule.Status())
@@ -65,7 +65,7 @@ func TestBudgetHoldsTheTail(t *testing.T) {
 func TestBudgetSLOPaysInJoules(t *testing.T) {
 	e := energyEstimate(150)
 	m := gridModelOf(e)
-	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	p := newBudgetWith(t, BudgetOptions{SLOP99: 10 * time.Millisecond})
 	if !p.MeanFree || p.Tail != 0 {
 		t.Fatalf("slo_p99 alone: mean free %v, tail budget %v; want no relative budget", p.MeanFree, p.Tail)
 	}
@@ -89,24 +89,24 @@ func TestBudgetSLOPaysInJoules(t *testing.T) {
 
 // Where the tail cannot be paid for, the default sends at once.
 func TestBudgetTrickleSendsAtOnce(t *testing.T) {
-	r := newBudgetWith(t, Options{}).Plan(energyEstimate(20))
+	r := newBudgetWith(t, BudgetOptions{}).Plan(energyEstimate(20))
 	if l, ok := r.(Limit); !ok || l.Limit != 1 {
 		t.Errorf("a trickle of 20 req/s planned %T %v, want work-conserving", r, r.Status())
 	}
 }
 
 func TestTailOptions(t *testing.T) {
-	if p := newBudgetWith(t, Options{}); p.Tail != DefaultTailBudget || p.MeanFree {
+	if p := newBudgetWith(t, BudgetOptions{}); p.Tail != DefaultTailBudget || p.MeanFree {
 		t.Errorf("default tail budget %v (mean free %v), want %v", p.Tail, p.MeanFree, DefaultTailBudget)
 	}
-	if p := newBudgetWith(t, Options{TailBudget: "1.5x", SLOP99: 15 * time.Millisecond, LatencyBudget: "1.2x"}); p.Tail != 1.5 || p.MeanFree || p.SLOP99 != 15*time.Millisecond {
+	if p := newBudgetWith(t, BudgetOptions{TailBudget: "1.5x", SLOP99: 15 * time.Millisecond, LatencyBudget: "1.2x"}); p.Tail != 1.5 || p.MeanFree || p.SLOP99 != 15*time.Millisecond {
 		t.Errorf("tail 1.5x, slo 15ms, mean 1.2x read as tail %v, slo %v, mean free %v", p.Tail, p.SLOP99, p.MeanFree)
 	}
-	if p := newBudgetWith(t, Options{TailBudget: "off"}); p.Tail != 0 {
+	if p := newBudgetWith(t, BudgetOptions{TailBudget: "off"}); p.Tail != 0 {
 		t.Errorf("tail budget off read as %v", p.Tail)
 	}
-	for _, bad := range []Options{{TailBudget: "0.9x"}, {TailBudget: "1.2"}, {TailBudget: "soon"}, {SLOP99: -time.Millisecond}} {
-		if _, err := New(NameBudget, bad); err == nil {
+	for _, bad := range []BudgetOptions{{TailBudget: "0.9x"}, {TailBudget: "1.2"}, {TailBudget: "soon"}, {SLOP99: -time.Millisecond}} {
+		if _, err := New(NameBudget, Options{Budget: bad}); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		}
 	}
@@ -124,7 +124,7 @@ func liveAt(calls int, p99 time.Duration) Live {
 // plans hold a tighter bound (their predicted p99 falls); well under it,
 // the bound comes back, never past the SLO.
 func TestTailTrimFollowsTheP99(t *testing.T) {
-	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	p := newBudgetWith(t, BudgetOptions{SLOP99: 10 * time.Millisecond})
 	e := energyEstimate(150)
 	planned := func() float64 {
 		r := p.Plan(e)
@@ -171,7 +171,7 @@ func TestHistQuantile(t *testing.T) {
 // thousand calls just over the SLO is within the noise of a plan that
 // keeps it.
 func TestTailTrimWaitsOutTheNoise(t *testing.T) {
-	p := newBudgetWith(t, Options{SLOP99: 10 * time.Millisecond})
+	p := newBudgetWith(t, BudgetOptions{SLOP99: 10 * time.Millisecond})
 	e := energyEstimate(150)
 	h := new(Hist)
 	h.Add(HistBucket(5*time.Millisecond), 98.8)

@@ -29,19 +29,50 @@ const (
 )
 
 func init() {
-	Register(NameBatchMonitor, func(o Options) (Policy, error) {
+	Register(NameBatchMonitor, func(o *Options) *BatchMonitorOptions { return &o.BatchMonitor }, func(o BatchMonitorOptions) (Policy, error) {
 		return BatchMonitor{MaxWait: o.MaxWait, explorer: &Explorer{Every: DefaultExploreEvery}}, nil
 	})
-	Register(NameAdhoc, func(Options) (Policy, error) { return Adhoc{}, nil })
-	Register(NameMaxBatch, func(o Options) (Policy, error) {
+	Register(NameAdhoc, func(*Options) *NoOptions { return &NoOptions{} }, func(NoOptions) (Policy, error) { return Adhoc{}, nil })
+	Register(NameMaxBatch, func(o *Options) *MaxBatchOptions { return &o.MaxBatch }, func(o MaxBatchOptions) (Policy, error) {
 		return MaxBatch{MaxQueueDelay: or(o.MaxQueueDelay, DefaultMaxQueueDelay)}, nil
 	})
-	Register(NameStatic, func(o Options) (Policy, error) {
+	Register(NameStatic, func(o *Options) *StaticOptions { return &o.Static }, func(o StaticOptions) (Policy, error) {
 		if o.Batch < 1 {
 			return nil, paramErr("batch", "batch size must be >= 1, got %d (set the static batch size)", o.Batch)
 		}
 		return Static{Batch: o.Batch, MaxWait: o.MaxWait}, nil
 	})
+}
+
+// BatchMonitorOptions are batchmonitor's options.
+type BatchMonitorOptions struct {
+	HoldOptions `yaml:",inline"`
+}
+
+// MaxBatchOptions are maxbatch's options.
+type MaxBatchOptions struct {
+	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
+}
+
+// Validate implements validator.
+func (o MaxBatchOptions) Validate() error {
+	return notNegative("max_queue_delay", "max queue delay", o.MaxQueueDelay)
+}
+
+// StaticOptions are static's options. Batch 0 passes Validate, as the
+// configuration's default (a model's max_batch_size stands for it), but
+// static itself needs a batch size.
+type StaticOptions struct {
+	Batch       int `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
+	HoldOptions `yaml:",inline"`
+}
+
+// Validate implements validator.
+func (o StaticOptions) Validate() error {
+	if o.Batch < 0 {
+		return paramErr("batch", "batch size must be >= 0 (0: the model's max batch size), got %d", o.Batch)
+	}
+	return o.HoldOptions.Validate()
 }
 
 // Fill is the rule behind every built-in policy. While an instance is free it

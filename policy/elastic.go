@@ -25,7 +25,22 @@ type Elastic struct {
 }
 
 func init() {
-	Register(NameElastic, func(o Options) (Policy, error) { return Elastic{RowCap: o.RowCap}, nil })
+	Register(NameElastic, func(o *Options) *ElasticOptions { return &o.Elastic }, func(o ElasticOptions) (Policy, error) {
+		return Elastic(o), nil
+	})
+}
+
+// ElasticOptions are elastic's options.
+type ElasticOptions struct {
+	RowCap int `yaml:"row_cap" help:"elastic: cap on the summed size of in-flight batches (0: max_batch_size)"`
+}
+
+// Validate implements validator.
+func (o ElasticOptions) Validate() error {
+	if o.RowCap < 0 {
+		return paramErr("row_cap", "must be >= 0 (0: the model's max batch size), got %d", o.RowCap)
+	}
+	return nil
 }
 
 // Name implements Policy.

@@ -23,6 +23,7 @@ func TestNewFromOptions(t *testing.T) {
 	}
 	smdpWith := func(ok func(*SMDP) bool) func(Policy) bool { return func(p Policy) bool { return ok(p.(*SMDP)) } }
 	slack := func(want Slack) func(Policy) bool { return func(p Policy) bool { return p.(Slack) == want } }
+	hold := func(d time.Duration) HoldOptions { return HoldOptions{MaxWait: d} }
 	tests := []struct {
 		name, policy string
 		o            Options
@@ -30,28 +31,35 @@ func TestNewFromOptions(t *testing.T) {
 		err          string
 	}{
 		{"batchmonitor+ defaults", NameBatchMonitorPlus, Options{}, bmp(BatchMonitorPlus{Util: DefaultUtil, From: DefaultFrom, Drain: true}), ""},
-		{"batchmonitor+ all set", NameBatchMonitorPlus, Options{Util: 0.8, From: 2, NoDrain: true, MaxWait: time.Second}, bmp(BatchMonitorPlus{Util: 0.8, From: 2, MaxWait: time.Second}), ""},
-		{"batchmonitor+ util above 1", NameBatchMonitorPlus, Options{Util: 1.2}, nil, "util"},
-		{"batchmonitor+ util negative", NameBatchMonitorPlus, Options{Util: -0.5}, nil, "util"},
-		{"batchmonitor+ from 3", NameBatchMonitorPlus, Options{From: 3}, nil, "from"},
+		{"batchmonitor+ all set", NameBatchMonitorPlus, Options{BatchMonitorPlus: BatchMonitorPlusOptions{Util: 0.8, From: 2, NoDrain: true, HoldOptions: hold(time.Second)}},
+			bmp(BatchMonitorPlus{Util: 0.8, From: 2, MaxWait: time.Second}), ""},
+		{"batchmonitor+ util above 1", NameBatchMonitorPlus, Options{BatchMonitorPlus: BatchMonitorPlusOptions{Util: 1.2}}, nil, "util"},
+		{"batchmonitor+ util negative", NameBatchMonitorPlus, Options{BatchMonitorPlus: BatchMonitorPlusOptions{Util: -0.5}}, nil, "util"},
+		{"batchmonitor+ from 3", NameBatchMonitorPlus, Options{BatchMonitorPlus: BatchMonitorPlusOptions{From: 3}}, nil, "from"},
 
 		{"smdp defaults", NameSMDP, Options{}, smdpWith(func(p *SMDP) bool { return p.W1 == 1 && p.W2 == 0 && p.Resolve == DefaultResolve && p.SMax == 0 }), ""},
-		{"smdp all set", NameSMDP, Options{W1: 2, W2: 0.5, SMax: 300, Resolve: 0.2, MaxWait: time.Second},
+		{"smdp all set", NameSMDP, Options{SMDP: SMDPOptions{W1: 2, W2: 0.5, SolveOptions: SolveOptions{SMax: 300, Resolve: 0.2}, HoldOptions: hold(time.Second)}},
 			smdpWith(func(p *SMDP) bool {
 				return p.W1 == 2 && p.W2 == 0.5 && p.SMax == 300 && p.Resolve == 0.2 && p.MaxWait == time.Second
 			}), ""},
-		{"smdp w1 zero", NameSMDP, Options{W2: 1}, nil, "w1"},
-		{"smdp w2 negative", NameSMDP, Options{W1: 1, W2: -1}, nil, "w2"},
-		{"smdp w2 not a number", NameSMDP, Options{W1: 1, W2: math.NaN()}, nil, "w2"},
-		{"smdp smax negative", NameSMDP, Options{SMax: -1}, nil, "smax"},
-		{"smdp resolve above 1", NameSMDP, Options{Resolve: 1.5}, nil, "resolve"},
-		{"smdp negative wait", NameSMDP, Options{MaxWait: -1}, nil, "max wait"},
+		{"smdp w1 zero", NameSMDP, Options{SMDP: SMDPOptions{W2: 1}}, nil, "w1"},
+		{"smdp w2 negative", NameSMDP, Options{SMDP: SMDPOptions{W1: 1, W2: -1}}, nil, "w2"},
+		{"smdp w2 not a number", NameSMDP, Options{SMDP: SMDPOptions{W1: 1, W2: math.NaN()}}, nil, "w2"},
+		{"smdp smax negative", NameSMDP, Options{SMDP: SMDPOptions{SolveOptions: SolveOptions{SMax: -1}}}, nil, "smax"},
+		{"smdp resolve above 1", NameSMDP, Options{SMDP: SMDPOptions{SolveOptions: SolveOptions{Resolve: 1.5}}}, nil, "resolve"},
+		{"smdp negative wait", NameSMDP, Options{SMDP: SMDPOptions{HoldOptions: hold(-1)}}, nil, "max wait"},
 
 		{"slack defaults", NameSlack, Options{}, slack(Slack{Safety: DefaultSlackSafety}), ""},
-		{"slack all set", NameSlack, Options{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}, slack(Slack{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}), ""},
-		{"slack negative sla", NameSlack, Options{SLA: -time.Millisecond}, nil, "sla"},
-		{"slack safety below 1", NameSlack, Options{Safety: 0.9}, nil, "safety"},
-		{"slack bad target", NameSlack, Options{Target: "most"}, nil, "target"},
+		{"slack all set", NameSlack, Options{Slack: SlackOptions{DeadlineOptions: DeadlineOptions{SLA: 50 * time.Millisecond, Safety: 2}, Target: TargetMax}},
+			slack(Slack{SLA: 50 * time.Millisecond, Safety: 2, Target: TargetMax}), ""},
+		{"slack negative sla", NameSlack, Options{Slack: SlackOptions{DeadlineOptions: DeadlineOptions{SLA: -time.Millisecond}}}, nil, "sla"},
+		{"slack safety below 1", NameSlack, Options{Slack: SlackOptions{DeadlineOptions: DeadlineOptions{Safety: 0.9}}}, nil, "safety"},
+		{"slack bad target", NameSlack, Options{Slack: SlackOptions{Target: "most"}}, nil, "target"},
+
+		// A policy reads its own options only: another's out of bounds is
+		// not its mistake.
+		{"adhoc with smdp's bad weight", NameAdhoc, Options{SMDP: SMDPOptions{W2: 1}}, func(p Policy) bool { return p == Adhoc{} }, ""},
+		{"slack with budget's bad wait", NameSlack, Options{Budget: BudgetOptions{HoldOptions: hold(-1)}}, slack(Slack{Safety: DefaultSlackSafety}), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,35 +80,105 @@ func TestNewFromOptions(t *testing.T) {
 	}
 }
 
-func TestOptionsValidateNamesTheParameter(t *testing.T) {
+// Each policy's options, and the parts they share, refuse what is out of
+// bounds with a ParamError naming the key; Options refuses what any of
+// them refuses.
+func TestValidateNamesTheParameter(t *testing.T) {
 	tests := []struct {
-		o    Options
+		name string
+		o    validator
 		want string // the *ParamError's Param
 	}{
-		{Options{MaxQueueDelay: -1}, "max_queue_delay"},
-		{Options{Batch: -1}, "batch"},
-		{Options{MaxWait: -1}, "wait_bound"},
-		{Options{SLA: -1}, "sla"},
-		{Options{W1: math.NaN()}, "w1"},
-		{Options{W1: 0, W2: 1}, "w1"},
-		{Options{W1: 1, W2: -1}, "w2"},
-		{Options{RowCap: -1}, "row_cap"},
-		{Options{Util: 1.2}, "util"},
-		{Options{From: 3}, "from"},
-		{Options{Safety: 0.9}, "safety"},
-		{Options{Target: "most"}, "target"},
-		{Options{SMax: -1}, "smax"},
-		{Options{Resolve: 2}, "resolve"},
-		{Options{LatencyBudget: "0.9x"}, "latency_budget"},
-		{Options{LatencyBudget: "soon"}, "latency_budget"},
+		{"hold", HoldOptions{MaxWait: -1}, "wait_bound"},
+		{"deadline sla", DeadlineOptions{SLA: -1}, "sla"},
+		{"deadline safety", DeadlineOptions{Safety: 0.9}, "safety"},
+		{"deadline safety infinite", DeadlineOptions{Safety: math.Inf(1)}, "safety"},
+		{"solve smax", SolveOptions{SMax: -1}, "smax"},
+		{"solve share", SolveOptions{SolveShare: 1.5}, "solve_share"},
+		{"solve resolve", SolveOptions{Resolve: 2}, "resolve"},
+
+		{"maxbatch delay", MaxBatchOptions{MaxQueueDelay: -1}, "max_queue_delay"},
+		{"static batch", StaticOptions{Batch: -1}, "batch"},
+		{"static wait", StaticOptions{Batch: 4, HoldOptions: HoldOptions{MaxWait: -1}}, "wait_bound"},
+		{"batchmonitor wait", BatchMonitorOptions{HoldOptions{MaxWait: -1}}, "wait_bound"},
+		{"batchmonitor+ util", BatchMonitorPlusOptions{Util: 1.2}, "util"},
+		{"batchmonitor+ util not a number", BatchMonitorPlusOptions{Util: math.NaN()}, "util"},
+		{"batchmonitor+ from", BatchMonitorPlusOptions{From: 3}, "from"},
+		{"batchmonitor+ wait", BatchMonitorPlusOptions{HoldOptions: HoldOptions{MaxWait: -1}}, "wait_bound"},
+		{"slack target", SlackOptions{Target: "most"}, "target"},
+		{"slack sla", SlackOptions{DeadlineOptions: DeadlineOptions{SLA: -1}}, "sla"},
+		{"smdp w1 not a number", SMDPOptions{W1: math.NaN()}, "w1"},
+		{"smdp energy without latency", SMDPOptions{W1: 0, W2: 1}, "w1"},
+		{"smdp w2", SMDPOptions{W1: 1, W2: -1}, "w2"},
+		{"smdp w2 infinite", SMDPOptions{W1: 1, W2: math.Inf(1)}, "w2"},
+		{"smdp wait", SMDPOptions{HoldOptions: HoldOptions{MaxWait: -1}}, "wait_bound"},
+		{"smdp share", SMDPOptions{SolveOptions: SolveOptions{SolveShare: -0.1}}, "solve_share"},
+		{"elastic cap", ElasticOptions{RowCap: -1}, "row_cap"},
+		{"budget below ad-hoc", BudgetOptions{LatencyBudget: "0.9x"}, "latency_budget"},
+		{"budget unreadable", BudgetOptions{LatencyBudget: "soon"}, "latency_budget"},
+		{"budget tail", BudgetOptions{TailBudget: "0.9x"}, "tail_budget"},
+		{"budget slo", BudgetOptions{SLOP99: -1}, "slo_p99"},
+		{"budget sla", BudgetOptions{DeadlineOptions: DeadlineOptions{SLA: -1}}, "sla"},
+		{"budget wait", BudgetOptions{HoldOptions: HoldOptions{MaxWait: -1}}, "wait_bound"},
+		{"budget resolve", BudgetOptions{SolveOptions: SolveOptions{Resolve: 2}}, "resolve"},
+
+		{"every policy's: smdp", Options{SMDP: SMDPOptions{W2: 1}}, "w1"},
+		{"every policy's: budget", Options{Budget: BudgetOptions{TailBudget: "soon"}}, "tail_budget"},
+		{"every policy's: batchmonitor+", Options{BatchMonitorPlus: BatchMonitorPlusOptions{From: 5}}, "from"},
 	}
 	for _, tt := range tests {
 		var pe *ParamError
 		if err := tt.o.Validate(); !errors.As(err, &pe) || pe.Param != tt.want {
-			t.Errorf("%+v: Validate() = %v, want a ParamError for %s", tt.o, err, tt.want)
+			t.Errorf("%s: %+v.Validate() = %v, want a ParamError for %s", tt.name, tt.o, err, tt.want)
 		}
 	}
-	if err := (Options{}).Validate(); err != nil {
-		t.Fatalf("zero Options (every default): %v", err)
+	for _, zero := range []validator{Options{}, NoOptions{}, MaxBatchOptions{}, StaticOptions{}, BatchMonitorOptions{}, BatchMonitorPlusOptions{},
+		SlackOptions{}, SMDPOptions{}, ElasticOptions{}, BudgetOptions{}} {
+		if err := zero.Validate(); err != nil {
+			t.Errorf("zero %T (every default): %v", zero, err)
+		}
+	}
+}
+
+// Each reaches every copy of a shared part, and only those.
+func TestEachSetsEveryCopy(t *testing.T) {
+	var o Options
+	n := 0
+	Each(&o, func(h *HoldOptions) { h.MaxWait = 3 * time.Millisecond; n++ })
+	want := []time.Duration{o.Static.MaxWait, o.SMDP.MaxWait, o.Budget.MaxWait, o.BatchMonitor.MaxWait, o.BatchMonitorPlus.MaxWait}
+	if n != len(want) {
+		t.Errorf("%d HoldOptions set, want %d", n, len(want))
+	}
+	for i, d := range want {
+		if d != 3*time.Millisecond {
+			t.Errorf("copy %d: wait %v", i, d)
+		}
+	}
+	Each(&o, func(s *SolveOptions) { s.SolveFree = true })
+	if !o.SMDP.SolveFree || !o.Budget.SolveFree {
+		t.Errorf("SolveFree set in smdp %v, budget %v", o.SMDP.SolveFree, o.Budget.SolveFree)
+	}
+	if o.MaxBatch != (MaxBatchOptions{}) || o.Elastic != (ElasticOptions{}) || o.Slack != (SlackOptions{}) {
+		t.Errorf("options without the part changed: %+v", o)
+	}
+}
+
+// OptionsOf points at the policy's own options, the struct its factory
+// reads.
+func TestOptionsOfIsThePolicysOwn(t *testing.T) {
+	var o Options
+	for name, want := range map[string]any{NameBudget: &o.Budget, NameSMDP: &o.SMDP, NameStatic: &o.Static, NameSlack: &o.Slack,
+		NameElastic: &o.Elastic, NameMaxBatch: &o.MaxBatch, NameBatchMonitor: &o.BatchMonitor, NameBatchMonitorPlus: &o.BatchMonitorPlus} {
+		if got, ok := OptionsOf(name, &o); !ok || got != want {
+			t.Errorf("%s: %T %p, want %T %p", name, got, got, want, want)
+		}
+	}
+	if got, ok := OptionsOf(NameAdhoc, &o); !ok {
+		t.Error("adhoc: not found")
+	} else if _, none := got.(*NoOptions); !none {
+		t.Errorf("adhoc: %T, want *NoOptions", got)
+	}
+	if _, ok := OptionsOf("nope", &o); ok {
+		t.Error("an unknown policy has options")
 	}
 }

@@ -171,7 +171,7 @@ const DefaultSolveShare = 0.02
 // solveMeter keeps solves within a share of one core: after a solve that
 // took d it allows the next only d*(1/share - 1) later, by the wall clock
 // (the solve's cost is real time even in a simulation, whose runs must
-// then not depend on it: Options.SolveFree). Until then a policy plans
+// then not depend on it: SolveOptions.SolveFree). Until then a policy plans
 // from the nearest solved rate. Guarded by the policy's mutex.
 type solveMeter struct {
 	share float64 // <= 0: no limit
@@ -179,7 +179,7 @@ type solveMeter struct {
 	spent time.Duration
 }
 
-func newSolveMeter(o Options) solveMeter {
+func newSolveMeter(o SolveOptions) solveMeter {
 	if o.SolveFree {
 		return solveMeter{}
 	}

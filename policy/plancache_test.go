@@ -16,8 +16,8 @@ func TestSolveShareDefersToTheNearestRate(t *testing.T) {
 		o          Options
 		wantSolves int
 	}{
-		{"metered", Options{LatencyBudget: "1.10x", SolveShare: 1e-6}, 2},
-		{"free", Options{LatencyBudget: "1.10x", SolveShare: 1e-6, SolveFree: true}, 3},
+		{"metered", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}}, 2},
+		{"free", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := New(NameBudget, tc.o)
@@ -50,10 +50,10 @@ func TestSolveShareDefersToTheNearestRate(t *testing.T) {
 			}
 		})
 	}
-	if o := (Options{SolveShare: 1.5}); o.Validate() == nil {
+	if o := (SolveOptions{SolveShare: 1.5}); o.Validate() == nil {
 		t.Error("solve_share 1.5 accepted")
 	}
-	if m := newSolveMeter(Options{}); m.share != DefaultSolveShare {
+	if m := newSolveMeter(SolveOptions{}); m.share != DefaultSolveShare {
 		t.Errorf("default share %v, want %v", m.share, DefaultSolveShare)
 	}
 }

@@ -274,34 +274,49 @@ func (s Status) String() string {
 	return out
 }
 
-// Factory builds a policy from options New has validated (Options.Validate),
-// rejecting what only this policy cannot use.
-type Factory func(o Options) (Policy, error)
+// factory is a registered policy: where its options are in Options, and
+// how it is built from them.
+type factory struct {
+	own   func(*Options) any // a pointer to the policy's own options
+	build func(Options) (Policy, error)
+}
 
 var (
 	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
+	registry   = map[string]factory{}
 )
 
 // ErrUnknown is wrapped by New when no policy of that name is registered.
 var ErrUnknown = errors.New("unknown policy")
 
-// Register makes a policy available to New under name. It is meant for init
-// functions and panics on an empty name, a nil factory or a duplicate, as
+// Register makes a policy available to New under name. own finds the
+// policy's options in Options (its own struct: a policy reads no other);
+// build makes the policy from them once their Validate has passed,
+// rejecting what only this policy cannot use. Register is meant for init
+// functions and panics on an empty name, a nil function or a duplicate, as
 // those are programming errors.
-func Register(name string, f Factory) {
-	if name == "" || f == nil {
-		panic("policy: Register needs a name and a factory")
+func Register[T interface{ Validate() error }](name string, own func(*Options) *T, build func(T) (Policy, error)) {
+	if name == "" || own == nil || build == nil {
+		panic("policy: Register needs a name, its options and a factory")
 	}
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if _, dup := registry[name]; dup {
 		panic("policy: Register called twice for " + name)
 	}
-	registry[name] = f
+	registry[name] = factory{
+		own: func(o *Options) any { return own(o) },
+		build: func(o Options) (Policy, error) {
+			opts := *own(&o)
+			if err := opts.Validate(); err != nil {
+				return nil, err
+			}
+			return build(opts)
+		},
+	}
 }
 
-// New builds the named policy.
+// New builds the named policy from its own options in o.
 func New(name string, o Options) (Policy, error) {
 	registryMu.RLock()
 	f, ok := registry[name]
@@ -309,14 +324,24 @@ func New(name string, o Options) (Policy, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 	}
-	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("policy %s: %w", name, err)
-	}
-	p, err := f(o)
+	p, err := f.build(o)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
 	return p, nil
+}
+
+// OptionsOf is a pointer to the named policy's own options in o (a
+// *BudgetOptions, ...), for the configuration to tell which keys a policy
+// takes; false when no policy of that name is registered.
+func OptionsOf(name string, o *Options) (any, bool) {
+	registryMu.RLock()
+	f, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, false
+	}
+	return f.own(o), true
 }
 
 // Names lists the registered policies, sorted.

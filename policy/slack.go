@@ -52,9 +52,24 @@ const (
 )
 
 func init() {
-	Register(NameSlack, func(o Options) (Policy, error) {
+	Register(NameSlack, func(o *Options) *SlackOptions { return &o.Slack }, func(o SlackOptions) (Policy, error) {
 		return Slack{SLA: o.SLA, Safety: or(o.Safety, DefaultSlackSafety), Target: o.Target}, nil
 	})
+}
+
+// SlackOptions are slack's options; Target is TargetRate (default) or
+// TargetMax.
+type SlackOptions struct {
+	DeadlineOptions `yaml:",inline"`
+	Target          string `yaml:"-"`
+}
+
+// Validate implements validator.
+func (o SlackOptions) Validate() error {
+	if o.Target != "" && o.Target != TargetRate && o.Target != TargetMax {
+		return paramErr("target", "must be %q or %q, got %q", TargetRate, TargetMax, o.Target)
+	}
+	return o.DeadlineOptions.Validate()
 }
 
 // Name implements Policy.

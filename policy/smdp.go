@@ -78,7 +78,7 @@ type SMDP struct {
 // NewSMDP returns the policy with weights w1 (latency, > 0) and w2 (power,
 // >= 0); both zero select the default, w1 1 and w2 0.
 func NewSMDP(w1, w2 float64) (*SMDP, error) {
-	o := Options{W1: w1, W2: w2}
+	o := SMDPOptions{W1: w1, W2: w2}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,10 +87,40 @@ func NewSMDP(w1, w2 float64) (*SMDP, error) {
 }
 
 func init() {
-	Register(NameSMDP, func(o Options) (Policy, error) {
+	Register(NameSMDP, func(o *Options) *SMDPOptions { return &o.SMDP }, func(o SMDPOptions) (Policy, error) {
 		w1, w2 := o.weights()
-		return &SMDP{W1: w1, W2: w2, SMax: o.SMax, Resolve: or(o.Resolve, DefaultResolve), MaxWait: o.MaxWait, meter: newSolveMeter(o)}, nil
+		return &SMDP{W1: w1, W2: w2, SMax: o.SMax, Resolve: or(o.Resolve, DefaultResolve), MaxWait: o.MaxWait, meter: newSolveMeter(o.SolveOptions)}, nil
 	})
+}
+
+// SMDPOptions are smdp's options. W1 and W2 weigh its objective; both zero
+// select latency only (W1 1, W2 0).
+type SMDPOptions struct {
+	W1           float64 `yaml:"w1" help:"smdp: weight of mean latency (per ms) in the cost"`
+	W2           float64 `yaml:"w2" help:"smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy"`
+	HoldOptions  `yaml:",inline"`
+	SolveOptions `yaml:",inline"`
+}
+
+// Validate implements validator.
+func (o SMDPOptions) Validate() error {
+	switch {
+	case !(o.W1 >= 0) || !finite(o.W1):
+		return paramErr("w1", "w1 (weight of mean latency per ms) must be a finite number >= 0, got %v", o.W1)
+	case !(o.W2 >= 0) || !finite(o.W2):
+		return paramErr("w2", "w2 (weight of mean power per W) must be a finite number >= 0, got %v", o.W2)
+	case o.W1 == 0 && o.W2 > 0:
+		return paramErr("w1", "w1 (weight of mean latency per ms) must be > 0 for the smdp policy, got 0; favour energy with a larger w2 instead")
+	}
+	return firstErr(o.HoldOptions.Validate(), o.SolveOptions.Validate())
+}
+
+// weights are W1 and W2 with both zero read as the default objective.
+func (o SMDPOptions) weights() (w1, w2 float64) {
+	if o.W1 == 0 && o.W2 == 0 {
+		return 1, 0
+	}
+	return o.W1, o.W2
 }
 
 // Name implements Policy.

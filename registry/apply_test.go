@@ -37,7 +37,7 @@ func TestApply(t *testing.T) {
 	}
 
 	next := cfg
-	next.Policy.Name, next.Policy.LatencyBudget = "budget", "2x"
+	next.Policy.Name, next.Policy.Budget.LatencyBudget = "budget", "2x"
 	next.Limits.QueueRows = 100
 	next.Models = map[string]config.Model{"b": {Policy: "adhoc", MaxBatchSize: 4, SLA: time.Second}}
 	if err := r.Apply(ctx, &next); err != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -373,7 +374,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		e.mon.SetLimits(maxBatch, instances)
 	}
 	e.maxBatch, e.instances = maxBatch, instances
-	sla := r.cfg.Policy.SLA
+	sla := r.cfg.Policy.Slack.SLA // policy.sla, as every policy that has it holds it
 	if override.SLA > 0 {
 		sla = override.SLA
 	}
@@ -488,13 +489,13 @@ func (r *Models) options(model string) (policy.Options, error) {
 	o := r.cfg.Policy.Options
 	m := r.cfg.Models[model]
 	if m.SLA > 0 {
-		o.SLA = m.SLA
+		policy.Each(&o, func(d *policy.DeadlineOptions) { d.SLA = m.SLA })
 	}
-	if o.Batch == 0 {
-		o.Batch = max(m.MaxBatchSize, 0)
+	if o.Static.Batch == 0 {
+		o.Static.Batch = max(m.MaxBatchSize, 0)
 	}
 	if m.LatencyBudget != "" {
-		o.LatencyBudget = m.LatencyBudget
+		o.Budget.LatencyBudget = m.LatencyBudget
 	}
 	for _, set := range []map[string]string{r.setOptions[""], r.setOptions[model]} {
 		for k, v := range set {
@@ -570,10 +571,6 @@ type InForce struct {
 	Options map[string]any `json:"options"`
 }
 
-// budgetOnly are the options only the budget policy reads: a PUT that sets
-// one for another policy is a mistake said at once, not an option ignored.
-var budgetOnly = []string{"latency_budget", "tail_budget", "slo_p99"}
-
 // SetPolicy switches a batched model (or every one, for model "") to the
 // named policy at run time, with options by their key in the
 // configuration's policy section, spelt as in the file (latency_budget
@@ -582,16 +579,17 @@ var budgetOnly = []string{"latency_budget", "tail_budget", "slo_p99"}
 // one; one for every model replaces what earlier ones set per model, for
 // the policy and for the options it names. SetPolicy returns the models
 // switched once each publishes a rule of the new policy (or ctx ends), so
-// the state read next is the new one; on an error nothing is switched.
+// the state read next is the new one; on an error nothing is switched. An
+// option the named policy does not take (config.PolicyTakes) is refused.
 func (r *Models) SetPolicy(ctx context.Context, model, name string, options map[string]string) ([]string, error) {
-	for _, k := range budgetOnly {
-		if _, ok := options[k]; ok && name != policy.NameBudget {
-			return nil, fmt.Errorf(`%s applies to the budget policy: {"policy": "budget", "%s": ...}`, k, k)
-		}
-	}
 	var check policy.Options
-	for k, v := range options {
-		if err := config.SetPolicyOption(&check, k, v); err != nil {
+	for _, k := range slices.Sorted(maps.Keys(options)) {
+		// A key the policy does not take is a mistake said at once, not
+		// an option ignored.
+		if err := config.PolicyTakes(name, k); err != nil {
+			return nil, err
+		}
+		if err := config.SetPolicyOption(&check, k, options[k]); err != nil {
 			return nil, err
 		}
 	}

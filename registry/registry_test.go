@@ -528,7 +528,7 @@ func TestSetPolicy(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream = "http://u"
 	cfg.Policy.Name = "budget"
-	cfg.Policy.LatencyBudget = ""
+	cfg.Policy.Budget.LatencyBudget = ""
 	cfg.Models = map[string]config.Model{"resnet": {LatencyBudget: "1.3x"}}
 	r := New(up, q, &cfg, nil)
 	if err := r.Refresh(context.Background()); err != nil {
@@ -601,8 +601,8 @@ func TestSetPolicy(t *testing.T) {
 				}
 				if model == "" {
 					c := r.Config()
-					if c.Policy.Name != want.policy || c.Policy.LatencyBudget != want.budget {
-						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.LatencyBudget, want.policy, want.budget)
+					if c.Policy.Name != want.policy || c.Policy.Budget.LatencyBudget != want.budget {
+						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.Budget.LatencyBudget, want.policy, want.budget)
 					}
 					continue
 				}
@@ -636,17 +636,7 @@ func TestSetPolicy(t *testing.T) {
 // The budget's p99 options go through PUT /policy's path as the mean's
 // does: set for one model, shown in force, refused for another policy.
 func TestSetPolicyTailOptions(t *testing.T) {
-	up := &fakeUpstream{
-		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
-		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
-	}
-	cfg := config.Default()
-	cfg.Upstream = "http://u"
-	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
-	ctx := context.Background()
-	if err := r.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r, ctx := simpleRegistry(t), context.Background()
 	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"tail_budget": "1.3x", "slo_p99": "12ms"}); err != nil {
 		t.Fatal(err)
 	}
@@ -668,4 +658,52 @@ func TestSetPolicyTailOptions(t *testing.T) {
 	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"slo_p99": "soon"}); err == nil {
 		t.Error("slo_p99 soon: no error")
 	}
+}
+
+// A key belongs to the policies whose options have it: PUT /policy with a
+// key of another policy is refused, naming the policies that take it, and
+// switches nothing.
+func TestSetPolicyRefusesAnotherPolicysOption(t *testing.T) {
+	r, ctx := simpleRegistry(t), context.Background()
+	for _, tc := range []struct {
+		policy, key, value, err string
+	}{
+		{"budget", "w2", "0.5", "w2 applies to the smdp policy"},
+		{"budget", "batch", "4", "batch applies to the static policy"},
+		{"smdp", "latency_budget", "1.2x", "latency_budget applies to the budget policy"},
+		{"adhoc", "wait_bound", "2ms", "wait_bound applies to the batchmonitor, batchmonitor+, budget, smdp, static policies"},
+		{"elastic", "sla", "5ms", "sla applies to the budget, slack policies"},
+	} {
+		switched, err := r.SetPolicy(ctx, "simple", tc.policy, map[string]string{tc.key: tc.value})
+		if err == nil || !strings.Contains(err.Error(), tc.err) || len(switched) != 0 {
+			t.Errorf("%s with %s: switched %v, error %v, want it refused with %q", tc.policy, tc.key, switched, err, tc.err)
+		}
+	}
+	if in := r.Policies().Models; len(in) != 1 || in[0].Policy != "budget" {
+		t.Errorf("after refused changes: %+v, want simple still on budget", in)
+	}
+	// The same keys with a policy that has them pass.
+	for pol, key := range map[string]string{"smdp": "w2", "static": "batch", "budget": "latency_budget", "slack": "sla"} {
+		value := map[string]string{"w2": "0.5", "batch": "4", "latency_budget": "1.2x", "sla": "5ms"}[key]
+		if _, err := r.SetPolicy(ctx, "simple", pol, map[string]string{key: value}); err != nil {
+			t.Errorf("%s with %s: %v", pol, key, err)
+		}
+	}
+}
+
+// simpleRegistry is a registry of the default configuration over one
+// batched model, simple.
+func simpleRegistry(t *testing.T) *Models {
+	t.Helper()
+	up := &fakeUpstream{
+		index:   []triton.IndexEntry{{Name: "simple", State: "READY"}},
+		configs: map[string]*triton.ModelConfig{"simple": {Name: "simple", MaxBatchSize: 8}},
+	}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	r := New(up, &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}, &cfg, nil)
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -665,7 +665,7 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 				return emulator.Fault{Delay: tt.delay}
 			}})
 			lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
-				c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", tt.batch, time.Hour
+				c.Policy.Name, c.Policy.Static.Batch, c.Policy.Static.MaxWait = "static", tt.batch, time.Hour
 			})
 			before := takeFootprint()
 			var wg sync.WaitGroup
@@ -741,7 +741,7 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		// Partial batches wait up to 30 ms: leavers mostly leave from the queue.
-		c.Policy.Name, c.Policy.Batch, c.Policy.MaxWait = "static", 8, 30*time.Millisecond
+		c.Policy.Name, c.Policy.Static.Batch, c.Policy.Static.MaxWait = "static", 8, 30*time.Millisecond
 	})
 	before := takeFootprint()
 	done := make(chan loadgen.Result)

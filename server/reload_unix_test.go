@@ -20,7 +20,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{})
 	file := filepath.Join(t.TempDir(), "ratebatch.yaml")
 	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
-		c.Policy.Name, c.Policy.LatencyBudget = "budget", "1.10x"
+		c.Policy.Name, c.Policy.Budget.LatencyBudget = "budget", "1.10x"
 	})
 	p.ReloadFrom(config.Source{File: file})
 	reloadFile(t, file, em.Addr(), "3x", "")

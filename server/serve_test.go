@@ -567,8 +567,8 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 	base, admin, stop := startProxy(t, em.Addr(), func(c *config.Config) {
 		// A rule that would hold these requests for an hour: only the drain sends them.
 		c.Policy.Name = "static"
-		c.Policy.Batch = 8
-		c.Policy.MaxWait = time.Hour
+		c.Policy.Static.Batch = 8
+		c.Policy.Static.MaxWait = time.Hour
 	})
 	url := base + "/v2/models/simple/infer"
 	var wg sync.WaitGroup

@@ -64,7 +64,7 @@ func TestTracingFollowsRequestsThroughTheirBatch(t *testing.T) {
 	p := servertest.Start(t, up.start(t, em.Addr()), nil, func(c *config.Config) {
 		c.Tracing.OTLPEndpoint = rcv.URL
 		c.Policy.Name = "maxbatch"
-		c.Policy.MaxQueueDelay = 2 * time.Second
+		c.Policy.MaxBatch.MaxQueueDelay = 2 * time.Second
 	})
 
 	const callers = 4 // maxbatch's full batch: the emulator's simple has max_batch_size 8, so the delay sends it

@@ -150,17 +150,18 @@ func (o *Options) build(name string, prof preset.Profile, sla time.Duration) (po
 	var opts policy.Options
 	switch name {
 	case policy.NameStatic:
-		opts.Batch = min(DefaultStaticBatch, prof.MaxBatch)
+		opts.Static.Batch = min(DefaultStaticBatch, prof.MaxBatch)
 	case policy.NameSMDP:
-		opts.W1, opts.W2 = o.W1, o.W2
+		opts.SMDP.W1, opts.SMDP.W2 = o.W1, o.W2
 	case policy.NameSlack:
-		opts.SLA = sla
+		opts.Slack.SLA = sla
 	case policy.NameBudget:
 		// The plan as solved: the live trim corrects a model that is
 		// exact in simulation, at the price of its ad-hoc slices.
-		opts.NoTrim = true
+		opts.Budget.NoTrim = true
 	}
-	opts.SolveFree = true // a simulation's results must not depend on the machine's speed
+	// A simulation's results must not depend on the machine's speed.
+	policy.Each(&opts, func(s *policy.SolveOptions) { s.SolveFree = true })
 	return policy.New(name, opts)
 }
 

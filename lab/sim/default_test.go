@@ -35,7 +35,7 @@ func TestDefaultPolicyNeverHurts(t *testing.T) {
 	}
 	def := config.Default().Policy
 	opts := def.Options
-	opts.SolveFree = true
+	policy.Each(&opts, func(s *policy.SolveOptions) { s.SolveFree = true })
 	bound := 1.10 // the promise for a policy without a budget
 	if pol, err := policy.New(def.Name, opts); err != nil {
 		t.Fatal(err)

@@ -74,10 +74,7 @@ func TestClosedLoopClients(t *testing.T) {
 	for _, n := range []int{1, 4} {
 		res := map[string]Result{}
 		for _, name := range []string{policy.NameAdhoc, policy.NameBudget} {
-			pol, err := policy.New(name, policy.Options{SolveFree: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pol := newPolicy(t, name, policy.Options{})
 			r, err := Run(context.Background(), Config{Profile: p, Policy: pol, Clients: n, Think: think, Requests: 20000, Seed: 1})
 			if err != nil {
 				t.Fatal(err)
@@ -121,10 +118,7 @@ func TestBudgetWaitsForTheClosedLoop(t *testing.T) {
 	} {
 		res := map[string]Result{}
 		for _, name := range []string{policy.NameAdhoc, policy.NameBudget} {
-			pol, err := policy.New(name, policy.Options{SolveFree: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pol := newPolicy(t, name, policy.Options{})
 			r, err := Run(context.Background(), Config{Profile: p, Policy: pol, Clients: tt.clients, Think: 300 * time.Microsecond,
 				IdleWatts: 20, Requests: 40000, Seed: 1})
 			if err != nil {

@@ -20,10 +20,10 @@ var Builtins = []string{policy.NameAdhoc, policy.NameBatchMonitor, policy.NameMa
 // all. With all, a registered policy opts cannot configure is skipped and
 // passed to skipped, so that adding a policy with required parameters does
 // not break the comparison of the others. Their solves are not metered
-// (policy.Options.SolveFree): a simulated run does not depend on the
+// (policy.SolveOptions.SolveFree): a simulated run does not depend on the
 // machine's speed.
 func Policies(spec string, opts policy.Options, skipped func(error)) ([]policy.Policy, error) {
-	opts.SolveFree = true
+	policy.Each(&opts, func(s *policy.SolveOptions) { s.SolveFree = true })
 	if strings.TrimSpace(spec) == "" {
 		return nil, fmt.Errorf("name a policy (%s) or all", strings.Join(policy.Names(), ", "))
 	}

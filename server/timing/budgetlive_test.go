@@ -53,7 +53,7 @@ func startBudgetArm(t *testing.T, o emulator.Options, pol, budget string) budget
 	}
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Policy.Window, c.Policy.Name = time.Second, pol
-		c.Policy.LatencyBudget = budget
+		c.Policy.Budget.LatencyBudget = budget
 	})
 	return budgetArm{em: em, lt: lt}
 }
@@ -201,7 +201,7 @@ func paper300Table(t *testing.T, base preset.Profile, rough emulator.Realism, tr
 		defer em.Close()
 		lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 			c.Policy.Window, c.Policy.Name = time.Second, pol
-			c.Policy.LatencyBudget = budget
+			c.Policy.Budget.LatencyBudget = budget
 		})
 		defer lt.Stop()
 		j0, _ := em.EnergyJoules()

@@ -113,7 +113,7 @@ func TestSimPredictsLive(t *testing.T) {
 		}
 		if err := lt.Dispatcher().SetModel(dispatcher.ModelSpec{
 			Name: emulator.SimpleModel, MaxBatch: p.MaxBatch, Instances: 1,
-			QueueRows: lt.Config().Limits.QueueRows, SLA: lt.Config().Policy.SLA,
+			QueueRows: lt.Config().Limits.QueueRows, SLA: lt.Config().Policy.Slack.SLA,
 			Planner: mon, Observer: dispatcher.Observers{mon, batchRecorder{log: log}}, WatchCallers: mon.WatchCallers,
 		}); err != nil {
 			t.Fatal(err)
@@ -263,7 +263,9 @@ func TestSimPredictsLive(t *testing.T) {
 			// round trip beyond compute and turnaround.
 			simulate := func(log *batchLog, arrivals []time.Duration, shift time.Duration, overhead time.Duration, samples []time.Duration, inOrder bool, turnaround time.Duration) sim.Result {
 				t.Helper()
-				pl, err := policy.New(pol, policy.Options{SolveFree: true})
+				var free policy.Options // the simulator's solves are not metered
+				policy.Each(&free, func(s *policy.SolveOptions) { s.SolveFree = true })
+				pl, err := policy.New(pol, free)
 				if err != nil {
 					t.Fatal(err)
 				}
