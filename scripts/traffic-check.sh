@@ -111,7 +111,7 @@ print(n, j)"
 load_flags() {
 	local s=$1 f=$work/$1.intervals
 	case $s in
-	c*) echo "--concurrency-range ${s#c} --measurement-interval $INTERVAL_MS" ;;
+	c[0-9]*) echo "--concurrency-range ${s#c} --measurement-interval $INTERVAL_MS" ;;
 	# Open shapes run asynchronously: perf_analyzer's synchronous mode
 	# has at most --max-threads (4) requests out, a closed loop paced by
 	# the schedule, not the schedule itself.
@@ -135,7 +135,7 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 # sim_flags SHAPE: the simulator's arrivals for a shape.
 sim_flags() {
 	case $1 in
-	c*) echo "--clients ${1#c} --requests 400000" ;;
+	c[0-9]*) echo "--clients ${1#c} --requests 400000" ;;
 	poisson:*) echo "--rate ${1#poisson:} --requests 400000" ;;
 	onoff | mmpp) echo "--trace $1" ;;
 	paper300) echo "--trace paper300 --trace-scale 5 --speedup 20" ;;
