@@ -71,12 +71,12 @@ func (e *expectClient) send() int {
 }
 
 // The large-body lane: with one lane, a second large body waits for the
-// first to be answered before it is told to go on (its "100 Continue"
-// comes then), or is refused 503 with Retry-After once its wait passes
-// the bound; small requests are served while it waits; every request is
-// answered, and the budget holds nothing afterwards but one pooled
-// buffer, which each body after the first read into. The waits are seen
-// through the lane's test hook, not slept for.
+// first to be read before it is told to go on (its "100 Continue" comes
+// then), or is refused 503 with Retry-After once its wait passes the
+// bound; small requests are served while it waits; every request is
+// answered, and the budget holds nothing afterwards but pooled buffers,
+// which the bodies after the first read into. The waits are seen through
+// the lane's test hook, not slept for.
 func TestLargeBodyLane(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -128,7 +128,7 @@ func TestLargeBodyLane(t *testing.T) {
 					t.Fatalf("the first large request: %d", st)
 				}
 				if st, _, body := second.answer(); st != http.StatusContinue {
-					t.Fatalf("the second large request after the first: %d %q, want 100", st, body)
+					t.Fatalf("the second large request once the first was read: %d %q, want 100", st, body)
 				}
 				if st := second.send(); st != http.StatusOK {
 					t.Fatalf("the second large request: %d", st)
