@@ -84,10 +84,9 @@ type Options struct {
 	// LargeBodyLanes bodies declared past LargeBodyBytes are copied at
 	// once, read from their clients or written upstream; the others wait
 	// for a turn before their body is read, up to LargeBodyWait, and are
-	// refused 503 with Retry-After past it. Zero
-	// values take the defaults (DefaultLargeBodyBytes, half the cores
-	// (GOMAXPROCS) but at least one, DefaultLargeBodyWait);
-	// LargeBodyLanes < 0: no lane.
+	// refused 503 with Retry-After past it. Zero values take the defaults
+	// (DefaultLargeBodyBytes, half the cores (GOMAXPROCS) but at least
+	// one, DefaultLargeBodyWait); LargeBodyLanes < 0: no lane.
 	LargeBodyBytes int64
 	LargeBodyLanes int
 	LargeBodyWait  time.Duration
@@ -524,8 +523,9 @@ func (s *Server) batches(model string) bool {
 // its headers until its answer is written: its bytes, and then its
 // answer's, in the memory budget (hold); a large body's pooled buffer
 // (lease); its turn of the large-body lane while its body is read; the
-// buffer its body is read into; its call. release gives all of it back, in the one order that is
-// right (see release); the zero admission holds nothing.
+// buffer its body is read into; its call. release gives all of it back,
+// in the one order that is right (see release); the zero admission holds
+// nothing.
 type admission struct {
 	hold  membudget.Hold
 	lease bodyLease
