@@ -530,8 +530,10 @@ type admission struct {
 	hold  membudget.Hold
 	lease bodyLease
 	lane  *lane // the lane whose turn it holds; nil: none
-	bp    *[]byte
-	call  *dispatcher.Call
+	// inLane is the lane whose room it holds until answered; nil: none.
+	inLane *lane
+	bp     *[]byte
+	call   *dispatcher.Call
 }
 
 // admit takes over what the request's headers reserved (reservations:
@@ -547,7 +549,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, model string, a *admission) boo
 			a.lease = bodyLease{buf: r.buf, class: r.n}
 		}
 		if r.inLane {
-			a.lane = s.lane
+			a.lane, a.inLane = s.lane, s.lane
 		}
 	}
 	if n := ctx.Request.Header.ContentLength(); n > 0 && !a.hold.Grow(int64(n)+1) {
@@ -576,9 +578,10 @@ func (a *admission) endRead() {
 // refers to the body; then the body's buffer, to its pool, and a large
 // body's to the budget's, where the next body of its class to be read
 // takes it (readBody claims it); the turn of the lane if the body still
-// holds it (it was not read to the end, or was passed to Triton whole);
-// and last the bytes held, the answer's among them, which until then made
-// the next large requests wait.
+// holds it (it was not read to the end, or was passed to Triton whole),
+// and its room in the lane, after the buffer, so that the body the room
+// lets in reads into it; and last the bytes held, the answer's among
+// them, which until then made the next large requests wait.
 func (a *admission) release() {
 	if a.call != nil {
 		a.call.Release()
@@ -591,6 +594,9 @@ func (a *admission) release() {
 	}
 	if a.lane != nil {
 		a.lane.leave()
+	}
+	if a.inLane != nil {
+		a.inLane.out()
 	}
 	a.hold.Release()
 }

@@ -109,6 +109,7 @@ func (r *reservations) enterLane(h *fasthttp.RequestHeader) bool {
 	r.mu.Unlock()
 	if !ok { // swept meanwhile (it cannot be: the wait is shorter than stale)
 		r.lane.leave()
+		r.lane.out()
 	}
 	return ok
 }
@@ -132,6 +133,7 @@ func (r *reservations) giveBack(v reservation) {
 	r.b.Release(v.n)
 	if v.inLane {
 		r.lane.leave()
+		r.lane.out()
 	}
 }
 
@@ -150,29 +152,36 @@ func (r *reservations) giveBack(v reservation) {
 // while this one is computed upstream and answered, rather than after.
 // A body waiting to be written upstream goes before those waiting to be
 // read: it is already in memory, and the sooner it leaves, the sooner its
-// buffer serves the next. A body that waits longer than the lane's wait
-// to be read is refused 503 with Retry-After; one waiting to be written
-// has been accepted, and waits for as long as it takes. Small bodies
-// never enter it.
+// buffer serves the next. And a body starts to be read only while fewer
+// than two per turn are in the proxy between their first byte read and
+// their answer (one upstream, one read beside it): the next one then
+// reads into a buffer an answered one gave back to the pool, rather than
+// into new memory, whose page faults and zeroing take the cores from the
+// small requests. A body that waits longer than the lane's wait to be
+// read is refused 503 with Retry-After; one waiting to be written has
+// been accepted, and waits for as long as it takes. Small bodies never
+// enter it.
 type lane struct {
 	wait time.Duration
 
 	mu    sync.Mutex
 	free  int             // turns no one holds
+	room  int             // bodies that may still start to be read before one is answered
 	sends []chan struct{} // waiting to be written upstream, first come first
 	reads []chan struct{} // waiting to be read, first come first
 }
 
 func newLane(n int, wait time.Duration) *lane {
-	return &lane{free: n, wait: wait}
+	return &lane{free: n, room: 2 * n, wait: wait}
 }
 
-// enter takes a turn to read a body, waiting up to the lane's wait;
-// false: none came.
+// enter takes a turn to read a body, and its room in the proxy until it
+// is answered (out), waiting up to the lane's wait; false: none came.
 func (l *lane) enter() bool {
 	l.mu.Lock()
-	if l.free > 0 {
+	if l.free > 0 && l.room > 0 && len(l.reads) == 0 {
 		l.free--
+		l.room--
 		l.mu.Unlock()
 		return true
 	}
@@ -220,20 +229,41 @@ func (l *lane) Take() {
 func (l *lane) Give() { l.leave() }
 
 // leave gives a turn back: to the first body waiting to be written, else
-// to the first waiting to be read, else to the lane.
+// to the first waiting to be read if there is room for it, else to the
+// lane.
 func (l *lane) leave() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var next chan struct{}
-	switch {
-	case len(l.sends) > 0:
+	if len(l.sends) > 0 {
+		var next chan struct{}
 		next, l.sends = l.sends[0], l.sends[1:]
-	case len(l.reads) > 0:
-		next, l.reads = l.reads[0], l.reads[1:]
-	default:
-		l.free++
+		next <- struct{}{} // buffered: never blocks
 		return
 	}
+	l.free++
+	l.admitRead()
+}
+
+// out gives back the room of a body that entered to be read, once it is
+// answered (or gone): the first body waiting to be read may start if a
+// turn is free.
+func (l *lane) out() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.room++
+	l.admitRead()
+}
+
+// admitRead hands a free turn and room to the first body waiting to be
+// read, if both are there; l.mu held.
+func (l *lane) admitRead() {
+	if l.free == 0 || l.room == 0 || len(l.reads) == 0 {
+		return
+	}
+	var next chan struct{}
+	next, l.reads = l.reads[0], l.reads[1:]
+	l.free--
+	l.room--
 	next <- struct{}{} // buffered: the waiter may be gone, as a read past its wait
 }
 

@@ -7,8 +7,11 @@ import (
 
 // The lane hands a turn given back to a body waiting to be written
 // upstream before one waiting to be read (it is accepted and in memory),
-// each kind first come first served, and to the lane when no one waits; a
-// read that waits past the lane's wait is refused, and leaves no claim.
+// each kind first come first served, and to the lane when no one waits;
+// a body starts to be read only while fewer than two per turn are in the
+// proxy unanswered, and the next waits for one to be answered (out) even
+// with a turn free; a read that waits past the lane's wait is refused,
+// and leaves no claim.
 func TestLaneSendsGoFirst(t *testing.T) {
 	l := newLane(1, time.Hour)
 	if !l.enter() {
@@ -36,23 +39,38 @@ func TestLaneSendsGoFirst(t *testing.T) {
 	waitFor("read 2")
 	go func() { l.Take(); got <- "send 2" }()
 	waitFor("send 2")
-	for _, want := range []string{"send 1", "send 2", "read 1", "read 2"} {
-		l.leave()
+	state := func() (free, room, queued int) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.free, l.room, len(l.reads) + len(l.sends)
+	}
+	for _, step := range []struct {
+		give func()
+		want string
+	}{{l.leave, "send 1"}, {l.Give, "send 2"}, {l.leave, "read 1"}, {l.leave, ""}, {l.out, "read 2"}} {
+		step.give()
+		if step.want == "" {
+			// Two bodies in, none answered: the turn stays free, and the
+			// second read waits for room.
+			if free, room, queued := state(); free != 1 || room != 0 || queued != 1 {
+				t.Fatalf("two bodies unanswered, a turn given back: %d free, room %d, %d waiting; want 1, 0, 1", free, room, queued)
+			}
+			continue
+		}
 		select {
 		case g := <-got:
-			if g != want {
-				t.Fatalf("the turn went to %s, want %s", g, want)
+			if g != step.want {
+				t.Fatalf("the turn went to %s, want %s", g, step.want)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the turn given back reached no one; want %s", want)
+			t.Fatalf("the turn given back reached no one; want %s", step.want)
 		}
 	}
 	l.Give()
-	l.mu.Lock()
-	free, queued := l.free, len(l.reads)+len(l.sends)
-	l.mu.Unlock()
-	if free != 1 || queued != 0 {
-		t.Fatalf("all given back: %d free, %d waiting; want 1 and 0", free, queued)
+	l.out()
+	l.out()
+	if free, room, queued := state(); free != 1 || room != 2 || queued != 0 {
+		t.Fatalf("all given back: %d free, room %d, %d waiting; want 1, 2, 0", free, room, queued)
 	}
 
 	short := newLane(1, time.Millisecond)
@@ -62,7 +80,7 @@ func TestLaneSendsGoFirst(t *testing.T) {
 	}
 	short.Give()
 	short.mu.Lock()
-	free, queued = short.free, len(short.reads)+len(short.sends)
+	free, queued := short.free, len(short.reads)+len(short.sends)
 	short.mu.Unlock()
 	if free != 1 || queued != 0 {
 		t.Fatalf("after a read refused: %d free, %d waiting; want 1 and 0", free, queued)
