@@ -33,6 +33,13 @@ type Call struct {
 	// It must stay untouched until the call is answered. (A value, not a
 	// pointer: one allocation fewer per request.)
 	Wire Wire
+	// CopyTurn, when set, is held while the call's body is written
+	// upstream as it came (Wire, the call sent alone) and given back once
+	// written, not while the upstream computes its answer: the HTTP door's
+	// large-body lane, which copies one large body at a time, from a
+	// client or to the upstream. A call merged with others is sent
+	// without it.
+	CopyTurn Turn
 	// Source, when not 0, names the caller's connection. An HTTP/1.1
 	// connection has no other call in the proxy while this one is there
 	// (its next request follows this one's answer); a gRPC connection may
@@ -156,6 +163,79 @@ type Wire struct {
 	Body      []byte
 	HeaderLen int // Inference-Header-Content-Length; -1 when all JSON
 }
+
+// Turn is a turn to copy a large body (Call.CopyTurn): Take waits for it,
+// Give hands it on.
+type Turn interface {
+	Take()
+	Give()
+}
+
+// turnBody sends a Wire as wireBody does, but holds its turn only while
+// its bytes are written: it is a stream (no Bytes), whose writer takes the
+// turn before the first byte and gives it back after the last (or when the
+// upstream client closes it, or done is called once the exchange is over,
+// whichever comes first). Each attempt takes the turn afresh.
+type turnBody struct {
+	w    *Wire
+	turn Turn
+	mu   sync.Mutex
+	held bool
+}
+
+func (b *turnBody) BodyLen() int   { return len(b.w.Body) }
+func (b *turnBody) HeaderLen() int { return b.w.HeaderLen }
+func (b *turnBody) AppendBody(dst []byte) ([]byte, int) {
+	return append(dst, b.w.Body...), b.w.HeaderLen
+}
+func (b *turnBody) Reader() io.Reader { return &turnReader{b: b, r: bytes.NewReader(b.w.Body)} }
+
+func (b *turnBody) take() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.held {
+		b.turn.Take()
+		b.held = true
+	}
+}
+
+// done gives the turn back if it is held.
+func (b *turnBody) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held {
+		b.held = false
+		b.turn.Give()
+	}
+}
+
+// turnReader is one attempt's stream of a turnBody. WriteTo is how
+// fasthttp copies it: from the caller's buffer to the connection, as
+// Bytes would, with no copy in between.
+type turnReader struct {
+	b *turnBody
+	r *bytes.Reader
+}
+
+func (t *turnReader) WriteTo(w io.Writer) (int64, error) {
+	t.b.take()
+	defer t.b.done()
+	return t.r.WriteTo(w)
+}
+
+func (t *turnReader) Read(p []byte) (int, error) {
+	if t.r.Len() == 0 {
+		return 0, io.EOF
+	}
+	t.b.take()
+	n, err := t.r.Read(p)
+	if err != nil || t.r.Len() == 0 { // a reader limited to the length never sees EOF
+		t.b.done()
+	}
+	return n, err
+}
+
+func (t *turnReader) Close() error { t.b.done(); return nil }
 
 // wireBody sends a Wire as a batch's Body. Bytes lets an upstream client
 // send the caller's buffer itself instead of a copy.

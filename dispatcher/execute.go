@@ -296,7 +296,13 @@ func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kse
 // upstream's answer as it came: what the caller would have had from Triton
 // directly, without merging or splitting.
 func (q *modelQueue) sendWire(ctx context.Context, version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
-	reply, latency, status, err := q.post(ctx, version, wireBody{&c.Wire}, holdUntil)
+	var body Body = wireBody{&c.Wire}
+	if c.CopyTurn != nil {
+		tb := &turnBody{w: &c.Wire, turn: c.CopyTurn}
+		defer tb.done()
+		body = tb
+	}
+	reply, latency, status, err := q.post(ctx, version, body, holdUntil)
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}

@@ -71,12 +71,12 @@ func (e *expectClient) send() int {
 }
 
 // The large-body lane: with one lane, a second large body waits for the
-// first to be answered before it is told to go on (its "100 Continue"
-// comes then), or is refused 503 with Retry-After once its wait passes
-// the bound; small requests are served while it waits; every request is
-// answered, and the budget holds nothing afterwards but one pooled
-// buffer, which each body after the first read into. The waits are seen
-// through the lane's test hook, not slept for.
+// first to be read before it is told to go on (its "100 Continue" comes
+// then), or is refused 503 with Retry-After once its wait passes the
+// bound; small requests are served while it waits; every request is
+// answered, and the budget holds nothing afterwards but pooled buffers,
+// which the bodies after the first read into. The waits are seen through
+// the lane's test hook, not slept for.
 func TestLargeBodyLane(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -128,7 +128,7 @@ func TestLargeBodyLane(t *testing.T) {
 					t.Fatalf("the first large request: %d", st)
 				}
 				if st, _, body := second.answer(); st != http.StatusContinue {
-					t.Fatalf("the second large request after the first: %d %q, want 100", st, body)
+					t.Fatalf("the second large request once the first was read: %d %q, want 100", st, body)
 				}
 				if st := second.send(); st != http.StatusOK {
 					t.Fatalf("the second large request: %d", st)
@@ -147,18 +147,19 @@ func TestLargeBodyLane(t *testing.T) {
 				t.Fatal("a large request waited for the lane while it was free")
 			default:
 			}
-			// Answered: the budget holds only one pooled buffer of the
-			// large bodies' size class, reused, not one per request: each
-			// body's lease was taken at its headers, while the pool was
-			// empty, and claimed the buffer given back before its turn.
+			// Answered: the budget holds only pooled buffers of the large
+			// bodies' size class, reused, not one per request: a body is
+			// read into a buffer given back before its read began (its
+			// lease, taken at its headers while the pool was empty, claims
+			// it), so there are at most two, the first body's and the
+			// second's if it was read while the first was being answered.
 			class := membudget.Class(int64(len(large)) + 1)
-			waitForBudget(t, budget, class)
 			deadline := time.Now().Add(5 * time.Second)
-			for budget.Used() != class && time.Now().Before(deadline) {
+			for budget.Used() != budget.Pooled() && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if budget.Used() != class || budget.Pooled() != class {
-				t.Fatalf("after the large requests: used %d, pooled %d, want both %d (one pooled buffer)", budget.Used(), budget.Pooled(), class)
+			if used, pooled := budget.Used(), budget.Pooled(); used != pooled || pooled < class || pooled > 2*class {
+				t.Fatalf("after the large requests: used %d, pooled %d, want only pooled buffers, one or two of %d", used, pooled, class)
 			}
 		})
 	}
@@ -229,42 +230,78 @@ func (b gateBatcher) Submit(ctx context.Context, model string, c *dispatcher.Cal
 	return b.echoBatcher.Submit(ctx, model, c)
 }
 
-// A turn of the lane lasts until the body is answered, not only read: a
-// second large body that arrives once the first is read in full and
-// waiting for its answer waits for the lane (seen through the lane's
-// hook: with the turn ending at the read it would find the lane free),
-// and is told to go on once the first is answered.
-func TestLargeBodyLaneHeldUntilAnswered(t *testing.T) {
-	b := gateBatcher{entered: make(chan struct{}, 4), gate: make(chan struct{})}
-	base, _, waiting := startOneLane(t, b)
+// A turn of the lane lasts while a body is copied, not until it is
+// answered: with one lane, a second large body arriving while the first,
+// read in full, waits for its answer is told to go on at once (it does
+// not wait for the lane) and is read in full too; memory stays bounded
+// meanwhile: the two hold their room in the budget, within its limit,
+// and a third, for which the budget has no room, is refused 503 with
+// Retry-After at its headers. Once answered, nothing is held but the
+// pooled buffers, one per body read at once.
+func TestLargeBodyLaneReadsWhileUpstream(t *testing.T) {
 	large := inferBody(3 << 19)
+	class := membudget.Class(int64(len(large)) + 1)
+	// Room for two leases below the small requests' share, not three.
+	limit := 2*class*membudget.SmallShare/(membudget.SmallShare-1) + membudget.SmallShare
+	if free := limit - limit/membudget.SmallShare; free < 2*class || free >= 3*class {
+		t.Fatalf("the budget's room for large bodies, %d, is not two classes of %d", free, class)
+	}
+	budget := membudget.New(limit)
+	b := gateBatcher{entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: b,
+		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+		RetryAfter: 2 * time.Second, LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: 20 * time.Second})
+	waiting := make(chan struct{}, 4)
+	t.Cleanup(proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} }))
+	gateOpen := false
+	defer func() {
+		if !gateOpen {
+			close(b.gate)
+		}
+	}()
 
-	first := startExpect(t, base, large)
-	if st, _, _ := first.answer(); st != http.StatusContinue {
-		t.Fatalf("the first large request: %d, want 100", st)
+	var clients []*expectClient
+	for i := range 2 {
+		c := startExpect(t, base, large)
+		if st, _, body := c.answer(); st != http.StatusContinue {
+			t.Fatalf("large request %d: %d %q, want 100 while the ones before wait for their answers", i+1, st, body)
+		}
+		if _, err := c.c.Write([]byte(large)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.entered: // read in full, waiting for its answer
+		case <-time.After(10 * time.Second):
+			t.Fatalf("large request %d's call never reached the batcher", i+1)
+		}
+		clients = append(clients, c)
 	}
-	if _, err := first.c.Write([]byte(large)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-b.entered: // read in full, waiting for its answer
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first large request's call never reached the batcher")
-	}
-	second := startExpect(t, base, large)
 	select {
 	case <-waiting:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second large request did not wait for the lane while the first waited for its answer")
+		t.Fatal("a large request waited for the lane while the one before it waited for its answer")
+	default:
 	}
+	if used := budget.Used(); used < 2*class || used > limit {
+		t.Fatalf("two large requests read and waiting: the budget holds %d, want between %d and its limit %d", used, 2*class, limit)
+	}
+	third := startExpect(t, base, large)
+	st, retry, body := third.answer()
+	if msg, _ := kserve.ParseErrorBody([]byte(body)); st != http.StatusServiceUnavailable || retry != "2" || !strings.Contains(msg, "memory budget") {
+		t.Fatalf("a third large request with no room: %d, Retry-After %q, %q; want 503 for the memory budget", st, retry, body)
+	}
+
 	close(b.gate)
-	if st, _, body := first.answer(); st != http.StatusOK {
-		t.Fatalf("the first large request: %d %q", st, body)
+	gateOpen = true
+	for i, c := range clients {
+		if st, _, body := c.answer(); st != http.StatusOK {
+			t.Fatalf("large request %d: %d %q", i+1, st, body)
+		}
 	}
-	if st, _, body := second.answer(); st != http.StatusContinue {
-		t.Fatalf("the second large request once the first was answered: %d %q, want 100", st, body)
+	deadline := time.Now().Add(5 * time.Second)
+	for budget.Used() != budget.Pooled() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
-	if st := second.send(); st != http.StatusOK {
-		t.Fatalf("the second large request: %d", st)
+	if budget.Used() != budget.Pooled() || budget.Pooled() > 2*class {
+		t.Fatalf("after: used %d, pooled %d, want only pooled buffers, at most two of %d", budget.Used(), budget.Pooled(), class)
 	}
 }

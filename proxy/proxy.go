@@ -81,13 +81,12 @@ type Options struct {
 	Memory *membudget.Budget
 
 	// The large-body lane (with a Memory budget only): at most
-	// LargeBodyLanes bodies declared past LargeBodyBytes are in the proxy
-	// at once, read, sent upstream and answered; the others wait for a
-	// turn before their body is read, up to
-	// LargeBodyWait, and are refused 503 with Retry-After past it. Zero
-	// values take the defaults (DefaultLargeBodyBytes, half the cores
-	// (GOMAXPROCS) but at least one, DefaultLargeBodyWait);
-	// LargeBodyLanes < 0: no lane.
+	// LargeBodyLanes bodies declared past LargeBodyBytes are copied at
+	// once, read from their clients or written upstream; the others wait
+	// for a turn before their body is read, up to LargeBodyWait, and are
+	// refused 503 with Retry-After past it. Zero values take the defaults
+	// (DefaultLargeBodyBytes, half the cores (GOMAXPROCS) but at least
+	// one, DefaultLargeBodyWait); LargeBodyLanes < 0: no lane.
 	LargeBodyBytes int64
 	LargeBodyLanes int
 	LargeBodyWait  time.Duration
@@ -118,7 +117,7 @@ type Server struct {
 	// res carries memory reserved at the headers to the handler; nil
 	// without a budget.
 	res *reservations
-	// lane bounds the large bodies read at once; nil: none.
+	// lane bounds the large bodies copied at once; nil: none.
 	lane *lane
 }
 
@@ -128,8 +127,8 @@ type Server struct {
 // small requests beside large bodies keep their tail (docs/RELIABILITY.md,
 // "Memory: a budget for requests and answers", BenchmarkSmallBesideLarge).
 // The wait bounds what a large request may be held
-// before its body is read (the turns before it, each until its answer),
-// well within a client's patience for a body it is about to send.
+// before its body is read (the copies before it), well within a client's
+// patience for a body it is about to send.
 const (
 	DefaultLargeBodyBytes = 4 << 20
 	DefaultLargeBodyWait  = 10 * time.Second
@@ -462,6 +461,7 @@ func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
 	if !s.admit(ctx, model, &a) || !s.read(ctx, model, version, start, &a) {
 		return // answered
 	}
+	a.endRead()
 	span.Rows(a.call.Rows)
 	wait, w := s.hangUps.watch(ctx.Conn(), start)
 	res := s.o.Batcher.Submit(span.Context(wait), model, a.call)
@@ -522,15 +522,18 @@ func (s *Server) batches(model string) bool {
 // admission is what an inference request of a batched model holds from
 // its headers until its answer is written: its bytes, and then its
 // answer's, in the memory budget (hold); a large body's pooled buffer
-// (lease); its turn of the large-body lane; the buffer its body is read
-// into; its call. release gives all of it back, in the one order that is
-// right (see release); the zero admission holds nothing.
+// (lease); its turn of the large-body lane while its body is read; the
+// buffer its body is read into; its call. release gives all of it back,
+// in the one order that is right (see release); the zero admission holds
+// nothing.
 type admission struct {
 	hold  membudget.Hold
 	lease bodyLease
 	lane  *lane // the lane whose turn it holds; nil: none
-	bp    *[]byte
-	call  *dispatcher.Call
+	// inLane is the lane whose room it holds until answered; nil: none.
+	inLane *lane
+	bp     *[]byte
+	call   *dispatcher.Call
 }
 
 // admit takes over what the request's headers reserved (reservations:
@@ -546,7 +549,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, model string, a *admission) boo
 			a.lease = bodyLease{buf: r.buf, class: r.n}
 		}
 		if r.inLane {
-			a.lane = s.lane
+			a.lane, a.inLane = s.lane, s.lane
 		}
 	}
 	if n := ctx.Request.Header.ContentLength(); n > 0 && !a.hold.Grow(int64(n)+1) {
@@ -557,13 +560,28 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, model string, a *admission) boo
 	return true
 }
 
+// endRead ends a large body's turn of the lane once it is read: the next
+// body is read while this one waits for its batch, is computed upstream
+// and answered. Its call takes a turn again to be written upstream
+// (dispatcher.Call.CopyTurn).
+func (a *admission) endRead() {
+	if a.lane == nil {
+		return
+	}
+	a.call.CopyTurn = a.lane
+	a.lane.leave()
+	a.lane = nil
+}
+
 // release gives back what the admission holds, once the handler is done
 // with the request and its answer: the call first, after which nothing
 // refers to the body; then the body's buffer, to its pool, and a large
-// body's to the budget's, before the turn of the lane passes on, so that
-// the next body in the lane reads into it (readBody claims it); and last
-// the bytes held, the answer's among them, which until then made the next
-// large requests wait.
+// body's to the budget's, where the next body of its class to be read
+// takes it (readBody claims it); the turn of the lane if the body still
+// holds it (it was not read to the end, or was passed to Triton whole),
+// and its room in the lane, after the buffer, so that the body the room
+// lets in reads into it; and last the bytes held, the answer's among
+// them, which until then made the next large requests wait.
 func (a *admission) release() {
 	if a.call != nil {
 		a.call.Release()
@@ -576,6 +594,9 @@ func (a *admission) release() {
 	}
 	if a.lane != nil {
 		a.lane.leave()
+	}
+	if a.inLane != nil {
+		a.inLane.out()
 	}
 	a.hold.Release()
 }

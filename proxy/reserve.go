@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,7 @@ func (r *reservations) enterLane(h *fasthttp.RequestHeader) bool {
 	r.mu.Unlock()
 	if !ok { // swept meanwhile (it cannot be: the wait is shorter than stale)
 		r.lane.leave()
+		r.lane.out()
 	}
 	return ok
 }
@@ -131,54 +133,139 @@ func (r *reservations) giveBack(v reservation) {
 	r.b.Release(v.n)
 	if v.inLane {
 		r.lane.leave()
+		r.lane.out()
 	}
 }
 
-// lane bounds how many large bodies (past Options.LargeBodyBytes) are in
-// the proxy at once, from the first byte read until answered. A burst of
-// large bodies admitted together would otherwise be read all at once,
-// each by a goroutine that finds bytes waiting at every read and runs its
-// whole time slice, and a small request's goroutine waits behind all of
-// them for a core; in the lane the others wait their turn before a byte
-// of their body is read (a client waiting for "100 Continue" gets it when
-// its turn comes). The turn lasts until the answer, not only the read:
-// the next body's read then does not overlap this one's copy to the
-// upstream (two bulk copies at once on two cores leave nothing to the
-// small requests' hops), and it reads into this one's buffer, given back
-// to the pool just before the turn passes, rather than into new memory.
-// A body that waits longer than the lane's wait is refused 503 with
-// Retry-After. Small bodies never enter it.
+// lane bounds how many large bodies (past Options.LargeBodyBytes) are
+// copied at once: read from their clients, or written to the upstream. A
+// burst of large bodies admitted together would otherwise be read all at
+// once, each by a goroutine that finds bytes waiting at every read and
+// runs its whole time slice, and a small request's goroutine waits behind
+// all of them for a core; in the lane the others wait their turn before a
+// byte of their body is read (a client waiting for "100 Continue" gets it
+// when its turn comes). A body holds a turn while it is read, gives it
+// back once read, and takes one again to be written upstream (Take,
+// through dispatcher.Call.CopyTurn): a copy to the upstream does not
+// overlap the next body's read (two bulk copies at once on two cores
+// leave nothing to the small requests' hops), and the next body is read
+// while this one is computed upstream and answered, rather than after.
+// A body waiting to be written upstream goes before those waiting to be
+// read: it is already in memory, and the sooner it leaves, the sooner its
+// buffer serves the next. And a body starts to be read only while fewer
+// than two per turn are in the proxy between their first byte read and
+// their answer (one upstream, one read beside it): the next one then
+// reads into a buffer an answered one gave back to the pool, rather than
+// into new memory, whose page faults and zeroing take the cores from the
+// small requests. A body that waits longer than the lane's wait to be
+// read is refused 503 with Retry-After; one waiting to be written has
+// been accepted, and waits for as long as it takes. Small bodies never
+// enter it.
 type lane struct {
-	slots chan struct{}
-	wait  time.Duration
+	wait time.Duration
+
+	mu    sync.Mutex
+	free  int             // turns no one holds
+	room  int             // bodies that may still start to be read before one is answered
+	sends []chan struct{} // waiting to be written upstream, first come first
+	reads []chan struct{} // waiting to be read, first come first
 }
 
 func newLane(n int, wait time.Duration) *lane {
-	return &lane{slots: make(chan struct{}, n), wait: wait}
+	return &lane{free: n, room: 2 * n, wait: wait}
 }
 
-// enter takes a slot, waiting up to the lane's wait; false: none came.
+// enter takes a turn to read a body, and its room in the proxy until it
+// is answered (out), waiting up to the lane's wait; false: none came.
 func (l *lane) enter() bool {
-	select {
-	case l.slots <- struct{}{}:
+	l.mu.Lock()
+	if l.free > 0 && l.room > 0 && len(l.reads) == 0 {
+		l.free--
+		l.room--
+		l.mu.Unlock()
 		return true
-	default:
 	}
+	turn := make(chan struct{}, 1)
+	l.reads = append(l.reads, turn)
+	l.mu.Unlock()
 	if hook := testHookLaneWait.Load(); hook != nil {
 		(*hook)()
 	}
 	t := time.NewTimer(l.wait)
 	defer t.Stop()
 	select {
-	case l.slots <- struct{}{}:
+	case <-turn:
 		return true
 	case <-t.C:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i := slices.Index(l.reads, turn); i >= 0 {
+		l.reads = slices.Delete(l.reads, i, i+1)
 		return false
 	}
+	return true // handed over as the wait ended: it is this body's
 }
 
-// leave gives a slot back.
-func (l *lane) leave() { <-l.slots }
+// Take takes a turn to write a body upstream (dispatcher.Turn), waiting
+// for as long as it takes, ahead of the bodies waiting to be read.
+func (l *lane) Take() {
+	l.mu.Lock()
+	if l.free > 0 {
+		l.free--
+		l.mu.Unlock()
+		return
+	}
+	turn := make(chan struct{}, 1)
+	l.sends = append(l.sends, turn)
+	l.mu.Unlock()
+	if hook := testHookLaneSend.Load(); hook != nil {
+		(*hook)()
+	}
+	<-turn
+}
+
+// Give gives a turn back (dispatcher.Turn).
+func (l *lane) Give() { l.leave() }
+
+// leave gives a turn back: to the first body waiting to be written, else
+// to the first waiting to be read if there is room for it, else to the
+// lane.
+func (l *lane) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.sends) > 0 {
+		var next chan struct{}
+		next, l.sends = l.sends[0], l.sends[1:]
+		next <- struct{}{} // buffered: never blocks
+		return
+	}
+	l.free++
+	l.admitRead()
+}
+
+// out gives back the room of a body that entered to be read, once it is
+// answered (or gone): the first body waiting to be read may start if a
+// turn is free.
+func (l *lane) out() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.room++
+	l.admitRead()
+}
+
+// admitRead hands a free turn and room to the first body waiting to be
+// read, if both are there; l.mu held.
+func (l *lane) admitRead() {
+	if l.free == 0 || l.room == 0 || len(l.reads) == 0 {
+		return
+	}
+	var next chan struct{}
+	next, l.reads = l.reads[0], l.reads[1:]
+	l.free--
+	l.room--
+	next <- struct{}{} // buffered: the waiter may be gone, as a read past its wait
+}
 
 // testNoLargePool, set only by benchmarks, reads large bodies into new
 // buffers, as before the pool: the baseline the pool is measured against.
@@ -187,3 +274,7 @@ var testNoLargePool atomic.Bool
 // testHookLaneWait, set only by tests, runs when a large body starts
 // waiting for a slot of the lane: the happens-before signal that it waits.
 var testHookLaneWait atomic.Pointer[func()]
+
+// testHookLaneSend, set only by tests, runs when a read body starts
+// waiting for a turn to be written upstream.
+var testHookLaneSend atomic.Pointer[func()]

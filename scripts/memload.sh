@@ -73,9 +73,10 @@ run() {
 	wait "$proxy" "$emu" 2>/dev/null || true
 }
 # ARMS: settings run in turns, one run of each per round, each arm's runs
-# pooled apart (e.g. ARMS="SMALL_DIRECT= SMALL_DIRECT=1" or
-# ARMS="BIG_NICE=0 BIG_NICE=19"): a comparison that the machine's load
-# over the minutes reaches alike.
+# pooled apart (e.g. ARMS="SMALL_DIRECT= SMALL_DIRECT=1",
+# ARMS="BIG_NICE=0 BIG_NICE=19", or two builds of the proxy,
+# ARMS="BIN=/tmp/rb-a BIN=/tmp/rb-b"): a comparison that the machine's
+# load over the minutes reaches alike.
 read -r -a arms <<<"${ARMS:-}"
 ((${#arms[@]})) || arms=("")
 # armdir K: where arm K's runs go ($out itself when there is one arm).
