@@ -202,9 +202,10 @@ type Monitor struct {
 	outsideMu sync.Mutex
 	outside   outsideMeans
 	// liveNs and liveCalls sum the latencies inside the proxy of the
-	// calls that arrived since the last plan (Answered), for
-	// Estimate.Live; sliceStart is that plan's time (UnixNano).
-	liveNs, liveCalls, sliceStart atomic.Int64
+	// calls answered since the last plan that arrived after the plan
+	// before it (Answered), for Estimate.Live; sliceStart is the last
+	// plan's time and prevStart the one before (UnixNano).
+	liveNs, liveCalls, sliceStart, prevStart atomic.Int64
 	// liveHist counts the same calls by latency (policy.HistBucket), for
 	// the distribution the budget's trim holds to its p99 bound; lived
 	// is its decayed sum over the slices, and livedP99 and livedMean
@@ -417,11 +418,17 @@ func (m *Monitor) WatchCallers(read func(now time.Time) policy.Callers) {
 }
 
 // observeCall takes one call's latency inside the proxy, from its
-// arrival to its answer being written. A call that arrived
-// before the last plan is not counted: it lived partly under an older
-// rule, and a plan's promise is checked on the calls it served alone.
+// arrival to its answer being written, into the slice it is answered in,
+// if it arrived in that slice or the one before. Counting only the calls
+// that arrived and were answered in one slice would drop those that
+// straddle its end, the longer the call the likelier: a rule that holds
+// calls would read a lower mean and p99 than its calls lived. A call
+// that arrived earlier is not counted. The budget policy counts a slice
+// only when the slice before ran a rule of its kind (the first slice
+// under a new rule settles), so the calls it holds to a promise are
+// calls that rule's kind served alone.
 func (m *Monitor) observeCall(arrived time.Time, latency time.Duration) {
-	if arrived.UnixNano() < m.sliceStart.Load() {
+	if arrived.UnixNano() < m.prevStart.Load() {
 		return
 	}
 	m.liveNs.Add(int64(latency))
@@ -432,7 +439,7 @@ func (m *Monitor) observeCall(arrived time.Time, latency time.Duration) {
 // live takes the calls' mean latency since the last plan and starts a new
 // sum.
 func (m *Monitor) live(now time.Time) policy.Live {
-	m.sliceStart.Store(now.UnixNano())
+	m.prevStart.Store(m.sliceStart.Swap(now.UnixNano()))
 	n := m.liveCalls.Swap(0)
 	ns := m.liveNs.Swap(0)
 	h := new(policy.Hist)

@@ -127,20 +127,30 @@ func TestOverheadOfOneSizeIsAConstant(t *testing.T) {
 	}
 }
 
-// The calls' latency reaches the next plan as a mean over the calls that
-// arrived since the plan before: a call that arrived earlier lived partly
-// under an older rule and is not counted; each plan starts a new sum.
+// The calls' latency reaches the next plan as a mean over the calls
+// answered in the slice that arrived in it or in the slice before: a call
+// that straddles a plan counts in the slice it is answered in (dropping
+// it would hide the longest calls), one that arrived two slices back
+// lived partly under an older rule and is not counted; each plan starts a
+// new sum.
 func TestLiveLatencyIsTheSliceCalls(t *testing.T) {
 	m, clk, rec := sliceMonitor(t)
-	start := clk.now()
+	m.Tick() // the first plan: a slice boundary before the one tested
+	clk.add(100 * time.Millisecond)
+	m.Tick()
+	start := clk.now() // the slice tested starts here
 	clk.add(50 * time.Millisecond)
-	m.observeCall(start.Add(-time.Millisecond), 9*time.Millisecond) // before the slice: dropped
+	m.observeCall(start.Add(-150*time.Millisecond), 160*time.Millisecond) // two slices back: dropped
+	m.observeCall(start.Add(-5*time.Millisecond), 9*time.Millisecond)     // straddles the plan: counted
 	m.observeCall(start.Add(time.Millisecond), 2*time.Millisecond)
 	m.observeCall(start.Add(10*time.Millisecond), 4*time.Millisecond)
 	clk.add(50 * time.Millisecond)
 	m.Tick()
-	if got := rec.estimate().Live; got.Calls != 2 || math.Abs(got.MeanMs-3) > 1e-9 {
-		t.Errorf("live %+v, want 2 calls at a mean of 3 ms", got)
+	if got := rec.estimate().Live; got.Calls != 3 || math.Abs(got.MeanMs-5) > 1e-9 {
+		t.Errorf("live %+v, want 3 calls at a mean of 5 ms", got)
+	}
+	if got := rec.estimate().Live.Hist.Count(); got != 3 {
+		t.Errorf("live histogram counts %v calls, want the same 3", got)
 	}
 	clk.add(100 * time.Millisecond)
 	m.Tick()

@@ -35,10 +35,11 @@ import (
 // slice, averaged over those slices by their calls. A budget slice's
 // reference is its plan's ad-hoc prediction times that calibration: the
 // live ad-hoc at the current rate, or the model's where that is lower (see
-// calibMax). Only calls that arrived under a rule are
-// counted for it (the monitor drops those that arrived before the slice),
-// and the first slice under a new rule is not counted at all, so neither
-// side is measured on a queue the other formed. The price is a tenth of
+// calibMax). Only calls that arrived under a rule's kind are
+// counted for it: a slice counts the calls answered in it that arrived in
+// it or in the slice before (the monitor's Live), and the first slice
+// under a new rule is not counted at all, so neither side is measured on
+// the other's calls or on a queue the other formed. The price is a tenth of
 // the savings; /status shows both means, a live A/B of the promise.
 //
 // The step is proportional when the calls overspend (the ratio of the
