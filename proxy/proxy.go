@@ -569,7 +569,7 @@ func (a *admission) endRead() {
 		return
 	}
 	a.call.CopyTurn = a.lane
-	a.lane.leave()
+	a.lane.Give()
 	a.lane = nil
 }
 
@@ -593,7 +593,7 @@ func (a *admission) release() {
 		putBodyBuffer(a.bp)
 	}
 	if a.lane != nil {
-		a.lane.leave()
+		a.lane.Give()
 	}
 	if a.inLane != nil {
 		a.inLane.out()

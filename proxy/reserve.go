@@ -108,8 +108,7 @@ func (r *reservations) enterLane(h *fasthttp.RequestHeader) bool {
 	}
 	r.mu.Unlock()
 	if !ok { // swept meanwhile (it cannot be: the wait is shorter than stale)
-		r.lane.leave()
-		r.lane.out()
+		r.lane.quit()
 	}
 	return ok
 }
@@ -132,8 +131,7 @@ func (r *reservations) drop(h *fasthttp.RequestHeader) { r.giveBack(r.take(h)) }
 func (r *reservations) giveBack(v reservation) {
 	r.b.Release(v.n)
 	if v.inLane {
-		r.lane.leave()
-		r.lane.out()
+		r.lane.quit()
 	}
 }
 
@@ -225,13 +223,10 @@ func (l *lane) Take() {
 	<-turn
 }
 
-// Give gives a turn back (dispatcher.Turn).
-func (l *lane) Give() { l.leave() }
-
-// leave gives a turn back: to the first body waiting to be written, else
-// to the first waiting to be read if there is room for it, else to the
-// lane.
-func (l *lane) leave() {
+// Give gives a turn back (dispatcher.Turn, and a body's read): to the
+// first body waiting to be written, else to the first waiting to be read
+// if there is room for it, else to the lane.
+func (l *lane) Give() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.sends) > 0 {
@@ -242,6 +237,14 @@ func (l *lane) leave() {
 	}
 	l.free++
 	l.admitRead()
+}
+
+// quit gives back both what a body that entered to be read holds, its
+// turn and its room, when it leaves before its read (its reservation
+// dropped).
+func (l *lane) quit() {
+	l.Give()
+	l.out()
 }
 
 // out gives back the room of a body that entered to be read, once it is

@@ -47,7 +47,7 @@ func TestLaneSendsGoFirst(t *testing.T) {
 	for _, step := range []struct {
 		give func()
 		want string
-	}{{l.leave, "send 1"}, {l.Give, "send 2"}, {l.leave, "read 1"}, {l.leave, ""}, {l.out, "read 2"}} {
+	}{{l.Give, "send 1"}, {l.Give, "send 2"}, {l.Give, "read 1"}, {l.Give, ""}, {l.out, "read 2"}} {
 		step.give()
 		if step.want == "" {
 			// Two bodies in, none answered: the turn stays free, and the
