@@ -168,6 +168,7 @@ func (l *lone) is(now time.Time) bool {
 // (docs/ALGORITHMS.md, "What is learnt of each source").
 type feedback struct {
 	at           time.Time // when the partner count last changed
+	last         time.Time // the last arrival from a known source
 	t, tk, tk2   float64   // time-integrals (ns) of 1, k and k^2
 	arrivals, ak float64   // arrivals from known sources, and their summed k
 }
@@ -182,10 +183,21 @@ const (
 )
 
 // hold accounts the partner count k for the time since the last change,
-// up to now; a pause longer than SourceIdleFor is not counted (the
-// sources are forgotten after it).
+// up to now, but no later than SourceIdleFor after the last arrival: a
+// pause is not the population's time (its sources are forgotten after
+// it). The bound is on the arrivals, not on the interval since the last
+// call, because the proxy reads its callers every few hundred
+// milliseconds whether or not anyone calls: counted piecewise, the
+// minutes with nobody there before the first call (or between bursts)
+// would read as time with no partner in which no arrival came, exactly
+// what a closed loop shows, and a light Poisson stream over a pool would
+// score as one.
 func (f *feedback) hold(k int, now time.Time) {
-	if d := now.Sub(f.at); !f.at.IsZero() && d > 0 && d <= SourceIdleFor {
+	end := now
+	if stop := f.last.Add(SourceIdleFor); end.After(stop) {
+		end = stop
+	}
+	if d := end.Sub(f.at); !f.at.IsZero() && d > 0 {
 		dt, x := float64(d), float64(k)
 		f.t += dt
 		f.tk += dt * x
@@ -194,8 +206,9 @@ func (f *feedback) hold(k int, now time.Time) {
 	f.at = now
 }
 
-// arrive counts an arrival that saw k partners.
-func (f *feedback) arrive(k int) {
+// arrive counts an arrival at now that saw k partners.
+func (f *feedback) arrive(k int, now time.Time) {
+	f.last = now
 	f.arrivals++
 	f.ak += float64(k)
 	if f.arrivals >= feedbackMemory {
@@ -353,7 +366,7 @@ func (s *sources) arrive(id uint64, now time.Time) {
 	}
 	s.lone.arrive(now)
 	s.fb.hold(s.free, now)
-	s.fb.arrive(s.free)
+	s.fb.arrive(s.free, now)
 	src := s.by[id]
 	if src == nil {
 		src = &source{}
