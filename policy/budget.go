@@ -151,7 +151,7 @@ func init() {
 type BudgetOptions struct {
 	LatencyBudget   string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 	TailBudget      string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
-	SLOP99          time.Duration `yaml:"slo_p99" help:"budget: the p99 the plan keeps under (15ms): the most requests per joule within it, with no mean budget unless latency_budget is set"`
+	SLOP99          time.Duration `yaml:"slo_p99" help:"budget: the p99 inside the proxy the plan keeps under (15ms): the most requests per joule within it, with no mean budget unless latency_budget is set"`
 	DeadlineOptions `yaml:",inline"`
 	HoldOptions     `yaml:",inline"`
 	SolveOptions    `yaml:",inline"`

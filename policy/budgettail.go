@@ -277,11 +277,14 @@ func (p *Budget) setTail(o BudgetOptions) error {
 // monitor's histogram of the calls, Live.Hist) is held against the live
 // bound: the SLO, or the tail budget times the p99 ad-hoc's slices lived
 // (the mean's trim runs them; without them the relative bound is not
-// checked). When more calls than 1% lived over the bound, by two binomial
-// standard errors, the bound the plans hold moves down by the ratio of
-// the lived p99 to the bound (at most halved per step); when fewer than
-// 1% lived over 90% of it, back up by a damped square root, never past
-// the user's; otherwise the measurement goes on (up to a minute). A p99
+// checked). The trim aims under the bound (tailTrimAim of it), so that
+// the p99 a client measures over a run, a few per cent off the one the
+// trim measured, stays within the bound. When more calls than 1% lived
+// over the aim, by two binomial standard errors, the bound the plans hold
+// moves down by the ratio of the lived p99 to the aim (at most halved
+// per step); when fewer than 1% lived over 90% of the aim, back up by a
+// damped square root, never past the user's; otherwise the measurement
+// goes on (up to a minute). A p99
 // over a few thousand calls is a few per cent off either way, and steps
 // on that noise, down at once and up damped, would walk the bound to the
 // floor. The scale is rounded to
@@ -307,7 +310,8 @@ const (
 	tailTrimStep      = 0.02
 	tailTrimMin       = 0.2
 	// tailTrimAim is the share of the live bound the trim aims at: a
-	// p99 measured over a thousand calls is a few per cent off.
+	// p99 measured over a thousand calls is a few per cent off, and so
+	// is a client's over its run.
 	tailTrimAim = 0.95
 	// tailAdhocDecay is the weight ad-hoc's calls keep at each new
 	// ad-hoc slice: a memory of about a hundred slices.
@@ -356,12 +360,12 @@ func (p *Budget) observeTail(live Live) bool {
 		t.budget, t.slices = Hist{}, 0
 		return false
 	}
-	// A step only when the calls over the bound (or under nine tenths of
+	// A step only when the calls over the aim (or under nine tenths of
 	// it) are more (fewer) than 1% of them by two binomial standard
 	// errors; otherwise the measurement goes on, up to tailTrimMaxSlices.
-	n := t.budget.Count()
+	n, aim := t.budget.Count(), tailTrimAim*bound
 	sd := math.Sqrt(n * 0.01 * 0.99)
-	over, under := t.budget.CountAbove(bound) > 0.01*n+2*sd, t.budget.CountAbove(0.9*bound) < 0.01*n-2*sd
+	over, under := t.budget.CountAbove(aim) > 0.01*n+2*sd, t.budget.CountAbove(0.9*aim) < 0.01*n-2*sd
 	if !over && !under && t.slices < tailTrimMaxSlices {
 		return false
 	}
@@ -369,12 +373,12 @@ func (p *Budget) observeTail(live Live) bool {
 	t.budget, t.slices = Hist{}, 0
 	t.lived, t.liveBound = lived, bound
 	s := p.tailScaleNow()
-	r := lived / bound
+	r := lived / aim
 	switch {
 	case over:
-		s *= max(tailTrimAim/r, 0.5)
+		s *= max(1/r, 0.5)
 	case under:
-		s *= min(math.Sqrt(tailTrimAim/r), 1.2)
+		s *= min(math.Sqrt(1/r), 1.2)
 	default:
 		return false
 	}
