@@ -116,6 +116,17 @@ func (p *Budget) solveFinite(m smdp.Model, pop smdp.Population, budget smdp.Budg
 		ms := m.ServiceMs(min(pop.Clients, m.MaxBatch)) + 4*pop.ThinkMs
 		wait = time.Duration(ms * float64(time.Millisecond))
 	}
+	sloNote := ""
+	if p.SLOP99 > 0 {
+		// The loop's plan has no tail model: an SLO bounds its holds
+		// instead, so that the oldest row's hold and the batch it then
+		// goes in (the whole group, at most) fit under it.
+		room := p.SLOP99 - time.Duration(m.ServiceMs(min(pop.Clients, m.MaxBatch))*float64(time.Millisecond))
+		if room = max(room, 0); room < wait {
+			wait = room
+			sloNote = fmt.Sprintf("; holds bounded at %v by slo_p99 %v", wait.Round(10*time.Microsecond), p.SLOP99)
+		}
+	}
 	unit := "W"
 	if busyTime {
 		unit = "GPU-busy share"
@@ -126,6 +137,7 @@ func (p *Budget) solveFinite(m smdp.Model, pop smdp.Population, budget smdp.Budg
 	if !c.Binding {
 		note += "; the budget does not bind"
 	}
+	note += sloNote
 	if busyTime {
 		note += "; no energy meter: energy taken proportional to GPU busy time, the budget maximises requests per GPU-second"
 	}

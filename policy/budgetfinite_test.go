@@ -165,3 +165,40 @@ func TestFiniteRuleMixes(t *testing.T) {
 		t.Fatalf("waited in %.3f of the decisions, want the mix 0.3", share)
 	}
 }
+
+// A closed loop's plan keeps an SLO by its hold bound: the oldest row is
+// held for partners no longer than the SLO less the group's batch.
+func TestClosedLoopHoldsWithinTheSLO(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		opts    BudgetOptions
+		thinkMs float64
+		capped  bool
+	}{
+		{"no SLO: four think times beyond the batch", BudgetOptions{LatencyBudget: "1.10x"}, 20, false},
+		{"SLO 10 ms: a shorter bound", BudgetOptions{SLOP99: 10 * time.Millisecond}, 20, true},
+		{"SLO 200 ms: four think times are shorter", BudgetOptions{SLOP99: 200 * time.Millisecond}, 20, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := closedEstimate()
+			e.Callers.ThinkMs = tt.thinkMs
+			p := newBudgetWith(t, tt.opts)
+			r, ok := p.Plan(e).(FiniteRule)
+			if !ok {
+				t.Fatalf("Plan = %T, want the closed loop's plan", p.Plan(e))
+			}
+			_, m, _ := gridModel(e, DefaultBudgetResolve)
+			group := time.Duration(m.ServiceMs(min(r.pop.Clients, m.MaxBatch)) * float64(time.Millisecond))
+			free := group + time.Duration(4*r.pop.ThinkMs*float64(time.Millisecond))
+			if tt.capped {
+				if want := tt.opts.SLOP99 - group; (r.wait-want).Abs() > time.Microsecond || !strings.Contains(r.Status().Note, "slo_p99") {
+					t.Errorf("hold bound %v, want the SLO less the group's batch %v (note %q)", r.wait, want, r.Status().Note)
+				}
+				return
+			}
+			if (r.wait - free).Abs() > time.Microsecond {
+				t.Errorf("hold bound %v, want the batch and four think times %v", r.wait, free)
+			}
+		})
+	}
+}

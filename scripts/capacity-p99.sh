@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# capacity-p99.sh: capacity under a p99 bound, as MLPerf's server scenario
+# reports it: the highest Poisson rate whose 99th percentile latency stays
+# under BOUND (`ratebatch load --find-rate-p99`), for each arm in the same
+# run, on the emulator or on a real Triton.
+#
+#   UPSTREAM=emulator scripts/capacity-p99.sh      (REALISM exact, PRESET googlenet-p4, BOUND 15ms)
+#   UPSTREAM=pytriton RATEBATCH_VENV=/work/venv scripts/capacity-p99.sh   (BOUND 40ms)
+#   UPSTREAM=pytriton BOUND=30ms ROUNDS=2 DUR=10s START=300 scripts/capacity-p99.sh
+#
+# The arms: `ratebatch serve --policy adhoc` and the default policy, each
+# in front of the same upstream; with UPSTREAM=pytriton also the clients
+# straight to Triton with its own dynamic batcher (max_queue_delay 0, its
+# default; the proxies sit in front of that same Triton). PyTriton is
+# tests/triton/server.py from the venv RATEBATCH_VENV: model simple, B_max
+# PYTRITON_BMAX (16), each execution sleeping TAU0_MS + ALPHA_MS b ms (4 +
+# 0.5 b). Each search starts at START req/s, runs steps of DUR (at least
+# 200 arrivals), brackets and bisects to 5% and confirms with another
+# seed. The arms run in turns, the order rotating each round, so that a
+# drift of a shared machine falls on all of them; one Markdown row per arm
+# and round: the capacity found, the lowest rate that missed, and the
+# capacity as a ratio of ad-hoc's in that round.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RB=${RB:-bin/ratebatch}
+UPSTREAM=${UPSTREAM:-emulator}
+REALISM=${REALISM:-exact}
+PRESET=${PRESET:-googlenet-p4}
+TAU_SCALE=${TAU_SCALE:-1}
+TAU0_MS=${TAU0_MS:-4}
+ALPHA_MS=${ALPHA_MS:-0.5}
+ROUNDS=${ROUNDS:-1}
+DUR=${DUR:-10s}
+P=${PORT:-9700}
+# shellcheck source=scripts/upstream.sh
+source scripts/upstream.sh
+
+case $UPSTREAM in
+emulator)
+	BOUND=${BOUND:-15ms} START=${START:-500}
+	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) \
+		--realism "$REALISM" --preset "$PRESET" --tau-scale "$TAU_SCALE" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do curl -sf "127.0.0.1:$P/v2/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+	what="the emulator ($REALISM, $PRESET, tau x$TAU_SCALE), model simple"
+	;;
+pytriton)
+	BOUND=${BOUND:-40ms} START=${START:-200}
+	VENV=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
+	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
+		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$TAU0_MS" --alpha-ms "$ALPHA_MS" \
+		--dynamic-batching on --max-queue-delay-us 0 --ready-file "$work/ready" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 900); do [ -e "$work/ready" ] && break; sleep 0.1; done
+	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+	what="PyTriton, simple, B_max ${PYTRITON_BMAX:-16}, tau(b) = $TAU0_MS + $ALPHA_MS b ms, Triton's dynamic batcher at delay 0"
+	;;
+*)
+	echo "capacity-p99.sh: UPSTREAM is emulator or pytriton, not $UPSTREAM" >&2
+	exit 2
+	;;
+esac
+
+# proxy NAME I FLAGS...: a `ratebatch serve` in front of the upstream,
+# HTTP door P+10+10I, admin P+12+10I.
+proxy() {
+	local i=$2
+	shift 2
+	"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10 + 10 * i)) \
+		--admin-listen 127.0.0.1:$((P + 12 + 10 * i)) --power-source none --log-level warn "$@" >"$work/serve$i.log" 2>&1 &
+	pids+=($!)
+	await_simple 127.0.0.1:$((P + 10 + 10 * i)) http://127.0.0.1:$((P + 12 + 10 * i))
+}
+proxy adhoc 0 --policy adhoc
+proxy default 1
+arms=("ratebatch-adhoc $((P + 10))" "ratebatch-default $((P + 20))")
+[ "$UPSTREAM" = pytriton ] && arms+=("triton-batcher $P")
+
+echo "# Capacity with p99 under $BOUND, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo
+echo "$what; \`ratebatch load --binary --find-rate-p99 $BOUND --rate $START --duration $DUR\`."
+echo
+echo "| round | arm | capacity req/s | lowest rate missed | vs ad-hoc |"
+echo "|---|---|---:|---:|---:|"
+n=${#arms[@]}
+for r in $(seq "$ROUNDS"); do
+	declare -A cap=()
+	for k in $(seq 0 $((n - 1))); do
+		read -r name port <<<"${arms[$(((k + r - 1) % n))]}"
+		"$RB" load --target "http://127.0.0.1:$port" --model simple --binary --find-rate-p99 "$BOUND" \
+			--rate "$START" --duration "$DUR" --seed "$r" >"$work/find-$name.txt" 2>&1 || true
+		cap[$name]=$(sed -n -e 's/^capacity: \([0-9.e+]*\) req\/s .*(\([0-9.e+]*\) req\/s missed.*/\1 \2/p' \
+			-e 's/^no rate tried.*/0 0/p' "$work/find-$name.txt")
+		[ -n "${cap[$name]}" ] || { echo "capacity-p99.sh: $name gave no answer:" >&2; tail -5 "$work/find-$name.txt" >&2; cap[$name]="nan nan"; }
+	done
+	read -r base _ <<<"${cap[ratebatch-adhoc]}"
+	for a in "${arms[@]}"; do
+		name=${a%% *}
+		read -r c above <<<"${cap[$name]}"
+		awk -v r="$r" -v a="$name" -v c="$c" -v m="$above" -v b="$base" \
+			'BEGIN { printf "| %s | %s | %.4g | %.4g | %s |\n", r, a, c, m, (b + 0 > 0) ? sprintf("%.2fx", c / b) : "n/a" }'
+	done
+done
