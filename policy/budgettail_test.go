@@ -197,3 +197,20 @@ func TestHistCountAbove(t *testing.T) {
 		}
 	}
 }
+
+// The trim aims under the bound: 3% of the calls between the aim and the
+// SLO is a p99 a client's run could read over it, and the trim steps.
+func TestTailTrimAimsUnderTheBound(t *testing.T) {
+	p := newBudgetWith(t, BudgetOptions{SLOP99: 10 * time.Millisecond})
+	e := energyEstimate(150)
+	h := new(Hist)
+	h.Add(HistBucket(5*time.Millisecond), 97)
+	h.Add(HistBucket(9800*time.Microsecond), 3)
+	e.Live = Live{Calls: 100, MeanMs: 5, Hist: h}
+	for range 2 * tailTrimSlices {
+		p.Plan(e)
+	}
+	if p.tt.steps == 0 || !(p.tailScaleNow() < 1) {
+		t.Errorf("3%% of the calls at 9.8 ms against an SLO of 10: %d steps, scale %.2f; want a step down", p.tt.steps, p.tailScaleNow())
+	}
+}
