@@ -5,8 +5,8 @@
 # run, on the emulator or on a real Triton.
 #
 #   UPSTREAM=emulator scripts/capacity-p99.sh      (REALISM exact, PRESET googlenet-p4, BOUND 15ms)
-#   UPSTREAM=pytriton RATEBATCH_VENV=/work/venv scripts/capacity-p99.sh   (BOUND 40ms)
-#   UPSTREAM=pytriton BOUND=30ms ROUNDS=2 DUR=10s START=300 scripts/capacity-p99.sh
+#   UPSTREAM=pytriton RATEBATCH_VENV=.venv scripts/capacity-p99.sh   (BOUND 80ms)
+#   UPSTREAM=pytriton BOUND=60ms ROUNDS=2 DUR=10s START=300 scripts/capacity-p99.sh
 #
 # The arms: `ratebatch serve --policy adhoc` and the default policy, each
 # in front of the same upstream; with UPSTREAM=pytriton also the clients
@@ -45,7 +45,7 @@ emulator)
 	what="the emulator ($REALISM, $PRESET, tau x$TAU_SCALE), model simple"
 	;;
 pytriton)
-	BOUND=${BOUND:-40ms} START=${START:-200}
+	BOUND=${BOUND:-80ms} START=${START:-400}
 	VENV=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
 	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
 		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$TAU0_MS" --alpha-ms "$ALPHA_MS" \
