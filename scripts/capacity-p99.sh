@@ -31,7 +31,9 @@ TAU0_MS=${TAU0_MS:-4}
 ALPHA_MS=${ALPHA_MS:-0.5}
 ROUNDS=${ROUNDS:-1}
 DUR=${DUR:-10s}
-P=${PORT:-9700}
+# A port of its own each run: a server of the run before may still hold
+# the last one for a moment after it was told to stop.
+P=${PORT:-$((20000 + RANDOM % 20000))}
 # shellcheck source=scripts/upstream.sh
 source scripts/upstream.sh
 
