@@ -5,12 +5,14 @@
 # Starts one emulator (--realism REAL) or, UPSTREAM=pytriton, a real
 # Triton (tests/triton/server.py from the venv RATEBATCH_VENV: sleeps
 # 4 + 0.5 b ms, B_max 16) and one `ratebatch serve` with POLICY (default
-# budget; BUDGET its --latency-budget) on the simple model, offers Poisson arrivals at RATE for DUR
+# budget; BUDGET its --latency-budget; SERVE_FLAGS more flags of serve, such as
+# "--policy-slo-p99 10ms") on the simple model, offers Poisson arrivals at RATE for DUR
 # seconds, and every EVERY seconds prints one line: the rule's note (the
 # plan, its load and rho, the live trim), the callers as the dispatcher
 # has learnt them (population by kind, think time, feedback score), the
 # fitted line tau(b) = alpha b + tau0, and the round trip beyond compute and the round trips' spread (rule.outside:
-# overhead line, service_scv); the note cut at NOTE_CHARS, default 240. The
+# overhead line, service_scv), the planned and the lived p99 inside the proxy (decayed over about 70 plans);
+# the note cut at NOTE_CHARS, default 240. The
 # arrivals come from `ratebatch load` (CLIENT=load) or from perf_analyzer
 # replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
 # CONC synchronous clients of perf_analyzer (CONC=16: a closed loop; RATE
@@ -50,8 +52,9 @@ else
 	pids+=($!)
 	sleep 0.5
 fi
+# shellcheck disable=SC2086 # SERVE_FLAGS are words
 "$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
-	--policy "$POLICY" ${BUDGET:+--policy-latency-budget "$BUDGET"} --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
+	--policy "$POLICY" ${BUDGET:+--policy-latency-budget "$BUDGET"} ${SERVE_FLAGS:-} --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
 serve=$!
 pids+=($serve)
 admin=http://127.0.0.1:$((P + 12))
@@ -83,10 +86,11 @@ s = (q[0] if q else {}).get('sources', {})
 fb = s.get('feedback')
 think = s.get('think_ms')
 o = rule.get('outside') or {}
-print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f | %s' % (
+print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f | p99 planned %.2f, lived %.2f ms | %s' % (
     $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
     '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb,
-    rule.get('alpha_ms', 0), rule.get('tau0_ms', 0), o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0), rule.get('note', '')[:${NOTE_CHARS:-240}]))"
+    rule.get('alpha_ms', 0), rule.get('tau0_ms', 0), o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0),
+    rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0, rule.get('note', '')[:${NOTE_CHARS:-240}]))"
 	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
 		# A CPU profile of the proxy over the next PROFILE seconds.
 		curl -sf -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
