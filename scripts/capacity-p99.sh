@@ -49,12 +49,7 @@ emulator)
 pytriton)
 	BOUND=${BOUND:-80ms} START=${START:-400}
 	VENV=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
-	"$VENV/bin/python" tests/triton/server.py --http-port $P --grpc-port $((P + 1)) --metrics-port $((P + 2)) \
-		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$TAU0_MS" --alpha-ms "$ALPHA_MS" \
-		--dynamic-batching on --max-queue-delay-us 0 --ready-file "$work/ready" >"$work/em.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 900); do [ -e "$work/ready" ] && break; sleep 0.1; done
-	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+	start_pytriton "$VENV" $P "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us 0
 	what="PyTriton, simple, B_max ${PYTRITON_BMAX:-16}, tau(b) = $TAU0_MS + $ALPHA_MS b ms, Triton's dynamic batcher at delay 0"
 	;;
 *)

@@ -9,13 +9,14 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-# start_pytriton VENV PORT TAU0_MS ALPHA_MS: a real Triton
+# start_pytriton VENV PORT TAU0_MS ALPHA_MS [SERVER-FLAGS...]: a real Triton
 # (tests/triton/server.py, B_max $PYTRITON_BMAX, 16 unless set, each
-# execution sleeping tau0 + alpha b ms) on HTTP PORT, gRPC PORT+1 and
+# execution sleeping tau0 + alpha b ms; more flags of server.py after
+# the four, such as --dynamic-batching on) on HTTP PORT, gRPC PORT+1 and
 # metrics PORT+2; returns once it serves.
 start_pytriton() {
 	"$1/bin/python" tests/triton/server.py --http-port "$2" --grpc-port $(($2 + 1)) --metrics-port $(($2 + 2)) \
-		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$3" --alpha-ms "$4" --ready-file "$work/ready" >"$work/em.log" 2>&1 &
+		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$3" --alpha-ms "$4" --ready-file "$work/ready" "${@:5}" >"$work/em.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
 	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
