@@ -5,6 +5,8 @@
 // the screen blank for minutes. Passing tests stay quiet; a failing test's
 // output is printed in full; every package's closing ok/FAIL line appears as
 // go test writes it. The exit status is 1 when a package or a build failed.
+// The last lines repeat each failed test with the end of its output, so a
+// log read from its tail (a CI summary) still names what failed.
 package main
 
 import (
@@ -36,7 +38,11 @@ type state struct {
 	tests   map[string][]string // package/test -> buffered output
 	failed  bool
 	done    int
+	recap   []string // failed tests, each with the end of its output
 }
+
+// recapLines is how much of a failed test's output the closing recap repeats.
+const recapLines = 12
 
 func main() {
 	s := &state{out: os.Stdout, running: map[string]time.Time{}, tests: map[string][]string{}}
@@ -47,6 +53,7 @@ func main() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed {
+		s.writeRecap()
 		fmt.Fprintf(s.out, "testprogress: %d packages finished, some FAILED\n", s.done)
 		os.Exit(1)
 	}
@@ -87,16 +94,69 @@ func (s *state) handle(e event) {
 		s.done++
 		if e.Action == "fail" {
 			s.failed = true
+			s.unfinished(e.Package)
 		}
 	case e.Action == "output":
 		s.tests[key] = append(s.tests[key], e.Output)
 	case e.Action == "fail":
-		for _, l := range s.tests[key] {
+		lines := s.tests[key]
+		for _, l := range lines {
 			fmt.Fprint(s.out, l)
 		}
+		s.recap = append(s.recap, recapOf(e.Package, e.Test, lines))
 		delete(s.tests, key)
 	case e.Action == "pass" || e.Action == "skip":
 		delete(s.tests, key)
+	}
+}
+
+// unfinished prints the tests of a failed package that never ended: the
+// ones running when its binary died (a panic, a timeout, os.Exit), whose
+// output holds the reason and would otherwise be lost.
+func (s *state) unfinished(pkg string) {
+	var keys []string
+	for key := range s.tests {
+		if strings.HasPrefix(key, pkg+"\x00") {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		lines := s.tests[key]
+		for _, l := range lines {
+			fmt.Fprint(s.out, l)
+		}
+		test := strings.TrimPrefix(key, pkg+"\x00")
+		s.recap = append(s.recap, recapOf(pkg, test+" (did not finish)", lines))
+		delete(s.tests, key)
+	}
+}
+
+// recapOf names a failed test and repeats the lines of its output that
+// say why.
+// A panic's first lines say what and where; other failures end with it.
+func recapOf(pkg, test string, lines []string) string {
+	from := max(len(lines)-recapLines, 0)
+	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "panic: ") }); i >= 0 {
+		from = i
+	}
+	lines = lines[from:min(from+recapLines, len(lines))]
+	var b strings.Builder
+	fmt.Fprintf(&b, "FAILED %s %s\n", strings.TrimPrefix(pkg, "github.com/ratebatch/ratebatch/"), test)
+	for _, l := range lines {
+		b.WriteString("  | " + l)
+	}
+	return b.String()
+}
+
+// writeRecap repeats the failed tests at the end of the log.
+func (s *state) writeRecap() {
+	if len(s.recap) == 0 {
+		return
+	}
+	fmt.Fprintf(s.out, "testprogress: %d failed tests:\n", len(s.recap))
+	for _, r := range s.recap {
+		fmt.Fprint(s.out, r)
 	}
 }
 
