@@ -101,12 +101,21 @@ func (p *Server) Reload(ctx context.Context) error {
 	return applyErr
 }
 
-// reloadOnHangup calls Reload at each SIGHUP until ctx ends. It listens
-// whether or not ReloadFrom was called, so that a SIGHUP never ends the
-// process.
-func (p *Server) reloadOnHangup(ctx context.Context) {
+// hangups starts listening for SIGHUP. Run calls it before it starts
+// anything else, not in reloadOnHangup's goroutine: a SIGHUP that came
+// before that goroutine first ran would find no listener and end the
+// process (the signal's default action), and a SIGHUP is sent as soon as
+// the proxy answers (a reload right after a deploy).
+func hangups() chan os.Signal {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	return hup
+}
+
+// reloadOnHangup calls Reload at each SIGHUP on hup until ctx ends. It
+// listens whether or not ReloadFrom was called, so that a SIGHUP never
+// ends the process.
+func (p *Server) reloadOnHangup(ctx context.Context, hup chan os.Signal) {
 	defer signal.Stop(hup)
 	for {
 		select {

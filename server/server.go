@@ -370,13 +370,14 @@ func (p *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	hup := hangups()
 	bg, stopBg := context.WithCancel(context.Background())
 	defer stopBg()
 	go p.models.Discover(bg)
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
-	go p.reloadOnHangup(bg)
+	go p.reloadOnHangup(bg, hup)
 	defer p.meter.Source().Close()
 
 	errc := make(chan error, 4)
