@@ -7,8 +7,14 @@ import (
 	"time"
 )
 
-// A passing package prints only its closing line, as go test does; a failing
-// test's output is printed; lines that are not events pass through.
+// feed reads go test's events from in, printing to out.
+func feed(in string) (*state, *bytes.Buffer) {
+	var out bytes.Buffer
+	s := &state{out: &out, running: map[string]time.Time{}, tests: map[string][]string{}}
+	s.read(strings.NewReader(in))
+	return s, &out
+}
+
 // A test running when its binary died has no fail event of its own: its
 // output (the panic) is printed when its package fails, and recapped.
 func TestPanicOutputKept(t *testing.T) {
@@ -19,9 +25,7 @@ func TestPanicOutputKept(t *testing.T) {
 {"Action":"output","Package":"p/d","Output":"FAIL\tp/d\t0.3s\n"}
 {"Action":"fail","Package":"p/d"}
 `
-	var out bytes.Buffer
-	s := &state{out: &out, running: map[string]time.Time{}, tests: map[string][]string{}}
-	s.read(strings.NewReader(in))
+	s, out := feed(in)
 	s.writeRecap()
 	got := out.String()
 	for _, want := range []string{"panic: Log in goroutine", "FAILED p/d TestDies (did not finish)"} {
@@ -34,6 +38,8 @@ func TestPanicOutputKept(t *testing.T) {
 	}
 }
 
+// A passing package prints only its closing line, as go test does; a failing
+// test's output is printed; lines that are not events pass through.
 func TestFormat(t *testing.T) {
 	in := `{"Action":"start","Package":"p/a"}
 {"Action":"run","Package":"p/a","Test":"TestOK"}
@@ -52,9 +58,7 @@ func TestFormat(t *testing.T) {
 # p/c
 not json: a build error
 `
-	var out bytes.Buffer
-	s := &state{out: &out, running: map[string]time.Time{}, tests: map[string][]string{}}
-	s.read(strings.NewReader(in))
+	s, out := feed(in)
 	got := out.String()
 	want := "ok  \tp/a\t0.1s\n    b_test.go:9: wrong answer\n--- FAIL: TestBad (0.00s)\nFAIL\tp/b\t0.2s\n# p/c\nnot json: a build error\n"
 	if got != want {
