@@ -9,7 +9,9 @@
 #   UPSTREAM=pytriton BOUND=60ms ROUNDS=2 DUR=10s START=300 scripts/capacity-p99.sh
 #
 # The arms: `ratebatch serve --policy adhoc` and the default policy, each
-# in front of the same upstream; with UPSTREAM=pytriton also the clients
+# in front of the same upstream, and one more proxy per entry of ARMS
+# ("name:flags of serve", ';' between entries; e.g. ARMS="slo15:--policy-slo-p99
+# 15ms" for the default held to the bound itself); with UPSTREAM=pytriton also the clients
 # straight to Triton with its own dynamic batcher (max_queue_delay 0, its
 # default; the proxies sit in front of that same Triton). PyTriton is
 # tests/triton/server.py from the venv RATEBATCH_VENV: model simple, B_max
@@ -71,6 +73,15 @@ proxy() {
 proxy adhoc 0 --policy adhoc
 proxy default 1
 arms=("ratebatch-adhoc $((P + 10))" "ratebatch-default $((P + 20))")
+i=2
+IFS=';' read -ra more <<<"${ARMS:-}"
+for a in "${more[@]}"; do
+	[ -n "$a" ] || continue
+	# shellcheck disable=SC2086 # the flags are words
+	proxy "${a%%:*}" $i ${a#*:}
+	arms+=("ratebatch-${a%%:*} $((P + 10 + 10 * i))")
+	i=$((i + 1))
+done
 [ "$UPSTREAM" = pytriton ] && arms+=("triton-batcher $P")
 
 echo "# Capacity with p99 under $BOUND, $(date -u '+%Y-%m-%d %H:%M UTC')"
