@@ -101,8 +101,8 @@ func (p *Server) Reload(ctx context.Context) error {
 	return applyErr
 }
 
-// hangups starts listening for SIGHUP. Run calls it before it starts
-// anything else, not in reloadOnHangup's goroutine: a SIGHUP that came
+// hangups starts listening for SIGHUP. Run calls it before it discovers
+// models or serves, not in reloadOnHangup's goroutine: a SIGHUP that came
 // before that goroutine first ran would find no listener and end the
 // process (the signal's default action), and a SIGHUP is sent as soon as
 // the proxy answers (a reload right after a deploy).

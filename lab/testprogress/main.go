@@ -133,8 +133,8 @@ func (s *state) unfinished(pkg string) {
 }
 
 // recapOf names a failed test and repeats the lines of its output that
-// say why.
-// A panic's first lines say what and where; other failures end with it.
+// say why: from a panic's first line (what and where), else the last lines
+// (a failure ends with its reason).
 func recapOf(pkg, test string, lines []string) string {
 	from := max(len(lines)-recapLines, 0)
 	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "panic: ") }); i >= 0 {
