@@ -8,8 +8,9 @@
 # one instance), both with Triton's dynamic batcher: one with
 # max_queue_delay_microseconds 0 (Triton's default), one with a tuned delay
 # (TUNED_US), and one `ratebatch serve` with the default policy in front of
-# the first. Then per load, its arms in an order that rotates from load to
-# load:
+# the first; ADHOC=1 adds a `ratebatch serve --policy adhoc` in front of it
+# too, which tells the proxy's hop from the policy. Then per load, its arms
+# in an order that rotates from load to load:
 #
 #   poisson:R   open Poisson arrivals at R req/s for DUR (`ratebatch load`,
 #               after a WARMUP of the same rate on the same connections)
@@ -66,6 +67,15 @@ await_simple 127.0.0.1:$((P + 10)) http://127.0.0.1:$((P + 12))
 # The arms: a name, the HTTP port the clients use (gRPC is the next), and
 # the Triton whose statistics count its GPU time.
 arms=("triton-delay-0 $P $P" "triton-delay-${TUNED_US}us $((P + 20)) $((P + 20))" "ratebatch-default $((P + 10)) $P")
+if [ "${ADHOC:-}" = 1 ]; then
+	"$RB" serve --policy adhoc --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$((P + 30)) \
+		--grpc-listen 127.0.0.1:$((P + 31)) --admin-listen 127.0.0.1:$((P + 32)) --admin-token check \
+		--power-source none --log-level warn >"$work/serve-adhoc.log" 2>&1 &
+	pids+=($!)
+	await_simple 127.0.0.1:$((P + 30)) http://127.0.0.1:$((P + 32))
+	arms+=("ratebatch-adhoc $((P + 30)) $P")
+fi
+n=${#arms[@]}
 
 # gpu_ns PORT: the sum of compute_infer ns over simple's batch_stats, and
 # its inference count, on the Triton at PORT.
@@ -119,16 +129,16 @@ echo "|---|---|---|---|---|---|---|---|"
 rot=0
 for load in $LOADS; do
 	lines=()
-	for i in 0 1 2; do
-		read -r name port stats <<<"${arms[$(((i + rot) % 3))]}"
+	for i in $(seq 0 $((n - 1))); do
+		read -r name port stats <<<"${arms[$(((i + rot) % n))]}"
 		read -r ns0 n0 <<<"$(gpu_ns "$stats")"
 		read -r mean p99 <<<"$(measure "$load" "$port")"
 		read -r ns1 n1 <<<"$(gpu_ns "$stats")"
 		gpu=$(awk -v a="$ns0" -v b="$ns1" -v m="$n0" -v n="$n1" 'BEGIN { if (n > m) printf "%.3f", (b - a) / (n - m) / 1e6; else print "nan" }')
-		lines[$(((i + rot) % 3))]="$name $mean $p99 $gpu"
+		lines[$(((i + rot) % n))]="$name $mean $p99 $gpu"
 	done
 	read -r _ bm bp bg <<<"${lines[0]}"
-	for i in 0 1 2; do
+	for i in $(seq 0 $((n - 1))); do
 		read -r name mean p99 gpu <<<"${lines[$i]}"
 		awk -v l="$load" -v a="$name" -v m="$mean" -v p="$p99" -v g="$gpu" -v bm="$bm" -v bp="$bp" -v bg="$bg" \
 			'BEGIN { printf "| %s | %s | %.3f | %.3f | %s | %.2fx | %.2fx | %s |\n", l, a, m, p, g, m / bm, p / bp, (bg + 0 > 0 && g != "nan") ? sprintf("%.2fx", g / bg) : "n/a" }'
