@@ -58,21 +58,24 @@ triton() {
 }
 triton d0 $P 0
 triton tuned $((P + 20)) "$TUNED_US"
-"$RB" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$((P + 10)) \
-	--grpc-listen 127.0.0.1:$((P + 11)) --admin-listen 127.0.0.1:$((P + 12)) --admin-token check \
-	--power-source none --log-level warn >"$work/serve.log" 2>&1 &
-pids+=($!)
-await_simple 127.0.0.1:$((P + 10)) http://127.0.0.1:$((P + 12))
+# proxy NAME PORT FLAGS...: a `ratebatch serve` in front of the delay-0
+# Triton, HTTP door PORT, gRPC PORT+1, admin PORT+2; returns once it serves.
+proxy() {
+	local name=$1 port=$2
+	shift 2
+	"$RB" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$port \
+		--grpc-listen 127.0.0.1:$((port + 1)) --admin-listen 127.0.0.1:$((port + 2)) --admin-token check \
+		--power-source none --log-level warn "$@" >"$work/serve-$name.log" 2>&1 &
+	pids+=($!)
+	await_simple 127.0.0.1:$port http://127.0.0.1:$((port + 2))
+}
+proxy default $((P + 10))
 
 # The arms: a name, the HTTP port the clients use (gRPC is the next), and
 # the Triton whose statistics count its GPU time.
 arms=("triton-delay-0 $P $P" "triton-delay-${TUNED_US}us $((P + 20)) $((P + 20))" "ratebatch-default $((P + 10)) $P")
 if [ "${ADHOC:-}" = 1 ]; then
-	"$RB" serve --policy adhoc --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$((P + 30)) \
-		--grpc-listen 127.0.0.1:$((P + 31)) --admin-listen 127.0.0.1:$((P + 32)) --admin-token check \
-		--power-source none --log-level warn >"$work/serve-adhoc.log" 2>&1 &
-	pids+=($!)
-	await_simple 127.0.0.1:$((P + 30)) http://127.0.0.1:$((P + 32))
+	proxy adhoc $((P + 30)) --policy adhoc
 	arms+=("ratebatch-adhoc $((P + 30)) $P")
 fi
 n=${#arms[@]}
