@@ -13,13 +13,17 @@ trap cleanup EXIT
 # (tests/triton/server.py, B_max $PYTRITON_BMAX, 16 unless set, each
 # execution sleeping tau0 + alpha b ms; more flags of server.py after
 # the four, such as --dynamic-batching on) on HTTP PORT, gRPC PORT+1 and
-# metrics PORT+2; returns once it serves.
+# metrics PORT+2; returns once it serves. Its files are named for PORT, so
+# one script may start several.
 start_pytriton() {
+	local at=$work/triton-$2
 	"$1/bin/python" tests/triton/server.py --http-port "$2" --grpc-port $(($2 + 1)) --metrics-port $(($2 + 2)) \
-		--workspace "$work/triton" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$3" --alpha-ms "$4" --ready-file "$work/ready" "${@:5}" >"$work/em.log" 2>&1 &
+		--workspace "$at" --max-batch-size "${PYTRITON_BMAX:-16}" --tau0-ms "$3" --alpha-ms "$4" --ready-file "$at.ready" "${@:5}" >"$at.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done
-	[ -e "$work/ready" ] || { echo "PyTriton did not start:" >&2; tail -20 "$work/em.log" >&2; exit 1; }
+	for _ in $(seq 900); do [ -e "$at.ready" ] && return 0; sleep 0.1; done
+	echo "PyTriton on port $2 did not start:" >&2
+	tail -20 "$at.log" >&2
+	exit 1
 }
 
 # await_simple PROXY ADMIN: waits until the proxy at PROXY (host:port of

@@ -41,23 +41,14 @@ TUNED_US=${TUNED_US:-2000}
 PROTOCOL=${PROTOCOL:-http}
 INTERVAL_MS=${INTERVAL_MS:-5000}
 # shellcheck source=scripts/upstream.sh
-. "$(dirname "$0")/upstream.sh" # $work, pids, the cleanup on exit, await_simple
+. "$(dirname "$0")/upstream.sh" # $work, pids, the cleanup on exit, start_pytriton, await_simple
 P=$((20000 + RANDOM % 20000))
 
-# triton NAME PORT DELAY_US: a PyTriton with the dynamic batcher on HTTP
-# PORT, gRPC PORT+1, metrics PORT+2; returns once it serves.
-triton() {
-	"$VENV/bin/python" tests/triton/server.py --http-port "$2" --grpc-port $(($2 + 1)) --metrics-port $(($2 + 2)) \
-		--workspace "$work/$1" --max-batch-size "$BMAX" --tau0-ms "$TAU0_MS" --alpha-ms "$ALPHA_MS" \
-		--dynamic-batching on --max-queue-delay-us "$3" --ready-file "$work/$1.ready" >"$work/$1.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 900); do [ -e "$work/$1.ready" ] && return 0; sleep 0.1; done
-	echo "PyTriton $1 did not start:" >&2
-	tail -20 "$work/$1.log" >&2
-	exit 1
-}
-triton d0 $P 0
-triton tuned $((P + 20)) "$TUNED_US"
+# The two Tritons, both with the dynamic batcher: HTTP PORT, gRPC PORT+1,
+# metrics PORT+2 (start_pytriton).
+PYTRITON_BMAX=$BMAX start_pytriton "$VENV" $P "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us 0
+PYTRITON_BMAX=$BMAX start_pytriton "$VENV" $((P + 20)) "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us "$TUNED_US"
+
 # proxy NAME PORT FLAGS...: a `ratebatch serve` in front of the delay-0
 # Triton, HTTP door PORT, gRPC PORT+1, admin PORT+2; returns once it serves.
 proxy() {
