@@ -131,7 +131,7 @@ func dropHopHeaders(h header) {
 // passthrough forwards the request to the upstream and its answer back,
 // unchanged but for hop-by-hop headers.
 func (s *Server) passthrough(ctx *fasthttp.RequestCtx) {
-	s.m.Passthrough.Inc()
+	s.door.Passed()
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	if err := s.outgoing(ctx, out); err != nil {
@@ -143,7 +143,7 @@ func (s *Server) passthrough(ctx *fasthttp.RequestCtx) {
 
 // passBuffered passes through a request whose body was already read.
 func (s *Server) passBuffered(ctx *fasthttp.RequestCtx, raw []byte) {
-	s.m.Passthrough.Inc()
+	s.door.Passed()
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	s.outgoingHeader(ctx, out)
@@ -229,13 +229,13 @@ func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &ke):
 		writeError(ctx, ke.Status, ke.Msg)
 	case errors.Is(err, errBodyTooLarge):
-		s.m.Rejected.WithLabelValues("body_too_large").Inc()
+		s.door.Refused("body_too_large")
 		writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
 	case errors.Is(err, fasthttp.ErrTimeout):
-		s.m.PassthroughErrors.Inc()
+		s.door.PassFailed()
 		writeError(ctx, http.StatusGatewayTimeout, "upstream did not answer in time")
 	default:
-		s.m.PassthroughErrors.Inc()
+		s.door.PassFailed()
 		s.log.Warn("passthrough failed", "path", string(ctx.Path()), "err", err)
 		writeError(ctx, http.StatusBadGateway, "upstream unreachable: "+err.Error())
 	}

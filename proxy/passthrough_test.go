@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -30,7 +31,7 @@ func passFrontWith(t *testing.T, upstream http.Handler, set func(*proxy.Options)
 	t.Helper()
 	up = httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	o := proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20}
+	o := proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL(up.URL), MaxBodyBytes: 1 << 20}
 	set(&o)
 	front = startFront(t, o)
 	return front, up
@@ -224,7 +225,7 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead, _ := url.Parse("http://" + l.Addr().String())
 	l.Close()
-	fr := startFront(t, proxy.Options{Upstream: dead, Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20})
+	fr := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: dead, MaxBodyBytes: 1 << 20})
 	resp, err = http.Get(fr + "/v2/health/ready")
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestPassthroughRetriesStaleConnection(t *testing.T) {
 	}
 	up.Start()
 	t.Cleanup(up.Close)
-	front := startFront(t, proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20})
+	front := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL(up.URL), MaxBodyBytes: 1 << 20})
 	post := func() int {
 		resp, err := http.Post(front+"/v2/models/other/infer", "application/json", strings.NewReader(`{"inputs":[]}`))
 		if err != nil {

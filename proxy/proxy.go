@@ -39,7 +39,6 @@ import (
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/linger"
-	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/tracing"
@@ -53,12 +52,10 @@ type Forwarder interface {
 
 // Options configure a Server.
 type Options struct {
-	Upstream *url.URL
-	Batcher  door.Batcher
-	// Tracer, when set, gives each batched request a span in its client's
-	// trace (package tracing); nil: tracing off.
-	Tracer       *tracing.Tracer
-	Discoverer   door.Discoverer
+	// Backend is what the door shares with the gRPC door: the queues, the
+	// memory budget, readiness, tracing and metrics (see below).
+	Backend      door.Backend
+	Upstream     *url.URL
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
 
@@ -68,17 +65,16 @@ type Options struct {
 	// Zero: none.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 
-	// Health, when set, answers the readiness endpoints not ready (400, as
-	// Triton does) while the outlier detector finds the model, or the whole
-	// upstream, failing; otherwise they pass through to Triton.
-	Health door.Health
-
-	// Memory, when set, is the budget (limits.memory) the bodies of
-	// batched inference requests, from their first byte until answered,
-	// and their answers are admitted against: a request that would pass it
-	// gets 503 with Retry-After before its body is read further, and its
-	// connection is closed. nil: no budget.
-	Memory *membudget.Budget
+	// Backend.Health, when set, answers the readiness endpoints not
+	// ready (400, as Triton does) while the outlier detector finds the
+	// model, or the whole upstream, failing; otherwise they pass through
+	// to Triton.
+	//
+	// Backend.Memory, when set, is the budget (limits.memory) the bodies
+	// of batched inference requests, from their first byte until
+	// answered, and their answers are admitted against: a request that
+	// would pass it gets 503 with Retry-After before its body is read
+	// further, and its connection is closed. nil: no budget.
 
 	// The large-body lane (with a Memory budget only): at most
 	// LargeBodyLanes bodies declared past LargeBodyBytes are copied at
@@ -93,7 +89,6 @@ type Options struct {
 
 	// Forward reaches the upstream for pass-through; nil: a fasthttp client.
 	Forward Forwarder
-	Metrics *Metrics
 	Logger  *slog.Logger
 
 	// LoadReport, when set, gives the endpoint-load-metrics header (the
@@ -105,13 +100,13 @@ type Options struct {
 // Server serves Triton's HTTP API.
 type Server struct {
 	o      Options
+	door   *door.Door
 	routes *chi.Mux
 	fwd    Forwarder
 	prefix string // the upstream URL's path, put before every pass-through path
 	https  bool
 	srv    *fasthttp.Server
 	log    *slog.Logger
-	m      *Metrics
 	// hangUps withdraws queued calls whose clients hung up.
 	hangUps hangUps
 	// res carries memory reserved at the headers to the handler; nil
@@ -143,15 +138,12 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
-	s := &Server{o: o, log: o.Logger, m: o.Metrics, fwd: o.Forward,
+	s := &Server{o: o, door: door.New(o.Backend, door.HTTP), log: o.Logger, fwd: o.Forward,
 		prefix: strings.TrimSuffix(o.Upstream.EscapedPath(), "/"), https: o.Upstream.Scheme == "https"}
 	if s.fwd == nil {
 		s.fwd = newUpstreamClient(o.Upstream)
 	}
-	if o.Memory != nil {
+	if o.Backend.Memory != nil {
 		if o.LargeBodyBytes <= 0 {
 			o.LargeBodyBytes = DefaultLargeBodyBytes
 		}
@@ -171,7 +163,7 @@ func New(o Options) *Server {
 		if o.LargeBodyLanes > 0 {
 			s.lane = newLane(o.LargeBodyLanes, o.LargeBodyWait)
 		}
-		s.res = newReservations(o.Memory, o.ReadTimeout, s.lane)
+		s.res = newReservations(o.Backend.Memory, o.ReadTimeout, s.lane)
 	}
 	// The route table only: handlers are looked up with Find, so the
 	// patterns stay chi's and a request never becomes an *http.Request.
@@ -268,7 +260,7 @@ func (s *Server) batched(h *fasthttp.RequestHeader) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := s.o.Batcher.Model(model)
+	_, ok := s.door.Batcher.Model(model)
 	return ok
 }
 
@@ -278,7 +270,7 @@ func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
 	if len(ctx.Request.Header.Peek(declaredTooLarge)) == 0 {
 		return false
 	}
-	s.m.Rejected.WithLabelValues("body_too_large").Inc()
+	s.door.Refused("body_too_large")
 	writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
 	closeUnread(ctx)
 	return true
@@ -355,7 +347,7 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 			routeContexts.Put(rc)
 		}
 	}
-	if s.o.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
+	if s.door.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
 		return
 	}
 	s.passthrough(ctx)
@@ -373,20 +365,15 @@ func (s *Server) putLoadReport(ctx *fasthttp.RequestCtx) {
 // should then route elsewhere. It reports whether it answered.
 func (s *Server) notReady(ctx *fasthttp.RequestCtx) bool {
 	path := string(ctx.Path())
-	var failing bool
 	var why string
 	switch {
 	case path == "/v2/health/ready":
-		failing, why = s.o.Health.UpstreamFailing(), "every batched model is failing upstream"
-		if u, ok := s.o.Health.(interface{ Unready() string }); ok {
-			why = u.Unready() // the dispatcher's finer verdict, with its cause
-			failing = why != ""
-		}
+		why = s.door.Unready()
 	case strings.HasPrefix(path, "/v2/models/") && strings.HasSuffix(path, "/ready"):
 		model, _, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(path, "/v2/models/"), "/ready"), "/versions/")
-		failing, why = s.o.Health.Failing(model)
+		why = s.door.ModelUnready(model)
 	}
-	if !failing {
+	if why == "" {
 		return false
 	}
 	writeError(ctx, http.StatusBadRequest, "not ready: "+why)
@@ -404,7 +391,7 @@ func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	err := guard.Recovered(s.log, "http", v)
-	s.m.Errors.WithLabelValues(panicModel, ProtocolHTTP, "500").Inc()
+	s.door.Failed(panicModel, "500")
 	writeError(ctx, http.StatusInternalServerError, err.Error())
 	closeUnread(ctx)
 }
@@ -438,36 +425,36 @@ func (s *Server) serverError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		msg = "request body ends before its Content-Length"
 	}
-	s.m.Rejected.WithLabelValues(strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_"))).Inc()
+	s.door.Refused(strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_")))
 	writeError(ctx, status, msg)
 	closeUnread(ctx)
 }
 
-// infer serves an inference request of a model: admitted (its memory,
-// its turn in the lane, its buffer), its call queued for a batch, its
-// answer written; a model the proxy does not batch is passed through.
+// infer serves an inference request of a model by the doors' call path
+// (door.Door): admitted (its memory, its turn in the lane, its buffer),
+// its call queued for a batch, its answer written; a model the proxy does
+// not batch is passed through.
 func (s *Server) infer(ctx *fasthttp.RequestCtx, model, version string) {
-	if !s.batches(model) {
+	if !s.door.Batches(model) {
 		s.passthrough(ctx) // not batched: stream it to Triton untouched
 		return
 	}
-	start := time.Now()
 	var a admission
+	s.door.Admit(&a.Admission, model, time.Now())
 	defer a.release()
-	span := s.o.Tracer.StartHTTP(&ctx.Request.Header, model)
-	if s.o.Tracer != nil {
-		defer endSpan(ctx, span)
+	if s.door.Tracing() {
+		a.Trace(tracing.HeaderCarrier{H: &ctx.Request.Header})
+		defer endSpan(ctx, a.Span)
 	}
-	if !s.admit(ctx, model, &a) || !s.read(ctx, model, version, start, &a) {
+	if !s.admit(ctx, &a) || !s.read(ctx, version, &a) {
 		return // answered
 	}
 	a.endRead()
-	span.Rows(a.call.Rows)
-	wait, w := s.hangUps.watch(ctx.Conn(), start)
-	res := s.o.Batcher.Submit(span.Context(wait), model, a.call)
+	wait, w := s.hangUps.watch(ctx.Conn(), a.Start)
+	res := a.Submit(wait)
 	gone := wait.Err() != nil
 	s.hangUps.stop(w)
-	s.reply(ctx, model, &res, gone, &a, start)
+	s.reply(ctx, &res, gone, &a)
 }
 
 // endSpan ends a traced request's span with the status written, and the
@@ -481,70 +468,55 @@ func endSpan(ctx *fasthttp.RequestCtx, span tracing.Request) {
 }
 
 // read reads an admitted request's body and decodes it into its call
-// (a.call). false: the request is answered, refused or failed, or passed
+// (a.Call). false: the request is answered, refused or failed, or passed
 // to Triton whole when it is not one the dispatcher batches.
-func (s *Server) read(ctx *fasthttp.RequestCtx, model, version string, start time.Time, a *admission) bool {
+func (s *Server) read(ctx *fasthttp.RequestCtx, version string, a *admission) bool {
 	raw, body, err := s.readBody(ctx, a)
 	if errors.Is(err, errOverBudget) {
-		s.refuseMemory(ctx, model, "memory_growing", a.hold.Held())
+		s.refuseMemory(ctx, a.Model, "memory_growing", a.Hold.Held())
 		return false
 	}
 	if err != nil {
-		s.fail(ctx, model, err)
+		s.fail(ctx, a.Model, err)
 		return false
 	}
-	call, batchable, err := s.newCall(ctx, model, version, body, start)
+	call, batchable, err := s.newCall(ctx, a.Model, version, body, a.Start)
 	switch {
 	case !batchable:
 		s.passBuffered(ctx, raw) // shared memory, sequences, ...: Triton handles those itself
 		return false
 	case err != nil:
-		s.fail(ctx, model, err)
+		s.fail(ctx, a.Model, err)
 		return false
 	}
-	a.call = call
+	a.Call = call
 	return true
 }
 
-// batches reports whether the proxy batches model, looking it up upstream
-// first when it is not known yet.
-func (s *Server) batches(model string) bool {
-	_, ok := s.o.Batcher.Model(model)
-	if !ok && s.o.Discoverer != nil {
-		// Not ctx: fasthttp reuses a RequestCtx once the handler returns,
-		// and a lookup's dial may outlive it.
-		s.o.Discoverer.Ensure(context.Background(), model)
-		_, ok = s.o.Batcher.Model(model)
-	}
-	return ok
-}
-
 // admission is what an inference request of a batched model holds from
-// its headers until its answer is written: its bytes, and then its
-// answer's, in the memory budget (hold); a large body's pooled buffer
-// (lease); its turn of the large-body lane while its body is read; the
-// buffer its body is read into; its call. release gives all of it back,
-// in the one order that is right (see release); the zero admission holds
-// nothing.
+// its headers until its answer is written: the doors' admission (its
+// bytes, and then its answer's, in the memory budget; its call; its
+// span), and what this door reads the body with: a large body's pooled
+// buffer (lease); its turn of the large-body lane while its body is read;
+// the buffer its body is read into. release gives all of it back, in the
+// one order that is right (see release).
 type admission struct {
-	hold  membudget.Hold
+	door.Admission
 	lease bodyLease
 	lane  *lane // the lane whose turn it holds; nil: none
 	// inLane is the lane whose room it holds until answered; nil: none.
 	inLane *lane
 	bp     *[]byte
-	call   *dispatcher.Call
 }
 
 // admit takes over what the request's headers reserved (reservations:
 // its bytes, a lease, a turn of the lane) and holds its declared length
 // before a byte of the body is read; a chunked or compressed body's bytes
 // are held as its buffers grow (readBody). false: refused, and answered.
-func (s *Server) admit(ctx *fasthttp.RequestCtx, model string, a *admission) bool {
-	a.hold = membudget.Hold{B: s.o.Memory}
+func (s *Server) admit(ctx *fasthttp.RequestCtx, a *admission) bool {
 	if s.res != nil {
 		r := s.res.take(&ctx.Request.Header)
-		a.hold.Adopt(r.n)
+		a.Hold.Adopt(r.n)
 		if r.leased {
 			a.lease = bodyLease{buf: r.buf, class: r.n}
 		}
@@ -552,8 +524,8 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, model string, a *admission) boo
 			a.lane, a.inLane = s.lane, s.lane
 		}
 	}
-	if n := ctx.Request.Header.ContentLength(); n > 0 && !a.hold.Grow(int64(n)+1) {
-		s.refuseMemory(ctx, model, "memory_declared", int64(n))
+	if n := ctx.Request.Header.ContentLength(); n > 0 && !a.Hold.Grow(int64(n)+1) {
+		s.refuseMemory(ctx, a.Model, "memory_declared", int64(n))
 		return false
 	}
 	a.bp = bodyBuffers.Get().(*[]byte)
@@ -568,7 +540,7 @@ func (a *admission) endRead() {
 	if a.lane == nil {
 		return
 	}
-	a.call.CopyTurn = a.lane
+	a.Call.CopyTurn = a.lane
 	a.lane.Give()
 	a.lane = nil
 }
@@ -583,11 +555,9 @@ func (a *admission) endRead() {
 // lets in reads into it; and last the bytes held, the answer's among
 // them, which until then made the next large requests wait.
 func (a *admission) release() {
-	if a.call != nil {
-		a.call.Release()
-	}
+	a.ReleaseCall()
 	if a.lease.keep != nil {
-		a.hold.Keep(a.lease.keep)
+		a.Hold.Keep(a.lease.keep)
 	}
 	if a.bp != nil {
 		putBodyBuffer(a.bp)
@@ -598,7 +568,7 @@ func (a *admission) release() {
 	if a.inLane != nil {
 		a.inLane.out()
 	}
-	a.hold.Release()
+	a.Release()
 }
 
 // newCall decodes a read body into its call for the dispatcher; not
@@ -620,19 +590,20 @@ func (s *Server) newCall(ctx *fasthttp.RequestCtx, model, version string, body [
 		return nil, batchable, err
 	}
 	call.Wire = dispatcher.Wire{Body: body, HeaderLen: headerLen}
-	call.Source = ctx.ConnID() // one request at a time per connection
+	call.Source = door.HTTPSource(ctx.ConnID()) // one request at a time per connection
 	return call, true, nil
 }
 
 // reply writes a batched call's answer, or its error; a client that hung
-// up while its call was queued (gone) gets none.
-func (s *Server) reply(ctx *fasthttp.RequestCtx, model string, res *dispatcher.Result, gone bool, a *admission, start time.Time) {
+// up while its call was queued (gone) gets none. The answer is written
+// once the handler returns: until then it is held (Answered).
+func (s *Server) reply(ctx *fasthttp.RequestCtx, res *dispatcher.Result, gone bool, a *admission) {
 	if res.Err != nil {
 		if gone {
 			ctx.SetConnectionClose() // the client is gone
 			return
 		}
-		s.fail(ctx, model, res.Err)
+		s.fail(ctx, a.Model, res.Err)
 		return
 	}
 	var err error
@@ -641,16 +612,10 @@ func (s *Server) reply(ctx *fasthttp.RequestCtx, model string, res *dispatcher.R
 	} else {
 		err = writeResponse(ctx, res.Resp)
 	}
-	s.o.Batcher.Delivered(*res)
-	res.Release()
-	// The answer is written once the handler returns; until then it is
-	// held, even past the budget (the work is done), which makes the next
-	// large requests wait.
-	a.hold.Force(int64(len(ctx.Response.Body())))
+	a.Answered(res, int64(len(ctx.Response.Body())))
 	if err != nil {
-		s.log.Debug("writing response", "model", model, "err", err)
+		s.log.Debug("writing response", "model", a.Model, "err", err)
 	}
-	s.m.latencyOf(model).Observe(time.Since(start).Seconds())
 }
 
 // bodyLease is a large body's buffer: the pooled one its reservation
@@ -687,7 +652,7 @@ func putBodyBuffer(bp *[]byte) {
 // they come, and decodes a Content-Encoding of gzip or deflate. raw is the
 // body as sent, body the decoded one (the same slice when not encoded).
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, a *admission) (raw, body []byte, err error) {
-	bp, lease, hold := a.bp, &a.lease, &a.hold
+	bp, lease, hold := a.bp, &a.lease, &a.Hold
 	limit := s.o.MaxBodyBytes
 	// -1 chunked, -2 none; never over the limit (headerReceived).
 	declared := int64(ctx.Request.Header.ContentLength())
@@ -730,7 +695,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, a *admission) (raw, body []b
 			return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "reading request body: " + err.Error()}
 		}
 		if int64(len(raw)) > limit {
-			s.m.Rejected.WithLabelValues("body_too_large").Inc()
+			s.door.Refused("body_too_large")
 			return nil, nil, tooLarge(limit)
 		}
 	} else {
@@ -772,7 +737,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, a *admission) (raw, body []b
 	case err != nil:
 		return nil, nil, &kserve.Error{Status: http.StatusBadRequest, Msg: "decompressing body: " + err.Error()}
 	case int64(len(body)) > limit:
-		s.m.Rejected.WithLabelValues("body_too_large").Inc()
+		s.door.Refused("body_too_large")
 		return nil, nil, tooLarge(limit)
 	}
 	return raw, body, nil
@@ -852,14 +817,14 @@ var errOverBudget = errors.New("over the memory budget")
 // the answer before the client reads it). Past the limit, or on an error,
 // the connection closes.
 func (s *Server) refuseMemory(ctx *fasthttp.RequestCtx, model, reason string, n int64) {
-	s.refuse(ctx, model, door.NoRoom(reason, s.o.Memory.Limit(), n))
+	s.refuse(ctx, model, door.NoRoom(reason, s.door.Memory.Limit(), n))
 }
 
 // refuse answers 503 with Retry-After to a request refused before its
 // body was read (r.Reason: the metric's label), its body thrown away first
 // as refuseMemory says.
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, model string, r *door.Refusal) {
-	s.m.Rejected.WithLabelValues(r.Reason).Inc()
+	s.door.Refused(r.Reason)
 	if stream := ctx.RequestBodyStream(); stream != nil {
 		bp := drainBuffers.Get().(*[]byte)
 		left := s.o.MaxBodyBytes + 1
@@ -886,7 +851,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
 	}
-	s.m.Errors.WithLabelValues(model, ProtocolHTTP, strconv.Itoa(status)).Inc()
+	s.door.Failed(model, strconv.Itoa(status))
 	writeError(ctx, status, err.Error())
 }
 
