@@ -340,66 +340,81 @@ func (s *Server) ready(ss grpc.ServerStream, method string) error {
 
 // modelInfer serves a ModelInfer call: a batched model's by the doors'
 // call path (door.Door: admitted, its call queued for a batch, its answer
-// written), any other relayed. The call's message is held against the
-// memory budget from its arrival; a call that is only relayed is never
-// decoded.
+// written), as the HTTP door's infer; any other relayed.
 func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	var a door.Admission
 	s.door.Admit(&a, "", time.Now())
 	defer a.Release()
-	in := &grpcwire.Frame{}
-	if err := ss.RecvMsg(in); err != nil {
+	in, err := s.admit(ss, &a)
+	if err != nil {
 		return err
 	}
+	if !s.door.Batches(a.Model) {
+		return s.forwardUnary(ss, MethodModelInfer, in)
+	}
+	batchable, err := s.read(ss.Context(), in, &a)
+	switch {
+	case !batchable: // shared memory, sequences, ...: Triton handles those itself
+		return s.forwardUnary(ss, MethodModelInfer, in)
+	case err != nil:
+		return s.fail(a.Model, err)
+	}
+	s.trace(ss.Context(), &a)
+	res := a.Submit(ss.Context())
+	return s.reply(ss, &res, &a)
+}
+
+// admit receives a ModelInfer message, holds its bytes against the memory
+// budget until the call ends, and reads the model it names (a.Model)
+// without decoding the rest: a call that is only relayed is never decoded.
+func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame, error) {
+	in := &grpcwire.Frame{}
+	if err := ss.RecvMsg(in); err != nil {
+		return nil, err
+	}
 	if !a.Hold.Grow(int64(len(in.B))) {
-		return s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), int64(len(in.B))))
+		return nil, s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), int64(len(in.B))))
 	}
 	if hook := testHookHandle.Load(); hook != nil {
 		(*hook)(MethodModelInfer, in.B)
 	}
 	model, err := modelName(in.B)
 	if err != nil {
-		return s.fail("", malformed(err))
-	}
-	if !s.door.Batches(model) {
-		return s.forwardUnary(ss, MethodModelInfer, in)
+		return nil, s.fail("", malformed(err))
 	}
 	a.Model = model
-	call, batchable, err := s.newCall(ss.Context(), in, a.Start)
-	switch {
-	case !batchable: // shared memory, sequences, ...: Triton handles those itself
-		return s.forwardUnary(ss, MethodModelInfer, in)
-	case err != nil:
-		return s.fail(model, err)
-	}
-	a.Call = call
-	if s.door.Tracing() {
-		md, _ := metadata.FromIncomingContext(ss.Context())
-		a.Trace(tracing.MetadataCarrier(md))
-	}
-	res := a.Submit(ss.Context())
-	return s.reply(ss, &res, &a)
+	return in, nil
 }
 
-// newCall decodes a ModelInfer message into its call for the dispatcher;
-// not batchable: the call is Triton's to handle (the call is nil).
-func (s *Server) newCall(ctx context.Context, in *grpcwire.Frame, start time.Time) (*dispatcher.Call, bool, error) {
+// read decodes a ModelInfer message into its call for the dispatcher
+// (a.Call); not batchable: the call is Triton's to handle.
+func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission) (batchable bool, err error) {
 	m := &pb.ModelInferRequest{}
 	if err := proto.Unmarshal(in.B, m); err != nil {
-		return nil, true, malformed(err)
+		return true, malformed(err)
 	}
 	req, err := grpcwire.ToRequest(m)
 	if err != nil {
-		return nil, true, err
+		return true, err
 	}
-	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), start)
+	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), a.Start)
 	if !batchable || err != nil {
-		return nil, batchable, err
+		return batchable, err
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		call.Source = door.GRPCSource(p.Addr)
 	}
-	return call, true, nil
+	a.Call = call
+	return true, nil
+}
+
+// trace starts the call's span in the trace its metadata names, when the
+// door traces.
+func (s *Server) trace(ctx context.Context, a *door.Admission) {
+	if s.door.Tracing() {
+		md, _ := metadata.FromIncomingContext(ctx)
+		a.Trace(tracing.MetadataCarrier(md))
+	}
 }
 
 // malformed is the error of a ModelInfer message that does not decode:
