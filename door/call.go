@@ -47,6 +47,9 @@ type Door struct {
 	Protocol Protocol
 
 	latency sync.Map // model -> prometheus.Observer, bound once per model
+	// passed and passFailed are the pass-through counters of this door,
+	// bound once: every pass-through counts.
+	passed, passFailed prometheus.Counter
 }
 
 // New returns the door of protocol p on b.
@@ -54,7 +57,9 @@ func New(b Backend, p Protocol) *Door {
 	if b.Metrics == nil {
 		b.Metrics = NewMetrics(nil)
 	}
-	return &Door{Backend: b, Protocol: p}
+	return &Door{Backend: b, Protocol: p,
+		passed:     b.Metrics.Passthrough.WithLabelValues(string(p)),
+		passFailed: b.Metrics.PassthroughErrors.WithLabelValues(string(p))}
 }
 
 // Batches reports whether the proxy batches model, looking it up upstream
@@ -183,11 +188,11 @@ func (d *Door) Failed(model, status string) {
 func (d *Door) Refused(reason string) { d.Metrics.Rejected.WithLabelValues(reason).Inc() }
 
 // Passed counts a call passed through to the upstream.
-func (d *Door) Passed() { d.Metrics.Passthrough.WithLabelValues(string(d.Protocol)).Inc() }
+func (d *Door) Passed() { d.passed.Inc() }
 
 // PassFailed counts a passed-through call that failed to reach the
 // upstream.
-func (d *Door) PassFailed() { d.Metrics.PassthroughErrors.WithLabelValues(string(d.Protocol)).Inc() }
+func (d *Door) PassFailed() { d.passFailed.Inc() }
 
 // Sources: a call's caller is its connection (dispatcher.Call.Source).
 // Each door names its own connections, in its own half of the ids, so
