@@ -44,7 +44,7 @@ from typing import Callable, Iterator, TypeVar
 
 import pytest
 
-from conftest import READY_TIMEOUT_S, Door, Process, StartFailed, free_ports, start_door, start_retrying
+from conftest import READY_TIMEOUT_S, Door, Process, StartFailed, TritonServer, free_ports, start_door, start_retrying
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 
@@ -116,34 +116,7 @@ def write_repository(dest: Path, names: list[str]) -> Path:
     return dest
 
 
-@dataclasses.dataclass
-class RealTriton:
-    """A running tritonserver (the wheel's binary, no PyTriton)."""
-
-    process: Process
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-    repository: Path
-    flags: tuple[str, ...]
-
-    @property
-    def url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.url}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    def stop(self) -> None:
-        self.process.stop()
-
-
-def start_real_triton(workdir: Path, load: list[str], *flags: str, models: list[str] | None = None) -> RealTriton:
+def start_real_triton(workdir: Path, load: list[str], *flags: str, models: list[str] | None = None) -> TritonServer:
     """tritonserver on free loopback ports, in explicit model-control mode,
     on a repository of MODELS (default: LOAD) of which LOAD are loaded at
     start; FLAGS are Triton's own. Waits until /v2/health/ready answers 200
@@ -156,7 +129,7 @@ def start_real_triton(workdir: Path, load: list[str], *flags: str, models: list[
     env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["LD_LIBRARY_PATH"] = f"{wheel.libs}{os.pathsep}{env.get('LD_LIBRARY_PATH', '')}".rstrip(os.pathsep)
 
-    def start(attempt: int) -> RealTriton:
+    def start(attempt: int) -> TritonServer:
         http, grpc, metrics = free_ports(3)
         argv = [
             str(wheel.tritonserver),
@@ -172,14 +145,15 @@ def start_real_triton(workdir: Path, load: list[str], *flags: str, models: list[
             *flags,
         ]  # fmt: skip
         p = Process("tritonserver", argv, workdir / f"tritonserver-{attempt}.log", env=env)
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        started = time.monotonic()
+        deadline = started + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if p.exited() is not None:
                 raise StartFailed(p, f"exited with {p.exited()} before ready")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2) as r:
                     if r.status == 200:
-                        return RealTriton(p, http, grpc, metrics, repository, tuple(flags))
+                        return TritonServer(p, http, grpc, metrics, tuple(flags), time.monotonic() - started)
             except (OSError, urllib.error.HTTPError):
                 pass
             time.sleep(0.1)
@@ -192,7 +166,7 @@ def start_real_triton(workdir: Path, load: list[str], *flags: str, models: list[
 class Stack:
     """A real Triton and proxies (each with both doors) in front of it, by name."""
 
-    triton: RealTriton
+    triton: TritonServer
     doors: dict[str, Door]
 
     def http(self, via: str) -> str:
@@ -207,7 +181,7 @@ class Stack:
 
 
 def run_stack(
-    binary: str, tmp_path_factory, name: str, triton: RealTriton, proxies: dict[str, tuple[str, ...]]
+    binary: str, tmp_path_factory, name: str, triton: TritonServer, proxies: dict[str, tuple[str, ...]]
 ) -> Iterator[Stack]:
     """A module fixture's body: proxies (name: flags) in front of triton,
     yielded as a Stack; all stopped afterwards, triton last."""

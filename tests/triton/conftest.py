@@ -144,7 +144,8 @@ class Process:
 
 @dataclasses.dataclass
 class TritonServer:
-    """A running tests/triton/server.py."""
+    """A running Triton: tests/triton/server.py (PyTriton), or the wheel's
+    tritonserver started directly (conformance.start_real_triton)."""
 
     process: Process
     http_port: int
@@ -393,7 +394,7 @@ class Door:
 
 def start_door(binary: str, triton, workdir: Path, *flags: str) -> Door:
     """start_ratebatch in front of triton (anything with base_url and
-    grpc_url: a TritonServer, conformance.RealTriton) with its gRPC door on
+    grpc_url: a TritonServer) with its gRPC door on
     too (--grpc-listen, --upstream-grpc triton.grpc_url); waits until the
     gRPC door says the server is ready."""
     import tritonclient.grpc as grpcclient

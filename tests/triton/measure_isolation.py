@@ -32,8 +32,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conformance import RealTriton, http_infer, http_status, json_input, start_real_triton
-from conftest import REPO, start_ratebatch
+from conformance import http_infer, http_status, json_input, start_real_triton
+from conftest import REPO, TritonServer, start_ratebatch
 
 SENTINEL = -1
 MODEL = "fails_on_sentinel"
@@ -104,7 +104,7 @@ def binary(workdir: Path) -> str:
     return str(out)
 
 
-def arms(triton: RealTriton, rb: str, workdir: Path):
+def arms(triton: TritonServer, rb: str, workdir: Path):
     """(name, base URL, readiness URLs, proxy or None) for Triton and each proxy arm."""
     yield "triton", triton.base_url, [f"{triton.base_url}/v2/models/{MODEL}/ready"], None
     for name, flags in ARMS.items():
