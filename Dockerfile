@@ -21,8 +21,15 @@
 #
 # Build args: GO_IMAGE picks the builder. The context is the repository root;
 # .dockerignore keeps it to the Go sources.
+#
+# The builder is pinned to the exact Go release of go.mod's toolchain line
+# (not a floating golang:1.26), so an image is built with the Go whose
+# standard library scripts/vulncheck.sh checked. Pin its digest too where a
+# registry can be reached: docker buildx imagetools inspect
+# golang:1.26.8-bookworm prints it; append it as golang:1.26.8-bookworm@sha256:...
+# and bump tag, digest and toolchain line together.
 
-ARG GO_IMAGE=golang:1.26-bookworm
+ARG GO_IMAGE=golang:1.26.8-bookworm
 
 # --- sources and modules, shared by both builds ------------------------------
 FROM ${GO_IMAGE} AS source
