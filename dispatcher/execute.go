@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -340,8 +341,11 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusServiceUnavailable, "upstream for model '%s' is down: %v", name, err)
 	case err != nil:
+		// The error names the upstream's address: the log gets it, the
+		// callers only what kind of failure it was.
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
-		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %v", name, err)
+		q.d.o.Logger.Warn("upstream call failed", "model", name, "err", err)
+		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %s", name, hostclient.Cause(err))
 	}
 	if reply.Status != http.StatusOK {
 		defer reply.Free()
@@ -452,8 +456,8 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		case retries < q.d.o.Retries:
 			retries++
 			m.UpstreamErrors.WithLabelValues(name, "connection_retry").Inc()
-		case ce.Dial:
-			return giveUp(fmt.Errorf("%w: %v", errUpstreamDown, err))
+		case ce.Dial: // err names the upstream's address: Unready and /status have it
+			return giveUp(fmt.Errorf("%w: %s", errUpstreamDown, hostclient.Cause(err)))
 		default:
 			return giveUp(err)
 		}

@@ -186,12 +186,15 @@ func (ch policyChange) logAttrs(remote string) []any {
 	return append(attrs, "remote", remote)
 }
 
-// authorized compares the bearer token in constant time.
+// authorized compares the bearer token in constant time. The header is
+// read as RFC 6750 says: the scheme in any case (an HTTP auth-scheme is
+// case-insensitive, RFC 9110), one or more spaces, the token.
 func authorized(token, header string) bool {
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	if token == "" || !ok {
+	scheme, got, ok := strings.Cut(header, " ")
+	if token == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	got = strings.TrimLeft(got, " ")
 	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 

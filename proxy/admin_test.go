@@ -167,3 +167,30 @@ func TestAdminGetPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthorizedBearer: the Authorization header is read as RFC 6750
+// says: the scheme in any case, then one or more spaces and the token;
+// anything else, or no token configured, is refused.
+func TestAuthorizedBearer(t *testing.T) {
+	for _, tc := range []struct {
+		token, header string
+		ok            bool
+	}{
+		{"tok", "Bearer tok", true},
+		{"tok", "bearer tok", true},
+		{"tok", "BEARER tok", true},
+		{"tok", "Bearer   tok", true},
+		{"tok", "Bearer tok2", false},
+		{"tok", "Bearer to", false},
+		{"tok", "Bearertok", false},
+		{"tok", "Basic tok", false},
+		{"tok", "tok", false},
+		{"tok", "", false},
+		{"", "Bearer ", false},
+		{"", "", false},
+	} {
+		if got := authorized(tc.token, tc.header); got != tc.ok {
+			t.Errorf("token %q, Authorization %q: authorized %v, want %v", tc.token, tc.header, got, tc.ok)
+		}
+	}
+}

@@ -7,8 +7,12 @@ package hostclient
 
 import (
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"net/url"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -45,4 +49,34 @@ func Addr(u *url.URL) string {
 		port = "443"
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// Cause says what went wrong with an exchange with the upstream in words
+// fit for a client: the kind of failure, without the addresses the error
+// carries (the upstream's host:port, the proxy's own, a resolver's),
+// which are the operator's to read in the log, not a client's.
+func Cause(err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to the upstream"
+	case errors.As(err, &dns):
+		return "the upstream's name does not resolve"
+	case errors.Is(err, fasthttp.ErrConnectionClosed):
+		return "connection closed before an answer"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "answer cut short"
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timed out"
+	}
+	var tlsErr tls.AlertError
+	var cert *tls.CertificateVerificationError
+	if errors.As(err, &tlsErr) || errors.As(err, &cert) {
+		return "TLS handshake failed"
+	}
+	return "connection failed"
 }
