@@ -337,9 +337,18 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
 		return nil, latency, 0, fault("timeout", &kserve.Error{Status: http.StatusGatewayTimeout,
 			Msg: fmt.Sprintf("upstream did not answer model '%s' in time", name)})
+	case errors.Is(err, ErrAnswerCut):
+		m.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
+		q.d.o.Logger.Warn("upstream's answer broke off", "model", name, "err", err)
+		return nil, latency, 0, fault("bad_response", &kserve.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("upstream's answer for model '%s' broke off: %s", name, hostclient.Cause(err))})
 	case errors.Is(err, errUpstreamDown):
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusServiceUnavailable, "upstream for model '%s' is down: %v", name, err)
+	case err != nil && !isConnError(err): // an answer whose header is malformed
+		m.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
+		return nil, latency, 0, fault("bad_response", &kserve.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("upstream's answer for model '%s' is malformed: %v", name, err)})
 	case err != nil:
 		// The error names the upstream's address: the log gets it, the
 		// callers only what kind of failure it was.
@@ -371,6 +380,11 @@ func connError(err error) (*ConnError, bool) {
 	}
 	var ce *ConnError
 	return ce, errors.As(err, &ce)
+}
+
+func isConnError(err error) bool {
+	_, ok := connError(err)
+	return ok
 }
 
 func statusClass(s int) string {
