@@ -141,8 +141,8 @@ func TestUpstreamAddressNotInErrors(t *testing.T) {
 }
 
 // simpleAnswer is the right answer to a batch of simple, the fake
-// upstream's: OUTPUT0 = INPUT0+INPUT1, OUTPUT1 = INPUT0-INPUT1, binary,
-// with edit applied to it before it is encoded.
+// upstream's (simpleResponse), with edit applied to it before it is
+// encoded, and its HTTP head.
 func simpleAnswer(t *testing.T, req *http.Request, body []byte, edit func(*kserve.Response)) []byte {
 	hl := -1
 	if v := req.Header.Get(kserve.HeaderContentLength); v != "" {
@@ -153,16 +153,7 @@ func simpleAnswer(t *testing.T, req *http.Request, body []byte, edit func(*kserv
 		t.Errorf("upstream: %v", err)
 		return nil
 	}
-	a, _ := r.Inputs[0].Int32s()
-	b, _ := r.Inputs[1].Int32s()
-	sum, diff := make([]int32, len(a)), make([]int32, len(a))
-	for i := range a {
-		sum[i], diff[i] = a[i]+b[i], a[i]-b[i]
-	}
-	o0, _ := kserve.NewTensor("OUTPUT0", r.Inputs[0].Shape, sum)
-	o1, _ := kserve.NewTensor("OUTPUT1", r.Inputs[0].Shape, diff)
-	o0.Binary, o1.Binary = true, true
-	resp := &kserve.Response{ModelName: "simple", ID: r.ID, Outputs: []kserve.Tensor{o0, o1}}
+	resp := simpleResponse("simple", r)
 	if edit != nil {
 		edit(resp)
 	}
