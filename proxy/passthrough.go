@@ -237,7 +237,7 @@ func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		s.door.PassFailed()
 		s.log.Warn("passthrough failed", "path", string(ctx.Path()), "err", err)
-		writeError(ctx, http.StatusBadGateway, "upstream unreachable: "+err.Error())
+		writeError(ctx, http.StatusBadGateway, "upstream unreachable: "+hostclient.Cause(err)) // the address is in the log
 	}
 	// The request body may be partly unread: the connection cannot carry
 	// another request.

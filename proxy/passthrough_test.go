@@ -235,6 +235,10 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	if _, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusBadGateway || !ok {
 		t.Fatalf("dead upstream: %d %s; want 502 with a KServe error", resp.StatusCode, b)
 	}
+	// What failed, but not where: the upstream's address is the log's.
+	if msg, _ := kserve.ParseErrorBody(b); !strings.Contains(msg, "connection refused") || strings.Contains(msg, dead.Host) {
+		t.Fatalf("dead upstream: %q; want the refusal named and not the address %s", msg, dead.Host)
+	}
 }
 
 // A kept-alive connection the upstream has closed (a restart, an idle

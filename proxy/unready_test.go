@@ -35,7 +35,7 @@ func TestReadinessSaysWhy(t *testing.T) {
 		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 	readyz := func() (int, string) {
 		w := httptest.NewRecorder()
-		admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/readyz", nil))
 		msg, _ := kserve.ParseErrorBody(w.Body.Bytes())
 		return w.Code, msg
 	}

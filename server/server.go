@@ -32,6 +32,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/procs"
+	"github.com/ratebatch/ratebatch/internal/redact"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/orca"
 	"github.com/ratebatch/ratebatch/power"
@@ -252,6 +253,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
 			Token: cfg.AdminToken, Logger: log,
 			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+			Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -395,7 +397,7 @@ func (p *Server) Run(ctx context.Context) error {
 		defer p.grpcUp.Close()
 		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
 	}
-	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
+	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", redact.URL(p.cfg.Upstream), "policy", p.cfg.Policy.Name)
 
 	var runErr error
 	select {

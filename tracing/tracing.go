@@ -31,6 +31,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ratebatch/ratebatch/internal/redact"
 )
 
 // Config turns tracing on. The OpenTelemetry SDK's own environment
@@ -73,7 +75,7 @@ func (c Config) Validate() error {
 	}
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("tracing.otlp_endpoint %q: want a URL such as http://localhost:4318", c.Endpoint)
+		return fmt.Errorf("tracing.otlp_endpoint %q: want a URL such as http://localhost:4318", redact.URL(c.Endpoint))
 	}
 	return nil
 }
