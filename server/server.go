@@ -395,6 +395,9 @@ func (p *Server) Run(ctx context.Context) error {
 		defer p.grpcUp.Close()
 		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
 	}
+	if attrs := tlsInForce(p.cfg); attrs != nil {
+		p.log.Info("TLS in force", attrs...)
+	}
 	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
 
 	var runErr error
