@@ -384,6 +384,9 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.reloadOnHangup(bg, hup)
 	defer p.meter.Source().Close()
 
+	if attrs := tlsInForce(p.cfg); attrs != nil {
+		p.log.Info("TLS in force", attrs...)
+	}
 	errc := make(chan error, 4)
 	if p.agentLn != nil {
 		go func() { errc <- p.load.ServeAgent(bg, p.agentLn, p.cfg.ORCA.HAProxyAgentFullRPS) }()
@@ -394,9 +397,6 @@ func (p *Server) Run(ctx context.Context) error {
 		go func() { errc <- p.grpc.Serve(p.grpcLn) }()
 		defer p.grpcUp.Close()
 		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
-	}
-	if attrs := tlsInForce(p.cfg); attrs != nil {
-		p.log.Info("TLS in force", attrs...)
 	}
 	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
 
