@@ -262,7 +262,6 @@ func (r *Models) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
-	r.noteUnserved(idx)
 	var errs []error
 	for _, ix := range idx {
 		if ix.State != "" && ix.State != "READY" {
@@ -272,7 +271,27 @@ func (r *Models) Refresh(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	r.lookUpConfigured(ctx, idx)
+	r.noteUnserved(idx)
 	return errors.Join(errs...)
+}
+
+// lookUpConfigured looks up by name each model the configuration's models:
+// section names that the repository index omits altogether: a server that
+// lists none (PyTriton) serves them all the same, and a model found so is
+// batched from the start, not from its first request (Ensure). A name the
+// upstream does not serve either is left to noteUnserved's warning; one
+// the index lists in another state than READY is not loaded, and is not
+// asked for.
+func (r *Models) lookUpConfigured(ctx context.Context, idx []triton.IndexEntry) {
+	for _, name := range slices.Sorted(maps.Keys(r.current().Models)) {
+		if slices.ContainsFunc(idx, func(ix triton.IndexEntry) bool { return ix.Name == name }) {
+			continue
+		}
+		if err := r.reconcile(ctx, name); err != nil {
+			r.log.Debug("configured model not found by name", "model", name, "err", err)
+		}
+	}
 }
 
 // noteUnserved finds the models the configuration's models: section names
@@ -293,7 +312,7 @@ func (r *Models) noteUnserved(idx []triton.IndexEntry) {
 		_, known := r.models[name]
 		switch {
 		case !ok && !known:
-			now[name] = "configured under models: but the upstream does not list it in its repository index (misspelt, or not in its model repository?); nothing is batched for it"
+			now[name] = "configured under models: but the upstream neither lists it in its repository index nor serves its config (misspelt, or not in its model repository?); nothing is batched for it"
 		case ok && ix.State != "" && ix.State != "READY":
 			why := "configured under models: but the upstream lists it as " + ix.State
 			if ix.Reason != "" {

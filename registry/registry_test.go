@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -461,8 +462,8 @@ func TestConfiguredModelsTheUpstreamLacksAreWarned(t *testing.T) {
 	up := &fakeUpstream{
 		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "llm", State: "UNAVAILABLE", Reason: "unloaded"}},
 		configs: map[string]*triton.ModelConfig{
-			"simple":   {Name: "simple", MaxBatchSize: 8},
-			"resnet50": {Name: "resnet50", MaxBatchSize: 8},
+			"simple": {Name: "simple", MaxBatchSize: 8},
+			"llm":    {Name: "llm", MaxBatchSize: 8},
 		},
 	}
 	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
@@ -481,8 +482,8 @@ func TestConfiguredModelsTheUpstreamLacksAreWarned(t *testing.T) {
 	for _, s := range r.Statuses() {
 		warnings[s.Model] = s.Warning
 	}
-	if w := warnings["resnet50"]; !strings.Contains(w, "does not list it") {
-		t.Errorf("resnet50's status warning %q, want one saying the upstream does not list it", w)
+	if w := warnings["resnet50"]; !strings.Contains(w, "neither lists it") {
+		t.Errorf("resnet50's status warning %q, want one saying the upstream neither lists nor serves it", w)
 	}
 	if w := warnings["llm"]; !strings.Contains(w, "UNAVAILABLE (unloaded)") {
 		t.Errorf("llm's status warning %q, want one naming its state", w)
@@ -502,6 +503,7 @@ func TestConfiguredModelsTheUpstreamLacksAreWarned(t *testing.T) {
 	// Loaded later: the warning goes, and the model is batched.
 	up.mu.Lock()
 	up.index = append(up.index, triton.IndexEntry{Name: "resnet50", State: "READY"})
+	up.configs["resnet50"] = &triton.ModelConfig{Name: "resnet50", MaxBatchSize: 8}
 	up.mu.Unlock()
 	if err := r.Refresh(ctx); err != nil {
 		t.Fatal(err)
@@ -509,6 +511,63 @@ func TestConfiguredModelsTheUpstreamLacksAreWarned(t *testing.T) {
 	for _, s := range r.Statuses() {
 		if s.Model == "resnet50" && (s.Warning != "" || !s.Batched) {
 			t.Errorf("resnet50 once served: %+v, want batched without a warning", s)
+		}
+	}
+}
+
+// A server whose repository index lists nothing (PyTriton) still serves
+// its models: those the configuration names are looked up by name at the
+// first refresh and batched before any request names them, with no
+// warning; a configured name it does not serve is warned about; a model
+// the index lists as not ready is not asked for.
+func TestConfiguredModelsAreLookedUpWhenTheIndexOmitsThem(t *testing.T) {
+	up := &fakeUpstream{
+		index: []triton.IndexEntry{{Name: "llm", State: "UNAVAILABLE"}},
+		configs: map[string]*triton.ModelConfig{
+			"simple": {Name: "simple", MaxBatchSize: 8},
+			"image":  {Name: "image", MaxBatchSize: 16},
+			"llm":    {Name: "llm", MaxBatchSize: 8},
+		},
+	}
+	q := &fakeQueues{specs: map[string]dispatcher.ModelSpec{}}
+	cfg := config.Default()
+	cfg.Upstream = "http://u"
+	cfg.Models = map[string]config.Model{"simple": {}, "image": {MaxBatchSize: 4}, "typo": {}, "llm": {}}
+	var logs bytes.Buffer
+	r := New(up, q, &cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	specs := maps.Clone(q.specs)
+	q.mu.Unlock()
+	if s, ok := specs["simple"]; !ok || s.MaxBatch != 8 {
+		t.Errorf("simple: spec %+v (registered %v), want batched at the upstream's max batch 8", s, ok)
+	}
+	if s, ok := specs["image"]; !ok || s.MaxBatch != 4 {
+		t.Errorf("image: spec %+v (registered %v), want batched at the configured cap 4", s, ok)
+	}
+	if _, ok := specs["llm"]; ok {
+		t.Error("llm, listed UNAVAILABLE, was registered")
+	}
+	warnings := map[string]string{}
+	for _, s := range r.Statuses() {
+		warnings[s.Model] = s.Warning
+	}
+	for _, m := range []string{"simple", "image"} {
+		if w, ok := warnings[m]; !ok || w != "" {
+			t.Errorf("%s: in /status %v, warning %q; want listed without a warning", m, ok, w)
+		}
+	}
+	if w := warnings["typo"]; !strings.Contains(w, "neither lists it") {
+		t.Errorf("typo's warning %q, want one saying the upstream neither lists nor serves it", w)
+	}
+	if w := warnings["llm"]; !strings.Contains(w, "UNAVAILABLE") {
+		t.Errorf("llm's warning %q, want its state", w)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "not served") && (strings.Contains(line, "model=simple") || strings.Contains(line, "model=image")) {
+			t.Errorf("a served model warned about: %s", line)
 		}
 	}
 }

@@ -386,6 +386,9 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.reloadOnHangup(bg, hup)
 	defer p.meter.Source().Close()
 
+	if attrs := tlsInForce(p.cfg); attrs != nil {
+		p.log.Info("TLS in force", attrs...)
+	}
 	errc := make(chan error, 4)
 	if p.agentLn != nil {
 		go func() { errc <- p.load.ServeAgent(bg, p.agentLn, p.cfg.ORCA.HAProxyAgentFullRPS) }()

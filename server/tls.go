@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -268,4 +269,34 @@ func httpClient(tc *tls.Config, timeout time.Duration) *http.Client {
 		c.Transport = t
 	}
 	return c
+}
+
+// tlsInForce is the start-up log line's attributes: what each listener and
+// each way to the upstream speaks ("plain", "TLS" or "mutual TLS"), so that
+// a reader of the log sees TLS on without reading the configuration; nil
+// when everything is plain text.
+func tlsInForce(c *config.Config) []any {
+	door := security(c.TLS.On(), c.TLS.ClientCA != "")
+	admin := security(c.TLS.On() && c.TLS.Admin, c.TLS.ClientCA != "")
+	https := strings.HasPrefix(strings.ToLower(c.Upstream), "https://")
+	if !c.TLS.On() && !https && !c.UpstreamTLS.GRPC {
+		return nil
+	}
+	attrs := []any{"listen", door, "admin", admin, "upstream", security(https, c.UpstreamTLS.Cert != "")}
+	if c.GRPCListen != "" {
+		attrs = append(attrs, "grpc_listen", door, "upstream_grpc", security(c.UpstreamTLS.GRPC, c.UpstreamTLS.Cert != ""))
+	}
+	return attrs
+}
+
+// security names what a connection speaks: TLS, with certificates on both
+// sides when mutual.
+func security(tls, mutual bool) string {
+	switch {
+	case !tls:
+		return "plain"
+	case mutual:
+		return "mutual TLS"
+	}
+	return "TLS"
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
@@ -476,5 +478,43 @@ func TestUpstreamTLS(t *testing.T) {
 	live, err := pb.NewGRPCInferenceServiceClient(cc).ServerLive(ctx, &pb.ServerLiveRequest{})
 	if err != nil || !live.GetLive() {
 		t.Errorf("ServerLive relayed to the TLS gRPC upstream: %v %v", live, err)
+	}
+}
+
+// TestTLSInForce: the start-up log says what each listener and each way to
+// the upstream speaks (before "ratebatch serving"), and says nothing of TLS
+// when all is plain text.
+func TestTLSInForce(t *testing.T) {
+	em := emulatortest.Start(t, emulator.Options{})
+	ca := newCA(t, "CA")
+	dir := t.TempDir()
+	cert, key := ca.files(t, dir, "server")
+	clients := ca.file(t, dir, "clients.pem")
+	for _, c := range []struct {
+		name string
+		set  func(*config.Config)
+		want string
+	}{
+		{"plain", func(c *config.Config) { c.GRPCListen = "127.0.0.1:0" }, ""},
+		{"tls", func(c *config.Config) { c.TLS.Cert, c.TLS.Key = cert, key },
+			`msg="TLS in force" listen=TLS admin=plain upstream=plain`},
+		{"mtls, admin, grpc", func(c *config.Config) {
+			c.TLS.Cert, c.TLS.Key, c.TLS.ClientCA, c.TLS.Admin, c.GRPCListen = cert, key, clients, true, "127.0.0.1:0"
+		}, `msg="TLS in force" listen="mutual TLS" admin="mutual TLS" upstream=plain grpc_listen="mutual TLS" upstream_grpc=plain`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs syncBuffer
+			servertest.Run(t, em.Addr(), slog.New(slog.NewTextHandler(&logs, nil)), c.set)
+			poll.Until(t, "the start-up log", func() bool { return strings.Contains(logs.String(), "ratebatch serving") })
+			line := ""
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "TLS in force") {
+					line = l
+				}
+			}
+			if c.want == "" && line != "" || !strings.Contains(line, c.want) {
+				t.Errorf("TLS line %q, want %q", line, c.want)
+			}
+		})
 	}
 }

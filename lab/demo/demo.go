@@ -146,11 +146,15 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 		energy = fmt.Sprintf("zeta(b) = %g*b + %g mJ", prof.BetaMJ, prof.Zeta0MJ)
 	}
 	fmt.Fprintf(stdout, "ratebatch demo: emulated GPU %s, tau(b) = %g*b + %g ms, %s\n", prof.Name, prof.AlphaMs, prof.Tau0Ms, energy)
-	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q, policies %s\n",
-		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), o.Model, strings.Join(o.Policies, ", "))
-	if slices.Contains(o.Policies, "budget") {
-		fmt.Fprintf(stdout, "budget: the fewest joules per request whose mean latency stays within %s %s's (policy.latency_budget)\n",
-			policy.DefaultLatencyBudget, Baseline)
+	fmt.Fprintf(stdout, "load: %s over %v (mean %.0f req/s, peak %.0f req/s), model %q\n",
+		series.Name(), series.Duration(), series.MeanRate(), series.MaxRate(), o.Model)
+	say(stdout, "policies: "+strings.Join(o.Policies, ", "))
+	if slices.Contains(o.Policies, Default) {
+		say(stdout, fmt.Sprintf("%s, the baseline, sends whatever waits whenever the GPU is free (as "+
+			"Triton's dynamic batcher does at its default delay, 0). %s, serve's default, sends the batches "+
+			"that give the most requests per joule while its mean latency stays within %.2fx %s's "+
+			"(policy.latency_budget) and its p99 within %.2fx (policy.tail_budget).",
+			Baseline, Default, budgets.mean, Baseline, budgets.p99))
 	}
 	peak := peakRho(series, prof, o.Model)
 	var results []regimeResult
@@ -165,25 +169,34 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 		if i > 0 {
 			ro.Out = filepath.Join(o.Out, regime)
 		}
-		fmt.Fprintf(stdout, "\n== %s regime: peak rho %.2f", regime, peak*ro.TimeScale)
-		printRegime(stdout, regime, ro.TimeScale)
-		fmt.Fprintf(stdout, "; results in %s\n\n", ro.Out)
-		rows, err := demoRegime(ctx, ro, prof, series, stdout)
-		if err != nil {
+		r := regimeResult{regime: regime, peakRho: peak * ro.TimeScale, span: series.Duration(), rate: series.MeanRate()}
+		fmt.Fprintf(stdout, "\n== %s regime: peak rho %.2f (rho: arrivals over the GPU's capacity in full batches)\n",
+			regime, r.peakRho)
+		say(stdout, describeRegime(regime, ro.TimeScale)+" Results in "+ro.Out+".")
+		fmt.Fprintln(stdout)
+		var err error
+		if r.rows, r.runs, err = demoRegime(ctx, ro, prof, series, stdout); err != nil {
 			return fmt.Errorf("%s regime: %w", regime, err)
 		}
-		results = append(results, regimeResult{regime, rows})
+		if regime == "light" && slices.Contains(o.Policies, Baseline) && slices.Contains(o.Policies, Default) {
+			if r.slo, err = simulateSLO(ctx, prof, series, ro); err != nil {
+				return fmt.Errorf("%s regime, the SLO in simulation: %w", regime, err)
+			}
+		}
+		tellRegime(stdout, r)
+		results = append(results, r)
 	}
 	return writeVerdict(stdout, o.Out, results)
 }
 
-// printRegime says what a regime's load means.
-func printRegime(w io.Writer, regime string, timeScale float64) {
+// describeRegime says what a regime's load means.
+func describeRegime(regime string, timeScale float64) string {
 	if regime == "loaded" {
-		fmt.Fprintf(w, " (the GPU %.1fx slower, as if the trace's rates were %.1fx higher, as compare's loaded copy)", timeScale, timeScale)
-		return
+		return fmt.Sprintf("The GPU %.1fx slower, as if the trace's rates were %.1fx higher (as "+
+			"compare's loaded copy): batches fill, and waiting for partners pays.", timeScale, timeScale)
 	}
-	fmt.Fprint(w, " (the trace as it is: the GPU is nearly idle, so every policy sends most requests alone and they barely differ)")
+	return "The trace as it is: the GPU is nearly idle, so most requests find no partner " +
+		"to batch with, and the policies that do not wait barely differ."
 }
 
 // peakRho is the trace's peak rate over the throughput of full batches of
@@ -198,8 +211,8 @@ func peakRho(series *trace.Series, prof preset.Profile, model string) float64 {
 }
 
 // demoRegime runs every policy's lane through the trace once, at
-// o.TimeScale, and returns the comparison's rows.
-func demoRegime(ctx context.Context, o Options, prof preset.Profile, series *trace.Series, stdout io.Writer) ([]loadreport.Row, error) {
+// o.TimeScale, and returns the comparison's rows and the runs.
+func demoRegime(ctx context.Context, o Options, prof preset.Profile, series *trace.Series, stdout io.Writer) ([]loadreport.Row, []loadreport.Run, error) {
 	model := o.Model
 	_, verify := loadgen.VerifierFor(model)
 
@@ -209,7 +222,7 @@ func demoRegime(ctx context.Context, o Options, prof preset.Profile, series *tra
 	for i, p := range o.Policies {
 		l, err := startLane(ctx, p, prof, o)
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", p, err)
+			return nil, nil, fmt.Errorf("policy %s: %w", p, err)
 		}
 		lanes[i] = l
 		defer l.stop()
@@ -242,9 +255,10 @@ func demoRegime(ctx context.Context, o Options, prof preset.Profile, series *tra
 
 	runs, problems, err := collectRuns(lanes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return writeDemoReport(stdout, o.Out, runs, problems)
+	rows, err := writeDemoReport(stdout, o.Out, runs, problems)
+	return rows, runs, err
 }
 
 // collectRuns gathers each lane's records and the proxy's final samples,
@@ -358,8 +372,8 @@ func showProgress(w io.Writer, lanes []*demoLane, done <-chan struct{}) {
 	}
 }
 
-// progressWidth is the widest line of the per-second table: a terminal's
-// 100 columns.
+// progressWidth is the widest line the demo writes, the per-second table's
+// included: a terminal's 100 columns.
 const progressWidth = 100
 
 const (
@@ -457,9 +471,9 @@ func writeDemoReport(stdout io.Writer, dir string, runs []loadreport.Run, proble
 		return nil, err
 	}
 	rows := loadreport.Summarize(runs)
-	fmt.Fprintf(stdout, "\nComparison (ratios against the first policy, %s):\n", rows[0].Name)
-	loadreport.WriteTable(stdout, rows)
-	fmt.Fprintln(stdout, "\nVerdict against "+Baseline+" (requests per joule over the whole run, from the emulated meter; latency as the client saw it):")
+	fmt.Fprintln(stdout, "\nOver the whole run (latency as the client saw it; req/J from the emulated meter):")
+	writeRunTable(stdout, rows)
+	fmt.Fprintln(stdout, "\nVerdict against "+Baseline+":")
 	writeVerdictLines(stdout, rows)
 	if err := loadreport.WriteFile(filepath.Join(dir, "summary.md"), func(w io.Writer) error { return loadreport.WriteTable(w, rows) }); err != nil {
 		return nil, err
@@ -483,10 +497,14 @@ func writeDemoReport(stdout io.Writer, dir string, runs []loadreport.Run, proble
 	return rows, nil
 }
 
-// regimeResult is one regime's comparison.
-type regimeResult struct {
-	regime string
-	rows   []loadreport.Row
+// writeRunTable writes each run's figures in aligned columns (summary.md
+// keeps the full table, ratios included).
+func writeRunTable(w io.Writer, rows []loadreport.Row) {
+	fmt.Fprintf(w, "  %-14s %6s %9s %9s %9s %6s %7s\n", "policy", "ok", "mean ms", "p50 ms", "p99 ms", "batch", "req/J")
+	for _, r := range rows {
+		fmt.Fprintf(w, "  %-14s %6d %9.2f %9.2f %9.2f %6s %7s\n", r.Name, r.OK, r.MeanLatencyMs, r.P50LatencyMs,
+			r.P99LatencyMs, opt(r.MeanBatchSize), opt(r.RequestsPerJoule))
+	}
 }
 
 // verdict is one policy against the baseline: its requests per joule over
@@ -526,10 +544,10 @@ func writeVerdictLines(w io.Writer, rows []loadreport.Row) {
 		case !v.hasBase:
 			fmt.Fprintf(w, "  %-14s no %s run to compare with (add it to --policies)\n", r.Name, Baseline)
 		case !v.hasEnergy:
-			fmt.Fprintf(w, "  %-14s no energy figures; mean latency %.2fx %s's, p99 %.2fx\n", r.Name, v.lat, Baseline, v.p99)
+			fmt.Fprintf(w, "  %-14s no energy figures; mean %.2fx, p99 %.2fx\n", r.Name, v.lat, v.p99)
 		default:
-			fmt.Fprintf(w, "  %-14s %s requests per joule (%.2f vs %.2f req/J), mean latency %.2fx %s's, p99 %.2fx: %s\n",
-				r.Name, pct(v.gain), v.rpj, v.baseRPJ, v.lat, Baseline, v.p99, v.word())
+			fmt.Fprintf(w, "  %-14s %s req/J (%.2f vs %.2f), mean %.2fx, p99 %.2fx: %s\n",
+				r.Name, pct(v.gain), v.rpj, v.baseRPJ, v.lat, v.p99, v.word())
 		}
 	}
 }
@@ -550,9 +568,9 @@ func (v verdict) word() string {
 	energy := "same energy"
 	switch {
 	case v.gain > 1.02:
-		energy = "fewer joules per request"
+		energy = "less energy"
 	case v.gain < 0.98:
-		energy = "more joules per request"
+		energy = "more energy"
 	}
 	latency := "same latency"
 	switch {
@@ -566,13 +584,14 @@ func (v verdict) word() string {
 
 // writeVerdict closes the demo: per policy and regime, the gain in
 // requests per joule and the latency against the baseline, as a table on
-// stdout and in dir/verdict.md, then budget's gain in one sentence.
+// stdout and in dir/verdict.md, then the default's result per regime
+// against its budgets.
 func writeVerdict(stdout io.Writer, dir string, results []regimeResult) error {
 	var b strings.Builder
 	b.WriteString("| policy |")
 	sep := "|---|"
 	for _, r := range results {
-		fmt.Fprintf(&b, " %s: req/J vs %s | %s: mean (p99) latency vs %s |", r.regime, Baseline, r.regime, Baseline)
+		fmt.Fprintf(&b, " %s: req/J | %s: mean (p99) |", r.regime, r.regime)
 		sep += "---:|---:|"
 	}
 	b.WriteString("\n" + sep + "\n")
@@ -582,41 +601,46 @@ func writeVerdict(stdout io.Writer, dir string, results []regimeResult) error {
 			v := against(r.rows[i], r.rows)
 			switch {
 			case row.Name == Baseline:
-				fmt.Fprintf(&b, " baseline: %s req/J | baseline: %.2f (%.2f) ms |", opt(r.rows[i].RequestsPerJoule), r.rows[i].MeanLatencyMs, r.rows[i].P99LatencyMs)
+				fmt.Fprintf(&b, " %s req/J | %.2f (%.2f) ms |", opt(r.rows[i].RequestsPerJoule), r.rows[i].MeanLatencyMs, r.rows[i].P99LatencyMs)
 			case !v.hasBase:
 				b.WriteString(" - | - |")
 			case !v.hasEnergy:
 				fmt.Fprintf(&b, " - | %.2fx (%.2fx) |", v.lat, v.p99)
 			default:
-				fmt.Fprintf(&b, " %s (%.2fx) | %.2fx (%.2fx) |", pct(v.gain), v.gain, v.lat, v.p99)
+				fmt.Fprintf(&b, " %s | %.2fx (%.2fx) |", pct(v.gain), v.lat, v.p99)
 			}
 		}
 		b.WriteString("\n")
 	}
-	if s := budgetSentence(results); s != "" {
-		b.WriteString("\n" + s + "\n")
+	if s := defaultSummary(results); s != "" {
+		b.WriteString("\n" + s)
 	}
-	fmt.Fprintln(stdout, "\n== Verdict: every policy against "+Baseline+", the client without a proxy")
+	fmt.Fprintln(stdout, "\n== Verdict: every policy against "+Baseline)
+	say(stdout, fmt.Sprintf("%s's row: its requests per joule, and its mean (p99) latency; the others: "+
+		"requests per joule against %s's, and the mean (p99) latency as a factor of %s's.", Baseline, Baseline, Baseline))
 	fmt.Fprint(stdout, b.String())
 	return loadreport.WriteFile(filepath.Join(dir, "verdict.md"), func(w io.Writer) error { _, err := io.WriteString(w, b.String()); return err })
 }
 
-// budgetSentence names budget's gain in requests per joule, per regime.
-func budgetSentence(results []regimeResult) string {
-	var parts []string
+// defaultSummary is the default's result per regime against its budgets,
+// one line (wrapped) a regime.
+func defaultSummary(results []regimeResult) string {
+	var b strings.Builder
 	for _, r := range results {
-		i := slices.IndexFunc(r.rows, func(x loadreport.Row) bool { return x.Name == "budget" })
-		if i < 0 {
+		d, ok := r.row(Default)
+		if !ok {
 			return ""
 		}
-		if v := against(r.rows[i], r.rows); v.hasEnergy {
-			parts = append(parts, fmt.Sprintf("%s requests per joule (%.2fx) at %.2fx the mean latency in the %s regime", pct(v.gain), v.gain, v.lat, r.regime))
+		v := against(d, r.rows)
+		if !v.hasBase || !v.hasEnergy {
+			return ""
 		}
+		s := measureSpread(r.records(Baseline), r.records(Default), r.span)
+		wrap(&b, fmt.Sprintf("  %-7s ", r.regime), strings.Repeat(" ", 10), "",
+			strings.Fields(fmt.Sprintf("%s req/J, mean %.2fx, p99 %.2fx: %s", pct(v.gain), v.lat, v.p99, judge(v, s))))
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "budget (mean latency at most " + policy.DefaultLatencyBudget.String() + " " + Baseline + "'s) against " + Baseline + ": " + strings.Join(parts, "; ") + "."
+	return fmt.Sprintf("The default, %s, against %s (its budgets: mean %.2fx, p99 %.2fx):\n", Default, Baseline,
+		budgets.mean, budgets.p99) + b.String()
 }
 
 // writeRunFiles keeps a run as the two CSVs `ratebatch report` reads.

@@ -32,7 +32,8 @@ func TestDemoProgressCells(t *testing.T) {
 }
 
 // The verdict compares each policy with ad-hoc wherever it sits in the
-// list, names budget's gain, and says when there is nothing to compare.
+// list, sums the default up against its budgets, and says when there is
+// nothing to compare.
 func TestDemoVerdict(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	light := []loadreport.Row{
@@ -42,8 +43,8 @@ func TestDemoVerdict(t *testing.T) {
 	}
 	var line bytes.Buffer
 	writeVerdictLines(&line, light)
-	for _, want := range []string{"budget         +25.0% requests per joule (25.00 vs 20.00 req/J), mean latency 1.10x adhoc's, p99 0.90x: fewer joules per request, slower",
-		"smdp           no energy figures; mean latency 1.00x adhoc's"} {
+	for _, want := range []string{"budget         +25.0% req/J (25.00 vs 20.00), mean 1.10x, p99 0.90x: less energy, slower",
+		"smdp           no energy figures; mean 1.00x, p99 1.00x"} {
 		if !strings.Contains(line.String(), want) {
 			t.Errorf("verdict lines lack %q:\n%s", want, line.String())
 		}
@@ -54,20 +55,32 @@ func TestDemoVerdict(t *testing.T) {
 
 	dir := t.TempDir()
 	var out bytes.Buffer
-	if err := writeVerdict(&out, dir, []regimeResult{{"light", light}}); err != nil {
+	if err := writeVerdict(&out, dir, []regimeResult{{regime: "light", rows: light}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| budget | +25.0% (1.25x) | 1.10x (0.90x) |", "| adhoc | baseline: 20.00 req/J | baseline: 4.00 (10.00) ms |",
-		"budget (mean latency at most 1.1x adhoc's) against adhoc: +25.0% requests per joule (1.25x) at 1.10x the mean latency in the light regime."} {
+	for _, want := range []string{"| budget | +25.0% | 1.10x (0.90x) |", "| adhoc | 20.00 req/J | 4.00 (10.00) ms |",
+		"The default, budget, against adhoc (its budgets: mean 1.10x, p99 1.20x):",
+		"  light   +25.0% req/J, mean 1.10x, p99 0.90x: within both budgets"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("closing table lacks %q:\n%s", want, out.String())
 		}
 	}
+	fitsTheTerminal(t, out.String())
 
 	line.Reset()
 	writeVerdictLines(&line, light[:1])
 	if !strings.Contains(line.String(), "no adhoc run to compare with") {
 		t.Errorf("without adhoc: %q", line.String())
+	}
+}
+
+// fitsTheTerminal fails for every line of text wider than progressWidth.
+func fitsTheTerminal(t *testing.T, text string) {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		if len(l) > progressWidth {
+			t.Errorf("a line of %d columns:\n%s", len(l), l)
+		}
 	}
 }
 

@@ -34,16 +34,20 @@ func TestRunComparesPoliciesEndToEnd(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{"| budget |", "| adhoc |", "latency.svg", "batch_size.svg", "requests_per_joule.svg",
 		"light regime: peak rho 0.10", "loaded regime: peak rho 0.80", "/ui/", "b = mean rows per batch",
-		"Verdict against adhoc", "== Verdict: every policy against adhoc", "| budget |", "budget (mean latency at most 1.1x adhoc's) against adhoc: "} {
+		"Verdict against adhoc", "== Verdict: every policy against adhoc", "| budget |",
+		"The default (budget) in the light regime: mean", "The default (budget) in the loaded regime: mean",
+		"The default, budget, against adhoc (its budgets: mean 1.10x, p99 1.20x):",
+		"--policy-slo-p99 10ms", "bin/ratebatch sim --preset googlenet-p4 --bmax 8 --trace paper300 --speedup 300"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}
 	}
+	fitsTheTerminal(t, strings.ReplaceAll(text, dir, "out/demo")) // the default --out, not a test's temporary path
 	if _, err := os.Stat(filepath.Join(dir, "loaded", "summary.md")); err != nil {
 		t.Errorf("no loaded-regime report: %v", err)
 	}
 	// One verdict line per policy but the baseline, in each regime.
-	if n := strings.Count(text, " req/J), mean latency "); n != 2 {
+	if n := strings.Count(text, " req/J ("); n != 2 {
 		t.Errorf("%d verdict lines, want 1 policy x 2 regimes:\n%s", n, text)
 	}
 	if v, err := os.ReadFile(filepath.Join(dir, "verdict.md")); err != nil || !bytes.Contains(v, []byte("| budget |")) {
