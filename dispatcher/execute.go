@@ -429,7 +429,7 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		latency = q.d.now().Sub(start)
 		ce, isConn := connError(err)
 		if !isConn {
-			h.reached() // an answer, or a timeout of a request it took
+			q.d.reached() // an answer, or a timeout of a request it took
 			return reply, latency, err
 		}
 		failures++

@@ -52,18 +52,20 @@ func (h *upstreamHealth) admit() (send, probe bool, wait <-chan struct{}) {
 }
 
 // reached records an answer from the upstream: it is up, and the batches
-// waiting for it go.
-func (h *upstreamHealth) reached() {
+// waiting for it go. It reports whether the upstream was down until now.
+func (h *upstreamHealth) reached() (wasDown bool) {
 	if !h.isDown.Load() {
-		return
+		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	wasDown = h.down
 	if h.down || h.probing {
 		h.down, h.probing = false, false
 		h.isDown.Store(false)
 		h.broadcast()
 	}
+	return wasDown
 }
 
 // refused records a connection that could not be made and reports whether

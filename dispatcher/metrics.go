@@ -117,7 +117,7 @@ var queueDescs = []*prometheus.Desc{descQueued, descInFlight, descInFlightRows, 
 	descSources, descSourcesBusy, descSourceThink, descSourceFeedback}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range slices.Concat(queueDescs, probeDescs) {
+	for _, d := range slices.Concat(queueDescs, probeDescs, checkDescs) {
 		ch <- d
 	}
 }
@@ -131,6 +131,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		collectSources(ch, s.Model, s.Sources)
 	}
 	c.d.collectProbes(ch)
+	c.d.collectChecks(ch)
 }
 
 // gauge01 is a yes/no state as a gauge: 1 or 0.

@@ -190,15 +190,16 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
+	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
+		Check:    dispatcher.HealthCheck{Checker: tc, Interval: cfg.Upstreams.HealthCheckInterval},
 		Observer: observers,
 	})
 	reg.MustRegister(disp.Collector())
-	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	mr := registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
