@@ -201,6 +201,15 @@ func (o BudgetOptions) tailBudget() (float64, error) {
 // Name implements Policy.
 func (*Budget) Name() string { return NameBudget }
 
+// Objective implements Objectiver: requests per joule within the budget,
+// or, without an energy line, per GPU-second (energy taken as busy time).
+func (*Budget) Objective(hasEnergy bool) string {
+	if hasEnergy {
+		return "requests per joule within the latency budget"
+	}
+	return "requests per GPU-second within the latency budget: no energy line zeta(b), a batch's energy is taken as proportional to its GPU busy time"
+}
+
 // Resume implements Resumer: an earlier budget policy's live trim (its
 // calibration of ad-hoc; all of it when the user's budget is the same)
 // carries over, so an A/B through PUT /policy measures the

@@ -168,6 +168,14 @@ type Policy interface {
 	Plan(e Estimate) Rule
 }
 
+// Objectiver is a Policy whose plan weighs a batch's energy: Objective
+// says what its plan optimises, with the batch energy line zeta(b) known
+// (hasEnergy) or not, so that a proxy without an energy meter says what
+// its policy does instead of optimising joules.
+type Objectiver interface {
+	Objective(hasEnergy bool) string
+}
+
 // Resumer is a Policy that learns from live traffic and can take over what
 // an earlier policy of the same name learned for the same model (the
 // monitor calls Resume before the first Plan when a policy replaces one of

@@ -127,9 +127,9 @@ type Server struct {
 // openMeter opens the configured energy source (auto resolved by
 // config.Config.PowerSource). "none" gives a meter that reports every
 // energy figure as absent.
-func openMeter(cfg *config.Config) (*power.Meter, error) {
+func openMeter(cfg *config.Config, log *slog.Logger) (*power.Meter, error) {
 	kind, metricsURL := cfg.PowerSource()
-	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL}
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL, Logger: log}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
 			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
@@ -166,7 +166,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	client.UseTLS(upTLS)
-	meter, err := openMeter(cfg)
+	meter, err := openMeter(cfg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -418,6 +418,49 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 	t.Logf("screenshot: %s", shot)
 }
 
+// TestPageSaysWhenEnergyIsNotMeasured: with a meter that reads nothing,
+// each model's section says energy is not measured and why, and what its
+// policy optimises instead of joules; with one that measures, it says so.
+func TestPageSaysWhenEnergyIsNotMeasured(t *testing.T) {
+	browser := chromium(t)
+	f := newTwoModels()
+	const why = "power: triton: http://triton:8002/metrics has no nv_energy_consumption or nv_gpu_power_usage series"
+	const objective = "requests per GPU-second within the latency budget"
+	f.idle.EnergyUnavailable, f.idle.Objective = why, objective
+	f.busy.Objective = "requests per joule within the latency budget"
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg})
+	r.Sample()
+	f.second()
+	r.Sample()
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", r.Handler("/ui"))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	alpha, zeta := section(t, dom, "alpha"), section(t, dom, "zeta")
+	for _, want := range []string{`data-measured="0"`, "not measured</b> (" + why, `<span data-k="objective">` + objective} {
+		if !strings.Contains(alpha, want) {
+			t.Errorf("the unmeasured model's section does not say %q:\n%.3000s", want, alpha)
+		}
+	}
+	if !strings.Contains(zeta, `data-measured="1"`) || !strings.Contains(zeta, "requests per joule within the latency budget") {
+		t.Errorf("the measured model's section does not say energy is measured and joules are the objective:\n%.3000s", zeta)
+	}
+}
+
+// section is model's part of the page's DOM: from its heading to the next.
+func section(t *testing.T, dom, model string) string {
+	t.Helper()
+	i := strings.Index(dom, `<h2 id="m-`+model+`"`)
+	if i < 0 {
+		t.Fatalf("no section of model %s:\n%.3000s", model, dom)
+	}
+	if j := strings.Index(dom[i+1:], "<h2 id="); j >= 0 {
+		return dom[i : i+1+j]
+	}
+	return dom[i:]
+}
+
 // screenshot saves a PNG of url as headless Chromium draws it.
 func screenshot(t *testing.T, browser, url, path string) {
 	t.Helper()
