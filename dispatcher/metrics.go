@@ -97,7 +97,7 @@ var (
 	descFailing = prometheus.NewDesc("ratebatch_model_failing",
 		"1 while the model is marked failing by passive outlier detection (not ready; one probe batch at a time), else 0.", []string{"model"}, nil)
 	descSources = prometheus.NewDesc("ratebatch_sources",
-		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule; unknown: not learnt yet).", []string{"model", "kind"}, nil)
+		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule, or it is one of a pool whose arrivals do not follow the answers (ratebatch_source_feedback below 0.25); unknown: not learnt yet).", []string{"model", "kind"}, nil)
 	descSourcesBusy = prometheus.NewDesc("ratebatch_sources_busy",
 		"Callers' connections with a call in the proxy now.", []string{"model"}, nil)
 	descSourceThink = prometheus.NewDesc("ratebatch_source_think_seconds",

@@ -126,8 +126,8 @@ function headline(m) {
   const span = hl.seconds > 0 ? `last ${fmt(hl.seconds)} s` : "no span yet";
   let energy = cell("rpj", "requests per joule", hl.requests_per_joule != null ? fmt(hl.requests_per_joule) : "-",
     hl.requests_per_joule != null ? "measured by the meter" : m.energy_unavailable ? "energy not measured" : "no figure yet");
-  let gain = cell("gain", "vs ad-hoc", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
-    hl.gain_vs_adhoc != null ? `requests per joule, modelled: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request (ad-hoc's batch ${fmt(hl.adhoc_batch)})`
+  let gain = cell("gain", "vs ad-hoc, modelled", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
+    hl.gain_vs_adhoc != null ? `requests per joule, modelled from zeta(b), not measured against ad-hoc: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request (ad-hoc's batch ${fmt(hl.adhoc_batch)})`
       : "needs the energy line zeta(b), learnt from the meter (not yet: /status energy_fit says why)");
   return `<div class="headline" data-model="${esc(m.model)}">` + energy + gain +
     cell("p50", "p50 latency", hl.p50_ms != null ? fmt(hl.p50_ms) + " ms" : "-", span + ", end to end") +
@@ -176,13 +176,18 @@ function sourcesCard(m, pts, span, ago, xl) {
     { name: "not learnt yet", color: COLORS[5], pts: pts.map(p => [ago(p), p.unknown_sources]) },
   ], -span, 0, xl);
   const think = s.think_ms != null ? ` (think time ${fmt(s.think_ms)} ms, answer to next request)` : "";
-  let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${think}, ` +
+  // Each connection of a pool under an open stream looks closed-loop by
+  // its own gaps; only the feedback score tells the pool apart, so until
+  // it is known a closed-loop count is what the gaps say, and no more.
+  const tentative = !s.lone && s.feedback == null && s.closed_loop > 0 ?
+    ` by their own gaps (<span data-k="tentative">not yet told from a pool of connections carrying an open stream</span>)` : "";
+  let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${tentative}${think}, ` +
     `${s.open_loop || 0} open-loop, ${s.unknown || 0} not learnt yet; ${s.busy || 0} with a call in the proxy, ${s.idle || 0} idle` +
     (s.concurrency > s.population ? `; up to ${s.concurrency} calls at once over them (streams sharing a connection)` : "") + `. ` +
     `A closed-loop caller sends its next request only after its answer; an open-loop one sends on its own schedule or several at once.` +
     (s.feedback != null ? ` Feedback <span data-k="feedback">${fmt(s.feedback)}</span>: how many more idle callers a request finds than the average ` +
       `(about 1 for a closed loop, about 0 for open arrivals over a pool of connections)` +
-      (s.feedback < 0.25 ? `; below 0.25, so the plan reads the connections as one open stream.` : `.`) : "");
+      (s.feedback < 0.25 ? `; below 0.25: the arrivals do not follow the answers, so the connections count, and are planned, as open-loop.` : `.`) : "");
   if (!s.known) note += " Some calls came without a connection the proxy can name (or none came yet): these are not all the callers.";
   return card("Callers (connections active in the last second)", note, callers);
 }
