@@ -132,7 +132,7 @@ func (d *Dispatcher) checkedServer(err error) (answered bool) {
 		d.reached()
 		d.setServerCheck("its readiness check answers " + answer(se))
 		return true
-	case isDialError(err):
+	case IsRefused(err):
 		d.noteRefused(d.health.refused(), err)
 		d.checks.mu.Lock()
 		d.checks.server = "" // the down state speaks, and logs, for it

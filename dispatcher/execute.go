@@ -457,7 +457,7 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		default:
 			return giveUp(err)
 		}
-		pause := backoff(q.d.o.RetryBackoff, failures)
+		pause := Backoff(q.d.o.RetryBackoff, failures)
 		if ce.Dial && !holdUntil.IsZero() {
 			pause = min(pause, max(holdUntil.Sub(q.d.now()), 0))
 		}

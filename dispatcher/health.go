@@ -108,10 +108,11 @@ const (
 	maxBackoff     = 100 * time.Millisecond
 )
 
-// backoff is the pause before retry number attempt (1, 2, ...): base
-// doubled per attempt up to maxBackoff, drawn from its upper half ("equal
-// jitter") so that batches failed by one outage do not return in step.
-func backoff(base time.Duration, attempt int) time.Duration {
+// Backoff is the pause before retry number attempt (1, 2, ...): base (0:
+// 10 ms) doubled per attempt up to maxBackoff, drawn from its upper half
+// ("equal jitter") so that calls failed by one outage do not return in
+// step. The batches' retries and the pass-through's hold share it.
+func Backoff(base time.Duration, attempt int) time.Duration {
 	if base <= 0 {
 		base = defaultBackoff
 	}

@@ -104,11 +104,12 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	return &HTTPUpstream{hc: hc, prefix: trimSlash(u.Path), paths: make(map[string]string), host: u.Host, timeout: timeout}, nil
 }
 
-// isDialError reports whether err is a connection the upstream's host
+// IsRefused reports whether err is a connection the upstream's host
 // refused or could not be routed to: nothing listens there (a restarting
-// server). A dial that timed out is not one: an upstream too busy to accept
+// server), and the outage hold applies (to batches, and to the doors'
+// pass-through inference). A dial that timed out is not one: an upstream too busy to accept
 // is overloaded, not down, and its callers should not be held for it.
-func isDialError(err error) bool {
+func IsRefused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH)
 }
@@ -190,7 +191,7 @@ func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Bo
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			return nil, ErrUpstreamTimeout
 		}
-		return nil, &ConnError{Err: err, Dial: isDialError(err)}
+		return nil, &ConnError{Err: err, Dial: IsRefused(err)}
 	}
 	hl := -1
 	if v := resp.Header.Peek(kserve.HeaderContentLength); len(v) > 0 {

@@ -102,3 +102,30 @@ func logged(t *testing.T, logs *syncBuffer, s string) {
 	t.Helper()
 	poll.Until(t, "a log line with "+s, func() bool { return strings.Contains(logs.String(), s) })
 }
+
+// A proxy started against a wrong upstream (nothing listens there): a
+// call of a model it would batch gets what docs/RELIABILITY.md promises of
+// a refusing upstream, 503 with Retry-After once the hold has passed, not
+// a 502 at once; and once the upstream is there, the call goes through.
+func TestServeWrongUpstreamHoldsThen503(t *testing.T) {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
+	addr, metricsAddr := em.Addr(), em.MetricsAddr()
+	em.Close()
+	const hold = 500 * time.Millisecond
+	lt := servertest.Run(t, addr, nil, func(c *config.Config) { c.Upstreams.Hold = hold })
+	start := time.Now()
+	code, r, h := post(t, lt.Base+"/v2/models/simple/infer", simpleBody("wrong", 1, 1))
+	took := time.Since(start)
+	if code != 503 || h.Get("Retry-After") == "" || !strings.Contains(r.Error, "refusing connections") {
+		t.Fatalf("wrong upstream: %d %q Retry-After %q; want 503 with Retry-After", code, r.Error, h.Get("Retry-After"))
+	}
+	if took < hold/2 {
+		t.Errorf("answered %v after the call, want after the hold of %v", took, hold)
+	}
+	if err := em.Start(addr, metricsAddr); err != nil {
+		t.Fatalf("starting the upstream: %v", err)
+	}
+	if code, r, _ := post(t, lt.Base+"/v2/models/simple/infer", simpleBody("right", 1, 1)); code != 200 {
+		t.Fatalf("upstream there: %d %q, want 200", code, r.Error)
+	}
+}

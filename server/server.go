@@ -221,6 +221,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	p.data = proxy.New(proxy.Options{
 		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes), Tracer: tracer,
 		RetryAfter:        cfg.Limits.RetryAfter,
+		Hold:              cfg.Upstreams.Hold,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
