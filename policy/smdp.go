@@ -102,6 +102,14 @@ type SMDPOptions struct {
 	SolveOptions `yaml:",inline"`
 }
 
+// Effective implements Defaulter: both weights 0 stand for w1 1 and w2
+// 0 (NewSMDP), solve_share 0 for its default.
+func (o SMDPOptions) Effective() SMDPOptions {
+	o.W1, o.W2 = o.weights()
+	o.SolveOptions = o.SolveOptions.Effective()
+	return o
+}
+
 // Validate implements validator.
 func (o SMDPOptions) Validate() error {
 	switch {
