@@ -178,12 +178,9 @@ func TestPageInBrowser(t *testing.T) {
 		f.advance()
 		r.Sample()
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", r.Handler("/ui"))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	page := pageURL(t, r)
 
-	first := dumpDOM(t, browser, srv.URL+"/ui/")
+	first := dumpDOM(t, browser, page)
 	if !strings.Contains(first, `data-model="resnet"`) {
 		t.Fatalf("the page did not draw the model:\n%.2000s", first)
 	}
@@ -215,7 +212,7 @@ func TestPageInBrowser(t *testing.T) {
 		f.advance()
 		r.Sample()
 	}
-	second := dumpDOM(t, browser, srv.URL+"/ui/")
+	second := dumpDOM(t, browser, page)
 	if second == first {
 		t.Fatal("the page did not change as the data did")
 	}
@@ -362,12 +359,9 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 		f.second()
 		r.Sample()
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", r.Handler("/ui"))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	page := pageURL(t, r)
 
-	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	dom := dumpDOM(t, browser, page)
 	zeta, alpha := strings.Index(dom, `<h2 id="m-zeta"`), strings.Index(dom, `<h2 id="m-alpha"`)
 	if zeta < 0 || alpha < 0 || zeta > alpha {
 		t.Fatalf("model sections at %d (zeta) and %d (alpha): want the busy zeta first:\n%.3000s", zeta, alpha, dom)
@@ -417,7 +411,7 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 		dir = t.TempDir()
 	}
 	shot := filepath.Join(dir, "ui-headline.png")
-	screenshot(t, browser, srv.URL+"/ui/", shot)
+	screenshot(t, browser, page, shot)
 	t.Logf("screenshot: %s", shot)
 }
 
@@ -435,11 +429,8 @@ func TestPageSaysWhenEnergyIsNotMeasured(t *testing.T) {
 	r.Sample()
 	f.second()
 	r.Sample()
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", r.Handler("/ui"))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	page := pageURL(t, r)
+	dom := dumpDOM(t, browser, page)
 	alpha, zeta := section(t, dom, "alpha"), section(t, dom, "zeta")
 	for _, want := range []string{`data-measured="0"`, "not measured</b> (" + why, `<span data-k="objective">` + objective} {
 		if !strings.Contains(alpha, want) {
@@ -449,6 +440,16 @@ func TestPageSaysWhenEnergyIsNotMeasured(t *testing.T) {
 	if !strings.Contains(zeta, `data-measured="1"`) || !strings.Contains(zeta, "requests per joule within the latency budget") {
 		t.Errorf("the measured model's section does not say energy is measured and joules are the objective:\n%.3000s", zeta)
 	}
+}
+
+// pageURL serves r's page until the test ends and returns its address.
+func pageURL(t *testing.T, r *Recorder) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", r.Handler("/ui"))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/ui/"
 }
 
 // section is model's part of the page's DOM: from its heading to the next.
@@ -479,11 +480,8 @@ func TestPageCallersPanel(t *testing.T) {
 	}
 	r := NewRecorder(Options{States: func() []State { return states }})
 	r.Sample()
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", r.Handler("/ui"))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	page := pageURL(t, r)
+	dom := dumpDOM(t, browser, page)
 	pool, early := section(t, dom, "pool"), section(t, dom, "early")
 	for _, want := range []string{`<span data-k="population">8</span>: 0 closed-loop, 8 open-loop`, "count, and are planned, as open-loop"} {
 		if !strings.Contains(pool, want) {
