@@ -21,8 +21,15 @@
 #
 # Build args: GO_IMAGE picks the builder. The context is the repository root;
 # .dockerignore keeps it to the Go sources.
+#
+# The builder is pinned to the exact Go release of go.mod's toolchain line
+# (not a floating golang:1.26), so an image is built with the Go whose
+# standard library scripts/vulncheck.sh checked. Pin its digest too where a
+# registry can be reached: docker buildx imagetools inspect
+# golang:1.26.8-bookworm prints it; append it as golang:1.26.8-bookworm@sha256:...
+# and bump tag, digest and toolchain line together.
 
-ARG GO_IMAGE=golang:1.26-bookworm
+ARG GO_IMAGE=golang:1.26.8-bookworm
 
 # --- sources and modules, shared by both builds ------------------------------
 FROM ${GO_IMAGE} AS source
@@ -50,20 +57,24 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # --- runtime: NVML (glibc, non-root) -------------------------------------------
 FROM gcr.io/distroless/base-debian12:nonroot AS nvml
 COPY --from=build-nvml /out/ratebatch /usr/local/bin/ratebatch
-# 8000 and 8001: data ports (Triton's HTTP and gRPC APIs); 9002: admin
-# (/metrics, /healthz, /readyz). The binary's own defaults are :9000, no gRPC
-# door and 127.0.0.1:9002; the image takes Triton's ports, and --admin-listen
-# 0.0.0.0:9002 so Prometheus can scrape. The gRPC upstream defaults to the
-# --upstream host's port 8001.
-EXPOSE 8000 8001 9002
+# 8000 and 8001: data ports (Triton's HTTP and gRPC APIs). The binary's own
+# defaults are :9000, no gRPC door and 127.0.0.1:9002; the image takes
+# Triton's ports and keeps the admin port (/metrics, /status, PUT /policy)
+# on the container's loopback: reachable from outside only when a
+# configuration says so, as docker-compose.yml's and deploy/kubernetes' do
+# (admin_listen 0.0.0.0:9002, kept from clients by their port bindings and
+# NetworkPolicy), or --admin-listen 0.0.0.0:9002 with the port published on
+# the host's loopback (-p 127.0.0.1:9002:9002). The gRPC upstream defaults
+# to the --upstream host's port 8001.
+EXPOSE 8000 8001
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/ratebatch"]
-CMD ["serve", "--listen", ":8000", "--grpc-listen", ":8001", "--admin-listen", "0.0.0.0:9002"]
+CMD ["serve", "--listen", ":8000", "--grpc-listen", ":8001", "--admin-listen", "127.0.0.1:9002"]
 
 # --- runtime: static (default target, non-root) ----------------------------------
 FROM gcr.io/distroless/static-debian12:nonroot AS static
 COPY --from=build-static /out/ratebatch /usr/local/bin/ratebatch
-EXPOSE 8000 8001 9002
+EXPOSE 8000 8001
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/ratebatch"]
-CMD ["serve", "--listen", ":8000", "--grpc-listen", ":8001", "--admin-listen", "0.0.0.0:9002"]
+CMD ["serve", "--listen", ":8000", "--grpc-listen", ":8001", "--admin-listen", "127.0.0.1:9002"]

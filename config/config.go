@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/redact"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -30,8 +31,11 @@ type Config struct {
 	// UpstreamGRPC is where gRPC calls are relayed; see UpstreamGRPCAddr.
 	UpstreamGRPC string `yaml:"upstream_grpc" help:"Triton's gRPC HOST:PORT for relayed gRPC calls (default: the upstream's host, port 8001)"`
 	// AdminToken guards mutating admin calls. It is never logged.
-	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
-	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
+	AdminToken string `yaml:"admin_token" help:"bearer token required by PUT /policy and the profiler on the admin address (empty: they are refused); give it in the environment or the file: a flag is readable by any local user (ps)" secret:"true"`
+	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load); it needs the admin token, as PUT /policy does"`
+	// AdminHosts are the names the admin port answers to besides
+	// addresses and localhost (proxy.AdminOptions.Hosts).
+	AdminHosts string `yaml:"admin_hosts" help:"names, comma-separated, by which clients reach the admin address besides IP addresses and localhost (a compose service, a Kubernetes Service); a request whose Host is another name gets 421, so a web page cannot reach the admin port by DNS rebinding"`
 
 	Policy    Policy       `yaml:"policy"`
 	Limits    Limits       `yaml:"limits"`
@@ -189,7 +193,7 @@ func (c *Config) Validate() error {
 	if c.Upstream == "" {
 		add(fieldErr("upstream", "is required (Triton's HTTP URL, e.g. http://127.0.0.1:8000)"))
 	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		add(fieldErr("upstream", "must be an http(s) URL with a host, got %q", c.Upstream))
+		add(fieldErr("upstream", "must be an http(s) URL with a host, got %q", redact.URL(c.Upstream)))
 	}
 	if c.Listen == "" {
 		add(fieldErr("listen", "is required"))
@@ -199,6 +203,12 @@ func (c *Config) Validate() error {
 	} else if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		add(fieldErr("admin_listen", "must differ from listen (%q): admin calls stay off the data port", c.Listen))
 	}
+	for _, h := range c.AdminHostNames() {
+		if h == "" || strings.ContainsAny(h, ":/@ ") {
+			add(fieldErr("admin_hosts", "must be host names separated by commas, got %q", c.AdminHosts))
+			break
+		}
+	}
 	if c.GRPCListen != "" && (c.GRPCListen == c.Listen || c.GRPCListen == c.AdminListen) && !strings.HasSuffix(c.GRPCListen, ":0") {
 		add(fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen))
 	}
@@ -207,7 +217,7 @@ func (c *Config) Validate() error {
 	}
 	if e := c.Tracing.OTLPEndpoint; e != "" {
 		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add(fieldErr("tracing.otlp_endpoint", "must be an http(s) URL with a host, e.g. http://localhost:4318, got %q", e))
+			add(fieldErr("tracing.otlp_endpoint", "must be an http(s) URL with a host, e.g. http://localhost:4318, got %q", redact.URL(e)))
 		}
 	}
 	if c.UpstreamGRPC != "" {
@@ -254,7 +264,7 @@ func (c *Config) Validate() error {
 	add(oneOf("power.source", c.Power.Source, PowerAuto, "none", "nvml", "triton"))
 	if c.Power.MetricsURL != "" {
 		if u, err := url.Parse(c.Power.MetricsURL); err != nil || u.Host == "" {
-			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", c.Power.MetricsURL))
+			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", redact.URL(c.Power.MetricsURL)))
 		}
 	}
 	add(c.validTLS())
@@ -307,6 +317,22 @@ func validOptions(prefix string, o interface{ Validate() error }) error {
 		return fieldErr(prefix+pe.Param, "%s", pe.Msg)
 	}
 	return err
+}
+
+// AdminHostNames are the names the admin port answers to besides IP
+// addresses and localhost: admin_hosts, and the host of admin_listen when
+// it is a name.
+func (c *Config) AdminHostNames() []string {
+	var names []string
+	if c.AdminHosts != "" {
+		for _, h := range strings.Split(c.AdminHosts, ",") {
+			names = append(names, strings.TrimSpace(h))
+		}
+	}
+	if host, _, err := net.SplitHostPort(c.AdminListen); err == nil && host != "" && net.ParseIP(host) == nil {
+		names = append(names, host)
+	}
+	return names
 }
 
 // MetricsURL is Triton's Prometheus metrics URL for the triton energy

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,6 +227,43 @@ func TestRedactedMasksToken(t *testing.T) {
 	}
 	if strings.Contains(r.Upstream, "pa55") || !strings.Contains(r.Upstream, "triton:8000") {
 		t.Fatalf("upstream redacted as %q", r.Upstream)
+	}
+}
+
+// Every URL option is shown without the credentials it carries: user
+// information, and query parameters named for a secret.
+func TestRedactedMasksURLSecrets(t *testing.T) {
+	c := Default()
+	c.Upstream = "http://tok-up@triton:8000"
+	c.Tracing.OTLPEndpoint = "https://user:pw-otel@otel.example:4318"
+	c.Power.MetricsURL = "http://triton:8002/metrics?token=tok-metrics&format=text"
+	r := c.Redacted()
+	for name, got := range map[string]string{"upstream": r.Upstream, "tracing.otlp_endpoint": r.Tracing.OTLPEndpoint, "power.metrics_url": r.Power.MetricsURL} {
+		if strings.Contains(got, "tok-") || strings.Contains(got, "pw-") {
+			t.Errorf("%s shown as %q", name, got)
+		}
+	}
+	if r.Power.MetricsURL != "http://triton:8002/metrics?token=REDACTED&format=text" {
+		t.Errorf("power.metrics_url shown as %q: want only the token masked", r.Power.MetricsURL)
+	}
+	if c.Power.MetricsURL != "http://triton:8002/metrics?token=tok-metrics&format=text" {
+		t.Errorf("Redacted changed the original: %q", c.Power.MetricsURL)
+	}
+}
+
+// The command line (ps, /debug/pprof/cmdline) is shown without the admin
+// token, in any flag spelling, nor a URL's credentials.
+func TestRedactArgs(t *testing.T) {
+	args := []string{"ratebatch", "serve", "--admin-token", "tok-1", "-admin-token=tok-2", "--admin-token=tok-3",
+		"--upstream", "http://u:pw-1@triton:8000", "--power-metrics-url=http://h/m?key=pw-2", "--listen", ":9000"}
+	got := RedactArgs(args)
+	want := []string{"ratebatch", "serve", "--admin-token", "REDACTED", "-admin-token=REDACTED", "--admin-token=REDACTED",
+		"--upstream", "http://REDACTED@triton:8000", "--power-metrics-url=http://h/m?key=REDACTED", "--listen", ":9000"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("RedactArgs\n got %q\nwant %q", got, want)
+	}
+	if args[3] != "tok-1" {
+		t.Fatal("RedactArgs changed its argument")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/redact"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -336,10 +336,10 @@ func Markdown() string {
 }
 
 // Redacted returns a copy safe to log or show: secrets are masked, and so
-// is a password in the upstream URL.
+// are the credentials a URL option carries (redact.URL).
 func (c Config) Redacted() Config {
-	if u, err := url.Parse(c.Upstream); err == nil {
-		c.Upstream = u.Redacted()
+	for _, u := range []*string{&c.Upstream, &c.Tracing.OTLPEndpoint, &c.Power.MetricsURL} {
+		*u = redact.URL(*u)
 	}
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {
@@ -351,4 +351,46 @@ func (c Config) Redacted() Config {
 		}
 	}
 	return c
+}
+
+// RedactArgs returns a copy of a command line (os.Args) safe to show: the
+// value of every secret option's flag (--admin-token T, --admin-token=T,
+// one dash or two) is masked, and so are the credentials of any URL. The
+// process's command line is readable by every local user (ps, /proc) and
+// by Go's profiler (/debug/pprof/cmdline): a secret is better given in
+// the environment (RATEBATCH_ADMIN_TOKEN) or the file.
+func RedactArgs(args []string) []string {
+	secret := map[string]bool{}
+	for _, o := range options {
+		if o.secret {
+			secret[o.flag] = true
+		}
+	}
+	out := make([]string, len(args))
+	maskNext := false
+	for i, a := range args {
+		switch {
+		case maskNext:
+			out[i], maskNext = redact.Mask, false
+			continue
+		case strings.HasPrefix(a, "-"):
+			name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if secret[name] {
+				if hasValue {
+					a = a[:strings.IndexByte(a, '=')+1] + redact.Mask
+				} else {
+					maskNext = true
+				}
+			}
+		}
+		if strings.Contains(a, "://") {
+			if k, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+				a = k + "=" + redact.URL(v)
+			} else {
+				a = redact.URL(a)
+			}
+		}
+		out[i] = a
+	}
+	return out
 }

@@ -93,6 +93,12 @@ func ReadCertPool(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseCertPool(path, pem)
+}
+
+// ParseCertPool parses PEM CA certificates read from path (which its
+// error names).
+func ParseCertPool(path string, pem []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", path)

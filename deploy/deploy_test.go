@@ -226,6 +226,9 @@ func TestComposeRatebatchConfig(t *testing.T) {
 	if !targets["ratebatch:"+admin] {
 		t.Errorf("prometheus.yml does not scrape ratebatch:%s (admin_listen %s)", admin, cfg.AdminListen)
 	}
+	if !slices.Contains(cfg.AdminHostNames(), "ratebatch") {
+		t.Errorf("prometheus.yml scrapes ratebatch:%s, but admin_hosts %q lacks ratebatch: the admin port would answer 421", admin, cfg.AdminHosts)
+	}
 	tritonMetrics, _ := flagValue(triton.Command, "--metrics-port")
 	if !targets["triton:"+tritonMetrics] {
 		t.Errorf("prometheus.yml does not scrape triton:%s (triton's --metrics-port)", tritonMetrics)
@@ -435,8 +438,9 @@ func TestKubernetesRatebatchConfig(t *testing.T) {
 // --- Dockerfile --------------------------------------------------------------
 
 // The images' default command must parse as serve flags, serve both of
-// Triton's data doors (HTTP 8000, gRPC 8001) and the admin port, and each
-// stage must EXPOSE exactly the ports its command listens on.
+// Triton's data doors (HTTP 8000, gRPC 8001) and keep the admin port on
+// loopback (a configuration opens it where it is needed), and each stage
+// must EXPOSE exactly the ports its command listens on beyond loopback.
 func TestDockerfileCommand(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
 	if err != nil {
@@ -470,9 +474,12 @@ func TestDockerfileCommand(t *testing.T) {
 			t.Errorf("Dockerfile: CMD %s serves no gRPC door (--grpc-listen)", rest)
 			continue
 		}
-		listens := []string{mustPort(t, "listen", cfg.Listen), mustPort(t, "grpc_listen", cfg.GRPCListen), mustPort(t, "admin_listen", cfg.AdminListen)}
-		if want := []string{"8000", "8001"}; !slices.Equal(listens[:2], want) {
-			t.Errorf("Dockerfile: CMD %s serves data on %v, want Triton's ports %v", rest, listens[:2], want)
+		listens := []string{mustPort(t, "listen", cfg.Listen), mustPort(t, "grpc_listen", cfg.GRPCListen)}
+		if want := []string{"8000", "8001"}; !slices.Equal(listens, want) {
+			t.Errorf("Dockerfile: CMD %s serves data on %v, want Triton's ports %v", rest, listens, want)
+		}
+		if host, _, _ := net.SplitHostPort(cfg.AdminListen); !net.ParseIP(host).IsLoopback() {
+			t.Errorf("Dockerfile: CMD %s serves the admin port on %s: keep it on loopback by default", rest, cfg.AdminListen)
 		}
 		slices.Sort(listens)
 		if got := slices.Sorted(slices.Values(exposed)); !slices.Equal(got, listens) {

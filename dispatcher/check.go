@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/internal/triton"
 )
 
@@ -126,11 +127,11 @@ func (d *Dispatcher) checkedServer(err error) (answered bool) {
 	switch {
 	case err == nil:
 		d.reached()
-		d.setServerCheck("")
+		d.setServerCheck("", nil)
 		return true
 	case errors.As(err, &se):
 		d.reached()
-		d.setServerCheck("its readiness check answers " + answer(se))
+		d.setServerCheck("its readiness check answers "+answer(se), nil)
 		return true
 	case IsRefused(err):
 		d.noteRefused(d.health.refused(), err)
@@ -139,7 +140,13 @@ func (d *Dispatcher) checkedServer(err error) (answered bool) {
 		d.checks.mu.Unlock()
 		return false
 	}
-	d.setServerCheck(fmt.Sprintf("no answer to its readiness check within %v: %v", d.o.Check.timeout(), err))
+	// The reason reaches clients (the data port's readiness): the kind of
+	// failure, not the upstream's address, which the log has.
+	cause := hostclient.Cause(err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		cause = "timed out"
+	}
+	d.setServerCheck(fmt.Sprintf("no answer to its readiness check within %v (%s)", d.o.Check.timeout(), cause), err)
 	return false
 }
 
@@ -153,8 +160,9 @@ func answer(se *triton.StatusError) string {
 }
 
 // setServerCheck records why the upstream's readiness check failed ("":
-// it passed) and logs the change when the verdict turns.
-func (d *Dispatcher) setServerCheck(why string) {
+// it passed) and logs the change when the verdict turns, with err, the
+// failure in full (its address), when there is one.
+func (d *Dispatcher) setServerCheck(why string, err error) {
 	c := &d.checks
 	c.mu.Lock()
 	was := c.server
@@ -162,7 +170,7 @@ func (d *Dispatcher) setServerCheck(why string) {
 	c.mu.Unlock()
 	switch {
 	case was == "" && why != "":
-		d.o.Logger.Warn("upstream not ready: the proxy reports not ready until it is", "why", why)
+		d.o.Logger.Warn("upstream not ready: the proxy reports not ready until it is", "why", why, "err", err)
 	case was != "" && why == "":
 		d.o.Logger.Info("upstream ready again", "was", was)
 	}

@@ -114,6 +114,9 @@ func TestCheckSeesTheUpstreamDieWithoutTraffic(t *testing.T) {
 	took := poll.Within(t, "not ready, the refused connection named", verdictWithin, func() bool {
 		return strings.Contains(d.Unready(), "refusing connections")
 	})
+	if why := d.Unready(); strings.Contains(why, h.addr) {
+		t.Errorf("unready %q names the upstream's address: clients read it on the data port", why)
+	}
 	checkMetrics(t, d, `
 # HELP ratebatch_upstream_down 1 while the upstream refuses connections (requests are held, the proxy is not ready), else 0.
 # TYPE ratebatch_upstream_down gauge
@@ -154,6 +157,9 @@ func TestCheckFollowsTheUpstreamsReadiness(t *testing.T) {
 			})
 			if d.Upstream().Down {
 				t.Error("an upstream that accepts connections marked down: its calls would be held")
+			}
+			if why := d.Unready(); strings.Contains(why, h.addr) {
+				t.Errorf("unready %q names the upstream's address: clients read it on the data port", why)
 			}
 			logged(t, logs, "level=WARN msg=\"upstream not ready")
 			tc.heal(h)

@@ -76,27 +76,34 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 		return nil, fmt.Errorf("fake upstream: %w", err)
 	}
 	a, _ := req.Inputs[0].Int32s()
-	b, _ := req.Inputs[1].Int32s()
 	rows := req.Inputs[0].Shape[0]
 	u.mu.Lock()
 	u.batches = append(u.batches, int(rows))
 	u.bodies = append(u.bodies, body)
 	u.mu.Unlock()
+	if slices.Contains(a, badValue) {
+		return &Reply{Status: 400, Body: kserve.AppendErrorBody(nil, "bad input"), HeaderLen: -1, Free: func() {}}, nil
+	}
+	out, hl, err := kserve.AppendResponse(nil, simpleResponse(model, req))
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Status: 200, Body: out, HeaderLen: hl, Free: func() {}}, nil
+}
+
+// simpleResponse is Triton's simple model's answer to req, in binary
+// form: OUTPUT0 = INPUT0+INPUT1, OUTPUT1 = INPUT0-INPUT1.
+func simpleResponse(model string, req *kserve.Request) *kserve.Response {
+	a, _ := req.Inputs[0].Int32s()
+	b, _ := req.Inputs[1].Int32s()
 	sum, diff := make([]int32, len(a)), make([]int32, len(a))
 	for i := range a {
-		if a[i] == badValue {
-			return &Reply{Status: 400, Body: kserve.AppendErrorBody(nil, "bad input"), HeaderLen: -1, Free: func() {}}, nil
-		}
 		sum[i], diff[i] = a[i]+b[i], a[i]-b[i]
 	}
 	o0, _ := kserve.NewTensor("OUTPUT0", req.Inputs[0].Shape, sum)
 	o1, _ := kserve.NewTensor("OUTPUT1", req.Inputs[0].Shape, diff)
 	o0.Binary, o1.Binary = true, true
-	out, hl, err := kserve.AppendResponse(nil, &kserve.Response{ModelName: model, ID: req.ID, Outputs: []kserve.Tensor{o0, o1}})
-	if err != nil {
-		return nil, err
-	}
-	return &Reply{Status: 200, Body: out, HeaderLen: hl, Free: func() {}}, nil
+	return &kserve.Response{ModelName: model, ID: req.ID, Outputs: []kserve.Tensor{o0, o1}}
 }
 
 func (u *fakeUpstream) seen() []int {

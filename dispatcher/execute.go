@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -336,12 +337,24 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
 		return nil, latency, 0, fault("timeout", &kserve.Error{Status: http.StatusGatewayTimeout,
 			Msg: fmt.Sprintf("upstream did not answer model '%s' in time", name)})
+	case errors.Is(err, ErrAnswerCut):
+		m.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
+		q.d.o.Logger.Warn("upstream's answer broke off", "model", name, "err", err)
+		return nil, latency, 0, fault("bad_response", &kserve.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("upstream's answer for model '%s' broke off: %s", name, hostclient.Cause(err))})
 	case errors.Is(err, errUpstreamDown):
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusServiceUnavailable, "upstream for model '%s' is down: %v", name, err)
+	case err != nil && !isConnError(err): // an answer whose header is malformed
+		m.UpstreamErrors.WithLabelValues(name, "bad_response").Inc()
+		return nil, latency, 0, fault("bad_response", &kserve.Error{Status: http.StatusBadGateway,
+			Msg: fmt.Sprintf("upstream's answer for model '%s' is malformed: %v", name, err)})
 	case err != nil:
+		// The error names the upstream's address: the log gets it, the
+		// callers only what kind of failure it was.
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
-		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %v", name, err)
+		q.d.o.Logger.Warn("upstream call failed", "model", name, "err", err)
+		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %s", name, hostclient.Cause(err))
 	}
 	if reply.Status != http.StatusOK {
 		defer reply.Free()
@@ -367,6 +380,11 @@ func connError(err error) (*ConnError, bool) {
 	}
 	var ce *ConnError
 	return ce, errors.As(err, &ce)
+}
+
+func isConnError(err error) bool {
+	_, ok := connError(err)
+	return ok
 }
 
 func statusClass(s int) string {
@@ -452,8 +470,8 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		case retries < q.d.o.Retries:
 			retries++
 			m.UpstreamErrors.WithLabelValues(name, "connection_retry").Inc()
-		case ce.Dial:
-			return giveUp(fmt.Errorf("%w: %v", errUpstreamDown, err))
+		case ce.Dial: // err names the upstream's address: Unready and /status have it
+			return giveUp(fmt.Errorf("%w: %s", errUpstreamDown, hostclient.Cause(err)))
 		default:
 			return giveUp(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -89,9 +90,12 @@ type probes struct {
 	running map[string]bool // probe loops by model; "" for the upstream's
 	last    map[string]ProbeReport
 	counts  map[[2]string]int64 // by model and outcome
-	// downSince and downErr describe the upstream refusing connections.
+	// downSince and downErr describe the upstream refusing connections
+	// (downErr for the admin port's /status); downCause is downErr in a
+	// client's words (hostclient.Cause), for readiness on the data port.
 	downSince time.Time
 	downErr   string
+	downCause string
 }
 
 func newProbes() *probes {
@@ -320,7 +324,7 @@ func (d *Dispatcher) noteRefused(markedDown bool, err error) {
 	if markedDown || p.downSince.IsZero() {
 		p.downSince = d.now()
 	}
-	p.downErr = err.Error()
+	p.downErr, p.downCause = err.Error(), hostclient.Cause(err)
 	p.start(d, "", d.probeUpstreamLoop)
 }
 
@@ -356,7 +360,7 @@ func (d *Dispatcher) probeUpstreamLoop() {
 			d.probes.mu.Lock()
 			if !h.isDown.Load() { // a refusal after this check starts a new loop
 				d.probes.done("")
-				d.probes.downSince, d.probes.downErr = time.Time{}, ""
+				d.probes.downSince, d.probes.downErr, d.probes.downCause = time.Time{}, "", ""
 				d.probes.mu.Unlock()
 				return
 			}
@@ -424,7 +428,7 @@ func (d *Dispatcher) Unready() string {
 	if d.health.isDown.Load() {
 		p := d.probes
 		p.mu.Lock()
-		since, why := p.downSince, p.downErr
+		since, why := p.downSince, p.downCause
 		p.mu.Unlock()
 		msg := "upstream refusing connections"
 		if !since.IsZero() {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -99,9 +101,34 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	hc.MaxResponseBodySize = 0 // unlimited: Triton's answers are as large as the batch needs
 	hc.DisableHeaderNamesNormalizing = true
 	// The dispatcher decides about retries: a POST is retried only on
-	// connection errors, and only as often as configured.
-	hc.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
+	// connection errors, and only as often as configured. One that was
+	// never sent, on a connection that held bytes after its last answer,
+	// goes again on another at once.
+	hc.RetryIfErr = func(_ *fasthttp.Request, _ int, err error) (bool, bool) {
+		return false, errors.Is(err, hostclient.ErrUnsolicited)
+	}
 	return &HTTPUpstream{hc: hc, prefix: trimSlash(u.Path), paths: make(map[string]string), host: u.Host, timeout: timeout}, nil
+}
+
+// ErrAnswerCut fails a batch whose answer broke off: the connection
+// failed after the answer began (a reset), or closed before the length its
+// header gave. The upstream took the batch, so it is not retried, and the
+// model's failure detector counts it, as a malformed answer.
+var ErrAnswerCut = errors.New("upstream's answer broke off")
+
+// classify sorts a failed exchange: a timeout (the whole exchange's, or a
+// read's: an answer dripping slower than the deadline), an answer that
+// broke off, else a connection error, which may be retried.
+func classify(err error) error {
+	var oe *net.OpError
+	dial := errors.As(err, &oe) && oe.Op == "dial"
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), !dial && errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w (%w)", ErrUpstreamTimeout, err)
+	case errors.Is(err, hostclient.ErrAnswerCut), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: %w", ErrAnswerCut, err)
+	}
+	return &ConnError{Err: err, Dial: IsRefused(err)}
 }
 
 // IsRefused reports whether err is a connection the upstream's host
@@ -188,10 +215,7 @@ func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Bo
 	resp := fasthttp.AcquireResponse()
 	if err := u.hc.DoTimeout(req, resp, timeout); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		if errors.Is(err, fasthttp.ErrTimeout) {
-			return nil, ErrUpstreamTimeout
-		}
-		return nil, &ConnError{Err: err, Dial: IsRefused(err)}
+		return nil, classify(err)
 	}
 	hl := -1
 	if v := resp.Header.Peek(kserve.HeaderContentLength); len(v) > 0 {

@@ -1,10 +1,16 @@
-// Package door is the contract of ratebatch's two front doors, the HTTP
-// door (package proxy) and the gRPC door (package grpcproxy): what they
-// need of the queues behind them (Batcher, Discoverer, Health), and how an
-// error of a batched call becomes an answer, an HTTP status with a KServe
-// v2 error body or Triton's gRPC status code, so that a client hears the
-// same through either door. The doors define it, as its users; the
-// dispatcher and the registry implement it.
+// Package door is the contract of ratebatch's front doors, the HTTP door
+// (package proxy) and the gRPC door (package grpcproxy): what they need
+// of the queues behind them (Batcher, Discoverer, Health, gathered in a
+// Backend); the one call path of an inference call of a batched model,
+// whichever door it came through (Door: the model's lookup, the
+// admission against the memory budget, the queue, the answer's
+// accounting, the metrics and their protocol label, the callers'
+// namespace); and how an error of a batched call becomes an answer, an
+// HTTP status with a KServe v2 error body or Triton's gRPC status code,
+// so that a client hears the same through either door. The doors define
+// it, as its users; the dispatcher and the registry implement it. A new
+// door (an OpenAI-compatible front, KServe v1) is a package that reads
+// its protocol, takes this path and writes its answers.
 package door
 
 import (
@@ -40,13 +46,15 @@ type Discoverer interface {
 	Ensure(ctx context.Context, model string)
 }
 
-// Health is the outlier detector's verdict on the upstream
-// (*dispatcher.Dispatcher is one).
+// Health is the proxy's verdict on the upstream, which the doors'
+// readiness answers give (*dispatcher.Dispatcher is one).
 type Health interface {
 	// Failing reports whether a batched model is marked failing, and why.
 	Failing(model string) (failing bool, reason string)
-	// UpstreamFailing reports whether every batched model is.
-	UpstreamFailing() bool
+	// Unready says why the upstream should not be sent traffic (it
+	// refuses connections, every batched model is failing), "" when it
+	// should.
+	Unready() string
 }
 
 // Kind is what decides a door's answer to an error.

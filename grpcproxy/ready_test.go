@@ -27,7 +27,12 @@ type fakeHealth struct{ model, all atomic.Bool }
 func (h *fakeHealth) Failing(model string) (bool, string) {
 	return model == "simple" && h.model.Load(), "failing"
 }
-func (h *fakeHealth) UpstreamFailing() bool { return h.all.Load() }
+func (h *fakeHealth) Unready() string {
+	if h.all.Load() {
+		return "every batched model is failing"
+	}
+	return ""
+}
 
 // ServerReady and ModelReady say not ready while the outlier detector finds
 // the upstream or the model failing, and are Triton's otherwise.
@@ -59,7 +64,7 @@ func TestReadinessFollowsTheOutlierDetector(t *testing.T) {
 // ready, until the test ends, and returns a client of it.
 func readyClient(t *testing.T, h door.Health) pb.GRPCInferenceServiceClient {
 	t.Helper()
-	s := New(Options{Upstream: readyUpstream{}, Batcher: instantBatcher{}, Health: h})
+	s := New(Options{Backend: door.Backend{Batcher: instantBatcher{}, Health: h}, Upstream: readyUpstream{}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -42,8 +42,8 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
-	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
+	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/tracing"
@@ -55,32 +55,20 @@ const (
 	methodModelReady  = "/inference.GRPCInferenceService/ModelReady"
 )
 
-// Metrics is where the door reports, shared with the HTTP door so that
-// both count in the same series under their protocol label
-// (*proxy.Metrics is one).
-type Metrics interface {
-	Answered(model, protocol string, d time.Duration)
-	Failed(model, protocol, status string)
-	Passed(protocol string, failed bool)
-	// Refused counts a call refused before a queue, by reason.
-	Refused(reason string)
-}
-
-// Protocol is this door's value of the metrics' protocol label.
-const Protocol = "grpc"
-
 // MethodModelInfer is the one method the door reads.
 const MethodModelInfer = "/inference.GRPCInferenceService/ModelInfer"
 
 // Options configure a Server.
 type Options struct {
+	// Backend is what the door shares with the HTTP door: the queues, the
+	// memory budget (limits.memory: a new call is refused with
+	// RESOURCE_EXHAUSTED, before its message is read, while the budget is
+	// spent, and a ModelInfer message is held against it until the call
+	// ends), readiness, tracing and metrics. Without a Batcher every call
+	// is relayed.
+	Backend door.Backend
 	// Upstream reaches Triton's gRPC port (see Dial).
 	Upstream grpc.ClientConnInterface
-	Batcher  door.Batcher
-	// Tracer, when set, gives each batched call a span in its client's
-	// trace (package tracing); nil: tracing off.
-	Tracer     *tracing.Tracer
-	Discoverer door.Discoverer
 	// MaxRecvBytes bounds a received message, decompressed (RESOURCE_EXHAUSTED
 	// past it). Zero: Triton's own limit, 2 GiB - 1.
 	MaxRecvBytes int
@@ -88,12 +76,6 @@ type Options struct {
 	// (ping an idle connection after 2 h, drop it 20 s after an unanswered
 	// ping, refuse client pings more often than every 5 minutes).
 	KeepaliveTime, KeepaliveTimeout, KeepaliveMinPing time.Duration
-	// Memory, when set, is the memory budget (limits.memory) shared with the
-	// HTTP door: a new call is refused with RESOURCE_EXHAUSTED, before its
-	// message is read, while the budget is spent, and a ModelInfer message
-	// is held against it until the call ends (RESOURCE_EXHAUSTED when it
-	// does not fit). nil: no budget.
-	Memory *membudget.Budget
 	// Abuse bounds of client connections; zero fields take the defaults
 	// below. MaxConcurrentStreams bounds the calls one connection runs at
 	// once, and with them grpc-go's answer to HTTP/2 rapid reset
@@ -105,14 +87,9 @@ type Options struct {
 	MaxConcurrentStreams uint32
 	MaxHeaderListSize    uint32
 	ConnectionTimeout    time.Duration
-	// Health, when set, answers ServerReady and ModelReady not ready while
-	// the outlier detector finds the whole upstream, or the model, failing
-	// (as the HTTP door's readiness endpoints); otherwise they are relayed.
-	Health door.Health
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
-	Ready   func() bool
-	Metrics Metrics
-	Logger  *slog.Logger
+	Ready  func() bool
+	Logger *slog.Logger
 
 	// LoadReport, when set, is the proxy's ORCA load report (package
 	// orca): sent in the endpoint-load-metrics-bin trailer of every
@@ -147,6 +124,7 @@ const (
 // Server serves Triton's gRPC API.
 type Server struct {
 	o       Options
+	door    *door.Door
 	srv     *grpc.Server
 	log     *slog.Logger
 	closing atomic.Bool
@@ -156,9 +134,6 @@ type Server struct {
 func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Metrics == nil {
-		o.Metrics = noMetrics{}
 	}
 	if o.MaxRecvBytes <= 0 {
 		o.MaxRecvBytes = tritonMaxMessage
@@ -183,7 +158,7 @@ func New(o Options) *Server {
 	if o.ConnectionTimeout <= 0 {
 		o.ConnectionTimeout = defaultConnectionTimeout
 	}
-	s := &Server{o: o, log: o.Logger}
+	s := &Server{o: o, door: door.New(o.Backend, door.GRPC), log: o.Logger}
 	// grpc-go recovers no handler's panic: one would end the process. The
 	// recovering interceptors come first, so that they are the outermost.
 	opts := []grpc.ServerOption{grpc.InTapHandle(s.tap), grpc.ChainUnaryInterceptor(s.recoverUnary), grpc.ChainStreamInterceptor(s.recoverStream)}
@@ -280,11 +255,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // before the first byte of it is read, with the exact size checked once
 // it is in (modelInfer). The health service is never refused.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	b := s.o.Memory
+	b := s.door.Memory
 	if b != nil && b.Used() >= b.Limit() && !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") {
-		s.o.Metrics.Failed("", Protocol, codes.ResourceExhausted.String())
-		s.o.Metrics.Refused("memory_spent")
-		return ctx, status.Errorf(codes.ResourceExhausted, "the proxy's memory budget (%d bytes) is spent; retry later", b.Limit())
+		return ctx, s.refuse("", &door.Refusal{Reason: "memory_spent",
+			Msg: fmt.Sprintf("the proxy's memory budget (%d bytes) is spent; retry later", b.Limit())})
 	}
 	return ctx, nil
 }
@@ -309,7 +283,7 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 	defer func() {
 		if v := recover(); v != nil {
 			err = status.Error(codes.Internal, guard.Recovered(s.log, "grpc", v).Error())
-			s.o.Metrics.Failed("", Protocol, codes.Internal.String())
+			s.door.Failed("", codes.Internal.String())
 		}
 	}()
 	return h(srv, ss)
@@ -327,35 +301,35 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 		orca.CallMetricsRecorderFromContext(ss.Context()) // asks for the trailer
 	}
 	method, _ := grpc.MethodFromServerStream(ss)
-	if method == MethodModelInfer && s.o.Batcher != nil {
+	if method == MethodModelInfer && s.door.Batcher != nil {
 		return s.modelInfer(ss)
 	}
-	if s.o.Health != nil && (method == methodServerReady || method == methodModelReady) {
+	if s.door.Health != nil && (method == methodServerReady || method == methodModelReady) {
 		return s.ready(ss, method)
 	}
 	return s.forward(ss, method, nil)
 }
 
-// ready answers ServerReady (ModelReady) with ready false while every
-// batched model (the model) is failing, and relays it otherwise, so that
-// Triton's own answer stands when the proxy has nothing to add.
+// ready answers ServerReady (ModelReady) with ready false while the
+// doors' verdict on the upstream (the model) is not ready, and relays it
+// otherwise, so that Triton's own answer stands when the proxy has
+// nothing to add.
 func (s *Server) ready(ss grpc.ServerStream, method string) error {
 	in := &grpcwire.Frame{}
 	if err := ss.RecvMsg(in); err != nil {
 		return err
 	}
-	failing := s.o.Health.UpstreamFailing()
-	if u, ok := s.o.Health.(interface{ Unready() string }); ok {
-		failing = u.Unready() != "" // the dispatcher's finer verdict (proxy.Server.notReady)
-	}
+	var why string
 	if method == methodModelReady {
 		var m pb.ModelReadyRequest
 		if err := proto.Unmarshal(in.B, &m); err != nil {
 			return status.Errorf(codes.InvalidArgument, "malformed ModelReadyRequest: %v", err)
 		}
-		failing, _ = s.o.Health.Failing(m.GetName())
+		why = s.door.ModelUnready(m.GetName())
+	} else {
+		why = s.door.Unready()
 	}
-	if !failing {
+	if why == "" {
 		return s.forwardUnary(ss, method, in)
 	}
 	if method == methodModelReady {
@@ -364,108 +338,128 @@ func (s *Server) ready(ss grpc.ServerStream, method string) error {
 	return ss.SendMsg(&pb.ServerReadyResponse{Ready: false})
 }
 
-// modelInfer batches a ModelInfer call of a batched model and relays the
-// others.
+// modelInfer serves a ModelInfer call: a batched model's by the doors'
+// call path (door.Door: admitted, its call queued for a batch, its answer
+// written), as the HTTP door's infer; any other relayed.
 func (s *Server) modelInfer(ss grpc.ServerStream) error {
-	start := time.Now()
-	ctx := ss.Context()
-	first := &grpcwire.Frame{}
-	if err := ss.RecvMsg(first); err != nil {
+	var a door.Admission
+	s.door.Admit(&a, "", time.Now())
+	defer a.Release()
+	in, err := s.admit(ss, &a)
+	if err != nil {
 		return err
 	}
-	hold := membudget.Hold{B: s.o.Memory}
-	defer hold.Release()
-	if !hold.Grow(int64(len(first.B))) {
-		r := door.NoRoom("memory_declared", s.o.Memory.Limit(), int64(len(first.B)))
-		s.o.Metrics.Refused(r.Reason)
-		return s.fail("", r)
+	if !s.door.Batches(a.Model) {
+		return s.forwardUnary(ss, MethodModelInfer, in)
 	}
-	// The model decides whether the call is batched; a call that is only
-	// relayed is never decoded.
+	batchable, err := s.read(ss.Context(), in, &a)
+	switch {
+	case !batchable: // shared memory, sequences, ...: Triton handles those itself
+		return s.forwardUnary(ss, MethodModelInfer, in)
+	case err != nil:
+		return s.fail(a.Model, err)
+	}
+	s.trace(ss.Context(), &a)
+	res := a.Submit(ss.Context())
+	return s.reply(ss, &res, &a)
+}
+
+// admit receives a ModelInfer message, holds its bytes against the memory
+// budget until the call ends, and reads the model it names (a.Model)
+// without decoding the rest: a call that is only relayed is never decoded.
+func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame, error) {
+	in := &grpcwire.Frame{}
+	if err := ss.RecvMsg(in); err != nil {
+		return nil, err
+	}
+	if !a.Hold.Grow(int64(len(in.B))) {
+		return nil, s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), int64(len(in.B))))
+	}
 	if hook := testHookHandle.Load(); hook != nil {
-		(*hook)(MethodModelInfer, first.B)
+		(*hook)(MethodModelInfer, in.B)
 	}
-	model, err := modelName(first.B)
+	model, err := modelName(in.B)
 	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "malformed ModelInferRequest: %v", err)
+		return nil, s.fail("", malformed(err))
 	}
-	_, ok := s.o.Batcher.Model(model)
-	if !ok && s.o.Discoverer != nil && model != "" {
-		s.o.Discoverer.Ensure(ctx, model)
-		_, ok = s.o.Batcher.Model(model)
-	}
-	if !ok {
-		return s.forwardUnary(ss, MethodModelInfer, first)
-	}
+	a.Model = model
+	return in, nil
+}
+
+// read decodes a ModelInfer message into its call for the dispatcher
+// (a.Call); not batchable: the call is Triton's to handle.
+func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission) (batchable bool, err error) {
 	m := &pb.ModelInferRequest{}
-	if err := proto.Unmarshal(first.B, m); err != nil {
-		return status.Errorf(codes.InvalidArgument, "malformed ModelInferRequest: %v", err)
+	if err := proto.Unmarshal(in.B, m); err != nil {
+		return true, malformed(err)
 	}
 	req, err := grpcwire.ToRequest(m)
 	if err != nil {
-		return s.fail(model, err)
+		return true, err
 	}
-	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), start)
-	if !batchable {
-		// Shared memory, sequences, ...: Triton handles those itself.
-		return s.forwardUnary(ss, MethodModelInfer, first)
+	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), a.Start)
+	if !batchable || err != nil {
+		return batchable, err
 	}
-	if err != nil {
-		return s.fail(model, err)
+	if p, ok := peer.FromContext(ctx); ok {
+		call.Source = door.GRPCSource(p.Addr)
 	}
-	defer call.Release()
-	call.Source = connSource(ctx)
-	span := s.o.Tracer.StartGRPC(ctx, model)
-	span.Rows(call.Rows)
-	res := s.o.Batcher.Submit(span.Context(ctx), model, call)
-	if res.Err != nil {
-		span.End(door.StatusCode(res.Err), res.Err.Error())
-		return s.fail(model, res.Err)
-	}
-	defer span.End(http.StatusOK, "")
-	err = ss.SendMsg(grpcwire.ToResponse(res.Resp)) // marshals before it returns
-	s.o.Batcher.Delivered(res)
-	res.Release()
-	if err != nil {
-		s.log.Debug("writing gRPC response", "model", model, "err", err)
-		return err
-	}
-	s.o.Metrics.Answered(model, Protocol, time.Since(start))
-	return nil
+	a.Call = call
+	return true, nil
 }
 
-// connSource names a call's connection for the dispatcher
-// (dispatcher.Call.Source): its peer's TCP address, which no two open
-// connections share, hashed (FNV-1a) without an allocation; the top bit
-// keeps it apart from the HTTP door's connection numbers, which count
-// from 1. 0 (unknown) for any other transport. The connection's streams
-// then show its concurrency: calls that overlap make it an open-loop
-// source, one call at a time a closed loop.
-func connSource(ctx context.Context) uint64 {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return 0
+// trace starts the call's span in the trace its metadata names, when the
+// door traces.
+func (s *Server) trace(ctx context.Context, a *door.Admission) {
+	if s.door.Tracing() {
+		md, _ := metadata.FromIncomingContext(ctx)
+		a.Trace(tracing.MetadataCarrier(md))
 	}
-	a, ok := p.Addr.(*net.TCPAddr)
-	if !ok {
-		return 0
+}
+
+// malformed is the error of a ModelInfer message that does not decode:
+// INVALID_ARGUMENT, as Triton answers it.
+func malformed(err error) error {
+	return &kserve.Error{Status: http.StatusBadRequest, Msg: "malformed ModelInferRequest: " + err.Error()}
+}
+
+// reply sends a batched call's answer, or its error.
+func (s *Server) reply(ss grpc.ServerStream, res *dispatcher.Result, a *door.Admission) error {
+	if res.Err != nil {
+		a.Span.End(door.StatusCode(res.Err), res.Err.Error())
+		return s.fail(a.Model, res.Err)
 	}
-	const prime = 1099511628211
-	h := uint64(14695981039346656037)
-	for _, b := range a.IP {
-		h = (h ^ uint64(b)) * prime
+	err := ss.SendMsg(grpcwire.ToResponse(res.Resp)) // marshals before it returns
+	a.Answered(res, 0)
+	a.Span.End(http.StatusOK, "")
+	if err != nil {
+		s.log.Debug("writing gRPC response", "model", a.Model, "err", err)
 	}
-	h = (h ^ uint64(a.Port&0xff)) * prime
-	h = (h ^ uint64(a.Port>>8)) * prime
-	return h | 1<<63
+	return err
 }
 
 // fail answers a batched call's error with the status Triton would give
 // (door.GRPCStatus).
 func (s *Server) fail(model string, err error) error {
 	st := door.GRPCStatus(err)
-	s.o.Metrics.Failed(model, Protocol, st.Code().String())
+	s.door.Failed(model, st.Code().String())
 	return st.Err()
+}
+
+// refuse answers a call the proxy refuses for now (RESOURCE_EXHAUSTED),
+// counted by its reason.
+func (s *Server) refuse(model string, r *door.Refusal) error {
+	s.door.Refused(r.Reason)
+	return s.fail(model, r)
+}
+
+// passed counts a relayed call, and whether it failed to reach the
+// upstream.
+func (s *Server) passed(failed bool) {
+	s.door.Passed()
+	if failed {
+		s.door.PassFailed()
+	}
 }
 
 // forward relays a call to the upstream message by message, both ways at
@@ -478,7 +472,7 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 	ctx = outgoing(ctx)
 	cs, err := s.o.Upstream.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
 	if err != nil {
-		s.o.Metrics.Passed(Protocol, true)
+		s.passed(true)
 		return err
 	}
 	// Client to upstream.
@@ -528,15 +522,15 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 		}
 		if err != nil {
 			if p := relayPanic.Load(); p != nil {
-				s.o.Metrics.Passed(Protocol, true)
+				s.passed(true)
 				return *p
 			}
 			ss.SetTrailer(cs.Trailer())
 			if err == io.EOF {
-				s.o.Metrics.Passed(Protocol, false)
+				s.passed(false)
 				return nil
 			}
-			s.o.Metrics.Passed(Protocol, status.Code(err) == codes.Unavailable && n == 0)
+			s.passed(status.Code(err) == codes.Unavailable && n == 0)
 			return err
 		}
 		if err := ss.SendMsg(f); err != nil {
@@ -555,7 +549,7 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.
 	err := s.o.Upstream.Invoke(outgoing(ss.Context()), method, in, out, grpc.Header(&header), grpc.Trailer(&trailer))
 	ss.SetTrailer(trailer)
 	if err != nil {
-		s.o.Metrics.Passed(Protocol, status.Code(err) == codes.Unavailable)
+		s.passed(status.Code(err) == codes.Unavailable)
 		return err
 	}
 	if err := ss.SendHeader(header); err != nil {
@@ -564,7 +558,7 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.
 	if err := ss.SendMsg(out); err != nil {
 		return err
 	}
-	s.o.Metrics.Passed(Protocol, false)
+	s.passed(false)
 	return nil
 }
 
@@ -658,10 +652,3 @@ func (h *health) Watch(r *healthpb.HealthCheckRequest, w grpc.ServerStreamingSer
 		}
 	}
 }
-
-type noMetrics struct{}
-
-func (noMetrics) Answered(string, string, time.Duration) {}
-func (noMetrics) Failed(string, string, string)          {}
-func (noMetrics) Passed(string, bool)                    {}
-func (noMetrics) Refused(string)                         {}

@@ -19,11 +19,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
@@ -208,7 +208,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Upstream: up, Batcher: r.disp, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport, Memory: o.memory})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -670,44 +670,5 @@ func TestCallsKnowTheirConnection(t *testing.T) {
 	// carried one call, none until it sends again (it may have closed).
 	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.Unknown != 2 || st.Concurrency != 3 || st.Partners != 2 {
 		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, not learnt yet, 3 calls at once at most, 2 partners", st)
-	}
-}
-
-// connSource names a TCP peer by its address, apart from the HTTP door's
-// connection numbers, and leaves other peers unknown.
-func TestConnSource(t *testing.T) {
-	id := func(addr net.Addr) uint64 {
-		return connSource(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}))
-	}
-	a := id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 40000})
-	for _, tt := range []struct {
-		name string
-		got  uint64
-		want func(uint64) bool
-	}{
-		{"a TCP peer", a, func(v uint64) bool { return v>>63 == 1 }},
-		{"the same peer again", id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 40000}), func(v uint64) bool { return v == a }},
-		{"another port", id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 40001}), func(v uint64) bool { return v != a && v>>63 == 1 }},
-		{"another host", id(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 2).To4(), Port: 40000}), func(v uint64) bool { return v != a && v>>63 == 1 }},
-		{"a Unix socket", id(&net.UnixAddr{Name: "@", Net: "unix"}), func(v uint64) bool { return v == 0 }},
-		{"no peer", connSource(context.Background()), func(v uint64) bool { return v == 0 }},
-	} {
-		if !tt.want(tt.got) {
-			t.Errorf("%s: source %#x", tt.name, tt.got)
-		}
-	}
-}
-
-// BenchmarkConnSource is naming a call's connection: the peer's lookup in
-// the call's context and the hash of its address.
-func BenchmarkConnSource(b *testing.B) {
-	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3).To4(), Port: 40000}})
-	ctx = metadata.NewIncomingContext(ctx, metadata.MD{}) // a layer above it, as grpc-go's stream context has
-	var sum uint64
-	for b.Loop() {
-		sum += connSource(ctx)
-	}
-	if sum == 0 {
-		b.Fatal("no source")
 	}
 }

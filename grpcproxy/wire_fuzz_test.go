@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/kserve"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
@@ -60,7 +61,7 @@ func (downUpstream) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc
 // abuse bounds so that they are reached, and a health client to it.
 func wireDoor(tb testing.TB) (addr string, health healthpb.HealthClient) {
 	tb.Helper()
-	s := New(Options{Upstream: downUpstream{}, Batcher: instantBatcher{}, MaxRecvBytes: 1 << 20,
+	s := New(Options{Backend: door.Backend{Batcher: instantBatcher{}}, Upstream: downUpstream{}, MaxRecvBytes: 1 << 20,
 		MaxConcurrentStreams: 8, MaxHeaderListSize: 4 << 10, ConnectionTimeout: 2 * time.Second})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -11,11 +11,11 @@ import (
 //
 // The constrained optimum is solved on a model (Poisson arrivals at the
 // measured rate, the fitted tau(b), the measured costs around a batch).
-// Live, the model's ad-hoc latency is ad-hoc's within a few per cent, but
-// its latency for a waiting rule falls short of the live one, by 3% at
-// rho 0.2 and 13% at rho 0.8 on the exact emulator (docs/LEARNING.md,
-// "The budget kept live"): a plan for 1.10x lived at 1.13x to 1.24x of
-// ad-hoc inside the proxy. Whatever the model leaves out, the proxy
+// Live, the model's ad-hoc latency is close to ad-hoc's, but its latency
+// for a waiting rule falls short of the live one, by more the higher the
+// load, and that shortfall is the whole slack of a small budget
+// (docs/ALGORITHMS.md, "The live trim", and its figures in
+// docs/results/latency-cost.md). Whatever the model leaves out, the proxy
 // measures its result: the calls' mean latency under the rule in force.
 // The trim compares it with the plan's reference (ad-hoc's latency for a
 // relative budget, the budget itself for an absolute one) and solves the
@@ -50,11 +50,10 @@ import (
 // also waits while the lived ratio is within trimSigmas standard errors
 // of the aim (the slices' own spread, and the calibration's), up to
 // trimMaxWindows slices: on a server whose batches now and then run
-// several times slower (the rough emulator: 1% of batches 3-10x) a 3-s
-// measurement of one plan reads a fifth either side of its mean, and the
-// asymmetric steps turned that noise into a fall to ad-hoc within two
-// minutes of a budget the plan alone kept (docs/ALGORITHMS.md, "A
-// server's spread in the plan"). The effective budget is rounded to
+// several times slower a measurement of one plan over a few seconds
+// spreads widely either side of its mean, and asymmetric steps turn that
+// noise into a fall to ad-hoc from a budget the plan alone keeps
+// (docs/ALGORITHMS.md, "A server's spread in the plan"). The effective budget is rounded to
 // trimStep, so the plan cache keeps a handful of budgets per rate rather
 // than one per step.
 const (
@@ -67,10 +66,10 @@ const (
 	trimMaxWindows = 600
 	// trimStep is the grid of the effective budget: 1% of ad-hoc's
 	// latency (relative) or of the budget (absolute). Each budget the
-	// trim visits is solved once per rate (a few hundred milliseconds of
-	// CPU beside the request path), so the grid is coarse: at 0.25% a
-	// lone closed-loop client, whose calls never wait, had the trim climb
-	// through a solve every few seconds and cost it 5.7% of its latency.
+	// trim visits is solved once per rate (a solve is CPU beside the
+	// request path), so the grid is coarse: a fine one lets a lone
+	// closed-loop client, whose calls never wait, have the trim climb
+	// through a solve every few seconds at the cost of its latency.
 	trimStep = 0.01
 	// trimFloor is the least share of an absolute budget the trim plans
 	// for.
@@ -82,8 +81,8 @@ const (
 	// at (trimAimAbs the share of an absolute budget): the ratio it
 	// steers by is a mean over a few thousand calls, a few per cent off
 	// either way, and a promise aimed at exactly its bound is broken half
-	// the time. Aiming at 8% for a 10% budget costs a fifth of the
-	// savings.
+	// the time. Aiming at 8% for a 10% budget gives up a fifth of the
+	// slack.
 	trimAim    = 0.8
 	trimAimAbs = 0.98
 	// trimPeriod plans (slices of the monitor's window, 100 ms by default)
@@ -99,32 +98,30 @@ const (
 	// bursts (its calls queue behind each other), so the calibration is a
 	// ratio of sums over many slices, not a mean of ratios. Thirty, two
 	// counted a period (fifteen periods, 45 s at the default window): on
-	// a server with a heavy tail (1% of batches 3-10x slower) a few
-	// ad-hoc slices usually hold none of the slow batches, so their mean
-	// reads low, and the budget's calls, measured over nine times as many
-	// slices that do hold them, read well past the budget against it
-	// where the plan kept within it.
+	// a server with a heavy tail (a few batches in a hundred several times
+	// slower) a few ad-hoc slices usually hold none of the slow batches,
+	// so their mean reads low, and the budget's calls, measured over nine
+	// times as many slices that do hold them, read well past the budget
+	// against it where the plan kept within it.
 	calibHalfLife  = 20000
 	calibMinSlices = 30
 	// calibHalfSlices halves an older calibration's weight every so many
 	// counted ad-hoc slices too, whichever comes first: at a low rate
 	// 20,000 calls of ad-hoc slices (a fifteenth of the calls) are
 	// twenty-five minutes at 200 req/s, so the first seconds of a run (a
-	// server warming up, a fit not yet learned) were held for the whole
-	// of it. On PyTriton at 200 req/s the in-run ad-hoc slices' early
-	// means of 19-28 ms against a later 14-15 kept the reference a fifth
-	// above the ad-hoc the host lived, and budget 1.10x lived 1.14-1.19x.
-	// 40 slices are 20 periods, a minute at the default window.
+	// server warming up, a fit not yet learned) would be held for the
+	// whole of it, and a reference read high then lets the budget
+	// overspend. 40 slices are 20 periods, a minute at the default window.
 	calibHalfSlices = 40
 	// calibMax bounds the calibration: the reference is never above the
 	// model's ad-hoc. An ad-hoc slice starts on the queue the budget's
 	// rule left, and near saturation that queue takes longer to drain
 	// than a slice lasts (the relaxation time of a queue grows as
 	// 1/(1-sqrt(rho))^2: about 270 ms at rho 0.8 for a 3 ms batch), so
-	// live ad-hoc reads slow there: 1.34-1.41x the model at rho 0.8,
-	// where ad-hoc run alone lived the model's latency within 1%. A
-	// reference read high would loosen the budget it should tighten; one
-	// read low only makes the promise stricter.
+	// live ad-hoc reads slow there, where ad-hoc run alone lives the
+	// model's latency (docs/ALGORITHMS.md, "The live trim"). A reference
+	// read high would loosen the budget it should tighten; one read low
+	// only makes the promise stricter.
 	calibMax = 1.0
 	// trimMaxFalls bounds the doubling of the hold at ad-hoc after a fall:
 	// 2^6 measurements of at least trimMinWindows slices, about three
@@ -253,10 +250,10 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	// Every call the policy served counts against the promise, the
 	// ad-hoc and settling slices' too: the callers live them. Near
 	// saturation an ad-hoc slice starts on the queue the budget's rule
-	// left and its calls live 1.3-1.4x the model's ad-hoc (calibMax);
-	// counting only the budget's slices, the trim read 1.07x where the
-	// clients lived 1.13-1.17x ad-hoc's mean at rho 0.8 on the exact
-	// emulator (docs/ALGORITHMS.md, "The live trim").
+	// left and its calls live well over the model's ad-hoc (calibMax);
+	// counting only the budget's slices, the trim would read the promise
+	// kept where the clients lived past it (docs/ALGORITHMS.md, "The live
+	// trim").
 	ref := user.AbsoluteMs
 	if user.Relative() {
 		if t.calibSlices < calibMinSlices {
@@ -294,10 +291,9 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 		case lived > want:
 			// Over the aim: the whole step at once. The slack the calls
 			// live grows about in proportion to the slack solved for, at
-			// a gain the model got wrong (live, 3-4 times what it priced
-			// at rho 0.3-0.5 on the exact emulator), so the proportional
-			// step lands near the aim where the square root took four
-			// or five steps of 3 s to get there.
+			// a gain the model gets wrong (live, several times what it
+			// prices), so the proportional step lands near the aim where
+			// the square root takes several steps to get there.
 			g = clamp(want/lived, 0.25, 1)
 		case lived > 0:
 			// Under it: grow by the square root, damped, so that a mean

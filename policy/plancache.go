@@ -156,16 +156,15 @@ func (c *planCache) nearest(grid, maxBatch int) (r Rule, dist int, ok bool) {
 
 // DefaultSolveShare is the share of one core the solving policies (smdp,
 // budget) may spend on solves, averaged over time, when the options leave
-// it at zero. A solve near saturation takes hundreds of milliseconds and a
-// constrained optimum several of them: solved every time the rate moved a
-// grid step, they took 90% of a core of the live proxy at rho 0.99 on two
-// cores (585 µs of proxy CPU per request against ad-hoc's 61), and the
-// requests waited for the core. At 0.1 a lone synchronous client still
-// paid 40 ms of solves a second (the fit and the overheads around a batch
-// move past the cache's tolerance every few slices), 1-2% of its
-// requests per joule with an idle power of 20 W; 0.02 bounds that to 20
-// ms, and a new rate at moderate load (a constrained optimum in 20-50 ms)
-// waits a second or two for its own plan.
+// it at zero. A solve near saturation takes long and a constrained
+// optimum several of them: solved every time the rate moved a grid step,
+// they take most of a core of the live proxy near saturation, and the
+// requests wait for the core; even a lone synchronous client, whose fit
+// and overheads around a batch move past the cache's tolerance every few
+// slices, pays solves in requests per joule. 0.02 bounds that to 20 ms of
+// solves a second, and a new rate at moderate load waits a second or two
+// for its own plan (docs/ALGORITHMS.md, "Solves within a share of a
+// core"; the solvers' costs in docs/results/benchmarks.md).
 const DefaultSolveShare = 0.02
 
 // solveMeter keeps solves within a share of one core: after a solve that

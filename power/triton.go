@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/ratebatch/ratebatch/internal/redact"
 )
 
 // Triton's GPU metric families (docs/user_guide/metrics.md of
@@ -33,6 +35,7 @@ const (
 
 type tritonSource struct {
 	url     string
+	shown   string // url without its credentials (redact.URL), for errors
 	client  *http.Client
 	timeout time.Duration
 	now     func() time.Time
@@ -47,13 +50,14 @@ func openTriton(o Options) (Source, error) {
 	}
 	u, err := url.Parse(o.TritonMetricsURL)
 	if err != nil {
-		return nil, fmt.Errorf("power: triton: TritonMetricsURL %q: %w", o.TritonMetricsURL, err)
+		return nil, fmt.Errorf("power: triton: TritonMetricsURL %q: %w", redact.URL(o.TritonMetricsURL), err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("power: triton: TritonMetricsURL %q: want an http or https URL with a host", o.TritonMetricsURL)
+		return nil, fmt.Errorf("power: triton: TritonMetricsURL %q: want an http or https URL with a host", redact.URL(o.TritonMetricsURL))
 	}
 	s := &tritonSource{
 		url:     u.String(),
+		shown:   redact.URL(u.String()),
 		client:  o.HTTPClient,
 		timeout: o.Timeout,
 		now:     o.Now,
@@ -110,7 +114,7 @@ func (s *tritonSource) Read(ctx context.Context) ([]Reading, error) {
 	for _, id := range ids {
 		g, ok := series[id]
 		if !ok {
-			errs = append(errs, &GPUError{GPU: id, Err: fmt.Errorf("no %s or %s series with %s=%q at %s", tritonEnergy, tritonPower, tritonLabel, id, s.url)})
+			errs = append(errs, &GPUError{GPU: id, Err: fmt.Errorf("no %s or %s series with %s=%q at %s", tritonEnergy, tritonPower, tritonLabel, id, s.shown)})
 			continue
 		}
 		r, err := s.reading(id, g, t)
@@ -167,12 +171,16 @@ func (s *tritonSource) scrape(ctx context.Context) (map[string]gpuSeries, error)
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("power: triton: scraping %s: %w", s.url, err)
+		var ue *url.Error // it would repeat the URL, its query included
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("power: triton: scraping %s: %w", s.shown, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("power: triton: scraping %s: status %s", s.url, resp.Status)
+		return nil, fmt.Errorf("power: triton: scraping %s: status %s", s.shown, resp.Status)
 	}
 	series := make(map[string]gpuSeries)
 	err = parseExposition(io.LimitReader(resp.Body, maxScrapeBytes), func(name string) bool {
@@ -191,10 +199,10 @@ func (s *tritonSource) scrape(ctx context.Context) (map[string]gpuSeries, error)
 		series[id] = g
 	})
 	if err != nil {
-		return nil, fmt.Errorf("power: triton: parsing %s: %w", s.url, err)
+		return nil, fmt.Errorf("power: triton: parsing %s: %w", s.shown, err)
 	}
 	if len(series) == 0 {
-		return nil, fmt.Errorf("power: triton: %s has no %s or %s series with a %s label: is Triton running with --allow-gpu-metrics=true on a GPU host?", s.url, tritonEnergy, tritonPower, tritonLabel)
+		return nil, fmt.Errorf("power: triton: %s has no %s or %s series with a %s label: is Triton running with --allow-gpu-metrics=true on a GPU host?", s.shown, tritonEnergy, tritonPower, tritonLabel)
 	}
 	return series, nil
 }

@@ -9,8 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -52,8 +54,18 @@ type AdminOptions struct {
 	// /status it needs no token).
 	UI http.Handler
 	// Pprof mounts net/http/pprof at /debug/pprof/: CPU and allocation
-	// profiles of the live process, off by default.
+	// profiles of the live process, off by default. Like PUT /policy it
+	// needs the token: a profile shows the process's memory and code
+	// paths, and a CPU profile or trace of the whole process costs it.
 	Pprof bool
+	// Cmdline is what /debug/pprof/cmdline answers: the process's command
+	// line with its secrets masked (config.RedactArgs), as net/http/pprof
+	// would show os.Args; nil: not served.
+	Cmdline []string
+	// Hosts are the names, besides IP addresses and localhost, that a
+	// request's Host may give for the admin port (admin_hosts and a name
+	// in admin_listen); any other gets 421 (hostAllowed says why).
+	Hosts []string
 }
 
 // NewAdmin returns the admin handler: GET /metrics, GET /status,
@@ -64,7 +76,9 @@ func NewAdmin(o AdminOptions) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
+	withToken := func(next http.Handler) http.Handler { return requireToken(o.Token, next) }
 	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler { return checkHost(o.Hosts, next) })
 	r.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	r.Get("/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, o.Status())
@@ -87,23 +101,30 @@ func NewAdmin(o AdminOptions) http.Handler {
 		r.Handle("/ui/*", o.UI)
 	}
 	if o.Pprof {
-		r.HandleFunc("/debug/pprof/*", pprof.Index)
-		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.Group(func(r chi.Router) {
+			r.Use(withToken)
+			r.HandleFunc("/debug/pprof/*", pprof.Index)
+			r.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+				if o.Cmdline == nil {
+					kserve.WriteError(w, http.StatusNotFound, "the command line is not served")
+					return
+				}
+				// As pprof.Cmdline writes os.Args.
+				w.Header().Set("X-Content-Type-Options", "nosniff")
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				io.WriteString(w, strings.Join(o.Cmdline, "\x00"))
+			})
+			r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		})
 	}
 	if o.Policies != nil {
 		r.Get("/policy", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, o.Policies())
 		})
 	}
-	r.Put("/policy", func(w http.ResponseWriter, req *http.Request) {
-		if !authorized(o.Token, req.Header.Get("Authorization")) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ratebatch admin"`)
-			kserve.WriteError(w, http.StatusUnauthorized, "a valid bearer token is required (set admin_token)")
-			return
-		}
+	r.With(withToken).Put("/policy", func(w http.ResponseWriter, req *http.Request) {
 		ch, err := readPolicyChange(http.MaxBytesReader(w, req.Body, 4096))
 		if err != nil {
 			kserve.WriteError(w, http.StatusBadRequest, err.Error())
@@ -186,12 +207,75 @@ func (ch policyChange) logAttrs(remote string) []any {
 	return append(attrs, "remote", remote)
 }
 
-// authorized compares the bearer token in constant time.
+// requireToken serves next only to a request with the bearer token.
+func requireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !authorized(token, req.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ratebatch admin"`)
+			kserve.WriteError(w, http.StatusUnauthorized, "a valid bearer token is required (set admin_token)")
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// checkHost answers 421 to a request whose Host the admin port does not
+// go by (hostAllowed), before any route sees it.
+func checkHost(names []string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !hostAllowed(req.Host, names) {
+			kserve.WriteError(w, http.StatusMisdirectedRequest,
+				fmt.Sprintf("host %q is not this admin port's: use its address, localhost, or a name in admin_hosts", req.Host))
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// hostAllowed reports whether host, a request's Host, names the admin
+// port: an IP address, localhost (or a name under .localhost, which
+// resolves to loopback only), one of names, or none at all (HTTP/1.0).
+// This is the defence against DNS rebinding: a page at evil.example whose
+// name the attacker points at 127.0.0.1 reaches the admin port from the
+// victim's browser with Host evil.example. An address is never such a
+// name, so clients that dial by address (Prometheus scraping pod IPs,
+// the kubelet's probes) need no configuration; a name they dial by (a
+// Service, a compose service name) goes in admin_hosts.
+func hostAllowed(host string, names []string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	switch {
+	case host == "":
+		return true
+	case isAddr(host):
+		return true
+	case strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost"):
+		return true
+	}
+	for _, n := range names {
+		if strings.EqualFold(host, strings.TrimSuffix(n, ".")) {
+			return true
+		}
+	}
+	return false
+}
+
+func isAddr(host string) bool {
+	_, err := netip.ParseAddr(host) // with an IPv6 zone too
+	return err == nil
+}
+
+// authorized compares the bearer token in constant time. The header is
+// read as RFC 6750 says: the scheme in any case (an HTTP auth-scheme is
+// case-insensitive, RFC 9110), one or more spaces, the token.
 func authorized(token, header string) bool {
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	if token == "" || !ok {
+	scheme, got, ok := strings.Cut(header, " ")
+	if token == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	got = strings.TrimLeft(got, " ")
 	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 

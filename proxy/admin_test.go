@@ -9,11 +9,16 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// testHost is the Host httptest.NewRequest gives a request for a path: a
+// name, which the admin port answers only when configured.
+const testHost = "example.com"
 
 // TestAdminPolicyChangeIsLogged: a successful PUT /policy leaves a line in
 // the log saying what changed and who asked; a refused one changes nothing.
@@ -22,6 +27,7 @@ func TestAdminPolicyChangeIsLogged(t *testing.T) {
 	current := "batchmonitor"
 	h := NewAdmin(AdminOptions{
 		Gatherer: prometheus.NewRegistry(),
+		Hosts:    []string{testHost},
 		Status:   func() any { return map[string]string{"policy": current} },
 		SetPolicy: func(_ context.Context, model, p string, _ map[string]string) ([]string, error) {
 			current = p
@@ -95,6 +101,7 @@ func TestAdminPutPolicy(t *testing.T) {
 			var got *call
 			h := NewAdmin(AdminOptions{
 				Gatherer: prometheus.NewRegistry(),
+				Hosts:    []string{testHost},
 				SetPolicy: func(_ context.Context, model, p string, o map[string]string) ([]string, error) {
 					got = &call{model, p, maps.Clone(o)}
 					if tc.refuse != nil {
@@ -153,7 +160,7 @@ func TestAdminGetPolicy(t *testing.T) {
 		{"not configured", nil, 405, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Policies: tc.policies, Token: "tok"})
+			h := NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Policies: tc.policies, Token: "tok", Hosts: []string{testHost}})
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/policy", nil))
 			if w.Code != tc.code {
@@ -165,5 +172,108 @@ func TestAdminGetPolicy(t *testing.T) {
 				t.Errorf("GET /policy: %s, want %s", compact.String(), tc.body)
 			}
 		})
+	}
+}
+
+// TestAuthorizedBearer: the Authorization header is read as RFC 6750
+// says: the scheme in any case, then one or more spaces and the token;
+// anything else, or no token configured, is refused.
+func TestAuthorizedBearer(t *testing.T) {
+	for _, tc := range []struct {
+		token, header string
+		ok            bool
+	}{
+		{"tok", "Bearer tok", true},
+		{"tok", "bearer tok", true},
+		{"tok", "BEARER tok", true},
+		{"tok", "Bearer   tok", true},
+		{"tok", "Bearer tok2", false},
+		{"tok", "Bearer to", false},
+		{"tok", "Bearertok", false},
+		{"tok", "Basic tok", false},
+		{"tok", "tok", false},
+		{"tok", "", false},
+		{"", "Bearer ", false},
+		{"", "", false},
+	} {
+		if got := authorized(tc.token, tc.header); got != tc.ok {
+			t.Errorf("token %q, Authorization %q: authorized %v, want %v", tc.token, tc.header, got, tc.ok)
+		}
+	}
+}
+
+// TestAdminPprofNeedsToken: with admin_pprof the profiler's every route
+// asks for the bearer token, as PUT /policy does, and cmdline answers the
+// masked command line it was given, never os.Args.
+func TestAdminPprofNeedsToken(t *testing.T) {
+	cmdline := []string{"ratebatch", "serve", "--admin-token", "REDACTED"}
+	h := NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Token: "tok", Pprof: true, Cmdline: cmdline, Hosts: []string{testHost}})
+	get := func(path, auth string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1",
+		"/debug/pprof/symbol", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
+		for _, auth := range []string{"", "Bearer wrong", "Basic tok"} {
+			if w := get(path, auth); w.Code != http.StatusUnauthorized {
+				t.Errorf("GET %s, Authorization %q: %d, want 401", path, auth, w.Code)
+			}
+		}
+	}
+	if w := get("/debug/pprof/heap", "Bearer tok"); w.Code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/heap with the token: %d", w.Code)
+	}
+	w := get("/debug/pprof/cmdline", "Bearer tok")
+	if got := strings.Split(w.Body.String(), "\x00"); w.Code != http.StatusOK || !slices.Equal(got, cmdline) {
+		t.Errorf("cmdline with the token: %d %q, want %q", w.Code, got, cmdline)
+	}
+	// Without a masked command line to show, none.
+	h = NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Token: "tok", Pprof: true, Hosts: []string{testHost}})
+	if w := get("/debug/pprof/cmdline", "Bearer tok"); w.Code != http.StatusNotFound {
+		t.Errorf("cmdline without AdminOptions.Cmdline: %d %q, want 404", w.Code, w.Body)
+	}
+}
+
+// TestAdminHostCheck: the admin port answers a Host that is an address,
+// localhost or a configured name, and 421 to any other name, whatever the
+// route and whatever the token: a page at evil.example resolving to
+// 127.0.0.1 (DNS rebinding) gets nothing from it.
+func TestAdminHostCheck(t *testing.T) {
+	h := NewAdmin(AdminOptions{
+		Gatherer: prometheus.NewRegistry(), Token: "tok", Hosts: []string{"ratebatch", "admin.example."}, Logger: slog.New(slog.DiscardHandler),
+		Status:    func() any { return map[string]string{"secret": "state"} },
+		SetPolicy: func(context.Context, string, string, map[string]string) ([]string, error) { return nil, nil },
+	})
+	for _, tc := range []struct {
+		host string
+		ok   bool
+	}{
+		{"127.0.0.1:9002", true}, {"127.0.0.1", true}, {"10.1.2.3:9002", true}, {"[::1]:9002", true}, {"[fe80::1%25eth0]:9002", true},
+		{"localhost:9002", true}, {"LOCALHOST", true}, {"grafana.localhost:9002", true}, {"localhost.:9002", true},
+		{"ratebatch:9002", true}, {"RateBatch", true}, {"admin.example:9002", true}, {"admin.example.", true},
+		{"evil.example", false}, {"evil.example:9002", false}, {"ratebatch.evil.example:9002", false},
+		{"localhost.evil.example", false}, {"127.0.0.1.nip.io:9002", false}, {"0x7f000001:9002", false},
+	} {
+		for _, r := range []struct{ method, path, body string }{
+			{http.MethodGet, "/status", ""}, {http.MethodGet, "/metrics", ""}, {http.MethodGet, "/healthz", ""},
+			{http.MethodPut, "/policy", `{"policy":"adhoc"}`},
+		} {
+			req := httptest.NewRequest(r.method, r.path, strings.NewReader(r.body))
+			req.Host = tc.host
+			req.Header.Set("Authorization", "Bearer tok")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if got := w.Code != http.StatusMisdirectedRequest; got != tc.ok {
+				t.Errorf("%s %s, Host %q: %d %.80q, want allowed %v", r.method, r.path, tc.host, w.Code, w.Body, tc.ok)
+			}
+			if !tc.ok && strings.Contains(w.Body.String(), "state") {
+				t.Errorf("%s %s, Host %q: the answer carries the status", r.method, r.path, tc.host)
+			}
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/dispatcher/dispatchertest"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/kservetest"
@@ -219,7 +220,7 @@ func newBenchHandler(tb testing.TB, c benchCase) (*proxy.Server, *dispatcher.Dis
 		fw.ctype = "application/octet-stream"
 	}
 	d := newBenchDispatcher(tb, c.m, newBenchUpstream(tb, c.m), c.mode == "batching")
-	h := proxy.New(proxy.Options{Upstream: mustURL("http://upstream.invalid:8000"), Batcher: d,
+	h := proxy.New(proxy.Options{Backend: door.Backend{Batcher: d}, Upstream: mustURL("http://upstream.invalid:8000"),
 		MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Forward: fw})
 	return h, d
 }
@@ -296,7 +297,7 @@ func BenchmarkServer(b *testing.B) {
 						b.Fatal(err)
 					}
 					d = newBenchDispatcher(b, m, client, mode == "batching")
-					target = startFront(b, proxy.Options{Upstream: mustURL(target), Batcher: d, MaxBodyBytes: 64 << 20, RetryAfter: time.Second})
+					target = startFront(b, proxy.Options{Backend: door.Backend{Batcher: d}, Upstream: mustURL(target), MaxBodyBytes: 64 << 20, RetryAfter: time.Second})
 				}
 				benchSendAll(b, d, m, target, c.conc)
 			})
@@ -417,8 +418,8 @@ func benchLargeBody(b *testing.B, size, conc int, pool bool) {
 	b.Cleanup(budget.DropIdle) // the next case starts without this one's buffers
 	// The runtime's soft limit as serve sets it (membudget.LimitRuntime).
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(budget.Limit() + 96<<20))
-	target := startFront(b, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: sinkBatcher{},
-		MaxBodyBytes: 64 << 20, Forward: fakeUpstream{}, Memory: budget, LargeBodyLanes: -1})
+	target := startFront(b, proxy.Options{Backend: door.Backend{Batcher: sinkBatcher{}, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: 64 << 20, Forward: fakeUpstream{}, LargeBodyLanes: -1})
 	n := size / 4
 	header := fmt.Sprintf(`{"inputs":[{"name":"x","datatype":"INT32","shape":[1,%d],"parameters":{"binary_data_size":%d}}]}`, n, 4*n)
 	body := append([]byte(header), make([]byte, 4*n)...)
@@ -494,8 +495,8 @@ func benchSmallBeside(b *testing.B, large int, pool bool, lanes int) {
 	budget := membudget.New(512 << 20)
 	b.Cleanup(budget.DropIdle)
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(budget.Limit() + 96<<20))
-	target := startFront(b, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: sinkBatcher{},
-		MaxBodyBytes: 64 << 20, Forward: fakeUpstream{}, Memory: budget, LargeBodyLanes: lanes, RetryAfter: time.Second})
+	target := startFront(b, proxy.Options{Backend: door.Backend{Batcher: sinkBatcher{}, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: 64 << 20, Forward: fakeUpstream{}, LargeBodyLanes: lanes, RetryAfter: time.Second})
 	addr := target[len("http://"):]
 	const size = 60 << 20
 	header := fmt.Sprintf(`{"inputs":[{"name":"x","datatype":"INT32","shape":[1,%d],"parameters":{"binary_data_size":%d}}]}`, size/4, size)

@@ -95,7 +95,7 @@ func (fakeUpstream) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, _
 const fuzzBodyLimit = 4 << 10
 
 func newFuzzServer(tb testing.TB, b door.Batcher) string {
-	return startFront(tb, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: b,
+	return startFront(tb, proxy.Options{Backend: door.Backend{Batcher: b}, Upstream: mustURL("http://triton.invalid:8000"),
 		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 }
 

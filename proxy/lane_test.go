@@ -90,8 +90,8 @@ func TestLargeBodyLane(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			budget := membudget.New(64 << 20)
-			base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
-				MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+			base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+				MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second,
 				RetryAfter: 3 * time.Second, LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: tc.wait})
 			waiting := make(chan struct{}, 4)
 			defer proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} })()
@@ -169,8 +169,8 @@ func TestLargeBodyLane(t *testing.T) {
 func startOneLane(t *testing.T, batcher door.Batcher) (base string, budget *membudget.Budget, waiting chan struct{}) {
 	t.Helper()
 	budget = membudget.New(64 << 20)
-	base = startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: batcher,
-		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+	base = startFront(t, proxy.Options{Backend: door.Backend{Batcher: batcher, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second,
 		LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: 20 * time.Second})
 	waiting = make(chan struct{}, 4)
 	t.Cleanup(proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} }))
@@ -243,8 +243,8 @@ func TestLargeBodyLaneReadsWhileUpstream(t *testing.T) {
 	}
 	budget := membudget.New(limit)
 	b := gateBatcher{entered: make(chan struct{}, 4), gate: make(chan struct{})}
-	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: b,
-		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second, Memory: budget,
+	base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: b, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: 8 << 20, Forward: fakeUpstream{}, ReadTimeout: 20 * time.Second,
 		RetryAfter: 2 * time.Second, LargeBodyBytes: 1 << 20, LargeBodyLanes: 1, LargeBodyWait: 20 * time.Second})
 	waiting := make(chan struct{}, 4)
 	t.Cleanup(proxy.SetTestHookLaneWait(func() { waiting <- struct{}{} }))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve"
@@ -31,8 +32,8 @@ func post(body string) []byte {
 // large one is answered its bytes are free again.
 func TestMemoryBudgetRefusesWhatDoesNotFit(t *testing.T) {
 	budget := membudget.New(64 << 10)
-	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
-		MaxBodyBytes: 1 << 20, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second, Memory: budget, RetryAfter: 2 * time.Second})
+	base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: 1 << 20, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second, RetryAfter: 2 * time.Second})
 
 	// A large request whose body is still on its way holds its 40 KB.
 	big := inferBody(40 << 10)
@@ -132,8 +133,8 @@ func pipeline(t *testing.T, base string, raw []byte, n int) []int {
 // before its handler runs: with or without "Expect: 100-continue".
 func TestMemoryReservedAtTheHeadersComesBack(t *testing.T) {
 	budget := membudget.New(64 << 10)
-	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
-		MaxBodyBytes: 1 << 20, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second, Memory: budget})
+	base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}, Memory: budget}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: 1 << 20, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 	for _, expect := range []string{"", "Expect: 100-continue\r\n"} {
 		c, err := net.Dial("tcp", base[len("http://"):])
 		if err != nil {

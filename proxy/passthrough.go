@@ -134,7 +134,7 @@ func dropHopHeaders(h header) {
 // passthrough forwards the request to the upstream and its answer back,
 // unchanged but for hop-by-hop headers.
 func (s *Server) passthrough(ctx *fasthttp.RequestCtx) {
-	s.m.Passthrough.Inc()
+	s.door.Passed()
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	if err := s.outgoing(ctx, out); err != nil {
@@ -146,7 +146,7 @@ func (s *Server) passthrough(ctx *fasthttp.RequestCtx) {
 
 // passBuffered passes through a request whose body was already read.
 func (s *Server) passBuffered(ctx *fasthttp.RequestCtx, raw []byte) {
-	s.m.Passthrough.Inc()
+	s.door.Passed()
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	s.outgoingHeader(ctx, out)
@@ -238,11 +238,13 @@ type errRefused struct {
 	held time.Duration
 }
 
+// Error says what failed, but not where: the upstream's address is the
+// log's (hostclient.Cause).
 func (e *errRefused) Error() string {
 	if e.held > 0 {
-		return fmt.Sprintf("upstream refusing connections, not back within %v (upstream_client.hold): %v", e.held.Round(time.Millisecond), e.err)
+		return fmt.Sprintf("upstream refusing connections, not back within %v (upstream_client.hold): %s", e.held.Round(time.Millisecond), hostclient.Cause(e.err))
 	}
-	return "upstream refusing connections: " + e.err.Error()
+	return "upstream refusing connections: " + hostclient.Cause(e.err)
 }
 
 // holdRefused rides out an upstream that refuses connections (a Triton
@@ -283,19 +285,19 @@ func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &refused):
 		// The outage is logged once, by the upstream's health check, not
 		// once per request.
-		s.m.PassthroughErrors.Inc()
+		s.door.PassFailed()
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
 		writeError(ctx, http.StatusServiceUnavailable, refused.Error())
 	case errors.Is(err, errBodyTooLarge):
-		s.m.Rejected.WithLabelValues("body_too_large").Inc()
+		s.door.Refused("body_too_large")
 		writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
 	case errors.Is(err, fasthttp.ErrTimeout):
-		s.m.PassthroughErrors.Inc()
+		s.door.PassFailed()
 		writeError(ctx, http.StatusGatewayTimeout, "upstream did not answer in time")
 	default:
-		s.m.PassthroughErrors.Inc()
+		s.door.PassFailed()
 		s.log.Warn("passthrough failed", "path", string(ctx.Path()), "err", err)
-		writeError(ctx, http.StatusBadGateway, "upstream unreachable: "+err.Error())
+		writeError(ctx, http.StatusBadGateway, "upstream unreachable: "+hostclient.Cause(err)) // the address is in the log
 	}
 	// The request body may be partly unread: the connection cannot carry
 	// another request.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -30,7 +31,7 @@ func passFrontWith(t *testing.T, upstream http.Handler, set func(*proxy.Options)
 	t.Helper()
 	up = httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	o := proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20}
+	o := proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL(up.URL), MaxBodyBytes: 1 << 20}
 	set(&o)
 	front = startFront(t, o)
 	return front, up
@@ -224,7 +225,7 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead, _ := url.Parse("http://" + l.Addr().String())
 	l.Close()
-	fr := startFront(t, proxy.Options{Upstream: dead, Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20})
+	fr := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: dead, MaxBodyBytes: 1 << 20})
 	resp, err = http.Get(fr + "/v2/health/ready")
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +235,10 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	if msg, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusServiceUnavailable || !ok ||
 		!strings.Contains(msg, "refusing connections") || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("dead upstream: %d %s; want 503 with Retry-After and a KServe error", resp.StatusCode, b)
+	}
+	// What failed, but not where: the upstream's address is the log's.
+	if msg, _ := kserve.ParseErrorBody(b); !strings.Contains(msg, "connection refused") || strings.Contains(msg, dead.Host) {
+		t.Fatalf("dead upstream: %q; want the refusal named and not the address %s", msg, dead.Host)
 	}
 }
 
@@ -251,7 +256,7 @@ func TestPassthroughHoldsInferenceForARefusingUpstream(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	const hold = 300 * time.Millisecond
-	fr := startFront(t, proxy.Options{Upstream: mustURL("http://" + addr), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20,
+	fr := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL("http://" + addr), MaxBodyBytes: 1 << 20,
 		Hold: hold, RetryAfter: 2 * time.Second})
 	infer := func() (*http.Response, string, time.Duration) {
 		t.Helper()
@@ -268,6 +273,9 @@ func TestPassthroughHoldsInferenceForARefusingUpstream(t *testing.T) {
 	if msg, ok := kserve.ParseErrorBody([]byte(body)); resp.StatusCode != http.StatusServiceUnavailable || !ok ||
 		!strings.Contains(msg, "not back within") || resp.Header.Get("Retry-After") != "2" {
 		t.Fatalf("refusing upstream: %d %q Retry-After %q; want 503 saying it was held, Retry-After 2", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if strings.Contains(body, addr) {
+		t.Errorf("refusing upstream: %q names the upstream's address, which is the log's", body)
 	}
 	if took < hold/2 || took > hold+time.Second {
 		t.Errorf("answered after %v, want after the hold of %v", took, hold)
@@ -306,7 +314,7 @@ func TestPassthroughRetriesStaleConnection(t *testing.T) {
 	}
 	up.Start()
 	t.Cleanup(up.Close)
-	front := startFront(t, proxy.Options{Upstream: mustURL(up.URL), Batcher: echoBatcher{}, MaxBodyBytes: 1 << 20})
+	front := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL(up.URL), MaxBodyBytes: 1 << 20})
 	post := func() int {
 		resp, err := http.Post(front+"/v2/models/other/infer", "application/json", strings.NewReader(`{"inputs":[]}`))
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -16,15 +17,20 @@ type fakeHealth struct{ model, all atomic.Bool }
 func (h *fakeHealth) Failing(model string) (bool, string) {
 	return model == "simple" && h.model.Load(), "5 batches in a row failed"
 }
-func (h *fakeHealth) UpstreamFailing() bool { return h.all.Load() }
+func (h *fakeHealth) Unready() string {
+	if h.all.Load() {
+		return "every batched model is failing upstream"
+	}
+	return ""
+}
 
 // The readiness endpoints say not ready (400, as Triton) while the outlier
 // detector finds the model or the upstream failing, and pass through to
 // Triton otherwise.
 func TestReadinessFollowsTheOutlierDetector(t *testing.T) {
 	h := &fakeHealth{}
-	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
-		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second, Health: h})
+	base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}, Health: h}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 	get := func(path string) wireAnswer {
 		return exchange(t, base, []byte("GET "+path+" HTTP/1.1\r\nHost: p\r\n\r\n"), false)
 	}

@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/tracing"
 )
@@ -54,8 +55,8 @@ func BenchmarkHandlerTracing(b *testing.B) {
 					defer cancel()
 					d.Drain(ctx)
 				})
-				h := proxy.New(proxy.Options{Upstream: mustURL("http://upstream.invalid:8000"), Batcher: d,
-					MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Forward: fw, Tracer: tr})
+				h := proxy.New(proxy.Options{Backend: door.Backend{Batcher: d, Tracer: tr}, Upstream: mustURL("http://upstream.invalid:8000"),
+					MaxBodyBytes: 64 << 20, RetryAfter: time.Second, Forward: fw})
 				measureHandler(b, h, d, c)
 			})
 		}

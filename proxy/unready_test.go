@@ -10,12 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
 
-// unreadyHealth also says why the proxy is not ready, as the dispatcher
-// does.
+// unreadyHealth says why the proxy is not ready, as the dispatcher does.
 type unreadyHealth struct {
 	fakeHealth
 	why atomic.Value
@@ -31,11 +31,11 @@ func TestReadinessSaysWhy(t *testing.T) {
 	h.why.Store("")
 	admin := proxy.NewAdmin(proxy.AdminOptions{Gatherer: prometheus.NewRegistry(), Unready: h.Unready,
 		Ready: func() bool { return true }})
-	base := startFront(t, proxy.Options{Upstream: mustURL("http://triton.invalid:8000"), Batcher: echoBatcher{},
-		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second, Health: h})
+	base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}, Health: h}, Upstream: mustURL("http://triton.invalid:8000"),
+		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 	readyz := func() (int, string) {
 		w := httptest.NewRecorder()
-		admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/readyz", nil))
 		msg, _ := kserve.ParseErrorBody(w.Body.Bytes())
 		return w.Code, msg
 	}

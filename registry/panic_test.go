@@ -65,7 +65,12 @@ type failingQueues struct {
 	failing bool
 }
 
-func (q *failingQueues) UpstreamFailing() bool { return q.failing }
+func (q *failingQueues) Unready() string {
+	if q.failing {
+		return "every batched model is failing upstream"
+	}
+	return ""
+}
 
 // Ready needs the models read and an upstream that is not failing.
 func TestReadyFollowsDiscoveryAndTheOutlierVerdict(t *testing.T) {

@@ -119,13 +119,7 @@ func (r *Models) Unready() string {
 		}
 		return "the upstream's models are not read yet"
 	}
-	if u, ok := r.queues.(interface{ Unready() string }); ok {
-		return u.Unready()
-	}
-	if h, ok := r.queues.(interface{ UpstreamFailing() bool }); ok && h.UpstreamFailing() {
-		return "every batched model is failing upstream"
-	}
-	return ""
+	return r.queues.Unready()
 }
 
 // probeSource describes a model's probe for its status.

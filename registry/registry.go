@@ -38,6 +38,9 @@ type Upstream interface {
 // Queues is the dispatcher as the registry drives it.
 type Queues interface {
 	SetModel(s dispatcher.ModelSpec) error
+	// Unready is the queues' verdict on the upstream (door.Health): why
+	// it should not be sent traffic, "" when it should.
+	Unready() string
 }
 
 // ErrUnreachable wraps a failure to read the upstream's model list at all,

@@ -96,6 +96,8 @@ type fakeQueues struct {
 	specs map[string]dispatcher.ModelSpec
 }
 
+func (q *fakeQueues) Unready() string { return "" }
+
 func (q *fakeQueues) SetModel(s dispatcher.ModelSpec) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory bound of the proxy (issue 19): the resident set size of
+# Memory bound of the proxy: the resident set size of
 # `ratebatch serve` at rest, with IDLE idle keep-alive client connections
 # open, and at its peak while INFLIGHT requests are in flight at once (sent
 # together on their own connections while the idle ones stay open).

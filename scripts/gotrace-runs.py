@@ -2,7 +2,7 @@
 """gotrace-runs.py: the longest goroutine runs in a Go execution trace, and
 whether anything else ran meanwhile.
 
-    curl -o proxy.trace 'http://ADMIN/debug/pprof/trace?seconds=10'   (serve --admin-pprof)
+    curl -H "Authorization: Bearer $RATEBATCH_ADMIN_TOKEN" -o proxy.trace 'http://ADMIN/debug/pprof/trace?seconds=10'   (serve --admin-pprof)
     go tool trace -d=parsed proxy.trace > proxy.parsed
     scripts/gotrace-runs.py proxy.parsed [--over-ms 5] [--top 6]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # interleave-check.sh: two policies against each other in one long load,
 # switched every few seconds, so that a server whose speed drifts over
-# minutes does not decide the comparison (issue 31).
+# minutes does not decide the comparison.
 #
 # traffic-check.sh runs each policy for a whole perf_analyzer measurement
 # (12-15 s) and alternates them a few times. On PyTriton, whose compute on

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Memory-budget load (issue 33): BIG clients at once each post one large
+"""Memory-budget load: BIG clients at once each post one large
 binary inference request (the emulator's "image" model, ROWS rows of FP32
 [3,224,224], 602 112 bytes a row) to the proxy, with "Expect: 100-continue"
 as curl and most HTTP clients send for large bodies, while a stream of small

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory budget under large bodies (issue 33, docs/RELIABILITY.md): starts
+# Memory budget under large bodies (docs/RELIABILITY.md): starts
 # the emulator (preset resnet50-v100: the "image" model takes 128 rows, so
 # a 100-row, 60.2 MB request is valid) and `ratebatch serve` with
 # --limits-memory $MEMORY on loopback, then runs scripts/memload.py: $BIG

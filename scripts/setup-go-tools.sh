@@ -17,8 +17,13 @@ bin=${TOOLS_BIN:-$repo/bin/tools}
 # version here, not in the Makefile: the check below then reinstalls it.
 # protoc-gen-go's version is google.golang.org/protobuf's in go.mod, the
 # plugins' the versions the committed gRPC code was generated with.
+# govulncheck and indexdb serve scripts/vulncheck.sh: indexdb builds the
+# vulnerability database govulncheck reads from the golang.org/x/vulndb
+# module, at the version that script pins (bump the two together).
 tools=(
 	"staticcheck honnef.co/go/tools/cmd/staticcheck v0.8.2"
+	"govulncheck golang.org/x/vuln/cmd/govulncheck v1.9.0"
+	"indexdb golang.org/x/vulndb/cmd/indexdb v0.0.0-20261105234957-e22db6528018"
 	"protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.12"
 	"protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.5.1"
 )

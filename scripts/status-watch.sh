@@ -53,7 +53,9 @@ else
 	sleep 0.5
 fi
 # shellcheck disable=SC2086 # SERVE_FLAGS are words
-"$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
+# The profiler asks for the admin token: one for this run, in the environment.
+token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+RATEBATCH_ADMIN_TOKEN=$token "$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
 	--policy "$POLICY" ${BUDGET:+--policy-latency-budget "$BUDGET"} ${SERVE_FLAGS:-} --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
 serve=$!
 pids+=($serve)
@@ -93,7 +95,7 @@ print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %
     rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0, rule.get('note', '')[:${NOTE_CHARS:-240}]))"
 	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
 		# A CPU profile of the proxy over the next PROFILE seconds.
-		curl -sf -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
+		curl -sf -H "Authorization: Bearer $token" -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
 		prof=$!
 	fi
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # traffic-check.sh: the budget policy against ad-hoc, live, in one proxy,
-# on every traffic shape, with Triton's own client (issue 32).
+# on every traffic shape, with Triton's own client.
 #
 # Starts one upstream and one `ratebatch serve`: UPSTREAM=emulator (the
 # default; --realism REALISM, default rough; --idle-watts IDLE_WATTS) or

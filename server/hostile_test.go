@@ -447,7 +447,8 @@ func TestSecurityAdminAndSecrets(t *testing.T) {
 		{"wrong token", "Bearer " + token[:len(token)-1], 401},
 		{"token with a suffix", "Bearer " + token + "x", 401},
 		{"basic scheme", "Basic " + token, 401},
-		{"lower-case scheme", "bearer " + token, 401},
+		{"lower-case scheme (RFC 6750: the scheme is case-insensitive)", "bearer " + token, 200},
+		{"no space", "Bearer" + token, 401},
 		{"the token", "Bearer " + token, 200},
 	} {
 		if code, body := do(http.MethodPut, lt.Admin+"/policy", tt.auth, change); code != tt.want {

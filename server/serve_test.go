@@ -456,9 +456,20 @@ func TestServeAdminPprofOnlyWhenEnabled(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{})
 	for _, on := range []bool{false, true} {
 		_, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.AdminPprof = on })
-		code, body := getText(t, admin+"/debug/pprof/goroutine?debug=1")
+		if code, _ := getText(t, admin+"/debug/pprof/goroutine?debug=1"); code != map[bool]int{false: 404, true: 401}[on] {
+			t.Fatalf("admin_pprof %v: GET /debug/pprof/goroutine without the token = %d", on, code)
+		}
+		req, _ := http.NewRequest(http.MethodGet, admin+"/debug/pprof/goroutine?debug=1", nil)
+		req.Header.Set("Authorization", "Bearer test-token") // servertest's
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		code, body := resp.StatusCode, string(b)
 		if want := map[bool]int{false: 404, true: 200}[on]; code != want {
-			t.Fatalf("admin_pprof %v: GET /debug/pprof/goroutine = %d, want %d", on, code, want)
+			t.Fatalf("admin_pprof %v: GET /debug/pprof/goroutine with the token = %d, want %d", on, code, want)
 		}
 		if on && !strings.Contains(body, "goroutine profile") {
 			t.Fatalf("admin_pprof on: not a goroutine profile: %.200s", body)

@@ -27,10 +27,12 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
+	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/grpcproxy"
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/procs"
+	"github.com/ratebatch/ratebatch/internal/redact"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/orca"
 	"github.com/ratebatch/ratebatch/power"
@@ -92,7 +94,7 @@ type Server struct {
 	disp     *dispatcher.Dispatcher
 	models   *registry.Models
 	data     *proxy.Server
-	front    *proxy.Metrics
+	front    *door.Metrics
 	grpc     *grpcproxy.Server // nil when grpc_listen is empty
 	grpcUp   io.Closer
 	grpcLn   net.Listener
@@ -206,7 +208,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	memory := newMemoryBudget(cfg, log)
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
-		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
+		front: door.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
 	p.reload.state.Store(&configState{cfg: cfg, version: 1, loaded: p.started})
 	if cfg.TLS.On() {
 		if p.doorTLS, err = newDoorTLS(cfg.TLS, log); err != nil {
@@ -218,15 +220,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
 	p.load = load
 	reg.MustRegister(load.Collector())
+	// Both doors share one backend: callers of either share batches, the
+	// memory budget and the metrics.
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front}
 	p.data = proxy.New(proxy.Options{
-		Upstream: up, Batcher: disp, Discoverer: mr, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes), Tracer: tracer,
+		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
 		Hold:              cfg.Upstreams.Hold,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Metrics:           p.front, Logger: log, LoadReport: load.HeaderValue, Health: disp, Memory: memory,
+		Logger:            log, LoadReport: load.HeaderValue,
 	})
 	p.data.UseUpstreamTLS(upTLS)
 	if cfg.GRPCListen != "" {
@@ -240,8 +245,8 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		}
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
-			Upstream: cc, Batcher: disp, Discoverer: mr, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes), Tracer: tracer,
-			Ready: mr.Ready, Metrics: p.front, Logger: log, LoadReport: load, Memory: memory, Health: disp,
+			Backend: back, Upstream: cc, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			Ready: mr.Ready, Logger: log, LoadReport: load,
 			TLS: p.doorTLS.serverConfig("h2"),
 		})
 	}
@@ -250,6 +255,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
 			Token: cfg.AdminToken, Logger: log,
 			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+			Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -393,7 +399,7 @@ func (p *Server) Run(ctx context.Context) error {
 		defer p.grpcUp.Close()
 		p.log.Info("ratebatch serving gRPC", "grpc_listen", p.grpcLn.Addr().String(), "upstream_grpc", p.cfg.UpstreamGRPCAddr())
 	}
-	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", p.upstream.Redacted(), "policy", p.cfg.Policy.Name)
+	p.log.Info("ratebatch serving", "listen", p.dataLn.Addr().String(), "admin", p.adminLn.Addr().String(), "upstream", redact.URL(p.cfg.Upstream), "policy", p.cfg.Policy.Name)
 
 	var runErr error
 	select {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,47 +19,76 @@ import (
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 )
 
-// fileStamp tells whether a file changed since it was read: a renewal
-// (cert-manager, certbot, a mounted Secret) replaces the file, and with it
-// its modification time or size.
+// fileStamp tells whether a file may have changed since it was read: a
+// renewal (cert-manager, certbot, a mounted Secret) replaces the file, and
+// with it its modification time or size, or at least its inode or change
+// time (statusChange): a file written again with its old size and its
+// modification time put back still shows. Whether it did change is its
+// content's hash (watched.sum).
 type fileStamp struct {
-	mod  time.Time
-	size int64
+	mod    time.Time
+	size   int64
+	status statusChange
 }
 
 func stamps(paths []string) []fileStamp {
 	out := make([]fileStamp, len(paths))
 	for i, p := range paths {
 		if fi, err := os.Stat(p); err == nil {
-			out[i] = fileStamp{fi.ModTime(), fi.Size()}
+			out[i] = fileStamp{fi.ModTime(), fi.Size(), statusOf(fi)}
 		}
 	}
 	return out
 }
 
+// readFiles reads paths and hashes their contents together.
+func readFiles(paths []string) ([][]byte, [sha256.Size]byte, error) {
+	files := make([][]byte, len(paths))
+	h := sha256.New()
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, [sha256.Size]byte{}, err
+		}
+		files[i] = b
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:]) // no two splits of the same bytes hash alike
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return files, sum, nil
+}
+
 // watched is a value read from files and read again, at the next use,
-// when one of them changes. A new read that fails (a rotation caught
-// between its certificate and its key) keeps the last good value, says so
-// once, and is tried again when the files change again.
+// when their stamps change; it is made again when their content did. A
+// new read that fails (a rotation caught between its certificate and its
+// key) keeps the last good value, says so once, and is tried again when
+// the files change again.
 type watched[T any] struct {
 	what  string
 	paths []string
-	load  func() (T, error)
+	load  func(files [][]byte) (T, error) // from the files' contents, in paths' order
 	log   *slog.Logger
 
 	mu   sync.Mutex
-	seen []fileStamp // of the value held
-	bad  []fileStamp // of the last read that failed
+	seen []fileStamp       // of the files when the value held was read
+	sum  [sha256.Size]byte // of their content then
+	bad  []fileStamp       // of the last read that failed
 	val  T
 }
 
-func newWatched[T any](what string, log *slog.Logger, load func() (T, error), paths ...string) (*watched[T], error) {
+func newWatched[T any](what string, log *slog.Logger, load func([][]byte) (T, error), paths ...string) (*watched[T], error) {
 	w := &watched[T]{what: what, paths: paths, load: load, log: log, seen: stamps(paths)}
-	v, err := load()
+	files, sum, err := readFiles(paths)
+	if err == nil {
+		w.val, err = load(files)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	w.val = v
+	w.sum = sum
 	return w, nil
 }
 
@@ -70,20 +101,28 @@ func (w *watched[T]) get() T {
 	if slices.Equal(now, w.seen) || slices.Equal(now, w.bad) {
 		return w.val
 	}
-	v, err := w.load()
+	files, sum, err := readFiles(w.paths)
+	if err == nil && sum == w.sum {
+		w.seen, w.bad = now, nil // touched, not changed
+		return w.val
+	}
+	var v T
+	if err == nil {
+		v, err = w.load(files)
+	}
 	if err != nil {
 		w.bad = now
 		w.log.Error("TLS file changed but cannot be read; the previous one is kept", "what", w.what, "files", w.paths, "err", err)
 		return w.val
 	}
-	w.val, w.seen, w.bad = v, now, nil
+	w.val, w.seen, w.sum, w.bad = v, now, sum, nil
 	w.log.Info("TLS file re-read", "what", w.what, "files", w.paths)
 	return w.val
 }
 
 func watchPair(what, cert, key string, log *slog.Logger) (*watched[*tls.Certificate], error) {
-	return newWatched(what, log, func() (*tls.Certificate, error) {
-		pair, err := tls.LoadX509KeyPair(cert, key)
+	return newWatched(what, log, func(files [][]byte) (*tls.Certificate, error) {
+		pair, err := tls.X509KeyPair(files[0], files[1])
 		return &pair, err
 	}, cert, key)
 }
@@ -103,7 +142,7 @@ func newDoorTLS(c config.TLS, log *slog.Logger) (*doorTLS, error) {
 	}
 	d := &doorTLS{pair: pair}
 	if c.ClientCA != "" {
-		load := func() (*x509.CertPool, error) { return config.ReadCertPool(c.ClientCA) }
+		load := func(files [][]byte) (*x509.CertPool, error) { return config.ParseCertPool(c.ClientCA, files[0]) }
 		if d.clients, err = newWatched("tls.client_ca", log, load, c.ClientCA); err != nil {
 			return nil, err
 		}
@@ -116,7 +155,7 @@ func newDoorTLS(c config.TLS, log *slog.Logger) (*doorTLS, error) {
 // configuration built from them is kept until they change, and with it
 // its session ticket keys.
 func (d *doorTLS) config(protos ...string) *tls.Config {
-	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: protos}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites, NextProtos: protos}
 	var (
 		mu       sync.Mutex
 		last     *tls.Config
@@ -143,7 +182,21 @@ func (d *doorTLS) config(protos ...string) *tls.Config {
 		}
 		return last, nil
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: protos, GetConfigForClient: get}
+	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites, NextProtos: protos, GetConfigForClient: get}
+}
+
+// aeadSuites are the TLS 1.2 cipher suites the doors and the upstream
+// client offer: forward-secret key exchange and authenticated encryption
+// (GCM, ChaCha20-Poly1305) only. Go's default list still has the CBC
+// suites with SHA-1 MACs, open to padding-oracle attacks (Lucky13); TLS
+// 1.3 has only AEAD suites and ignores this list.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // upstreamTLS is the client configuration toward Triton (upstream_tls.*)
@@ -153,9 +206,12 @@ func upstreamTLS(c config.UpstreamTLS, on bool, host string, log *slog.Logger) (
 	if !on {
 		return nil, nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify}
 	if tc.ServerName == "" {
 		tc.ServerName = host
+	}
+	if c.InsecureSkipVerify {
+		log.Warn("upstream_tls.insecure_skip_verify: the upstream's certificate is not verified, so anyone on the way can read and change the traffic; for tests only", "upstream", host)
 	}
 	if c.CA != "" {
 		pool, err := config.ReadCertPool(c.CA)

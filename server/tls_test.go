@@ -339,6 +339,83 @@ func TestTLSRotation(t *testing.T) {
 	}
 }
 
+// TestTLSRotationSameStamp replaces the certificate and key with a new
+// pair of the very same sizes and puts the files' modification times back
+// as they were (a copy that keeps times, a restore from a backup): the new
+// pair is served all the same, for its content changed.
+func TestTLSRotationSameStamp(t *testing.T) {
+	em := emulatortest.Start(t, emulator.Options{})
+	oldCA, newCA_ := newCA(t, "old CA"), newCA(t, "new CA")
+	dir := t.TempDir()
+	oldCert, oldKey := oldCA.issue(t, "server")
+	newCert, newKey := newCA_.issue(t, "server")
+	// PEM readers skip what follows the last block: pad the shorter of
+	// each pair so that old and new have the same size.
+	pad := func(a, b []byte) ([]byte, []byte) {
+		for len(a) < len(b) {
+			a = append(a, '\n')
+		}
+		for len(b) < len(a) {
+			b = append(b, '\n')
+		}
+		return a, b
+	}
+	oldCert, newCert = pad(oldCert, newCert)
+	oldKey, newKey = pad(oldKey, newKey)
+	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	writeFile(t, cert, oldCert)
+	writeFile(t, key, oldKey)
+	stamp := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, f := range []string{cert, key} {
+		if err := os.Chtimes(f, stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.TLS.Cert, c.TLS.Key = cert, key })
+	base := "https://" + p.Addr().String()
+	if err := httpsInfer(t, base, clientTLS(t, oldCA, nil)); err != nil {
+		t.Fatalf("before the rotation: %v", err)
+	}
+	writeFile(t, cert, newCert)
+	writeFile(t, key, newKey)
+	for _, f := range []string{cert, key} {
+		if err := os.Chtimes(f, stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(f); err != nil || !fi.ModTime().Equal(stamp) {
+			t.Fatalf("%s: %v, modified %v, want %v", f, err, fi.ModTime(), stamp)
+		}
+	}
+	if err := httpsInfer(t, base, clientTLS(t, newCA_, nil)); err != nil {
+		t.Errorf("after a rotation of the same size and time: %v; want the new pair served", err)
+	}
+}
+
+// TestTLSAEADOnly: a TLS 1.2 client offering only CBC suites with SHA-1
+// MACs is refused at the handshake; one offering an AEAD suite gets in.
+func TestTLSAEADOnly(t *testing.T) {
+	em := emulatortest.Start(t, emulator.Options{})
+	ca := newCA(t, "CA")
+	cert, key := ca.files(t, t.TempDir(), "server")
+	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) { c.TLS.Cert, c.TLS.Key = cert, key })
+	base := "https://" + p.Addr().String()
+	for _, tc := range []struct {
+		suite uint16
+		ok    bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+	} {
+		c := clientTLS(t, ca, nil)
+		c.MaxVersion, c.CipherSuites = tls.VersionTLS12, []uint16{tc.suite}
+		if err := httpsInfer(t, base, c); (err == nil) != tc.ok {
+			t.Errorf("TLS 1.2 with %s only: %v, want accepted %v", tls.CipherSuiteName(tc.suite), err, tc.ok)
+		}
+	}
+}
+
 // TestUpstreamTLS puts TLS between the proxy and its upstream: an HTTPS
 // upstream that requires a client certificate (batches, pass-through and
 // discovery all go through it) and a gRPC upstream that speaks TLS

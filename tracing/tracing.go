@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -32,7 +31,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/metadata"
+
+	"github.com/ratebatch/ratebatch/internal/redact"
 )
 
 // Config turns tracing on. The OpenTelemetry SDK's own environment
@@ -75,7 +75,7 @@ func (c Config) Validate() error {
 	}
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("tracing.otlp_endpoint %q: want a URL such as http://localhost:4318", c.Endpoint)
+		return fmt.Errorf("tracing.otlp_endpoint %q: want a URL such as http://localhost:4318", redact.URL(c.Endpoint))
 	}
 	return nil
 }
@@ -286,24 +286,14 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // when tracing is off, does nothing.
 type Request struct{ span trace.Span }
 
-// StartHTTP starts the span of an inference request at the HTTP door, in
-// the trace its traceparent header names.
-func (t *Tracer) StartHTTP(h *fasthttp.RequestHeader, model string) Request {
+// Start starts the span of one inference call at a door ("http",
+// "grpc"), in the trace its carrier (the request's headers or metadata)
+// names; the zero Request when t is nil (tracing off).
+func (t *Tracer) Start(c propagation.TextMapCarrier, door, model string) Request {
 	if t == nil {
 		return Request{}
 	}
-	_, span := t.StartRequest(context.Background(), HeaderCarrier{H: h}, "http", "ModelInfer", model)
-	return Request{span: span}
-}
-
-// StartGRPC starts the span of a ModelInfer call at the gRPC door, in the
-// trace its traceparent metadata names.
-func (t *Tracer) StartGRPC(ctx context.Context, model string) Request {
-	if t == nil {
-		return Request{}
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	_, span := t.StartRequest(context.Background(), MetadataCarrier(md), "grpc", "ModelInfer", model)
+	_, span := t.StartRequest(context.Background(), c, door, "ModelInfer", model)
 	return Request{span: span}
 }
 

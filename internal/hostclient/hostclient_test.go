@@ -1,8 +1,17 @@
 package hostclient
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/url"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 func TestNew(t *testing.T) {
@@ -36,5 +45,34 @@ func TestNew(t *testing.T) {
 				t.Fatal("TLSConfig set for plain http")
 			}
 		})
+	}
+}
+
+// Cause names the kind of failure and none of the addresses in the error.
+func TestCause(t *testing.T) {
+	op := func(op string, err error) error {
+		return &net.OpError{Op: op, Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5555},
+			Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 8000}, Err: err}
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{op("dial", os.NewSyscallError("connect", syscall.ECONNREFUSED)), "connection refused"},
+		{op("read", os.NewSyscallError("read", syscall.ECONNRESET)), "connection reset"},
+		{op("dial", os.NewSyscallError("connect", syscall.EHOSTUNREACH)), "no route to the upstream"},
+		{fmt.Errorf("error when dialing triton:8000: %w", &net.DNSError{Err: "no such host", Name: "triton", Server: "10.0.0.10:53"}), "the upstream's name does not resolve"},
+		{fasthttp.ErrConnectionClosed, "connection closed before an answer"},
+		{io.ErrUnexpectedEOF, "answer cut short"},
+		{op("read", os.ErrDeadlineExceeded), "timed out"},
+		{errors.New("dial tcp 10.0.0.2:8000: something new"), "connection failed"},
+	} {
+		got := Cause(tc.err)
+		if got != tc.want {
+			t.Errorf("Cause(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+		if strings.Contains(got, "10.0.0.") || strings.Contains(got, "8000") || strings.Contains(got, "triton") {
+			t.Errorf("Cause(%v) = %q names an address", tc.err, got)
+		}
 	}
 }

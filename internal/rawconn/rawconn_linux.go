@@ -249,3 +249,33 @@ func (c *Conn) opError(op string, err error) error {
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
+
+// Unread reports whether bytes wait unread on c's socket, without reading
+// them and without blocking (recv with MSG_PEEK and MSG_DONTWAIT); false
+// when c is not a socket. An HTTP client asks before it sends a request on
+// a kept-alive connection: bytes there came after the last answer ended,
+// and would be read as the next request's answer.
+func Unread(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var (
+		buf [1]byte
+		n   uintptr
+		e   syscall.Errno
+	)
+	// Control, not Read: no deadline of the last exchange applies, and
+	// the poller is not asked to wait.
+	if rc.Control(func(fd uintptr) {
+		n, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	}) != nil {
+		return false
+	}
+	return e == 0 && n > 0
+}

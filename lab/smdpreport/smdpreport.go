@@ -166,7 +166,7 @@ func policyRuns(policy []int) []smdp.PolicyRun {
 }
 
 // BudgetReport is the --latency-budget --json output. The first seven
-// keys are the CLI contract (issue 15); control_limit holds the limits of
+// keys are the CLI contract; control_limit holds the limits of
 // the two policies the optimum mixes, mix the probability of following the
 // second where they differ.
 type BudgetReport struct {

@@ -26,8 +26,8 @@
 // but not everywhere: with tau linear, serving n requests as two batches
 // lowers their summed latency once n > 2*tau0/alpha, so in long queues the
 // optimum may send fewer than min(s, B_max). Those states are rare; the
-// pure control-limit policy (ControlLimit) with the same L stays within
-// 0.1% of the optimum in the tests.
+// pure control-limit policy (ControlLimit) with the same L stays close to
+// the optimum (TestSolvedPolicyHasControlLimit bounds the gap).
 //
 // Units: milliseconds, millijoules, requests per millisecond. A cost rate is
 // therefore w1*ms + w2*W (mJ/ms = W).

@@ -186,6 +186,15 @@ def test_only_ratebatch_is_exposed_to_clients(k8s_docs):
     allowed = {p["port"] for rule in np["spec"]["ingress"] for p in rule["ports"]}
     assert allowed <= set(port_names(k8s_docs)), f"NetworkPolicy names unknown ports {allowed - set(port_names(k8s_docs))}"
     assert not allowed & triton_ports, f"NetworkPolicy opens Triton's {allowed & triton_ports}"
+    # The admin port (PUT /policy, /status, the profiler) is open to the
+    # monitoring namespace only, never to every client as the data ports are.
+    for rule in np["spec"]["ingress"]:
+        if "admin" in {p["port"] for p in rule["ports"]}:
+            peers = rule.get("from") or []
+            assert peers, "NetworkPolicy opens the admin port to every pod: give it a from:"
+            assert any(p.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") for p in peers), \
+                "the admin port's from: names no namespace (the monitoring namespace)"
+            assert not {"http", "grpc"} & {p["port"] for p in rule["ports"]}, "the admin rule opens data ports"
 
 
 def test_servicemonitor_scrapes_the_metrics_service(k8s_docs):

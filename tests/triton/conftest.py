@@ -144,7 +144,8 @@ class Process:
 
 @dataclasses.dataclass
 class TritonServer:
-    """A running tests/triton/server.py."""
+    """A running Triton: tests/triton/server.py (PyTriton), or the wheel's
+    tritonserver started directly (conformance.start_real_triton)."""
 
     process: Process
     http_port: int
@@ -377,6 +378,46 @@ def start_ratebatch(binary: str, upstream_url: str, workdir: Path, *flags: str) 
         return RatebatchProxy(proc, listen, admin, tuple(flags))
 
     return start_retrying(start)
+
+
+@dataclasses.dataclass
+class Door:
+    """A proxy with both doors (HTTP and gRPC) in front of a Triton."""
+
+    proxy: RatebatchProxy
+    grpc_url: str
+
+    @property
+    def pid(self) -> int:
+        return self.proxy.process.proc.pid
+
+
+def start_door(binary: str, triton, workdir: Path, *flags: str) -> Door:
+    """start_ratebatch in front of triton (anything with base_url and
+    grpc_url: a TritonServer) with its gRPC door on
+    too (--grpc-listen, --upstream-grpc triton.grpc_url); waits until the
+    gRPC door says the server is ready."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    (port,) = free_ports(1)
+    url = f"127.0.0.1:{port}"
+    p = start_ratebatch(
+        binary, triton.base_url, workdir, "--grpc-listen", url, "--upstream-grpc", triton.grpc_url, *flags
+    )
+    c = grpcclient.InferenceServerClient(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if c.is_server_ready():
+                break
+        except InferenceServerException:
+            pass
+        if time.monotonic() > deadline:
+            p.stop()
+            raise RuntimeError(f"gRPC door {url} not ready:\n{p.process.output()}")
+        time.sleep(0.1)
+    return Door(p, url)
 
 
 @pytest.fixture(scope="session")

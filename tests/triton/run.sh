@@ -14,11 +14,12 @@ venv=$(scripts/setup-python.sh)
 pids=$(mktemp "${TMPDIR:-/tmp}/ratebatch-triton-pids.XXXXXX")
 export RATEBATCH_TEST_PIDS=$pids
 
-# ours: a recorded group leader that is still our server.py or ratebatch
+# ours: a recorded group leader that is still our server.py, ratebatch or
+# the wheel's tritonserver started directly (conformance.py)
 ours() {
 	local cmd
 	cmd=$( (tr '\0' ' ' <"/proc/$1/cmdline") 2>/dev/null) || return 1
-	[[ $cmd == *tests/triton/server.py* || $cmd == *ratebatch* ]]
+	[[ $cmd == *tests/triton/server.py* || $cmd == *ratebatch* || $cmd == *pytriton/tritonserver/bin/tritonserver* ]]
 }
 
 cleanup() {

@@ -11,14 +11,12 @@ every request it receives alone).
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import socket
 import struct
 import threading
 import time
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,43 +24,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import SESSION_SERVER_FLAGS, RatebatchProxy, TritonServer, free_ports, start_ratebatch, start_triton
+from conftest import SESSION_SERVER_FLAGS, Door, TritonServer, start_door, start_triton
 from server import IMAGE_SHAPE, VECTOR_LEN, image_reference
 
 CALLERS = 16
-
-
-@dataclasses.dataclass
-class Door:
-    """A proxy with both doors in front of a Triton."""
-
-    proxy: RatebatchProxy
-    grpc_url: str
-
-    @property
-    def pid(self) -> int:
-        return self.proxy.process.proc.pid
-
-
-def start_door(binary: str, triton: TritonServer, workdir: Path, *flags: str) -> Door:
-    (port,) = free_ports(1)
-    url = f"127.0.0.1:{port}"
-    p = start_ratebatch(
-        binary, triton.base_url, workdir, "--grpc-listen", url, "--upstream-grpc", triton.grpc_url, *flags
-    )
-    c = grpcclient.InferenceServerClient(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if c.is_server_ready():
-                break
-        except InferenceServerException:
-            pass
-        if time.monotonic() > deadline:
-            p.stop()
-            raise RuntimeError(f"gRPC door {url} not ready:\n{p.process.output()}")
-        time.sleep(0.1)
-    return Door(p, url)
 
 
 @pytest.fixture(scope="module")

@@ -1,66 +1,30 @@
-package proxy
+package door
 
 import (
-	"sync"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
-// The front doors, as the value of the metrics' protocol label.
+// Protocol names a front door, as the value of the metrics' protocol label
+// and of the spans' door attribute.
+type Protocol string
+
+// The two doors.
 const (
-	ProtocolHTTP = "http"
-	ProtocolGRPC = "grpc"
+	HTTP Protocol = "http"
+	GRPC Protocol = "grpc"
 )
 
-// Metrics are the front doors' Prometheus series. Both doors (HTTP here,
-// gRPC in package grpcproxy) count in the same series under their
-// protocol label, so a dashboard sums them or tells them apart.
+// Metrics are the front doors' Prometheus series. Both doors count in the
+// same series under their protocol label, so a dashboard sums them or
+// tells them apart; a door counts through its Door (Answered, Failed,
+// Passed, Refused), which binds the label.
 type Metrics struct {
 	Latency  *prometheus.HistogramVec // model, protocol
 	Errors   *prometheus.CounterVec   // model, protocol, status
-	Rejected *prometheus.CounterVec
-	// PassthroughBy and PassthroughErrorsBy count per protocol;
-	// Passthrough and PassthroughErrors are their HTTP children.
-	PassthroughBy, PassthroughErrorsBy *prometheus.CounterVec
-	Passthrough                        prometheus.Counter
-	PassthroughErrors                  prometheus.Counter
-
-	latency sync.Map // model -> prometheus.Observer (HTTP), bound once per model
-}
-
-// latencyOf returns the model's HTTP latency observer without a label
-// lookup per request. Only batched models reach it, so the map stays small.
-func (m *Metrics) latencyOf(model string) prometheus.Observer {
-	if o, ok := m.latency.Load(model); ok {
-		return o.(prometheus.Observer)
-	}
-	o, _ := m.latency.LoadOrStore(model, m.Latency.WithLabelValues(model, ProtocolHTTP))
-	return o.(prometheus.Observer)
-}
-
-// Answered records a batched request answered through a door.
-func (m *Metrics) Answered(model, protocol string, d time.Duration) {
-	m.Latency.WithLabelValues(model, protocol).Observe(d.Seconds())
-}
-
-// Failed records a batched request answered with an error; status is the
-// door's own: an HTTP status or a gRPC code name.
-func (m *Metrics) Failed(model, protocol, status string) {
-	m.Errors.WithLabelValues(model, protocol, status).Inc()
-}
-
-// Refused counts a request refused at a door before a queue, by reason.
-func (m *Metrics) Refused(reason string) { m.Rejected.WithLabelValues(reason).Inc() }
-
-// Passed records a pass-through call and whether it failed to reach the
-// upstream.
-func (m *Metrics) Passed(protocol string, failed bool) {
-	m.PassthroughBy.WithLabelValues(protocol).Inc()
-	if failed {
-		m.PassthroughErrorsBy.WithLabelValues(protocol).Inc()
-	}
+	Rejected *prometheus.CounterVec   // reason
+	// Passthrough and PassthroughErrors count per protocol.
+	Passthrough, PassthroughErrors *prometheus.CounterVec
 }
 
 // DoorCounts is one door's traffic since the start, for /status.
@@ -73,11 +37,11 @@ type DoorCounts struct {
 
 // Doors sums the series by protocol.
 func (m *Metrics) Doors() map[string]DoorCounts {
-	out := map[string]DoorCounts{ProtocolHTTP: {}, ProtocolGRPC: {}}
+	out := map[string]DoorCounts{string(HTTP): {}, string(GRPC): {}}
 	sum(m.Latency, func(p string, v uint64) { c := out[p]; c.Batched += v; out[p] = c })
 	sum(m.Errors, func(p string, v uint64) { c := out[p]; c.Errors += v; out[p] = c })
-	sum(m.PassthroughBy, func(p string, v uint64) { c := out[p]; c.Passthrough += v; out[p] = c })
-	sum(m.PassthroughErrorsBy, func(p string, v uint64) { c := out[p]; c.PassthroughErrors += v; out[p] = c })
+	sum(m.Passthrough, func(p string, v uint64) { c := out[p]; c.Passthrough += v; out[p] = c })
+	sum(m.PassthroughErrors, func(p string, v uint64) { c := out[p]; c.PassthroughErrors += v; out[p] = c })
 	return out
 }
 
@@ -121,19 +85,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ratebatch_front_rejected_total",
 			Help: "Requests refused at the front door before reaching a queue, by reason.",
 		}, []string{"reason"}),
-		PassthroughBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_passthrough_requests_total",
 			Help: "Requests passed to the upstream unchanged (non-inference endpoints, models not batched), by front door.",
 		}, []string{"protocol"}),
-		PassthroughErrorsBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PassthroughErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_passthrough_errors_total",
 			Help: "Passthrough requests that failed to reach the upstream, by front door.",
 		}, []string{"protocol"}),
 	}
-	m.Passthrough = m.PassthroughBy.WithLabelValues(ProtocolHTTP)
-	m.PassthroughErrors = m.PassthroughErrorsBy.WithLabelValues(ProtocolHTTP)
 	if reg != nil {
-		reg.MustRegister(m.Latency, m.Errors, m.Rejected, m.PassthroughBy, m.PassthroughErrorsBy)
+		reg.MustRegister(m.Latency, m.Errors, m.Rejected, m.Passthrough, m.PassthroughErrors)
 	}
 	return m
 }
