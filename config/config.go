@@ -91,6 +91,8 @@ type UpstreamOpts struct {
 	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`
 	HungMin       time.Duration `yaml:"hung_min" flag:"upstream-hung-min" help:"shortest run of a batch taken for hung (see hung_factor)"`
 	ProbeInterval time.Duration `yaml:"probe_interval" flag:"upstream-probe-interval" help:"longest pause between probes of a failing model or of an upstream refusing connections: the proxy sends its own probe inference, the first within half a second, then at growing jittered pauses up to this"`
+	// Active health check (dispatcher.HealthCheck).
+	HealthCheckInterval time.Duration `yaml:"health_check_interval" flag:"upstream-health-check-interval" help:"how often the upstream's readiness (/v2/health/ready) and each batched model's (/v2/models/M/ready) are read, traffic or not; each read times out after the same time: a refused, failed or unanswered check turns /readyz within two intervals (0: off)"`
 }
 
 // Power selects where energy figures come from.
@@ -162,7 +164,7 @@ func Default() Config {
 			RetryAfter:        time.Second,
 		},
 		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
-			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second},
+			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second, HealthCheckInterval: time.Second},
 		Power:     Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
@@ -248,6 +250,7 @@ func (c *Config) Validate() error {
 		{"upstream_client.hung_factor", c.Upstreams.HungFactor < 0, "must be >= 0"},
 		{"upstream_client.hung_min", c.Upstreams.HungMin < 0, "must be >= 0"},
 		{"upstream_client.probe_interval", c.Upstreams.ProbeInterval < 0, "must be >= 0"},
+		{"upstream_client.health_check_interval", c.Upstreams.HealthCheckInterval < 0, "must be >= 0"},
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},

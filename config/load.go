@@ -195,6 +195,12 @@ func inFile(err error, file string) error {
 			out = append(out, fe)
 			continue
 		}
+		var se *syntaxError
+		if errors.As(e, &se) {
+			se.file = file
+			out = append(out, se)
+			continue
+		}
 		out = append(out, fmt.Errorf("config: %s: %w", file, e))
 	}
 	return errors.Join(out...)

@@ -78,6 +78,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Outlier configures passive outlier detection; zero: off.
 	Outlier Outlier
+	// Check configures the active health check (check.go); zero: off.
+	Check HealthCheck
 }
 
 // Dispatcher routes calls to model queues.
@@ -95,6 +97,7 @@ type Dispatcher struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	probes   *probes // active recovery (probe.go)
+	checks   checks  // the active health check (check.go)
 }
 
 // New returns a dispatcher with no models.
@@ -109,8 +112,10 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel,
+	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel,
 		probes: newProbes()}
+	d.startChecks()
+	return d
 }
 
 // Errors a caller may get before its call is queued.
@@ -266,6 +271,7 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	d.checks.wg.Wait()
 	d.probes.stop()
 	return err
 }

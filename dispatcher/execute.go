@@ -447,7 +447,7 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		latency = q.d.now().Sub(start)
 		ce, isConn := connError(err)
 		if !isConn {
-			h.reached() // an answer, or a timeout of a request it took
+			q.d.reached() // an answer, or a timeout of a request it took
 			return reply, latency, err
 		}
 		failures++
@@ -475,7 +475,7 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		default:
 			return giveUp(err)
 		}
-		pause := backoff(q.d.o.RetryBackoff, failures)
+		pause := Backoff(q.d.o.RetryBackoff, failures)
 		if ce.Dial && !holdUntil.IsZero() {
 			pause = min(pause, max(holdUntil.Sub(q.d.now()), 0))
 		}

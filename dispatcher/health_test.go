@@ -69,14 +69,14 @@ func TestBackoff(t *testing.T) {
 	for _, tt := range tests {
 		seen := map[time.Duration]bool{}
 		for range 200 {
-			d := backoff(tt.base, tt.attempt)
+			d := Backoff(tt.base, tt.attempt)
 			if d < tt.min || d > tt.max {
-				t.Fatalf("backoff(%v, %d) = %v, want within [%v, %v]", tt.base, tt.attempt, d, tt.min, tt.max)
+				t.Fatalf("Backoff(%v, %d) = %v, want within [%v, %v]", tt.base, tt.attempt, d, tt.min, tt.max)
 			}
 			seen[d] = true
 		}
 		if len(seen) < 10 {
-			t.Errorf("backoff(%v, %d): %d distinct pauses in 200, want jitter", tt.base, tt.attempt, len(seen))
+			t.Errorf("Backoff(%v, %d): %d distinct pauses in 200, want jitter", tt.base, tt.attempt, len(seen))
 		}
 	}
 }

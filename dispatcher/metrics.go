@@ -97,7 +97,7 @@ var (
 	descFailing = prometheus.NewDesc("ratebatch_model_failing",
 		"1 while the model is marked failing by passive outlier detection (not ready; one probe batch at a time), else 0.", []string{"model"}, nil)
 	descSources = prometheus.NewDesc("ratebatch_sources",
-		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule; unknown: not learnt yet).", []string{"model", "kind"}, nil)
+		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule, or it is one of a pool whose arrivals do not follow the answers (ratebatch_source_feedback below 0.25); unknown: not learnt yet).", []string{"model", "kind"}, nil)
 	descSourcesBusy = prometheus.NewDesc("ratebatch_sources_busy",
 		"Callers' connections with a call in the proxy now.", []string{"model"}, nil)
 	descSourceThink = prometheus.NewDesc("ratebatch_source_think_seconds",
@@ -117,7 +117,7 @@ var queueDescs = []*prometheus.Desc{descQueued, descInFlight, descInFlightRows, 
 	descSources, descSourcesBusy, descSourceThink, descSourceFeedback}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range slices.Concat(queueDescs, probeDescs) {
+	for _, d := range slices.Concat(queueDescs, probeDescs, checkDescs) {
 		ch <- d
 	}
 }
@@ -131,6 +131,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		collectSources(ch, s.Model, s.Sources)
 	}
 	c.d.collectProbes(ch)
+	c.d.collectChecks(ch)
 }
 
 // gauge01 is a yes/no state as a gauge: 1 or 0.

@@ -29,7 +29,7 @@ func checkProbeMetrics(t *testing.T, d *Dispatcher, lastOK, unready int) {
 # HELP ratebatch_probe_last_ok 1 if the last active probe found the model (the upstream) answering, else 0.
 # TYPE ratebatch_probe_last_ok gauge
 ratebatch_probe_last_ok{model="simple"} %d
-# HELP ratebatch_upstream_unready 1 while the upstream's state takes the proxy out of service (/readyz 503): it refuses connections, or every batched model is failing.
+# HELP ratebatch_upstream_unready 1 while the upstream's state takes the proxy out of service (/readyz 503): it refuses connections, fails its health check, or every batched model is failing or not ready.
 # TYPE ratebatch_upstream_unready gauge
 ratebatch_upstream_unready %d
 `, lastOK, unready)

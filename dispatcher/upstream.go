@@ -128,14 +128,15 @@ func classify(err error) error {
 	case errors.Is(err, hostclient.ErrAnswerCut), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: %w", ErrAnswerCut, err)
 	}
-	return &ConnError{Err: err, Dial: isDialError(err)}
+	return &ConnError{Err: err, Dial: IsRefused(err)}
 }
 
-// isDialError reports whether err is a connection the upstream's host
+// IsRefused reports whether err is a connection the upstream's host
 // refused or could not be routed to: nothing listens there (a restarting
-// server). A dial that timed out is not one: an upstream too busy to accept
+// server), and the outage hold applies (to batches, and to the doors'
+// pass-through inference). A dial that timed out is not one: an upstream too busy to accept
 // is overloaded, not down, and its callers should not be held for it.
-func isDialError(err error) bool {
+func IsRefused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH)
 }

@@ -139,8 +139,8 @@ func TestIsDialError(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: syscallErr("ETIMEDOUT")}, false}, // busy, not down
 		{&net.OpError{Op: "read", Err: syscallErr("ECONNRESET")}, false},
 	} {
-		if got := isDialError(tt.err); got != tt.want {
-			t.Errorf("isDialError(%v) = %v, want %v", tt.err, got, tt.want)
+		if got := IsRefused(tt.err); got != tt.want {
+			t.Errorf("IsRefused(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }

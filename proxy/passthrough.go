@@ -1,17 +1,20 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
@@ -210,7 +213,11 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 		deadline = time.Now().Add(s.o.WriteTimeout)
 	}
 	resp := &ctx.Response
-	if err := s.fwd.DoDeadline(out, resp, deadline); err != nil {
+	err := s.fwd.DoDeadline(out, resp, deadline)
+	if dispatcher.IsRefused(err) {
+		err = s.holdRefused(ctx, out, resp, deadline, err)
+	}
+	if err != nil {
 		resp.Reset()
 		s.passFailed(ctx, err)
 		return
@@ -223,11 +230,64 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 	}
 }
 
+// errRefused is a pass-through exchange the upstream refused to connect
+// to, past the hold for an inference request: 503 with Retry-After, as a
+// batched call held for a refusing upstream gets (docs/RELIABILITY.md).
+type errRefused struct {
+	err  error
+	held time.Duration
+}
+
+// Error says what failed, but not where: the upstream's address is the
+// log's (hostclient.Cause).
+func (e *errRefused) Error() string {
+	if e.held > 0 {
+		return fmt.Sprintf("upstream refusing connections, not back within %v (upstream_client.hold): %s", e.held.Round(time.Millisecond), hostclient.Cause(e.err))
+	}
+	return "upstream refusing connections: " + hostclient.Cause(e.err)
+}
+
+// holdRefused rides out an upstream that refuses connections (a Triton
+// restarting, or not up yet when the proxy started and found no model to
+// batch), as the dispatcher's outage hold does for batches: an inference
+// request whose body can be sent again is tried again at jittered pauses
+// growing to 100 ms (dispatcher.Backoff) until it gets through or
+// Options.Hold passes, then fails with errRefused. Other requests, and a
+// streamed body, which cannot be sent twice, fail with it at once.
+func (s *Server) holdRefused(ctx *fasthttp.RequestCtx, out *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, err error) error {
+	if s.o.Hold <= 0 || out.IsBodyStream() || !ctx.IsPost() || !bytes.HasSuffix(ctx.Path(), []byte("/infer")) {
+		return &errRefused{err: err}
+	}
+	start := time.Now()
+	until := start.Add(s.o.Hold)
+	if deadline.Before(until) {
+		until = deadline
+	}
+	for attempt := 1; ; attempt++ {
+		pause := dispatcher.Backoff(0, attempt)
+		if time.Now().Add(pause).After(until) {
+			return &errRefused{err: err, held: time.Since(start)}
+		}
+		time.Sleep(pause)
+		resp.Reset()
+		if err = s.fwd.DoDeadline(out, resp, deadline); !dispatcher.IsRefused(err) {
+			return err
+		}
+	}
+}
+
 func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	var ke *kserve.Error
+	var refused *errRefused
 	switch {
 	case errors.As(err, &ke):
 		writeError(ctx, ke.Status, ke.Msg)
+	case errors.As(err, &refused):
+		// The outage is logged once, by the upstream's health check, not
+		// once per request.
+		s.door.PassFailed()
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
+		writeError(ctx, http.StatusServiceUnavailable, refused.Error())
 	case errors.Is(err, errBodyTooLarge):
 		s.door.Refused("body_too_large")
 		writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))

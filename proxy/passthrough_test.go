@@ -206,8 +206,8 @@ func TestPassthroughStreamsEventsAndAbortsWithClient(t *testing.T) {
 	}
 }
 
-// Past the write timeout the client gets 504 in the KServe form; an unreachable
-// upstream gives 502.
+// Past the write timeout the client gets 504 in the KServe form; an
+// upstream that refuses connections gives 503 with Retry-After.
 func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	block := make(chan struct{})
 	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }), 100*time.Millisecond)
@@ -232,12 +232,68 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	}
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if _, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusBadGateway || !ok {
-		t.Fatalf("dead upstream: %d %s; want 502 with a KServe error", resp.StatusCode, b)
+	if msg, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusServiceUnavailable || !ok ||
+		!strings.Contains(msg, "refusing connections") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("dead upstream: %d %s; want 503 with Retry-After and a KServe error", resp.StatusCode, b)
 	}
 	// What failed, but not where: the upstream's address is the log's.
 	if msg, _ := kserve.ParseErrorBody(b); !strings.Contains(msg, "connection refused") || strings.Contains(msg, dead.Host) {
 		t.Fatalf("dead upstream: %q; want the refusal named and not the address %s", msg, dead.Host)
+	}
+}
+
+// An inference request passed through (a model the proxy does not batch,
+// or any model before discovery has read the upstream: a proxy started
+// before Triton, or pointed at the wrong port) is held for an upstream
+// that refuses connections, as a batched call is: it goes through if the
+// upstream comes back within the hold, and gets 503 with Retry-After, not
+// 502, past it.
+func TestPassthroughHoldsInferenceForARefusingUpstream(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	const hold = 300 * time.Millisecond
+	fr := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL("http://" + addr), MaxBodyBytes: 1 << 20,
+		Hold: hold, RetryAfter: 2 * time.Second})
+	infer := func() (*http.Response, string, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		resp, err := http.Post(fr+"/v2/models/other/infer", "application/json", strings.NewReader(`{"inputs":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b), time.Since(start)
+	}
+	resp, body, took := infer()
+	if msg, ok := kserve.ParseErrorBody([]byte(body)); resp.StatusCode != http.StatusServiceUnavailable || !ok ||
+		!strings.Contains(msg, "not back within") || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("refusing upstream: %d %q Retry-After %q; want 503 saying it was held, Retry-After 2", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if strings.Contains(body, addr) {
+		t.Errorf("refusing upstream: %q names the upstream's address, which is the log's", body)
+	}
+	if took < hold/2 || took > hold+time.Second {
+		t.Errorf("answered after %v, want after the hold of %v", took, hold)
+	}
+
+	// Back within the hold: the request goes through.
+	go func() {
+		time.Sleep(hold / 3)
+		up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"outputs":[]}`) })}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return // the port was taken meanwhile: the request below gets 503 and says so
+		}
+		t.Cleanup(func() { up.Close() })
+		up.Serve(ln)
+	}()
+	if resp, body, _ := infer(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("upstream back within the hold: %d %s, want 200", resp.StatusCode, body)
 	}
 }
 

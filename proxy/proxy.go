@@ -51,6 +51,10 @@ type Options struct {
 	Upstream     *url.URL
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
+	// Hold is how long a pass-through inference request waits for an
+	// upstream that refuses connections (upstream_client.hold, as batches
+	// wait in the dispatcher) before it gets 503; 0: no wait.
+	Hold time.Duration
 
 	// Timeouts of the data port: ReadHeaderTimeout for a request's headers,
 	// ReadTimeout for its body, WriteTimeout for the answer (it also bounds

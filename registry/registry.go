@@ -498,7 +498,7 @@ func (r *Models) newPolicy(model, name string) (policy.Policy, InForce, error) {
 	if err == nil {
 		var pol policy.Policy
 		if pol, err = policy.New(name, o); err == nil {
-			return pol, InForce{Policy: name, Options: config.PolicyOptions(o)}, nil
+			return pol, InForce{Policy: name, Options: config.PolicyOptionsOf(name, o)}, nil
 		}
 	}
 	return nil, InForce{}, fmt.Errorf("model %s: %w", model, err)
@@ -584,9 +584,9 @@ func fitCSV(path string) (*regression.Line, error) {
 	return &fit.Line, nil
 }
 
-// InForce is a policy as it is set: its name and every option it takes,
-// by key, spelt as in the configuration file (the zero value of an option
-// is the policy's documented default).
+// InForce is a policy as it is set: its name and the options it takes,
+// by key, spelt as in the configuration file, each with the default its
+// zero value stands for where that is a fixed value (config.PolicyOptionsOf).
 type InForce struct {
 	Model   string         `json:"model,omitempty"`
 	Policy  string         `json:"policy"`
@@ -701,7 +701,7 @@ func (r *Models) Policies() Policies {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg := r.config()
-	out := Policies{Default: InForce{Policy: cfg.Policy.Name, Options: config.PolicyOptions(cfg.Policy.Options)},
+	out := Policies{Default: InForce{Policy: cfg.Policy.Name, Options: config.PolicyOptionsOf(cfg.Policy.Name, cfg.Policy.Options)},
 		Models: []InForce{}}
 	for _, e := range r.models {
 		if e.batched && e.mon != nil {

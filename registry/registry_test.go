@@ -657,8 +657,17 @@ func TestSetPolicy(t *testing.T) {
 			}
 			for model, want := range step.want {
 				p := got[model]
-				if p.Policy != want.policy || p.Options["latency_budget"] != want.budget {
-					t.Errorf("%q: %s %v, want %s with latency_budget %q", model, p.Policy, p.Options["latency_budget"], want.policy, want.budget)
+				// Shown as in force: the default for an empty budget, and
+				// none for a policy without one.
+				var shown any = want.budget
+				switch {
+				case want.policy != "budget":
+					shown = nil
+				case want.budget == "":
+					shown = "1.10x"
+				}
+				if p.Policy != want.policy || p.Options["latency_budget"] != shown {
+					t.Errorf("%q: %s %v, want %s with latency_budget %v", model, p.Policy, p.Options["latency_budget"], want.policy, shown)
 				}
 				if model == "" {
 					c := r.Config()
@@ -668,8 +677,8 @@ func TestSetPolicy(t *testing.T) {
 					continue
 				}
 				s := statuses[model]
-				if s.Policy != want.policy || s.Options["latency_budget"] != want.budget || s.Rule == nil || s.Rule.Policy != want.policy {
-					t.Errorf("%s's status: %s %v (rule %+v), want %s %q", model, s.Policy, s.Options["latency_budget"], s.Rule, want.policy, want.budget)
+				if s.Policy != want.policy || s.Options["latency_budget"] != shown || s.Rule == nil || s.Rule.Policy != want.policy {
+					t.Errorf("%s's status: %s %v (rule %+v), want %s %v", model, s.Policy, s.Options["latency_budget"], s.Rule, want.policy, shown)
 				}
 			}
 		})
@@ -677,8 +686,8 @@ func TestSetPolicy(t *testing.T) {
 	if _, kept := r.setOptions["nobatch"]; kept {
 		t.Error("a refused change kept its options")
 	}
-	if w := r.Policies().Models; len(w) != 2 || w[1].Options["wait_bound"] != "3ms" {
-		t.Errorf("wait_bound set for every model: %+v", w)
+	if w := r.Config().Policy.Budget.MaxWait; w != 3*time.Millisecond {
+		t.Errorf("wait_bound set for every model: %v in force, want 3ms", w)
 	}
 	// A model found later runs what was set for every model.
 	up.mu.Lock()

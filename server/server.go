@@ -129,9 +129,9 @@ type Server struct {
 // openMeter opens the configured energy source (auto resolved by
 // config.Config.PowerSource). "none" gives a meter that reports every
 // energy figure as absent.
-func openMeter(cfg *config.Config) (*power.Meter, error) {
+func openMeter(cfg *config.Config, log *slog.Logger) (*power.Meter, error) {
 	kind, metricsURL := cfg.PowerSource()
-	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL}
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL, Logger: log}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
 			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
@@ -168,7 +168,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	client.UseTLS(upTLS)
-	meter, err := openMeter(cfg)
+	meter, err := openMeter(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -192,15 +192,16 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
+	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
+		Check:    dispatcher.HealthCheck{Checker: tc, Interval: cfg.Upstreams.HealthCheckInterval},
 		Observer: observers,
 	})
 	reg.MustRegister(disp.Collector())
-	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
 	mr := registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
@@ -225,6 +226,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
+		Hold:              cfg.Upstreams.Hold,
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Limits.ReadTimeout,
 		WriteTimeout:      cfg.Limits.WriteTimeout,

@@ -63,6 +63,12 @@ type State struct {
 	PlannedP99Ms float64
 	// Energy is the batch energy line zeta(b) in mJ; nil when unknown.
 	Energy *batchcost.Energy
+	// EnergyUnavailable is why the meter measures nothing ("" when it
+	// measures: power.Snapshot's Unavailable).
+	EnergyUnavailable string
+	// Objective is what the policy's plan optimises (monitor.Snapshot's),
+	// "" for a policy that weighs no energy.
+	Objective string
 	// Cumulative batches and rows sent; differences give rows per batch.
 	BatchesSent, RowsSent int64
 	// RequestsPerJoule over the meter's shortest window; nil when unknown.
@@ -137,12 +143,16 @@ type ModelHistory struct {
 	FitSource  string   `json:"fit_source"`
 	OverheadMs *float64 `json:"overhead_ms"`
 	// PlannedP99Ms is the p99 the plan predicts; null when none.
-	PlannedP99Ms *float64     `json:"planned_p99_ms"`
-	BetaMJ       *float64     `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
-	Zeta0MJ      *float64     `json:"zeta0_mj"` //
-	Headline     Headline     `json:"headline"`
-	Points       []Point      `json:"points"`
-	Batches      []BatchPoint `json:"batches"`
+	PlannedP99Ms *float64 `json:"planned_p99_ms"`
+	BetaMJ       *float64 `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
+	Zeta0MJ      *float64 `json:"zeta0_mj"` //
+	// EnergyUnavailable is why the meter measures nothing, absent when it
+	// measures; Objective what the policy optimises (State's).
+	EnergyUnavailable string       `json:"energy_unavailable,omitempty"`
+	Objective         string       `json:"objective,omitempty"`
+	Headline          Headline     `json:"headline"`
+	Points            []Point      `json:"points"`
+	Batches           []BatchPoint `json:"batches"`
 
 	// Sources are the callers now (dispatcher.SourceStats).
 	Sources dispatcher.SourceStats `json:"sources"`
@@ -340,7 +350,7 @@ func current(s State, tr *track) ModelHistory {
 	}
 	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
 		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches,
-		Sources: s.Sources, Health: s.Health}
+		Sources: s.Sources, Health: s.Health, EnergyUnavailable: s.EnergyUnavailable, Objective: s.Objective}
 	if s.PlannedP99Ms > 0 {
 		p99 := s.PlannedP99Ms
 		m.PlannedP99Ms = &p99

@@ -93,3 +93,29 @@ func TestIndexStatsAndErrors(t *testing.T) {
 		t.Fatalf("unknown model: %v", err)
 	}
 }
+
+// The health reads: ready is nil, an answer other than 200 is a
+// *StatusError carrying Triton's message, and no answer (nothing listens)
+// is neither.
+func TestReady(t *testing.T) {
+	c := serve(t, map[string]string{
+		"GET /v2/health/ready":        ``,
+		"GET /v2/models/simple/ready": ``,
+	})
+	ctx := context.Background()
+	if err := c.ServerReady(ctx); err != nil {
+		t.Fatalf("ServerReady: %v", err)
+	}
+	if err := c.ModelReady(ctx, "simple"); err != nil {
+		t.Fatalf("ModelReady(simple): %v", err)
+	}
+	var se *StatusError
+	if err := c.ModelReady(ctx, "x"); !errors.As(err, &se) || se.Status != 404 || se.Msg == "" {
+		t.Fatalf("ModelReady of an unknown model: %v, want a 404 StatusError with the message", err)
+	}
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	if err := NewClient(srv.URL, nil).ServerReady(ctx); err == nil || errors.As(err, &se) {
+		t.Fatalf("ServerReady of a closed server: %v, want an error that is no StatusError", err)
+	}
+}
