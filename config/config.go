@@ -83,7 +83,7 @@ type UpstreamOpts struct {
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
 	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
 	// Passive outlier detection (dispatcher.Outlier).
-	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 5xx, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time (0: off)"`
+	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 502, 503, 504, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time; as many in a row answered only with Triton's 500 send the probe inference, whose failure marks it (0: off)"`
 	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`
 	HungMin       time.Duration `yaml:"hung_min" flag:"upstream-hung-min" help:"shortest run of a batch taken for hung (see hung_factor)"`
 	ProbeInterval time.Duration `yaml:"probe_interval" flag:"upstream-probe-interval" help:"longest pause between probes of a failing model or of an upstream refusing connections: the proxy sends its own probe inference, the first within half a second, then at growing jittered pauses up to this"`

@@ -288,6 +288,9 @@ type Snapshot struct {
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
+	// SuspectBatches are the batches in a row answered only with Triton's
+	// 500 (outlier.go's suspect verdict), which the probe settles.
+	SuspectBatches int `json:"suspect_batches"`
 	// LastProbe is the last active probe of the model (probe.go).
 	LastProbe *ProbeReport `json:"last_probe,omitempty"`
 	// Sources are the callers' connections active within SourceIdleFor,
@@ -306,7 +309,8 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
 			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
 			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive,
-			Sources: q.src.stats(d.now())})
+			SuspectBatches: q.health.suspects,
+			Sources:        q.src.stats(d.now())})
 		q.mu.Unlock()
 	}
 	d.probes.annotate(out)

@@ -133,10 +133,10 @@ var testHookSend atomic.Pointer[func(model string, calls []*Call)]
 
 // send runs a batch upstream: connection errors are retried as configured
 // and held out while the upstream is down (see attempt); when the upstream
-// rejects a batch of several callers as a bad request, each caller goes
-// again on its own, at most the model's instance limit at once, so that
-// only the bad one fails. ok reports a whole-batch success, whose latency
-// teaches the monitor.
+// fails a batch of several callers with an error that may be one member's
+// (memberError: a 4xx, Triton's 500 with a message), the batch is split
+// until each error is its own caller's (split). ok reports a whole-batch
+// success, whose latency teaches the monitor.
 func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok bool) {
 	calls := b.Calls
 	version := calls[0].Version
@@ -156,39 +156,93 @@ func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok
 	if bad != nil {
 		return q.sendWithout(b, bad), 0, false
 	}
-	reqs := make([]*kserve.Request, len(calls))
-	for i, c := range calls {
-		reqs[i] = c.Req
-	}
-	results, latency, status := q.sendMerged(b.Ctx, version, reqs, q.holdUntil(calls...))
-	if status == http.StatusBadRequest {
+	results, latency, status := q.sendPart(b, calls)
+	if memberError(status, results[0].Err) {
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
-		q.resendEach(b, results)
+		q.split(b, results)
+		// The parts' round trips are not the batch the plan sent: they
+		// teach the monitor nothing (as sendWithout's batch).
 		return results, 0, false
 	}
 	return results, latency, status == http.StatusOK
 }
 
-// resendEach sends each of a refused batch's callers alone, at most the
-// batch's instance limit at once, putting their answers in results.
-func (q *modelQueue) resendEach(b *batch, results []Result) {
+// sendPart sends some of a batch's calls as one request: a lone call as
+// it came (sendAlone), several merged. status is the upstream's HTTP
+// status, 0 when there was none.
+func (q *modelQueue) sendPart(b *batch, calls []*Call) ([]Result, time.Duration, int) {
+	if len(calls) == 1 {
+		return q.sendAlone(b.Ctx, calls[0].Version, calls[0], b.halfOutputs)
+	}
+	reqs := make([]*kserve.Request, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.Req
+	}
+	return q.sendMerged(b.Ctx, calls[0].Version, reqs, q.holdUntil(calls...))
+}
+
+// split finds the members of a batch whose upstream error may be one
+// member's own, as Triton's batcher would have answered them: each caller
+// alone. It bisects: both halves go again, at most the batch's instance
+// limit of requests at once, and each half that fails with such an error
+// again is halved in the next round, until its parts are single callers,
+// who then have Triton's own answer to their own request. A half answered
+// is its callers' answer; a half failing with the server's error is its
+// callers' error (the model's, as for any batch). One bad caller among n
+// costs 2*log2(n) extra round trips in log2(n) rounds, and every caller
+// bad at most 2(n-1), the halves of a whole binary tree: the bound holds
+// by construction, and no good caller keeps a neighbour's error. results
+// holds the batch's answers, which split replaces.
+func (q *modelQueue) split(b *batch, results []Result) {
+	parts := halves(nil, span{0, len(b.Calls)})
+	for len(parts) > 0 {
+		statuses := q.sendParts(b, parts, results)
+		next := parts[len(parts):] // the round's parts are read first: append after them
+		for i, p := range parts {
+			if p.hi-p.lo > 1 && memberError(statuses[i], results[p.lo].Err) {
+				next = halves(next, p)
+			}
+		}
+		parts = next
+	}
+}
+
+// span is the calls lo to hi (exclusive) of a batch being split.
+type span struct{ lo, hi int }
+
+// halves appends p's two halves to dst.
+func halves(dst []span, p span) []span {
+	mid := (p.lo + p.hi) / 2
+	return append(dst, span{p.lo, mid}, span{mid, p.hi})
+}
+
+// sendParts sends each part of a batch being split, at most the batch's
+// instance limit at once, putting their answers in results, and returns
+// each part's upstream status.
+func (q *modelQueue) sendParts(b *batch, parts []span, results []Result) []int {
+	statuses := make([]int, len(parts))
 	slots := make(chan struct{}, max(b.instances, 1))
 	var wg sync.WaitGroup
-	for i, c := range b.Calls {
+	for i, p := range parts {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			defer func() { // this goroutine's panic would end the process
 				if v := recover(); v != nil {
-					results[i] = Result{Err: &kserve.Error{Status: http.StatusInternalServerError,
-						Msg: guard.Recovered(q.d.o.Logger, "batch_resend", v).Error()}}
+					err := &kserve.Error{Status: http.StatusInternalServerError,
+						Msg: guard.Recovered(q.d.o.Logger, "batch_split", v).Error()}
+					for j := p.lo; j < p.hi; j++ {
+						results[j] = Result{Err: err}
+					}
 				}
 			}()
-			rs, _, _ := q.sendAlone(b.Ctx, c.Version, c, b.halfOutputs)
-			results[i] = rs[0]
+			rs, _, status := q.sendPart(b, b.Calls[p.lo:p.hi])
+			copy(results[p.lo:p.hi], rs)
+			statuses[i] = status
 		})
 	}
 	wg.Wait()
+	return statuses
 }
 
 // sendWithout answers the calls whose data does not decode (bad[i] set)
@@ -351,7 +405,11 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 			msg = fmt.Sprintf("upstream answered %d for model '%s'", reply.Status, name)
 		}
 		if reply.Status >= 500 {
-			return nil, latency, reply.Status, fault("status_5xx", &kserve.Error{Status: reply.Status, Msg: msg})
+			// Triton's 500 in its own words may be one request's error
+			// (memberError); any other 5xx, or a body that is not
+			// Triton's, is the server's.
+			return nil, latency, reply.Status, &faultError{kind: "status_5xx", err: &kserve.Error{Status: reply.Status, Msg: msg},
+				member: ok && reply.Status == http.StatusInternalServerError}
 		}
 		return nil, latency, reply.Status, &kserve.Error{Status: reply.Status, Msg: msg}
 	}

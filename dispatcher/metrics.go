@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"model"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_upstream_errors_total",
-			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry; held: a refused connection while the batch waits for the upstream; marked_down: the upstream taken for down).",
+			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry: a merged batch failed with an error that may be one member's, split to find it; held: a refused connection while the batch waits for the upstream; marked_down: the upstream taken for down).",
 		}, []string{"model", "kind"}),
 		Ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_model_failing_total",

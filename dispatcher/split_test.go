@@ -1,0 +1,235 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/policy"
+)
+
+// submitAll submits calls at once and returns their results in order.
+func submitAll(h *harness, calls []*Call) []Result {
+	results := make([]Result, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", c) })
+	}
+	wg.Wait()
+	return results
+}
+
+// A merged batch that Triton fails with a 500 in its own words (a Python
+// backend's TritonError for one request fails the whole merged request)
+// is split until each poisoned caller has Triton's own answer to its own
+// request: only they fail, with their own message; their neighbours get
+// exactly their rows. The extra round trips stay within 2(n-1) and the
+// instance limit, and teach the monitor nothing.
+func TestSplitIsolatesPoisonedMembers(t *testing.T) {
+	tests := []struct {
+		name      string
+		n         int
+		poisoned  []int // which callers hold a poisoned row
+		instances int
+		wire      bool
+	}{
+		{"one of two", 2, []int{1}, 1, false},
+		{"one of three, as over HTTP", 3, []int{0}, 2, true},
+		{"one of eight", 8, []int{5}, 2, false},
+		{"three of eight, as over HTTP", 8, []int{0, 3, 7}, 4, true},
+		{"all of four", 4, []int{0, 1, 2, 3}, 2, false},
+		{"one of sixteen", 16, []int{9}, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &fakeUpstream{gate: make(chan struct{})}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: tt.n, MaxWait: time.Hour},
+				ModelSpec{MaxBatch: 16, Instances: tt.instances}, up, func(d *Dispatcher) {
+					d.o.Outlier = Outlier{ConsecutiveErrors: 1, ProbeInterval: time.Hour}
+				})
+			calls := make([]*Call, tt.n)
+			for i := range calls {
+				v := int32(100 * (i + 1))
+				if slices.Contains(tt.poisoned, i) {
+					v = poisonValue - int32(i)
+				}
+				calls[i] = call(t, v, 1)
+				if tt.wire {
+					wired(t, calls[i], i%2 == 0)
+				}
+			}
+			var results []Result
+			done := make(chan struct{})
+			go func() { results = submitAll(h, calls); close(done) }()
+			poll.Until(t, "the merged batch at the upstream", func() bool { return up.calls.Load() == 1 })
+			close(up.gate)
+			<-done
+			for i, c := range calls {
+				r := results[i]
+				if !slices.Contains(tt.poisoned, i) {
+					if err := checkAnswer(c, r); err != nil {
+						t.Fatalf("good caller %d: %v", i, err)
+					}
+					continue
+				}
+				if want := poisonMsg(poisonValue - int32(i)); status(r.Err) != http.StatusInternalServerError || r.Err.Error() != want {
+					t.Fatalf("poisoned caller %d: %v, want 500 %q (its own)", i, r.Err, want)
+				}
+			}
+			if got, most := up.calls.Load(), int32(1+2*(tt.n-1)); got > most {
+				t.Fatalf("%d upstream calls for a batch of %d, want at most %d", got, tt.n, most)
+			}
+			if p := up.peak.Load(); p > int32(tt.instances) {
+				t.Fatalf("%d requests at once at the upstream, want at most the %d instances", p, tt.instances)
+			}
+			if f, why := h.d.Failing("simple"); f && len(tt.poisoned) < tt.n {
+				t.Fatalf("the model is failing after a batch with good members: %s", why)
+			}
+			if n := h.pl.observed.Load(); n != 0 {
+				t.Fatalf("the monitor learnt %d batches from a split", n)
+			}
+			if got := testutil.ToFloat64(h.m.UpstreamErrors.WithLabelValues("simple", "bad_member_retry")); got != 1 {
+				t.Fatalf("bad_member_retry %v, want 1", got)
+			}
+			assertAccounting(t, h.m, tt.n)
+		})
+	}
+}
+
+// A stream of poisoned requests never marks a healthy model failing: not
+// batches with one poisoned caller each (their split answers the others),
+// nor poisoned callers alone in a row, whose suspicion the model's probe
+// inference, answered, clears.
+func TestPoisonStreamKeepsTheModelReady(t *testing.T) {
+	tests := []struct {
+		name  string
+		batch int
+	}{
+		{"batches with one poisoned caller", 4},
+		{"poisoned callers alone, in a row", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &fakeUpstream{}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: tt.batch, MaxWait: time.Hour},
+				ModelSpec{Probe: probeWire(t)}, up, func(d *Dispatcher) {
+					d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
+				})
+			good, bad := 0, 0
+			for round := range 20 {
+				calls := make([]*Call, tt.batch)
+				for i := range calls {
+					v := int32(1000*round + 10*i)
+					if i == 0 {
+						v = poisonValue - int32(round)
+					}
+					calls[i] = call(t, v, 1)
+				}
+				for i, r := range submitAll(h, calls) {
+					if i == 0 {
+						if status(r.Err) != http.StatusInternalServerError {
+							t.Fatalf("round %d: poisoned caller: %v, want its 500", round, r.Err)
+						}
+						bad++
+						continue
+					}
+					if err := checkAnswer(calls[i], r); err != nil {
+						t.Fatalf("round %d: good caller %d: %v", round, i, err)
+					}
+					good++
+				}
+				if f, why := h.d.Failing("simple"); f {
+					t.Fatalf("round %d: the model is failing on poisoned requests: %s", round, why)
+				}
+			}
+			if tt.batch == 1 {
+				// Alone, the poisoned calls were suspect: the probe went and
+				// cleared them; wait for its verdict before the last look.
+				poll.Until(t, "the probe's verdict", func() bool {
+					r, ok := h.d.probes.lastOf("simple")
+					h.d.probes.mu.Lock()
+					running := h.d.probes.running["verify simple"]
+					h.d.probes.mu.Unlock()
+					return ok && r.OK && !running
+				})
+				if f, why := h.d.Failing("simple"); f {
+					t.Fatalf("the model is failing though its probe was answered: %s", why)
+				}
+			}
+			t.Logf("%d poisoned callers failed alone, %d good ones answered", bad, good)
+		})
+	}
+}
+
+// A model that answers Triton's 500 to every request, its probe's too, is
+// sick: the split finds no member it answers, and after ConsecutiveErrors
+// such batches the probe's failure marks the model failing.
+func TestSick500ModelIsMarkedFailing(t *testing.T) {
+	up := &fakeUpstream{}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 2, MaxWait: time.Hour},
+		ModelSpec{Probe: probeWire(t)}, up, func(d *Dispatcher) {
+			d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
+		})
+	up.status.Store(http.StatusInternalServerError)
+	round := 0
+	poll.Until(t, "the model failing", func() bool {
+		if f, _ := h.d.Failing("simple"); f {
+			return true
+		}
+		before := up.calls.Load()
+		for _, r := range submitAll(h, []*Call{call(t, int32(10*round), 1), call(t, int32(10*round+5), 1)}) {
+			if status(r.Err) != http.StatusInternalServerError {
+				t.Fatalf("round %d: %v, want the upstream's 500", round, r.Err)
+			}
+		}
+		if n := up.calls.Load() - before; n > 3+1 {
+			t.Fatalf("round %d: %d upstream calls for a batch of 2, want at most 3 (its split) and the probe", round, n)
+		}
+		round++
+		return false
+	})
+	if _, why := h.d.Failing("simple"); !strings.Contains(why, "probe inference") {
+		t.Fatalf("failing for %q, want the probe named", why)
+	}
+}
+
+// An error that belongs to the server (502, 503, 504: a gateway, Triton's
+// UNAVAILABLE, a timeout) is not split: every caller of the batch gets it
+// at once, and it counts towards marking the model failing as before.
+func TestServerErrorsAreNotSplit(t *testing.T) {
+	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			up := &fakeUpstream{}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Hour}, ModelSpec{}, up, func(d *Dispatcher) {
+				d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
+			})
+			up.status.Store(int32(code))
+			for round := range 2 {
+				calls := make([]*Call, 4)
+				for i := range calls {
+					calls[i] = call(t, int32(100*round+10*i), 1)
+				}
+				before := up.calls.Load()
+				for i, r := range submitAll(h, calls) {
+					if status(r.Err) != code {
+						t.Fatalf("round %d caller %d: %v, want the upstream's %d", round, i, r.Err, code)
+					}
+				}
+				if n := up.calls.Load() - before; n != 1 {
+					t.Fatalf("round %d: %d upstream calls, want the batch alone (no split)", round, n)
+				}
+			}
+			if f, _ := h.d.Failing("simple"); !f {
+				t.Fatal("two batches failing with the server's error did not mark the model failing")
+			}
+		})
+	}
+}
