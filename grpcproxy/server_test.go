@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,6 +96,7 @@ type fakeTriton struct {
 	calls    atomic.Int32
 	md       atomic.Value // metadata.MD of the last call
 	deadline atomic.Value // time.Time: the last call's deadline, zero if none
+	infer    atomic.Value // []byte: the last relayed ModelInfer message, as it came
 }
 
 var metadataAnswer = []byte("\x0a\x06simple\x12\x011") // a ModelMetadataResponse: name, versions
@@ -120,6 +122,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 		if err := ss.RecvMsg(&in); err != nil {
 			return err
 		}
+		f.infer.Store(in.B)
 		var req pb.ModelInferRequest
 		if err := proto.Unmarshal(in.B, &req); err != nil {
 			return err
@@ -344,7 +347,7 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 		want string
 	}{
 		{"raw contents too short", func(m *pb.ModelInferRequest) { m.RawInputContents[0] = m.RawInputContents[0][:3] }, "needs 4 bytes, data has 3"},
-		{"raw contents for some inputs", func(m *pb.ModelInferRequest) { m.RawInputContents = m.RawInputContents[:1] }, "raw_input_contents has 1 entries for 2 inputs"},
+		{"raw contents for some inputs", func(m *pb.ModelInferRequest) { m.RawInputContents = m.RawInputContents[:1] }, "unable to find data for input tensor 'INPUT1'"},
 		{"unknown datatype", func(m *pb.ModelInferRequest) { m.Inputs[0].Datatype = "FP8" }, "unknown datatype 'FP8'"},
 		{"huge declared shape", func(m *pb.ModelInferRequest) {
 			m.Inputs[0].Shape = []int64{1, 1 << 40}
@@ -352,7 +355,7 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 		}, "needs 4398046511104 bytes, data has 4"},
 		{"overflowing shape", func(m *pb.ModelInferRequest) { m.Inputs[0].Shape = []int64{1, 1 << 40, 1 << 40} }, "too many elements"},
 		{"negative dimension", func(m *pb.ModelInferRequest) { m.Inputs[0].Shape = []int64{1, -1} }, "negative dimension"},
-		{"typed and raw", func(m *pb.ModelInferRequest) { m.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1}} }, "both contents and raw_input_contents"},
+		{"typed and raw", func(m *pb.ModelInferRequest) { m.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1}} }, "contents field must not be specified when using raw_input_contents"},
 		{"typed count", func(m *pb.ModelInferRequest) {
 			m.RawInputContents = nil
 			m.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1, 2}}
@@ -670,5 +673,30 @@ func TestCallsKnowTheirConnection(t *testing.T) {
 	// carried one call, none until it sends again (it may have closed).
 	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.Unknown != 2 || st.Concurrency != 3 || st.Partners != 2 {
 		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, not learnt yet, 3 calls at once at most, 2 partners", st)
+	}
+}
+
+// A ModelInfer of a batched model with one input in shared memory and the
+// other in raw_input_contents, as tritonclient sends it: read as Triton
+// reads it, then passed to Triton exactly as sent (a call in shared
+// memory never batches), and Triton's answer comes back.
+func TestSharedMemoryBesideRawPassesThrough(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	sent, err := os.ReadFile("../kserve/grpcwire/testdata/tritonclient-shm-input0.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out pb.ModelInferResponse
+	if err := r.cc.Invoke(context.Background(), MethodModelInfer, &grpcwire.Frame{B: sent}, &out, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if out.Id != "from-triton" {
+		t.Fatalf("answer %v, want Triton's", &out)
+	}
+	if got, _ := r.triton.infer.Load().([]byte); !bytes.Equal(got, sent) {
+		t.Fatalf("Triton got %d bytes, not the %d sent", len(got), len(sent))
+	}
+	if got := r.up.seen(); len(got) != 0 {
+		t.Fatalf("the call was batched: %v", got)
 	}
 }
