@@ -283,6 +283,9 @@ type Snapshot struct {
 	// their ratio is the mean batch size.
 	BatchesSent int64 `json:"batches_sent"`
 	RowsSent    int64 `json:"rows_sent"`
+	// Counts are the callers answered and the requests the upstream
+	// answered, as Triton's statistics count them.
+	Counts
 	// Failing is the outlier detector's verdict (Options.Outlier), with its
 	// reason and the server errors in a row counted so far.
 	Failing           bool   `json:"failing"`
@@ -310,7 +313,7 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
 			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive,
 			SuspectBatches: q.health.suspects,
-			Sources:        q.src.stats(d.now())})
+			Sources:        q.src.stats(d.now()), Counts: q.series.counts()})
 		q.mu.Unlock()
 	}
 	d.probes.annotate(out)

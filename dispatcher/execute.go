@@ -320,7 +320,7 @@ func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kse
 	if err != nil {
 		return failAll(&kserve.Error{Status: http.StatusInternalServerError, Msg: "forming the batch: " + err.Error()}), 0, 0
 	}
-	reply, latency, status, err := q.post(ctx, version, b, holdUntil)
+	reply, latency, status, err := q.post(ctx, version, b, int(b.Rows), holdUntil)
 	if err != nil {
 		return failAll(err), latency, status
 	}
@@ -356,7 +356,7 @@ func (q *modelQueue) sendWire(ctx context.Context, version string, c *Call, hold
 		defer tb.done()
 		body = tb
 	}
-	reply, latency, status, err := q.post(ctx, version, body, holdUntil)
+	reply, latency, status, err := q.post(ctx, version, body, c.Rows, holdUntil)
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}
@@ -374,11 +374,12 @@ type wireAnswer struct {
 	results [1]Result
 }
 
-// post sends a batch's body upstream (see attempt) and returns its answer
-// when the status is 200. Otherwise err is the *kserve.Error each of the
-// batch's callers gets, and status the upstream's HTTP status (0 when
-// there was none).
-func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
+// post sends a batch's body of rows rows upstream (see attempt) and
+// returns its answer when the status is 200. Otherwise err is the
+// *kserve.Error each of the batch's callers gets, and status the
+// upstream's HTTP status (0 when there was none). A request the upstream
+// answered is counted as Triton's statistics count it (Metrics.Upstream).
+func (q *modelQueue) post(ctx context.Context, version string, body Body, rows int, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
 	name := q.name
 	m := q.d.o.Metrics
 	fail := func(status int, format string, args ...any) (*Reply, time.Duration, int, error) {
@@ -396,6 +397,12 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 	case err != nil:
 		m.UpstreamErrors.WithLabelValues(name, "connection").Inc()
 		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %v", name, err)
+	}
+	if reply.Status == http.StatusOK {
+		q.series.upOK.Inc()
+		q.series.upRows.Add(float64(rows))
+	} else {
+		q.series.upErr.Inc()
 	}
 	if reply.Status != http.StatusOK {
 		defer reply.Free()

@@ -288,6 +288,11 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	}
 	defer reply.Free()
 	d.health.reached()
+	outcome := "ok" // as Triton's statistics count it (Metrics.Upstream)
+	if reply.Status != http.StatusOK {
+		outcome = "error"
+	}
+	d.o.Metrics.Upstream.WithLabelValues(model, outcome).Inc()
 	msg, _ := kserve.ParseErrorBody(reply.Body)
 	switch {
 	case reply.Status == http.StatusOK:

@@ -233,3 +233,34 @@ func TestServerErrorsAreNotSplit(t *testing.T) {
 		})
 	}
 }
+
+// What the upstream saw of a model's callers is counted as Triton's
+// statistics count it, beside the callers: a merged batch of four callers
+// and six rows is one request of six rows to Triton (its success.count
+// 1, inference_count 6); a split batch is the merged request that failed and
+// each part.
+func TestCountsAsTritonCounts(t *testing.T) {
+	up := &fakeUpstream{}
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 6, MaxWait: time.Hour}, ModelSpec{}, up)
+	calls := make([]*Call, 4)
+	for i := range calls {
+		calls[i] = call(t, int32(10*i), 1+i%2) // 1, 2, 1, 2 rows: one batch of 6
+	}
+	for i, r := range submitAll(h, calls) {
+		if err := checkAnswer(calls[i], r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := Counts{CallersOK: 4, UpstreamOK: 1, UpstreamRows: 6}
+	if got := firstSnapshot(h.d).Counts; got != want {
+		t.Fatalf("after one merged batch of 4 callers and 6 rows: %+v, want %+v", got, want)
+	}
+	// One poisoned caller among two: the merged request fails, then each
+	// alone: three requests to Triton, one of them answered 200.
+	calls = []*Call{call(t, 100, 3), call(t, poisonValue, 3)}
+	submitAll(h, calls)
+	want = Counts{CallersOK: 5, CallersFailed: 1, UpstreamOK: 2, UpstreamFailed: 2, UpstreamRows: 9}
+	if got := firstSnapshot(h.d).Counts; got != want {
+		t.Fatalf("after a split batch: %+v, want %+v", got, want)
+	}
+}

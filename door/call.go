@@ -190,6 +190,14 @@ func (d *Door) Refused(reason string) { d.Metrics.Rejected.WithLabelValues(reaso
 // Passed counts a call passed through to the upstream.
 func (d *Door) Passed() { d.passed.Inc() }
 
+// PassedWhole counts an inference call of a batched model passed to the
+// upstream as it came (the call is not one the dispatcher batches). Only
+// models the proxy batches are labelled, so the label's values stay as
+// few as they.
+func (d *Door) PassedWhole(model string) {
+	d.Metrics.PassedWhole.WithLabelValues(model, string(d.Protocol)).Inc()
+}
+
 // PassFailed counts a passed-through call that failed to reach the
 // upstream.
 func (d *Door) PassFailed() { d.passFailed.Inc() }

@@ -355,6 +355,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	batchable, err := s.read(ss.Context(), in, &a)
 	switch {
 	case !batchable: // shared memory, sequences, ...: Triton handles those itself
+		s.door.PassedWhole(a.Model)
 		return s.forwardUnary(ss, MethodModelInfer, in)
 	case err != nil:
 		return s.fail(a.Model, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -698,5 +699,9 @@ func TestSharedMemoryBesideRawPassesThrough(t *testing.T) {
 	}
 	if got := r.up.seen(); len(got) != 0 {
 		t.Fatalf("the call was batched: %v", got)
+	}
+	// Triton counts it as a request of the model: so does the door.
+	if n := testutil.ToFloat64(r.srv.door.Metrics.PassedWhole.WithLabelValues("simple", "grpc")); n != 1 {
+		t.Fatalf("ratebatch_passthrough_inferences_total %v, want 1", n)
 	}
 }
