@@ -70,15 +70,17 @@ type Limits struct {
 	QueueRows         int           `yaml:"queue_rows" help:"rows waiting per model before new requests get 503"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" help:"time allowed to read request headers (slow-loris bound)"`
 	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a request's body once its headers are in"`
-	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; also bounds a pass-through exchange with the upstream (504 past it)"`
-	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
-	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
-	Memory            Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; an answer streamed without a length (generate_stream's server-sent events) is bounded per write instead, so a stream its client keeps reading is never cut"`
+	// UpstreamIdle bounds the upstream's silence in a pass-through exchange.
+	UpstreamIdle time.Duration `yaml:"upstream_idle_timeout" help:"longest the upstream may send nothing in a pass-through exchange: before its answer begins (504) or between two parts of a streamed answer (the stream ends); an upstream that keeps sending is never cut (0: none, as Triton sets none)"`
+	IdleTimeout  time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
+	RetryAfter   time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
+	Memory       Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
 }
 
 // UpstreamOpts tunes the pooled client to Triton.
 type UpstreamOpts struct {
-	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
+	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of a batch's upstream call when one of its callers has no deadline of its own (an HTTP caller; a gRPC caller's deadline bounds its own): past it the batch fails with 504 to each caller (0: none, as Triton sets none)"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
 	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
@@ -154,10 +156,11 @@ func Default() Config {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      120 * time.Second,
+			UpstreamIdle:      120 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
 		},
-		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
+		Upstreams: UpstreamOpts{MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
 			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second},
 		Power:     Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
@@ -227,10 +230,11 @@ func (c *Config) Validate() error {
 		{"limits.read_header_timeout", c.Limits.ReadHeaderTimeout <= 0, "must be > 0"},
 		{"limits.read_timeout", c.Limits.ReadTimeout < 0, "must be >= 0"},
 		{"limits.write_timeout", c.Limits.WriteTimeout < 0, "must be >= 0"},
+		{"limits.upstream_idle_timeout", c.Limits.UpstreamIdle < 0, "must be >= 0"},
 		{"limits.idle_timeout", c.Limits.IdleTimeout < 0, "must be >= 0"},
 		{"limits.retry_after", c.Limits.RetryAfter < 0, "must be >= 0"},
 		{"limits.memory", c.Limits.Memory < 0, "must be >= 0"},
-		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
+		{"upstream_client.timeout", c.Upstreams.Timeout < 0, "must be >= 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
 		{"upstream_client.hold", c.Upstreams.Hold < 0, "must be >= 0"},

@@ -73,6 +73,16 @@ type Call struct {
 // Submit.
 func (c *Call) Context() context.Context { return c.ctx }
 
+// deadline is when the call's caller stops waiting: the deadline of the
+// context its door gave Submit (a gRPC caller's); ok is false when it has
+// none (an HTTP caller waits as long as Triton takes).
+func (c *Call) deadline() (d time.Time, ok bool) {
+	if c.ctx == nil {
+		return time.Time{}, false
+	}
+	return c.ctx.Deadline()
+}
+
 // Arrived is when the call entered its queue (Submit), or began to arrive
 // at its door when that is known and earlier (Received).
 func (c *Call) Arrived() time.Time {

@@ -52,7 +52,7 @@ const (
 // poisonMsg is the 500's message for a poisoned row.
 func poisonMsg(v int32) string { return fmt.Sprintf("poisoned request: INPUT0 holds %d", v) }
 
-func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body) (*Reply, error) {
+func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body, _ Outgoing) (*Reply, error) {
 	u.calls.Add(1)
 	n := u.running.Add(1)
 	defer u.running.Add(-1)

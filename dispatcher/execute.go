@@ -139,9 +139,8 @@ var testHookSend atomic.Pointer[func(model string, calls []*Call)]
 // success, whose latency teaches the monitor.
 func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok bool) {
 	calls := b.Calls
-	version := calls[0].Version
 	if len(calls) == 1 {
-		results, latency, status := q.sendAlone(b.Ctx, version, calls[0], b.halfOutputs)
+		results, latency, status := q.sendAlone(b.Ctx, calls[0], b.halfOutputs)
 		return results, latency, status == http.StatusOK
 	}
 	var bad []error
@@ -172,13 +171,13 @@ func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok
 // status, 0 when there was none.
 func (q *modelQueue) sendPart(b *batch, calls []*Call) ([]Result, time.Duration, int) {
 	if len(calls) == 1 {
-		return q.sendAlone(b.Ctx, calls[0].Version, calls[0], b.halfOutputs)
+		return q.sendAlone(b.Ctx, calls[0], b.halfOutputs)
 	}
 	reqs := make([]*kserve.Request, len(calls))
 	for i, c := range calls {
 		reqs[i] = c.Req
 	}
-	return q.sendMerged(b.Ctx, calls[0].Version, reqs, q.holdUntil(calls...))
+	return q.sendMerged(q.exchangeOf(b.Ctx, calls), reqs)
 }
 
 // split finds the members of a batch whose upstream error may be one
@@ -275,14 +274,45 @@ func (q *modelQueue) sendWithout(b *batch, bad []error) []Result {
 // sendAlone sends a batch of one call: as it came when it came over HTTP
 // in a form Triton reads and answers as asked (kserve.HalfInJSON), else
 // merged from its decoded request.
-func (q *modelQueue) sendAlone(ctx context.Context, version string, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendAlone(ctx context.Context, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
+	x := q.exchangeOf(ctx, []*Call{c})
 	if c.Wire.Body != nil && !c.Req.HalfInJSON(halfOutputs) {
-		return q.sendWire(ctx, version, c, q.holdUntil(c))
+		return q.sendWire(x, c)
 	}
 	if err := c.readData(); err != nil {
 		return []Result{{Err: err}}, 0, 0
 	}
-	return q.sendMerged(ctx, version, []*kserve.Request{c.Req}, q.holdUntil(c))
+	return q.sendMerged(x, []*kserve.Request{c.Req})
+}
+
+// exchange is what an upstream request for some of a batch's calls needs
+// besides its body: the batch's context (Batch.Ctx), the model version,
+// how long the calls may be held for an upstream that is down, and what
+// the request carries (Outgoing).
+type exchange struct {
+	ctx       context.Context
+	version   string
+	holdUntil time.Time
+	out       Outgoing
+}
+
+// exchangeOf is the exchange of a request for calls, which share a batch
+// key (and so a version). Its Until is the latest of their contexts'
+// deadlines, or none when one has none: a request is given up only once
+// none of its callers waits for it.
+func (q *modelQueue) exchangeOf(ctx context.Context, calls []*Call) exchange {
+	x := exchange{ctx: ctx, version: calls[0].Version, holdUntil: q.holdUntil(calls...)}
+	for i, c := range calls {
+		d, ok := c.deadline()
+		if !ok {
+			x.out.Until = time.Time{}
+			break
+		}
+		if i == 0 || d.After(x.out.Until) {
+			x.out.Until = d
+		}
+	}
+	return x
 }
 
 // holdUntil is how long calls may wait for an upstream that is down: the
@@ -307,7 +337,7 @@ func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 
 // sendMerged merges reqs, posts them and splits the answer. status is the
 // upstream's HTTP status, or 0 when there was none.
-func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kserve.Request, holdUntil time.Time) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendMerged(x exchange, reqs []*kserve.Request) ([]Result, time.Duration, int) {
 	name := q.name
 	failAll := func(err error) []Result {
 		out := make([]Result, len(reqs))
@@ -320,7 +350,7 @@ func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kse
 	if err != nil {
 		return failAll(&kserve.Error{Status: http.StatusInternalServerError, Msg: "forming the batch: " + err.Error()}), 0, 0
 	}
-	reply, latency, status, err := q.post(ctx, version, b, int(b.Rows), holdUntil)
+	reply, latency, status, err := q.post(x, b, int(b.Rows))
 	if err != nil {
 		return failAll(err), latency, status
 	}
@@ -349,14 +379,14 @@ func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kse
 // sendWire posts a lone call's request as it came and hands it the
 // upstream's answer as it came: what the caller would have had from Triton
 // directly, without merging or splitting.
-func (q *modelQueue) sendWire(ctx context.Context, version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendWire(x exchange, c *Call) ([]Result, time.Duration, int) {
 	var body Body = wireBody{&c.Wire}
 	if c.CopyTurn != nil {
 		tb := &turnBody{w: &c.Wire, turn: c.CopyTurn}
 		defer tb.done()
 		body = tb
 	}
-	reply, latency, status, err := q.post(ctx, version, body, c.Rows, holdUntil)
+	reply, latency, status, err := q.post(x, body, c.Rows)
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}
@@ -379,14 +409,19 @@ type wireAnswer struct {
 // *kserve.Error each of the batch's callers gets, and status the
 // upstream's HTTP status (0 when there was none). A request the upstream
 // answered is counted as Triton's statistics count it (Metrics.Upstream).
-func (q *modelQueue) post(ctx context.Context, version string, body Body, rows int, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
+func (q *modelQueue) post(x exchange, body Body, rows int) (reply *Reply, latency time.Duration, status int, err error) {
 	name := q.name
 	m := q.d.o.Metrics
 	fail := func(status int, format string, args ...any) (*Reply, time.Duration, int, error) {
 		return nil, latency, 0, &kserve.Error{Status: status, Msg: fmt.Sprintf(format, args...)}
 	}
-	reply, latency, err = q.attempt(ctx, version, body, holdUntil)
+	reply, latency, err = q.attempt(x, body)
 	switch {
+	case errors.Is(err, ErrDeadline):
+		// The callers gave up, as they would have on Triton: no 504 of
+		// the proxy's own before, and nothing the model is blamed for.
+		m.UpstreamErrors.WithLabelValues(name, "deadline").Inc()
+		return fail(http.StatusGatewayTimeout, "deadline passed before the upstream answered model '%s'", name)
 	case errors.Is(err, ErrUpstreamTimeout):
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
 		return nil, latency, 0, fault("timeout", &kserve.Error{Status: http.StatusGatewayTimeout,
@@ -457,8 +492,8 @@ var errUpstreamDown = errors.New("refusing connections")
 // others wait for its outcome, and all resume once it answers. Past
 // holdUntil a batch that cannot reach the upstream fails at once with
 // errUpstreamDown. latency is the last attempt's.
-func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUntil time.Time) (reply *Reply, latency time.Duration, err error) {
-	h, m, name := q.d.health, q.d.o.Metrics, q.name
+func (q *modelQueue) attempt(x exchange, b Body) (reply *Reply, latency time.Duration, err error) {
+	h, m, name, holdUntil := q.d.health, q.d.o.Metrics, q.name, x.holdUntil
 	held := func() bool { return q.d.now().Before(holdUntil) }
 	probe := false // this batch holds the probe role
 	giveUp := func(err error) (*Reply, time.Duration, error) {
@@ -490,7 +525,7 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 			}
 		}
 		start := q.d.now()
-		reply, err = q.d.o.Upstream.Infer(ctx, name, version, b)
+		reply, err = q.d.o.Upstream.Infer(x.ctx, name, x.version, b, x.out)
 		latency = q.d.now().Sub(start)
 		ce, isConn := connError(err)
 		if !isConn {

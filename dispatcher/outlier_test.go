@@ -108,12 +108,12 @@ type hangingUpstream struct {
 	hung    atomic.Int32
 }
 
-func (u *hangingUpstream) Infer(ctx context.Context, model, version string, b Body) (*Reply, error) {
+func (u *hangingUpstream) Infer(ctx context.Context, model, version string, b Body, out Outgoing) (*Reply, error) {
 	if u.hang.Load() {
 		u.hung.Add(1)
 		<-u.release
 	}
-	return u.fakeUpstream.Infer(ctx, model, version, b)
+	return u.fakeUpstream.Infer(ctx, model, version, b, out)
 }
 
 // A batch that hangs marks the model failing once it has run past the

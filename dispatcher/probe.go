@@ -249,7 +249,7 @@ type TimedUpstream interface {
 
 // InferWithin implements TimedUpstream.
 func (u *HTTPUpstream) InferWithin(model, version string, body Body, timeout time.Duration) (*Reply, error) {
-	return u.infer(context.Background(), model, version, body, timeout)
+	return u.infer(context.Background(), model, version, body, Outgoing{}, timeout)
 }
 
 // sendProbe sends one probe and returns the result a batch of it would
@@ -265,7 +265,7 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	if t, ok := d.o.Upstream.(TimedUpstream); ok {
 		reply, err = t.InferWithin(model, "", body, timeout)
 	} else {
-		reply, err = d.o.Upstream.Infer(context.Background(), model, "", body)
+		reply, err = d.o.Upstream.Infer(context.Background(), model, "", body, Outgoing{})
 	}
 	r := ProbeReport{At: d.now(), TookMs: float64(time.Since(start).Microseconds()) / 1000}
 	fail := func(outcome, detail string, res error) (Result, ProbeReport) {

@@ -35,7 +35,7 @@ func TestHTTPUpstreamRefusedIsDial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = u.Infer(context.Background(), "m", "", b)
+	_, err = u.Infer(context.Background(), "m", "", b, Outgoing{})
 	var ce *ConnError
 	if !errors.As(err, &ce) || !ce.Dial {
 		t.Fatalf("Infer to a closed port: %v, want a *ConnError with Dial set", err)
@@ -103,7 +103,7 @@ func sendEachForm(t *testing.T, base, prefix string, got <-chan seenRequest) {
 		{"wire json", wireBody{&Wire{Body: jsonBody, HeaderLen: -1}}, "m", "", jsonBody, "application/json", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			reply, err := u.Infer(context.Background(), tt.model, tt.version, tt.body)
+			reply, err := u.Infer(context.Background(), tt.model, tt.version, tt.body, Outgoing{})
 			if err != nil {
 				t.Fatal(err)
 			}

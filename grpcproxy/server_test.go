@@ -38,9 +38,13 @@ import (
 type addSub struct {
 	mu      sync.Mutex
 	batches []int
+	out     dispatcher.Outgoing // the last request's
 }
 
-func (u *addSub) Infer(_ context.Context, model, version string, batch dispatcher.Body) (*dispatcher.Reply, error) {
+func (u *addSub) Infer(_ context.Context, model, version string, batch dispatcher.Body, o dispatcher.Outgoing) (*dispatcher.Reply, error) {
+	u.mu.Lock()
+	u.out = o
+	u.mu.Unlock()
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil {
 		return nil, err
@@ -703,5 +707,23 @@ func TestSharedMemoryBesideRawPassesThrough(t *testing.T) {
 	// Triton counts it as a request of the model: so does the door.
 	if n := testutil.ToFloat64(r.srv.door.Metrics.PassedWhole.WithLabelValues("simple", "grpc")); n != 1 {
 		t.Fatalf("ratebatch_passthrough_inferences_total %v, want 1", n)
+	}
+}
+
+// A gRPC caller's deadline bounds its batch's upstream call, as it would
+// bound its call to Triton: the dispatcher sends the batch with it.
+func TestDeadlineReachesTheBatch(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	if _, err := r.client.ModelInfer(ctx, simpleRaw("d", []int32{1}, []int32{2})); err != nil {
+		t.Fatal(err)
+	}
+	r.up.mu.Lock()
+	got := r.up.out.Until
+	r.up.mu.Unlock()
+	if d := got.Sub(want); got.IsZero() || d < -time.Second || d > time.Second {
+		t.Fatalf("the batch's deadline %v, want the caller's %v", got, want)
 	}
 }

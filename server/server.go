@@ -223,12 +223,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
-		RetryAfter:        cfg.Limits.RetryAfter,
-		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
-		ReadTimeout:       cfg.Limits.ReadTimeout,
-		WriteTimeout:      cfg.Limits.WriteTimeout,
-		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Logger:            log, LoadReport: load.HeaderValue,
+		RetryAfter:          cfg.Limits.RetryAfter,
+		ReadHeaderTimeout:   cfg.Limits.ReadHeaderTimeout,
+		ReadTimeout:         cfg.Limits.ReadTimeout,
+		WriteTimeout:        cfg.Limits.WriteTimeout,
+		IdleTimeout:         cfg.Limits.IdleTimeout,
+		UpstreamIdleTimeout: cfg.Limits.UpstreamIdle,
+		Logger:              log, LoadReport: load.HeaderValue,
 	})
 	p.data.UseUpstreamTLS(upTLS)
 	if cfg.GRPCListen != "" {
