@@ -14,6 +14,8 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +34,14 @@ type Config struct {
 	// AdminToken guards mutating admin calls. It is never logged.
 	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
+
+	// The headers that decide who may call, forwarded on batched calls
+	// (door.Forwarding), and the proxy's own calls' headers.
+	ForwardHeaders       string `yaml:"forward_headers" help:"comma-separated header names that decide who may call, besides Authorization (always): on a batched call they reach Triton, and callers with different values never share a batch (gRPC: the same names in the call's metadata)"`
+	ForwardHeaderPattern string `yaml:"forward_header_pattern" help:"regular expression: headers whose names match are forwarded as forward_headers are, as Triton's --http-header-forward-pattern and --grpc-header-forward-pattern forward them to the backend (matched without regard to case; empty: none)"`
+	RestrictedAPI        string `yaml:"restricted_api" help:"Triton's --http-restricted-api and --grpc-restricted-protocol values, CATEGORY:KEY=VALUE separated by semicolons: each KEY is forwarded as forward_headers are (its VALUE is not used, and is masked)" secret:"true"`
+	// UpstreamHeaders are set on the proxy's own calls to Triton; YAML only.
+	UpstreamHeaders map[string]string `yaml:"upstream_headers" noflag:"true"`
 
 	Policy    Policy       `yaml:"policy"`
 	Limits    Limits       `yaml:"limits"`
@@ -259,6 +269,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	add(c.validTLS())
+	add(c.validHeaders())
 	add(oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"))
 	add(oneOf("log.format", c.Log.Format, "text", "json"))
 	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
@@ -278,6 +289,87 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ForwardNames are the header names forwarded on batched calls besides
+// Authorization: forward_headers' and the KEY of each restricted_api.
+func (c *Config) ForwardNames() []string {
+	var out []string
+	for _, n := range strings.Split(c.ForwardHeaders, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
+		if key, ok := restrictedKey(spec); ok {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// restrictedKey is the KEY of Triton's restricted-API value
+// CATEGORIES:KEY=VALUE; ok is false for an empty spec.
+func restrictedKey(spec string) (key string, ok bool) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return "", false
+	}
+	_, kv, _ := strings.Cut(spec, ":")
+	key, _, _ = strings.Cut(kv, "=")
+	return strings.TrimSpace(key), true
+}
+
+// validHeaders checks the forwarded and upstream headers' options.
+func (c *Config) validHeaders() error {
+	var errs []error
+	for _, n := range strings.Split(c.ForwardHeaders, ",") {
+		if n = strings.TrimSpace(n); n != "" && !isToken(n) {
+			errs = append(errs, fieldErr("forward_headers", "%q is not a header name", n))
+		}
+	}
+	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
+		if key, ok := restrictedKey(spec); ok && (!strings.Contains(spec, ":") || !isToken(key)) {
+			// The spec holds a secret: only its key is named.
+			errs = append(errs, fieldErr("restricted_api", "wants CATEGORY:KEY=VALUE (as Triton's --http-restricted-api), got a value whose key is %q", key))
+		}
+	}
+	if c.ForwardHeaderPattern != "" {
+		if _, err := regexp.Compile(c.ForwardHeaderPattern); err != nil {
+			errs = append(errs, fieldErr("forward_header_pattern", "%v", err))
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.UpstreamHeaders)) {
+		if !isToken(n) {
+			errs = append(errs, fieldErr("upstream_headers", "%q is not a header name", n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as header
+// names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// UpstreamHeaderValues are upstream_headers with ${NAME} in each value
+// replaced by the environment variable NAME (a secret kept out of the
+// file), as lookup finds it.
+func (c *Config) UpstreamHeaderValues(lookup func(string) (string, bool)) map[string]string {
+	out := make(map[string]string, len(c.UpstreamHeaders))
+	for k, v := range c.UpstreamHeaders {
+		out[k] = os.Expand(v, func(name string) string { s, _ := lookup(name); return s })
+	}
+	return out
 }
 
 // UpstreamGRPCAddr is Triton's gRPC address: upstream_grpc, or by default

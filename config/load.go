@@ -335,6 +335,13 @@ func (c Config) Redacted() Config {
 	if u, err := url.Parse(c.Upstream); err == nil {
 		c.Upstream = u.Redacted()
 	}
+	if len(c.UpstreamHeaders) > 0 { // their values are credentials
+		masked := make(map[string]string, len(c.UpstreamHeaders))
+		for k := range c.UpstreamHeaders {
+			masked[k] = "REDACTED"
+		}
+		c.UpstreamHeaders = masked
+	}
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {
 		if o.secret {

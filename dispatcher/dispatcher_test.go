@@ -30,8 +30,9 @@ import (
 // backend's TritonError for one request.
 type fakeUpstream struct {
 	mu       sync.Mutex
-	batches  []int    // rows per batch seen
-	bodies   [][]byte // the bodies of those batches
+	batches  []int      // rows per batch seen
+	bodies   [][]byte   // the bodies of those batches
+	outs     []Outgoing // what those batches carried besides
 	gate     chan struct{}
 	connErrs atomic.Int32 // fail this many calls with a connection error
 	status   atomic.Int32 // answer every call with this status when non-zero
@@ -52,7 +53,7 @@ const (
 // poisonMsg is the 500's message for a poisoned row.
 func poisonMsg(v int32) string { return fmt.Sprintf("poisoned request: INPUT0 holds %d", v) }
 
-func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body, _ Outgoing) (*Reply, error) {
+func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body, o Outgoing) (*Reply, error) {
 	u.calls.Add(1)
 	n := u.running.Add(1)
 	defer u.running.Add(-1)
@@ -90,6 +91,7 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 	u.mu.Lock()
 	u.batches = append(u.batches, int(rows))
 	u.bodies = append(u.bodies, body)
+	u.outs = append(u.outs, o)
 	u.mu.Unlock()
 	sum, diff := make([]int32, len(a)), make([]int32, len(a))
 	for i := range a {

@@ -297,11 +297,15 @@ type exchange struct {
 }
 
 // exchangeOf is the exchange of a request for calls, which share a batch
-// key (and so a version). Its Until is the latest of their contexts'
-// deadlines, or none when one has none: a request is given up only once
-// none of its callers waits for it.
+// key (and so a version and forwarded headers). Its Until is the latest
+// of their contexts' deadlines, or none when one has none: a request is
+// given up only once none of its callers waits for it. A lone call's
+// traceparent goes with it; a merged request is no one caller's.
 func (q *modelQueue) exchangeOf(ctx context.Context, calls []*Call) exchange {
-	x := exchange{ctx: ctx, version: calls[0].Version, holdUntil: q.holdUntil(calls...)}
+	x := exchange{ctx: ctx, version: calls[0].Version, holdUntil: q.holdUntil(calls...), out: Outgoing{Header: calls[0].Header}}
+	if len(calls) == 1 {
+		x.out.Trace = calls[0].Trace
+	}
 	for i, c := range calls {
 		d, ok := c.deadline()
 		if !ok {

@@ -249,7 +249,11 @@ type TimedUpstream interface {
 
 // InferWithin implements TimedUpstream.
 func (u *HTTPUpstream) InferWithin(model, version string, body Body, timeout time.Duration) (*Reply, error) {
-	return u.infer(context.Background(), model, version, body, Outgoing{}, timeout)
+	var own []byte
+	for k, v := range u.OwnHeader {
+		own = EndHeader(append(AppendHeaderName(own, k), v...))
+	}
+	return u.infer(context.Background(), model, version, body, Outgoing{Header: string(own)}, timeout)
 }
 
 // sendProbe sends one probe and returns the result a batch of it would

@@ -38,6 +38,10 @@ type Outgoing struct {
 	// upstream client's own timeout, when one is configured, bounds the
 	// request instead.
 	Until time.Time
+	// Header is the callers' forwarded headers (Call.Header: the same for
+	// every caller of a batch, their key says so), and Trace a lone
+	// caller's traceparent (Call.Trace).
+	Header, Trace string
 }
 
 // ErrDeadline reports an upstream request given up when its callers'
@@ -90,6 +94,10 @@ type HTTPUpstream struct {
 	// Header, when set, adds headers to every batch's request from the
 	// batch's context (Batch.Ctx): a tracer's traceparent.
 	Header func(ctx context.Context, h *fasthttp.RequestHeader)
+	// OwnHeader is set on the proxy's own requests (probes, InferWithin):
+	// its credentials toward Triton (upstream_headers). A batch carries
+	// its callers' headers instead, never these.
+	OwnHeader map[string]string
 
 	hc     *fasthttp.HostClient
 	prefix string // the upstream URL's path, without a trailing slash
@@ -192,8 +200,12 @@ func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Bo
 		req.URI().SetScheme("https")
 	}
 	req.Header.SetMethod(fasthttp.MethodPost)
+	eachHeader(out.Header, func(name, value string) { req.Header.Set(name, value) })
+	if out.Trace != "" {
+		req.Header.Set("traceparent", out.Trace)
+	}
 	if u.Header != nil {
-		u.Header(ctx, &req.Header)
+		u.Header(ctx, &req.Header) // a tracer's traceparent wins
 	}
 	if headerLen < 0 {
 		req.Header.SetContentType("application/json")

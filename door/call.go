@@ -34,6 +34,9 @@ type Backend struct {
 	Tracer *tracing.Tracer
 	// Metrics are the doors' series; nil: counted nowhere.
 	Metrics *Metrics
+	// Forward picks the headers of a batched call that go upstream with
+	// its batch and key it (Admission.Forward); nil: Authorization alone.
+	Forward *Forwarding
 }
 
 // Door is one front door's part of the contract: the Backend with the
@@ -56,6 +59,9 @@ type Door struct {
 func New(b Backend, p Protocol) *Door {
 	if b.Metrics == nil {
 		b.Metrics = NewMetrics(nil)
+	}
+	if b.Forward == nil {
+		b.Forward, _ = NewForwarding(nil, "") // Authorization: cannot fail
 	}
 	return &Door{Backend: b, Protocol: p,
 		passed:     b.Metrics.Passthrough.WithLabelValues(string(p)),
@@ -125,6 +131,20 @@ func (d *Door) Admit(a *Admission, model string, start time.Time) {
 // headers or metadata) names; nothing when tracing is off.
 func (a *Admission) Trace(c propagation.TextMapCarrier) {
 	a.Span = a.d.Tracer.Start(c, string(a.d.Protocol), a.Model)
+}
+
+// Forward gives the admitted call (a.Call) what its caller's headers
+// carry upstream: those that decide who may call (Backend.Forward), and
+// its traceparent when the proxy does not trace (a tracer sends its own).
+// get and each read the door's headers as Forwarding.Of says.
+func (a *Admission) Forward(get func(name string) []byte, each func(func(name, value []byte))) {
+	var trace string
+	if !a.d.Tracing() {
+		if t := get("traceparent"); t != nil {
+			trace = string(t)
+		}
+	}
+	a.Call.Forward(a.d.Backend.Forward.Of(get, each), trace)
 }
 
 // Tracing reports whether the door traces calls: a door reads a carrier

@@ -38,12 +38,12 @@ import (
 type addSub struct {
 	mu      sync.Mutex
 	batches []int
-	out     dispatcher.Outgoing // the last request's
+	outs    []dispatcher.Outgoing // what each request carried besides its body
 }
 
 func (u *addSub) Infer(_ context.Context, model, version string, batch dispatcher.Body, o dispatcher.Outgoing) (*dispatcher.Reply, error) {
 	u.mu.Lock()
-	u.out = o
+	u.outs = append(u.outs, o)
 	u.mu.Unlock()
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil {
@@ -180,6 +180,7 @@ type rigOptions struct {
 	maxRecv    int
 	loadReport orca.ServerMetricsProvider
 	memory     *membudget.Budget
+	forward    *door.Forwarding
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -216,7 +217,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -721,9 +722,44 @@ func TestDeadlineReachesTheBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.up.mu.Lock()
-	got := r.up.out.Until
+	got := r.up.outs[len(r.up.outs)-1].Until
 	r.up.mu.Unlock()
 	if d := got.Sub(want); got.IsZero() || d < -time.Second || d > time.Second {
 		t.Fatalf("the batch's deadline %v, want the caller's %v", got, want)
+	}
+}
+
+// The gRPC door gives a batched call the metadata that decides who may
+// call, as the HTTP door gives its headers: callers with different
+// credentials never share a batch, and each batch carries its callers'
+// upstream; a merged batch carries no caller's traceparent.
+func TestGRPCDoorForwardsWhoMayCall(t *testing.T) {
+	fw, err := door.NewForwarding([]string{"api-key"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, rigOptions{rule: waitFor(2), forward: fw})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		who := []string{"alice", "bob"}[i%2]
+		wg.Go(func() {
+			ctx := metadataCtx(context.Background(), "authorization", "Bearer "+who, "api-key", who+"-key", "traceparent", fmt.Sprint("00-", i))
+			if _, err := r.client.ModelInfer(ctx, simpleRaw(who, []int32{int32(i)}, []int32{1})); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	r.up.mu.Lock()
+	defer r.up.mu.Unlock()
+	seen := map[string]bool{}
+	for i, o := range r.up.outs {
+		seen[o.Header] = true
+		if r.up.batches[i] != 2 || o.Trace != "" {
+			t.Errorf("batch %d: %d rows, traceparent %q; want 2 rows, none", i, r.up.batches[i], o.Trace)
+		}
+	}
+	if len(seen) != 2 || !seen["authorization\x00Bearer alice\x00api-key\x00alice-key\x00"] || !seen["authorization\x00Bearer bob\x00api-key\x00bob-key\x00"] {
+		t.Fatalf("batches carried %q, want alice's and bob's apart", r.up.outs)
 	}
 }

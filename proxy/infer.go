@@ -74,6 +74,12 @@ func (s *Server) read(ctx *fasthttp.RequestCtx, version string, a *admission) bo
 		return false
 	}
 	a.Call = call
+	h := &ctx.Request.Header
+	a.Forward(h.Peek, func(f func(name, value []byte)) {
+		for k, v := range h.All() {
+			f(k, v)
+		}
+	})
 	return true
 }
 

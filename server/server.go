@@ -128,9 +128,9 @@ type Server struct {
 // openMeter opens the configured energy source (auto resolved by
 // config.Config.PowerSource). "none" gives a meter that reports every
 // energy figure as absent.
-func openMeter(cfg *config.Config) (*power.Meter, error) {
+func openMeter(cfg *config.Config, header map[string]string) (*power.Meter, error) {
 	kind, metricsURL := cfg.PowerSource()
-	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL}
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL, HTTPClient: httpClient(nil, 0, header)}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
 			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
@@ -167,7 +167,15 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	client.UseTLS(upTLS)
-	meter, err := openMeter(cfg)
+	// The proxy's own calls to Triton (discovery, statistics, probes,
+	// metrics) carry upstream_headers; batches carry their callers'.
+	own := cfg.UpstreamHeaderValues(os.LookupEnv)
+	client.OwnHeader = own
+	forward, err := door.NewForwarding(cfg.ForwardNames(), cfg.ForwardHeaderPattern)
+	if err != nil {
+		return nil, fmt.Errorf("forward_headers, restricted_api: %w", err)
+	}
+	meter, err := openMeter(cfg, own)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +207,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		Observer: observers,
 	})
 	reg.MustRegister(disp.Collector())
-	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
+	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))
 	mr := registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
@@ -220,7 +228,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(load.Collector())
 	// Both doors share one backend: callers of either share batches, the
 	// memory budget and the metrics.
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front}
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front, Forward: forward}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:          cfg.Limits.RetryAfter,
