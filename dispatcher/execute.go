@@ -439,9 +439,10 @@ func (q *modelQueue) post(x exchange, body Body, rows int) (reply *Reply, latenc
 	}
 	if reply.Status == http.StatusOK {
 		q.series.upOK.Inc()
-		q.series.upRows.Add(float64(rows))
+		q.series.upRowsOK.Add(float64(rows))
 	} else {
 		q.series.upErr.Inc()
+		q.series.upRowsErr.Add(float64(rows))
 	}
 	if reply.Status != http.StatusOK {
 		defer reply.Free()

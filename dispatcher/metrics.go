@@ -21,11 +21,11 @@ type Metrics struct {
 	UpstreamErrors   *prometheus.CounterVec
 	// Ejections counts models marked failing by the outlier detector.
 	Ejections *prometheus.CounterVec
-	// Upstream counts the inference requests the upstream answered, by
-	// outcome, and UpstreamRows the rows of those it answered 200: what
-	// Triton's statistics count for the model (success and failure
-	// counts, inference_count), beside the callers' counts (Answered), so
-	// that a dashboard reconciles the two (docs/RELIABILITY.md).
+	// Upstream counts the inference requests the upstream answered, and
+	// UpstreamRows their rows, by outcome: what Triton's statistics count
+	// for the model (its request counts, inference_count), beside the
+	// callers' counts (Answered), so that a dashboard reconciles the two
+	// (docs/RELIABILITY.md).
 	Upstream, UpstreamRows *prometheus.CounterVec
 }
 
@@ -73,8 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"model", "outcome"}),
 		UpstreamRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_upstream_rows_total",
-			Help: "Rows of the callers' inference requests the upstream answered 200 (probes not counted): what Triton counts as the model's inference_count.",
-		}, []string{"model"}),
+			Help: "Rows of the callers' inference requests the upstream answered (probes not counted), by outcome (ok: 200, error: another status): Triton's inference_count counts the rows of every request it executed, those its backend answered with an error among them.",
+		}, []string{"model", "outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Accepted, m.Answered, m.Rejected, m.BatchSize, m.QueueWait, m.UpstreamDuration, m.UpstreamErrors, m.Ejections,
@@ -87,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // costs no label lookup.
 type series struct {
 	accepted, answeredOK, answeredErr prometheus.Counter
-	upOK, upErr, upRows               prometheus.Counter
+	upOK, upErr, upRowsOK, upRowsErr  prometheus.Counter
 	queueWait, batchSize, upstream    prometheus.Observer
 }
 
@@ -98,7 +98,8 @@ func (m *Metrics) bind(model string) *series {
 		answeredErr: m.Answered.WithLabelValues(model, "error"),
 		upOK:        m.Upstream.WithLabelValues(model, "ok"),
 		upErr:       m.Upstream.WithLabelValues(model, "error"),
-		upRows:      m.UpstreamRows.WithLabelValues(model),
+		upRowsOK:    m.UpstreamRows.WithLabelValues(model, "ok"),
+		upRowsErr:   m.UpstreamRows.WithLabelValues(model, "error"),
 		queueWait:   m.QueueWait.WithLabelValues(model),
 		batchSize:   m.BatchSize.WithLabelValues(model),
 		upstream:    m.UpstreamDuration.WithLabelValues(model),
@@ -116,18 +117,19 @@ type Counts struct {
 	CallersOK     int64 `json:"callers_ok"`
 	CallersFailed int64 `json:"callers_failed"`
 	// UpstreamOK and UpstreamFailed are the requests the upstream
-	// answered, 200 or not, and UpstreamRows the rows of the first:
-	// Triton's success.count, failure.count and inference_count for the
-	// model, less what was passed through.
-	UpstreamOK     int64 `json:"upstream_ok"`
-	UpstreamFailed int64 `json:"upstream_failed"`
-	UpstreamRows   int64 `json:"upstream_rows"`
+	// answered, 200 or not, and UpstreamRows and UpstreamFailedRows their
+	// rows: what Triton's request counts and inference_count count of
+	// the model, less what was passed through (docs/RELIABILITY.md).
+	UpstreamOK         int64 `json:"upstream_ok"`
+	UpstreamFailed     int64 `json:"upstream_failed"`
+	UpstreamRows       int64 `json:"upstream_rows"`
+	UpstreamFailedRows int64 `json:"upstream_failed_rows"`
 }
 
 // counts reads the model's counters.
 func (s *series) counts() Counts {
 	return Counts{CallersOK: value(s.answeredOK), CallersFailed: value(s.answeredErr),
-		UpstreamOK: value(s.upOK), UpstreamFailed: value(s.upErr), UpstreamRows: value(s.upRows)}
+		UpstreamOK: value(s.upOK), UpstreamFailed: value(s.upErr), UpstreamRows: value(s.upRowsOK), UpstreamFailedRows: value(s.upRowsErr)}
 }
 
 // value is a counter's value.

@@ -259,7 +259,7 @@ func TestCountsAsTritonCounts(t *testing.T) {
 	// alone: three requests to Triton, one of them answered 200.
 	calls = []*Call{call(t, 100, 3), call(t, poisonValue, 3)}
 	submitAll(h, calls)
-	want = Counts{CallersOK: 5, CallersFailed: 1, UpstreamOK: 2, UpstreamFailed: 2, UpstreamRows: 9}
+	want = Counts{CallersOK: 5, CallersFailed: 1, UpstreamOK: 2, UpstreamFailed: 2, UpstreamRows: 9, UpstreamFailedRows: 6 + 3}
 	if got := firstSnapshot(h.d).Counts; got != want {
 		t.Fatalf("after a split batch: %+v, want %+v", got, want)
 	}
