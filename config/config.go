@@ -292,7 +292,7 @@ func (c *Config) Validate() error {
 }
 
 // ForwardNames are the header names forwarded on batched calls besides
-// Authorization: forward_headers' and the KEY of each restricted_api.
+// Authorization: forward_headers'.
 func (c *Config) ForwardNames() []string {
 	var out []string
 	for _, n := range strings.Split(c.ForwardHeaders, ",") {
@@ -300,6 +300,14 @@ func (c *Config) ForwardNames() []string {
 			out = append(out, n)
 		}
 	}
+	return out
+}
+
+// RestrictedKeys are the KEY of each restricted_api value: the header an
+// HTTP client sends, "triton-grpc-protocol-KEY" the metadata a gRPC
+// client sends (door.NewForwarding).
+func (c *Config) RestrictedKeys() []string {
+	var out []string
 	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
 		if key, ok := restrictedKey(spec); ok {
 			out = append(out, key)

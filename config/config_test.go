@@ -359,8 +359,11 @@ func TestForwardedHeaders(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.ForwardNames(), []string{"x-tenant", "X-Team", "api-key", "admin-key"}; !slices.Equal(got, want) {
+	if got, want := c.ForwardNames(), []string{"x-tenant", "X-Team"}; !slices.Equal(got, want) {
 		t.Fatalf("forwarded names %q, want %q", got, want)
+	}
+	if got, want := c.RestrictedKeys(), []string{"api-key", "admin-key"}; !slices.Equal(got, want) {
+		t.Fatalf("restricted keys %q, want %q", got, want)
 	}
 	env := map[string]string{"KEY": "from-env"}
 	h := c.UpstreamHeaderValues(func(k string) (string, bool) { v, ok := env[k]; return v, ok })

@@ -135,7 +135,14 @@ func outcome(results []Result) (v verdict, faultKind string) {
 // memberError reports whether err, a merged batch's upstream error with
 // the upstream's HTTP status, may belong to one of its members: a 4xx, or
 // Triton's 500 with a message (faultError.member). Such a batch is split.
+// Not a refusal of who may call or of what is called (401, 403, 404):
+// the members share their credentials and their model (their key says
+// so), so each would hear the same.
 func memberError(status int, err error) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return false
+	}
 	if status >= 400 && status < 500 {
 		return true
 	}

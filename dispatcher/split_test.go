@@ -264,3 +264,30 @@ func TestCountsAsTritonCounts(t *testing.T) {
 		t.Fatalf("after a split batch: %+v, want %+v", got, want)
 	}
 }
+
+// A refusal of who may call or of what is called (401, 403, 404) is the
+// same for every member of a batch, whose key holds their credentials and
+// model: it is not split, and it is no fault of the model's.
+func TestWhoMayCallIsNotSplit(t *testing.T) {
+	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			up := &fakeUpstream{}
+			h := newHarness(t, policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Hour}, ModelSpec{}, up, func(d *Dispatcher) {
+				d.o.Outlier = Outlier{ConsecutiveErrors: 1, ProbeInterval: time.Hour}
+			})
+			up.status.Store(int32(code))
+			calls := []*Call{call(t, 1, 1), call(t, 2, 1), call(t, 3, 1), call(t, 4, 1)}
+			for i, r := range submitAll(h, calls) {
+				if status(r.Err) != code {
+					t.Fatalf("caller %d: %v, want the upstream's %d", i, r.Err, code)
+				}
+			}
+			if n := up.calls.Load(); n != 1 {
+				t.Fatalf("%d upstream calls, want the batch alone", n)
+			}
+			if f, _ := h.d.Failing("simple"); f {
+				t.Fatal("the model is failing on a refusal of its callers")
+			}
+		})
+	}
+}

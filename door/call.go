@@ -61,7 +61,7 @@ func New(b Backend, p Protocol) *Door {
 		b.Metrics = NewMetrics(nil)
 	}
 	if b.Forward == nil {
-		b.Forward, _ = NewForwarding(nil, "") // Authorization: cannot fail
+		b.Forward, _ = NewForwarding(nil, nil, "") // Authorization: cannot fail
 	}
 	return &Door{Backend: b, Protocol: p,
 		passed:     b.Metrics.Passthrough.WithLabelValues(string(p)),
@@ -144,7 +144,7 @@ func (a *Admission) Forward(get func(name string) []byte, each func(func(name, v
 			trace = string(t)
 		}
 	}
-	a.Call.Forward(a.d.Backend.Forward.Of(get, each), trace)
+	a.Call.Forward(a.d.Backend.Forward.Of(a.d.Protocol, get, each), trace)
 }
 
 // Tracing reports whether the door traces calls: a door reads a carrier

@@ -19,24 +19,47 @@ import (
 // them and sends them upstream with its batch. Both doors extract with
 // the one Forwarding, each reading its own protocol's headers (Headers).
 type Forwarding struct {
-	names   []string       // lower case; "authorization" first
+	names []string // lower case; "authorization" first
+	// grpc are the names' keys in a gRPC call's metadata: the name, or
+	// for a restricted API's key Triton's gRPC form of it.
+	grpc    []string
 	pattern *regexp.Regexp // nil: none
 }
 
-// NewForwarding returns the forwarding of Authorization, names and the
-// headers whose names match pattern ("": none; matched without regard to
-// case, anywhere in the name, as Triton's pattern is searched).
-func NewForwarding(names []string, pattern string) (*Forwarding, error) {
-	f := &Forwarding{names: []string{"authorization"}}
-	for _, n := range names {
-		n = strings.ToLower(strings.TrimSpace(n))
-		if n == "" || contains(f.names, n) {
-			continue
-		}
+// GRPCRestrictedPrefix is what Triton's gRPC front end puts before a
+// restricted protocol's KEY (--grpc-restricted-protocol): a gRPC client
+// sends the key as metadata "triton-grpc-protocol-KEY", an HTTP client as
+// the header KEY.
+const GRPCRestrictedPrefix = "triton-grpc-protocol-"
+
+// NewForwarding returns the forwarding of Authorization, names, the keys
+// of Triton's restricted APIs (restricted: over gRPC read from their
+// GRPCRestrictedPrefix form, sent upstream by their HTTP name, as a batch
+// goes over HTTP) and the headers whose names match pattern ("": none;
+// matched without regard to case, anywhere in the name, as Triton's
+// pattern is searched).
+func NewForwarding(names, restricted []string, pattern string) (*Forwarding, error) {
+	f := &Forwarding{names: []string{"authorization"}, grpc: []string{"authorization"}}
+	add := func(n, grpc string) error {
 		if err := ForwardableName(n); err != nil {
-			return nil, err
+			return err
 		}
-		f.names = append(f.names, n)
+		f.names, f.grpc = append(f.names, n), append(f.grpc, grpc)
+		return nil
+	}
+	for _, n := range restricted {
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" && !contains(f.names, n) {
+			if err := add(n, GRPCRestrictedPrefix+n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, n := range names {
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" && !contains(f.names, n) {
+			if err := add(n, n); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if pattern != "" {
 		re, err := regexp.Compile("(?i)" + pattern)
@@ -78,21 +101,25 @@ func ForwardableName(name string) error {
 	return nil
 }
 
-// Of returns the forwarded headers of a call, in the form
-// dispatcher.Call.Forward takes them (dispatcher.AppendHeaderName), ""
-// when the call carries none, with no allocation. Each door reads its own
-// protocol: get returns the first value of a header by its lower-case
-// name (nil when absent: fasthttp's Peek, or the call's gRPC metadata);
-// each, needed only with a pattern, calls its argument with every
-// header's name and first value.
-func (f *Forwarding) Of(get func(name string) []byte, each func(func(name, value []byte))) string {
+// Of returns the forwarded headers of a call that came through a door of
+// protocol p, in the form dispatcher.Call.Forward takes them
+// (dispatcher.AppendHeaderName), "" when the call carries none, with no
+// allocation. Each door reads its own protocol: get returns the first
+// value of a header by its lower-case name (nil when absent: fasthttp's
+// Peek, or the call's gRPC metadata); each, needed only with a pattern,
+// calls its argument with every header's name and first value.
+func (f *Forwarding) Of(p Protocol, get func(name string) []byte, each func(func(name, value []byte))) string {
 	if f == nil {
 		return ""
 	}
+	keys := f.names
+	if p == GRPC {
+		keys = f.grpc
+	}
 	var buf [256]byte
 	out := buf[:0]
-	for _, name := range f.names {
-		v := get(name)
+	for i, name := range f.names {
+		v := get(keys[i])
 		if v == nil {
 			continue
 		}

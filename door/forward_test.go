@@ -26,7 +26,7 @@ func TestForwardingOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, err := NewForwarding(tt.names, tt.pattern)
+			f, err := NewForwarding(tt.names, nil, tt.pattern)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,7 +34,7 @@ func TestForwardingOf(t *testing.T) {
 			for k, v := range tt.header {
 				h.Set(k, v)
 			}
-			got := f.Of(h.Peek, func(fn func(name, value []byte)) { eachHeader(&h, fn) })
+			got := f.Of(HTTP, h.Peek, func(fn func(name, value []byte)) { eachHeader(&h, fn) })
 			var b strings.Builder
 			for got != "" {
 				name, rest, _ := strings.Cut(got, "\x00")
@@ -47,10 +47,10 @@ func TestForwardingOf(t *testing.T) {
 			}
 		})
 	}
-	f, _ := NewForwarding([]string{"x-tenant"}, "")
+	f, _ := NewForwarding([]string{"x-tenant"}, []string{"api-key"}, "")
 	var h fasthttp.RequestHeader
 	h.Set("Content-Type", "application/json")
-	if n := testing.AllocsPerRun(100, func() { f.Of(h.Peek, func(fn func(name, value []byte)) { eachHeader(&h, fn) }) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { f.Of(HTTP, h.Peek, func(fn func(name, value []byte)) { eachHeader(&h, fn) }) }); n != 0 {
 		t.Fatalf("%v allocations for a call that forwards nothing", n)
 	}
 }
@@ -58,7 +58,7 @@ func TestForwardingOf(t *testing.T) {
 // The request's own headers cannot be named.
 func TestForwardingRefusesTheRequestsOwn(t *testing.T) {
 	for _, n := range []string{"Content-Type", "host", "grpc-timeout", ":authority", "traceparent"} {
-		if _, err := NewForwarding([]string{n}, ""); err == nil {
+		if _, err := NewForwarding([]string{n}, nil, ""); err == nil {
 			t.Errorf("%s accepted", n)
 		}
 	}
@@ -68,5 +68,41 @@ func TestForwardingRefusesTheRequestsOwn(t *testing.T) {
 func eachHeader(h *fasthttp.RequestHeader, f func(name, value []byte)) {
 	for k, v := range h.All() {
 		f(k, v)
+	}
+}
+
+// A restricted API's key is read as each client sends it to Triton: the
+// header KEY over HTTP, the metadata triton-grpc-protocol-KEY over gRPC;
+// either way a batch, which goes to Triton over HTTP, carries it as KEY.
+func TestForwardingRestrictedKeys(t *testing.T) {
+	f, err := NewForwarding(nil, []string{"API-Key"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		p    Protocol
+		sent map[string]string
+	}{
+		{HTTP, map[string]string{"api-key": "k"}},
+		{GRPC, map[string]string{"triton-grpc-protocol-api-key": "k"}},
+	} {
+		get := func(name string) []byte {
+			if v, ok := tc.sent[name]; ok {
+				return []byte(v)
+			}
+			return nil
+		}
+		if got := f.Of(tc.p, get, nil); got != "api-key\x00k\x00" {
+			t.Errorf("%s: forwarded %q, want api-key k", tc.p, got)
+		}
+	}
+	// Over gRPC, the key's HTTP name is not Triton's gRPC form of it.
+	if got := f.Of(GRPC, func(name string) []byte {
+		if name == "api-key" {
+			return []byte("k")
+		}
+		return nil
+	}, nil); got != "" {
+		t.Errorf("gRPC metadata api-key forwarded as %q; Triton's gRPC front end reads triton-grpc-protocol-api-key", got)
 	}
 }

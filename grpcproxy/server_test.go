@@ -734,7 +734,7 @@ func TestDeadlineReachesTheBatch(t *testing.T) {
 // credentials never share a batch, and each batch carries its callers'
 // upstream; a merged batch carries no caller's traceparent.
 func TestGRPCDoorForwardsWhoMayCall(t *testing.T) {
-	fw, err := door.NewForwarding([]string{"api-key"}, "")
+	fw, err := door.NewForwarding(nil, []string{"api-key"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +743,7 @@ func TestGRPCDoorForwardsWhoMayCall(t *testing.T) {
 	for i := range 4 {
 		who := []string{"alice", "bob"}[i%2]
 		wg.Go(func() {
-			ctx := metadataCtx(context.Background(), "authorization", "Bearer "+who, "api-key", who+"-key", "traceparent", fmt.Sprint("00-", i))
+			ctx := metadataCtx(context.Background(), "authorization", "Bearer "+who, door.GRPCRestrictedPrefix+"api-key", who+"-key", "traceparent", fmt.Sprint("00-", i))
 			if _, err := r.client.ModelInfer(ctx, simpleRaw(who, []int32{int32(i)}, []int32{1})); err != nil {
 				t.Error(err)
 			}

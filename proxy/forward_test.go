@@ -34,7 +34,7 @@ func (b *headerBatcher) Submit(ctx context.Context, model string, c *dispatcher.
 // (Authorization, the names configured, those the pattern matches), which
 // key its batch, and its traceparent when the proxy does not trace.
 func TestHTTPDoorForwardsWhoMayCall(t *testing.T) {
-	fw, err := door.NewForwarding([]string{"api-key"}, "^x-meta-")
+	fw, err := door.NewForwarding(nil, []string{"api-key"}, "^x-meta-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	// metrics) carry upstream_headers; batches carry their callers'.
 	own := cfg.UpstreamHeaderValues(os.LookupEnv)
 	client.OwnHeader = own
-	forward, err := door.NewForwarding(cfg.ForwardNames(), cfg.ForwardHeaderPattern)
+	forward, err := door.NewForwarding(cfg.ForwardNames(), cfg.RestrictedKeys(), cfg.ForwardHeaderPattern)
 	if err != nil {
 		return nil, fmt.Errorf("forward_headers, restricted_api: %w", err)
 	}
