@@ -201,39 +201,6 @@ func TestSick500ModelIsMarkedFailing(t *testing.T) {
 	}
 }
 
-// An error that belongs to the server (502, 503, 504: a gateway, Triton's
-// UNAVAILABLE, a timeout) is not split: every caller of the batch gets it
-// at once, and it counts towards marking the model failing as before.
-func TestServerErrorsAreNotSplit(t *testing.T) {
-	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
-		t.Run(fmt.Sprint(code), func(t *testing.T) {
-			up := &fakeUpstream{}
-			h := newHarness(t, policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Hour}, ModelSpec{}, up, func(d *Dispatcher) {
-				d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
-			})
-			up.status.Store(int32(code))
-			for round := range 2 {
-				calls := make([]*Call, 4)
-				for i := range calls {
-					calls[i] = call(t, int32(100*round+10*i), 1)
-				}
-				before := up.calls.Load()
-				for i, r := range submitAll(h, calls) {
-					if status(r.Err) != code {
-						t.Fatalf("round %d caller %d: %v, want the upstream's %d", round, i, r.Err, code)
-					}
-				}
-				if n := up.calls.Load() - before; n != 1 {
-					t.Fatalf("round %d: %d upstream calls, want the batch alone (no split)", round, n)
-				}
-			}
-			if f, _ := h.d.Failing("simple"); !f {
-				t.Fatal("two batches failing with the server's error did not mark the model failing")
-			}
-		})
-	}
-}
-
 // What the upstream saw of a model's callers is counted as Triton's
 // statistics count it, beside the callers: a merged batch of four callers
 // and six rows is one request of six rows to Triton (its success.count
@@ -265,28 +232,43 @@ func TestCountsAsTritonCounts(t *testing.T) {
 	}
 }
 
-// A refusal of who may call or of what is called (401, 403, 404) is the
-// same for every member of a batch, whose key holds their credentials and
-// model: it is not split, and it is no fault of the model's.
-func TestWhoMayCallIsNotSplit(t *testing.T) {
-	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
-		t.Run(fmt.Sprint(code), func(t *testing.T) {
+// Errors that are every caller's alike are not split: every caller of the
+// batch gets the upstream's error at once. The server's own (502, 503,
+// 504: a gateway, Triton's UNAVAILABLE, a timeout) count towards marking
+// the model failing, as before; a refusal of who may call or of what is
+// called (401, 403, 404), the same for callers whose key holds their
+// credentials and model, is no fault of the model's.
+func TestWholeBatchErrorsAreNotSplit(t *testing.T) {
+	for _, tc := range []struct {
+		code    int
+		failing bool
+	}{
+		{http.StatusBadGateway, true}, {http.StatusServiceUnavailable, true}, {http.StatusGatewayTimeout, true},
+		{http.StatusUnauthorized, false}, {http.StatusForbidden, false}, {http.StatusNotFound, false},
+	} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
 			up := &fakeUpstream{}
 			h := newHarness(t, policy.Fill{Policy: "test", Batch: 4, MaxWait: time.Hour}, ModelSpec{}, up, func(d *Dispatcher) {
-				d.o.Outlier = Outlier{ConsecutiveErrors: 1, ProbeInterval: time.Hour}
+				d.o.Outlier = Outlier{ConsecutiveErrors: 2, ProbeInterval: time.Hour}
 			})
-			up.status.Store(int32(code))
-			calls := []*Call{call(t, 1, 1), call(t, 2, 1), call(t, 3, 1), call(t, 4, 1)}
-			for i, r := range submitAll(h, calls) {
-				if status(r.Err) != code {
-					t.Fatalf("caller %d: %v, want the upstream's %d", i, r.Err, code)
+			up.status.Store(int32(tc.code))
+			for round := range 2 {
+				calls := make([]*Call, 4)
+				for i := range calls {
+					calls[i] = call(t, int32(100*round+10*i), 1)
+				}
+				before := up.calls.Load()
+				for i, r := range submitAll(h, calls) {
+					if status(r.Err) != tc.code {
+						t.Fatalf("round %d caller %d: %v, want the upstream's %d", round, i, r.Err, tc.code)
+					}
+				}
+				if n := up.calls.Load() - before; n != 1 {
+					t.Fatalf("round %d: %d upstream calls, want the batch alone (no split)", round, n)
 				}
 			}
-			if n := up.calls.Load(); n != 1 {
-				t.Fatalf("%d upstream calls, want the batch alone", n)
-			}
-			if f, _ := h.d.Failing("simple"); f {
-				t.Fatal("the model is failing on a refusal of its callers")
+			if f, _ := h.d.Failing("simple"); f != tc.failing {
+				t.Fatalf("failing %v after two batches failing with %d, want %v", f, tc.code, tc.failing)
 			}
 		})
 	}
