@@ -13,7 +13,7 @@ import (
 
 // A batch's upstream call is bounded by its callers' own deadlines (a gRPC
 // caller's), not by the proxy's: an upstream slower than the configured
-// limit (here 100 ms for 300 ms) answers a caller whose deadline allows
+// limit (here 100 ms for 1 s) answers a caller whose deadline allows
 // it; a caller whose deadline passes first gets 504 without the model
 // being blamed; a caller with no deadline (an HTTP caller) waits as long
 // as Triton takes when no limit is configured, and is cut at the
@@ -27,14 +27,15 @@ func TestBatchBoundedByItsCallersDeadline(t *testing.T) {
 		failing  bool
 	}{
 		{"deadline past the limit", 100 * time.Millisecond, 3 * time.Second, 0, false},
-		{"deadline before the answer", 100 * time.Millisecond, 150 * time.Millisecond, http.StatusGatewayTimeout, false},
+		{"deadline before the answer", 100 * time.Millisecond, 200 * time.Millisecond, http.StatusGatewayTimeout, false},
 		{"no deadline, no limit", 0, 0, 0, false},
 		{"no deadline, the limit", 100 * time.Millisecond, 0, http.StatusGatewayTimeout, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStandIn(t)
-			s.delay.Store(int64(300 * time.Millisecond))
+			const slow = time.Second
+			s.delay.Store(int64(slow))
 			up, err := NewHTTPUpstream(s.URL, 8, tt.limit)
 			if err != nil {
 				t.Fatal(err)
@@ -56,10 +57,10 @@ func TestBatchBoundedByItsCallersDeadline(t *testing.T) {
 					t.Fatalf("after %v: %v, want Triton's answer", took, r.Err)
 				}
 				r.Release()
-				if took < 300*time.Millisecond {
-					t.Fatalf("answered in %v, before the upstream's 300 ms", took)
+				if took < slow {
+					t.Fatalf("answered in %v, before the upstream's %v", took, slow)
 				}
-			} else if status(r.Err) != tt.status || took >= 300*time.Millisecond {
+			} else if status(r.Err) != tt.status || took >= slow {
 				t.Fatalf("after %v: %v, want %d before the upstream's answer", took, r.Err, tt.status)
 			}
 			if f, why := d.Failing("simple"); f != tt.failing {
