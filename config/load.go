@@ -341,6 +341,13 @@ func (c Config) Redacted() Config {
 	for _, u := range []*string{&c.Upstream, &c.Tracing.OTLPEndpoint, &c.Power.MetricsURL} {
 		*u = redact.URL(*u)
 	}
+	if len(c.UpstreamHeaders) > 0 { // their values are credentials
+		masked := make(map[string]string, len(c.UpstreamHeaders))
+		for k := range c.UpstreamHeaders {
+			masked[k] = "REDACTED"
+		}
+		c.UpstreamHeaders = masked
+	}
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {
 		if o.secret {

@@ -289,11 +289,17 @@ type Snapshot struct {
 	// their ratio is the mean batch size.
 	BatchesSent int64 `json:"batches_sent"`
 	RowsSent    int64 `json:"rows_sent"`
+	// Counts are the callers answered and the requests the upstream
+	// answered, as Triton's statistics count them.
+	Counts
 	// Failing is the outlier detector's verdict (Options.Outlier), with its
 	// reason and the server errors in a row counted so far.
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
+	// SuspectBatches are the batches in a row answered only with Triton's
+	// 500 (outlier.go's suspect verdict), which the probe settles.
+	SuspectBatches int `json:"suspect_batches"`
 	// LastProbe is the last active probe of the model (probe.go).
 	LastProbe *ProbeReport `json:"last_probe,omitempty"`
 	// Sources are the callers' connections active within SourceIdleFor,
@@ -312,7 +318,8 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
 			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
 			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive,
-			Sources: q.src.stats(d.now())})
+			SuspectBatches: q.health.suspects,
+			Sources:        q.src.stats(d.now()), Counts: q.series.counts()})
 		q.mu.Unlock()
 	}
 	d.probes.annotate(out)

@@ -253,7 +253,11 @@ type TimedUpstream interface {
 
 // InferWithin implements TimedUpstream.
 func (u *HTTPUpstream) InferWithin(model, version string, body Body, timeout time.Duration) (*Reply, error) {
-	return u.infer(context.Background(), model, version, body, timeout)
+	var own []byte
+	for k, v := range u.OwnHeader {
+		own = EndHeader(append(AppendHeaderName(own, k), v...))
+	}
+	return u.infer(context.Background(), model, version, body, Outgoing{Header: string(own)}, timeout)
 }
 
 // sendProbe sends one probe and returns the result a batch of it would
@@ -269,7 +273,7 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	if t, ok := d.o.Upstream.(TimedUpstream); ok {
 		reply, err = t.InferWithin(model, "", body, timeout)
 	} else {
-		reply, err = d.o.Upstream.Infer(context.Background(), model, "", body)
+		reply, err = d.o.Upstream.Infer(context.Background(), model, "", body, Outgoing{})
 	}
 	r := ProbeReport{At: d.now(), TookMs: float64(time.Since(start).Microseconds()) / 1000}
 	fail := func(outcome, detail string, res error) (Result, ProbeReport) {
@@ -292,6 +296,11 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	}
 	defer reply.Free()
 	d.reached()
+	outcome := "ok" // as Triton's statistics count it (Metrics.Upstream)
+	if reply.Status != http.StatusOK {
+		outcome = "error"
+	}
+	d.o.Metrics.Upstream.WithLabelValues(model, outcome).Inc()
 	msg, _ := kserve.ParseErrorBody(reply.Body)
 	switch {
 	case reply.Status == http.StatusOK:

@@ -34,6 +34,9 @@ type Backend struct {
 	Tracer *tracing.Tracer
 	// Metrics are the doors' series; nil: counted nowhere.
 	Metrics *Metrics
+	// Forward picks the headers of a batched call that go upstream with
+	// its batch and key it (Admission.Forward); nil: Authorization alone.
+	Forward *Forwarding
 }
 
 // Door is one front door's part of the contract: the Backend with the
@@ -56,6 +59,9 @@ type Door struct {
 func New(b Backend, p Protocol) *Door {
 	if b.Metrics == nil {
 		b.Metrics = NewMetrics(nil)
+	}
+	if b.Forward == nil {
+		b.Forward, _ = NewForwarding(nil, nil, "") // Authorization: cannot fail
 	}
 	return &Door{Backend: b, Protocol: p,
 		passed:     b.Metrics.Passthrough.WithLabelValues(string(p)),
@@ -127,6 +133,20 @@ func (a *Admission) Trace(c propagation.TextMapCarrier) {
 	a.Span = a.d.Tracer.Start(c, string(a.d.Protocol), a.Model)
 }
 
+// Forward gives the admitted call (a.Call) what its caller's headers
+// carry upstream: those that decide who may call (Backend.Forward), and
+// its traceparent when the proxy does not trace (a tracer sends its own).
+// get and each read the door's headers as Forwarding.Of says.
+func (a *Admission) Forward(get func(name string) []byte, each func(func(name, value []byte))) {
+	var trace string
+	if !a.d.Tracing() {
+		if t := get("traceparent"); t != nil {
+			trace = string(t)
+		}
+	}
+	a.Call.Forward(a.d.Backend.Forward.Of(a.d.Protocol, get, each), trace)
+}
+
 // Tracing reports whether the door traces calls: a door reads a carrier
 // that costs something to build only then.
 func (d *Door) Tracing() bool { return d.Tracer != nil }
@@ -189,6 +209,14 @@ func (d *Door) Refused(reason string) { d.Metrics.Rejected.WithLabelValues(reaso
 
 // Passed counts a call passed through to the upstream.
 func (d *Door) Passed() { d.passed.Inc() }
+
+// PassedWhole counts an inference call of a batched model passed to the
+// upstream as it came (the call is not one the dispatcher batches). Only
+// models the proxy batches are labelled, so the label's values stay as
+// few as they.
+func (d *Door) PassedWhole(model string) {
+	d.Metrics.PassedWhole.WithLabelValues(model, string(d.Protocol)).Inc()
+}
 
 // PassFailed counts a passed-through call that failed to reach the
 // upstream.

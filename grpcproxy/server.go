@@ -355,6 +355,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	batchable, err := s.read(ss.Context(), in, &a)
 	switch {
 	case !batchable: // shared memory, sequences, ...: Triton handles those itself
+		s.door.PassedWhole(a.Model)
 		return s.forwardUnary(ss, MethodModelInfer, in)
 	case err != nil:
 		return s.fail(a.Model, err)
@@ -405,7 +406,28 @@ func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission
 		call.Source = door.GRPCSource(p.Addr)
 	}
 	a.Call = call
+	a.Forward(func(name string) []byte { return metadataValue(ctx, name) }, func(f func(name, value []byte)) { eachMetadata(ctx, f) })
 	return true, nil
+}
+
+// metadataValue is the first value of the call's metadata key (lower
+// case), nil when it has none.
+func metadataValue(ctx context.Context, key string) []byte {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+		return []byte(v[0])
+	}
+	return nil
+}
+
+// eachMetadata calls f with each key of the call's metadata and its first
+// value.
+func eachMetadata(ctx context.Context, f func(name, value []byte)) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for k, v := range md {
+		if len(v) > 0 {
+			f([]byte(k), []byte(v[0]))
+		}
+	}
 }
 
 // trace starts the call's span in the trace its metadata names, when the

@@ -20,10 +20,11 @@ import (
 )
 
 // passFront starts the front door, with its own fasthttp client, in front
-// of upstream; writeTimeout also bounds a pass-through exchange.
-func passFront(t *testing.T, upstream http.Handler, writeTimeout time.Duration) (front string, up *httptest.Server) {
+// of upstream; idle bounds the upstream's silence in a pass-through
+// exchange and the writes of its answer.
+func passFront(t *testing.T, upstream http.Handler, idle time.Duration) (front string, up *httptest.Server) {
 	t.Helper()
-	return passFrontWith(t, upstream, func(o *proxy.Options) { o.WriteTimeout = writeTimeout })
+	return passFrontWith(t, upstream, func(o *proxy.Options) { o.WriteTimeout, o.UpstreamIdleTimeout = idle, idle })
 }
 
 // passFrontWith is passFront with options changed by set.
@@ -206,8 +207,9 @@ func TestPassthroughStreamsEventsAndAbortsWithClient(t *testing.T) {
 	}
 }
 
-// Past the write timeout the client gets 504 in the KServe form; an
-// upstream that refuses connections gives 503 with Retry-After.
+// An upstream silent past the idle timeout gets the client 504 in the
+// KServe form; an upstream that refuses connections gives 503 with
+// Retry-After.
 func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	block := make(chan struct{})
 	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }), 100*time.Millisecond)
@@ -294,6 +296,69 @@ func TestPassthroughHoldsInferenceForARefusingUpstream(t *testing.T) {
 	}()
 	if resp, body, _ := infer(); resp.StatusCode != http.StatusOK {
 		t.Fatalf("upstream back within the hold: %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// A generate_stream answer that keeps sending (an event every 100 ms) is
+// never cut, though it lasts three times the write timeout and the
+// upstream idle timeout (500 ms each): its client gets every event and
+// the last. One that falls silent for longer than the idle timeout ends
+// then, well before the upstream would say more.
+func TestPassthroughStreamBoundedBySilence(t *testing.T) {
+	const limit = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		events int
+		pause  time.Duration // before the last event
+		cut    bool
+	}{
+		{"keeps sending", 15, 0, false},
+		{"falls silent", 3, 10 * limit, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for i := range tc.events {
+					fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+					w.(http.Flusher).Flush()
+					time.Sleep(limit / 5)
+				}
+				select {
+				case <-time.After(tc.pause):
+				case <-release:
+				}
+				io.WriteString(w, "data: [DONE]\n\n")
+			}), limit)
+			t.Cleanup(func() { close(release) }) // before the servers close: cleanups run last first
+			start := time.Now()
+			resp, err := http.Post(front+"/v2/models/llm/generate_stream", "application/json", strings.NewReader(`{"text_input":"hi"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var events []string
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if line := sc.Text(); line != "" {
+					events = append(events, line)
+				}
+			}
+			took := time.Since(start)
+			done := len(events) > 0 && events[len(events)-1] == "data: [DONE]"
+			if !tc.cut {
+				if len(events) != tc.events+1 || !done {
+					t.Fatalf("%d events in %v, the last %q: cut before its end (%v)", len(events), took, events[len(events)-1], sc.Err())
+				}
+				return
+			}
+			if done || len(events) != tc.events {
+				t.Fatalf("got %d events, the last %q: want the %d sent before the silence, and the stream ended", len(events), events[len(events)-1], tc.events)
+			}
+			if took > tc.pause/2 {
+				t.Fatalf("the silent stream ended after %v, want about the idle timeout %v after its last event", took, limit)
+			}
+		})
 	}
 }
 

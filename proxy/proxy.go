@@ -57,10 +57,18 @@ type Options struct {
 	Hold time.Duration
 
 	// Timeouts of the data port: ReadHeaderTimeout for a request's headers,
-	// ReadTimeout for its body, WriteTimeout for the answer (it also bounds
-	// a pass-through exchange), IdleTimeout between keep-alive requests.
-	// Zero: none.
+	// ReadTimeout for its body, WriteTimeout for the answer (for an answer
+	// streamed without a length, server-sent events, each write of it:
+	// a stream its client reads is never cut), IdleTimeout between
+	// keep-alive requests. Zero: none.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// UpstreamIdleTimeout bounds the upstream's silence in a pass-through
+	// exchange (the fasthttp client's only; a Forward of a test's own is
+	// not bounded): no byte of its answer for that long, before the
+	// answer begins (504) or between two parts of a streamed answer (the
+	// stream ends). An upstream that keeps sending is never cut. Zero:
+	// none.
+	UpstreamIdleTimeout time.Duration
 
 	// Backend.Health, when set, answers the readiness endpoints not
 	// ready (400, as Triton does) while the outlier detector finds the
@@ -138,7 +146,7 @@ func New(o Options) *Server {
 	s := &Server{o: o, door: door.New(o.Backend, door.HTTP), log: o.Logger, fwd: o.Forward,
 		prefix: strings.TrimSuffix(o.Upstream.EscapedPath(), "/"), https: o.Upstream.Scheme == "https"}
 	if s.fwd == nil {
-		s.fwd = newUpstreamClient(o.Upstream)
+		s.fwd = newUpstreamClient(o.Upstream, o.UpstreamIdleTimeout)
 	}
 	if o.Backend.Memory != nil {
 		if o.LargeBodyBytes <= 0 {

@@ -129,9 +129,9 @@ type Server struct {
 // openMeter opens the configured energy source (auto resolved by
 // config.Config.PowerSource). "none" gives a meter that reports every
 // energy figure as absent.
-func openMeter(cfg *config.Config, log *slog.Logger) (*power.Meter, error) {
+func openMeter(cfg *config.Config, header map[string]string, log *slog.Logger) (*power.Meter, error) {
 	kind, metricsURL := cfg.PowerSource()
-	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL, Logger: log}
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL, HTTPClient: httpClient(nil, 0, header), Logger: log}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
 			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
@@ -168,7 +168,15 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	client.UseTLS(upTLS)
-	meter, err := openMeter(cfg, log)
+	// The proxy's own calls to Triton (discovery, statistics, probes,
+	// metrics) carry upstream_headers; batches carry their callers'.
+	own := cfg.UpstreamHeaderValues(os.LookupEnv)
+	client.OwnHeader = own
+	forward, err := door.NewForwarding(cfg.ForwardNames(), cfg.RestrictedKeys(), cfg.ForwardHeaderPattern)
+	if err != nil {
+		return nil, fmt.Errorf("forward_headers, restricted_api: %w", err)
+	}
+	meter, err := openMeter(cfg, own, log)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +200,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
-	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
+	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
@@ -222,16 +230,17 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(load.Collector())
 	// Both doors share one backend: callers of either share batches, the
 	// memory budget and the metrics.
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front}
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front, Forward: forward}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
-		RetryAfter:        cfg.Limits.RetryAfter,
-		Hold:              cfg.Upstreams.Hold,
-		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
-		ReadTimeout:       cfg.Limits.ReadTimeout,
-		WriteTimeout:      cfg.Limits.WriteTimeout,
-		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Logger:            log, LoadReport: load.HeaderValue,
+		RetryAfter:          cfg.Limits.RetryAfter,
+		Hold:                cfg.Upstreams.Hold,
+		ReadHeaderTimeout:   cfg.Limits.ReadHeaderTimeout,
+		ReadTimeout:         cfg.Limits.ReadTimeout,
+		WriteTimeout:        cfg.Limits.WriteTimeout,
+		IdleTimeout:         cfg.Limits.IdleTimeout,
+		UpstreamIdleTimeout: cfg.Limits.UpstreamIdle,
+		Logger:              log, LoadReport: load.HeaderValue,
 	})
 	p.data.UseUpstreamTLS(upTLS)
 	if cfg.GRPCListen != "" {
