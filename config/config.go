@@ -133,6 +133,10 @@ type Model struct {
 	// test the model while it fails; empty: one row of zeros made up from
 	// the model's configuration.
 	Probe string `yaml:"probe"`
+	// BatchCached batches the model although Triton's response cache is
+	// on for it: a merged request has its own cache key, so the callers'
+	// repeated requests miss the cache (the default passes them through).
+	BatchCached bool `yaml:"batch_cached"`
 }
 
 // Default returns the configuration used where nothing else is said.

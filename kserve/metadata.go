@@ -55,8 +55,8 @@ type ModelConfig struct {
 	MaxBatchSize         int             `json:"max_batch_size"`
 	Input                []ConfigInput   `json:"input"`
 	Output               []ConfigOutput  `json:"output"`
-	BatchInput           []any           `json:"batch_input"`
-	BatchOutput          []any           `json:"batch_output"`
+	BatchInput           []BatchInput    `json:"batch_input"`
+	BatchOutput          []BatchOutput   `json:"batch_output"`
 	InstanceGroup        []InstanceGroup `json:"instance_group"`
 	DefaultModelFilename string          `json:"default_model_filename"`
 	Parameters           map[string]any  `json:"parameters"`
@@ -70,6 +70,29 @@ type ModelConfig struct {
 	ModelTransactionPolicy struct {
 		Decoupled bool `json:"decoupled"`
 	} `json:"model_transaction_policy,omitzero"`
+	// ResponseCache on makes Triton answer a request it has answered
+	// before from its cache, keyed by the request's inputs.
+	ResponseCache struct {
+		Enable bool `json:"enable"`
+	} `json:"response_cache,omitzero"`
+}
+
+// BatchInput is a batch_input entry: a tensor Triton makes up for the
+// model from a batch's requests (each one's element count, its shape,
+// ...), which tells the model where each request begins.
+type BatchInput struct {
+	Kind        string   `json:"kind"`
+	TargetName  []string `json:"target_name"`
+	DataType    string   `json:"data_type"`
+	SourceInput []string `json:"source_input"`
+}
+
+// BatchOutput is a batch_output entry: an output Triton scatters back to
+// a batch's requests by the shape of one of their inputs.
+type BatchOutput struct {
+	TargetName  []string `json:"target_name"`
+	Kind        string   `json:"kind"`
+	SourceInput []string `json:"source_input"`
 }
 
 // ConfigInput is an input of a model config.
@@ -141,7 +164,11 @@ func (m *ModelConfig) Instances() int {
 	return max(n, 1)
 }
 
-// Batchable reports whether a proxy may batch the model, and why not.
+// Batchable reports whether a proxy may batch the model, and why not: a
+// merged request is one request to Triton, so a model whose requests
+// Triton does not batch by concatenating their rows, or batches only
+// under a condition the proxy cannot see, is not merged. (Triton's
+// response cache is another matter: see ResponseCached.)
 func (m *ModelConfig) Batchable() (bool, string) {
 	switch {
 	case m.MaxBatchSize <= 0:
@@ -153,8 +180,39 @@ func (m *ModelConfig) Batchable() (bool, string) {
 	case m.Platform == "ensemble":
 		return false, "ensemble: its steps batch on their own"
 	}
+	for _, in := range m.Input {
+		switch {
+		case in.AllowRaggedBatch:
+			// Triton hands the model each request's elements unpadded,
+			// one after another, and a merged request would be one
+			// request's worth of them.
+			return false, "ragged input " + in.Name + ": Triton batches its requests unpadded, each of its own length"
+		case in.IsShapeTensor:
+			// A batching model's shape tensor has no batch dimension:
+			// Triton batches only requests whose values are equal and
+			// sums their batch sizes into its first value, where a
+			// merge would concatenate the tensors.
+			return false, "shape tensor input " + in.Name + ": Triton batches only equal shape-tensor values and sums their batch sizes"
+		}
+	}
+	for _, o := range m.Output {
+		if o.IsShapeTensor {
+			return false, "shape tensor output " + o.Name + ": its value is the batch's, not each request's"
+		}
+	}
+	if len(m.BatchInput) > 0 {
+		return false, "batch_input " + m.BatchInput[0].Kind + ": Triton describes each request of a batch to the model"
+	}
+	if len(m.BatchOutput) > 0 {
+		return false, "batch_output " + m.BatchOutput[0].Kind + ": Triton scatters the output to each request of a batch"
+	}
 	return true, ""
 }
+
+// ResponseCached reports whether Triton answers the model's repeated
+// requests from its response cache: a merged request is a new request
+// with its own cache key, so merging turns the callers' hits into misses.
+func (m *ModelConfig) ResponseCached() bool { return m.ResponseCache.Enable }
 
 // HalfOutputs names the model's FP16 and BF16 outputs, which Triton writes
 // only in binary form (see Request.HalfInJSON). A config's data types are

@@ -317,11 +317,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	}
 	cfg := r.current()
 	override := cfg.Models[name]
-	pname := cfg.ModelPolicy(name)
-	ok, reason := mc.Batchable()
-	if ok && pname == "passthrough" {
-		ok, reason = false, "policy passthrough (configured)"
-	}
+	ok, reason := decide(name, mc, cfg)
 	maxBatch := mc.MaxBatchSize
 	if override.MaxBatchSize > 0 && override.MaxBatchSize < maxBatch {
 		maxBatch = override.MaxBatchSize
@@ -347,7 +343,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		return nil
 	}
 	if !known || !e.batched {
-		pname = r.policyName(name)
+		pname := r.policyName(name)
 		pol, in, err := r.newPolicy(name, pname)
 		if err != nil {
 			return err
@@ -718,7 +714,11 @@ func (r *Models) config() config.Config {
 
 // Status is one model's state for the status endpoint.
 type Status struct {
-	Model   string `json:"model"`
+	Model string `json:"model"`
+	// Mode is what the proxy does with the model's inference calls
+	// (ModeBatched, ModePassthrough, ModeNotServed); Reason says why
+	// when they are not batched.
+	Mode    string `json:"mode"`
 	Batched bool   `json:"batched"`
 	// Policy and Options are the batched model's policy as set (InForce).
 	Policy  string         `json:"policy,omitempty"`
@@ -740,11 +740,11 @@ func (r *Models) Statuses() []Status {
 	out := make([]Status, 0, len(r.models)+len(r.unserved))
 	for name, why := range r.unserved {
 		if _, known := r.models[name]; !known {
-			out = append(out, Status{Model: name, Reason: "not served by the upstream", Warning: why})
+			out = append(out, Status{Model: name, Mode: ModeNotServed, Reason: "not served by the upstream", Warning: why})
 		}
 	}
 	for _, e := range r.models {
-		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning, Probe: e.probe,
+		s := Status{Model: e.name, Mode: modeOf(e.batched), Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning, Probe: e.probe,
 			Policy: e.policy.Policy, Options: e.policy.Options}
 		if why, ok := r.unserved[e.name]; ok {
 			s.Warning = strings.TrimPrefix(s.Warning+"; "+why, "; ")

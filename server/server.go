@@ -213,7 +213,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
+	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Modes: modesOf(mr), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
 	p.load = load
