@@ -81,7 +81,7 @@ type UpstreamOpts struct {
 	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
-	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
+	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout in the model's queue wins; 0: no hold)"`
 	// Passive outlier detection (dispatcher.Outlier).
 	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 5xx, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time (0: off)"`
 	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`

@@ -52,6 +52,9 @@ type ModelSpec struct {
 	// own while the model fails (probe.go): one row the model accepts.
 	// Without it only a caller's batch can find the model healed.
 	Probe Wire
+	// Queue is the model's queue policy in Triton: each call's priority
+	// level and timeout follow it (schedule.go).
+	Queue QueuePolicy
 }
 
 // Options configure a Dispatcher.
@@ -327,6 +330,8 @@ type modelQueue struct {
 	// would otherwise build a key queue and its arrays for every request.
 	spare *keyQueue
 	rows  int // live rows over all keys
+	// order is the scratch of a decision pass's keys (byLevel).
+	order []*keyQueue
 
 	inFlight, inFlightRows int
 	batchesSent, rowsSent  int64
@@ -377,10 +382,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}}
 	}
 	c.arrived, c.ctx = now, ctx
-	c.level = c.Priority
-	if c.level == 0 {
-		c.level = ^uint64(0) // the default level comes after every explicit one
-	}
+	q.schedule(c, now)
 	if c.Deadline.IsZero() {
 		if !c.Expire.IsZero() {
 			c.Deadline = c.Expire
@@ -533,11 +535,12 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 		formedBy = nil
 	}
 	idle, known := q.src.idle(now)
-	for key, k := range q.keys {
+	q.order = q.byLevel(q.order)
+	for _, k := range q.order {
 		for {
 			head := k.head()
 			if head == nil {
-				delete(q.keys, key)
+				delete(q.keys, k.key)
 				k.key, q.spare = "", k
 				break
 			}
@@ -571,6 +574,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			if len(calls) == 0 {
 				continue
 			}
+			forwardTimeout(calls, now)
 			q.rows -= rows
 			q.inFlight++
 			q.inFlightRows += rows
@@ -580,6 +584,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 				planner: q.spec.Planner, obs: q.obs, instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
 		}
 	}
+	clear(q.order) // no key queue kept past the pass
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
 		q.idleClosed = true
 		close(q.idle)
@@ -627,6 +632,8 @@ func (q *modelQueue) expire(now time.Time) time.Time {
 			}
 		})
 		for _, c := range gone {
+			// Triton's answer to a request timed out in its queue: the
+			// status UNAVAILABLE, this text (dynamic_batch_scheduler.cc).
 			if c.state.CompareAndSwap(stateQueued, stateCancelled) {
 				k.cancel(c)
 				q.rows -= c.Rows

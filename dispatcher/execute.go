@@ -232,17 +232,17 @@ func (q *modelQueue) sendAlone(ctx context.Context, version string, c *Call, hal
 }
 
 // holdUntil is how long calls may wait for an upstream that is down: the
-// earliest of their deadlines, each its Expire or else its arrival plus
-// Options.Hold. Zero means no hold.
+// earliest of their deadlines, each the earlier of its Expire and its
+// arrival plus Options.Hold. Zero means no hold.
 func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 	var until time.Time
 	for _, c := range calls {
 		d := c.Expire
+		if h := c.arrived.Add(q.d.o.Hold); q.d.o.Hold > 0 && (d.IsZero() || h.Before(d)) {
+			d = h
+		}
 		if d.IsZero() {
-			if q.d.o.Hold <= 0 {
-				return time.Time{}
-			}
-			d = c.arrived.Add(q.d.o.Hold)
+			return time.Time{}
 		}
 		if until.IsZero() || d.Before(until) {
 			until = d

@@ -226,3 +226,85 @@ func (m *ModelConfig) HalfOutputs() []string {
 	}
 	return names
 }
+
+// DynamicBatching is the part of a model's dynamic_batching section that
+// rules each request in Triton's queue: its priority levels and its queue
+// policies (model_config.proto's ModelDynamicBatching).
+type DynamicBatching struct {
+	MaxQueueDelayMicroseconds ConfigUint `json:"max_queue_delay_microseconds"`
+	// PriorityLevels is how many levels a request's priority may name
+	// (1 is the highest); 0: one level, every priority ignored.
+	PriorityLevels ConfigUint `json:"priority_levels"`
+	// DefaultPriorityLevel is the level of a request that names none, or
+	// one above PriorityLevels.
+	DefaultPriorityLevel ConfigUint `json:"default_priority_level"`
+	// DefaultQueuePolicy rules every level PriorityQueuePolicy does not.
+	DefaultQueuePolicy QueuePolicy `json:"default_queue_policy"`
+	// PriorityQueuePolicy is the policy of some levels, by level.
+	PriorityQueuePolicy map[string]QueuePolicy `json:"priority_queue_policy"`
+}
+
+// QueuePolicy is Triton's ModelQueuePolicy: how long a request may wait
+// in the model's queue, whether its own timeout parameter may shorten
+// that, and what becomes of it once it has waited longer.
+type QueuePolicy struct {
+	// TimeoutAction is REJECT (the default: the request is answered
+	// UNAVAILABLE "Request timeout expired") or DELAY (it goes after the
+	// requests that have not timed out).
+	TimeoutAction TimeoutAction `json:"timeout_action"`
+	// DefaultTimeoutMicroseconds is every request's timeout; 0: none.
+	DefaultTimeoutMicroseconds ConfigUint `json:"default_timeout_microseconds"`
+	// AllowTimeoutOverride lets a request's timeout parameter shorten
+	// the default (never lengthen it).
+	AllowTimeoutOverride bool       `json:"allow_timeout_override"`
+	MaxQueueSize         ConfigUint `json:"max_queue_size"`
+}
+
+// Batching reads the model's dynamic_batching section: its zero value
+// (one priority level, no timeout) when the section is absent, as Triton
+// schedules such a model.
+func (m *ModelConfig) Batching() (DynamicBatching, error) {
+	var db DynamicBatching
+	if len(m.DynamicBatching) == 0 || string(m.DynamicBatching) == "null" {
+		return db, nil
+	}
+	if err := json.Unmarshal(m.DynamicBatching, &db); err != nil {
+		return DynamicBatching{}, fmt.Errorf("dynamic_batching: %w", err)
+	}
+	return db, nil
+}
+
+// ConfigUint is a config's uint64 field: protobuf's JSON mapping prints it as
+// a string ("100"), other writers as a number; both decode.
+type ConfigUint uint64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (u *ConfigUint) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "null" {
+		return nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s is not an unsigned integer", b)
+	}
+	*u = ConfigUint(v)
+	return nil
+}
+
+// TimeoutAction is a queue policy's timeout_action, by its name (REJECT,
+// DELAY) or its number in model_config.proto (0, 1).
+type TimeoutAction string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (a *TimeoutAction) UnmarshalJSON(b []byte) error {
+	switch s := strings.Trim(string(b), `"`); s {
+	case "0", "REJECT", "null", "":
+		*a = "REJECT"
+	case "1", "DELAY":
+		*a = "DELAY"
+	default:
+		return fmt.Errorf("timeout_action %s is neither REJECT nor DELAY", b)
+	}
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -94,6 +95,10 @@ type entry struct {
 	policy    InForce // the policy the monitor runs, as set
 	probe     string  // where the probe inference came from, or why there is none
 	probeReq  dispatcher.Wire
+	// queue and half are the model's queue policy and half-precision
+	// outputs as last given to its queue: a change gives it them anew.
+	queue dispatcher.QueuePolicy
+	half  []string
 }
 
 // New returns an empty registry; call Discover (or Refresh, then Run).
@@ -326,6 +331,8 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	if cfg.Policy.MaxInFlight > 0 {
 		instances = cfg.Policy.MaxInFlight
 	}
+	queue, queueErr := queuePolicy(mc)
+	half := mc.HalfOutputs()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -339,7 +346,8 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		// new requests of it still queue with the limits last known.
 		return nil
 	}
-	if known && e.batched && e.maxBatch == maxBatch && e.instances == instances {
+	if known && e.batched && e.maxBatch == maxBatch && e.instances == instances &&
+		reflect.DeepEqual(e.queue, queue) && slices.Equal(e.half, half) {
 		return nil
 	}
 	if !known || !e.batched {
@@ -362,8 +370,10 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		if noProbe != "" {
 			r.log.Warn("a failing model is tested only by its callers' requests, and does not take the proxy out of service", "model", name, "why", noProbe)
 		}
-		if len(mc.DynamicBatching) > 0 && string(mc.DynamicBatching) != "null" {
-			e.warning = "Triton's own dynamic batcher is on for this model: turn it off or set max_queue_delay_microseconds to 0, or both batchers wait"
+		// A dynamic_batching section without a delay (a queue policy's
+		// home) costs nothing: Triton's batcher then waits for nothing.
+		if db, err := mc.Batching(); err == nil && db.MaxQueueDelayMicroseconds > 0 {
+			e.warning = "Triton's own dynamic batcher waits for this model (max_queue_delay_microseconds > 0): turn it off or set the delay to 0, or both batchers wait"
 			r.log.Warn(e.warning, "model", name)
 		}
 		r.models[name] = e
@@ -377,10 +387,14 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	if override.SLA > 0 {
 		sla = override.SLA
 	}
+	if queueErr != nil {
+		r.log.Warn("the model's dynamic_batching section does not decode: its calls' timeouts and priorities are ignored, as for a model without it", "model", name, "err", queueErr)
+	}
+	e.queue, e.half = queue, half
 	return r.queues.SetModel(dispatcher.ModelSpec{
 		Name: name, MaxBatch: maxBatch, Instances: instances,
 		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon, Observer: e.mon, WatchCallers: e.mon.WatchCallers,
-		HalfOutputs: mc.HalfOutputs(), Probe: e.probeReq,
+		HalfOutputs: half, Probe: e.probeReq, Queue: queue,
 	})
 }
 

@@ -122,7 +122,7 @@ func TestRefreshReconciles(t *testing.T) {
 		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "resnet", State: "READY"},
 			{Name: "nobatch", State: "READY"}, {Name: "loading", State: "LOADING"}, {Name: "quiet", State: "READY"}},
 		configs: map[string]*triton.ModelConfig{
-			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{}`)},
+			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{"max_queue_delay_microseconds":"100"}`)},
 			"resnet":  {Name: "resnet", MaxBatchSize: 32},
 			"nobatch": {Name: "nobatch", MaxBatchSize: 0},
 			"quiet":   {Name: "quiet", MaxBatchSize: 4},
