@@ -43,7 +43,7 @@ type Config struct {
 	// TLS of the doors and the upstream (package server's tls.go).
 	TLS         TLS           `yaml:"tls"`
 	UpstreamTLS UpstreamTLS   `yaml:"upstream_tls"`
-	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
+	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and their configurations are re-read, and each model's mode (batched or passed through) decided again (0: only at start, and on a repository load or unload through the proxy)"`
 	Grace       time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
 	// Procs is GOMAXPROCS; 0 sizes it to the load (package internal/procs).
 	Procs int `yaml:"procs" help:"Go processors (GOMAXPROCS) (0: as few as the proxy's CPU use needs, up to the runtime's default; GOMAXPROCS in the environment fixes them instead)"`

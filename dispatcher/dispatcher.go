@@ -81,6 +81,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Outlier configures passive outlier detection; zero: off.
 	Outlier Outlier
+	// ModelChanged, when set, is told of a model the upstream says it
+	// does not serve (an unknown model or version): the registry reads its
+	// configuration again. It must not block.
+	ModelChanged func(model string)
 }
 
 // Dispatcher routes calls to model queues.
@@ -90,6 +94,8 @@ type Dispatcher struct {
 	health *upstreamHealth
 	mu     sync.RWMutex
 	models map[string]*modelQueue
+	// retired holds the queues of models no longer batched (RetireModel).
+	retired map[string]*modelQueue
 	// draining is set under mu when Drain begins: SetModel adds no queue
 	// after it, so no queue loop joins wg while Drain waits on it (a
 	// discovery still running at shutdown would otherwise race the Wait).
@@ -134,7 +140,11 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 	if d.draining {
 		return fmt.Errorf("dispatcher: model %q: %w", s.Name, ErrClosed)
 	}
-	if q, ok := d.models[s.Name]; ok {
+	q, ok := d.models[s.Name]
+	if !ok {
+		q = d.revive(s.Name)
+	}
+	if q != nil {
 		q.mu.Lock()
 		q.spec, q.obs = s, obs
 		q.mu.Unlock()
@@ -142,7 +152,7 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		q.signal()
 		return nil
 	}
-	q := &modelQueue{d: d, name: s.Name, spec: s, obs: obs, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
+	q = &modelQueue{d: d, name: s.Name, spec: s, obs: obs, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
 		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
 	q.watch()
@@ -173,9 +183,7 @@ func (d *Dispatcher) Model(name string) (maxBatch int, ok bool) {
 // is still queued (the client went away), the call leaves the queue and
 // Submit returns ctx's error; once its batch is sent, Submit waits for it.
 func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
-	d.mu.RLock()
-	q, ok := d.models[model]
-	d.mu.RUnlock()
+	q, ok := d.queue(model)
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownModel, model)}
 	}
@@ -247,8 +255,11 @@ func (d *Dispatcher) Delivered(r Result) {
 func (d *Dispatcher) Drain(ctx context.Context) error {
 	d.mu.Lock()
 	d.draining = true
-	qs := make([]*modelQueue, 0, len(d.models))
+	qs := make([]*modelQueue, 0, len(d.models)+len(d.retired))
 	for _, q := range d.models {
+		qs = append(qs, q)
+	}
+	for _, q := range d.retired {
 		qs = append(qs, q)
 	}
 	d.mu.Unlock()
@@ -337,9 +348,12 @@ type modelQueue struct {
 	batchesSent, rowsSent  int64
 	src                    sources
 	draining               bool
-	idleClosed             bool
-	idle                   chan struct{} // closed when draining and empty
-	wake                   chan struct{}
+	// retired: the model is no longer batched (RetireModel); what still
+	// reaches the queue goes at once, each call alone.
+	retired    bool
+	idleClosed bool
+	idle       chan struct{} // closed when draining and empty
+	wake       chan struct{}
 	// ruleBroken is the rule that last panicked in form, nil if none.
 	ruleBroken policy.Rule
 	health     modelHealth // outlier detection (outlier.go)
@@ -364,7 +378,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 		q.mu.Unlock()
 		m.rejected(q.name, "shutdown")
 		return &kserve.Error{Status: http.StatusServiceUnavailable, Msg: ErrClosed.Error()}
-	case c.Rows > q.spec.MaxBatch:
+	case c.Rows > q.spec.MaxBatch && !q.retired: // a retired model's limits are Triton's to judge
 		maxBatch := q.spec.MaxBatch
 		q.mu.Unlock()
 		m.rejected(q.name, "batch_size")
@@ -529,7 +543,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	now := q.d.now()
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
-	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
+	fallback := q.draining || q.retired || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
 	formedBy := rule // Batch.Rule
 	if fallback {
 		formedBy = nil
@@ -548,7 +562,9 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 				break
 			}
 			var want int
-			if fallback {
+			if q.retired {
+				want = 1 // each call alone (take always takes one)
+			} else if fallback {
 				want = q.spec.MaxBatch
 			} else {
 				d := rule.Decide(policy.Queue{

@@ -33,12 +33,13 @@ type fakeUpstream struct {
 	connErrs atomic.Int32 // fail this many calls with a connection error
 	status   atomic.Int32 // answer every call with this status when non-zero
 	timeout  atomic.Bool
-	refuse   atomic.Bool  // refuse connections: the upstream is down
-	calls    atomic.Int32 // Infer calls so far
-	refused  atomic.Int32 // calls refused while down
-	running  atomic.Int32 // calls in progress
-	peak     atomic.Int32 // most calls in progress at once
-	slow     atomic.Int64 // nanoseconds every call takes
+	refuse   atomic.Bool            // refuse connections: the upstream is down
+	calls    atomic.Int32           // Infer calls so far
+	refused  atomic.Int32           // calls refused while down
+	running  atomic.Int32           // calls in progress
+	peak     atomic.Int32           // most calls in progress at once
+	slow     atomic.Int64           // nanoseconds every call takes
+	errMsg   atomic.Pointer[string] // the error text of a status answer (default "model exploded")
 }
 
 const badValue = -999
@@ -65,7 +66,11 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 		return nil, ErrUpstreamTimeout
 	}
 	if s := u.status.Load(); s != 0 {
-		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, "model exploded"), HeaderLen: -1, Free: func() {}}, nil
+		msg := "model exploded"
+		if m := u.errMsg.Load(); m != nil {
+			msg = *m
+		}
+		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, msg), HeaderLen: -1, Free: func() {}}, nil
 	}
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil || len(body) != batch.BodyLen() {

@@ -350,6 +350,7 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 		if !ok {
 			msg = fmt.Sprintf("upstream answered %d for model '%s'", reply.Status, name)
 		}
+		q.unknownModel(msg)
 		if reply.Status >= 500 {
 			return nil, latency, reply.Status, fault("status_5xx", &kserve.Error{Status: reply.Status, Msg: msg})
 		}

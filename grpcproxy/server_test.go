@@ -172,6 +172,7 @@ type rigOptions struct {
 	maxRecv    int
 	loadReport orca.ServerMetricsProvider
 	memory     *membudget.Budget
+	discoverer door.Discoverer
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -208,7 +209,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Discoverer: o.discoverer}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -670,5 +671,41 @@ func TestCallsKnowTheirConnection(t *testing.T) {
 	// carried one call, none until it sends again (it may have closed).
 	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.Unknown != 2 || st.Concurrency != 3 || st.Partners != 2 {
 		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, not learnt yet, 3 calls at once at most, 2 partners", st)
+	}
+}
+
+// changes records the models the door told of a repository change.
+type changes struct {
+	mu     sync.Mutex
+	models []string
+}
+
+func (c *changes) Ensure(context.Context, string) {}
+func (c *changes) Changed(model string) {
+	c.mu.Lock()
+	c.models = append(c.models, model)
+	c.mu.Unlock()
+}
+
+// TestRepositoryChangeIsTold: RepositoryModelLoad and Unload are relayed
+// as they came, and once Triton has answered the door tells that the
+// model they name (model_name, field 2) may have changed; other calls
+// tell nothing.
+func TestRepositoryChangeIsTold(t *testing.T) {
+	var c changes
+	r := newRig(t, rigOptions{discoverer: &c})
+	ctx := context.Background()
+	// repository_name "" (field 1), model_name (field 2), as tritonclient sends them.
+	for _, call := range []struct{ method, model string }{{"RepositoryModelLoad", "m1"}, {"RepositoryModelUnload", "m2"}, {"ModelMetadata", "m3"}} {
+		in := append([]byte{0x12, byte(len(call.model))}, call.model...)
+		var got grpcwire.Frame
+		if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/"+call.method, &grpcwire.Frame{B: in}, &got, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
+			t.Fatalf("%s: %v", call.method, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.models) != 2 || c.models[0] != "m1" || c.models[1] != "m2" {
+		t.Fatalf("told of %q, want m1 (load) and m2 (unload)", c.models)
 	}
 }

@@ -39,6 +39,9 @@ type Upstream interface {
 // Queues is the dispatcher as the registry drives it.
 type Queues interface {
 	SetModel(s dispatcher.ModelSpec) error
+	// RetireModel stops batching a model, answering what its queue holds
+	// (a later SetModel batches it again).
+	RetireModel(name string)
 	// Unready is the queues' verdict on the upstream (door.Health): why
 	// it should not be sent traffic, "" when it should.
 	Unready() string
@@ -73,6 +76,10 @@ type Models struct {
 	// unserved holds the models the configuration names that the upstream
 	// does not serve, each with why, as of the last repository index read.
 	unserved map[string]string
+
+	// changing holds the models whose configuration Changed is reading
+	// again, each true when told again meanwhile (follow.go).
+	changing map[string]bool
 
 	// discovered is set once the upstream's model list has been read.
 	discovered atomic.Bool
@@ -258,7 +265,15 @@ func (r *Models) retryAfter() time.Duration {
 	return 30 * time.Second
 }
 
-// Refresh reads the upstream's ready models and reconciles.
+// Refresh reads the upstream's repository index and each ready model's
+// configuration, and re-decides every model's mode: a model loaded since
+// is batched or listed, one reloaded with another configuration takes
+// its new mode and limits, one the index lists as not ready (unloaded)
+// is forgotten, its queue retired. A model known but not in the index (a
+// request found it: PyTriton lists none) has its configuration read
+// again too, and is forgotten once the upstream no longer serves it. One
+// configuration read per model per discovery interval: what re-deciding
+// a reload made beside the proxy costs.
 func (r *Models) Refresh(ctx context.Context) error {
 	idx, err := r.up.RepositoryIndex(ctx)
 	r.mu.Lock()
@@ -268,13 +283,26 @@ func (r *Models) Refresh(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	r.noteUnserved(idx)
+	ready := readiness(idx)
 	var errs []error
-	for _, ix := range idx {
-		if ix.State != "" && ix.State != "READY" {
+	for _, name := range slices.Sorted(maps.Keys(ready)) {
+		if !ready[name] {
 			continue
 		}
-		if err := r.reconcile(ctx, ix.Name); err != nil {
+		if err := r.reconcile(ctx, name); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	for _, name := range r.knownNames() {
+		isReady, listed := ready[name]
+		switch {
+		case isReady:
+		case listed:
+			r.forget(name, "the upstream lists it as not ready")
+		default:
+			if err := r.reconcile(ctx, name); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -315,9 +343,16 @@ func (r *Models) noteUnserved(idx []triton.IndexEntry) {
 	r.unserved = now
 }
 
+// reconcile reads a model's configuration and gives the model the mode
+// and limits it decides: batched (its queue set, or given the new limits)
+// or passed through (its queue retired if it had one). A model whose
+// configuration the upstream says it does not have is forgotten.
 func (r *Models) reconcile(ctx context.Context, name string) error {
 	mc, err := r.up.ModelConfig(ctx, name)
 	if err != nil {
+		if notServed(err) {
+			r.forget(name, "the upstream does not serve it")
+		}
 		return fmt.Errorf("model %s: reading config: %w", name, err)
 	}
 	cfg := r.current()
@@ -338,12 +373,7 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	defer r.mu.Unlock()
 	e, known := r.models[name]
 	if !ok {
-		if !known {
-			r.log.Info("model passed through, not batched", "model", name, "reason", reason)
-			r.models[name] = &entry{name: name, reason: reason}
-		}
-		// A model that stopped being batchable keeps its queue until restart;
-		// new requests of it still queue with the limits last known.
+		r.passThrough(e, name, reason)
 		return nil
 	}
 	if known && e.batched && e.maxBatch == maxBatch && e.instances == instances &&

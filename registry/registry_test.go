@@ -92,8 +92,9 @@ func (f *fakeUpstream) statReads() int {
 }
 
 type fakeQueues struct {
-	mu    sync.Mutex
-	specs map[string]dispatcher.ModelSpec
+	mu      sync.Mutex
+	specs   map[string]dispatcher.ModelSpec // the batched models'
+	retired map[string]int                  // RetireModel calls by model
 }
 
 func (q *fakeQueues) Unready() string { return "" }
@@ -103,6 +104,23 @@ func (q *fakeQueues) SetModel(s dispatcher.ModelSpec) error {
 	defer q.mu.Unlock()
 	q.specs[s.Name] = s
 	return nil
+}
+
+func (q *fakeQueues) RetireModel(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.retired == nil {
+		q.retired = map[string]int{}
+	}
+	q.retired[name]++
+	delete(q.specs, name)
+}
+
+func (q *fakeQueues) batched(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.specs[name]
+	return ok
 }
 
 func stat(b int, ms float64) triton.BatchStat {

@@ -191,16 +191,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
+	var mr *registry.Models // the dispatcher tells it of models the upstream no longer serves
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
-		Observer: observers,
+		Observer:     observers,
+		ModelChanged: func(model string) { mr.Changed(model) },
 	})
 	reg.MustRegister(disp.Collector())
 	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
-	mr := registry.New(tc, disp, cfg, log)
+	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
 	memory := newMemoryBudget(cfg, log)
