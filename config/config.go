@@ -57,7 +57,7 @@ type Config struct {
 	// TLS of the doors and the upstream (package server's tls.go).
 	TLS         TLS           `yaml:"tls"`
 	UpstreamTLS UpstreamTLS   `yaml:"upstream_tls"`
-	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
+	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and their configurations are re-read, and each model's mode (batched or passed through) decided again (0: only at start, and on a repository load or unload through the proxy)"`
 	Grace       time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
 	// Procs is GOMAXPROCS; 0 sizes it to the load (package internal/procs).
 	Procs int `yaml:"procs" help:"Go processors (GOMAXPROCS) (0: as few as the proxy's CPU use needs, up to the runtime's default; GOMAXPROCS in the environment fixes them instead)"`
@@ -97,7 +97,7 @@ type UpstreamOpts struct {
 	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of a batch's upstream call when one of its callers has no deadline of its own (an HTTP caller; a gRPC caller's deadline bounds its own): past it the batch fails with 504 to each caller (0: none, as Triton sets none)"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
-	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
+	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout in the model's queue wins; 0: no hold)"`
 	// Passive outlier detection (dispatcher.Outlier).
 	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 502, 503, 504, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time; as many in a row answered only with Triton's 500 send the probe inference, whose failure marks it (0: off)"`
 	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`
@@ -151,6 +151,10 @@ type Model struct {
 	// test the model while it fails; empty: one row of zeros made up from
 	// the model's configuration.
 	Probe string `yaml:"probe"`
+	// BatchCached batches the model although Triton's response cache is
+	// on for it: a merged request has its own cache key, so the callers'
+	// repeated requests miss the cache (the default passes them through).
+	BatchCached bool `yaml:"batch_cached"`
 }
 
 // Default returns the configuration used where nothing else is said.

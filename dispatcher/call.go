@@ -21,8 +21,12 @@ type Call struct {
 	Rows     int    // dimension 0 of the request's inputs
 	Key      string // kserve.BatchKey: calls batch together only when equal
 	Priority uint64 // Triton's "priority" parameter: 1 is highest, 0 the default level
-	// Expire, when set, is when the call is refused with 503 if it is still
-	// queued (Triton's "timeout" parameter).
+	// Timeout is Triton's "timeout" parameter (0: none), which the model's
+	// queue policy honours or not (ModelSpec.Queue).
+	Timeout time.Duration
+	// Expire, set at Submit by the model's queue policy, is when the call
+	// is refused with Triton's 503 "Request timeout expired" if it is
+	// still queued; zero: never.
 	Expire time.Time
 	// Deadline, when set, is the latency target the slack policy plans by:
 	// Expire if set, else arrival plus the model's SLA.
@@ -72,9 +76,12 @@ type Call struct {
 	// ctx is the context Submit was given (Context).
 	ctx     context.Context
 	arrived time.Time
-	level   uint64 // effective priority: smaller goes first
-	state   atomic.Int32
-	done    chan Result
+	level   uint64 // the priority level Triton gives the call: smaller goes first
+	// timeoutAt is when the call's own timeout ends, set when Triton
+	// honours it: what is left of it then goes upstream (forwardTimeout).
+	timeoutAt time.Time
+	state     atomic.Int32
+	done      chan Result
 }
 
 // Context is the context the call's door gave Submit, where an Observer

@@ -37,12 +37,13 @@ type fakeUpstream struct {
 	connErrs atomic.Int32 // fail this many calls with a connection error
 	status   atomic.Int32 // answer every call with this status when non-zero
 	timeout  atomic.Bool
-	refuse   atomic.Bool  // refuse connections: the upstream is down
-	calls    atomic.Int32 // Infer calls so far
-	refused  atomic.Int32 // calls refused while down
-	running  atomic.Int32 // calls in progress
-	peak     atomic.Int32 // most calls in progress at once
-	slow     atomic.Int64 // nanoseconds every call takes
+	refuse   atomic.Bool            // refuse connections: the upstream is down
+	calls    atomic.Int32           // Infer calls so far
+	refused  atomic.Int32           // calls refused while down
+	running  atomic.Int32           // calls in progress
+	peak     atomic.Int32           // most calls in progress at once
+	slow     atomic.Int64           // nanoseconds every call takes
+	errMsg   atomic.Pointer[string] // the error text of a status answer (default "model exploded")
 }
 
 const (
@@ -75,7 +76,11 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 		return nil, ErrUpstreamTimeout
 	}
 	if s := u.status.Load(); s != 0 {
-		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, "model exploded"), HeaderLen: -1, Free: func() {}}, nil
+		msg := "model exploded"
+		if m := u.errMsg.Load(); m != nil {
+			msg = *m
+		}
+		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, msg), HeaderLen: -1, Free: func() {}}, nil
 	}
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil || len(body) != batch.BodyLen() {
@@ -568,15 +573,20 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// overridable is a queue policy under which a call's own timeout, up to
+// an hour, is its timeout in the queue, and the model has two priority
+// levels.
+var overridable = QueuePolicy{Levels: 2, DefaultLevel: 2, Default: Timeouts{Default: time.Hour, AllowOverride: true}}
+
 func TestExpireAndPriority(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Queue: overridable}, up)
 	// The first call occupies the only instance until the gate opens.
 	first := call(t, 1, 1)
 	firstDone := h.occupy(t, first)
 
 	exp := call(t, 2, 1)
-	exp.Expire = time.Now().Add(20 * time.Millisecond)
+	exp.Timeout = 20 * time.Millisecond
 	if r := h.d.Submit(context.Background(), "simple", exp); status(r.Err) != 503 || r.Err.Error() != "Request timeout expired" {
 		t.Fatalf("expired call: %v, want 503 Request timeout expired", r.Err)
 	}
@@ -868,7 +878,7 @@ func TestHalfInJSONIsMerged(t *testing.T) {
 // taken a second time.
 func TestRelease(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{MaxBatch: 2}, up)
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{MaxBatch: 2, Queue: overridable}, up)
 	reset := func(c *Call) bool { return c.Req == nil && c.Key == "" && c.Rows == 0 }
 
 	// The first call holds the only instance until the gate opens.
@@ -876,7 +886,7 @@ func TestRelease(t *testing.T) {
 	firstDone := h.occupy(t, first)
 
 	expired := call(t, 2, 1)
-	expired.Expire = time.Now().Add(10 * time.Millisecond)
+	expired.Timeout = 10 * time.Millisecond
 	if r := h.d.Submit(context.Background(), "simple", expired); status(r.Err) != 503 {
 		t.Fatalf("expiring call: %v, want 503", r.Err)
 	}

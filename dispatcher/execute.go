@@ -321,17 +321,17 @@ func (q *modelQueue) exchangeOf(ctx context.Context, calls []*Call) exchange {
 }
 
 // holdUntil is how long calls may wait for an upstream that is down: the
-// earliest of their deadlines, each its Expire or else its arrival plus
-// Options.Hold. Zero means no hold.
+// earliest of their deadlines, each the earlier of its Expire and its
+// arrival plus Options.Hold. Zero means no hold.
 func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 	var until time.Time
 	for _, c := range calls {
 		d := c.Expire
+		if h := c.arrived.Add(q.d.o.Hold); q.d.o.Hold > 0 && (d.IsZero() || h.Before(d)) {
+			d = h
+		}
 		if d.IsZero() {
-			if q.d.o.Hold <= 0 {
-				return time.Time{}
-			}
-			d = c.arrived.Add(q.d.o.Hold)
+			return time.Time{}
 		}
 		if until.IsZero() || d.Before(until) {
 			until = d
@@ -464,6 +464,7 @@ func (q *modelQueue) post(x exchange, body Body, rows int) (reply *Reply, latenc
 		if !ok {
 			msg = fmt.Sprintf("upstream answered %d for model '%s'", reply.Status, name)
 		}
+		q.unknownModel(msg)
 		if reply.Status >= 500 {
 			// Triton's 500 in its own words may be one request's error
 			// (memberError); any other 5xx, or a body that is not

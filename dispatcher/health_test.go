@@ -131,11 +131,12 @@ func TestHoldRidesOutAnOutage(t *testing.T) {
 // and a probe out fails at once.
 func TestHoldDeadline(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 2}, up, func(d *Dispatcher) { d.o.Hold = 400 * time.Millisecond })
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 2, Queue: overridable}, up,
+		func(d *Dispatcher) { d.o.Hold = 400 * time.Millisecond })
 	up.refuse.Store(true)
 
 	short := call(t, 1, 1)
-	short.Expire = time.Now().Add(100 * time.Millisecond)
+	short.Timeout = 100 * time.Millisecond
 	long := call(t, 2, 1)
 	var rShort, rLong Result
 	var tShort, tLong time.Duration

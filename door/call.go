@@ -83,6 +83,17 @@ func (d *Door) Batches(model string) bool {
 	return ok
 }
 
+// RepositoryChanged is told by a door that passed a repository load or
+// unload of model through (Triton's model_repository extension, over
+// either protocol), once the upstream answered it: the model's mode is
+// decided again from its new configuration, so that a model reloaded as
+// decoupled, say, is passed through from then on.
+func (d *Door) RepositoryChanged(model string) {
+	if d.Discoverer != nil {
+		d.Discoverer.Changed(model)
+	}
+}
+
 // Unready is the doors' verdict on the server's readiness: why it is not
 // ready, "" when Triton's own answer stands (no Health, or none to add).
 func (d *Door) Unready() string {

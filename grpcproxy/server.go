@@ -53,6 +53,9 @@ import (
 const (
 	methodServerReady = "/inference.GRPCInferenceService/ServerReady"
 	methodModelReady  = "/inference.GRPCInferenceService/ModelReady"
+
+	methodRepositoryModelLoad   = "/inference.GRPCInferenceService/RepositoryModelLoad"
+	methodRepositoryModelUnload = "/inference.GRPCInferenceService/RepositoryModelUnload"
 )
 
 // MethodModelInfer is the one method the door reads.
@@ -307,7 +310,26 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if s.door.Health != nil && (method == methodServerReady || method == methodModelReady) {
 		return s.ready(ss, method)
 	}
+	if method == methodRepositoryModelLoad || method == methodRepositoryModelUnload {
+		return s.repositoryChange(ss, method)
+	}
 	return s.forward(ss, method, nil)
+}
+
+// repositoryChange relays a repository load or unload and, once Triton
+// has answered it, tells the doors that the model it names may have
+// changed (door.Door.RepositoryChanged), as the HTTP door does.
+func (s *Server) repositoryChange(ss grpc.ServerStream, method string) error {
+	in := &grpcwire.Frame{}
+	if err := ss.RecvMsg(in); err != nil {
+		return err
+	}
+	// model_name is field 2 of RepositoryModelLoadRequest and of
+	// RepositoryModelUnloadRequest.
+	if model, err := stringField(in.B, 2); err == nil {
+		defer s.door.RepositoryChanged(model)
+	}
+	return s.forwardUnary(ss, method, in)
 }
 
 // ready answers ServerReady (ModelReady) with ready false while the
@@ -599,8 +621,12 @@ func outgoing(ctx context.Context) context.Context {
 }
 
 // modelName reads a ModelInferRequest's model_name (field 1) without
-// decoding the rest: the last occurrence wins, as in proto3 decoding.
-func modelName(b []byte) (string, error) {
+// decoding the rest.
+func modelName(b []byte) (string, error) { return stringField(b, 1) }
+
+// stringField reads the string field num of a message without decoding
+// the rest: the last occurrence wins, as in proto3 decoding.
+func stringField(b []byte, field protowire.Number) (string, error) {
 	var name string
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -608,7 +634,7 @@ func modelName(b []byte) (string, error) {
 			return "", protowire.ParseError(n)
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
+		if num == field && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return "", protowire.ParseError(n)

@@ -181,6 +181,7 @@ type rigOptions struct {
 	loadReport orca.ServerMetricsProvider
 	memory     *membudget.Budget
 	forward    *door.Forwarding
+	discoverer door.Discoverer
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -217,7 +218,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward, Discoverer: o.discoverer}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -761,5 +762,41 @@ func TestGRPCDoorForwardsWhoMayCall(t *testing.T) {
 	}
 	if len(seen) != 2 || !seen["authorization\x00Bearer alice\x00api-key\x00alice-key\x00"] || !seen["authorization\x00Bearer bob\x00api-key\x00bob-key\x00"] {
 		t.Fatalf("batches carried %q, want alice's and bob's apart", r.up.outs)
+	}
+}
+
+// changes records the models the door told of a repository change.
+type changes struct {
+	mu     sync.Mutex
+	models []string
+}
+
+func (c *changes) Ensure(context.Context, string) {}
+func (c *changes) Changed(model string) {
+	c.mu.Lock()
+	c.models = append(c.models, model)
+	c.mu.Unlock()
+}
+
+// TestRepositoryChangeIsTold: RepositoryModelLoad and Unload are relayed
+// as they came, and once Triton has answered the door tells that the
+// model they name (model_name, field 2) may have changed; other calls
+// tell nothing.
+func TestRepositoryChangeIsTold(t *testing.T) {
+	var c changes
+	r := newRig(t, rigOptions{discoverer: &c})
+	ctx := context.Background()
+	// repository_name "" (field 1), model_name (field 2), as tritonclient sends them.
+	for _, call := range []struct{ method, model string }{{"RepositoryModelLoad", "m1"}, {"RepositoryModelUnload", "m2"}, {"ModelMetadata", "m3"}} {
+		in := append([]byte{0x12, byte(len(call.model))}, call.model...)
+		var got grpcwire.Frame
+		if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/"+call.method, &grpcwire.Frame{B: in}, &got, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
+			t.Fatalf("%s: %v", call.method, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.models) != 2 || c.models[0] != "m1" || c.models[1] != "m2" {
+		t.Fatalf("told of %q, want m1 (load) and m2 (unload)", c.models)
 	}
 }

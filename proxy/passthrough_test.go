@@ -3,18 +3,22 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratebatch/ratebatch/door"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -454,5 +458,52 @@ func TestPassthroughKeepsFieldsAsSent(t *testing.T) {
 	}
 	if v := h.Get("X-Custom"); v != "1" {
 		t.Errorf("upstream saw X-Custom %q", v)
+	}
+}
+
+// changes records the models a door told of a repository change.
+type changes struct {
+	mu     sync.Mutex
+	models []string
+}
+
+func (c *changes) Ensure(context.Context, string) {}
+func (c *changes) Changed(model string) {
+	c.mu.Lock()
+	c.models = append(c.models, model)
+	c.mu.Unlock()
+}
+func (c *changes) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.models)
+}
+
+// A repository load or unload passed through tells the registry, once
+// the upstream has answered it, that the model may have changed; no other
+// request does.
+func TestRepositoryChangeIsTold(t *testing.T) {
+	var c changes
+	told := make(chan int, 1) // how many changes were told as the upstream got a request
+	front, _ := passFrontWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { told <- len(c.seen()) }),
+		func(o *proxy.Options) { o.Backend.Discoverer = &c })
+	want := 0
+	for _, path := range []string{"/v2/repository/models/a%2Fb/load", "/v2/repository/models/m/unload",
+		"/v2/repository/index", "/v2/repository/models/m/config", "/v2/models/m/ready"} {
+		resp, err := http.Post(front+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if n := <-told; n != want {
+			t.Fatalf("%s: %d changes told before the upstream answered it, want %d", path, n, want)
+		}
+		if strings.HasSuffix(path, "load") {
+			want++
+			poll.Until(t, "told of "+path, func() bool { return len(c.seen()) == want })
+		}
+	}
+	if got := c.seen(); len(got) != 2 || got[0] != "a/b" || got[1] != "m" {
+		t.Errorf("told of %q, want a/b (unescaped) and m", got)
 	}
 }

@@ -355,7 +355,29 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if s.door.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
 		return
 	}
+	if model, ok := repositoryChange(ctx); ok {
+		defer s.door.RepositoryChanged(model) // once Triton has answered: its load is done
+	}
 	s.passthrough(ctx)
+}
+
+// repositoryChange reports the model of a repository load or unload
+// (POST /v2/repository/models/{model}/load, /unload), which may change
+// what the proxy does with the model.
+func repositoryChange(ctx *fasthttp.RequestCtx) (model string, ok bool) {
+	if !ctx.IsPost() {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(string(ctx.URI().PathOriginal()), "/v2/repository/models/")
+	if !ok {
+		return "", false
+	}
+	name, action, _ := strings.Cut(rest, "/")
+	if action != "load" && action != "unload" {
+		return "", false
+	}
+	model, err := url.PathUnescape(name)
+	return model, err == nil && model != ""
 }
 
 // putLoadReport sets the endpoint-load-metrics header of the answer.

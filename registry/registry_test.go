@@ -93,8 +93,9 @@ func (f *fakeUpstream) statReads() int {
 }
 
 type fakeQueues struct {
-	mu    sync.Mutex
-	specs map[string]dispatcher.ModelSpec
+	mu      sync.Mutex
+	specs   map[string]dispatcher.ModelSpec // the batched models'
+	retired map[string]int                  // RetireModel calls by model
 }
 
 func (q *fakeQueues) Unready() string { return "" }
@@ -104,6 +105,23 @@ func (q *fakeQueues) SetModel(s dispatcher.ModelSpec) error {
 	defer q.mu.Unlock()
 	q.specs[s.Name] = s
 	return nil
+}
+
+func (q *fakeQueues) RetireModel(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.retired == nil {
+		q.retired = map[string]int{}
+	}
+	q.retired[name]++
+	delete(q.specs, name)
+}
+
+func (q *fakeQueues) batched(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.specs[name]
+	return ok
 }
 
 func stat(b int, ms float64) triton.BatchStat {
@@ -123,7 +141,7 @@ func TestRefreshReconciles(t *testing.T) {
 		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "resnet", State: "READY"},
 			{Name: "nobatch", State: "READY"}, {Name: "loading", State: "LOADING"}, {Name: "quiet", State: "READY"}},
 		configs: map[string]*triton.ModelConfig{
-			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{}`)},
+			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{"max_queue_delay_microseconds":"100"}`)},
 			"resnet":  {Name: "resnet", MaxBatchSize: 32},
 			"nobatch": {Name: "nobatch", MaxBatchSize: 0},
 			"quiet":   {Name: "quiet", MaxBatchSize: 4},

@@ -201,16 +201,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
 	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))
+	var mr *registry.Models // the dispatcher tells it of models the upstream no longer serves
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
-		Check:    dispatcher.HealthCheck{Checker: tc, Interval: cfg.Upstreams.HealthCheckInterval},
-		Observer: observers,
+		Check:        dispatcher.HealthCheck{Checker: tc, Interval: cfg.Upstreams.HealthCheckInterval},
+		Observer:     observers,
+		ModelChanged: func(model string) { mr.Changed(model) },
 	})
 	reg.MustRegister(disp.Collector())
-	mr := registry.New(tc, disp, cfg, log)
+	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
 	memory := newMemoryBudget(cfg, log)
@@ -223,7 +225,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
+	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Modes: modesOf(mr), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
 	p.load = load

@@ -91,10 +91,21 @@ type Health struct {
 	LastProbe *dispatcher.ProbeReport `json:"last_probe,omitempty"`
 }
 
+// Mode is what the proxy does with one model's inference calls (batched
+// or passed through), and why, as the page lists every model it knows.
+type Mode struct {
+	Model  string `json:"model"`
+	Mode   string `json:"mode"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // Options configure a Recorder.
 type Options struct {
 	// States reads every batched model's state; required.
 	States func() []State
+	// Modes lists every model the proxy knows with its mode and the
+	// reason; nil: the page lists none.
+	Modes func() []Mode
 	// Gatherer holds LatencyMetric; nil leaves latency out.
 	Gatherer prometheus.Gatherer
 	// Interval between samples (default 1s) and points kept per model
@@ -198,6 +209,9 @@ type History struct {
 	Now             float64        `json:"now"`
 	IntervalSeconds float64        `json:"interval_seconds"`
 	Models          []ModelHistory `json:"models"`
+	// Modes are every model the proxy knows, batched or not, as read
+	// when the document is served.
+	Modes []Mode `json:"modes"`
 }
 
 // Recorder samples the proxy once per interval and keeps a bounded history.
@@ -423,7 +437,11 @@ func headline(s State, tr *track, instances int) Headline {
 func (r *Recorder) History() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := History{Now: float64(r.o.Now().UnixMilli()) / 1000, IntervalSeconds: r.o.Interval.Seconds(), Models: []ModelHistory{}}
+	h := History{Now: float64(r.o.Now().UnixMilli()) / 1000, IntervalSeconds: r.o.Interval.Seconds(), Models: []ModelHistory{},
+		Modes: []Mode{}}
+	if r.o.Modes != nil {
+		h.Modes = append(h.Modes, r.o.Modes()...)
+	}
 	for _, tr := range r.models {
 		m := tr.current
 		m.Points = append([]Point(nil), tr.points...)

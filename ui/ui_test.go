@@ -111,6 +111,21 @@ func TestRecorderHistory(t *testing.T) {
 	}
 }
 
+// TestHistoryListsModes: the page's document lists every model the
+// proxy knows, batched or passed through, with why.
+func TestHistoryListsModes(t *testing.T) {
+	f := newFakeProxy()
+	modes := []Mode{{Model: "resnet", Mode: "batched"}, {Model: "llm", Mode: "passed through", Reason: "decoupled model: responses stream"}}
+	r := NewRecorder(Options{States: f.states, Modes: func() []Mode { return modes }})
+	r.Sample()
+	if h := r.History(); len(h.Modes) != 2 || h.Modes[1] != modes[1] {
+		t.Fatalf("modes %+v, want %+v", h.Modes, modes)
+	}
+	if h := NewRecorder(Options{States: f.states}).History(); h.Modes == nil {
+		t.Fatal("modes without a reader: null, want an empty list")
+	}
+}
+
 func deref(p *float64) float64 {
 	if p == nil {
 		return -1
@@ -172,7 +187,9 @@ var chartPoints = regexp.MustCompile(`data-chart="(\w+)" data-points="(\d+)"`)
 func TestPageInBrowser(t *testing.T) {
 	browser := chromium(t)
 	f := newFakeProxy()
-	r := NewRecorder(Options{States: f.states, Gatherer: f.reg})
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg, Modes: func() []Mode {
+		return []Mode{{Model: "resnet", Mode: "batched"}, {Model: "llm", Mode: "passed through", Reason: "decoupled model: responses stream"}}
+	}})
 	r.Sample()
 	for range 5 {
 		f.advance()
@@ -193,6 +210,9 @@ func TestPageInBrowser(t *testing.T) {
 		if drawn[c] == 0 {
 			t.Errorf("chart %s drew no points (charts: %v)", c, drawn)
 		}
+	}
+	if !strings.Contains(first, `data-model="llm" data-mode="passed through"`) || !strings.Contains(first, "decoupled model: responses stream") {
+		t.Error("the models' modes are not listed")
 	}
 	if !strings.Contains(first, "<path") || !strings.Contains(first, "<circle") {
 		t.Error("no lines or batch points in the SVG")

@@ -199,10 +199,21 @@ function chooser(models) {
     `<a href="#m-${encodeURIComponent(m.model)}">${esc(m.model)} <small>${fmt((m.headline || {}).sent_rps)}/s</small></a>`).join(" · ") + `</nav>`;
 }
 
+// modes lists every model the proxy knows with what it does with its
+// calls, batched or passed through, and why.
+function modes(h) {
+  const ms = h.modes || [];
+  if (ms.length === 0) return "";
+  return `<table id="modes"><caption>Every model the proxy knows and what it does with its inference calls</caption>` +
+    `<tr><th>model</th><th>mode</th><th>why</th></tr>` +
+    ms.map(m => `<tr data-model="${esc(m.model)}" data-mode="${esc(m.mode)}"><td>${esc(m.model)}</td><td>${esc(m.mode)}</td>` +
+      `<td>${esc(m.reason || "")}</td></tr>`).join("") + `</table>`;
+}
+
 function render(h) {
   const models = h.models || [];
-  if (models.length === 0) return "<p>No batched model yet.</p>";
-  let out = chooser(models);
+  if (models.length === 0) return modes(h) + "<p>No batched model yet.</p>";
+  let out = modes(h) + chooser(models);
   for (const m of models) {
     const pts = m.points || [];
     const span = timeSpan(h, pts);
