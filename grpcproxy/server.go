@@ -378,9 +378,17 @@ func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame
 	if hook := testHookHandle.Load(); hook != nil {
 		(*hook)(MethodModelInfer, in.B)
 	}
-	model, err := modelName(in.B)
+	model, version, err := inferTarget(in.B)
 	if err != nil {
 		return nil, s.fail("", malformed(err))
+	}
+	// The model and version are checked before the model is looked up,
+	// as the HTTP door checks its path's.
+	if !door.CheckModel(model) {
+		return nil, s.fail("", door.NoModel(model))
+	}
+	if _, err := door.Version(version); err != nil {
+		return nil, s.fail("", err)
 	}
 	a.Model = model
 	return in, nil
@@ -397,7 +405,11 @@ func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission
 	if err != nil {
 		return true, err
 	}
-	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), a.Start)
+	version, err := door.Version(m.GetModelVersion())
+	if err != nil {
+		return true, err
+	}
+	call, batchable, err := dispatcher.NewCall(req, version, a.Start)
 	if !batchable || err != nil {
 		return batchable, err
 	}
@@ -576,31 +588,36 @@ func outgoing(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, out)
 }
 
-// modelName reads a ModelInferRequest's model_name (field 1) without
-// decoding the rest: the last occurrence wins, as in proto3 decoding.
-func modelName(b []byte) (string, error) {
-	var name string
+// inferTarget reads a ModelInferRequest's model_name (field 1) and
+// model_version (field 2) without decoding the rest: the last occurrence
+// of each wins, as in proto3 decoding.
+func inferTarget(b []byte) (model, version string, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return "", protowire.ParseError(n)
+			return "", "", protowire.ParseError(n)
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
+		if (num == 1 || num == 2) && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return "", protowire.ParseError(n)
+				return "", "", protowire.ParseError(n)
 			}
-			name, b = string(v), b[n:]
+			if num == 1 {
+				model = string(v)
+			} else {
+				version = string(v)
+			}
+			b = b[n:]
 			continue
 		}
 		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
-			return "", protowire.ParseError(n)
+			return "", "", protowire.ParseError(n)
 		}
 		b = b[n:]
 	}
-	return name, nil
+	return model, version, nil
 }
 
 // health answers grpc.health.v1 for the proxy itself: SERVING once it has

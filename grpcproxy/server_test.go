@@ -527,29 +527,29 @@ func TestPassThrough(t *testing.T) {
 	}
 }
 
-func TestModelName(t *testing.T) {
+func TestInferTarget(t *testing.T) {
 	enc := func(m *pb.ModelInferRequest) []byte { b, _ := proto.Marshal(m); return b }
-	twice := append(enc(&pb.ModelInferRequest{ModelName: "first", Id: "x"}), enc(&pb.ModelInferRequest{ModelName: "last"})...)
+	twice := append(enc(&pb.ModelInferRequest{ModelName: "first", ModelVersion: "1", Id: "x"}), enc(&pb.ModelInferRequest{ModelName: "last", ModelVersion: "2"})...)
 	for _, tt := range []struct {
-		name    string
-		b       []byte
-		want    string
-		wantErr bool
+		name           string
+		b              []byte
+		model, version string
+		wantErr        bool
 	}{
-		{"after big inputs", enc(&pb.ModelInferRequest{RawInputContents: [][]byte{make([]byte, 1<<16)}, ModelName: "simple", Id: "7"}), "simple", false},
-		{"last occurrence wins", twice, "last", false},
-		{"none", enc(&pb.ModelInferRequest{Id: "7"}), "", false},
-		{"truncated", enc(&pb.ModelInferRequest{ModelName: "simple"})[:4], "", true},
-		{"bad tag", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "", true},
+		{"after big inputs", enc(&pb.ModelInferRequest{RawInputContents: [][]byte{make([]byte, 1<<16)}, ModelName: "simple", ModelVersion: "../../image", Id: "7"}), "simple", "../../image", false},
+		{"last occurrence wins", twice, "last", "2", false},
+		{"none", enc(&pb.ModelInferRequest{Id: "7"}), "", "", false},
+		{"truncated", enc(&pb.ModelInferRequest{ModelName: "simple"})[:4], "", "", true},
+		{"bad tag", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "", "", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := modelName(tt.b)
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("modelName = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
+			model, version, err := inferTarget(tt.b)
+			if (err != nil) != tt.wantErr || model != tt.model || version != tt.version {
+				t.Fatalf("inferTarget = %q, %q, %v; want %q, %q (error %v)", model, version, err, tt.model, tt.version, tt.wantErr)
 			}
 			var m pb.ModelInferRequest
-			if err == nil && (proto.Unmarshal(tt.b, &m) != nil || m.ModelName != got) {
-				t.Fatalf("proto reads model_name %q where modelName read %q", m.ModelName, got)
+			if err == nil && (proto.Unmarshal(tt.b, &m) != nil || m.ModelName != model || m.ModelVersion != version) {
+				t.Fatalf("proto reads %q, %q where inferTarget read %q, %q", m.ModelName, m.ModelVersion, model, version)
 			}
 		})
 	}

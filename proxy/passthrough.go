@@ -30,7 +30,6 @@ func newUpstreamClient(up *url.URL) *fasthttp.HostClient {
 	hc.MaxConns = 1 << 16
 	hc.StreamResponseBody = true
 	hc.MaxResponseBodySize = respBodyInMemory
-	hc.DisablePathNormalizing = true // the path goes upstream as the client wrote it
 	hc.RetryIfErr = retryStale
 	hc.ConnPoolStrategy = fasthttp.LIFO // the warmest connection first
 	return hc

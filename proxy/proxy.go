@@ -249,11 +249,7 @@ func (s *Server) batched(h *fasthttp.RequestHeader) bool {
 	if s.routes.Find(rc, http.MethodPost, path) == "" {
 		return false
 	}
-	model, err := url.PathUnescape(rc.URLParam("model"))
-	if err != nil {
-		return false
-	}
-	_, ok := s.door.Batcher.Model(model)
+	_, ok := s.door.Batcher.Model(rc.URLParam("model")) // undecoded, as inferPath reads it
 	return ok
 }
 
@@ -329,16 +325,12 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// paths, and the model name is cut out of it as a string anyway.
 		path := unique.Make(string(ctx.URI().PathOriginal())).Value()
 		if s.routes.Find(rc, http.MethodPost, path) != "" {
-			model, errM := url.PathUnescape(rc.URLParam("model"))
-			version, errV := url.PathUnescape(rc.URLParam("version"))
+			model, version := rc.URLParam("model"), rc.URLParam("version")
 			routeContexts.Put(rc)
-			if errM == nil && errV == nil {
-				s.infer(ctx, model, version)
-				return
-			}
-		} else {
-			routeContexts.Put(rc)
+			s.inferPath(ctx, model, version)
+			return
 		}
+		routeContexts.Put(rc)
 	}
 	if s.door.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
 		return

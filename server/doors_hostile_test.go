@@ -1,0 +1,256 @@
+package server_test
+
+// Hostile clients at the doors: a caller reaches only the model and the
+// Triton route it names, and the configuration decides which routes are
+// open to it. A relay between the proxy and the emulator records every
+// request line the proxy sends upstream, exactly as sent.
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratebatch/ratebatch/config"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
+	"github.com/ratebatch/ratebatch/lab/emulator"
+	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
+	"github.com/ratebatch/ratebatch/server/servertest"
+)
+
+// recordingRelay stands between the proxy and the emulator: it records
+// each request line's target as the proxy sent it, and answers 500 to
+// every inference request but model simple's (the tests send inference
+// calls to simple only: any other reached is a traversal's), so that a
+// call counted against simple but sent elsewhere makes simple look
+// failing.
+type recordingRelay struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// clientMark marks the tests' own requests, which pass-through forwards.
+const clientMark = "X-Test-Client"
+
+func (r *recordingRelay) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		line := req.Method + " " + req.RequestURI
+		if req.Header.Get(clientMark) == "" {
+			line = "own " + line // not passed through from a test's client
+		}
+		r.mu.Lock()
+		r.lines = append(r.lines, line)
+		r.mu.Unlock()
+		if req.Method == http.MethodPost && !strings.HasPrefix(req.RequestURI, "/v2/models/simple/") && req.RequestURI != "/v2/repository/index" {
+			http.Error(w, `{"error":"reached through another model's path"}`, http.StatusInternalServerError)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// seen returns the request lines recorded since mark (a count of lines)
+// but the proxy's own reads of the upstream's models (package registry,
+// unmarked GETs and the repository index), which it makes when it likes.
+func (r *recordingRelay) seen(mark int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, l := range r.lines[mark:] {
+		if own, ok := strings.CutPrefix(l, "own "); ok {
+			if strings.HasPrefix(own, "GET ") || own == "POST /v2/repository/index" {
+				continue
+			}
+			l = own
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func (r *recordingRelay) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lines)
+}
+
+// relayedProxy starts the emulator behind a recording relay and the proxy
+// in front of it, with both doors; model "image" is passed through (not
+// batched), "simple" batched.
+func relayedProxy(t *testing.T, edit func(*config.Config)) (*servertest.Proxy, *recordingRelay) {
+	t.Helper()
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 0})
+	grpcUp, stopGRPC, err := em.ServeGRPC("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopGRPC(time.Second) })
+	rec := &recordingRelay{}
+	relay := httptest.NewServer(rec.handler(em.Handler()))
+	t.Cleanup(relay.Close)
+	p := servertest.Start(t, strings.TrimPrefix(relay.URL, "http://"), nil, func(c *config.Config) {
+		c.GRPCListen, c.UpstreamGRPC = "127.0.0.1:0", grpcUp
+		c.Models = map[string]config.Model{"image": {Policy: config.Passthrough}}
+		c.Upstreams.FailingAfter = 2
+		if edit != nil {
+			edit(c)
+		}
+	})
+	return p, rec
+}
+
+const simpleJSON = `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},` +
+	`{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}`
+
+// A model's name or version that would put another path upstream is
+// answered at the door as Triton answers it, reaches no path upstream,
+// and is counted against no model: the model it names stays healthy.
+// Through the HTTP door (a batched model and a passed-through one) and the
+// gRPC door; the paths the proxy does send upstream are sent exactly as
+// built (batched) or as the client wrote them (passed through).
+func TestSecurityTraversalReachesNoOtherPath(t *testing.T) {
+	p, rec := relayedProxy(t, nil)
+	// Redirects are not followed: the emulator's mux answers a path with
+	// dot segments with one, which would be another request.
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path string) (int, string) {
+		t.Helper()
+		return asWritten(t, client, http.MethodPost, p.Base, path)
+	}
+	mark := rec.mark()
+	// Refused at the door, each several times over (more than the failure
+	// detector's failing_after).
+	for _, tc := range []struct {
+		path   string
+		status int
+		want   string
+	}{
+		{"/v2/models/simple/versions/..%2F..%2Fimage/infer", http.StatusNotFound, `{"error":"Not Found"}`},
+		{"/v2/models/simple/versions/%2E%2E%2F%2E%2E%2Fimage/infer", http.StatusNotFound, `{"error":"Not Found"}`},
+		{"/v2/models/simple/versions/1%2F..%2F..%2F..%2Fimage/infer", http.StatusNotFound, `{"error":"Not Found"}`},
+		{"/v2/models/image/versions/..%2F..%2Fsimple/infer", http.StatusNotFound, `{"error":"Not Found"}`},
+		{"/v2/models/../infer", http.StatusNotFound, `{"error":"Request for unknown model: '..' is not found"}`},
+		{"/v2/models/./infer", http.StatusNotFound, `{"error":"Request for unknown model: '.' is not found"}`},
+		{"/v2/models/simple/versions/99999999999999999999/infer", http.StatusBadRequest, `{"error":"failed to get model version from specified version string '99999999999999999999' (details: stol), version should be an integral value > 0"}`},
+	} {
+		for range 3 {
+			status, body := post(tc.path)
+			if status != tc.status || body != tc.want {
+				t.Errorf("POST %s: %d %s, want Triton's answer %d %s", tc.path, status, body, tc.status, tc.want)
+			}
+		}
+	}
+	// The gRPC door: a version and a model name of the same kinds.
+	cc, err := grpc.NewClient(p.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	gc := pb.NewGRPCInferenceServiceClient(cc)
+	for _, tc := range []struct {
+		model, version string
+		code           codes.Code
+		msg            string
+	}{
+		{"simple", "../../image", codes.InvalidArgument, "failed to get model version from specified version string '../../image' (details: stol), version should be an integral value > 0"},
+		{"simple", "..%2F..%2Fimage", codes.InvalidArgument, "failed to get model version from specified version string '..%2F..%2Fimage' (details: stol), version should be an integral value > 0"},
+		{"image", "../../simple", codes.InvalidArgument, "failed to get model version from specified version string '../../simple' (details: stol), version should be an integral value > 0"},
+		{"../image", "", codes.NotFound, "Request for unknown model: '../image' is not found"},
+		{"simple/../image", "1", codes.NotFound, "Request for unknown model: 'simple/../image' is not found"},
+	} {
+		for range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := gc.ModelInfer(ctx, simpleGRPC(tc.model, tc.version))
+			cancel()
+			if st := status.Convert(err); st.Code() != tc.code || st.Message() != tc.msg {
+				t.Errorf("ModelInfer(%q, version %q): %v, want %v %q", tc.model, tc.version, err, tc.code, tc.msg)
+			}
+		}
+	}
+	if lines := rec.seen(mark); len(lines) != 0 {
+		t.Errorf("refused calls reached the upstream: %q", lines)
+	}
+	if failing, why := p.Dispatcher().Failing("simple"); failing {
+		t.Errorf("model simple marked failing by calls that named other paths: %s", why)
+	}
+
+	// What the proxy does send goes as built or as written: a batched
+	// call's canonical path (a version read as Triton reads it), and
+	// passed-through paths with escaped slashes and dot segments, byte
+	// for byte.
+	mark = rec.mark()
+	if status, body := post("/v2/models/simple/versions/001/infer"); status != http.StatusOK {
+		t.Fatalf("POST simple version 001: %d %s", status, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := gc.ModelInfer(ctx, simpleGRPC("simple", "1abc")); err != nil {
+		t.Fatalf("gRPC ModelInfer simple version 1abc (Triton reads 1): %v", err)
+	}
+	// Passed through: the model named is one the proxy does not batch
+	// (Triton reads a path's segments undecoded: '..%2Fimage' is a name
+	// like any other, and no model has it), or the path is no inference
+	// path of the proxy's.
+	passed := []string{
+		"POST /v2/models/..%2Fimage/infer",
+		"POST /v2/models/simple%2F..%2F..%2Fimage/infer",
+		"POST /v2/models/%2E%2E/infer",
+		"POST /v2/models/simple/versions/1/../../../image/infer",
+		"GET /v2/models/image/versions/1/../../simple/config",
+		"GET /v2/models/image%2F..%2Fsimple/config",
+		"GET /v2/models/./image/../simple/ready",
+		"GET /v2/models/image/versions/1/%2E%2E/%2e%2e/simple/stats",
+	}
+	for _, line := range passed {
+		method, path, _ := strings.Cut(line, " ")
+		asWritten(t, client, method, p.Base, path)
+	}
+	want := append([]string{"POST /v2/models/simple/versions/1/infer", "POST /v2/models/simple/versions/1/infer"}, passed...)
+	if got := rec.seen(mark); !slices.Equal(got, want) {
+		t.Errorf("request lines sent upstream:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if failing, why := p.Dispatcher().Failing("simple"); failing {
+		t.Errorf("model simple marked failing by calls passed through to other paths: %s", why)
+	}
+}
+
+// asWritten sends a request of simple's JSON body with its path as
+// written, uncleaned and not escaped again, marked as the test's own
+// (clientMark), and returns the answer's status and body.
+func asWritten(t *testing.T, client *http.Client, method, base, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(simpleJSON))
+	req.URL.Opaque = path
+	req.Header.Set(clientMark, "1")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// simpleGRPC is a one-row ModelInferRequest of model's version in the
+// form the emulator's simple model takes.
+func simpleGRPC(model, version string) *pb.ModelInferRequest {
+	row := make([]int32, 16)
+	for i := range row {
+		row[i] = int32(i)
+	}
+	in := func(name string) *pb.ModelInferRequest_InferInputTensor {
+		return &pb.ModelInferRequest_InferInputTensor{Name: name, Datatype: "INT32", Shape: []int64{1, 16},
+			Contents: &pb.InferTensorContents{IntContents: row}}
+	}
+	return &pb.ModelInferRequest{ModelName: model, ModelVersion: version, Inputs: []*pb.ModelInferRequest_InferInputTensor{in("INPUT0"), in("INPUT1")}}
+}
