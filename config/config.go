@@ -32,6 +32,9 @@ type Config struct {
 	// AdminToken guards mutating admin calls. It is never logged.
 	AdminToken string `yaml:"admin_token" help:"bearer token required by mutating admin calls (empty: they are refused)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load)"`
+	// RestrictedAPI is which of Triton's routes clients may reach through
+	// the doors (package door); its header values are secrets.
+	RestrictedAPI RestrictedAPI `yaml:"restricted_api" help:"Triton's API categories closed to clients, or open only to a header, at both doors, as Triton's --http-restricted-api: entries CATEGORY[,CATEGORY...]:KEY=VALUE (open to calls with header KEY: VALUE; gRPC metadata triton-grpc-protocol-KEY) or CATEGORY[,CATEGORY...] (closed), joined by ';' in a flag; categories health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging (empty: all open, as Triton)"`
 
 	Policy    Policy       `yaml:"policy"`
 	Limits    Limits       `yaml:"limits"`
@@ -212,6 +215,9 @@ func (c *Config) Validate() error {
 		if host, port, err := net.SplitHostPort(c.UpstreamGRPC); err != nil || host == "" || port == "" {
 			add(fieldErr("upstream_grpc", "must be HOST:PORT, got %q", c.UpstreamGRPC))
 		}
+	}
+	if _, err := c.RestrictedAPI.Rules(); err != nil {
+		add(fieldErr("restricted_api", "%v", err))
 	}
 	add(validPolicyName("policy.name", c.Policy.Name))
 	add(validOptions("policy.", c.Policy.Options))

@@ -260,6 +260,9 @@ func (c *Config) checkProfiles(dir string) error {
 }
 
 func setField(f reflect.Value, s string) error {
+	if v, ok := f.Addr().Interface().(interface{ Set(string) error }); ok {
+		return v.Set(s) // a type that reads its own flag form (RestrictedAPI)
+	}
 	switch f.Interface().(type) {
 	case time.Duration:
 		d, err := time.ParseDuration(s)
@@ -330,11 +333,13 @@ func Markdown() string {
 }
 
 // Redacted returns a copy safe to log or show: secrets are masked, and so
-// is a password in the upstream URL.
+// are a password in the upstream URL and the header values of
+// restricted_api.
 func (c Config) Redacted() Config {
 	if u, err := url.Parse(c.Upstream); err == nil {
 		c.Upstream = u.Redacted()
 	}
+	c.RestrictedAPI = c.RestrictedAPI.redacted()
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {
 		if o.secret {

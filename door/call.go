@@ -34,6 +34,9 @@ type Backend struct {
 	Tracer *tracing.Tracer
 	// Metrics are the doors' series; nil: counted nowhere.
 	Metrics *Metrics
+	// Access, when set, is which of Triton's API categories clients may
+	// reach (restricted_api), the same at every door; nil: all of them.
+	Access *Access
 }
 
 // Door is one front door's part of the contract: the Backend with the

@@ -250,11 +250,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// tap refuses a new call while the memory budget is spent: grpc-go reads
+// tap refuses a call of a method the operator closed to clients, or
+// opened only to a header it lacks (restricted_api, door.Access), as
+// Triton refuses a restricted protocol (UNAVAILABLE), and a new call
+// while the memory budget is spent: grpc-go reads
 // a whole message before the handler sees it, so the budget is kept here,
 // before the first byte of it is read, with the exact size checked once
 // it is in (modelInfer). The health service is never refused.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if err := s.door.Access.GRPC(info.FullMethodName, info.Header); err != nil {
+		s.door.Refused("restricted")
+		s.door.Failed("", status.Code(err).String())
+		return ctx, err
+	}
 	b := s.door.Memory
 	if b != nil && b.Used() >= b.Limit() && !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") {
 		return ctx, s.refuse("", &door.Refusal{Reason: "memory_spent",

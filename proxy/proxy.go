@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unique"
+	"unsafe"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/valyala/fasthttp"
@@ -304,7 +305,7 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// back when the handler ends.
 		defer s.res.drop(&ctx.Request.Header)
 	}
-	if s.refuseDeclaredTooLarge(ctx) {
+	if s.restricted(ctx) || s.refuseDeclaredTooLarge(ctx) {
 		return
 	}
 	if n := ctx.Request.Header.Peek(declaredOverBudget); len(n) > 0 {
@@ -336,6 +337,26 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.passthrough(ctx)
+}
+
+// restricted answers a request whose route the operator closed to
+// clients, or opened only to a header it lacks (restricted_api,
+// door.Access), as Triton answers a restricted API: 403, before anything
+// else is done with it. It reports whether it answered.
+func (s *Server) restricted(ctx *fasthttp.RequestCtx) bool {
+	if !s.door.Access.Active() {
+		return false
+	}
+	p := ctx.URI().PathOriginal()
+	// The path is only read while the request is: no copy of it.
+	err := s.door.Access.HTTP(unsafe.String(unsafe.SliceData(p), len(p)), ctx.Request.Header.Peek)
+	if err == nil {
+		return false
+	}
+	s.door.Refused("restricted")
+	s.fail(ctx, "", err)
+	closeUnread(ctx)
+	return true
 }
 
 // putLoadReport sets the endpoint-load-metrics header of the answer.

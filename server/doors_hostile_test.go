@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,9 +20,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
@@ -35,6 +38,7 @@ import (
 // call counted against simple but sent elsewhere makes simple look
 // failing.
 type recordingRelay struct {
+	addr  string // host:port
 	mu    sync.Mutex
 	lines []string
 }
@@ -98,7 +102,8 @@ func relayedProxy(t *testing.T, edit func(*config.Config)) (*servertest.Proxy, *
 	rec := &recordingRelay{}
 	relay := httptest.NewServer(rec.handler(em.Handler()))
 	t.Cleanup(relay.Close)
-	p := servertest.Start(t, strings.TrimPrefix(relay.URL, "http://"), nil, func(c *config.Config) {
+	rec.addr = strings.TrimPrefix(relay.URL, "http://")
+	p := servertest.Start(t, rec.addr, nil, func(c *config.Config) {
 		c.GRPCListen, c.UpstreamGRPC = "127.0.0.1:0", grpcUp
 		c.Models = map[string]config.Model{"image": {Policy: config.Passthrough}}
 		c.Upstreams.FailingAfter = 2
@@ -125,7 +130,7 @@ func TestSecurityTraversalReachesNoOtherPath(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	post := func(path string) (int, string) {
 		t.Helper()
-		return asWritten(t, client, http.MethodPost, p.Base, path)
+		return asWritten(t, client, http.MethodPost, p.Base, path, simpleJSON)
 	}
 	mark := rec.mark()
 	// Refused at the door, each several times over (more than the failure
@@ -213,7 +218,7 @@ func TestSecurityTraversalReachesNoOtherPath(t *testing.T) {
 	}
 	for _, line := range passed {
 		method, path, _ := strings.Cut(line, " ")
-		asWritten(t, client, method, p.Base, path)
+		asWritten(t, client, method, p.Base, path, simpleJSON)
 	}
 	want := append([]string{"POST /v2/models/simple/versions/1/infer", "POST /v2/models/simple/versions/1/infer"}, passed...)
 	if got := rec.seen(mark); !slices.Equal(got, want) {
@@ -224,14 +229,17 @@ func TestSecurityTraversalReachesNoOtherPath(t *testing.T) {
 	}
 }
 
-// asWritten sends a request of simple's JSON body with its path as
-// written, uncleaned and not escaped again, marked as the test's own
-// (clientMark), and returns the answer's status and body.
-func asWritten(t *testing.T, client *http.Client, method, base, path string) (int, string) {
+// asWritten sends a request with its path as written, uncleaned and not
+// escaped again, marked as the test's own (clientMark), with header's
+// pairs, and returns the answer's status and body.
+func asWritten(t *testing.T, client *http.Client, method, base, path, body string, header ...string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, base+path, strings.NewReader(simpleJSON))
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	req.URL.Opaque = path
 	req.Header.Set(clientMark, "1")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -253,4 +261,131 @@ func simpleGRPC(model, version string) *pb.ModelInferRequest {
 			Contents: &pb.InferTensorContents{IntContents: row}}
 	}
 	return &pb.ModelInferRequest{ModelName: model, ModelVersion: version, Inputs: []*pb.ModelInferRequest_InferInputTensor{in("INPUT0"), in("INPUT1")}}
+}
+
+// The routes the operator closes (restricted_api) are closed at both
+// doors, to every spelling of their path, and answered as Triton answers
+// a restricted API: nothing reaches the upstream. A category open to a
+// header lets the calls that carry it through, the header with them;
+// open categories are untouched; a reload opens or closes them live.
+func TestSecurityRestrictedRoutes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ratebatch.yaml")
+	p, rec := relayedProxy(t, func(c *config.Config) {
+		c.RestrictedAPI = config.RestrictedAPI{"model-repository,shared-memory:admin-key=secret", "logging,trace"}
+	})
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	call := func(method, path string, header ...string) (int, string) {
+		t.Helper()
+		return asWritten(t, client, method, p.Base, path, "", header...)
+	}
+	keyed := `{"error":"This API is restricted, expecting header 'admin-key'"}`
+	closed := `{"error":"This API is restricted: closed to clients (restricted_api)"}`
+	mark := rec.mark()
+	for _, tc := range []struct {
+		method, path string
+		header       []string
+		want         string
+	}{
+		{"POST", "/v2/repository/models/simple/unload", nil, keyed},
+		{"POST", "/v2/repository/models/simple/unload", []string{"admin-key", "wrong"}, keyed},
+		{"POST", "/v2/repository/index", nil, keyed},
+		{"POST", "/v2/repository/models/x/../simple/unload", nil, keyed},
+		{"POST", "/v2/models/simple/../../repository/models/simple/load", nil, keyed},
+		{"POST", "/v2/repository/models/simple%2Funload", nil, keyed},
+		{"POST", "/v2/systemsharedmemory/region/r0/register", nil, keyed},
+		{"GET", "/v2/cudasharedmemory/status", nil, keyed},
+		{"POST", "/v2/logging", []string{"admin-key", "secret"}, closed},
+		{"GET", "/v2/%6cogging", nil, closed},
+		{"POST", "/v2/trace/setting", nil, closed},
+		{"GET", "/v2/models/simple/trace/setting", nil, closed},
+	} {
+		if status, body := call(tc.method, tc.path, tc.header...); status != http.StatusForbidden || body != tc.want {
+			t.Errorf("%s %s %q: %d %s, want 403 %s", tc.method, tc.path, tc.header, status, body, tc.want)
+		}
+	}
+	if lines := rec.seen(mark); len(lines) != 0 {
+		t.Errorf("restricted calls reached the upstream: %q", lines)
+	}
+	// Open to the header: passed through, the header with it.
+	mark = rec.mark()
+	for _, path := range []string{"/v2/repository/index", "/v2/systemsharedmemory/status"} {
+		if status, body := call("POST", path, "admin-key", "secret"); status == http.StatusForbidden {
+			t.Errorf("POST %s with the header: %d %s", path, status, body)
+		}
+	}
+	// Open categories: inference (batched), health, metadata, config.
+	if status, body := asWritten(t, client, http.MethodPost, p.Base, "/v2/models/simple/infer", simpleJSON); status != http.StatusOK {
+		t.Errorf("inference: %d %s", status, body)
+	}
+	for _, path := range []string{"/v2/health/ready", "/v2/models/simple", "/v2/models/simple/config"} {
+		if status, body := call("GET", path); status != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, status, body)
+		}
+	}
+	want := []string{"POST /v2/repository/index", "POST /v2/systemsharedmemory/status", "POST /v2/models/simple/infer",
+		"GET /v2/health/ready", "GET /v2/models/simple", "GET /v2/models/simple/config"}
+	if got := rec.seen(mark); !slices.Equal(got, want) {
+		t.Errorf("sent upstream %q, want %q", got, want)
+	}
+
+	// The gRPC door: Triton's methods by their full names, the ones the
+	// proxy's own messages do not declare as raw frames.
+	cc, err := grpc.NewClient(p.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcwire.Codec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	const svc = "/inference.GRPCInferenceService/"
+	gKeyed := "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"
+	gClosed := "This protocol is restricted: closed to clients (restricted_api)"
+	invoke := func(method string, md ...string) error {
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), md...), 10*time.Second)
+		defer cancel()
+		return cc.Invoke(ctx, method, &grpcwire.Frame{}, &grpcwire.Frame{})
+	}
+	for _, tc := range []struct {
+		method string
+		md     []string
+		want   string // "" passes the door
+	}{
+		{"RepositoryModelUnload", nil, gKeyed},
+		{"RepositoryModelUnload", []string{"admin-key", "secret"}, gKeyed},
+		{"SystemSharedMemoryRegister", []string{"triton-grpc-protocol-admin-key", "wrong"}, gKeyed},
+		{"LogSettings", []string{"triton-grpc-protocol-admin-key", "secret"}, gClosed},
+		{"TraceSetting", nil, gClosed},
+		{"RepositoryIndex", []string{"triton-grpc-protocol-admin-key", "secret"}, ""},
+		{"ServerMetadata", nil, ""},
+	} {
+		err := invoke(svc+tc.method, tc.md...)
+		st := status.Convert(err)
+		switch {
+		case tc.want != "" && (st.Code() != codes.Unavailable || st.Message() != tc.want):
+			t.Errorf("%s %q: %v, want UNAVAILABLE %q", tc.method, tc.md, err, tc.want)
+		case tc.want == "" && strings.Contains(st.Message(), "restricted"):
+			t.Errorf("%s %q: refused: %v", tc.method, tc.md, err)
+		}
+	}
+	gc := pb.NewGRPCInferenceServiceClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := gc.ModelInfer(ctx, simpleGRPC("simple", "")); err != nil {
+		t.Errorf("gRPC inference: %v", err)
+	}
+
+	// A reload opens logging and closes inference, at once at both doors.
+	reloadFile(t, file, rec.addr, "1.10x", "restricted_api:\n  inference: closed\n  model-repository: admin-key=secret\n")
+	p.ReloadFrom(config.Source{File: file})
+	if err := p.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := call("GET", "/v2/logging"); status == http.StatusForbidden {
+		t.Errorf("logging after the reload opened it: %d %s", status, body)
+	}
+	if status, body := asWritten(t, client, http.MethodPost, p.Base, "/v2/models/simple/infer", simpleJSON); status != http.StatusForbidden || body != closed {
+		t.Errorf("inference after the reload closed it: %d %s", status, body)
+	}
+	if _, err := gc.ModelInfer(ctx, simpleGRPC("simple", "")); status.Code(err) != codes.Unavailable {
+		t.Errorf("gRPC inference after the reload closed it: %v", err)
+	}
 }

@@ -114,6 +114,9 @@ type Server struct {
 	energyFit *energyfit.Fitter
 	// memory is the budget of requests and answers (limits.memory).
 	memory *membudget.Budget
+	// access is which of Triton's routes the doors open to clients
+	// (restricted_api); a reload replaces its rules.
+	access door.Access
 	// load is the ORCA report; agentLn answers HAProxy's agent checks
 	// from it (nil without orca.haproxy_agent_listen).
 	load    *orca.Reporter
@@ -220,7 +223,12 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(load.Collector())
 	// Both doors share one backend: callers of either share batches, the
 	// memory budget and the metrics.
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front}
+	rules, err := cfg.RestrictedAPI.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("restricted_api: %w", err)
+	}
+	p.access.Set(rules)
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front, Access: &p.access}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
