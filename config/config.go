@@ -74,8 +74,11 @@ type Limits struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" help:"time allowed to read request headers (slow-loris bound)"`
 	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a request's body once its headers are in"`
 	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; also bounds a pass-through exchange with the upstream (504 past it)"`
-	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"connections idle longer than this are closed: HTTP keep-alive connections between requests, gRPC connections without a call"`
 	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
+	MaxConnections    int           `yaml:"max_connections" help:"connections the data ports hold open, HTTP and gRPC together; one more is answered 503 with Retry-After (gRPC: its calls RESOURCE_EXHAUSTED) and closed (0: no bound)"`
+	MaxConnsPerClient int           `yaml:"max_connections_per_client" help:"connections one client address holds open on the data ports (0: no bound; clients behind one balancer or NAT share an address)"`
+	GRPCMaxStreams    int           `yaml:"grpc_max_streams" help:"calls one gRPC connection runs at once (HTTP/2 concurrent streams; also bounds a rapid-reset flood)"`
 	Memory            Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
 }
 
@@ -159,6 +162,8 @@ func Default() Config {
 			WriteTimeout:      120 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
+			MaxConnections:    4096,
+			GRPCMaxStreams:    1024,
 		},
 		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
 			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second},
@@ -236,6 +241,9 @@ func (c *Config) Validate() error {
 		{"limits.idle_timeout", c.Limits.IdleTimeout < 0, "must be >= 0"},
 		{"limits.retry_after", c.Limits.RetryAfter < 0, "must be >= 0"},
 		{"limits.memory", c.Limits.Memory < 0, "must be >= 0"},
+		{"limits.max_connections", c.Limits.MaxConnections < 0, "must be >= 0"},
+		{"limits.max_connections_per_client", c.Limits.MaxConnsPerClient < 0, "must be >= 0"},
+		{"limits.grpc_max_streams", c.Limits.GRPCMaxStreams <= 0 || c.Limits.GRPCMaxStreams > 1<<31-1, "must be > 0"},
 		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},

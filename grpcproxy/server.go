@@ -36,12 +36,12 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
@@ -87,6 +87,10 @@ type Options struct {
 	MaxConcurrentStreams uint32
 	MaxHeaderListSize    uint32
 	ConnectionTimeout    time.Duration
+	// IdleTimeout closes a client connection without a call for this
+	// long (limits.idle_timeout, as the HTTP door's keep-alive
+	// connections; grpc-go's MaxConnectionIdle); zero: never.
+	IdleTimeout time.Duration
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
 	Ready  func() bool
 	Logger *slog.Logger
@@ -101,6 +105,26 @@ type Options struct {
 	// plain text.
 	TLS *tls.Config
 }
+
+// A call costs the process memory beside its messages while it lasts:
+// its stream's state and buffers here and upstream and its goroutines
+// (about 26 KiB, scripts/grpcflood.sh's streams-1 case), and what its
+// client may send before the door reads it, up to the stream's
+// flow-control window. callCost is both, held against the memory budget
+// from before a call's first message is read until it ends: a flood of
+// streams spends the budget as it spends memory, and is refused
+// (RESOURCE_EXHAUSTED) once the budget is spent
+// (TestGRPCStreamFloodIsBounded). The window is fixed, not grown with
+// the bandwidth-delay product as grpc-go would: a grown window is memory
+// a stream may fill unread. A message being read opens the window to its
+// length (grpc-go reads a message whole), so the window bounds only what
+// arrives before it; the connection's window, which grpc-go replenishes
+// as data arrives, bounds no memory and is left wide.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 16 << 20
+	callCost     = 32<<10 + streamWindow
+)
 
 // The door's abuse bounds by default (Options). Triton's clients open a
 // few connections and multiplex their calls; 1024 calls at once on one
@@ -138,7 +162,7 @@ func New(o Options) *Server {
 	if o.MaxRecvBytes <= 0 {
 		o.MaxRecvBytes = tritonMaxMessage
 	}
-	ka := keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}
+	ka := keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, MaxConnectionIdle: o.IdleTimeout}
 	if ka.Time <= 0 {
 		ka.Time = tritonKeepaliveTime
 	}
@@ -176,6 +200,8 @@ func New(o Options) *Server {
 		grpc.KeepaliveParams(ka),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing}),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		// Calls run on a few long-lived workers instead of a new goroutine
@@ -226,9 +252,10 @@ func dialRaw(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // Serve serves on ln until Shutdown; its connections make raw reads and
-// writes (package rawconn).
+// writes (package rawconn) and are counted against the doors' bounds
+// (door.Conns).
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(rawconn.Listener{Listener: ln}); !errors.Is(err, grpc.ErrServerStopped) {
+	if err := s.srv.Serve(s.door.Conns.Listener(rawconn.Listener{Listener: ln})); !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}
 	return nil
@@ -250,14 +277,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// tap refuses a call of a method the operator closed to clients, or
-// opened only to a header it lacks (restricted_api, door.Access), as
-// Triton refuses a restricted protocol (UNAVAILABLE), and a new call
-// while the memory budget is spent: grpc-go reads
+// tap refuses, before a stream is made: a call on a connection past the
+// doors' bounds (door.Conns: RESOURCE_EXHAUSTED, and the connection
+// closes); a call of a method the operator closed to clients, or opened
+// only to a header it lacks (restricted_api, door.Access), as Triton
+// refuses a restricted protocol (UNAVAILABLE); and a new call while the
+// memory budget is spent: grpc-go reads
 // a whole message before the handler sees it, so the budget is kept here,
 // before the first byte of it is read, with the exact size checked once
 // it is in (modelInfer). The health service is never refused.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if p, ok := peer.FromContext(ctx); ok {
+		if r := door.ConnRefused(p.Addr, time.Second); r != nil {
+			return ctx, s.refuse("", r)
+		}
+	}
 	if err := s.door.Access.GRPC(info.FullMethodName, info.Header); err != nil {
 		s.door.Refused("restricted")
 		s.door.Failed("", status.Code(err).String())
@@ -315,7 +349,7 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if s.door.Health != nil && (method == methodServerReady || method == methodModelReady) {
 		return s.ready(ss, method)
 	}
-	return s.forward(ss, method, nil)
+	return s.forward(ss, method)
 }
 
 // ready answers ServerReady (ModelReady) with ready false while the
@@ -338,7 +372,9 @@ func (s *Server) ready(ss grpc.ServerStream, method string) error {
 		why = s.door.Unready()
 	}
 	if why == "" {
-		return s.forwardUnary(ss, method, in)
+		h := membudget.Hold{B: s.door.Memory}
+		defer h.Release()
+		return s.forwardUnary(ss, method, in, &h)
 	}
 	if method == methodModelReady {
 		return ss.SendMsg(&pb.ModelReadyResponse{Ready: false})
@@ -358,12 +394,12 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 		return err
 	}
 	if !s.door.Batches(a.Model) {
-		return s.forwardUnary(ss, MethodModelInfer, in)
+		return s.forwardUnary(ss, MethodModelInfer, in, &a.Hold)
 	}
 	batchable, err := s.read(ss.Context(), in, &a)
 	switch {
 	case !batchable: // shared memory, sequences, ...: Triton handles those itself
-		return s.forwardUnary(ss, MethodModelInfer, in)
+		return s.forwardUnary(ss, MethodModelInfer, in, &a.Hold)
 	case err != nil:
 		return s.fail(a.Model, err)
 	}
@@ -372,21 +408,25 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	return s.reply(ss, &res, &a)
 }
 
-// admit receives a ModelInfer message, holds its bytes against the memory
-// budget until the call ends, and reads the model it names (a.Model)
-// without decoding the rest: a call that is only relayed is never decoded.
+// admit receives a ModelInfer message, holds its bytes and what its call
+// costs beside them (callCost) against the memory budget until the call
+// ends, and reads the model it names (a.Model) without decoding the rest:
+// a call that is only relayed is never decoded.
 func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame, error) {
+	if !a.Hold.Grow(callCost) {
+		return nil, s.refuse("", door.NoRoom("memory_calls", s.door.Memory.Limit(), callCost))
+	}
 	in := &grpcwire.Frame{}
 	if err := ss.RecvMsg(in); err != nil {
 		return nil, err
 	}
-	if !a.Hold.Grow(int64(len(in.B))) {
-		return nil, s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), int64(len(in.B))))
+	if n := callCost + int64(len(in.B)); !a.Hold.Grow(n) {
+		return nil, s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), n))
 	}
 	if hook := testHookHandle.Load(); hook != nil {
 		(*hook)(MethodModelInfer, in.B)
 	}
-	model, version, err := inferTarget(in.B)
+	model, version, err := grpcwire.InferTarget(in.B)
 	if err != nil {
 		return nil, s.fail("", malformed(err))
 	}
@@ -403,8 +443,24 @@ func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame
 }
 
 // read decodes a ModelInfer message into its call for the dispatcher
-// (a.Call); not batchable: the call is Triton's to handle.
+// (a.Call); not batchable: the call is Triton's to handle. What decoding
+// will take is read from the message first (grpcwire.ScanInfer) and held
+// against the memory budget before a byte is decoded; a message past the
+// HTTP door's bounds (inputs, outputs, parameters, dimensions) is refused
+// as that door refuses it.
 func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission) (batchable bool, err error) {
+	cost, err := grpcwire.ScanInfer(in.B)
+	var ke *kserve.Error
+	switch {
+	case errors.As(err, &ke):
+		return true, err
+	case err != nil:
+		return true, malformed(err)
+	}
+	if n := a.Hold.Held() + cost.Decoded; !a.Hold.Grow(n) {
+		s.door.Refused("memory_decoded")
+		return true, door.NoRoom("memory_decoded", s.door.Memory.Limit(), n)
+	}
 	m := &pb.ModelInferRequest{}
 	if err := proto.Unmarshal(in.B, m); err != nil {
 		return true, malformed(err)
@@ -485,8 +541,18 @@ func (s *Server) passed(failed bool) {
 // forward relays a call to the upstream message by message, both ways at
 // once (a stream's messages are not waited for), with the client's
 // metadata and deadline, and gives the client the upstream's headers,
-// trailers and status. first, when set, is a message already read.
-func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Frame) error {
+// trailers and status. The call's own cost (callCost) is held against
+// the memory budget while it lasts, and each message while it is held
+// (heldFrames): a client's from its arrival until it is written upstream
+// (one that does not fit ends the call with RESOURCE_EXHAUSTED), an
+// answer from its arrival until it is written to the client (forced: the
+// upstream's work is done).
+func (s *Server) forward(ss grpc.ServerStream, method string) error {
+	call := membudget.Hold{B: s.door.Memory}
+	defer call.Release()
+	if !call.Grow(callCost) {
+		return s.refuse("", door.NoRoom("memory_calls", s.door.Memory.Limit(), callCost))
+	}
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	ctx = outgoing(ctx)
@@ -495,41 +561,11 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 		s.passed(true)
 		return err
 	}
-	// Client to upstream.
-	var relayPanic atomic.Pointer[error] // the relay's panic, the call's status
-	go func() {
-		defer func() { // this goroutine's panic would end the process
-			if v := recover(); v != nil {
-				err := status.Error(codes.Internal, guard.Recovered(s.log, "grpc_relay", v).Error())
-				relayPanic.Store(&err)
-				cancel() // the upstream call ends, and with it the client's
-			}
-		}()
-		if first != nil {
-			if cs.SendMsg(first) != nil {
-				return // the upstream's status comes from RecvMsg below
-			}
-		}
-		for {
-			f := &grpcwire.Frame{}
-			err := ss.RecvMsg(f)
-			if hook := testHookHandle.Load(); hook != nil && err == nil {
-				(*hook)(method, f.B)
-			}
-			if err != nil {
-				if err == io.EOF {
-					cs.CloseSend()
-				} else {
-					cancel() // the client's stream broke: abandon the upstream call
-				}
-				return
-			}
-			if cs.SendMsg(f) != nil {
-				return
-			}
-		}
-	}()
+	var relayErr atomic.Pointer[error] // the relay's end, the call's status
+	go s.relayUp(ss, cs, method, cancel, &relayErr)
 	// Upstream to client.
+	down := heldFrames{b: s.door.Memory}
+	defer down.release()
 	for n := 0; ; n++ {
 		f := &grpcwire.Frame{}
 		err := cs.RecvMsg(f)
@@ -541,8 +577,8 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 			}
 		}
 		if err != nil {
-			if p := relayPanic.Load(); p != nil {
-				s.passed(true)
+			if p := relayErr.Load(); p != nil {
+				s.passed(status.Code(*p) == codes.Internal)
 				return *p
 			}
 			ss.SetTrailer(cs.Trailer())
@@ -553,17 +589,98 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 			s.passed(status.Code(err) == codes.Unavailable && n == 0)
 			return err
 		}
-		if err := ss.SendMsg(f); err != nil {
+		down.force(len(f.B))
+		err = ss.SendMsg(f)
+		down.sent()
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// relayUp relays a call's client messages to the upstream, each held
+// against the memory budget until sent, until the client ends its side.
+// A message that does not fit, or a panic, ends the call (relayErr, its
+// status, and cancel); the upstream's status comes to forward otherwise.
+func (s *Server) relayUp(ss grpc.ServerStream, cs grpc.ClientStream, method string, cancel context.CancelFunc, relayErr *atomic.Pointer[error]) {
+	up := heldFrames{b: s.door.Memory}
+	defer up.release()
+	defer func() { // this goroutine's panic would end the process
+		if v := recover(); v != nil {
+			err := status.Error(codes.Internal, guard.Recovered(s.log, "grpc_relay", v).Error())
+			relayErr.Store(&err)
+			cancel() // the upstream call ends, and with it the client's
+		}
+	}()
+	for {
+		f := &grpcwire.Frame{}
+		err := ss.RecvMsg(f)
+		if hook := testHookHandle.Load(); hook != nil && err == nil {
+			(*hook)(method, f.B)
+		}
+		if err != nil {
+			if err == io.EOF {
+				cs.CloseSend()
+			} else {
+				cancel() // the client's stream broke: abandon the upstream call
+			}
+			return
+		}
+		if !up.grow(len(f.B)) {
+			err := s.refuse("", door.NoRoom("memory_relayed", s.door.Memory.Limit(), int64(len(f.B))))
+			relayErr.Store(&err)
+			cancel()
+			return
+		}
+		err = cs.SendMsg(f)
+		up.sent()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// heldFrames holds the messages a relayed stream keeps in one direction
+// against the memory budget. grpc-go's SendMsg returns once a message is
+// queued, not written: the stream's write quota lets one message past it
+// at a time, so the message sent stays held until the next one is sent
+// (by then grpc-go has written it), or until the call ends.
+type heldFrames struct {
+	b          *membudget.Budget
+	last, next membudget.Hold
+}
+
+// grow holds the next message's n bytes beside the last one's, if they
+// fit.
+func (h *heldFrames) grow(n int) bool {
+	h.next.B = h.b
+	return h.next.Grow(int64(n))
+}
+
+// force holds the next message's n bytes whether or not they fit.
+func (h *heldFrames) force(n int) {
+	h.next.B = h.b
+	h.next.Force(int64(n))
+}
+
+// sent tells that the next message was sent: the last one is written.
+func (h *heldFrames) sent() {
+	h.last.Release()
+	h.last, h.next = h.next, h.last
+}
+
+func (h *heldFrames) release() {
+	h.last.Release()
+	h.next.Release()
 }
 
 // forwardUnary relays a unary call whose one message is already read
 // (ModelInfer of a model the proxy does not batch) as one upstream call:
 // no stream and no goroutine of its own, which is what a relayed
 // ModelInfer costs most. Headers, trailers and status are the upstream's.
-func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.Frame) error {
+// The answer is held in h, beside the message, until it is sent (forced:
+// the upstream's work is done).
+func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.Frame, h *membudget.Hold) error {
 	var header, trailer metadata.MD
 	out := &grpcwire.Frame{}
 	err := s.o.Upstream.Invoke(outgoing(ss.Context()), method, in, out, grpc.Header(&header), grpc.Trailer(&trailer))
@@ -572,6 +689,7 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.
 		s.passed(status.Code(err) == codes.Unavailable)
 		return err
 	}
+	h.Force(int64(len(out.B)))
 	if err := ss.SendHeader(header); err != nil {
 		return err
 	}
@@ -594,38 +712,6 @@ func outgoing(ctx context.Context) context.Context {
 		out[k] = v
 	}
 	return metadata.NewOutgoingContext(ctx, out)
-}
-
-// inferTarget reads a ModelInferRequest's model_name (field 1) and
-// model_version (field 2) without decoding the rest: the last occurrence
-// of each wins, as in proto3 decoding.
-func inferTarget(b []byte) (model, version string, err error) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return "", "", protowire.ParseError(n)
-		}
-		b = b[n:]
-		if (num == 1 || num == 2) && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return "", "", protowire.ParseError(n)
-			}
-			if num == 1 {
-				model = string(v)
-			} else {
-				version = string(v)
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return "", "", protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return model, version, nil
 }
 
 // health answers grpc.health.v1 for the proxy itself: SERVING once it has

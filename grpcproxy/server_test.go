@@ -156,6 +156,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 }
 
 type rig struct {
+	addr       string // the door's
 	tritonAddr string
 	up         *addSub
 	triton     *fakeTriton
@@ -172,6 +173,8 @@ type rigOptions struct {
 	maxRecv    int
 	loadReport orca.ServerMetricsProvider
 	memory     *membudget.Budget
+	conns      *door.Conns
+	idle       time.Duration
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -208,7 +211,8 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Conns: o.conns}, Upstream: up, MaxRecvBytes: o.maxRecv,
+		Ready: r.ready.Load, LoadReport: o.loadReport, IdleTimeout: o.idle})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +223,8 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.srv.Shutdown(ctx)
 	})
-	r.cc, err = grpc.NewClient(pl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	r.addr = pl.Addr().String()
+	r.cc, err = grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,34 +529,6 @@ func TestPassThrough(t *testing.T) {
 	}
 	if resp, err := r.client.ModelInfer(ctx, shm); err != nil || resp.Id != "from-triton" {
 		t.Errorf("shared-memory input: got %v, %v; want Triton's answer", resp, err)
-	}
-}
-
-func TestInferTarget(t *testing.T) {
-	enc := func(m *pb.ModelInferRequest) []byte { b, _ := proto.Marshal(m); return b }
-	twice := append(enc(&pb.ModelInferRequest{ModelName: "first", ModelVersion: "1", Id: "x"}), enc(&pb.ModelInferRequest{ModelName: "last", ModelVersion: "2"})...)
-	for _, tt := range []struct {
-		name           string
-		b              []byte
-		model, version string
-		wantErr        bool
-	}{
-		{"after big inputs", enc(&pb.ModelInferRequest{RawInputContents: [][]byte{make([]byte, 1<<16)}, ModelName: "simple", ModelVersion: "../../image", Id: "7"}), "simple", "../../image", false},
-		{"last occurrence wins", twice, "last", "2", false},
-		{"none", enc(&pb.ModelInferRequest{Id: "7"}), "", "", false},
-		{"truncated", enc(&pb.ModelInferRequest{ModelName: "simple"})[:4], "", "", true},
-		{"bad tag", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "", "", true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			model, version, err := inferTarget(tt.b)
-			if (err != nil) != tt.wantErr || model != tt.model || version != tt.version {
-				t.Fatalf("inferTarget = %q, %q, %v; want %q, %q (error %v)", model, version, err, tt.model, tt.version, tt.wantErr)
-			}
-			var m pb.ModelInferRequest
-			if err == nil && (proto.Unmarshal(tt.b, &m) != nil || m.ModelName != model || m.ModelVersion != version) {
-				t.Fatalf("proto reads %q, %q where inferTarget read %q, %q", m.ModelName, m.ModelVersion, model, version)
-			}
-		})
 	}
 }
 

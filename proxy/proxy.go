@@ -266,9 +266,10 @@ func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
-// Serve serves the data port on ln until Shutdown.
+// Serve serves the data port on ln until Shutdown; its connections are
+// counted against the doors' bounds (door.Conns).
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(linger.NewListener(rawconn.Listener{Listener: ln}, linger.Options{}))
+	return s.srv.Serve(linger.NewListener(s.door.Conns.Listener(rawconn.Listener{Listener: ln}), linger.Options{}))
 }
 
 // closeUnread closes the connection after the answer to a request whose
@@ -305,7 +306,7 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// back when the handler ends.
 		defer s.res.drop(&ctx.Request.Header)
 	}
-	if s.restricted(ctx) || s.refuseDeclaredTooLarge(ctx) {
+	if s.connRefused(ctx) || s.restricted(ctx) || s.refuseDeclaredTooLarge(ctx) {
 		return
 	}
 	if n := ctx.Request.Header.Peek(declaredOverBudget); len(n) > 0 {
@@ -337,6 +338,20 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.passthrough(ctx)
+}
+
+// connRefused answers a request on a connection past the doors' bounds
+// (door.Conns): 503 with Retry-After, and the connection closes. It
+// reports whether it answered.
+func (s *Server) connRefused(ctx *fasthttp.RequestCtx) bool {
+	r := door.ConnRefused(ctx.RemoteAddr(), time.Second)
+	if r == nil {
+		return false
+	}
+	s.door.Refused(r.Reason)
+	s.fail(ctx, "", r)
+	closeUnread(ctx)
+	return true
 }
 
 // restricted answers a request whose route the operator closed to

@@ -7,13 +7,16 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,8 +25,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/lab/emulator"
@@ -387,5 +392,136 @@ func TestSecurityRestrictedRoutes(t *testing.T) {
 	}
 	if _, err := gc.ModelInfer(ctx, simpleGRPC("simple", "")); status.Code(err) != codes.Unavailable {
 		t.Errorf("gRPC inference after the reload closed it: %v", err)
+	}
+}
+
+// holdingUpstream serves gRPC calls as an upstream that never reads or
+// answers them: a relayed stream holds whatever the proxy keeps of it.
+func holdingUpstream(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(grpcwire.Codec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		<-ss.Context().Done()
+		return ss.Context().Err()
+	}))
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
+}
+
+// Floods at the gRPC door stay within the memory budget and are refused
+// cleanly: ModelInfer calls of a thousand one-byte inputs (each costing
+// some 0.8 MB decoded, charged before it is decoded) and of 40,000 (past
+// the bound both doors keep), and thousands of relayed streams held open
+// by an upstream that never answers. Every call ends with an answer
+// (RESOURCE_EXHAUSTED or INVALID_ARGUMENT, none lost, nothing panics),
+// the budget is never passed, and once the floods end everything held is
+// given back and a plain call is served.
+func TestHostileGRPCFloods(t *testing.T) {
+	em := emulatortest.Start(t, emulator.Options{TimeScale: 0})
+	const budget = 32 << 20
+	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
+		c.GRPCListen, c.UpstreamGRPC = "127.0.0.1:0", holdingUpstream(t)
+		c.Limits.Memory = budget
+	})
+	dial := func() *grpc.ClientConn {
+		cc, err := grpc.NewClient(p.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcwire.Codec{})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	inputs := func(n int) []byte {
+		m := &pb.ModelInferRequest{ModelName: "simple"}
+		for i := range n {
+			m.Inputs = append(m.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: fmt.Sprint("x", i), Datatype: "INT8", Shape: []int64{1, 1}})
+			m.RawInputContents = append(m.RawInputContents, []byte{1})
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	count := func(what string, err error) {
+		mu.Lock()
+		outcomes[what+" "+status.Code(err).String()]++
+		mu.Unlock()
+	}
+	// The calls, a fixed number each; then the streams, held open until
+	// some past the budget were refused.
+	thousand, forty := inputs(1024), inputs(40000)
+	var calls sync.WaitGroup
+	conns := []*grpc.ClientConn{dial(), dial(), dial(), dial()}
+	for _, cc := range conns {
+		for range 8 {
+			calls.Go(func() {
+				for _, msg := range [][]byte{forty, thousand, forty, thousand} {
+					what := "1024 inputs"
+					if len(msg) == len(forty) {
+						what = "40000 inputs"
+					}
+					count(what, cc.Invoke(context.Background(), "/inference.GRPCInferenceService/ModelInfer", &grpcwire.Frame{B: msg}, &grpcwire.Frame{}))
+				}
+			})
+		}
+	}
+	calls.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams, sent sync.WaitGroup
+	var refused atomic.Int32
+	for _, cc := range conns {
+		for range 256 {
+			sent.Add(1)
+			streams.Go(func() {
+				st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/inference.GRPCInferenceService/ModelStreamInfer")
+				if err == nil {
+					err = st.SendMsg(&grpcwire.Frame{B: make([]byte, 16<<10)})
+				}
+				sent.Done()
+				if err == nil {
+					err = st.RecvMsg(&grpcwire.Frame{}) // held until refused, or until the flood ends
+				}
+				if ctx.Err() != nil {
+					err = nil
+				} else if status.Code(err) == codes.ResourceExhausted {
+					refused.Add(1)
+				}
+				count("stream", err)
+			})
+		}
+	}
+	sent.Wait()
+	poll.Until(t, "streams past the budget to be refused", func() bool { return refused.Load() > 0 })
+	cancel()
+	streams.Wait()
+	t.Logf("outcomes: %v; budget peak %d of %d", outcomes, p.MemoryBudget().Peak(), budget)
+	for k, n := range outcomes {
+		switch k {
+		case "1024 inputs InvalidArgument", "1024 inputs ResourceExhausted", "40000 inputs InvalidArgument",
+			"40000 inputs ResourceExhausted", "stream OK", "stream ResourceExhausted":
+		default:
+			t.Errorf("%d calls ended %s", n, k)
+		}
+	}
+	if outcomes["40000 inputs InvalidArgument"] != 64 || outcomes["stream OK"] == 0 {
+		t.Errorf("the 40,000 inputs not all refused as the HTTP door refuses them, or no stream held: %v", outcomes)
+	}
+	if peak := p.MemoryBudget().Peak(); peak > budget {
+		t.Errorf("budget peak %d past its %d", peak, budget)
+	}
+	poll.Until(t, "the budget to be given back", func() bool { return p.MemoryBudget().Used() == 0 })
+	plain, cancelPlain := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelPlain()
+	if _, err := pb.NewGRPCInferenceServiceClient(dial()).ModelInfer(plain, simpleGRPC("simple", "")); err != nil {
+		t.Errorf("a plain call after the floods: %v", err)
 	}
 }

@@ -228,7 +228,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("restricted_api: %w", err)
 	}
 	p.access.Set(rules)
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front, Access: &p.access}
+	conns := &door.Conns{Max: cfg.Limits.MaxConnections, PerClient: cfg.Limits.MaxConnsPerClient}
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front,
+		Access: &p.access, Conns: conns}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:        cfg.Limits.RetryAfter,
@@ -251,6 +253,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Backend: back, Upstream: cc, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			MaxConcurrentStreams: uint32(cfg.Limits.GRPCMaxStreams), IdleTimeout: cfg.Limits.IdleTimeout,
 			Ready: mr.Ready, Logger: log, LoadReport: load,
 			TLS: p.doorTLS.serverConfig("h2"),
 		})
@@ -481,3 +484,7 @@ func (p *Server) Models() *registry.Models { return p.models }
 
 // Gatherer is the server's Prometheus registry, what /metrics serves.
 func (p *Server) Gatherer() prometheus.Gatherer { return p.reg }
+
+// MemoryBudget is the budget both doors admit requests against
+// (limits.memory).
+func (p *Server) MemoryBudget() *membudget.Budget { return p.memory }
