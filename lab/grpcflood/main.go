@@ -189,7 +189,7 @@ func floodStreams(ctx context.Context, addr string, conns, streams, size int, re
 				if err == nil {
 					err = st.SendMsg(&grpcwire.Frame{B: msg})
 				}
-				if err == nil {
+				if err == nil || err == io.EOF { // EOF: ended by the server, whose status RecvMsg reads
 					err = st.RecvMsg(&grpcwire.Frame{}) // blocks while the stream is held
 				}
 				if ctx.Err() != nil {
