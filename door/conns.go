@@ -146,12 +146,39 @@ type connAddr struct {
 	conn *countedConn
 }
 
+// Unwrap is the address it wraps (WrappedAddr).
+func (a connAddr) Unwrap() net.Addr { return a.Addr }
+
+// WrappedAddr is a connection's remote address that carries more than the
+// address, from a listener that wraps the connection (Conns', the gRPC
+// door's receive meter); Unwrap gives the address it wraps.
+type WrappedAddr interface {
+	net.Addr
+	Unwrap() net.Addr
+}
+
+// FindAddr returns the first address of type A in addr's wrappings
+// (WrappedAddr), addr itself first.
+func FindAddr[A net.Addr](addr net.Addr) (A, bool) {
+	for {
+		if a, ok := addr.(A); ok {
+			return a, true
+		}
+		w, ok := addr.(WrappedAddr)
+		if !ok {
+			var zero A
+			return zero, false
+		}
+		addr = w.Unwrap()
+	}
+}
+
 // ConnRefused reports, for the remote address of a connection a Conns
 // listener accepted, whether it is past a bound: the refusal to answer
 // its requests with, and the connection is closed after closeAfter, time
 // for its door to send the refusal. nil for any other connection.
 func ConnRefused(addr net.Addr, closeAfter time.Duration) *Refusal {
-	a, ok := addr.(connAddr)
+	a, ok := FindAddr[connAddr](addr)
 	if !ok || a.conn.refused == "" {
 		return nil
 	}
@@ -161,12 +188,9 @@ func ConnRefused(addr net.Addr, closeAfter time.Duration) *Refusal {
 	return &Refusal{Reason: "connections", Msg: a.conn.refused}
 }
 
-// TCPAddr is the TCP address behind addr (a counted connection's
-// included), nil for any other transport.
+// TCPAddr is the TCP address behind addr (a wrapped one's included), nil
+// for any other transport.
 func TCPAddr(addr net.Addr) *net.TCPAddr {
-	if a, ok := addr.(connAddr); ok {
-		addr = a.Addr
-	}
-	ta, _ := addr.(*net.TCPAddr)
+	ta, _ := FindAddr[*net.TCPAddr](addr)
 	return ta
 }

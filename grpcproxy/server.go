@@ -108,22 +108,21 @@ type Options struct {
 
 // A call costs the process memory beside its messages while it lasts:
 // its stream's state and buffers here and upstream and its goroutines
-// (about 26 KiB, scripts/grpcflood.sh's streams-1 case), and what its
-// client may send before the door reads it, up to the stream's
-// flow-control window. callCost is both, held against the memory budget
-// from before a call's first message is read until it ends: a flood of
-// streams spends the budget as it spends memory, and is refused
-// (RESOURCE_EXHAUSTED) once the budget is spent
-// (TestGRPCStreamFloodIsBounded). The window is fixed, not grown with
-// the bandwidth-delay product as grpc-go would: a grown window is memory
-// a stream may fill unread. A message being read opens the window to its
-// length (grpc-go reads a message whole), so the window bounds only what
-// arrives before it; the connection's window, which grpc-go replenishes
-// as data arrives, bounds no memory and is left wide.
+// (about 26 KiB, scripts/grpcflood.sh's streams-1 case). callCost is
+// held against the memory budget from before a call's first message is
+// read until it ends: a flood of streams spends the budget as it spends
+// memory, and is refused (RESOURCE_EXHAUSTED) once the budget is spent
+// (TestGRPCStreamFloodIsBounded). What its client sends is charged as it
+// is read (recvConn). The stream's window is fixed, not grown with the
+// bandwidth-delay product as grpc-go would: a grown window is more a
+// stream may send ahead of its reads. A message being read opens the
+// window to its length, so the window bounds only what arrives before;
+// the connection's window, which grpc-go replenishes as data arrives,
+// bounds no memory and is left wide.
 const (
 	streamWindow = 64 << 10
 	connWindow   = 16 << 20
-	callCost     = 32<<10 + streamWindow
+	callCost     = 32 << 10
 )
 
 // The door's abuse bounds by default (Options). Triton's clients open a
@@ -252,10 +251,15 @@ func dialRaw(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // Serve serves on ln until Shutdown; its connections make raw reads and
-// writes (package rawconn) and are counted against the doors' bounds
-// (door.Conns).
+// writes (package rawconn), are counted against the doors' bounds
+// (door.Conns), and what they read is charged to the memory budget until
+// a call takes it (recvConn).
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(s.door.Conns.Listener(rawconn.Listener{Listener: ln})); !errors.Is(err, grpc.ErrServerStopped) {
+	l := s.door.Conns.Listener(rawconn.Listener{Listener: ln})
+	if s.door.Memory != nil {
+		l = recvListener{Listener: l, b: s.door.Memory, over: int64(s.o.MaxRecvBytes)}
+	}
+	if err := s.srv.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}
 	return nil
@@ -342,6 +346,10 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if s.o.LoadReport != nil {
 		orca.CallMetricsRecorderFromContext(ss.Context()) // asks for the trailer
 	}
+	if m := meterOf(ss.Context()); m != nil {
+		m.started()
+		defer m.ended()
+	}
 	method, _ := grpc.MethodFromServerStream(ss)
 	if method == MethodModelInfer && s.door.Batcher != nil {
 		return s.modelInfer(ss)
@@ -358,7 +366,7 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 // nothing to add.
 func (s *Server) ready(ss grpc.ServerStream, method string) error {
 	in := &grpcwire.Frame{}
-	if err := ss.RecvMsg(in); err != nil {
+	if err := s.recv(ss, in); err != nil {
 		return err
 	}
 	var why string
@@ -417,7 +425,7 @@ func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame
 		return nil, s.refuse("", door.NoRoom("memory_calls", s.door.Memory.Limit(), callCost))
 	}
 	in := &grpcwire.Frame{}
-	if err := ss.RecvMsg(in); err != nil {
+	if err := s.recv(ss, in); err != nil {
 		return nil, err
 	}
 	if n := callCost + int64(len(in.B)); !a.Hold.Grow(n) {
@@ -614,7 +622,7 @@ func (s *Server) relayUp(ss grpc.ServerStream, cs grpc.ClientStream, method stri
 	}()
 	for {
 		f := &grpcwire.Frame{}
-		err := ss.RecvMsg(f)
+		err := s.recv(ss, f)
 		if hook := testHookHandle.Load(); hook != nil && err == nil {
 			(*hook)(method, f.B)
 		}
@@ -638,6 +646,19 @@ func (s *Server) relayUp(ss grpc.ServerStream, cs grpc.ClientStream, method stri
 			return
 		}
 	}
+}
+
+// recv receives a call's next message, and gives back to the memory
+// budget what its connection's receive meter had charged for it: the
+// call's own hold takes it over.
+func (s *Server) recv(ss grpc.ServerStream, f *grpcwire.Frame) error {
+	err := ss.RecvMsg(f)
+	if err == nil {
+		if m := meterOf(ss.Context()); m != nil {
+			m.took(len(f.B))
+		}
+	}
+	return err
 }
 
 // heldFrames holds the messages a relayed stream keeps in one direction
