@@ -50,7 +50,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 	}
 	ip := hostOf(nc.RemoteAddr())
 	cc := &countedConn{Conn: nc, c: l.c, ip: ip}
-	cc.addr = connAddr{Addr: nc.RemoteAddr(), conn: cc}
+	cc.addr = connAddr{Addr: nc.RemoteAddr(), conn: cc} // boxed once, not at each RemoteAddr
 	cc.refused = l.c.admit(ip)
 	return cc, nil
 }
@@ -112,8 +112,8 @@ type countedConn struct {
 	net.Conn
 	c       *Conns
 	ip      string
-	addr    connAddr
-	refused string // why it is past a bound; "": counted
+	addr    net.Addr // a connAddr
+	refused string   // why it is past a bound; "": counted
 	closing atomic.Bool
 	closed  atomic.Bool
 }

@@ -55,7 +55,7 @@ func (l recvListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	rc := &recvConn{Conn: c, b: l.b, over: l.over, wait: recvWait}
-	rc.addr = recvAddr{Addr: c.RemoteAddr(), c: rc}
+	rc.addr = recvAddr{Addr: c.RemoteAddr(), c: rc} // boxed once, not at each RemoteAddr
 	return rc, nil
 }
 
@@ -65,7 +65,7 @@ type recvConn struct {
 	b    *membudget.Budget
 	over int64
 	wait time.Duration // recvWait; tests shorten it
-	addr recvAddr
+	addr net.Addr      // a recvAddr
 
 	mu      sync.Mutex
 	pending int64 // read and not yet taken by a call: charged
