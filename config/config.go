@@ -43,9 +43,11 @@ type Config struct {
 	// (door.Forwarding), and the proxy's own calls' headers.
 	ForwardHeaders       string `yaml:"forward_headers" help:"comma-separated header names that decide who may call, besides Authorization (always): on a batched call they reach Triton, and callers with different values never share a batch (gRPC: the same names in the call's metadata)"`
 	ForwardHeaderPattern string `yaml:"forward_header_pattern" help:"regular expression: headers whose names match are forwarded as forward_headers are, as Triton's --http-header-forward-pattern and --grpc-header-forward-pattern forward them to the backend (matched without regard to case; empty: none)"`
-	RestrictedAPI        string `yaml:"restricted_api" help:"Triton's --http-restricted-api and --grpc-restricted-protocol values, CATEGORY:KEY=VALUE separated by semicolons: each KEY is forwarded as forward_headers are (its VALUE is not used, and is masked)" secret:"true"`
 	// UpstreamHeaders are set on the proxy's own calls to Triton; YAML only.
 	UpstreamHeaders map[string]string `yaml:"upstream_headers" noflag:"true"`
+	// RestrictedAPI is which of Triton's routes clients may reach through
+	// the doors (package door); its header values are secrets.
+	RestrictedAPI RestrictedAPI `yaml:"restricted_api" help:"Triton's API categories closed to clients, or open only to a header, at both doors, as Triton's --http-restricted-api: entries CATEGORY[,CATEGORY...]:KEY=VALUE (open to calls with header KEY: VALUE; gRPC metadata triton-grpc-protocol-KEY) or CATEGORY[,CATEGORY...] (closed), joined by ';' in a flag; categories health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging (empty: all open, as Triton); each KEY is also forwarded on batched calls, as forward_headers are, so a Triton that restricts the category itself accepts them"`
 
 	Policy    Policy       `yaml:"policy"`
 	Limits    Limits       `yaml:"limits"`
@@ -86,10 +88,13 @@ type Limits struct {
 	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a request's body once its headers are in"`
 	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; an answer streamed without a length (generate_stream's server-sent events) is bounded per write instead, so a stream its client keeps reading is never cut"`
 	// UpstreamIdle bounds the upstream's silence in a pass-through exchange.
-	UpstreamIdle time.Duration `yaml:"upstream_idle_timeout" help:"longest the upstream may send nothing in a pass-through exchange: before its answer begins (504) or between two parts of a streamed answer (the stream ends); an upstream that keeps sending is never cut (0: none, as Triton sets none)"`
-	IdleTimeout  time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
-	RetryAfter   time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
-	Memory       Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
+	UpstreamIdle      time.Duration `yaml:"upstream_idle_timeout" help:"longest the upstream may send nothing in a pass-through exchange: before its answer begins (504) or between two parts of a streamed answer (the stream ends); an upstream that keeps sending is never cut (0: none, as Triton sets none)"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"connections idle longer than this are closed: HTTP keep-alive connections between requests, gRPC connections without a call"`
+	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
+	MaxConnections    int           `yaml:"max_connections" help:"connections the data ports hold open, HTTP and gRPC together; one more is answered 503 with Retry-After (gRPC: its calls RESOURCE_EXHAUSTED) and closed (0: no bound)"`
+	MaxConnsPerClient int           `yaml:"max_connections_per_client" help:"connections one client address holds open on the data ports (0: no bound; clients behind one balancer or NAT share an address)"`
+	GRPCMaxStreams    int           `yaml:"grpc_max_streams" help:"calls one gRPC connection runs at once (HTTP/2 concurrent streams; also bounds a rapid-reset flood)"`
+	Memory            Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
 }
 
 // UpstreamOpts tunes the pooled client to Triton.
@@ -179,6 +184,8 @@ func Default() Config {
 			UpstreamIdle:      120 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
+			MaxConnections:    4096,
+			GRPCMaxStreams:    1024,
 		},
 		Upstreams: UpstreamOpts{MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
 			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second, HealthCheckInterval: time.Second},
@@ -242,6 +249,9 @@ func (c *Config) Validate() error {
 			add(fieldErr("upstream_grpc", "must be HOST:PORT, got %q", c.UpstreamGRPC))
 		}
 	}
+	if _, err := c.RestrictedAPI.Rules(); err != nil {
+		add(fieldErr("restricted_api", "%v", err))
+	}
 	add(validPolicyName("policy.name", c.Policy.Name))
 	add(validOptions("policy.", c.Policy.Options))
 	checks := []struct {
@@ -260,6 +270,9 @@ func (c *Config) Validate() error {
 		{"limits.idle_timeout", c.Limits.IdleTimeout < 0, "must be >= 0"},
 		{"limits.retry_after", c.Limits.RetryAfter < 0, "must be >= 0"},
 		{"limits.memory", c.Limits.Memory < 0, "must be >= 0"},
+		{"limits.max_connections", c.Limits.MaxConnections < 0, "must be >= 0"},
+		{"limits.max_connections_per_client", c.Limits.MaxConnsPerClient < 0, "must be >= 0"},
+		{"limits.grpc_max_streams", c.Limits.GRPCMaxStreams <= 0 || c.Limits.GRPCMaxStreams > 1<<31-1, "must be > 0"},
 		{"upstream_client.timeout", c.Upstreams.Timeout < 0, "must be >= 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
@@ -325,7 +338,7 @@ func (c *Config) ForwardNames() []string {
 // client sends (door.NewForwarding).
 func (c *Config) RestrictedKeys() []string {
 	var out []string
-	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
+	for _, spec := range c.RestrictedAPI {
 		if key, ok := restrictedKey(spec); ok {
 			out = append(out, key)
 		}
@@ -333,16 +346,17 @@ func (c *Config) RestrictedKeys() []string {
 	return out
 }
 
-// restrictedKey is the KEY of Triton's restricted-API value
-// CATEGORIES:KEY=VALUE; ok is false for an empty spec.
+// restrictedKey is the KEY of a restricted_api entry
+// CATEGORIES:KEY=VALUE; ok is false for an entry that closes its
+// categories (no header opens them).
 func restrictedKey(spec string) (key string, ok bool) {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
+	_, kv, found := strings.Cut(strings.TrimSpace(spec), ":")
+	if !found {
 		return "", false
 	}
-	_, kv, _ := strings.Cut(spec, ":")
 	key, _, _ = strings.Cut(kv, "=")
-	return strings.TrimSpace(key), true
+	key = strings.TrimSpace(key)
+	return key, key != ""
 }
 
 // validHeaders checks the forwarded and upstream headers' options.
@@ -351,12 +365,6 @@ func (c *Config) validHeaders() error {
 	for _, n := range strings.Split(c.ForwardHeaders, ",") {
 		if n = strings.TrimSpace(n); n != "" && !isToken(n) {
 			errs = append(errs, fieldErr("forward_headers", "%q is not a header name", n))
-		}
-	}
-	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
-		if key, ok := restrictedKey(spec); ok && (!strings.Contains(spec, ":") || !isToken(key)) {
-			// The spec holds a secret: only its key is named.
-			errs = append(errs, fieldErr("restricted_api", "wants CATEGORY:KEY=VALUE (as Triton's --http-restricted-api), got a value whose key is %q", key))
 		}
 	}
 	if c.ForwardHeaderPattern != "" {

@@ -266,6 +266,9 @@ func (c *Config) checkProfiles(dir string) error {
 }
 
 func setField(f reflect.Value, s string) error {
+	if v, ok := f.Addr().Interface().(interface{ Set(string) error }); ok {
+		return v.Set(s) // a type that reads its own flag form (RestrictedAPI)
+	}
 	switch f.Interface().(type) {
 	case time.Duration:
 		d, err := time.ParseDuration(s)
@@ -336,7 +339,8 @@ func Markdown() string {
 }
 
 // Redacted returns a copy safe to log or show: secrets are masked, and so
-// are the credentials a URL option carries (redact.URL).
+// are the credentials a URL option carries (redact.URL) and the header
+// values of restricted_api.
 func (c Config) Redacted() Config {
 	for _, u := range []*string{&c.Upstream, &c.Tracing.OTLPEndpoint, &c.Power.MetricsURL} {
 		*u = redact.URL(*u)
@@ -348,6 +352,7 @@ func (c Config) Redacted() Config {
 		}
 		c.UpstreamHeaders = masked
 	}
+	c.RestrictedAPI = c.RestrictedAPI.redacted()
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {
 		if o.secret {

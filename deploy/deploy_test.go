@@ -25,6 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/door"
 )
 
 // root is the repository root; go test runs in deploy/.
@@ -627,6 +628,35 @@ func TestExportedCountsHistogramSeries(t *testing.T) {
 	} {
 		if got := exported(tc.name, known); got != tc.want {
 			t.Errorf("exported(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Both shipped configurations (compose's file, the Kubernetes ConfigMap)
+// close Triton's mutating routes to clients, at both doors: the data
+// ports are the only way in (the NetworkPolicy, Triton unpublished), so a
+// route open there is open to every client.
+func TestShippedConfigsCloseMutatingRoutes(t *testing.T) {
+	c := readCompose(t)
+	compose, err := loadServe(c.Services["ratebatch"].Command, nil, c.Services["ratebatch"].mounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, k8s := shippedRatebatch(t)
+	for name, cfg := range map[string]*config.Config{"docker-compose.yml": compose, "deploy/kubernetes": k8s} {
+		rules, err := cfg.RestrictedAPI.Rules()
+		if err != nil {
+			t.Fatalf("%s: restricted_api: %v", name, err)
+		}
+		for _, c := range []door.Category{door.ModelRepositoryAPI, door.SharedMemoryAPI, door.LoggingAPI, door.TraceAPI} {
+			if r := rules[c]; !r.Closed && r.Key == "" {
+				t.Errorf("%s: %s open to every client", name, c)
+			}
+		}
+		for _, c := range []door.Category{door.InferenceAPI, door.HealthAPI, door.MetadataAPI} {
+			if rules[c] != (door.Rule{}) {
+				t.Errorf("%s: %s restricted: clients need it", name, c)
+			}
 		}
 	}
 }

@@ -32,16 +32,22 @@ func TestHTTPUpstreamRefusedIsDial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, err = u.Infer(context.Background(), "m", "", oneRow(t), Outgoing{})
+	var ce *ConnError
+	if !errors.As(err, &ce) || !ce.Dial {
+		t.Fatalf("Infer to a closed port: %v, want a *ConnError with Dial set", err)
+	}
+}
+
+// oneRow is a batch of one row of one INT32 input.
+func oneRow(t *testing.T) *kserve.Batch {
+	t.Helper()
 	in, _ := kserve.NewTensor("X", []int64{1}, []int32{1})
 	b, err := kserve.Merge([]*kserve.Request{{Inputs: []kserve.Tensor{in}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = u.Infer(context.Background(), "m", "", b, Outgoing{})
-	var ce *ConnError
-	if !errors.As(err, &ce) || !ce.Dial {
-		t.Fatalf("Infer to a closed port: %v, want a *ConnError with Dial set", err)
-	}
+	return b
 }
 
 // seenRequest is what a test server saw of one request.
@@ -200,5 +206,44 @@ func TestHTTPUpstreamSendsTheHeaders(t *testing.T) {
 	reply.Free()
 	if h := <-got; h.Get("X-Proxy-Key") != "p" || h.Get("Authorization") != "" {
 		t.Fatalf("a probe carried %v, want the proxy's own headers", h)
+	}
+}
+
+// The request line sent upstream is exactly the path InferPath built:
+// escaped, never decoded or normalised. A model or version holding a
+// slash or a dot segment (the doors refuse those, door.CheckModel and
+// door.Version, but this client must not depend on it) reaches the path
+// it names and no other.
+func TestHTTPUpstreamSendsThePathItBuilt(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.RequestURI // the request line's target as sent
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"outputs":[]}`)
+	}))
+	defer srv.Close()
+	for _, prefix := range []string{"", "/triton"} {
+		u, err := NewHTTPUpstream(srv.URL+prefix, 4, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := oneRow(t)
+		for _, c := range []struct{ model, version string }{
+			{"simple", "../../image"},
+			{"simple", "..%2F..%2Fimage"},
+			{"../image", ""},
+			{"simple/../image", "1"},
+			{"a b", "./1"},
+		} {
+			want := prefix + InferPath(c.model, c.version)
+			reply, err := u.Infer(context.Background(), c.model, c.version, b, Outgoing{})
+			if err != nil {
+				t.Fatalf("Infer(%q, %q): %v", c.model, c.version, err)
+			}
+			reply.Free()
+			if line := <-got; line != want {
+				t.Errorf("Infer(%q, %q) sent %q upstream, want the path built, %q", c.model, c.version, line, want)
+			}
+		}
 	}
 }

@@ -37,6 +37,14 @@ type Backend struct {
 	// Forward picks the headers of a batched call that go upstream with
 	// its batch and key it (Admission.Forward); nil: Authorization alone.
 	Forward *Forwarding
+	// Access, when set, is which of Triton's API categories clients may
+	// reach (restricted_api), the same at every door; nil: all of them.
+	Access *Access
+	// Conns, when set, bounds the connections of every door together
+	// (limits.max_connections, limits.max_connections_per_client); each
+	// door counts its listener's (Conns.Listener) and refuses those past
+	// a bound (ConnRefused); nil: no bound.
+	Conns *Conns
 }
 
 // Door is one front door's part of the contract: the Backend with the
@@ -246,8 +254,8 @@ func HTTPSource(id uint64) uint64 { return id &^ (1 << 63) }
 // address, which no two open connections share, hashed (FNV-1a) without
 // an allocation. 0 (unknown) for any other transport.
 func GRPCSource(addr net.Addr) uint64 {
-	a, ok := addr.(*net.TCPAddr)
-	if !ok {
+	a := TCPAddr(addr) // a connection Conns counts gives its own
+	if a == nil {
 		return 0
 	}
 	const prime = 1099511628211

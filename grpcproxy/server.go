@@ -42,6 +42,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/rawconn"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
@@ -90,6 +91,10 @@ type Options struct {
 	MaxConcurrentStreams uint32
 	MaxHeaderListSize    uint32
 	ConnectionTimeout    time.Duration
+	// IdleTimeout closes a client connection without a call for this
+	// long (limits.idle_timeout, as the HTTP door's keep-alive
+	// connections; grpc-go's MaxConnectionIdle); zero: never.
+	IdleTimeout time.Duration
 	// Ready reports whether the proxy serves, for grpc.health.v1; nil: always.
 	Ready  func() bool
 	Logger *slog.Logger
@@ -104,6 +109,25 @@ type Options struct {
 	// plain text.
 	TLS *tls.Config
 }
+
+// A call costs the process memory beside its messages while it lasts:
+// its stream's state and buffers here and upstream and its goroutines
+// (about 26 KiB, scripts/grpcflood.sh's streams-1 case). callCost is
+// held against the memory budget from before a call's first message is
+// read until it ends: a flood of streams spends the budget as it spends
+// memory, and is refused (RESOURCE_EXHAUSTED) once the budget is spent
+// (TestGRPCStreamFloodIsBounded). What its client sends is charged as it
+// is read (recvConn). The stream's window is fixed, not grown with the
+// bandwidth-delay product as grpc-go would: a grown window is more a
+// stream may send ahead of its reads. A message being read opens the
+// window to its length, so the window bounds only what arrives before;
+// the connection's window, which grpc-go replenishes as data arrives,
+// bounds no memory and is left wide.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 16 << 20
+	callCost     = 32 << 10
+)
 
 // The door's abuse bounds by default (Options). Triton's clients open a
 // few connections and multiplex their calls; 1024 calls at once on one
@@ -141,7 +165,7 @@ func New(o Options) *Server {
 	if o.MaxRecvBytes <= 0 {
 		o.MaxRecvBytes = tritonMaxMessage
 	}
-	ka := keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}
+	ka := keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, MaxConnectionIdle: o.IdleTimeout}
 	if ka.Time <= 0 {
 		ka.Time = tritonKeepaliveTime
 	}
@@ -179,6 +203,8 @@ func New(o Options) *Server {
 		grpc.KeepaliveParams(ka),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing}),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		// Calls run on a few long-lived workers instead of a new goroutine
@@ -229,9 +255,15 @@ func dialRaw(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // Serve serves on ln until Shutdown; its connections make raw reads and
-// writes (package rawconn).
+// writes (package rawconn), are counted against the doors' bounds
+// (door.Conns), and what they read is charged to the memory budget until
+// a call takes it (recvConn).
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(rawconn.Listener{Listener: ln}); !errors.Is(err, grpc.ErrServerStopped) {
+	l := s.door.Conns.Listener(rawconn.Listener{Listener: ln})
+	if s.door.Memory != nil {
+		l = recvListener{Listener: l, b: s.door.Memory, over: int64(s.o.MaxRecvBytes)}
+	}
+	if err := s.srv.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}
 	return nil
@@ -253,11 +285,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// tap refuses a new call while the memory budget is spent: grpc-go reads
+// tap refuses, before a stream is made: a call on a connection past the
+// doors' bounds (door.Conns: RESOURCE_EXHAUSTED, and the connection
+// closes); a call of a method the operator closed to clients, or opened
+// only to a header it lacks (restricted_api, door.Access), as Triton
+// refuses a restricted protocol (UNAVAILABLE); and a new call while the
+// memory budget is spent: grpc-go reads
 // a whole message before the handler sees it, so the budget is kept here,
 // before the first byte of it is read, with the exact size checked once
 // it is in (modelInfer). The health service is never refused.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if p, ok := peer.FromContext(ctx); ok {
+		if r := door.ConnRefused(p.Addr, time.Second); r != nil {
+			return ctx, s.refuse("", r)
+		}
+	}
+	if err := s.door.Access.GRPC(info.FullMethodName, info.Header); err != nil {
+		s.door.Refused("restricted")
+		s.door.Failed("", status.Code(err).String())
+		return ctx, err
+	}
 	b := s.door.Memory
 	if b != nil && b.Used() >= b.Limit() && !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") {
 		return ctx, s.refuse("", &door.Refusal{Reason: "memory_spent",
@@ -303,6 +350,10 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if s.o.LoadReport != nil {
 		orca.CallMetricsRecorderFromContext(ss.Context()) // asks for the trailer
 	}
+	if m := meterOf(ss.Context()); m != nil {
+		m.started()
+		defer m.ended()
+	}
 	method, _ := grpc.MethodFromServerStream(ss)
 	if method == MethodModelInfer && s.door.Batcher != nil {
 		return s.modelInfer(ss)
@@ -313,23 +364,26 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if method == methodRepositoryModelLoad || method == methodRepositoryModelUnload {
 		return s.repositoryChange(ss, method)
 	}
-	return s.forward(ss, method, nil)
+	return s.forward(ss, method)
 }
 
 // repositoryChange relays a repository load or unload and, once Triton
 // has answered it, tells the doors that the model it names may have
 // changed (door.Door.RepositoryChanged), as the HTTP door does.
 func (s *Server) repositoryChange(ss grpc.ServerStream, method string) error {
+	h := membudget.Hold{B: s.door.Memory}
+	defer h.Release()
 	in := &grpcwire.Frame{}
-	if err := ss.RecvMsg(in); err != nil {
+	if err := s.recv(ss, in); err != nil {
 		return err
 	}
+	h.Force(int64(len(in.B)))
 	// model_name is field 2 of RepositoryModelLoadRequest and of
 	// RepositoryModelUnloadRequest.
 	if model, err := stringField(in.B, 2); err == nil {
 		defer s.door.RepositoryChanged(model)
 	}
-	return s.forwardUnary(ss, method, in)
+	return s.forwardUnary(ss, method, in, &h)
 }
 
 // ready answers ServerReady (ModelReady) with ready false while the
@@ -338,7 +392,7 @@ func (s *Server) repositoryChange(ss grpc.ServerStream, method string) error {
 // nothing to add.
 func (s *Server) ready(ss grpc.ServerStream, method string) error {
 	in := &grpcwire.Frame{}
-	if err := ss.RecvMsg(in); err != nil {
+	if err := s.recv(ss, in); err != nil {
 		return err
 	}
 	var why string
@@ -352,7 +406,9 @@ func (s *Server) ready(ss grpc.ServerStream, method string) error {
 		why = s.door.Unready()
 	}
 	if why == "" {
-		return s.forwardUnary(ss, method, in)
+		h := membudget.Hold{B: s.door.Memory}
+		defer h.Release()
+		return s.forwardUnary(ss, method, in, &h)
 	}
 	if method == methodModelReady {
 		return ss.SendMsg(&pb.ModelReadyResponse{Ready: false})
@@ -372,13 +428,13 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 		return err
 	}
 	if !s.door.Batches(a.Model) {
-		return s.forwardUnary(ss, MethodModelInfer, in)
+		return s.forwardUnary(ss, MethodModelInfer, in, &a.Hold)
 	}
 	batchable, err := s.read(ss.Context(), in, &a)
 	switch {
 	case !batchable: // shared memory, sequences, ...: Triton handles those itself
 		s.door.PassedWhole(a.Model)
-		return s.forwardUnary(ss, MethodModelInfer, in)
+		return s.forwardUnary(ss, MethodModelInfer, in, &a.Hold)
 	case err != nil:
 		return s.fail(a.Model, err)
 	}
@@ -387,31 +443,59 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	return s.reply(ss, &res, &a)
 }
 
-// admit receives a ModelInfer message, holds its bytes against the memory
-// budget until the call ends, and reads the model it names (a.Model)
-// without decoding the rest: a call that is only relayed is never decoded.
+// admit receives a ModelInfer message, holds its bytes and what its call
+// costs beside them (callCost) against the memory budget until the call
+// ends, and reads the model it names (a.Model) without decoding the rest:
+// a call that is only relayed is never decoded.
 func (s *Server) admit(ss grpc.ServerStream, a *door.Admission) (*grpcwire.Frame, error) {
+	if !a.Hold.Grow(callCost) {
+		return nil, s.refuse("", door.NoRoom("memory_calls", s.door.Memory.Limit(), callCost))
+	}
 	in := &grpcwire.Frame{}
-	if err := ss.RecvMsg(in); err != nil {
+	if err := s.recv(ss, in); err != nil {
 		return nil, err
 	}
-	if !a.Hold.Grow(int64(len(in.B))) {
-		return nil, s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), int64(len(in.B))))
+	if n := callCost + int64(len(in.B)); !a.Hold.Grow(n) {
+		return nil, s.refuse("", door.NoRoom("memory_declared", s.door.Memory.Limit(), n))
 	}
 	if hook := testHookHandle.Load(); hook != nil {
 		(*hook)(MethodModelInfer, in.B)
 	}
-	model, err := modelName(in.B)
+	model, version, err := grpcwire.InferTarget(in.B)
 	if err != nil {
 		return nil, s.fail("", malformed(err))
+	}
+	// The model and version are checked before the model is looked up,
+	// as the HTTP door checks its path's.
+	if !door.CheckModel(model) {
+		return nil, s.fail("", door.NoModel(model))
+	}
+	if _, err := door.Version(version); err != nil {
+		return nil, s.fail("", err)
 	}
 	a.Model = model
 	return in, nil
 }
 
 // read decodes a ModelInfer message into its call for the dispatcher
-// (a.Call); not batchable: the call is Triton's to handle.
+// (a.Call); not batchable: the call is Triton's to handle. What decoding
+// will take is read from the message first (grpcwire.ScanInfer) and held
+// against the memory budget before a byte is decoded; a message past the
+// HTTP door's bounds (inputs, outputs, parameters, dimensions) is refused
+// as that door refuses it.
 func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission) (batchable bool, err error) {
+	cost, err := grpcwire.ScanInfer(in.B)
+	var ke *kserve.Error
+	switch {
+	case errors.As(err, &ke):
+		return true, err
+	case err != nil:
+		return true, malformed(err)
+	}
+	if n := a.Hold.Held() + cost.Decoded; !a.Hold.Grow(n) {
+		s.door.Refused("memory_decoded")
+		return true, door.NoRoom("memory_decoded", s.door.Memory.Limit(), n)
+	}
 	m := &pb.ModelInferRequest{}
 	if err := proto.Unmarshal(in.B, m); err != nil {
 		return true, malformed(err)
@@ -420,7 +504,11 @@ func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission
 	if err != nil {
 		return true, err
 	}
-	call, batchable, err := dispatcher.NewCall(req, m.GetModelVersion(), a.Start)
+	version, err := door.Version(m.GetModelVersion())
+	if err != nil {
+		return true, err
+	}
+	call, batchable, err := dispatcher.NewCall(req, version, a.Start)
 	if !batchable || err != nil {
 		return batchable, err
 	}
@@ -509,8 +597,18 @@ func (s *Server) passed(failed bool) {
 // forward relays a call to the upstream message by message, both ways at
 // once (a stream's messages are not waited for), with the client's
 // metadata and deadline, and gives the client the upstream's headers,
-// trailers and status. first, when set, is a message already read.
-func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Frame) error {
+// trailers and status. The call's own cost (callCost) is held against
+// the memory budget while it lasts, and each message while it is held
+// (heldFrames): a client's from its arrival until it is written upstream
+// (one that does not fit ends the call with RESOURCE_EXHAUSTED), an
+// answer from its arrival until it is written to the client (forced: the
+// upstream's work is done).
+func (s *Server) forward(ss grpc.ServerStream, method string) error {
+	call := membudget.Hold{B: s.door.Memory}
+	defer call.Release()
+	if !call.Grow(callCost) {
+		return s.refuse("", door.NoRoom("memory_calls", s.door.Memory.Limit(), callCost))
+	}
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	ctx = outgoing(ctx)
@@ -519,41 +617,11 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 		s.passed(true)
 		return err
 	}
-	// Client to upstream.
-	var relayPanic atomic.Pointer[error] // the relay's panic, the call's status
-	go func() {
-		defer func() { // this goroutine's panic would end the process
-			if v := recover(); v != nil {
-				err := status.Error(codes.Internal, guard.Recovered(s.log, "grpc_relay", v).Error())
-				relayPanic.Store(&err)
-				cancel() // the upstream call ends, and with it the client's
-			}
-		}()
-		if first != nil {
-			if cs.SendMsg(first) != nil {
-				return // the upstream's status comes from RecvMsg below
-			}
-		}
-		for {
-			f := &grpcwire.Frame{}
-			err := ss.RecvMsg(f)
-			if hook := testHookHandle.Load(); hook != nil && err == nil {
-				(*hook)(method, f.B)
-			}
-			if err != nil {
-				if err == io.EOF {
-					cs.CloseSend()
-				} else {
-					cancel() // the client's stream broke: abandon the upstream call
-				}
-				return
-			}
-			if cs.SendMsg(f) != nil {
-				return
-			}
-		}
-	}()
+	var relayErr atomic.Pointer[error] // the relay's end, the call's status
+	go s.relayUp(ss, cs, method, cancel, &relayErr)
 	// Upstream to client.
+	down := heldFrames{b: s.door.Memory}
+	defer down.release()
 	for n := 0; ; n++ {
 		f := &grpcwire.Frame{}
 		err := cs.RecvMsg(f)
@@ -565,8 +633,8 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 			}
 		}
 		if err != nil {
-			if p := relayPanic.Load(); p != nil {
-				s.passed(true)
+			if p := relayErr.Load(); p != nil {
+				s.passed(status.Code(*p) == codes.Internal)
 				return *p
 			}
 			ss.SetTrailer(cs.Trailer())
@@ -577,17 +645,111 @@ func (s *Server) forward(ss grpc.ServerStream, method string, first *grpcwire.Fr
 			s.passed(status.Code(err) == codes.Unavailable && n == 0)
 			return err
 		}
-		if err := ss.SendMsg(f); err != nil {
+		down.force(len(f.B))
+		err = ss.SendMsg(f)
+		down.sent()
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// relayUp relays a call's client messages to the upstream, each held
+// against the memory budget until sent, until the client ends its side.
+// A message that does not fit, or a panic, ends the call (relayErr, its
+// status, and cancel); the upstream's status comes to forward otherwise.
+func (s *Server) relayUp(ss grpc.ServerStream, cs grpc.ClientStream, method string, cancel context.CancelFunc, relayErr *atomic.Pointer[error]) {
+	up := heldFrames{b: s.door.Memory}
+	defer up.release()
+	defer func() { // this goroutine's panic would end the process
+		if v := recover(); v != nil {
+			err := status.Error(codes.Internal, guard.Recovered(s.log, "grpc_relay", v).Error())
+			relayErr.Store(&err)
+			cancel() // the upstream call ends, and with it the client's
+		}
+	}()
+	for {
+		f := &grpcwire.Frame{}
+		err := s.recv(ss, f)
+		if hook := testHookHandle.Load(); hook != nil && err == nil {
+			(*hook)(method, f.B)
+		}
+		if err != nil {
+			if err == io.EOF {
+				cs.CloseSend()
+			} else {
+				cancel() // the client's stream broke: abandon the upstream call
+			}
+			return
+		}
+		if !up.grow(len(f.B)) {
+			err := s.refuse("", door.NoRoom("memory_relayed", s.door.Memory.Limit(), int64(len(f.B))))
+			relayErr.Store(&err)
+			cancel()
+			return
+		}
+		err = cs.SendMsg(f)
+		up.sent()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// recv receives a call's next message, and gives back to the memory
+// budget what its connection's receive meter had charged for it: the
+// call's own hold takes it over.
+func (s *Server) recv(ss grpc.ServerStream, f *grpcwire.Frame) error {
+	err := ss.RecvMsg(f)
+	if err == nil {
+		if m := meterOf(ss.Context()); m != nil {
+			m.took(len(f.B))
+		}
+	}
+	return err
+}
+
+// heldFrames holds the messages a relayed stream keeps in one direction
+// against the memory budget. grpc-go's SendMsg returns once a message is
+// queued, not written: the stream's write quota lets one message past it
+// at a time, so the message sent stays held until the next one is sent
+// (by then grpc-go has written it), or until the call ends.
+type heldFrames struct {
+	b          *membudget.Budget
+	last, next membudget.Hold
+}
+
+// grow holds the next message's n bytes beside the last one's, if they
+// fit.
+func (h *heldFrames) grow(n int) bool {
+	h.next.B = h.b
+	return h.next.Grow(int64(n))
+}
+
+// force holds the next message's n bytes whether or not they fit.
+func (h *heldFrames) force(n int) {
+	h.next.B = h.b
+	h.next.Force(int64(n))
+}
+
+// sent tells that the next message was sent: the last one is written.
+func (h *heldFrames) sent() {
+	h.last.Release()
+	h.last, h.next = h.next, h.last
+}
+
+func (h *heldFrames) release() {
+	h.last.Release()
+	h.next.Release()
 }
 
 // forwardUnary relays a unary call whose one message is already read
 // (ModelInfer of a model the proxy does not batch) as one upstream call:
 // no stream and no goroutine of its own, which is what a relayed
 // ModelInfer costs most. Headers, trailers and status are the upstream's.
-func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.Frame) error {
+// The answer is held in h, beside the message, until it is sent (forced:
+// the upstream's work is done).
+func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.Frame, h *membudget.Hold) error {
 	var header, trailer metadata.MD
 	out := &grpcwire.Frame{}
 	err := s.o.Upstream.Invoke(outgoing(ss.Context()), method, in, out, grpc.Header(&header), grpc.Trailer(&trailer))
@@ -596,6 +758,7 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string, in *grpcwire.
 		s.passed(status.Code(err) == codes.Unavailable)
 		return err
 	}
+	h.Force(int64(len(out.B)))
 	if err := ss.SendHeader(header); err != nil {
 		return err
 	}
@@ -619,10 +782,6 @@ func outgoing(ctx context.Context) context.Context {
 	}
 	return metadata.NewOutgoingContext(ctx, out)
 }
-
-// modelName reads a ModelInferRequest's model_name (field 1) without
-// decoding the rest.
-func modelName(b []byte) (string, error) { return stringField(b, 1) }
 
 // stringField reads the string field num of a message without decoding
 // the rest: the last occurrence wins, as in proto3 decoding.

@@ -164,6 +164,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 }
 
 type rig struct {
+	addr       string // the door's
 	tritonAddr string
 	up         *addSub
 	triton     *fakeTriton
@@ -182,6 +183,8 @@ type rigOptions struct {
 	memory     *membudget.Budget
 	forward    *door.Forwarding
 	discoverer door.Discoverer
+	conns      *door.Conns
+	idle       time.Duration
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -218,7 +221,8 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward, Discoverer: o.discoverer}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward, Discoverer: o.discoverer, Conns: o.conns},
+		Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport, IdleTimeout: o.idle})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +233,8 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.srv.Shutdown(ctx)
 	})
-	r.cc, err = grpc.NewClient(pl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	r.addr = pl.Addr().String()
+	r.cc, err = grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,34 +539,6 @@ func TestPassThrough(t *testing.T) {
 	}
 	if resp, err := r.client.ModelInfer(ctx, shm); err != nil || resp.Id != "from-triton" {
 		t.Errorf("shared-memory input: got %v, %v; want Triton's answer", resp, err)
-	}
-}
-
-func TestModelName(t *testing.T) {
-	enc := func(m *pb.ModelInferRequest) []byte { b, _ := proto.Marshal(m); return b }
-	twice := append(enc(&pb.ModelInferRequest{ModelName: "first", Id: "x"}), enc(&pb.ModelInferRequest{ModelName: "last"})...)
-	for _, tt := range []struct {
-		name    string
-		b       []byte
-		want    string
-		wantErr bool
-	}{
-		{"after big inputs", enc(&pb.ModelInferRequest{RawInputContents: [][]byte{make([]byte, 1<<16)}, ModelName: "simple", Id: "7"}), "simple", false},
-		{"last occurrence wins", twice, "last", false},
-		{"none", enc(&pb.ModelInferRequest{Id: "7"}), "", false},
-		{"truncated", enc(&pb.ModelInferRequest{ModelName: "simple"})[:4], "", true},
-		{"bad tag", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "", true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := modelName(tt.b)
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("modelName = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
-			}
-			var m pb.ModelInferRequest
-			if err == nil && (proto.Unmarshal(tt.b, &m) != nil || m.ModelName != got) {
-				t.Fatalf("proto reads model_name %q where modelName read %q", m.ModelName, got)
-			}
-		})
 	}
 }
 

@@ -250,6 +250,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"too many inputs", []byte(`{"inputs":[` + strings.Repeat(`{"name":"x","datatype":"INT8","shape":[1],"data":[1]},`, 1024) + `{"name":"y","datatype":"INT8","shape":[1],"data":[1]}]}`), -1, `more than 1024 inputs`},
 		{"too many requested outputs", []byte(`{"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[1]}],"outputs":[` + strings.Repeat(`{"name":"o"},`, 1024) + `{"name":"p"}]}`), -1, `more than 1024 requested outputs`},
 		{"too many dims", in(`"datatype":"INT8","shape":[` + strings.Repeat("1,", 40) + `1],"data":[1]`), -1, `more than 32 dimensions`},
+		{"too many request parameters", []byte(`{"parameters":{` + strings.Repeat(`"p":1,`, 1024) + `"q":1},"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[1]}]}`), -1, `more than 1024 parameters`},
+		{"too many tensor parameters", in(`"datatype":"INT8","shape":[1],"data":[1],"parameters":{` + strings.Repeat(`"p":1,`, 1024) + `"q":1}`), -1, `more than 1024 parameters`},
 		{"int out of range", in(`"datatype":"UINT8","shape":[2],"data":[1,256]`), -1, `input "INPUT0": data element 1: 256 is out of range for UINT8`},
 		{"negative unsigned", in(`"datatype":"UINT32","shape":[1],"data":[-1]`), -1, `-1 is out of range for UINT32`},
 		{"int8 underflow", in(`"datatype":"INT8","shape":[1],"data":[-129]`), -1, `-129 is out of range for INT8`},

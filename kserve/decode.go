@@ -309,8 +309,8 @@ func (d *decoder) tensors(kind string, dst []Tensor) ([]Tensor, error) {
 		if !ok {
 			return dst, nil
 		}
-		if i == maxTensors {
-			return nil, badRequest("more than %d %ss", maxTensors, kind)
+		if i == MaxTensors {
+			return nil, badRequest("more than %d %ss", MaxTensors, kind)
 		}
 		t, err := d.tensor(kind, i)
 		if err != nil {
@@ -550,8 +550,8 @@ func (s *scanner) shape() ([]int64, error) {
 		if !ok {
 			return s.dims[start:len(s.dims):len(s.dims)], nil
 		}
-		if len(s.dims)-start == maxDims {
-			return nil, fmt.Errorf("more than %d dimensions", maxDims)
+		if len(s.dims)-start == MaxDims {
+			return nil, fmt.Errorf("more than %d dimensions", MaxDims)
 		}
 		text, isInt, err := s.number()
 		if err != nil {
@@ -599,7 +599,7 @@ func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
 	var p Parameters
 	var flag Parameters // the object's only member so far, a shared flag
 	first := true
-	for {
+	for i := 0; ; i++ {
 		key, ok, err := s.nextMember(&first)
 		if err != nil {
 			return nil, err
@@ -609,6 +609,9 @@ func (s *scanner) parameters(f *tensorFields) (Parameters, error) {
 				return flag, nil
 			}
 			return p, nil
+		}
+		if i == MaxParameters {
+			return nil, fmt.Errorf("more than %d parameters", MaxParameters)
 		}
 		if f != nil && string(key) == ParamBinaryDataSize {
 			text, isInt, err := s.number()
@@ -751,8 +754,8 @@ func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
 		if !ok {
 			return outs, nil
 		}
-		if i == maxTensors {
-			return nil, badRequest("more than %d requested outputs", maxTensors)
+		if i == MaxTensors {
+			return nil, badRequest("more than %d requested outputs", MaxTensors)
 		}
 		var o RequestedOutput
 		what := func() string {

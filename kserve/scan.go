@@ -12,13 +12,22 @@ import (
 // (tensor data one level per dimension).
 const maxDepth = 64
 
-// maxDims bounds the rank of a shape. No model comes near it.
-const maxDims = 32
-
-// maxTensors bounds the inputs, outputs or requested outputs of one body.
-// Each tensor costs a few hundred bytes of bookkeeping whatever its size,
-// so without a bound a body of many tiny tensors costs many times its size.
-const maxTensors = 1024
+// The bounds of one request, the same at both doors (the HTTP codecs
+// here, the gRPC door's through kserve/grpcwire): a request past one is
+// refused with 400 (INVALID_ARGUMENT) before it is decoded further.
+const (
+	// MaxDims bounds the rank of a shape. No model comes near it.
+	MaxDims = 32
+	// MaxTensors bounds the inputs, outputs or requested outputs of one
+	// request. Each tensor costs a few hundred bytes of bookkeeping
+	// whatever its size, so without a bound a request of many tiny
+	// tensors costs many times its size.
+	MaxTensors = 1024
+	// MaxParameters bounds the members of one parameters object (the
+	// request's, or one tensor's), for the same reason: each is a map
+	// entry and a value.
+	MaxParameters = 1024
+)
 
 // scanner is a hand-written JSON tokenizer over one buffer. It hands out
 // slices of the buffer instead of building values, so decoding a request

@@ -13,6 +13,31 @@ import (
 	"github.com/ratebatch/ratebatch/tracing"
 )
 
+// inferPath serves a request on an inference path, whose model and
+// version are the path's segments as sent, undecoded, as Triton reads
+// them: the version digits only (door.PathVersion), the model a name a
+// model can have (door.CheckModel), both checked before the model is
+// looked up, so that a call reaches no queue and no upstream path but
+// those of the model it names; anything else gets Triton's answer.
+func (s *Server) inferPath(ctx *fasthttp.RequestCtx, model, rawVersion string) {
+	var err error
+	version := ""
+	switch {
+	case rawVersion != "" && !door.PathVersion(rawVersion):
+		err = door.NoRoute
+	case !door.CheckModel(model):
+		err = door.NoModel(model)
+	default:
+		version, err = door.Version(rawVersion)
+	}
+	if err != nil {
+		s.fail(ctx, "", err)
+		closeUnread(ctx) // its body is not read
+		return
+	}
+	s.infer(ctx, model, version)
+}
+
 // infer serves an inference request of a model by the doors' call path
 // (door.Door): admitted (its memory, its turn in the lane, its buffer),
 // its call queued for a batch, its answer written; a model the proxy does

@@ -47,7 +47,6 @@ func newUpstreamClient(up *url.URL, idle time.Duration) *fasthttp.HostClient {
 	hc.MaxConns = 1 << 16
 	hc.StreamResponseBody = true
 	hc.MaxResponseBodySize = respBodyInMemory
-	hc.DisablePathNormalizing = true // the path goes upstream as the client wrote it
 	hc.RetryIfErr = retryStale
 	hc.ConnPoolStrategy = fasthttp.LIFO // the warmest connection first
 	return hc

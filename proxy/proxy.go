@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unique"
+	"unsafe"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/valyala/fasthttp"
@@ -261,11 +262,7 @@ func (s *Server) batched(h *fasthttp.RequestHeader) bool {
 	if s.routes.Find(rc, http.MethodPost, path) == "" {
 		return false
 	}
-	model, err := url.PathUnescape(rc.URLParam("model"))
-	if err != nil {
-		return false
-	}
-	_, ok := s.door.Batcher.Model(model)
+	_, ok := s.door.Batcher.Model(rc.URLParam("model")) // undecoded, as inferPath reads it
 	return ok
 }
 
@@ -281,9 +278,10 @@ func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
-// Serve serves the data port on ln until Shutdown.
+// Serve serves the data port on ln until Shutdown; its connections are
+// counted against the doors' bounds (door.Conns).
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(linger.NewListener(rawconn.Listener{Listener: ln}, linger.Options{}))
+	return s.srv.Serve(linger.NewListener(s.door.Conns.Listener(rawconn.Listener{Listener: ln}), linger.Options{}))
 }
 
 // closeUnread closes the connection after the answer to a request whose
@@ -320,7 +318,7 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// back when the handler ends.
 		defer s.res.drop(&ctx.Request.Header)
 	}
-	if s.refuseDeclaredTooLarge(ctx) {
+	if s.connRefused(ctx) || s.restricted(ctx) || s.refuseDeclaredTooLarge(ctx) {
 		return
 	}
 	if n := ctx.Request.Header.Peek(declaredOverBudget); len(n) > 0 {
@@ -341,16 +339,12 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// paths, and the model name is cut out of it as a string anyway.
 		path := unique.Make(string(ctx.URI().PathOriginal())).Value()
 		if s.routes.Find(rc, http.MethodPost, path) != "" {
-			model, errM := url.PathUnescape(rc.URLParam("model"))
-			version, errV := url.PathUnescape(rc.URLParam("version"))
+			model, version := rc.URLParam("model"), rc.URLParam("version")
 			routeContexts.Put(rc)
-			if errM == nil && errV == nil {
-				s.infer(ctx, model, version)
-				return
-			}
-		} else {
-			routeContexts.Put(rc)
+			s.inferPath(ctx, model, version)
+			return
 		}
+		routeContexts.Put(rc)
 	}
 	if s.door.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
 		return
@@ -378,6 +372,40 @@ func repositoryChange(ctx *fasthttp.RequestCtx) (model string, ok bool) {
 	}
 	model, err := url.PathUnescape(name)
 	return model, err == nil && model != ""
+}
+
+// connRefused answers a request on a connection past the doors' bounds
+// (door.Conns): 503 with Retry-After, and the connection closes. It
+// reports whether it answered.
+func (s *Server) connRefused(ctx *fasthttp.RequestCtx) bool {
+	r := door.ConnRefused(ctx.RemoteAddr(), time.Second)
+	if r == nil {
+		return false
+	}
+	s.door.Refused(r.Reason)
+	s.fail(ctx, "", r)
+	closeUnread(ctx)
+	return true
+}
+
+// restricted answers a request whose route the operator closed to
+// clients, or opened only to a header it lacks (restricted_api,
+// door.Access), as Triton answers a restricted API: 403, before anything
+// else is done with it. It reports whether it answered.
+func (s *Server) restricted(ctx *fasthttp.RequestCtx) bool {
+	if !s.door.Access.Active() {
+		return false
+	}
+	p := ctx.URI().PathOriginal()
+	// The path is only read while the request is: no copy of it.
+	err := s.door.Access.HTTP(unsafe.String(unsafe.SliceData(p), len(p)), ctx.Request.Header.Peek)
+	if err == nil {
+		return false
+	}
+	s.door.Refused("restricted")
+	s.fail(ctx, "", err)
+	closeUnread(ctx)
+	return true
 }
 
 // putLoadReport sets the endpoint-load-metrics header of the answer.

@@ -41,14 +41,15 @@ func (p *Server) current() *configState { return p.reload.state.Load() }
 // liveOption reports whether a reload applies the option at path (as
 // config.Changed names it) without a restart: what the registry and the
 // monitors own (policies, their options, budgets, queue and batch limits,
-// per-model overrides) and the log level. What the listeners, the
+// per-model overrides), the log level and the routes open to clients
+// (restricted_api). What the listeners, the
 // upstream clients and the doors were built with waits for a restart.
 func liveOption(path string) bool {
 	switch {
 	case path == "policy.window":
 		return false // the monitors' window is their clock
 	case strings.HasPrefix(path, "policy."), strings.HasPrefix(path, "models."),
-		path == "limits.queue_rows", path == "log.level":
+		path == "limits.queue_rows", path == "log.level", path == "restricted_api":
 		return true
 	}
 	return false
@@ -88,6 +89,9 @@ func (p *Server) Reload(ctx context.Context) error {
 	}
 	if h, ok := p.log.Handler().(leveled); ok {
 		h.level.Set(parseLevel(next.Log.Level))
+	}
+	if rules, err := next.RestrictedAPI.Rules(); err == nil { // validated by Load
+		p.access.Set(rules)
 	}
 	// Every model takes the new configuration, changed or not: a budget
 	// set at run time (PUT /policy) gives way to the file's.

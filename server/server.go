@@ -115,6 +115,9 @@ type Server struct {
 	energyFit *energyfit.Fitter
 	// memory is the budget of requests and answers (limits.memory).
 	memory *membudget.Budget
+	// access is which of Triton's routes the doors open to clients
+	// (restricted_api); a reload replaces its rules.
+	access door.Access
 	// load is the ORCA report; agentLn answers HAProxy's agent checks
 	// from it (nil without orca.haproxy_agent_listen).
 	load    *orca.Reporter
@@ -232,7 +235,14 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(load.Collector())
 	// Both doors share one backend: callers of either share batches, the
 	// memory budget and the metrics.
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front, Forward: forward}
+	rules, err := cfg.RestrictedAPI.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("restricted_api: %w", err)
+	}
+	p.access.Set(rules)
+	conns := &door.Conns{Max: cfg.Limits.MaxConnections, PerClient: cfg.Limits.MaxConnsPerClient}
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front,
+		Forward: forward, Access: &p.access, Conns: conns}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:          cfg.Limits.RetryAfter,
@@ -257,6 +267,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		p.grpcUp = cc
 		p.grpc = grpcproxy.New(grpcproxy.Options{
 			Backend: back, Upstream: cc, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+			MaxConcurrentStreams: uint32(cfg.Limits.GRPCMaxStreams), IdleTimeout: cfg.Limits.IdleTimeout,
 			Ready: mr.Ready, Logger: log, LoadReport: load,
 			TLS: p.doorTLS.serverConfig("h2"),
 		})
@@ -491,3 +502,7 @@ func (p *Server) Models() *registry.Models { return p.models }
 
 // Gatherer is the server's Prometheus registry, what /metrics serves.
 func (p *Server) Gatherer() prometheus.Gatherer { return p.reg }
+
+// MemoryBudget is the budget both doors admit requests against
+// (limits.memory).
+func (p *Server) MemoryBudget() *membudget.Budget { return p.memory }

@@ -1,7 +1,7 @@
 package server_test
 
 // The soak: every kind of client at once (HTTP JSON and binary, gRPC, large
-// bodies, a closed loop) for minutes, while the upstream is killed and
+// bodies, a closed loop, a hostile gRPC client) for minutes, while the upstream is killed and
 // restarted, made to answer 500, made to hang, and the policy is switched,
 // in a cycle of fault windows. Every accepted request must be answered
 // exactly once, errors may come only inside a fault window, nothing may
@@ -27,8 +27,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/kserve"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
+	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
@@ -293,6 +300,81 @@ func (c *closedLoop) run(ctx context.Context, t *testing.T, url string, t0 time.
 // largeInputs is the emulator's image model: 588 KiB a row.
 var largeInputs = []kserve.TensorMetadata{{Name: "INPUT__0", Datatype: "FP32", Shape: []int64{-1, 3, 224, 224}}}
 
+// grpcHostile is a gRPC client the soak runs beside the others: every
+// 250 ms a ModelInfer call of 40,000 one-byte inputs and one of 1,025
+// parameters (past the bounds both doors keep: refused INVALID_ARGUMENT
+// before they are decoded, whatever the upstream is doing), and 32
+// relayed streams opened and ended (each holds what it costs at the door
+// while open). What it holds must come back: the footprint stays flat.
+type grpcHostile struct {
+	calls, streams int
+	codes          map[string]int // by call or stream, code and message
+}
+
+func (h *grpcHostile) run(ctx context.Context, t *testing.T, addr string) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcwire.Codec{})))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer cc.Close()
+	inputs := &pb.ModelInferRequest{ModelName: "simple"}
+	for i := range 40000 {
+		inputs.Inputs = append(inputs.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: fmt.Sprint("x", i), Datatype: "INT8", Shape: []int64{1, 1}})
+		inputs.RawInputContents = append(inputs.RawInputContents, []byte{1})
+	}
+	params := &pb.ModelInferRequest{ModelName: "simple", Inputs: inputs.Inputs[:1], RawInputContents: inputs.RawInputContents[:1],
+		Parameters: map[string]*pb.InferParameter{}}
+	for i := range 1025 {
+		params.Parameters[fmt.Sprint("p", i)] = &pb.InferParameter{}
+	}
+	var msgs [][]byte
+	for _, m := range []*pb.ModelInferRequest{inputs, params} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		msgs = append(msgs, b)
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, b := range msgs {
+			err := cc.Invoke(context.Background(), "/inference.GRPCInferenceService/ModelInfer", &grpcwire.Frame{B: b}, &grpcwire.Frame{})
+			st := status.Convert(err)
+			h.calls++
+			h.codes["call "+st.Code().String()+" "+st.Message()]++
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range 32 {
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				st, err := cc.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/inference.GRPCInferenceService/ModelStreamInfer")
+				if err == nil {
+					err = st.SendMsg(&grpcwire.Frame{B: make([]byte, 4<<10)})
+				}
+				if err == nil || err == io.EOF { // EOF: ended by the server, whose status RecvMsg reads
+					err = st.RecvMsg(&grpcwire.Frame{}) // the emulator has no ModelStreamInfer: UNIMPLEMENTED
+				}
+				mu.Lock()
+				h.streams++
+				h.codes["stream "+status.Code(err).String()]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+}
+
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak")
@@ -368,6 +450,8 @@ func TestSoak(t *testing.T) {
 		Binary: true, Inputs: largeInputs, Payloads: 2, MaxInFlight: 8})
 	loop := &closedLoop{statuses: map[int]int64{}}
 	wg.Go(func() { loop.run(ctx, t, lt.Base+"/v2/models/simple/infer", t0, 10*time.Millisecond) })
+	hostile := &grpcHostile{codes: map[string]int{}}
+	wg.Go(func() { hostile.run(ctx, t, grpcAddr) })
 
 	// The fault cycle.
 	policies := []string{"adhoc", "budget"}
@@ -473,6 +557,18 @@ cycles:
 	c.sent += loop.sent.Load()
 	c.ok += loop.ok.Load()
 	c.errs += loop.sent.Load() - loop.ok.Load()
+	// The hostile calls name model simple: each an error the proxy writes.
+	c.sent += int64(hostile.calls)
+	c.errs += int64(hostile.calls)
+	t.Logf("hostile gRPC client: %d calls past the bounds, %d streams: %v", hostile.calls, hostile.streams, hostile.codes)
+	for k, n := range hostile.codes {
+		if k != "call InvalidArgument more than 1024 inputs" && k != "call InvalidArgument more than 1024 parameters" && !strings.HasPrefix(k, "stream ") {
+			t.Errorf("hostile gRPC client: %d calls ended %s", n, k)
+		}
+	}
+	if hostile.calls == 0 || hostile.streams == 0 {
+		t.Errorf("the hostile gRPC client sent nothing")
+	}
 	for _, r := range loop.errs {
 		if w := faultWindow(r.Start, r.Start+r.Latency); w != "" {
 			byWindow[w]++

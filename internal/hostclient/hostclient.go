@@ -1,6 +1,7 @@
 // Package hostclient builds the fasthttp client to one upstream URL, the
 // part the batching dispatcher and the pass-through proxy share: where to
-// dial, whether and how to speak TLS, and how long idle connections live.
+// dial, whether and how to speak TLS, how long idle connections live, and
+// that a request's path is sent as built, never normalised.
 // Each caller then sets what differs (connection limit, timeouts, retries,
 // streaming).
 package hostclient
@@ -29,6 +30,12 @@ func New(u *url.URL) *fasthttp.HostClient {
 		IsTLS:                    u.Scheme == "https",
 		MaxIdleConnDuration:      90 * time.Second,
 		NoDefaultUserAgentHeader: true,
+		// The path goes upstream exactly as the caller built it: fasthttp
+		// would otherwise decode it and resolve its dot segments, so that
+		// an escaped slash or a ".." in a model name or version reached
+		// another path than the one built (and the call counted against
+		// a model it never reached).
+		DisablePathNormalizing: true,
 		// fasthttp's own dialer (its DNS cache, its timeout) with raw
 		// reads and writes on the connection (package rawconn says why),
 		// each connection watched for answers that break off or overrun

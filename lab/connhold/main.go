@@ -26,6 +26,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratebatch/ratebatch/lab/procmem"
 )
 
 func main() {
@@ -237,19 +239,4 @@ func roundTrip(ctx context.Context, c net.Conn, req []byte) error {
 }
 
 // rss reads VmRSS of a process in KiB.
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("reading the server's memory: %w", err)
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) < 1 {
-				break
-			}
-			return strconv.ParseInt(f[0], 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
+func rss(pid int) (int64, error) { return procmem.KiB(pid, "VmRSS") }
