@@ -16,8 +16,19 @@ func newBudget(t *testing.T, b string) *Budget {
 	return newBudgetWith(t, BudgetOptions{LatencyBudget: b, TailBudget: "off"})
 }
 
-// newBudgetWith is the budget policy with options o, its solves free.
+// newBudgetWith is the budget policy with options o, its solves free,
+// holding from its first plan (no learning phase: the tests of the plans
+// and the trims; learningBudget has it).
 func newBudgetWith(t *testing.T, o BudgetOptions) *Budget {
+	t.Helper()
+	p := learningBudget(t, o)
+	p.NoLearn = true
+	return p
+}
+
+// learningBudget is the budget policy as serve builds it from options o
+// (its solves free): holds earned (budgetphase.go).
+func learningBudget(t *testing.T, o BudgetOptions) *Budget {
 	t.Helper()
 	o.SolveFree = true
 	p, err := New(NameBudget, Options{Budget: o})
@@ -238,10 +249,7 @@ func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
 // The SLA guard sends a partial batch once the deadline comes close, even
 // where the budget rule would wait.
 func TestBudgetSLAGuard(t *testing.T) {
-	p, err := New(NameBudget, Options{Budget: BudgetOptions{LatencyBudget: "2x", DeadlineOptions: DeadlineOptions{SLA: 5 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newBudgetWith(t, BudgetOptions{LatencyBudget: "2x", DeadlineOptions: DeadlineOptions{SLA: 5 * time.Millisecond}})
 	e := energyEstimate(2000)
 	r := p.Plan(e)
 	if !strings.Contains(r.Status().Note, "SLA guard") {
@@ -482,7 +490,7 @@ func TestBudgetHoldsTheGuard(t *testing.T) {
 	}
 	e.Arrivals = int(rate)
 	for i := range guardHoldPlans {
-		if note := p.Plan(e).Status().Note; !strings.Contains(note, "reached the near-overload line") || p.Solves() != 0 {
+		if note := p.Plan(e).Status().Note; !strings.Contains(note, "reached the capacity line") || p.Solves() != 0 {
 			t.Fatalf("plan %d after the guard: %q (%d solves), want work-conserving", i+1, note, p.Solves())
 		}
 	}

@@ -338,6 +338,29 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	return t.eff != before
 }
 
+// cut steps the effective budget down when the holds stop on the calls'
+// evidence (budgetphase.go), as a measurement over the aim would step:
+// by the ratio of the aimed slack to the one lived (at most to a
+// quarter), or for an absolute budget by the damped square root; never
+// below the grid's last step, and the measurement starts afresh.
+func (t *trim) cut(user smdp.Budget) {
+	ratio := t.liveMs / t.refMs
+	t.liveMs, t.refMs, t.calls, t.wins = 0, 0, 0, 0
+	t.liveSq, t.refSq, t.crossSq = 0, 0, 0
+	if !(ratio > 0) {
+		return
+	}
+	if user.Relative() {
+		if want, lived := trimAim*(user.Factor-1), ratio-1; lived > want && t.eff > 0 {
+			t.eff = max(quantize(t.eff*clamp(want/lived, 0.25, 1)), trimStep)
+		}
+		return
+	}
+	if ratio > trimAimAbs {
+		t.eff = quantize(clamp(t.eff*math.Sqrt(clamp(trimAimAbs/ratio, 0.25, 1)), trimFloor, 1))
+	}
+}
+
 // ratioSE is the standard error of the lived ratio (the slices' sums of
 // live over reference latency) as their spread from slice to slice shows
 // it (the delta method's variance of a ratio of sums), with the
