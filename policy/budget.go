@@ -105,11 +105,11 @@ type Budget struct {
 	tt                  tailTrim
 	ph                  phases
 	shown               atomic.Pointer[shownPhase]
-	finite  map[finiteKey]*planCache // closed loops, by budget and population
-	meter   solveMeter
-	kept    Rule // the last planned rule, kept while no decision could wait
-	trim    trim
-	solves  int
+	finite              map[finiteKey]*planCache // closed loops, by budget and population
+	meter               solveMeter
+	kept                Rule // the last planned rule, kept while no decision could wait
+	trim                trim
+	solves              int
 	// capacity follows the log of the throughput of full batches as the
 	// plans read it, so its spread from window to window counts in the
 	// margin kept from overload (nearOverload).
