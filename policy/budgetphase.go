@@ -299,7 +299,7 @@ func (p *Budget) holdingNote() string {
 	case p.Tail > 0 && p.SLOP99 <= 0:
 		s = fmt.Sprintf("holding: p99 lived %.3gx live ad-hoc's (bound %gx)", lived*p.Tail, p.Tail)
 	case p.SLOP99 > 0 && p.Tail <= 0:
-		s = fmt.Sprintf("holding: p99 lived %.3g ms (slo_p99 %v)", lived*float64(p.SLOP99)/float64(time.Millisecond), p.SLOP99)
+		s = fmt.Sprintf("holding: p99 lived %.3g ms inside the proxy (slo_p99 %v)", lived*float64(p.SLOP99)/float64(time.Millisecond), p.SLOP99)
 	default:
 		s = fmt.Sprintf("holding: p99 lived %.3g of its bound", lived)
 	}

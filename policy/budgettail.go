@@ -289,6 +289,10 @@ func (p *Budget) solveSLO(m smdp.Model, busyTime bool) Rule {
 	note := fmt.Sprintf("p99 at most %v at %.4g req/s (rho %.3f): control limits %d/%d mixed %.3f, hold bound %v, %.2f%% of ad-hoc's energy per request saved",
 		p.SLOP99, 1000*m.LambdaPerMs, m.Rho(), r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait.Round(10*time.Microsecond), 100*r.tail.saving())
 	note += r.tail.note() + spreadNote(m)
+	if g := p.tailGapMs(r.tail.adhoc.P99Ms); g > 0 {
+		note += fmt.Sprintf("; %.3g ms of it kept for the model's measured shortfall at ad-hoc's p99", g)
+	}
+	note += "; slo_p99 bounds the p99 inside the proxy (arrival to answer written): a client's adds its own exchange"
 	if busyTime {
 		note += "; no energy meter: energy taken proportional to GPU busy time"
 	}

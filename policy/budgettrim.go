@@ -30,7 +30,7 @@ import (
 // saturation its ad-hoc prediction moves by a fifth with it. A tenth of
 // the time the policy runs ad-hoc (work-conserving, as the adhoc policy):
 // trimAdhoc of every trimPeriod plans (the monitor plans every slice of its
-// window, 100 ms by default). The calls they serve give the model's ad-hoc
+// window, 250 ms by default). The calls they serve give the model's ad-hoc
 // prediction a live calibration, live over predicted at the rate of the
 // slice, averaged over those slices by their calls. A budget slice's
 // reference is its plan's ad-hoc prediction times that calibration: the
@@ -85,7 +85,7 @@ const (
 	// slack.
 	trimAim    = 0.8
 	trimAimAbs = 0.98
-	// trimPeriod plans (slices of the monitor's window, 100 ms by default)
+	// trimPeriod plans (slices of the monitor's window, 250 ms by default)
 	// end with trimAdhoc of ad-hoc (relative budgets):
 	// the first of them and the first budget plan after them settle the
 	// queue from the other rule and are not counted.
@@ -297,7 +297,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 			g = clamp(want/lived, 0.25, 1)
 		case lived > 0:
 			// Under it: grow by the square root, damped, so that a mean
-			// read low by chance does not overspend the next 3 s.
+			// read low by chance does not overspend the next measurement.
 			g = math.Sqrt(min(want/lived, 1.5))
 		}
 		eff := t.eff * g
