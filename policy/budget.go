@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -385,9 +384,12 @@ func (p *Budget) plan(e Estimate) Rule {
 	}
 	holding := ""
 	if !p.NoLearn {
-		holding = "; " + p.holdingNote()
+		why := p.holdingNote()
+		p.show(PhaseHolding, why)
+		holding = "; holding: " + why
+	} else {
+		p.show(PhaseHolding, "the plan alone (no learning phase)")
 	}
-	p.show(PhaseHolding, strings.TrimPrefix(holding, "; "))
 	if p.NoTrim {
 		return p.untrimmed(bp.withTrim(p.tailTrimNote()+holding), e)
 	}

@@ -287,21 +287,21 @@ func (p *Budget) adhocSlice(e Estimate, note string) Rule {
 }
 
 // holdingNote says how the holds live against their bounds, for /status
-// and the rule's note.
+// (the reason of the holding phase) and the rule's note.
 func (p *Budget) holdingNote() string {
 	n, k := p.tailCounts()
 	if n == 0 {
-		return "holding: the first calls under the plan are being measured"
+		return "the first calls under the plan are being measured"
 	}
 	lived := p.tt.budget.QuantileMs(0.99)
 	var s string
 	switch {
 	case p.Tail > 0 && p.SLOP99 <= 0:
-		s = fmt.Sprintf("holding: p99 lived %.3gx live ad-hoc's (bound %gx)", lived*p.Tail, p.Tail)
+		s = fmt.Sprintf("p99 lived %.3gx live ad-hoc's (bound %gx)", lived*p.Tail, p.Tail)
 	case p.SLOP99 > 0 && p.Tail <= 0:
-		s = fmt.Sprintf("holding: p99 lived %.3g ms inside the proxy (slo_p99 %v)", lived*float64(p.SLOP99)/float64(time.Millisecond), p.SLOP99)
+		s = fmt.Sprintf("p99 lived %.3g ms inside the proxy (slo_p99 %v)", lived*float64(p.SLOP99)/float64(time.Millisecond), p.SLOP99)
 	default:
-		s = fmt.Sprintf("holding: p99 lived %.3g of its bound", lived)
+		s = fmt.Sprintf("p99 lived %.3g of its bound", lived)
 	}
 	up := binomUpper(n, k, 1-phaseConfidence)
 	if up <= 0.01 {
