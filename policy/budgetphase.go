@@ -24,7 +24,8 @@ import (
 //     (calibMinSlices slices): ad-hoc's live mean and p99 against the
 //     model's, the reference both bounds are held to.
 //   - holding: the plan, first at holdStartShare of the user's slack
-//     (mean and p99), the trims growing it as the calls show room. Each
+//     (the mean's, and the p99's over ad-hoc's when no SLO is set), the
+//     trims growing it as the calls show room. Each
 //     slice the calls' p99 is tested against the live bound: when more
 //     than 1% of the calls since the tail trim last stepped lived over
 //     it, at significance phaseStopAlpha (exact binomial), or the calls'
@@ -220,7 +221,10 @@ func (p *Budget) startHolding() {
 		return
 	}
 	p.ph.started = true
-	if p.Tail > 0 && p.tailScaleNow() > holdStartShare {
+	if p.Tail > 0 && p.SLOP99 <= 0 && p.tailScaleNow() > holdStartShare {
+		// The scale of a relative bound is of its slack over ad-hoc's
+		// p99; an SLO's would be of the SLO itself, which the shortfall
+		// the learning measured already cuts (tailGapMs).
 		p.setTailScale(holdStartShare)
 	}
 	if !p.NoTrim && p.Budget.Relative() {
@@ -290,7 +294,10 @@ func (p *Budget) adhocSlice(e Estimate, note string) Rule {
 // (the reason of the holding phase) and the rule's note.
 func (p *Budget) holdingNote() string {
 	n, k := p.tailCounts()
-	if n == 0 {
+	switch {
+	case !(p.tt.ref > 0):
+		return "the plan's mean held by the live trim (no tail model for this plan)"
+	case n == 0:
 		return "the first calls under the plan are being measured"
 	}
 	lived := p.tt.budget.QuantileMs(0.99)
