@@ -326,10 +326,7 @@ func TestBinomial(t *testing.T) {
 }
 
 func TestHistMergeScaled(t *testing.T) {
-	var h Hist
-	for i := 1; i <= 1000; i++ {
-		h.Add(HistBucket(time.Duration(i)*time.Millisecond/100), 1) // 0.01 .. 10 ms
-	}
+	h := uniformHist()
 	for _, f := range []float64{0.5, 2, 3.7} {
 		var s Hist
 		s.MergeScaled(&h, f)
