@@ -341,7 +341,9 @@ func (p *Budget) plan(e Estimate) Rule {
 		}
 		return p.rule(b, grid, m, busyTime)
 	}
-	userRule := pickFor(p.Budget)
+	// The plan for the user's bounds as set, whatever the tail trim's
+	// scale: its saving decides whether to depart from ad-hoc at all.
+	userRule := p.atUserScale(func() Rule { return pickFor(p.Budget) })
 	// The model's ad-hoc p99 at this rate: the unit the next slice's calls
 	// are counted in by the tail trim (observeTail).
 	p.tt.ref = adhocP99(userRule)
@@ -371,10 +373,13 @@ func (p *Budget) plan(e Estimate) Rule {
 			return r
 		}
 	}
-	// The plan at the budget the trim gives: the user's plan above when
-	// the trim is off or sits at the user's budget.
+	// The plan at the budget and the scale of the p99 bound the trims
+	// give: the user's plan above when they sit at the user's.
 	rule := userRule
-	if b := p.trim.budget(p.Budget); !p.NoTrim && b != p.Budget {
+	if b := p.trim.budget(p.Budget); (!p.NoTrim && b != p.Budget) || p.tailScaleNow() != 1 {
+		if p.NoTrim {
+			b = p.Budget
+		}
 		rule = pickFor(b)
 	}
 	bp, ok := rule.(budgetPlan)
@@ -409,6 +414,22 @@ func (p *Budget) plan(e Estimate) Rule {
 	}
 	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)+p.tailTrimNote()+holding), e)
 	return p.kept
+}
+
+// atUserScale runs plan with the p99 bound at the user's (the tail
+// trim's scale 1, its own plan cache), and the trim's scale back after.
+func (p *Budget) atUserScale(plan func() Rule) Rule {
+	s := p.tt.scale
+	if s == 0 || s == 1 {
+		return plan()
+	}
+	p.tt.scale = 1
+	p.useTailKey()
+	defer func() {
+		p.tt.scale = s
+		p.useTailKey()
+	}()
+	return plan()
 }
 
 // adhocP99 is the model's ad-hoc p99 a planned rule's tail model
