@@ -281,8 +281,12 @@ func (p *Budget) keptBounds() { p.ph.stops = 0 }
 
 // adhocSlice is the ad-hoc rule of the learning and stopped phases: its
 // calls are counted as ad-hoc's by both trims (the first after another
-// rule settles the queue and is not).
+// rule settles the queue and is not), and no measurement of the holds
+// runs meanwhile.
 func (p *Budget) adhocSlice(e Estimate, note string) Rule {
+	if p.ph.state != stateHolding {
+		p.trim.restart()
+	}
 	p.trim.last = sliceSettle
 	if p.tt.last == sliceAdhoc {
 		p.trim.last = sliceAdhoc

@@ -223,9 +223,14 @@ func TestBudgetStopsOnTheEvidence(t *testing.T) {
 			if tc.meanX == 1 && !(r.p.tailScaleNow() < scale) {
 				t.Errorf("tail scale %v after the stop, %v before: want it cut", r.p.tailScaleNow(), scale)
 			}
-			// Ad-hoc for stopWaitSlices slices, then the plan again.
+			// Ad-hoc for stopWaitSlices slices, then the plan again; the
+			// ad-hoc slices do not grow the mean's slack back meanwhile.
+			eff := r.p.trim.eff
 			r.over, r.meanX = 0, 1
 			r.slices(stopWaitSlices)
+			if r.p.trim.eff > eff {
+				t.Errorf("the mean's slack grew from %v to %v while stopped", eff, r.p.trim.eff)
+			}
 			for _, p := range r.phases[len(r.phases)-stopWaitSlices:] {
 				if p != PhaseAdhoc {
 					t.Fatalf("phases after the stop %v, want adhoc for %d slices", r.phases[len(r.phases)-stopWaitSlices:], stopWaitSlices)

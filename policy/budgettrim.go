@@ -345,8 +345,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 // below the grid's last step, and the measurement starts afresh.
 func (t *trim) cut(user smdp.Budget) {
 	ratio := t.liveMs / t.refMs
-	t.liveMs, t.refMs, t.calls, t.wins = 0, 0, 0, 0
-	t.liveSq, t.refSq, t.crossSq = 0, 0, 0
+	t.restart()
 	if !(ratio > 0) {
 		return
 	}
@@ -359,6 +358,14 @@ func (t *trim) cut(user smdp.Budget) {
 	if ratio > trimAimAbs {
 		t.eff = quantize(clamp(t.eff*math.Sqrt(clamp(trimAimAbs/ratio, 0.25, 1)), trimFloor, 1))
 	}
+}
+
+// restart drops the measurement under way: the holds' calls are measured
+// from the next slice on (the budget's phases run ad-hoc meanwhile, and a
+// measurement of ad-hoc's calls alone would step the budget up).
+func (t *trim) restart() {
+	t.liveMs, t.refMs, t.calls, t.wins = 0, 0, 0, 0
+	t.liveSq, t.refSq, t.crossSq = 0, 0, 0
 }
 
 // ratioSE is the standard error of the lived ratio (the slices' sums of
