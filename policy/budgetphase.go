@@ -318,7 +318,7 @@ func (p *Budget) holdingNote() string {
 	if up <= 0.01 {
 		return s + fmt.Sprintf(": %s of %s calls over the bound, under 1%% at %.0f%% confidence", thousands(k), thousands(n), 100*phaseConfidence)
 	}
-	return s + fmt.Sprintf(": %s of %s calls over the bound, on trial (under %.1f%% at %.0f%% confidence)", thousands(k), thousands(n), 100*up, 100*phaseConfidence)
+	return s + fmt.Sprintf(": %s of %s calls over the bound, on trial (under %.3g%% at %.0f%% confidence)", thousands(k), thousands(n), 100*up, 100*phaseConfidence)
 }
 
 // tailCounts are the calls the tail trim measured since it last stepped
