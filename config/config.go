@@ -14,6 +14,8 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -37,6 +39,14 @@ type Config struct {
 	// addresses and localhost (proxy.AdminOptions.Hosts).
 	AdminHosts string `yaml:"admin_hosts" help:"names, comma-separated, by which clients reach the admin address besides IP addresses and localhost (a compose service, a Kubernetes Service); a request whose Host is another name gets 421, so a web page cannot reach the admin port by DNS rebinding"`
 
+	// The headers that decide who may call, forwarded on batched calls
+	// (door.Forwarding), and the proxy's own calls' headers.
+	ForwardHeaders       string `yaml:"forward_headers" help:"comma-separated header names that decide who may call, besides Authorization (always): on a batched call they reach Triton, and callers with different values never share a batch (gRPC: the same names in the call's metadata)"`
+	ForwardHeaderPattern string `yaml:"forward_header_pattern" help:"regular expression: headers whose names match are forwarded as forward_headers are, as Triton's --http-header-forward-pattern and --grpc-header-forward-pattern forward them to the backend (matched without regard to case; empty: none)"`
+	RestrictedAPI        string `yaml:"restricted_api" help:"Triton's --http-restricted-api and --grpc-restricted-protocol values, CATEGORY:KEY=VALUE separated by semicolons: each KEY is forwarded as forward_headers are (its VALUE is not used, and is masked)" secret:"true"`
+	// UpstreamHeaders are set on the proxy's own calls to Triton; YAML only.
+	UpstreamHeaders map[string]string `yaml:"upstream_headers" noflag:"true"`
+
 	Policy    Policy       `yaml:"policy"`
 	Limits    Limits       `yaml:"limits"`
 	Upstreams UpstreamOpts `yaml:"upstream_client"`
@@ -47,7 +57,7 @@ type Config struct {
 	// TLS of the doors and the upstream (package server's tls.go).
 	TLS         TLS           `yaml:"tls"`
 	UpstreamTLS UpstreamTLS   `yaml:"upstream_tls"`
-	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and limits are re-read (0: only at start)"`
+	Discovery   time.Duration `yaml:"discovery_interval" help:"how often the upstream's models and their configurations are re-read, and each model's mode (batched or passed through) decided again (0: only at start, and on a repository load or unload through the proxy)"`
 	Grace       time.Duration `yaml:"shutdown_grace" help:"on SIGTERM, time allowed to drain queues and in-flight batches"`
 	// Procs is GOMAXPROCS; 0 sizes it to the load (package internal/procs).
 	Procs int `yaml:"procs" help:"Go processors (GOMAXPROCS) (0: as few as the proxy's CPU use needs, up to the runtime's default; GOMAXPROCS in the environment fixes them instead)"`
@@ -74,23 +84,27 @@ type Limits struct {
 	QueueRows         int           `yaml:"queue_rows" help:"rows waiting per model before new requests get 503"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" help:"time allowed to read request headers (slow-loris bound)"`
 	ReadTimeout       time.Duration `yaml:"read_timeout" help:"time allowed to read a request's body once its headers are in"`
-	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; also bounds a pass-through exchange with the upstream (504 past it)"`
-	IdleTimeout       time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
-	RetryAfter        time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
-	Memory            Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" help:"time allowed to write a response; an answer streamed without a length (generate_stream's server-sent events) is bounded per write instead, so a stream its client keeps reading is never cut"`
+	// UpstreamIdle bounds the upstream's silence in a pass-through exchange.
+	UpstreamIdle time.Duration `yaml:"upstream_idle_timeout" help:"longest the upstream may send nothing in a pass-through exchange: before its answer begins (504) or between two parts of a streamed answer (the stream ends); an upstream that keeps sending is never cut (0: none, as Triton sets none)"`
+	IdleTimeout  time.Duration `yaml:"idle_timeout" help:"keep-alive connections idle longer than this are closed"`
+	RetryAfter   time.Duration `yaml:"retry_after" help:"Retry-After sent with 503 on overload"`
+	Memory       Bytes         `yaml:"memory" help:"memory budget of request bodies being read, queued and in flight and of answers being written, over both doors; a request that would pass it gets 503 (gRPC RESOURCE_EXHAUSTED) before its body is read further (0: half the cgroup memory limit, else 1GiB)"`
 }
 
 // UpstreamOpts tunes the pooled client to Triton.
 type UpstreamOpts struct {
-	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of one upstream call; a batch past it fails with 504 to each caller"`
+	Timeout  time.Duration `yaml:"timeout" flag:"upstream-timeout" help:"deadline of a batch's upstream call when one of its callers has no deadline of its own (an HTTP caller; a gRPC caller's deadline bounds its own): past it the batch fails with 504 to each caller (0: none, as Triton sets none)"`
 	MaxConns int           `yaml:"max_conns" flag:"upstream-max-conns" help:"connections kept to the upstream"`
 	Retries  int           `yaml:"retries" flag:"upstream-retries" help:"retries of a batch after a connection error"`
-	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout parameter wins; 0: no hold)"`
+	Hold     time.Duration `yaml:"hold" flag:"upstream-hold" help:"longest a request waits, from its arrival, for an upstream that refuses connections to come back before it gets 503 (a shorter timeout in the model's queue wins; 0: no hold)"`
 	// Passive outlier detection (dispatcher.Outlier).
-	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 5xx, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time (0: off)"`
+	FailingAfter  int           `yaml:"failing_after" flag:"upstream-failing-after" help:"batches in a row failing with a server error (upstream 502, 503, 504, timeout, malformed answer) that mark a model failing: not ready, callers 503, one probe batch at a time; as many in a row answered only with Triton's 500 send the probe inference, whose failure marks it (0: off)"`
 	HungFactor    float64       `yaml:"hung_factor" flag:"upstream-hung-factor" help:"a batch running longer than this many times its predicted tau(b), and at least hung_min, marks its model failing at once (0: off)"`
 	HungMin       time.Duration `yaml:"hung_min" flag:"upstream-hung-min" help:"shortest run of a batch taken for hung (see hung_factor)"`
 	ProbeInterval time.Duration `yaml:"probe_interval" flag:"upstream-probe-interval" help:"longest pause between probes of a failing model or of an upstream refusing connections: the proxy sends its own probe inference, the first within half a second, then at growing jittered pauses up to this"`
+	// Active health check (dispatcher.HealthCheck).
+	HealthCheckInterval time.Duration `yaml:"health_check_interval" flag:"upstream-health-check-interval" help:"how often the upstream's readiness (/v2/health/ready) and each batched model's (/v2/models/M/ready) are read, traffic or not; each read times out after the same time: a refused, failed or unanswered check turns /readyz within two intervals (0: off)"`
 }
 
 // Power selects where energy figures come from.
@@ -137,6 +151,10 @@ type Model struct {
 	// test the model while it fails; empty: one row of zeros made up from
 	// the model's configuration.
 	Probe string `yaml:"probe"`
+	// BatchCached batches the model although Triton's response cache is
+	// on for it: a merged request has its own cache key, so the callers'
+	// repeated requests miss the cache (the default passes them through).
+	BatchCached bool `yaml:"batch_cached"`
 }
 
 // Default returns the configuration used where nothing else is said.
@@ -158,11 +176,12 @@ func Default() Config {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			WriteTimeout:      120 * time.Second,
+			UpstreamIdle:      120 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			RetryAfter:        time.Second,
 		},
-		Upstreams: UpstreamOpts{Timeout: 60 * time.Second, MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
-			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second},
+		Upstreams: UpstreamOpts{MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
+			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second, HealthCheckInterval: time.Second},
 		Power:     Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
@@ -237,10 +256,11 @@ func (c *Config) Validate() error {
 		{"limits.read_header_timeout", c.Limits.ReadHeaderTimeout <= 0, "must be > 0"},
 		{"limits.read_timeout", c.Limits.ReadTimeout < 0, "must be >= 0"},
 		{"limits.write_timeout", c.Limits.WriteTimeout < 0, "must be >= 0"},
+		{"limits.upstream_idle_timeout", c.Limits.UpstreamIdle < 0, "must be >= 0"},
 		{"limits.idle_timeout", c.Limits.IdleTimeout < 0, "must be >= 0"},
 		{"limits.retry_after", c.Limits.RetryAfter < 0, "must be >= 0"},
 		{"limits.memory", c.Limits.Memory < 0, "must be >= 0"},
-		{"upstream_client.timeout", c.Upstreams.Timeout <= 0, "must be > 0"},
+		{"upstream_client.timeout", c.Upstreams.Timeout < 0, "must be >= 0"},
 		{"upstream_client.max_conns", c.Upstreams.MaxConns <= 0, "must be > 0"},
 		{"upstream_client.retries", c.Upstreams.Retries < 0, "must be >= 0"},
 		{"upstream_client.hold", c.Upstreams.Hold < 0, "must be >= 0"},
@@ -248,6 +268,7 @@ func (c *Config) Validate() error {
 		{"upstream_client.hung_factor", c.Upstreams.HungFactor < 0, "must be >= 0"},
 		{"upstream_client.hung_min", c.Upstreams.HungMin < 0, "must be >= 0"},
 		{"upstream_client.probe_interval", c.Upstreams.ProbeInterval < 0, "must be >= 0"},
+		{"upstream_client.health_check_interval", c.Upstreams.HealthCheckInterval < 0, "must be >= 0"},
 		{"power.interval", c.Power.Interval <= 0, "must be > 0"},
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
@@ -265,6 +286,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	add(c.validTLS())
+	add(c.validHeaders())
 	add(oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"))
 	add(oneOf("log.format", c.Log.Format, "text", "json"))
 	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
@@ -284,6 +306,95 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ForwardNames are the header names forwarded on batched calls besides
+// Authorization: forward_headers'.
+func (c *Config) ForwardNames() []string {
+	var out []string
+	for _, n := range strings.Split(c.ForwardHeaders, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// RestrictedKeys are the KEY of each restricted_api value: the header an
+// HTTP client sends, "triton-grpc-protocol-KEY" the metadata a gRPC
+// client sends (door.NewForwarding).
+func (c *Config) RestrictedKeys() []string {
+	var out []string
+	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
+		if key, ok := restrictedKey(spec); ok {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// restrictedKey is the KEY of Triton's restricted-API value
+// CATEGORIES:KEY=VALUE; ok is false for an empty spec.
+func restrictedKey(spec string) (key string, ok bool) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return "", false
+	}
+	_, kv, _ := strings.Cut(spec, ":")
+	key, _, _ = strings.Cut(kv, "=")
+	return strings.TrimSpace(key), true
+}
+
+// validHeaders checks the forwarded and upstream headers' options.
+func (c *Config) validHeaders() error {
+	var errs []error
+	for _, n := range strings.Split(c.ForwardHeaders, ",") {
+		if n = strings.TrimSpace(n); n != "" && !isToken(n) {
+			errs = append(errs, fieldErr("forward_headers", "%q is not a header name", n))
+		}
+	}
+	for _, spec := range strings.Split(c.RestrictedAPI, ";") {
+		if key, ok := restrictedKey(spec); ok && (!strings.Contains(spec, ":") || !isToken(key)) {
+			// The spec holds a secret: only its key is named.
+			errs = append(errs, fieldErr("restricted_api", "wants CATEGORY:KEY=VALUE (as Triton's --http-restricted-api), got a value whose key is %q", key))
+		}
+	}
+	if c.ForwardHeaderPattern != "" {
+		if _, err := regexp.Compile(c.ForwardHeaderPattern); err != nil {
+			errs = append(errs, fieldErr("forward_header_pattern", "%v", err))
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.UpstreamHeaders)) {
+		if !isToken(n) {
+			errs = append(errs, fieldErr("upstream_headers", "%q is not a header name", n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as header
+// names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// UpstreamHeaderValues are upstream_headers with ${NAME} in each value
+// replaced by the environment variable NAME (a secret kept out of the
+// file), as lookup finds it.
+func (c *Config) UpstreamHeaderValues(lookup func(string) (string, bool)) map[string]string {
+	out := make(map[string]string, len(c.UpstreamHeaders))
+	for k, v := range c.UpstreamHeaders {
+		out[k] = os.Expand(v, func(name string) string { s, _ := lookup(name); return s })
+	}
+	return out
 }
 
 // UpstreamGRPCAddr is Triton's gRPC address: upstream_grpc, or by default

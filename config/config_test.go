@@ -379,3 +379,52 @@ func TestPowerSourceAuto(t *testing.T) {
 		t.Errorf("the default power.source is %q, want auto", Default().Power.Source)
 	}
 }
+
+// The forwarded headers' options: the names forwarded are forward_headers'
+// and each restricted_api's KEY; what is not a header name, a spec
+// without its category or a pattern that does not compile is refused,
+// naming the field but never a restricted value; the values of
+// upstream_headers read ${NAME} from the environment, and are masked with
+// restricted_api's in what is shown.
+func TestForwardedHeaders(t *testing.T) {
+	c := Default()
+	c.Upstream = "http://triton:8000"
+	c.ForwardHeaders = " x-tenant, X-Team "
+	c.RestrictedAPI = "inference:api-key=k1; shared-memory,model-repository:admin-key=k2"
+	c.ForwardHeaderPattern = "^x-meta-"
+	c.UpstreamHeaders = map[string]string{"Api-Key": "${KEY}", "X-Static": "s"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.ForwardNames(), []string{"x-tenant", "X-Team"}; !slices.Equal(got, want) {
+		t.Fatalf("forwarded names %q, want %q", got, want)
+	}
+	if got, want := c.RestrictedKeys(), []string{"api-key", "admin-key"}; !slices.Equal(got, want) {
+		t.Fatalf("restricted keys %q, want %q", got, want)
+	}
+	env := map[string]string{"KEY": "from-env"}
+	h := c.UpstreamHeaderValues(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if h["Api-Key"] != "from-env" || h["X-Static"] != "s" {
+		t.Fatalf("upstream headers %v", h)
+	}
+	r := c.Redacted()
+	if r.RestrictedAPI != "REDACTED" || r.UpstreamHeaders["Api-Key"] != "REDACTED" || c.UpstreamHeaders["Api-Key"] != "${KEY}" {
+		t.Fatalf("redacted %q %v; original %v", r.RestrictedAPI, r.UpstreamHeaders, c.UpstreamHeaders)
+	}
+	for _, tc := range []struct {
+		set   func(*Config)
+		field string
+	}{
+		{func(c *Config) { c.ForwardHeaders = "x tenant" }, "forward_headers"},
+		{func(c *Config) { c.RestrictedAPI = "api-key=secret-value" }, "restricted_api"},
+		{func(c *Config) { c.ForwardHeaderPattern = "(" }, "forward_header_pattern"},
+		{func(c *Config) { c.UpstreamHeaders = map[string]string{"bad name": "v"} }, "upstream_headers"},
+	} {
+		bad := c
+		tc.set(&bad)
+		err := bad.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.field) || strings.Contains(err.Error(), "secret-value") {
+			t.Errorf("%s: %v, want a refusal naming the field and no secret", tc.field, err)
+		}
+	}
+}

@@ -195,6 +195,12 @@ func inFile(err error, file string) error {
 			out = append(out, fe)
 			continue
 		}
+		var se *syntaxError
+		if errors.As(e, &se) {
+			se.file = file
+			out = append(out, se)
+			continue
+		}
 		out = append(out, fmt.Errorf("config: %s: %w", file, e))
 	}
 	return errors.Join(out...)
@@ -334,6 +340,13 @@ func Markdown() string {
 func (c Config) Redacted() Config {
 	for _, u := range []*string{&c.Upstream, &c.Tracing.OTLPEndpoint, &c.Power.MetricsURL} {
 		*u = redact.URL(*u)
+	}
+	if len(c.UpstreamHeaders) > 0 { // their values are credentials
+		masked := make(map[string]string, len(c.UpstreamHeaders))
+		for k := range c.UpstreamHeaders {
+			masked[k] = "REDACTED"
+		}
+		c.UpstreamHeaders = masked
 	}
 	v := reflect.ValueOf(&c).Elem()
 	for _, o := range options {

@@ -10,11 +10,23 @@ import (
 )
 
 // PolicyOptions is o as the policy section of the file spells it, by key
-// (latency_budget, wait_bound, ...), for the admin endpoints that show the
-// policy in force: every option the section has, whatever package policy
-// declares.
+// (latency_budget, wait_bound, ...): every option the section has,
+// whatever package policy declares.
 func PolicyOptions(o policy.Options) map[string]any {
 	return document(reflect.ValueOf(o)).(map[string]any)
+}
+
+// PolicyOptionsOf is the options the named policy takes, as the policy
+// section spells them, with the defaults their zero values stand for
+// (policy.Effective: latency_budget 1.10x, not ""), for the admin
+// endpoints that show the policy in force; none for a name no policy is
+// registered under (passthrough).
+func PolicyOptionsOf(name string, o policy.Options) map[string]any {
+	own, ok := policy.Effective(name, o)
+	if !ok {
+		return map[string]any{}
+	}
+	return document(reflect.ValueOf(own)).(map[string]any)
 }
 
 // SetPolicyOption sets the option of o whose key in the policy section is

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -133,5 +134,35 @@ func TestPolicyKeysAreEachPolicys(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "policy.w1" {
 		t.Errorf("w1 0 with w2 1: error %v, want one for policy.w1", err)
+	}
+}
+
+// The options a policy in force shows (GET /policy, /status): only the
+// ones it takes, each with the default its zero value stands for.
+func TestPolicyOptionsOf(t *testing.T) {
+	def := Default().Policy.Options
+	slo := def
+	slo.Budget.SLOP99 = 12 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		o    policy.Options
+		want map[string]any
+	}{
+		{"budget", def, map[string]any{"latency_budget": "1.10x", "tail_budget": "1.20x", "slo_p99": "0s", "sla": "0s",
+			"wait_bound": "0s", "solve_share": 0.02}},
+		{"budget", slo, map[string]any{"latency_budget": "", "tail_budget": "off", "slo_p99": "12ms", "sla": "0s",
+			"wait_bound": "0s", "solve_share": 0.02}},
+		{"maxbatch", def, map[string]any{"max_queue_delay": "5ms"}},
+		{"maxbatch", policy.Options{}, map[string]any{"max_queue_delay": "10ms"}},
+		{"smdp", policy.Options{}, map[string]any{"w1": 1.0, "w2": 0.0, "wait_bound": "0s", "solve_share": 0.02}},
+		{"static", def, map[string]any{"batch": 0, "wait_bound": "1s"}},
+		{"elastic", def, map[string]any{"row_cap": 0}},
+		{"adhoc", def, map[string]any{}},
+		{Passthrough, def, map[string]any{}},
+	} {
+		got := PolicyOptionsOf(tc.name, tc.o)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

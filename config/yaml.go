@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +29,7 @@ func decodeYAML(data []byte, cfg *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		return &syntaxError{err}
+		return plainSyntax(data, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil
@@ -39,11 +40,66 @@ func decodeYAML(data []byte, cfg *Config) error {
 // syntaxError is a file that is not YAML (a bad indentation, an unclosed
 // quote): none of it was read, so Load does not go on to validate the
 // configuration, whose required keys would be missing only because the
-// file could not be read.
-type syntaxError struct{ err error }
+// file could not be read. It says what is wrong in plain words, at its
+// line (plainSyntax), and keeps the parser's own words after them.
+type syntaxError struct {
+	err  error
+	file string
+	line int
+	msg  string
+}
 
-func (e *syntaxError) Error() string { return e.err.Error() }
+func (e *syntaxError) Error() string {
+	where := "config: "
+	if e.file != "" {
+		where += e.file + " "
+	}
+	if e.line > 0 {
+		where += fmt.Sprintf("line %d: ", e.line)
+	}
+	return where + e.msg + " (YAML parser: " + strings.TrimPrefix(yamlLine.ReplaceAllString(e.err.Error(), ""), "yaml: ") + ")"
+}
+
 func (e *syntaxError) Unwrap() error { return e.err }
+
+// yamlLine is the "yaml: line N: " that starts the parser's errors.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// plainSyntax says what a YAML parser error means in the words of someone
+// editing the file: a tab in an indentation (YAML indents with spaces
+// only) wherever the parser noticed it, a key indented where a value was,
+// a section dedented to a column no key uses, a quote or bracket left
+// open; the parser's own text otherwise.
+func plainSyntax(data []byte, err error) *syntaxError {
+	e := &syntaxError{err: err, msg: "the file is not valid YAML"}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		e.line, _ = strconv.Atoi(m[1])
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]; strings.Contains(indent, "\t") {
+			e.line = i + 1
+			e.msg = fmt.Sprintf("YAML indents with spaces, line %d has a tab: replace it with spaces", e.line)
+			return e
+		}
+	}
+	raw := err.Error()
+	switch {
+	case strings.Contains(raw, "mapping values are not allowed"):
+		e.msg = "a 'key:' where only a value can be: indent a key as deep as the keys beside it " +
+			"(not under a key that already has a value on its line), put a space after each key's colon, " +
+			"and quote a value that contains ': '"
+	case strings.Contains(raw, "did not find expected key"):
+		e.msg = "a line indented to a column no key of its section uses, or a list item ('- ') among keys: " +
+			"line the keys of a section up under each other"
+	case strings.Contains(raw, "unexpected end of stream"), strings.Contains(raw, "did not find expected ',' or"):
+		e.msg = "a quote, [ or { opened at or after this line is never closed"
+	case strings.Contains(raw, "could not find expected ':'"):
+		e.msg = "a key without its ':', or a value running on over lines: write key: value"
+	case strings.Contains(raw, "found character that cannot start any token"):
+		e.msg = "a value starts with a character YAML reserves (@ or `): quote the value"
+	}
+	return e
+}
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
@@ -171,7 +227,7 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
 		k, val := n.Content[i], n.Content[i+1]
 		f, ok := fields[k.Value]
 		if !ok {
-			errs = append(errs, nodeErr(k, join(path, k.Value), "unknown key (known here: %s)", strings.Join(names, ", ")))
+			errs = append(errs, nodeErr(k, join(path, k.Value), "%s", unknownKey(k.Value, path, names)))
 			continue
 		}
 		err := setCopies(v, f.index, f.copies, func(fv reflect.Value) error { return decodeNode(val, fv, join(path, k.Value)) })

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,5 +218,77 @@ func TestYAMLSyntaxErrorIsTheOnlyError(t *testing.T) {
 	_, err := Load(Source{File: file, LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
 	if err == nil || len(leaves(err)) != 2 || !strings.Contains(err.Error(), "RATEBATCH_LIMITS_QUEUE_ROWS") {
 		t.Errorf("a syntax error and a bad variable: %v", err)
+	}
+}
+
+// A file that is not YAML is refused with its line and what is wrong in
+// plain words, the parser's own text kept after them; a tab in an
+// indentation is named wherever the parser noticed it.
+func TestYAMLSyntaxErrorsInPlainWords(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		line       int
+		want       string
+	}{
+		{"a tab", "upstream: http://u\npolicy:\n\tname: budget\n", 3, "YAML indents with spaces, line 3 has a tab"},
+		{"a tab the parser reports a line early", "upstream: http://u\npolicy:\n  name: budget\n\twindow: 1s\n", 4,
+			"YAML indents with spaces, line 4 has a tab"},
+		{"a key on a value's line", "upstream: http://u\npolicy: name: budget\n", 2, "a 'key:' where only a value can be"},
+		{"a key indented under a value", "upstream: http://u\npolicy:\n  name: budget\n   window: 1s\n", 4, "indent a key as deep as the keys beside it"},
+		{"no space after a colon", "upstream:http://u\nlisten: x\n", 2, "put a space after each key's colon"},
+		{"a key dedented to no section's column", "upstream: http://u\npolicy:\n  name: budget\n window: 1s\n", 3,
+			"a line indented to a column no key of its section uses"},
+		{"an open quote", "upstream: http://u\npolicy:\n  name: 'budget\n", 3, "never closed"},
+		{"an open bracket", "upstream: http://u\npolicy:\n  name: [budget\n", 2, "never closed"},
+		{"a reserved character", "upstream: http://u\nlisten: @x\n", 2, "quote the value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeFile(t, tc.yaml)
+			_, err := Load(Source{File: file})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if where := fmt.Sprintf("config: %s line %d: ", file, tc.line); !strings.HasPrefix(msg, where) || !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q\nwant it to start %q and say %q", msg, where, tc.want)
+			}
+			if !strings.Contains(msg, "(YAML parser: ") || strings.Count(msg, "config:") != 1 {
+				t.Errorf("error %q: want the parser's words after the plain ones, and one config: prefix", msg)
+			}
+		})
+	}
+}
+
+// An unknown key says where it belongs when it is a key of another
+// section (most often one dedented out of policy:), and else the key it
+// is nearest to, in its section or elsewhere.
+func TestYAMLUnknownKeysSayWhereTheyBelong(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, field string
+		line              int
+		want              string
+	}{
+		{"dedented out of policy", "upstream: http://u\npolicy:\n  name: budget\nlatency_budget: 1.2x\n", "latency_budget", 4,
+			"unknown key here: it belongs under policy: or under models.NAME:, not at the top level (no indent)"},
+		{"a top-level key indented", "policy:\n  name: budget\n  upstream: http://u\n", "policy.upstream", 3,
+			"unknown key here: it belongs at the top level (no indent), not under policy:"},
+		{"in the wrong section", "upstream: http://u\nlimits:\n  hold: 2s\n", "limits.hold", 3,
+			"unknown key here: it belongs under upstream_client:, not under limits:"},
+		{"a near miss", "upstream: http://u\npolicy:\n  latency_budgt: 1.2x\n", "policy.latency_budgt", 3,
+			"unknown key; did you mean latency_budget?"},
+		{"a near miss of a model key", "upstream: http://u\nmodels:\n  m:\n    max_batch: 4\n", "models.m.max_batch", 4,
+			"unknown key; did you mean max_batch_size?"},
+		{"a near miss of another section's key", "upstream: http://u\nretrys: 2\n", "retrys", 2,
+			"unknown key; did you mean retries, which belongs under upstream_client:?"},
+		{"nothing like it", "upstream: http://u\nlimits:\n  frobnicate: 1\n", "limits.frobnicate", 3,
+			"unknown key; under limits: the keys are idle_timeout, max_body_bytes, memory, queue_rows, read_header_timeout, read_timeout, retry_after, upstream_idle_timeout, write_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(Source{File: writeFile(t, tc.yaml)})
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || fe.Line != tc.line || !strings.HasPrefix(fe.Msg, tc.want) {
+				t.Errorf("error %v\nwant %s line %d: %s", err, tc.field, tc.line, tc.want)
+			}
+		})
 	}
 }

@@ -275,7 +275,7 @@ func TestBenchUpstreams(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				reply, err := up.Infer(context.Background(), m.name, "", batch)
+				reply, err := up.Infer(context.Background(), m.name, "", batch, dispatcher.Outgoing{})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,12 @@ type Call struct {
 	Rows     int    // dimension 0 of the request's inputs
 	Key      string // kserve.BatchKey: calls batch together only when equal
 	Priority uint64 // Triton's "priority" parameter: 1 is highest, 0 the default level
-	// Expire, when set, is when the call is refused with 503 if it is still
-	// queued (Triton's "timeout" parameter).
+	// Timeout is Triton's "timeout" parameter (0: none), which the model's
+	// queue policy honours or not (ModelSpec.Queue).
+	Timeout time.Duration
+	// Expire, set at Submit by the model's queue policy, is when the call
+	// is refused with Triton's 503 "Request timeout expired" if it is
+	// still queued; zero: never.
 	Expire time.Time
 	// Deadline, when set, is the latency target the slack policy plans by:
 	// Expire if set, else arrival plus the model's SLA.
@@ -48,6 +53,14 @@ type Call struct {
 	// batch (policy.Queue.IdleSources) and learns each one's behaviour
 	// (SourceStats). 0: unknown (a connection the door cannot name).
 	Source uint64
+	// Header is what the caller's request carries that decides who may
+	// call (door.Forwarding): sent upstream with any batch the call is
+	// in, and part of its key (Forward). "" for none.
+	Header string
+	// Trace is the caller's traceparent: sent upstream with the call when
+	// it goes alone, as it would have gone straight to Triton; a merged
+	// batch carries none of its callers' (a tracer's own, if one is on).
+	Trace string
 	// Received, when set, is when the caller's request began to arrive at
 	// the door, before its body was read and decoded: the call's latency
 	// the observers learn (Answer) is measured from there, so the
@@ -63,15 +76,61 @@ type Call struct {
 	// ctx is the context Submit was given (Context).
 	ctx     context.Context
 	arrived time.Time
-	level   uint64 // effective priority: smaller goes first
-	state   atomic.Int32
-	done    chan Result
+	level   uint64 // the priority level Triton gives the call: smaller goes first
+	// timeoutAt is when the call's own timeout ends, set when Triton
+	// honours it: what is left of it then goes upstream (forwardTimeout).
+	timeoutAt time.Time
+	state     atomic.Int32
+	done      chan Result
 }
 
 // Context is the context the call's door gave Submit, where an Observer
 // finds what the door put there (a tracer, the caller's span); nil before
 // Submit.
 func (c *Call) Context() context.Context { return c.ctx }
+
+// Forward gives the call its caller's forwarded headers, which join its
+// batch key, so that callers with different credentials never share a
+// batch, and its traceparent. Call it after NewCall, before Submit.
+func (c *Call) Forward(header, trace string) {
+	c.Trace = trace
+	if header == "" {
+		return
+	}
+	c.Header = header
+	c.Key += "\x00h" + header
+}
+
+// The forwarded headers' form (Call.Header, Outgoing.Header): each name in
+// lower case and its value, each followed by a NUL byte, which neither
+// may hold. AppendHeaderName and EndHeader write it; eachHeader reads it.
+
+// AppendHeaderName appends a forwarded header's name; its value follows,
+// then EndHeader.
+func AppendHeaderName(dst []byte, name string) []byte { return append(append(dst, name...), 0) }
+
+// EndHeader ends a forwarded header's value.
+func EndHeader(dst []byte) []byte { return append(dst, 0) }
+
+// eachHeader calls f with each name and value of forwarded headers.
+func eachHeader(header string, f func(name, value string)) {
+	for header != "" {
+		name, rest, _ := strings.Cut(header, "\x00")
+		value, rest, _ := strings.Cut(rest, "\x00")
+		f(name, value)
+		header = rest
+	}
+}
+
+// deadline is when the call's caller stops waiting: the deadline of the
+// context its door gave Submit (a gRPC caller's); ok is false when it has
+// none (an HTTP caller waits as long as Triton takes).
+func (c *Call) deadline() (d time.Time, ok bool) {
+	if c.ctx == nil {
+		return time.Time{}, false
+	}
+	return c.ctx.Deadline()
+}
 
 // Arrived is when the call entered its queue (Submit), or began to arrive
 // at its door when that is known and earlier (Received).

@@ -52,6 +52,9 @@ type ModelSpec struct {
 	// own while the model fails (probe.go): one row the model accepts.
 	// Without it only a caller's batch can find the model healed.
 	Probe Wire
+	// Queue is the model's queue policy in Triton: each call's priority
+	// level and timeout follow it (schedule.go).
+	Queue QueuePolicy
 }
 
 // Options configure a Dispatcher.
@@ -78,6 +81,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Outlier configures passive outlier detection; zero: off.
 	Outlier Outlier
+	// Check configures the active health check (check.go); zero: off.
+	Check HealthCheck
+	// ModelChanged, when set, is told of a model the upstream says it
+	// does not serve (an unknown model or version): the registry reads its
+	// configuration again. It must not block.
+	ModelChanged func(model string)
 }
 
 // Dispatcher routes calls to model queues.
@@ -87,6 +96,8 @@ type Dispatcher struct {
 	health *upstreamHealth
 	mu     sync.RWMutex
 	models map[string]*modelQueue
+	// retired holds the queues of models no longer batched (RetireModel).
+	retired map[string]*modelQueue
 	// draining is set under mu when Drain begins: SetModel adds no queue
 	// after it, so no queue loop joins wg while Drain waits on it (a
 	// discovery still running at shutdown would otherwise race the Wait).
@@ -95,6 +106,7 @@ type Dispatcher struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	probes   *probes // active recovery (probe.go)
+	checks   checks  // the active health check (check.go)
 }
 
 // New returns a dispatcher with no models.
@@ -109,8 +121,10 @@ func New(o Options) *Dispatcher {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel,
+	d := &Dispatcher{o: o, now: o.Now, health: newUpstreamHealth(), models: map[string]*modelQueue{}, ctx: ctx, cancel: cancel,
 		probes: newProbes()}
+	d.startChecks()
+	return d
 }
 
 // Errors a caller may get before its call is queued.
@@ -131,7 +145,11 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 	if d.draining {
 		return fmt.Errorf("dispatcher: model %q: %w", s.Name, ErrClosed)
 	}
-	if q, ok := d.models[s.Name]; ok {
+	q, ok := d.models[s.Name]
+	if !ok {
+		q = d.revive(s.Name)
+	}
+	if q != nil {
 		q.mu.Lock()
 		q.spec, q.obs = s, obs
 		q.mu.Unlock()
@@ -139,7 +157,7 @@ func (d *Dispatcher) SetModel(s ModelSpec) error {
 		q.signal()
 		return nil
 	}
-	q := &modelQueue{d: d, name: s.Name, spec: s, obs: obs, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
+	q = &modelQueue{d: d, name: s.Name, spec: s, obs: obs, keys: map[string]*keyQueue{}, wake: make(chan struct{}, 1), idle: make(chan struct{}),
 		series: d.o.Metrics.bind(s.Name)}
 	d.models[s.Name] = q
 	q.watch()
@@ -170,9 +188,7 @@ func (d *Dispatcher) Model(name string) (maxBatch int, ok bool) {
 // is still queued (the client went away), the call leaves the queue and
 // Submit returns ctx's error; once its batch is sent, Submit waits for it.
 func (d *Dispatcher) Submit(ctx context.Context, model string, c *Call) Result {
-	d.mu.RLock()
-	q, ok := d.models[model]
-	d.mu.RUnlock()
+	q, ok := d.queue(model)
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownModel, model)}
 	}
@@ -244,8 +260,11 @@ func (d *Dispatcher) Delivered(r Result) {
 func (d *Dispatcher) Drain(ctx context.Context) error {
 	d.mu.Lock()
 	d.draining = true
-	qs := make([]*modelQueue, 0, len(d.models))
+	qs := make([]*modelQueue, 0, len(d.models)+len(d.retired))
 	for _, q := range d.models {
+		qs = append(qs, q)
+	}
+	for _, q := range d.retired {
 		qs = append(qs, q)
 	}
 	d.mu.Unlock()
@@ -266,6 +285,7 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	d.checks.wg.Wait()
 	d.probes.stop()
 	return err
 }
@@ -283,11 +303,17 @@ type Snapshot struct {
 	// their ratio is the mean batch size.
 	BatchesSent int64 `json:"batches_sent"`
 	RowsSent    int64 `json:"rows_sent"`
+	// Counts are the callers answered and the requests the upstream
+	// answered, as Triton's statistics count them.
+	Counts
 	// Failing is the outlier detector's verdict (Options.Outlier), with its
 	// reason and the server errors in a row counted so far.
 	Failing           bool   `json:"failing"`
 	FailingReason     string `json:"failing_reason,omitempty"`
 	ConsecutiveErrors int    `json:"consecutive_errors"`
+	// SuspectBatches are the batches in a row answered only with Triton's
+	// 500 (outlier.go's suspect verdict), which the probe settles.
+	SuspectBatches int `json:"suspect_batches"`
 	// LastProbe is the last active probe of the model (probe.go).
 	LastProbe *ProbeReport `json:"last_probe,omitempty"`
 	// Sources are the callers' connections active within SourceIdleFor,
@@ -306,7 +332,8 @@ func (d *Dispatcher) Snapshots() []Snapshot {
 			InFlightRows: q.inFlightRows, MaxBatch: q.spec.MaxBatch, Instances: q.spec.Instances,
 			BatchesSent: q.batchesSent, RowsSent: q.rowsSent,
 			Failing: q.health.failing, FailingReason: q.health.reason, ConsecutiveErrors: q.health.consecutive,
-			Sources: q.src.stats(d.now())})
+			SuspectBatches: q.health.suspects,
+			Sources:        q.src.stats(d.now()), Counts: q.series.counts()})
 		q.mu.Unlock()
 	}
 	d.probes.annotate(out)
@@ -327,14 +354,19 @@ type modelQueue struct {
 	// would otherwise build a key queue and its arrays for every request.
 	spare *keyQueue
 	rows  int // live rows over all keys
+	// order is the scratch of a decision pass's keys (byLevel).
+	order []*keyQueue
 
 	inFlight, inFlightRows int
 	batchesSent, rowsSent  int64
 	src                    sources
 	draining               bool
-	idleClosed             bool
-	idle                   chan struct{} // closed when draining and empty
-	wake                   chan struct{}
+	// retired: the model is no longer batched (RetireModel); what still
+	// reaches the queue goes at once, each call alone.
+	retired    bool
+	idleClosed bool
+	idle       chan struct{} // closed when draining and empty
+	wake       chan struct{}
 	// ruleBroken is the rule that last panicked in form, nil if none.
 	ruleBroken policy.Rule
 	health     modelHealth // outlier detection (outlier.go)
@@ -359,7 +391,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 		q.mu.Unlock()
 		m.rejected(q.name, "shutdown")
 		return &kserve.Error{Status: http.StatusServiceUnavailable, Msg: ErrClosed.Error()}
-	case c.Rows > q.spec.MaxBatch:
+	case c.Rows > q.spec.MaxBatch && !q.retired: // a retired model's limits are Triton's to judge
 		maxBatch := q.spec.MaxBatch
 		q.mu.Unlock()
 		m.rejected(q.name, "batch_size")
@@ -377,10 +409,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 			Msg: fmt.Sprintf("model '%s' queue is full (%d rows waiting); retry later", q.name, q.spec.QueueRows)}}
 	}
 	c.arrived, c.ctx = now, ctx
-	c.level = c.Priority
-	if c.level == 0 {
-		c.level = ^uint64(0) // the default level comes after every explicit one
-	}
+	q.schedule(c, now)
 	if c.Deadline.IsZero() {
 		if !c.Expire.IsZero() {
 			c.Deadline = c.Expire
@@ -527,17 +556,18 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 	now := q.d.now()
 	next = q.expire(now)
 	rule := q.spec.Planner.Rule()
-	fallback := q.draining || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
+	fallback := q.draining || q.retired || (q.ruleBroken != nil && sameRule(q.ruleBroken, rule))
 	formedBy := rule // Batch.Rule
 	if fallback {
 		formedBy = nil
 	}
 	idle, known := q.src.idle(now)
-	for key, k := range q.keys {
+	q.order = q.byLevel(q.order)
+	for _, k := range q.order {
 		for {
 			head := k.head()
 			if head == nil {
-				delete(q.keys, key)
+				delete(q.keys, k.key)
 				k.key, q.spare = "", k
 				break
 			}
@@ -545,7 +575,9 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 				break
 			}
 			var want int
-			if fallback {
+			if q.retired {
+				want = 1 // each call alone (take always takes one)
+			} else if fallback {
 				want = q.spec.MaxBatch
 			} else {
 				d := rule.Decide(policy.Queue{
@@ -571,6 +603,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			if len(calls) == 0 {
 				continue
 			}
+			forwardTimeout(calls, now)
 			q.rows -= rows
 			q.inFlight++
 			q.inFlightRows += rows
@@ -580,6 +613,7 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 				planner: q.spec.Planner, obs: q.obs, instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
 		}
 	}
+	clear(q.order) // no key queue kept past the pass
 	if q.draining && q.rows == 0 && q.inFlight == 0 && !q.idleClosed {
 		q.idleClosed = true
 		close(q.idle)
@@ -627,6 +661,8 @@ func (q *modelQueue) expire(now time.Time) time.Time {
 			}
 		})
 		for _, c := range gone {
+			// Triton's answer to a request timed out in its queue: the
+			// status UNAVAILABLE, this text (dynamic_batch_scheduler.cc).
 			if c.state.CompareAndSwap(stateQueued, stateCancelled) {
 				k.cancel(c)
 				q.rows -= c.Rows

@@ -24,26 +24,37 @@ import (
 
 // fakeUpstream is Triton's `simple` model: OUTPUT0 = INPUT0+INPUT1,
 // OUTPUT1 = INPUT0-INPUT1, answered in binary form. A row whose INPUT0[0]
-// is badValue makes the whole batch a 400, as a real server would.
+// is badValue makes the whole batch a 400, as a real server would; one
+// whose INPUT0[0] is poisoned (poisonValue or below, above badValue) makes
+// it a 500 with that value's message, as Triton answers a Python
+// backend's TritonError for one request.
 type fakeUpstream struct {
 	mu       sync.Mutex
-	batches  []int    // rows per batch seen
-	bodies   [][]byte // the bodies of those batches
+	batches  []int      // rows per batch seen
+	bodies   [][]byte   // the bodies of those batches
+	outs     []Outgoing // what those batches carried besides
 	gate     chan struct{}
 	connErrs atomic.Int32 // fail this many calls with a connection error
 	status   atomic.Int32 // answer every call with this status when non-zero
 	timeout  atomic.Bool
-	refuse   atomic.Bool  // refuse connections: the upstream is down
-	calls    atomic.Int32 // Infer calls so far
-	refused  atomic.Int32 // calls refused while down
-	running  atomic.Int32 // calls in progress
-	peak     atomic.Int32 // most calls in progress at once
-	slow     atomic.Int64 // nanoseconds every call takes
+	refuse   atomic.Bool            // refuse connections: the upstream is down
+	calls    atomic.Int32           // Infer calls so far
+	refused  atomic.Int32           // calls refused while down
+	running  atomic.Int32           // calls in progress
+	peak     atomic.Int32           // most calls in progress at once
+	slow     atomic.Int64           // nanoseconds every call takes
+	errMsg   atomic.Pointer[string] // the error text of a status answer (default "model exploded")
 }
 
-const badValue = -999
+const (
+	badValue    = -999
+	poisonValue = -500
+)
 
-func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body) (*Reply, error) {
+// poisonMsg is the 500's message for a poisoned row.
+func poisonMsg(v int32) string { return fmt.Sprintf("poisoned request: INPUT0 holds %d", v) }
+
+func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Body, o Outgoing) (*Reply, error) {
 	u.calls.Add(1)
 	n := u.running.Add(1)
 	defer u.running.Add(-1)
@@ -65,7 +76,11 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 		return nil, ErrUpstreamTimeout
 	}
 	if s := u.status.Load(); s != 0 {
-		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, "model exploded"), HeaderLen: -1, Free: func() {}}, nil
+		msg := "model exploded"
+		if m := u.errMsg.Load(); m != nil {
+			msg = *m
+		}
+		return &Reply{Status: int(s), Body: kserve.AppendErrorBody(nil, msg), HeaderLen: -1, Free: func() {}}, nil
 	}
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil || len(body) != batch.BodyLen() {
@@ -80,9 +95,15 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 	u.mu.Lock()
 	u.batches = append(u.batches, int(rows))
 	u.bodies = append(u.bodies, body)
+	u.outs = append(u.outs, o)
 	u.mu.Unlock()
-	if slices.Contains(a, badValue) {
-		return &Reply{Status: 400, Body: kserve.AppendErrorBody(nil, "bad input"), HeaderLen: -1, Free: func() {}}, nil
+	for _, v := range a {
+		switch {
+		case v == badValue:
+			return &Reply{Status: 400, Body: kserve.AppendErrorBody(nil, "bad input"), HeaderLen: -1, Free: func() {}}, nil
+		case v <= poisonValue && v > badValue:
+			return &Reply{Status: 500, Body: kserve.AppendErrorBody(nil, poisonMsg(v)), HeaderLen: -1, Free: func() {}}, nil
+		}
 	}
 	out, hl, err := kserve.AppendResponse(nil, simpleResponse(model, req))
 	if err != nil {
@@ -476,21 +497,17 @@ func TestBadMemberFailsAlone(t *testing.T) {
 		if err := checkAnswer(calls[i], results[i]); err != nil {
 			t.Fatalf("good member %d failed with the bad one: %v", i, err)
 		}
-		if results[i].Wire == nil {
-			t.Fatalf("good member %d: its resend was not answered as it came", i)
-		}
 	}
-	bodies := up.seenBodies()
-	for _, c := range calls {
-		if !slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Equal(b, c.Wire.Body) }) {
-			t.Fatalf("caller %s was not resent as it came", c.Req.ID)
-		}
+	// The bad member ends alone, sent as it came: its 400 is Triton's
+	// answer to its own request.
+	if !slices.ContainsFunc(up.seenBodies(), func(b []byte) bool { return bytes.Equal(b, calls[1].Wire.Body) }) {
+		t.Fatal("the bad member was not resent alone as it came")
 	}
 	assertAccounting(t, h.m, 3)
 }
 
-// The caller-by-caller resends of a refused batch stay within the model's
-// instance limit.
+// The resends of a refused batch's parts stay within the model's instance
+// limit.
 func TestBadMemberResendsBounded(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
 	up.slow.Store(int64(5 * time.Millisecond))
@@ -522,8 +539,8 @@ func TestBadMemberResendsBounded(t *testing.T) {
 	if p := up.peak.Load(); p > 2 {
 		t.Fatalf("%d calls at once reached the upstream, want at most the 2 instances", p)
 	}
-	if got := up.calls.Load(); got != 9 {
-		t.Fatalf("%d upstream calls, want the batch and 8 resends", got)
+	if got := up.calls.Load(); got != 7 {
+		t.Fatalf("%d upstream calls, want the batch and its bisection's 6 (halves of 4, 2 and 1)", got)
 	}
 	assertAccounting(t, h.m, 8)
 }
@@ -556,15 +573,20 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// overridable is a queue policy under which a call's own timeout, up to
+// an hour, is its timeout in the queue, and the model has two priority
+// levels.
+var overridable = QueuePolicy{Levels: 2, DefaultLevel: 2, Default: Timeouts{Default: time.Hour, AllowOverride: true}}
+
 func TestExpireAndPriority(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{}, up)
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Queue: overridable}, up)
 	// The first call occupies the only instance until the gate opens.
 	first := call(t, 1, 1)
 	firstDone := h.occupy(t, first)
 
 	exp := call(t, 2, 1)
-	exp.Expire = time.Now().Add(20 * time.Millisecond)
+	exp.Timeout = 20 * time.Millisecond
 	if r := h.d.Submit(context.Background(), "simple", exp); status(r.Err) != 503 || r.Err.Error() != "Request timeout expired" {
 		t.Fatalf("expired call: %v, want 503 Request timeout expired", r.Err)
 	}
@@ -856,7 +878,7 @@ func TestHalfInJSONIsMerged(t *testing.T) {
 // taken a second time.
 func TestRelease(t *testing.T) {
 	up := &fakeUpstream{gate: make(chan struct{})}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{MaxBatch: 2}, up)
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{MaxBatch: 2, Queue: overridable}, up)
 	reset := func(c *Call) bool { return c.Req == nil && c.Key == "" && c.Rows == 0 }
 
 	// The first call holds the only instance until the gate opens.
@@ -864,7 +886,7 @@ func TestRelease(t *testing.T) {
 	firstDone := h.occupy(t, first)
 
 	expired := call(t, 2, 1)
-	expired.Expire = time.Now().Add(10 * time.Millisecond)
+	expired.Timeout = 10 * time.Millisecond
 	if r := h.d.Submit(context.Background(), "simple", expired); status(r.Err) != 503 {
 		t.Fatalf("expiring call: %v, want 503", r.Err)
 	}

@@ -134,15 +134,14 @@ var testHookSend atomic.Pointer[func(model string, calls []*Call)]
 
 // send runs a batch upstream: connection errors are retried as configured
 // and held out while the upstream is down (see attempt); when the upstream
-// rejects a batch of several callers as a bad request, each caller goes
-// again on its own, at most the model's instance limit at once, so that
-// only the bad one fails. ok reports a whole-batch success, whose latency
-// teaches the monitor.
+// fails a batch of several callers with an error that may be one member's
+// (memberError: a 4xx, Triton's 500 with a message), the batch is split
+// until each error is its own caller's (split). ok reports a whole-batch
+// success, whose latency teaches the monitor.
 func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok bool) {
 	calls := b.Calls
-	version := calls[0].Version
 	if len(calls) == 1 {
-		results, latency, status := q.sendAlone(b.Ctx, version, calls[0], b.halfOutputs)
+		results, latency, status := q.sendAlone(b.Ctx, calls[0], b.halfOutputs)
 		return results, latency, status == http.StatusOK
 	}
 	var bad []error
@@ -157,39 +156,93 @@ func (q *modelQueue) send(b *batch) (results []Result, latency time.Duration, ok
 	if bad != nil {
 		return q.sendWithout(b, bad), 0, false
 	}
-	reqs := make([]*kserve.Request, len(calls))
-	for i, c := range calls {
-		reqs[i] = c.Req
-	}
-	results, latency, status := q.sendMerged(b.Ctx, version, reqs, q.holdUntil(calls...))
-	if status == http.StatusBadRequest {
+	results, latency, status := q.sendPart(b, calls)
+	if memberError(status, results[0].Err) {
 		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "bad_member_retry").Inc()
-		q.resendEach(b, results)
+		q.split(b, results)
+		// The parts' round trips are not the batch the plan sent: they
+		// teach the monitor nothing (as sendWithout's batch).
 		return results, 0, false
 	}
 	return results, latency, status == http.StatusOK
 }
 
-// resendEach sends each of a refused batch's callers alone, at most the
-// batch's instance limit at once, putting their answers in results.
-func (q *modelQueue) resendEach(b *batch, results []Result) {
+// sendPart sends some of a batch's calls as one request: a lone call as
+// it came (sendAlone), several merged. status is the upstream's HTTP
+// status, 0 when there was none.
+func (q *modelQueue) sendPart(b *batch, calls []*Call) ([]Result, time.Duration, int) {
+	if len(calls) == 1 {
+		return q.sendAlone(b.Ctx, calls[0], b.halfOutputs)
+	}
+	reqs := make([]*kserve.Request, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.Req
+	}
+	return q.sendMerged(q.exchangeOf(b.Ctx, calls), reqs)
+}
+
+// split finds the members of a batch whose upstream error may be one
+// member's own, as Triton's batcher would have answered them: each caller
+// alone. It bisects: both halves go again, at most the batch's instance
+// limit of requests at once, and each half that fails with such an error
+// again is halved in the next round, until its parts are single callers,
+// who then have Triton's own answer to their own request. A half answered
+// is its callers' answer; a half failing with the server's error is its
+// callers' error (the model's, as for any batch). One bad caller among n
+// costs 2*log2(n) extra round trips in log2(n) rounds, and every caller
+// bad at most 2(n-1), the halves of a whole binary tree: the bound holds
+// by construction, and no good caller keeps a neighbour's error. results
+// holds the batch's answers, which split replaces.
+func (q *modelQueue) split(b *batch, results []Result) {
+	parts := halves(nil, span{0, len(b.Calls)})
+	for len(parts) > 0 {
+		statuses := q.sendParts(b, parts, results)
+		next := parts[len(parts):] // the round's parts are read first: append after them
+		for i, p := range parts {
+			if p.hi-p.lo > 1 && memberError(statuses[i], results[p.lo].Err) {
+				next = halves(next, p)
+			}
+		}
+		parts = next
+	}
+}
+
+// span is the calls lo to hi (exclusive) of a batch being split.
+type span struct{ lo, hi int }
+
+// halves appends p's two halves to dst.
+func halves(dst []span, p span) []span {
+	mid := (p.lo + p.hi) / 2
+	return append(dst, span{p.lo, mid}, span{mid, p.hi})
+}
+
+// sendParts sends each part of a batch being split, at most the batch's
+// instance limit at once, putting their answers in results, and returns
+// each part's upstream status.
+func (q *modelQueue) sendParts(b *batch, parts []span, results []Result) []int {
+	statuses := make([]int, len(parts))
 	slots := make(chan struct{}, max(b.instances, 1))
 	var wg sync.WaitGroup
-	for i, c := range b.Calls {
+	for i, p := range parts {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			defer func() { // this goroutine's panic would end the process
 				if v := recover(); v != nil {
-					results[i] = Result{Err: &kserve.Error{Status: http.StatusInternalServerError,
-						Msg: guard.Recovered(q.d.o.Logger, "batch_resend", v).Error()}}
+					err := &kserve.Error{Status: http.StatusInternalServerError,
+						Msg: guard.Recovered(q.d.o.Logger, "batch_split", v).Error()}
+					for j := p.lo; j < p.hi; j++ {
+						results[j] = Result{Err: err}
+					}
 				}
 			}()
-			rs, _, _ := q.sendAlone(b.Ctx, c.Version, c, b.halfOutputs)
-			results[i] = rs[0]
+			rs, _, status := q.sendPart(b, b.Calls[p.lo:p.hi])
+			copy(results[p.lo:p.hi], rs)
+			statuses[i] = status
 		})
 	}
 	wg.Wait()
+	return statuses
 }
 
 // sendWithout answers the calls whose data does not decode (bad[i] set)
@@ -222,28 +275,63 @@ func (q *modelQueue) sendWithout(b *batch, bad []error) []Result {
 // sendAlone sends a batch of one call: as it came when it came over HTTP
 // in a form Triton reads and answers as asked (kserve.HalfInJSON), else
 // merged from its decoded request.
-func (q *modelQueue) sendAlone(ctx context.Context, version string, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendAlone(ctx context.Context, c *Call, halfOutputs []string) ([]Result, time.Duration, int) {
+	x := q.exchangeOf(ctx, []*Call{c})
 	if c.Wire.Body != nil && !c.Req.HalfInJSON(halfOutputs) {
-		return q.sendWire(ctx, version, c, q.holdUntil(c))
+		return q.sendWire(x, c)
 	}
 	if err := c.readData(); err != nil {
 		return []Result{{Err: err}}, 0, 0
 	}
-	return q.sendMerged(ctx, version, []*kserve.Request{c.Req}, q.holdUntil(c))
+	return q.sendMerged(x, []*kserve.Request{c.Req})
+}
+
+// exchange is what an upstream request for some of a batch's calls needs
+// besides its body: the batch's context (Batch.Ctx), the model version,
+// how long the calls may be held for an upstream that is down, and what
+// the request carries (Outgoing).
+type exchange struct {
+	ctx       context.Context
+	version   string
+	holdUntil time.Time
+	out       Outgoing
+}
+
+// exchangeOf is the exchange of a request for calls, which share a batch
+// key (and so a version and forwarded headers). Its Until is the latest
+// of their contexts' deadlines, or none when one has none: a request is
+// given up only once none of its callers waits for it. A lone call's
+// traceparent goes with it; a merged request is no one caller's.
+func (q *modelQueue) exchangeOf(ctx context.Context, calls []*Call) exchange {
+	x := exchange{ctx: ctx, version: calls[0].Version, holdUntil: q.holdUntil(calls...), out: Outgoing{Header: calls[0].Header}}
+	if len(calls) == 1 {
+		x.out.Trace = calls[0].Trace
+	}
+	for i, c := range calls {
+		d, ok := c.deadline()
+		if !ok {
+			x.out.Until = time.Time{}
+			break
+		}
+		if i == 0 || d.After(x.out.Until) {
+			x.out.Until = d
+		}
+	}
+	return x
 }
 
 // holdUntil is how long calls may wait for an upstream that is down: the
-// earliest of their deadlines, each its Expire or else its arrival plus
-// Options.Hold. Zero means no hold.
+// earliest of their deadlines, each the earlier of its Expire and its
+// arrival plus Options.Hold. Zero means no hold.
 func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 	var until time.Time
 	for _, c := range calls {
 		d := c.Expire
+		if h := c.arrived.Add(q.d.o.Hold); q.d.o.Hold > 0 && (d.IsZero() || h.Before(d)) {
+			d = h
+		}
 		if d.IsZero() {
-			if q.d.o.Hold <= 0 {
-				return time.Time{}
-			}
-			d = c.arrived.Add(q.d.o.Hold)
+			return time.Time{}
 		}
 		if until.IsZero() || d.Before(until) {
 			until = d
@@ -254,7 +342,7 @@ func (q *modelQueue) holdUntil(calls ...*Call) time.Time {
 
 // sendMerged merges reqs, posts them and splits the answer. status is the
 // upstream's HTTP status, or 0 when there was none.
-func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kserve.Request, holdUntil time.Time) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendMerged(x exchange, reqs []*kserve.Request) ([]Result, time.Duration, int) {
 	name := q.name
 	failAll := func(err error) []Result {
 		out := make([]Result, len(reqs))
@@ -267,7 +355,7 @@ func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kse
 	if err != nil {
 		return failAll(&kserve.Error{Status: http.StatusInternalServerError, Msg: "forming the batch: " + err.Error()}), 0, 0
 	}
-	reply, latency, status, err := q.post(ctx, version, b, holdUntil)
+	reply, latency, status, err := q.post(x, b, int(b.Rows))
 	if err != nil {
 		return failAll(err), latency, status
 	}
@@ -296,14 +384,14 @@ func (q *modelQueue) sendMerged(ctx context.Context, version string, reqs []*kse
 // sendWire posts a lone call's request as it came and hands it the
 // upstream's answer as it came: what the caller would have had from Triton
 // directly, without merging or splitting.
-func (q *modelQueue) sendWire(ctx context.Context, version string, c *Call, holdUntil time.Time) ([]Result, time.Duration, int) {
+func (q *modelQueue) sendWire(x exchange, c *Call) ([]Result, time.Duration, int) {
 	var body Body = wireBody{&c.Wire}
 	if c.CopyTurn != nil {
 		tb := &turnBody{w: &c.Wire, turn: c.CopyTurn}
 		defer tb.done()
 		body = tb
 	}
-	reply, latency, status, err := q.post(ctx, version, body, holdUntil)
+	reply, latency, status, err := q.post(x, body, c.Rows)
 	if err != nil {
 		return []Result{{Err: err}}, latency, status
 	}
@@ -321,18 +409,24 @@ type wireAnswer struct {
 	results [1]Result
 }
 
-// post sends a batch's body upstream (see attempt) and returns its answer
-// when the status is 200. Otherwise err is the *kserve.Error each of the
-// batch's callers gets, and status the upstream's HTTP status (0 when
-// there was none).
-func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUntil time.Time) (reply *Reply, latency time.Duration, status int, err error) {
+// post sends a batch's body of rows rows upstream (see attempt) and
+// returns its answer when the status is 200. Otherwise err is the
+// *kserve.Error each of the batch's callers gets, and status the
+// upstream's HTTP status (0 when there was none). A request the upstream
+// answered is counted as Triton's statistics count it (Metrics.Upstream).
+func (q *modelQueue) post(x exchange, body Body, rows int) (reply *Reply, latency time.Duration, status int, err error) {
 	name := q.name
 	m := q.d.o.Metrics
 	fail := func(status int, format string, args ...any) (*Reply, time.Duration, int, error) {
 		return nil, latency, 0, &kserve.Error{Status: status, Msg: fmt.Sprintf(format, args...)}
 	}
-	reply, latency, err = q.attempt(ctx, version, body, holdUntil)
+	reply, latency, err = q.attempt(x, body)
 	switch {
+	case errors.Is(err, ErrDeadline):
+		// The callers gave up, as they would have on Triton: no 504 of
+		// the proxy's own before, and nothing the model is blamed for.
+		m.UpstreamErrors.WithLabelValues(name, "deadline").Inc()
+		return fail(http.StatusGatewayTimeout, "deadline passed before the upstream answered model '%s'", name)
 	case errors.Is(err, ErrUpstreamTimeout):
 		m.UpstreamErrors.WithLabelValues(name, "timeout").Inc()
 		return nil, latency, 0, fault("timeout", &kserve.Error{Status: http.StatusGatewayTimeout,
@@ -356,6 +450,13 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 		q.d.o.Logger.Warn("upstream call failed", "model", name, "err", err)
 		return fail(http.StatusBadGateway, "upstream unreachable for model '%s': %s", name, hostclient.Cause(err))
 	}
+	if reply.Status == http.StatusOK {
+		q.series.upOK.Inc()
+		q.series.upRowsOK.Add(float64(rows))
+	} else {
+		q.series.upErr.Inc()
+		q.series.upRowsErr.Add(float64(rows))
+	}
 	if reply.Status != http.StatusOK {
 		defer reply.Free()
 		m.UpstreamErrors.WithLabelValues(name, "status_"+statusClass(reply.Status)).Inc()
@@ -363,8 +464,13 @@ func (q *modelQueue) post(ctx context.Context, version string, body Body, holdUn
 		if !ok {
 			msg = fmt.Sprintf("upstream answered %d for model '%s'", reply.Status, name)
 		}
+		q.unknownModel(msg)
 		if reply.Status >= 500 {
-			return nil, latency, reply.Status, fault("status_5xx", &kserve.Error{Status: reply.Status, Msg: msg})
+			// Triton's 500 in its own words may be one request's error
+			// (memberError); any other 5xx, or a body that is not
+			// Triton's, is the server's.
+			return nil, latency, reply.Status, &faultError{kind: "status_5xx", err: &kserve.Error{Status: reply.Status, Msg: msg},
+				member: ok && reply.Status == http.StatusInternalServerError}
 		}
 		return nil, latency, reply.Status, &kserve.Error{Status: reply.Status, Msg: msg}
 	}
@@ -410,8 +516,8 @@ var errUpstreamDown = errors.New("refusing connections")
 // others wait for its outcome, and all resume once it answers. Past
 // holdUntil a batch that cannot reach the upstream fails at once with
 // errUpstreamDown. latency is the last attempt's.
-func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUntil time.Time) (reply *Reply, latency time.Duration, err error) {
-	h, m, name := q.d.health, q.d.o.Metrics, q.name
+func (q *modelQueue) attempt(x exchange, b Body) (reply *Reply, latency time.Duration, err error) {
+	h, m, name, holdUntil := q.d.health, q.d.o.Metrics, q.name, x.holdUntil
 	held := func() bool { return q.d.now().Before(holdUntil) }
 	probe := false // this batch holds the probe role
 	giveUp := func(err error) (*Reply, time.Duration, error) {
@@ -443,11 +549,11 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 			}
 		}
 		start := q.d.now()
-		reply, err = q.d.o.Upstream.Infer(ctx, name, version, b)
+		reply, err = q.d.o.Upstream.Infer(x.ctx, name, x.version, b, x.out)
 		latency = q.d.now().Sub(start)
 		ce, isConn := connError(err)
 		if !isConn {
-			h.reached() // an answer, or a timeout of a request it took
+			q.d.reached() // an answer, or a timeout of a request it took
 			return reply, latency, err
 		}
 		failures++
@@ -475,7 +581,7 @@ func (q *modelQueue) attempt(ctx context.Context, version string, b Body, holdUn
 		default:
 			return giveUp(err)
 		}
-		pause := backoff(q.d.o.RetryBackoff, failures)
+		pause := Backoff(q.d.o.RetryBackoff, failures)
 		if ce.Dial && !holdUntil.IsZero() {
 			pause = min(pause, max(holdUntil.Sub(q.d.now()), 0))
 		}

@@ -52,18 +52,20 @@ func (h *upstreamHealth) admit() (send, probe bool, wait <-chan struct{}) {
 }
 
 // reached records an answer from the upstream: it is up, and the batches
-// waiting for it go.
-func (h *upstreamHealth) reached() {
+// waiting for it go. It reports whether the upstream was down until now.
+func (h *upstreamHealth) reached() (wasDown bool) {
 	if !h.isDown.Load() {
-		return
+		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	wasDown = h.down
 	if h.down || h.probing {
 		h.down, h.probing = false, false
 		h.isDown.Store(false)
 		h.broadcast()
 	}
+	return wasDown
 }
 
 // refused records a connection that could not be made and reports whether
@@ -106,10 +108,11 @@ const (
 	maxBackoff     = 100 * time.Millisecond
 )
 
-// backoff is the pause before retry number attempt (1, 2, ...): base
-// doubled per attempt up to maxBackoff, drawn from its upper half ("equal
-// jitter") so that batches failed by one outage do not return in step.
-func backoff(base time.Duration, attempt int) time.Duration {
+// Backoff is the pause before retry number attempt (1, 2, ...): base (0:
+// 10 ms) doubled per attempt up to maxBackoff, drawn from its upper half
+// ("equal jitter") so that calls failed by one outage do not return in
+// step. The batches' retries and the pass-through's hold share it.
+func Backoff(base time.Duration, attempt int) time.Duration {
 	if base <= 0 {
 		base = defaultBackoff
 	}

@@ -69,14 +69,14 @@ func TestBackoff(t *testing.T) {
 	for _, tt := range tests {
 		seen := map[time.Duration]bool{}
 		for range 200 {
-			d := backoff(tt.base, tt.attempt)
+			d := Backoff(tt.base, tt.attempt)
 			if d < tt.min || d > tt.max {
-				t.Fatalf("backoff(%v, %d) = %v, want within [%v, %v]", tt.base, tt.attempt, d, tt.min, tt.max)
+				t.Fatalf("Backoff(%v, %d) = %v, want within [%v, %v]", tt.base, tt.attempt, d, tt.min, tt.max)
 			}
 			seen[d] = true
 		}
 		if len(seen) < 10 {
-			t.Errorf("backoff(%v, %d): %d distinct pauses in 200, want jitter", tt.base, tt.attempt, len(seen))
+			t.Errorf("Backoff(%v, %d): %d distinct pauses in 200, want jitter", tt.base, tt.attempt, len(seen))
 		}
 	}
 }
@@ -131,11 +131,12 @@ func TestHoldRidesOutAnOutage(t *testing.T) {
 // and a probe out fails at once.
 func TestHoldDeadline(t *testing.T) {
 	up := &fakeUpstream{}
-	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 2}, up, func(d *Dispatcher) { d.o.Hold = 400 * time.Millisecond })
+	h := newHarness(t, policy.Fill{Policy: "test", Batch: 1}, ModelSpec{Instances: 2, Queue: overridable}, up,
+		func(d *Dispatcher) { d.o.Hold = 400 * time.Millisecond })
 	up.refuse.Store(true)
 
 	short := call(t, 1, 1)
-	short.Expire = time.Now().Add(100 * time.Millisecond)
+	short.Timeout = 100 * time.Millisecond
 	long := call(t, 2, 1)
 	var rShort, rLong Result
 	var tShort, tLong time.Duration

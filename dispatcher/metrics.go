@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the dispatcher's Prometheus series. Accepted calls always end
@@ -20,6 +21,12 @@ type Metrics struct {
 	UpstreamErrors   *prometheus.CounterVec
 	// Ejections counts models marked failing by the outlier detector.
 	Ejections *prometheus.CounterVec
+	// Upstream counts the inference requests the upstream answered, and
+	// UpstreamRows their rows, by outcome: what Triton's statistics count
+	// for the model (its request counts, inference_count), beside the
+	// callers' counts (Answered), so that a dashboard reconciles the two
+	// (docs/RELIABILITY.md).
+	Upstream, UpstreamRows *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: none).
@@ -54,15 +61,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"model"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_upstream_errors_total",
-			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry; held: a refused connection while the batch waits for the upstream; marked_down: the upstream taken for down).",
+			Help: "Failed upstream calls, by kind (connection, connection_retry, timeout, status_4xx, status_5xx, bad_response, bad_member_retry: a merged batch failed with an error that may be one member's, split to find it; held: a refused connection while the batch waits for the upstream; marked_down: the upstream taken for down).",
 		}, []string{"model", "kind"}),
 		Ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratebatch_model_failing_total",
 			Help: "Models marked failing by passive outlier detection, by reason (errors: consecutive server errors or timeouts; hung: a batch far past its predicted tau(b)).",
 		}, []string{"model", "reason"}),
+		Upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratebatch_upstream_requests_total",
+			Help: "Inference requests the upstream answered for the model (batches, a lone caller's request as it came, the parts of a split batch, probes), by outcome (ok: 200, error: another status): what Triton counts in its statistics' success.count and failure.count, where ratebatch_requests_answered_total counts the callers.",
+		}, []string{"model", "outcome"}),
+		UpstreamRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratebatch_upstream_rows_total",
+			Help: "Rows of the callers' inference requests the upstream answered (probes not counted), by outcome (ok: 200, error: another status): Triton's inference_count counts the rows of every request it executed, those its backend answered with an error among them.",
+		}, []string{"model", "outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Accepted, m.Answered, m.Rejected, m.BatchSize, m.QueueWait, m.UpstreamDuration, m.UpstreamErrors, m.Ejections)
+		reg.MustRegister(m.Accepted, m.Answered, m.Rejected, m.BatchSize, m.QueueWait, m.UpstreamDuration, m.UpstreamErrors, m.Ejections,
+			m.Upstream, m.UpstreamRows)
 	}
 	return m
 }
@@ -71,6 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // costs no label lookup.
 type series struct {
 	accepted, answeredOK, answeredErr prometheus.Counter
+	upOK, upErr, upRowsOK, upRowsErr  prometheus.Counter
 	queueWait, batchSize, upstream    prometheus.Observer
 }
 
@@ -79,6 +96,10 @@ func (m *Metrics) bind(model string) *series {
 		accepted:    m.Accepted.WithLabelValues(model),
 		answeredOK:  m.Answered.WithLabelValues(model, "ok"),
 		answeredErr: m.Answered.WithLabelValues(model, "error"),
+		upOK:        m.Upstream.WithLabelValues(model, "ok"),
+		upErr:       m.Upstream.WithLabelValues(model, "error"),
+		upRowsOK:    m.UpstreamRows.WithLabelValues(model, "ok"),
+		upRowsErr:   m.UpstreamRows.WithLabelValues(model, "error"),
 		queueWait:   m.QueueWait.WithLabelValues(model),
 		batchSize:   m.BatchSize.WithLabelValues(model),
 		upstream:    m.UpstreamDuration.WithLabelValues(model),
@@ -86,6 +107,39 @@ func (m *Metrics) bind(model string) *series {
 }
 
 func (m *Metrics) rejected(model, reason string) { m.Rejected.WithLabelValues(model, reason).Inc() }
+
+// Counts are one model's callers and what the upstream saw of them since
+// the start, for /status: Triton's statistics count requests as it
+// received them, merged (docs/RELIABILITY.md).
+type Counts struct {
+	// CallersOK and CallersFailed are the callers answered
+	// (ratebatch_requests_answered_total).
+	CallersOK     int64 `json:"callers_ok"`
+	CallersFailed int64 `json:"callers_failed"`
+	// UpstreamOK and UpstreamFailed are the requests the upstream
+	// answered, 200 or not, and UpstreamRows and UpstreamFailedRows their
+	// rows: what Triton's request counts and inference_count count of
+	// the model, less what was passed through (docs/RELIABILITY.md).
+	UpstreamOK         int64 `json:"upstream_ok"`
+	UpstreamFailed     int64 `json:"upstream_failed"`
+	UpstreamRows       int64 `json:"upstream_rows"`
+	UpstreamFailedRows int64 `json:"upstream_failed_rows"`
+}
+
+// counts reads the model's counters.
+func (s *series) counts() Counts {
+	return Counts{CallersOK: value(s.answeredOK), CallersFailed: value(s.answeredErr),
+		UpstreamOK: value(s.upOK), UpstreamFailed: value(s.upErr), UpstreamRows: value(s.upRowsOK), UpstreamFailedRows: value(s.upRowsErr)}
+}
+
+// value is a counter's value.
+func value(c prometheus.Counter) int64 {
+	var m dto.Metric
+	if c.Write(&m) != nil {
+		return 0
+	}
+	return int64(m.GetCounter().GetValue())
+}
 
 var (
 	descQueued = prometheus.NewDesc("ratebatch_queue_rows",
@@ -97,7 +151,7 @@ var (
 	descFailing = prometheus.NewDesc("ratebatch_model_failing",
 		"1 while the model is marked failing by passive outlier detection (not ready; one probe batch at a time), else 0.", []string{"model"}, nil)
 	descSources = prometheus.NewDesc("ratebatch_sources",
-		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule; unknown: not learnt yet).", []string{"model", "kind"}, nil)
+		"Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule, or it is one of a pool whose arrivals do not follow the answers (ratebatch_source_feedback below 0.25); unknown: not learnt yet).", []string{"model", "kind"}, nil)
 	descSourcesBusy = prometheus.NewDesc("ratebatch_sources_busy",
 		"Callers' connections with a call in the proxy now.", []string{"model"}, nil)
 	descSourceThink = prometheus.NewDesc("ratebatch_source_think_seconds",
@@ -117,7 +171,7 @@ var queueDescs = []*prometheus.Desc{descQueued, descInFlight, descInFlightRows, 
 	descSources, descSourcesBusy, descSourceThink, descSourceFeedback}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range slices.Concat(queueDescs, probeDescs) {
+	for _, d := range slices.Concat(queueDescs, probeDescs, checkDescs) {
 		ch <- d
 	}
 }
@@ -131,6 +185,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		collectSources(ch, s.Model, s.Sources)
 	}
 	c.d.collectProbes(ch)
+	c.d.collectChecks(ch)
 }
 
 // gauge01 is a yes/no state as a gauge: 1 or 0.

@@ -62,24 +62,24 @@ func (c *Call) Release() {
 	calls.Put(c)
 }
 
-// scheduleParams reads Triton's schedule-policy parameters: "priority"
-// (1 is highest, 0 the default level) and "timeout" in microseconds.
+// scheduleParams reads Triton's schedule-policy parameters, as Triton reads
+// them: "priority" (uint64: 1 is the highest level, 0 the default level)
+// and "timeout" (uint64 microseconds). What they mean for the call is the
+// model's queue policy's to say, at enqueue (ModelSpec.Queue).
 func scheduleParams(req *kserve.Request, c *Call, now time.Time) error {
 	if v, ok := req.Parameters[kserve.ParamPriority]; ok {
-		p, ok := req.Parameters.Int(kserve.ParamPriority)
-		if !ok || p < 0 {
+		p, ok := req.Parameters.Uint(kserve.ParamPriority)
+		if !ok {
 			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'priority' must be a non-negative integer, got %v", v)}
 		}
-		c.Priority = uint64(p)
+		c.Priority = p
 	}
 	if v, ok := req.Parameters[kserve.ParamTimeout]; ok {
-		us, ok := req.Parameters.Int(kserve.ParamTimeout)
-		if !ok || us < 0 {
+		us, ok := req.Parameters.Uint(kserve.ParamTimeout)
+		if !ok {
 			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'timeout' must be a non-negative integer of microseconds, got %v", v)}
 		}
-		if us > 0 {
-			c.Expire = now.Add(time.Duration(us) * time.Microsecond)
-		}
+		c.Timeout = microseconds(us)
 	}
 	return nil
 }

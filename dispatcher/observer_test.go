@@ -56,11 +56,11 @@ type ctxUpstream struct {
 	seen []any
 }
 
-func (u *ctxUpstream) Infer(ctx context.Context, model, version string, b Body) (*Reply, error) {
+func (u *ctxUpstream) Infer(ctx context.Context, model, version string, b Body, out Outgoing) (*Reply, error) {
 	u.mu.Lock()
 	u.seen = append(u.seen, ctx.Value(ctxKey{}))
 	u.mu.Unlock()
-	return u.fakeUpstream.Infer(ctx, model, version, b)
+	return u.fakeUpstream.Infer(ctx, model, version, b, out)
 }
 
 // One batch of three callers (4 rows) is told, to the model's observer and

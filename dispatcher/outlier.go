@@ -19,9 +19,13 @@ import (
 // or not at all (a hung batch).
 type Outlier struct {
 	// ConsecutiveErrors is how many batches in a row failing with a server
-	// error (an upstream 5xx, a timeout, a malformed answer) mark the model
-	// failing. A member's own bad input (4xx, retried caller by caller) and
-	// connection errors (the outage hold's) do not count. 0: off.
+	// error (an upstream 502, 503, 504, a timeout, a malformed answer) mark
+	// the model failing. A member's own bad input (4xx) and connection
+	// errors (the outage hold's) do not count, nor does Triton's 500 with a
+	// message, which may be one request's (a merged batch that gets it is
+	// split, and only its failing members fail): that many batches in a
+	// row whose every caller got one send the model's probe inference,
+	// whose failure marks the model failing (endBatch). 0: off.
 	ConsecutiveErrors int
 	// A batch whose upstream call runs longer than HungFactor times the
 	// model's predicted tau(b), and at least HungMin, marks the model
@@ -61,14 +65,21 @@ type modelHealth struct {
 	nextProbe   time.Time
 	probing     bool // the probe batch is in flight
 	answered    bool // a batch was answered once: hung detection is armed
+	suspects    int  // suspect batches in a row (endBatch)
 }
 
 // faultError is an error the upstream is to blame for (its 5xx, a timeout,
 // an answer that does not decode): the outlier detector counts it. It is
-// the *kserve.Error the caller gets, unchanged.
+// the *kserve.Error the caller gets, unchanged. member marks Triton's 500
+// with a message of its own: what a backend answers for one request it
+// cannot serve (a Python backend's TritonError) as much as what a sick
+// model answers to all, so a merged batch that gets it is split (split)
+// and the model is blamed only when the split and a probe say so
+// (endBatch).
 type faultError struct {
-	err  *kserve.Error
-	kind string
+	err    *kserve.Error
+	kind   string
+	member bool
 }
 
 func (e *faultError) Error() string { return e.err.Error() }
@@ -76,25 +87,67 @@ func (e *faultError) Unwrap() error { return e.err }
 
 func fault(kind string, err *kserve.Error) error { return &faultError{err: err, kind: kind} }
 
-// outcome classifies a batch by its callers' results: a fault when any
-// caller got one (whole batches fail together), healthy when the upstream
-// answered any caller properly (200, or a 4xx of its own input), and
-// neutral otherwise (connection errors, the hold's 503s, a panic).
-func outcome(results []Result) (faultKind string, healthy bool) {
+// verdict is what a batch's answers say of its model.
+type verdict int
+
+const (
+	// neutral: nothing about the model (connection errors, the hold's
+	// 503s, a panic).
+	neutral verdict = iota
+	// healthy: the upstream answered a caller properly (200, or a 4xx of
+	// its own input).
+	healthy
+	// suspect: every caller failed with a 500 that may be its own (a
+	// faultError's member): a sick model, or callers that are all bad.
+	suspect
+	// faulty: a caller got a server's error (a 502, 503 or 504, another
+	// 5xx without Triton's message, a timeout, a malformed answer).
+	faulty
+)
+
+// outcome classifies a batch by its callers' results: faulty when any
+// caller got a server's error (whole batches fail together), else healthy
+// when the upstream answered any caller properly, else suspect when a 500
+// of Triton's own words is all the callers got, else neutral.
+func outcome(results []Result) (v verdict, faultKind string) {
 	for _, r := range results {
 		if r.Err == nil {
-			healthy = true
+			v = healthy
 			continue
 		}
 		var fe *faultError
 		if errors.As(r.Err, &fe) {
-			return fe.kind, false
+			if !fe.member {
+				return faulty, fe.kind
+			}
+			if v == neutral {
+				v, faultKind = suspect, fe.kind
+			}
+			continue
 		}
 		if s := kserve.ErrorStatus(r.Err); s >= 400 && s < 500 {
-			healthy = true
+			v = healthy
 		}
 	}
-	return "", healthy
+	return v, faultKind
+}
+
+// memberError reports whether err, a merged batch's upstream error with
+// the upstream's HTTP status, may belong to one of its members: a 4xx, or
+// Triton's 500 with a message (faultError.member). Such a batch is split.
+// Not a refusal of who may call or of what is called (401, 403, 404):
+// the members share their credentials and their model (their key says
+// so), so each would hear the same.
+func memberError(status int, err error) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return false
+	}
+	if status >= 400 && status < 500 {
+		return true
+	}
+	var fe *faultError
+	return status == http.StatusInternalServerError && errors.As(err, &fe) && fe.member
 }
 
 // admitFailing is enqueue's check while the model fails, with q.mu held:
@@ -132,10 +185,16 @@ func (q *modelQueue) startBatch() (probe bool, err error) {
 	return true, nil
 }
 
-// endBatch records a batch's outcome.
+// endBatch records a batch's outcome. A faulty batch counts towards
+// Outlier.ConsecutiveErrors; a suspect one (every caller failed with a
+// 500 in Triton's words, the split finding no member it could answer)
+// proves nothing alone, since a stream of bad requests looks the same:
+// that many suspect batches in a row send the model's probe inference (a
+// request it accepts, ModelSpec.Probe), and only its failure too marks
+// the model failing (verify).
 func (q *modelQueue) endBatch(probe bool, results []Result) {
 	o := q.d.o.Outlier
-	kind, healthy := outcome(results)
+	v, kind := outcome(results)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	h := &q.health
@@ -143,22 +202,62 @@ func (q *modelQueue) endBatch(probe bool, results []Result) {
 		h.probing = false
 	}
 	now := q.d.now()
-	switch {
-	case kind != "":
+	switch v {
+	case faulty:
 		h.consecutive++
 		if h.failing {
 			h.nextProbe = now.Add(o.ProbeInterval)
 		} else if o.ConsecutiveErrors > 0 && h.consecutive >= o.ConsecutiveErrors {
 			q.markFailing(now, fmt.Sprintf("%d batches in a row failed: %s", h.consecutive, kind), "errors")
 		}
+	case suspect:
+		h.suspects++
+		if h.failing {
+			h.nextProbe = now.Add(o.ProbeInterval)
+		} else if o.ConsecutiveErrors > 0 && h.suspects >= o.ConsecutiveErrors {
+			q.verify()
+		}
 	case healthy:
 		h.answered = true
-		h.consecutive = 0
+		h.consecutive, h.suspects = 0, 0
 		if h.failing {
 			h.failing, h.reason = false, ""
 			q.d.o.Logger.Info("model recovered: its probe batch was answered", "model", q.name, "failing_for", now.Sub(h.since))
 		}
 	}
+}
+
+// verify sends the model's probe inference once, on its own goroutine,
+// after suspect batches in a row: its failure marks the model failing,
+// its answer clears the suspicion (the callers' requests were bad, not
+// the model). A model without a probe is never marked failing on suspect
+// batches: its callers get Triton's own answers. Called with q.mu held.
+func (q *modelQueue) verify() {
+	if q.spec.Probe.Body == nil {
+		return
+	}
+	body, timeout, key := q.spec.Probe, q.probeTimeout(), "verify "+q.name
+	p := q.d.probes
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.start(q.d, key, func() {
+		res, report := q.d.sendProbe(q.name, body, timeout)
+		q.d.probes.record(q.name, report)
+		v, _ := outcome([]Result{res})
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		p.mu.Lock()
+		p.done(key)
+		p.mu.Unlock()
+		h := &q.health
+		switch {
+		case v == faulty && !h.failing:
+			q.markFailing(q.d.now(), fmt.Sprintf("%d batches in a row failed with the upstream's 500 and so did the probe inference (%s)",
+				h.suspects, report.Detail), "errors")
+		case v == healthy:
+			h.suspects = 0
+		}
+	})
 }
 
 // markFailing marks the model failing and answers its queued callers 503

@@ -15,10 +15,11 @@ import (
 	"github.com/ratebatch/ratebatch/policy"
 )
 
-// An upstream answering 500 to everything: after ConsecutiveErrors batches
-// the model is failing, callers get a prompt 503 instead of the upstream's
-// 500, one probe at a time tests it, and the first probe answered after the
-// upstream heals makes the model healthy again.
+// An upstream answering 503 (Triton's UNAVAILABLE, the server's own
+// error) to everything: after ConsecutiveErrors batches the model is
+// failing, callers get a prompt 503 of the proxy's instead of the
+// upstream's, one probe at a time tests it, and the first probe answered
+// after the upstream heals makes the model healthy again.
 func TestOutlierServerErrorsMarkTheModelFailing(t *testing.T) {
 	up := &fakeUpstream{}
 	clock := &manualClock{t: time.Unix(1000, 0)}
@@ -26,11 +27,11 @@ func TestOutlierServerErrorsMarkTheModelFailing(t *testing.T) {
 		d.o.Outlier = Outlier{ConsecutiveErrors: 3, ProbeInterval: time.Hour}
 		d.now = clock.now
 	})
-	up.status.Store(500)
+	up.status.Store(http.StatusServiceUnavailable)
 	submit := func(i int) Result { return h.d.Submit(context.Background(), "simple", call(t, int32(i), 1)) }
 	for i := range 3 {
-		if r := submit(i); status(r.Err) != http.StatusInternalServerError {
-			t.Fatalf("call %d before the model fails: %v, want the upstream's 500", i, r.Err)
+		if r := submit(i); status(r.Err) != http.StatusServiceUnavailable || r.Err.Error() != "model exploded" {
+			t.Fatalf("call %d before the model fails: %v, want the upstream's 503", i, r.Err)
 		}
 	}
 	if f, reason := h.d.Failing("simple"); !f || !strings.Contains(reason, "3 batches in a row") {
@@ -51,8 +52,8 @@ func TestOutlierServerErrorsMarkTheModelFailing(t *testing.T) {
 	}
 	// A probe that fails keeps the model failing.
 	clock.add(time.Hour)
-	if r := submit(20); status(r.Err) != http.StatusInternalServerError {
-		t.Fatalf("probe: %v, want the upstream's 500", r.Err)
+	if r := submit(20); status(r.Err) != http.StatusServiceUnavailable || r.Err.Error() != "model exploded" {
+		t.Fatalf("probe: %v, want the upstream's 503", r.Err)
 	}
 	if f, _ := h.d.Failing("simple"); !f {
 		t.Fatal("a failed probe made the model healthy")
@@ -107,12 +108,12 @@ type hangingUpstream struct {
 	hung    atomic.Int32
 }
 
-func (u *hangingUpstream) Infer(ctx context.Context, model, version string, b Body) (*Reply, error) {
+func (u *hangingUpstream) Infer(ctx context.Context, model, version string, b Body, out Outgoing) (*Reply, error) {
 	if u.hang.Load() {
 		u.hung.Add(1)
 		<-u.release
 	}
-	return u.fakeUpstream.Infer(ctx, model, version, b)
+	return u.fakeUpstream.Infer(ctx, model, version, b, out)
 }
 
 // A batch that hangs marks the model failing once it has run past the

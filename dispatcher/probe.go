@@ -253,7 +253,11 @@ type TimedUpstream interface {
 
 // InferWithin implements TimedUpstream.
 func (u *HTTPUpstream) InferWithin(model, version string, body Body, timeout time.Duration) (*Reply, error) {
-	return u.infer(context.Background(), model, version, body, timeout)
+	var own []byte
+	for k, v := range u.OwnHeader {
+		own = EndHeader(append(AppendHeaderName(own, k), v...))
+	}
+	return u.infer(context.Background(), model, version, body, Outgoing{Header: string(own)}, timeout)
 }
 
 // sendProbe sends one probe and returns the result a batch of it would
@@ -269,7 +273,7 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	if t, ok := d.o.Upstream.(TimedUpstream); ok {
 		reply, err = t.InferWithin(model, "", body, timeout)
 	} else {
-		reply, err = d.o.Upstream.Infer(context.Background(), model, "", body)
+		reply, err = d.o.Upstream.Infer(context.Background(), model, "", body, Outgoing{})
 	}
 	r := ProbeReport{At: d.now(), TookMs: float64(time.Since(start).Microseconds()) / 1000}
 	fail := func(outcome, detail string, res error) (Result, ProbeReport) {
@@ -284,14 +288,19 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	}
 	switch {
 	case errors.Is(err, ErrUpstreamTimeout):
-		d.health.reached()
+		d.reached()
 		return fail("timeout", fmt.Sprintf("no answer within %v", timeout),
 			fault("timeout", &kserve.Error{Status: http.StatusGatewayTimeout, Msg: "probe: no answer in time"}))
 	case err != nil:
 		return fail("connection", err.Error(), &kserve.Error{Status: http.StatusBadGateway, Msg: err.Error()})
 	}
 	defer reply.Free()
-	d.health.reached()
+	d.reached()
+	outcome := "ok" // as Triton's statistics count it (Metrics.Upstream)
+	if reply.Status != http.StatusOK {
+		outcome = "error"
+	}
+	d.o.Metrics.Upstream.WithLabelValues(model, outcome).Inc()
 	msg, _ := kserve.ParseErrorBody(reply.Body)
 	switch {
 	case reply.Status == http.StatusOK:
@@ -314,6 +323,10 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 // first of an outage) and starts the upstream's probe loop: held batches
 // probe it while they wait, but with none waiting nothing else would.
 func (d *Dispatcher) noteRefused(markedDown bool, err error) {
+	if markedDown {
+		d.o.Logger.Warn("upstream refusing connections: the proxy is not ready, batched calls are held for it, and it is probed until it answers",
+			"err", err, "hold", d.o.Hold)
+	}
 	p := d.probes
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -322,6 +335,23 @@ func (d *Dispatcher) noteRefused(markedDown bool, err error) {
 	}
 	p.downErr, p.downCause = err.Error(), hostclient.Cause(err)
 	p.start(d, "", d.probeUpstreamLoop)
+}
+
+// reached records an answer from the upstream (upstreamHealth.reached),
+// and logs the end of an outage.
+func (d *Dispatcher) reached() {
+	if !d.health.reached() {
+		return
+	}
+	p := d.probes
+	p.mu.Lock()
+	since := p.downSince
+	p.mu.Unlock()
+	var downFor time.Duration
+	if !since.IsZero() {
+		downFor = d.now().Sub(since).Round(time.Millisecond)
+	}
+	d.o.Logger.Info("upstream answering again", "down_for", downFor)
 }
 
 // probeUpstreamLoop probes the upstream while it is marked down.
@@ -397,10 +427,12 @@ func (d *Dispatcher) anyProbe() (string, Wire) {
 }
 
 // Unready says why the proxy should not be sent traffic, "" when it should:
-// the upstream refuses connections, or every batched model is failing and
-// the proxy probes each one itself. A failing model without a probe
-// (ModelSpec.Probe) fails only its own calls and readiness: with the pod
-// out of its Service no client batch would ever find it healed.
+// the upstream refuses connections, fails its active health check
+// (check.go), or every batched model is out: failing while the proxy
+// probes it itself, or called not ready by the upstream's health check. A
+// failing model without a probe (ModelSpec.Probe) fails only its own
+// calls and readiness: with the pod out of its Service no client batch
+// would ever find it healed.
 func (d *Dispatcher) Unready() string {
 	if d.health.isDown.Load() {
 		p := d.probes
@@ -416,6 +448,9 @@ func (d *Dispatcher) Unready() string {
 		}
 		return msg + "; probing it"
 	}
+	if why := d.checks.serverNotReady(); why != "" {
+		return "upstream not ready: " + why
+	}
 	d.mu.RLock()
 	qs := make([]*modelQueue, 0, len(d.models))
 	for _, q := range d.models {
@@ -427,23 +462,42 @@ func (d *Dispatcher) Unready() string {
 	}
 	slices.SortFunc(qs, func(a, b *modelQueue) int { return strings.Compare(a.name, b.name) })
 	var why []string
+	allFailing := true
 	for _, q := range qs {
-		q.mu.Lock()
-		failing, reason, probed := q.health.failing, q.health.reason, q.spec.Probe.Body != nil
-		q.mu.Unlock()
-		if !failing || !probed {
+		s, failing := d.modelOut(q)
+		if s == "" {
 			return ""
 		}
-		s := q.name + ": " + reason
-		if r, ok := d.probes.lastOf(q.name); ok {
-			s += fmt.Sprintf("; last probe %v ago: %s", d.now().Sub(r.At).Round(time.Millisecond), r.Outcome)
-			if r.Detail != "" {
-				s += " (" + r.Detail + ")"
-			}
-		}
+		allFailing = allFailing && failing
 		why = append(why, s)
 	}
-	return "every batched model is failing upstream, probing: " + strings.Join(why, "; ")
+	if allFailing {
+		return "every batched model is failing upstream, probing: " + strings.Join(why, "; ")
+	}
+	return "no batched model is ready upstream: " + strings.Join(why, "; ")
+}
+
+// modelOut says why q's model is out of service ("" when it is not):
+// failing with a probe to find it healed (failing set), or called not
+// ready by the upstream's health check.
+func (d *Dispatcher) modelOut(q *modelQueue) (why string, failing bool) {
+	q.mu.Lock()
+	failing, reason, probed := q.health.failing, q.health.reason, q.spec.Probe.Body != nil
+	q.mu.Unlock()
+	if !failing || !probed {
+		if nr := d.checks.modelNotReady(q.name); nr != "" {
+			return q.name + ": " + nr, false
+		}
+		return "", false
+	}
+	s := q.name + ": " + reason
+	if r, ok := d.probes.lastOf(q.name); ok {
+		s += fmt.Sprintf("; last probe %v ago: %s", d.now().Sub(r.At).Round(time.Millisecond), r.Outcome)
+		if r.Detail != "" {
+			s += " (" + r.Detail + ")"
+		}
+	}
+	return s, true
 }
 
 // UpstreamStatus is the upstream's state as the dispatcher sees it, for
@@ -457,11 +511,13 @@ type UpstreamStatus struct {
 	// Unready is why the proxy reports not ready, "" when it is ready as
 	// far as the upstream goes.
 	Unready string `json:"unready,omitempty"`
+	// Check is what the active health check found; absent when it is off.
+	Check *CheckStatus `json:"check,omitempty"`
 }
 
 // Upstream reports the upstream's state.
 func (d *Dispatcher) Upstream() UpstreamStatus {
-	s := UpstreamStatus{Down: d.health.isDown.Load(), Unready: d.Unready()}
+	s := UpstreamStatus{Down: d.health.isDown.Load(), Unready: d.Unready(), Check: d.checkStatus()}
 	p := d.probes
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -496,7 +552,7 @@ var (
 	descUpstreamDown = prometheus.NewDesc("ratebatch_upstream_down",
 		"1 while the upstream refuses connections (requests are held, the proxy is not ready), else 0.", nil, nil)
 	descUnready = prometheus.NewDesc("ratebatch_upstream_unready",
-		"1 while the upstream's state takes the proxy out of service (/readyz 503): it refuses connections, or every batched model is failing.", nil, nil)
+		"1 while the upstream's state takes the proxy out of service (/readyz 503): it refuses connections, fails its health check, or every batched model is failing or not ready.", nil, nil)
 )
 
 // probeDescs are the series collectProbes exports.

@@ -46,6 +46,15 @@ type level struct {
 	q fifo
 }
 
+// level is the priority level of the key's first waiting calls (the
+// largest level when none waits).
+func (k *keyQueue) level() uint64 {
+	if len(k.levels) == 0 {
+		return ^uint64(0)
+	}
+	return k.levels[0].n
+}
+
 func (k *keyQueue) push(c *Call) {
 	i := 0
 	for i < len(k.levels) && k.levels[i].n < c.level {

@@ -471,7 +471,11 @@ type SourceStats struct {
 	Population int `json:"population"`
 	// ClosedLoop, OpenLoop and Unknown split the population by kind:
 	// unknown until a source has shown three gaps from an answer to its
-	// next request.
+	// next request. Connections that each look closed-loop by their gaps
+	// count as open-loop once Feedback says their arrivals do not follow
+	// the answers (a pool under an open stream): the plan, the metrics
+	// and the live page read the one verdict. While Feedback is not
+	// known yet, such a pool still counts as closed-loop.
 	ClosedLoop int `json:"closed_loop"`
 	OpenLoop   int `json:"open_loop"`
 	Unknown    int `json:"unknown"`
@@ -511,7 +515,7 @@ type SourceStats struct {
 	// request at its own pace), about 0 when they arrive on their own
 	// schedule through a pool of connections (arrivals independent of how
 	// many wait); nil until enough arrivals were seen. Below 0.25 the
-	// closed-loop connections are planned as open arrivals (feedback).
+	// connections are counted, and planned, as open arrivals (feedback).
 	Feedback *float64 `json:"feedback"`
 }
 
@@ -550,12 +554,19 @@ func (s *sources) stats(now time.Time) SourceStats {
 			st.Unknown++
 		}
 	}
+	if fb, ok := s.fb.score(); ok {
+		st.Feedback = &fb
+		if fb < feedbackOpen {
+			// Connections that each look closed-loop by their gaps,
+			// carrying arrivals that do not follow the answers: a pool
+			// under an open stream, which is what they are called.
+			st.OpenLoop += st.ClosedLoop
+			st.ClosedLoop, st.ClosedLoopCallers = 0, 0
+		}
+	}
 	if st.ClosedLoop > 0 {
 		ms := think / float64(st.ClosedLoop) / float64(time.Millisecond)
 		st.ThinkMs = &ms
-	}
-	if fb, ok := s.fb.score(); ok {
-		st.Feedback = &fb
 	}
 	return st
 }
@@ -569,12 +580,6 @@ func (q *modelQueue) callers(now time.Time) policy.Callers {
 	c := policy.Callers{Known: st.Known, ClosedLoop: st.ClosedLoopCallers, Others: st.OpenLoop + st.Unknown}
 	if st.ThinkMs != nil {
 		c.ThinkMs = *st.ThinkMs
-	}
-	if st.Feedback != nil && *st.Feedback < feedbackOpen {
-		// Connections that each look closed-loop, carrying arrivals
-		// that do not follow the answers: a pool under an open stream.
-		c.Others += c.ClosedLoop
-		c.ClosedLoop = 0
 	}
 	return c
 }

@@ -361,7 +361,7 @@ func TestSourcesInSnapshotAndMetrics(t *testing.T) {
 # HELP ratebatch_source_think_seconds Mean estimated think time of the closed-loop connections (answer to next request, as the proxy sees it); absent without one.
 # TYPE ratebatch_source_think_seconds gauge
 ratebatch_source_think_seconds{model="simple"} 0.003
-# HELP ratebatch_sources Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule; unknown: not learnt yet).
+# HELP ratebatch_sources Callers' connections active within the last second, by kind (closed_loop: its next request follows its answer after a think time; open_loop: its calls overlap or keep their own schedule, or it is one of a pool whose arrivals do not follow the answers (ratebatch_source_feedback below 0.25); unknown: not learnt yet).
 # TYPE ratebatch_sources gauge
 ratebatch_sources{kind="closed_loop",model="simple"} 1
 ratebatch_sources{kind="open_loop",model="simple"} 0
@@ -670,9 +670,14 @@ func TestFeedbackTellsAPoolFromAClosedLoop(t *testing.T) {
 				t.Fatalf("no feedback score after %d events: %+v", len(ev), st)
 			}
 			fb := *st.Feedback
-			t.Logf("feedback %.3f; %d connections, %d closed-loop by their gaps", fb, st.Population, st.ClosedLoop)
+			t.Logf("feedback %.3f; %d connections, %d closed-loop, %d open-loop", fb, st.Population, st.ClosedLoop, st.OpenLoop)
 			if tt.closed && !(fb > 2*feedbackOpen) || !tt.closed && !(fb < feedbackOpen/2) {
 				t.Errorf("feedback %.3f: want it clear of %v on the %s side", fb, feedbackOpen, map[bool]string{true: "closed-loop", false: "open"}[tt.closed])
+			}
+			// What the metrics and the live page show: a pool under an
+			// open stream is no closed-loop caller.
+			if st.ClosedLoop > 0 != tt.closed || (!tt.closed && (st.ClosedLoopCallers != 0 || st.ThinkMs != nil || st.OpenLoop+st.Unknown != st.Population)) {
+				t.Errorf("callers counted %+v: closed-loop %d, want them %s", st, st.ClosedLoop, map[bool]string{true: "closed-loop", false: "all open-loop (or not learnt yet)"}[tt.closed])
 			}
 			c := q.callers(now)
 			if c.ClosedLoop > 0 != tt.closed || (!tt.closed && c.Others < st.Population) {

@@ -57,7 +57,7 @@ func TestCopyTurnHeldOnlyWhileWritten(t *testing.T) {
 		t.Fatal("a turnBody has Bytes: the upstream client would write it without taking the turn")
 	}
 	for attempt := 1; attempt <= 2; attempt++ {
-		reply, err := u.Infer(context.Background(), "m", "", tb)
+		reply, err := u.Infer(context.Background(), "m", "", tb, Outgoing{})
 		if err != nil {
 			t.Fatalf("attempt %d: %v", attempt, err)
 		}

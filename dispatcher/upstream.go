@@ -22,14 +22,33 @@ import (
 // Upstream sends one batched inference request. The dispatcher defines it so
 // tests can stand in for Triton.
 type Upstream interface {
-	// Infer posts body to the model's infer endpoint. On success the reply
-	// holds the status and body; Free gives the body back and must be
-	// called exactly once. Infer may be called again with the same body
-	// (a retry), so it must not consume it for good. ctx is the batch's
-	// (Batch.Ctx): it carries what observers put there (a tracer's span, to
-	// propagate upstream); the dispatcher bounds the call's time itself.
-	Infer(ctx context.Context, model, version string, body Body) (*Reply, error)
+	// Infer posts body to the model's infer endpoint, with what out says
+	// the request carries besides. On success the reply holds the status
+	// and body; Free gives the body back and must be called exactly once.
+	// Infer may be called again with the same body (a retry), so it must
+	// not consume it for good. ctx is the batch's (Batch.Ctx): it carries
+	// what observers put there (a tracer's span, to propagate upstream).
+	Infer(ctx context.Context, model, version string, body Body, out Outgoing) (*Reply, error)
 }
+
+// Outgoing is what an upstream request carries besides its body.
+type Outgoing struct {
+	// Until, when set, is when the request's last caller stops waiting
+	// (the latest of their deadlines, when each has one: gRPC callers'):
+	// past it the request is given up with ErrDeadline. Zero: some caller
+	// waits as long as Triton takes, as it would on Triton itself, and the
+	// upstream client's own timeout, when one is configured, bounds the
+	// request instead.
+	Until time.Time
+	// Header is the callers' forwarded headers (Call.Header: the same for
+	// every caller of a batch, their key says so), and Trace a lone
+	// caller's traceparent (Call.Trace).
+	Header, Trace string
+}
+
+// ErrDeadline reports an upstream request given up when its callers'
+// deadlines passed (Outgoing.Until): theirs, not the model's failure.
+var ErrDeadline = errors.New("the callers' deadline passed before the upstream answered")
 
 // Body is a batched request body (a *kserve.Batch, or a lone caller's
 // Wire) that can be written in one piece or streamed: large tensors then
@@ -77,6 +96,10 @@ type HTTPUpstream struct {
 	// Header, when set, adds headers to every batch's request from the
 	// batch's context (Batch.Ctx): a tracer's traceparent.
 	Header func(ctx context.Context, h *fasthttp.RequestHeader)
+	// OwnHeader is set on the proxy's own requests (probes, InferWithin):
+	// its credentials toward Triton (upstream_headers). A batch carries
+	// its callers' headers instead, never these.
+	OwnHeader map[string]string
 
 	hc     *fasthttp.HostClient
 	prefix string // the upstream URL's path, without a trailing slash
@@ -89,7 +112,9 @@ type HTTPUpstream struct {
 	timeout time.Duration
 }
 
-// NewHTTPUpstream returns a client for the Triton at base (http or https).
+// NewHTTPUpstream returns a client for the Triton at base (http or https);
+// timeout bounds a request whose callers have no deadline of their own
+// (Outgoing.Until; 0: none, as Triton bounds none).
 func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUpstream, error) {
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -97,7 +122,6 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	}
 	hc := hostclient.New(u)
 	hc.MaxConns = maxConns
-	hc.ReadTimeout, hc.WriteTimeout = timeout, timeout
 	hc.MaxResponseBodySize = 0 // unlimited: Triton's answers are as large as the batch needs
 	hc.DisableHeaderNamesNormalizing = true
 	// The dispatcher decides about retries: a POST is retried only on
@@ -118,24 +142,29 @@ var ErrAnswerCut = errors.New("upstream's answer broke off")
 
 // classify sorts a failed exchange: a timeout (the whole exchange's, or a
 // read's: an answer dripping slower than the deadline), an answer that
-// broke off, else a connection error, which may be retried.
-func classify(err error) error {
+// broke off, else a connection error, which may be retried. A timeout is
+// the callers' own (ErrDeadline) when their deadline set it (callers).
+func classify(err error, callers bool) error {
 	var oe *net.OpError
 	dial := errors.As(err, &oe) && oe.Op == "dial"
+	timedOut := errors.Is(err, fasthttp.ErrTimeout) || !dial && errors.Is(err, os.ErrDeadlineExceeded)
 	switch {
-	case errors.Is(err, fasthttp.ErrTimeout), !dial && errors.Is(err, os.ErrDeadlineExceeded):
+	case timedOut && callers:
+		return fmt.Errorf("%w (%w)", ErrDeadline, err)
+	case timedOut:
 		return fmt.Errorf("%w (%w)", ErrUpstreamTimeout, err)
 	case errors.Is(err, hostclient.ErrAnswerCut), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: %w", ErrAnswerCut, err)
 	}
-	return &ConnError{Err: err, Dial: isDialError(err)}
+	return &ConnError{Err: err, Dial: IsRefused(err)}
 }
 
-// isDialError reports whether err is a connection the upstream's host
+// IsRefused reports whether err is a connection the upstream's host
 // refused or could not be routed to: nothing listens there (a restarting
-// server). A dial that timed out is not one: an upstream too busy to accept
+// server), and the outage hold applies (to batches, and to the doors'
+// pass-through inference). A dial that timed out is not one: an upstream too busy to accept
 // is overloaded, not down, and its callers should not be held for it.
-func isDialError(err error) bool {
+func IsRefused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH)
 }
@@ -175,12 +204,14 @@ func (u *HTTPUpstream) path(model, version string) string {
 }
 
 // Infer implements Upstream. ctx is the batch's (Batch.Ctx): Header, when
-// set, writes what it carries into the request.
-func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Body) (*Reply, error) {
-	return u.infer(ctx, model, version, body, u.timeout)
+// set, writes what it carries into the request. The request is bounded
+// by out.Until, else by the client's timeout when one is configured.
+func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Body, out Outgoing) (*Reply, error) {
+	return u.infer(ctx, model, version, body, out, u.timeout)
 }
 
-func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Body, timeout time.Duration) (*Reply, error) {
+// infer posts body; timeout 0 is none.
+func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Body, out Outgoing, timeout time.Duration) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	headerLen := body.HeaderLen()
@@ -201,8 +232,12 @@ func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Bo
 		req.URI().SetScheme("https")
 	}
 	req.Header.SetMethod(fasthttp.MethodPost)
+	eachHeader(out.Header, func(name, value string) { req.Header.Set(name, value) })
+	if out.Trace != "" {
+		req.Header.Set("traceparent", out.Trace)
+	}
 	if u.Header != nil {
-		u.Header(ctx, &req.Header)
+		u.Header(ctx, &req.Header) // a tracer's traceparent wins
 	}
 	if headerLen < 0 {
 		req.Header.SetContentType("application/json")
@@ -212,9 +247,19 @@ func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Bo
 		req.Header.SetBytesV(kserve.HeaderContentLength, strconv.AppendInt(digits[:0], int64(headerLen), 10))
 	}
 	resp := fasthttp.AcquireResponse()
-	if err := u.hc.DoTimeout(req, resp, timeout); err != nil {
+	deadline, callers := out.Until, true
+	if deadline.IsZero() && timeout > 0 {
+		deadline, callers = time.Now().Add(timeout), false
+	}
+	var err error
+	if deadline.IsZero() {
+		err = u.hc.Do(req, resp)
+	} else {
+		err = u.hc.DoDeadline(req, resp, deadline)
+	}
+	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, classify(err)
+		return nil, classify(err, callers)
 	}
 	hl := -1
 	if v := resp.Header.Peek(kserve.HeaderContentLength); len(v) > 0 {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
@@ -35,7 +37,7 @@ func TestHTTPUpstreamRefusedIsDial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = u.Infer(context.Background(), "m", "", b)
+	_, err = u.Infer(context.Background(), "m", "", b, Outgoing{})
 	var ce *ConnError
 	if !errors.As(err, &ce) || !ce.Dial {
 		t.Fatalf("Infer to a closed port: %v, want a *ConnError with Dial set", err)
@@ -103,7 +105,7 @@ func sendEachForm(t *testing.T, base, prefix string, got <-chan seenRequest) {
 		{"wire json", wireBody{&Wire{Body: jsonBody, HeaderLen: -1}}, "m", "", jsonBody, "application/json", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			reply, err := u.Infer(context.Background(), tt.model, tt.version, tt.body)
+			reply, err := u.Infer(context.Background(), tt.model, tt.version, tt.body, Outgoing{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,8 +141,8 @@ func TestIsDialError(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: syscallErr("ETIMEDOUT")}, false}, // busy, not down
 		{&net.OpError{Op: "read", Err: syscallErr("ECONNRESET")}, false},
 	} {
-		if got := isDialError(tt.err); got != tt.want {
-			t.Errorf("isDialError(%v) = %v, want %v", tt.err, got, tt.want)
+		if got := IsRefused(tt.err); got != tt.want {
+			t.Errorf("IsRefused(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }
@@ -155,4 +157,48 @@ func syscallErr(name string) error {
 		return syscall.ETIMEDOUT
 	}
 	return syscall.ECONNRESET
+}
+
+// What a request carries besides its body reaches Triton: the callers'
+// forwarded headers and a lone caller's traceparent on a batch's request
+// (a tracer's traceparent wins over the caller's), the proxy's own
+// headers on its probes and never on a batch.
+func TestHTTPUpstreamSendsTheHeaders(t *testing.T) {
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	u, err := NewHTTPUpstream(srv.URL, 4, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.OwnHeader = map[string]string{"X-Proxy-Key": "p"}
+	body := wireBody{&Wire{Body: []byte(`{"inputs":[]}`), HeaderLen: -1}}
+	send := func(out Outgoing) http.Header {
+		t.Helper()
+		reply, err := u.Infer(context.Background(), "m", "", body, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply.Free()
+		return <-got
+	}
+	h := send(Outgoing{Header: forwarded("authorization", "Bearer a", "x-tenant", "t1"), Trace: "00-caller"})
+	if h.Get("Authorization") != "Bearer a" || h.Get("X-Tenant") != "t1" || h.Get("Traceparent") != "00-caller" || h.Get("X-Proxy-Key") != "" {
+		t.Fatalf("a batch's request carried %v, want its callers' headers and traceparent, not the proxy's own", h)
+	}
+	u.Header = func(_ context.Context, h *fasthttp.RequestHeader) { h.Set("traceparent", "00-batch-span") }
+	if h := send(Outgoing{Trace: "00-caller"}); h.Get("Traceparent") != "00-batch-span" {
+		t.Fatalf("traceparent %q with the proxy tracing, want its batch span's", h.Get("Traceparent"))
+	}
+	reply, err := u.InferWithin("m", "", body, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply.Free()
+	if h := <-got; h.Get("X-Proxy-Key") != "p" || h.Get("Authorization") != "" {
+		t.Fatalf("a probe carried %v, want the proxy's own headers", h)
+	}
 }

@@ -487,7 +487,7 @@ func checkGoTestCommands(t *testing.T, b block, clone string, env []string) {
 					}
 					i++
 				}
-			case slices.Contains([]string{"-count", "-fuzztime", "-benchtime", "-timeout", "-cpu", "-tags"}, a):
+			case slices.Contains([]string{"-count", "-fuzztime", "-benchtime", "-timeout", "-cpu", "-tags", "-parallel"}, a):
 				i++
 			case strings.HasPrefix(a, "-"):
 			default:

@@ -34,6 +34,9 @@ type Backend struct {
 	Tracer *tracing.Tracer
 	// Metrics are the doors' series; nil: counted nowhere.
 	Metrics *Metrics
+	// Forward picks the headers of a batched call that go upstream with
+	// its batch and key it (Admission.Forward); nil: Authorization alone.
+	Forward *Forwarding
 }
 
 // Door is one front door's part of the contract: the Backend with the
@@ -57,6 +60,9 @@ func New(b Backend, p Protocol) *Door {
 	if b.Metrics == nil {
 		b.Metrics = NewMetrics(nil)
 	}
+	if b.Forward == nil {
+		b.Forward, _ = NewForwarding(nil, nil, "") // Authorization: cannot fail
+	}
 	return &Door{Backend: b, Protocol: p,
 		passed:     b.Metrics.Passthrough.WithLabelValues(string(p)),
 		passFailed: b.Metrics.PassthroughErrors.WithLabelValues(string(p))}
@@ -75,6 +81,17 @@ func (d *Door) Batches(model string) bool {
 		_, ok = d.Batcher.Model(model)
 	}
 	return ok
+}
+
+// RepositoryChanged is told by a door that passed a repository load or
+// unload of model through (Triton's model_repository extension, over
+// either protocol), once the upstream answered it: the model's mode is
+// decided again from its new configuration, so that a model reloaded as
+// decoupled, say, is passed through from then on.
+func (d *Door) RepositoryChanged(model string) {
+	if d.Discoverer != nil {
+		d.Discoverer.Changed(model)
+	}
 }
 
 // Unready is the doors' verdict on the server's readiness: why it is not
@@ -125,6 +142,20 @@ func (d *Door) Admit(a *Admission, model string, start time.Time) {
 // headers or metadata) names; nothing when tracing is off.
 func (a *Admission) Trace(c propagation.TextMapCarrier) {
 	a.Span = a.d.Tracer.Start(c, string(a.d.Protocol), a.Model)
+}
+
+// Forward gives the admitted call (a.Call) what its caller's headers
+// carry upstream: those that decide who may call (Backend.Forward), and
+// its traceparent when the proxy does not trace (a tracer sends its own).
+// get and each read the door's headers as Forwarding.Of says.
+func (a *Admission) Forward(get func(name string) []byte, each func(func(name, value []byte))) {
+	var trace string
+	if !a.d.Tracing() {
+		if t := get("traceparent"); t != nil {
+			trace = string(t)
+		}
+	}
+	a.Call.Forward(a.d.Backend.Forward.Of(a.d.Protocol, get, each), trace)
 }
 
 // Tracing reports whether the door traces calls: a door reads a carrier
@@ -189,6 +220,14 @@ func (d *Door) Refused(reason string) { d.Metrics.Rejected.WithLabelValues(reaso
 
 // Passed counts a call passed through to the upstream.
 func (d *Door) Passed() { d.passed.Inc() }
+
+// PassedWhole counts an inference call of a batched model passed to the
+// upstream as it came (the call is not one the dispatcher batches). Only
+// models the proxy batches are labelled, so the label's values stay as
+// few as they.
+func (d *Door) PassedWhole(model string) {
+	d.Metrics.PassedWhole.WithLabelValues(model, string(d.Protocol)).Inc()
+}
 
 // PassFailed counts a passed-through call that failed to reach the
 // upstream.

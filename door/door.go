@@ -44,6 +44,10 @@ type Batcher interface {
 type Discoverer interface {
 	// Ensure looks the model up upstream if it is not known yet.
 	Ensure(ctx context.Context, model string)
+	// Changed tells that the model may have changed upstream (a door
+	// passed a repository load or unload of it through): its mode is to
+	// be decided again. It must not block.
+	Changed(model string)
 }
 
 // Health is the proxy's verdict on the upstream, which the doors'

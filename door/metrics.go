@@ -25,6 +25,10 @@ type Metrics struct {
 	Rejected *prometheus.CounterVec   // reason
 	// Passthrough and PassthroughErrors count per protocol.
 	Passthrough, PassthroughErrors *prometheus.CounterVec
+	// PassedWhole counts the inference calls of a batched model passed to
+	// the upstream as they came (shared memory, sequences): Triton counts
+	// them beside the batches (docs/RELIABILITY.md). model, protocol.
+	PassedWhole *prometheus.CounterVec
 }
 
 // DoorCounts is one door's traffic since the start, for /status.
@@ -93,9 +97,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ratebatch_passthrough_errors_total",
 			Help: "Passthrough requests that failed to reach the upstream, by front door.",
 		}, []string{"protocol"}),
+		PassedWhole: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratebatch_passthrough_inferences_total",
+			Help: "Inference calls of a batched model passed to the upstream as they came (shared memory, sequences, ...), by front door: Triton counts each as a request of the model, beside ratebatch_upstream_requests_total.",
+		}, []string{"model", "protocol"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Latency, m.Errors, m.Rejected, m.Passthrough, m.PassthroughErrors)
+		reg.MustRegister(m.Latency, m.Errors, m.Rejected, m.Passthrough, m.PassthroughErrors, m.PassedWhole)
 	}
 	return m
 }

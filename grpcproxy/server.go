@@ -53,6 +53,9 @@ import (
 const (
 	methodServerReady = "/inference.GRPCInferenceService/ServerReady"
 	methodModelReady  = "/inference.GRPCInferenceService/ModelReady"
+
+	methodRepositoryModelLoad   = "/inference.GRPCInferenceService/RepositoryModelLoad"
+	methodRepositoryModelUnload = "/inference.GRPCInferenceService/RepositoryModelUnload"
 )
 
 // MethodModelInfer is the one method the door reads.
@@ -307,7 +310,26 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 	if s.door.Health != nil && (method == methodServerReady || method == methodModelReady) {
 		return s.ready(ss, method)
 	}
+	if method == methodRepositoryModelLoad || method == methodRepositoryModelUnload {
+		return s.repositoryChange(ss, method)
+	}
 	return s.forward(ss, method, nil)
+}
+
+// repositoryChange relays a repository load or unload and, once Triton
+// has answered it, tells the doors that the model it names may have
+// changed (door.Door.RepositoryChanged), as the HTTP door does.
+func (s *Server) repositoryChange(ss grpc.ServerStream, method string) error {
+	in := &grpcwire.Frame{}
+	if err := ss.RecvMsg(in); err != nil {
+		return err
+	}
+	// model_name is field 2 of RepositoryModelLoadRequest and of
+	// RepositoryModelUnloadRequest.
+	if model, err := stringField(in.B, 2); err == nil {
+		defer s.door.RepositoryChanged(model)
+	}
+	return s.forwardUnary(ss, method, in)
 }
 
 // ready answers ServerReady (ModelReady) with ready false while the
@@ -355,6 +377,7 @@ func (s *Server) modelInfer(ss grpc.ServerStream) error {
 	batchable, err := s.read(ss.Context(), in, &a)
 	switch {
 	case !batchable: // shared memory, sequences, ...: Triton handles those itself
+		s.door.PassedWhole(a.Model)
 		return s.forwardUnary(ss, MethodModelInfer, in)
 	case err != nil:
 		return s.fail(a.Model, err)
@@ -405,7 +428,28 @@ func (s *Server) read(ctx context.Context, in *grpcwire.Frame, a *door.Admission
 		call.Source = door.GRPCSource(p.Addr)
 	}
 	a.Call = call
+	a.Forward(func(name string) []byte { return metadataValue(ctx, name) }, func(f func(name, value []byte)) { eachMetadata(ctx, f) })
 	return true, nil
+}
+
+// metadataValue is the first value of the call's metadata key (lower
+// case), nil when it has none.
+func metadataValue(ctx context.Context, key string) []byte {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+		return []byte(v[0])
+	}
+	return nil
+}
+
+// eachMetadata calls f with each key of the call's metadata and its first
+// value.
+func eachMetadata(ctx context.Context, f func(name, value []byte)) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for k, v := range md {
+		if len(v) > 0 {
+			f([]byte(k), []byte(v[0]))
+		}
+	}
 }
 
 // trace starts the call's span in the trace its metadata names, when the
@@ -577,8 +621,12 @@ func outgoing(ctx context.Context) context.Context {
 }
 
 // modelName reads a ModelInferRequest's model_name (field 1) without
-// decoding the rest: the last occurrence wins, as in proto3 decoding.
-func modelName(b []byte) (string, error) {
+// decoding the rest.
+func modelName(b []byte) (string, error) { return stringField(b, 1) }
+
+// stringField reads the string field num of a message without decoding
+// the rest: the last occurrence wins, as in proto3 decoding.
+func stringField(b []byte, field protowire.Number) (string, error) {
 	var name string
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -586,7 +634,7 @@ func modelName(b []byte) (string, error) {
 			return "", protowire.ParseError(n)
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
+		if num == field && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return "", protowire.ParseError(n)

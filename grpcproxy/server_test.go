@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -36,9 +38,13 @@ import (
 type addSub struct {
 	mu      sync.Mutex
 	batches []int
+	outs    []dispatcher.Outgoing // what each request carried besides its body
 }
 
-func (u *addSub) Infer(_ context.Context, model, version string, batch dispatcher.Body) (*dispatcher.Reply, error) {
+func (u *addSub) Infer(_ context.Context, model, version string, batch dispatcher.Body, o dispatcher.Outgoing) (*dispatcher.Reply, error) {
+	u.mu.Lock()
+	u.outs = append(u.outs, o)
+	u.mu.Unlock()
 	body, err := io.ReadAll(batch.Reader())
 	if err != nil {
 		return nil, err
@@ -95,6 +101,7 @@ type fakeTriton struct {
 	calls    atomic.Int32
 	md       atomic.Value // metadata.MD of the last call
 	deadline atomic.Value // time.Time: the last call's deadline, zero if none
+	infer    atomic.Value // []byte: the last relayed ModelInfer message, as it came
 }
 
 var metadataAnswer = []byte("\x0a\x06simple\x12\x011") // a ModelMetadataResponse: name, versions
@@ -120,6 +127,7 @@ func (f *fakeTriton) handle(_ any, ss grpc.ServerStream) error {
 		if err := ss.RecvMsg(&in); err != nil {
 			return err
 		}
+		f.infer.Store(in.B)
 		var req pb.ModelInferRequest
 		if err := proto.Unmarshal(in.B, &req); err != nil {
 			return err
@@ -172,6 +180,8 @@ type rigOptions struct {
 	maxRecv    int
 	loadReport orca.ServerMetricsProvider
 	memory     *membudget.Budget
+	forward    *door.Forwarding
+	discoverer door.Discoverer
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -208,7 +218,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		defer cancel()
 		r.disp.Drain(ctx)
 	})
-	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
+	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward, Discoverer: o.discoverer}, Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +354,7 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 		want string
 	}{
 		{"raw contents too short", func(m *pb.ModelInferRequest) { m.RawInputContents[0] = m.RawInputContents[0][:3] }, "needs 4 bytes, data has 3"},
-		{"raw contents for some inputs", func(m *pb.ModelInferRequest) { m.RawInputContents = m.RawInputContents[:1] }, "raw_input_contents has 1 entries for 2 inputs"},
+		{"raw contents for some inputs", func(m *pb.ModelInferRequest) { m.RawInputContents = m.RawInputContents[:1] }, "unable to find data for input tensor 'INPUT1'"},
 		{"unknown datatype", func(m *pb.ModelInferRequest) { m.Inputs[0].Datatype = "FP8" }, "unknown datatype 'FP8'"},
 		{"huge declared shape", func(m *pb.ModelInferRequest) {
 			m.Inputs[0].Shape = []int64{1, 1 << 40}
@@ -352,7 +362,7 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 		}, "needs 4398046511104 bytes, data has 4"},
 		{"overflowing shape", func(m *pb.ModelInferRequest) { m.Inputs[0].Shape = []int64{1, 1 << 40, 1 << 40} }, "too many elements"},
 		{"negative dimension", func(m *pb.ModelInferRequest) { m.Inputs[0].Shape = []int64{1, -1} }, "negative dimension"},
-		{"typed and raw", func(m *pb.ModelInferRequest) { m.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1}} }, "both contents and raw_input_contents"},
+		{"typed and raw", func(m *pb.ModelInferRequest) { m.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1}} }, "contents field must not be specified when using raw_input_contents"},
 		{"typed count", func(m *pb.ModelInferRequest) {
 			m.RawInputContents = nil
 			m.Inputs[0].Contents = &pb.InferTensorContents{IntContents: []int32{1, 2}}
@@ -670,5 +680,123 @@ func TestCallsKnowTheirConnection(t *testing.T) {
 	// carried one call, none until it sends again (it may have closed).
 	if st := r.disp.Snapshots()[0].Sources; !st.Known || st.Population != 2 || st.Busy != 0 || st.Idle != 2 || st.Unknown != 2 || st.Concurrency != 3 || st.Partners != 2 {
 		t.Fatalf("after two overlapping calls on one connection: sources %+v; want 2 idle, not learnt yet, 3 calls at once at most, 2 partners", st)
+	}
+}
+
+// A ModelInfer of a batched model with one input in shared memory and the
+// other in raw_input_contents, as tritonclient sends it: read as Triton
+// reads it, then passed to Triton exactly as sent (a call in shared
+// memory never batches), and Triton's answer comes back.
+func TestSharedMemoryBesideRawPassesThrough(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	sent, err := os.ReadFile("../kserve/grpcwire/testdata/tritonclient-shm-input0.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out pb.ModelInferResponse
+	if err := r.cc.Invoke(context.Background(), MethodModelInfer, &grpcwire.Frame{B: sent}, &out, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if out.Id != "from-triton" {
+		t.Fatalf("answer %v, want Triton's", &out)
+	}
+	if got, _ := r.triton.infer.Load().([]byte); !bytes.Equal(got, sent) {
+		t.Fatalf("Triton got %d bytes, not the %d sent", len(got), len(sent))
+	}
+	if got := r.up.seen(); len(got) != 0 {
+		t.Fatalf("the call was batched: %v", got)
+	}
+	// Triton counts it as a request of the model: so does the door.
+	if n := testutil.ToFloat64(r.srv.door.Metrics.PassedWhole.WithLabelValues("simple", "grpc")); n != 1 {
+		t.Fatalf("ratebatch_passthrough_inferences_total %v, want 1", n)
+	}
+}
+
+// A gRPC caller's deadline bounds its batch's upstream call, as it would
+// bound its call to Triton: the dispatcher sends the batch with it.
+func TestDeadlineReachesTheBatch(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	if _, err := r.client.ModelInfer(ctx, simpleRaw("d", []int32{1}, []int32{2})); err != nil {
+		t.Fatal(err)
+	}
+	r.up.mu.Lock()
+	got := r.up.outs[len(r.up.outs)-1].Until
+	r.up.mu.Unlock()
+	if d := got.Sub(want); got.IsZero() || d < -time.Second || d > time.Second {
+		t.Fatalf("the batch's deadline %v, want the caller's %v", got, want)
+	}
+}
+
+// The gRPC door gives a batched call the metadata that decides who may
+// call, as the HTTP door gives its headers: callers with different
+// credentials never share a batch, and each batch carries its callers'
+// upstream; a merged batch carries no caller's traceparent.
+func TestGRPCDoorForwardsWhoMayCall(t *testing.T) {
+	fw, err := door.NewForwarding(nil, []string{"api-key"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, rigOptions{rule: waitFor(2), forward: fw})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		who := []string{"alice", "bob"}[i%2]
+		wg.Go(func() {
+			ctx := metadataCtx(context.Background(), "authorization", "Bearer "+who, door.GRPCRestrictedPrefix+"api-key", who+"-key", "traceparent", fmt.Sprint("00-", i))
+			if _, err := r.client.ModelInfer(ctx, simpleRaw(who, []int32{int32(i)}, []int32{1})); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	r.up.mu.Lock()
+	defer r.up.mu.Unlock()
+	seen := map[string]bool{}
+	for i, o := range r.up.outs {
+		seen[o.Header] = true
+		if r.up.batches[i] != 2 || o.Trace != "" {
+			t.Errorf("batch %d: %d rows, traceparent %q; want 2 rows, none", i, r.up.batches[i], o.Trace)
+		}
+	}
+	if len(seen) != 2 || !seen["authorization\x00Bearer alice\x00api-key\x00alice-key\x00"] || !seen["authorization\x00Bearer bob\x00api-key\x00bob-key\x00"] {
+		t.Fatalf("batches carried %q, want alice's and bob's apart", r.up.outs)
+	}
+}
+
+// changes records the models the door told of a repository change.
+type changes struct {
+	mu     sync.Mutex
+	models []string
+}
+
+func (c *changes) Ensure(context.Context, string) {}
+func (c *changes) Changed(model string) {
+	c.mu.Lock()
+	c.models = append(c.models, model)
+	c.mu.Unlock()
+}
+
+// TestRepositoryChangeIsTold: RepositoryModelLoad and Unload are relayed
+// as they came, and once Triton has answered the door tells that the
+// model they name (model_name, field 2) may have changed; other calls
+// tell nothing.
+func TestRepositoryChangeIsTold(t *testing.T) {
+	var c changes
+	r := newRig(t, rigOptions{discoverer: &c})
+	ctx := context.Background()
+	// repository_name "" (field 1), model_name (field 2), as tritonclient sends them.
+	for _, call := range []struct{ method, model string }{{"RepositoryModelLoad", "m1"}, {"RepositoryModelUnload", "m2"}, {"ModelMetadata", "m3"}} {
+		in := append([]byte{0x12, byte(len(call.model))}, call.model...)
+		var got grpcwire.Frame
+		if err := r.cc.Invoke(ctx, "/inference.GRPCInferenceService/"+call.method, &grpcwire.Frame{B: in}, &got, grpc.ForceCodecV2(grpcwire.Codec{})); err != nil {
+			t.Fatalf("%s: %v", call.method, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.models) != 2 || c.models[0] != "m1" || c.models[1] != "m2" {
+		t.Fatalf("told of %q, want m1 (load) and m2 (unload)", c.models)
 	}
 }

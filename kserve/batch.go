@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -354,11 +355,14 @@ func mustCount(shape []int64) int64 {
 }
 
 // batchTimeout is the batched request's timeout: the smallest any caller
-// set, or nil (none) when no caller set one.
+// set, or nil (none) when no caller set one. A timeout of 0 is none, as
+// Triton reads it, and one above what an int64 holds is the int64's
+// largest: a batch never carries a wrapped value.
 func batchTimeout(reqs []*Request) any {
 	var least any
 	for _, r := range reqs {
-		if t, ok := r.Parameters.Int(ParamTimeout); ok {
+		if t, ok := r.Parameters.Uint(ParamTimeout); ok && t > 0 {
+			t := int64(min(t, math.MaxInt64))
 			if cur, set := least.(int64); !set || t < cur {
 				least = t
 			}

@@ -253,6 +253,10 @@ func TestMergeParameters(t *testing.T) {
 			`{"parameters":{"binary_data_output":true,"timeout":200},`},
 		{"the first caller's timeout not a number", []*Request{req(`{"timeout":"soon"}`, ``), req(`{}`, ``)},
 			`{"parameters":{"binary_data_output":true},`},
+		{"a timeout of 0 is none", []*Request{req(`{"timeout":0}`, ``), req(`{"timeout":200}`, ``)},
+			`{"parameters":{"binary_data_output":true,"timeout":200},`},
+		{"a uint64 timeout saturates", []*Request{req(`{"timeout":18446744073709551615}`, ``), req(`{}`, ``)},
+			`{"parameters":{"binary_data_output":true,"timeout":9223372036854775807},`},
 		{"outputs in binary, union in order", []*Request{
 			req(`{}`, `,"outputs":[{"name":"B","parameters":{"binary_data":false,"classification":2}}]`),
 			req(`{}`, `,"outputs":[{"name":"A"},{"name":"B","parameters":{"binary_data":true,"classification":2}}]`)},

@@ -55,8 +55,8 @@ type ModelConfig struct {
 	MaxBatchSize         int             `json:"max_batch_size"`
 	Input                []ConfigInput   `json:"input"`
 	Output               []ConfigOutput  `json:"output"`
-	BatchInput           []any           `json:"batch_input"`
-	BatchOutput          []any           `json:"batch_output"`
+	BatchInput           []BatchInput    `json:"batch_input"`
+	BatchOutput          []BatchOutput   `json:"batch_output"`
 	InstanceGroup        []InstanceGroup `json:"instance_group"`
 	DefaultModelFilename string          `json:"default_model_filename"`
 	Parameters           map[string]any  `json:"parameters"`
@@ -70,6 +70,29 @@ type ModelConfig struct {
 	ModelTransactionPolicy struct {
 		Decoupled bool `json:"decoupled"`
 	} `json:"model_transaction_policy,omitzero"`
+	// ResponseCache on makes Triton answer a request it has answered
+	// before from its cache, keyed by the request's inputs.
+	ResponseCache struct {
+		Enable bool `json:"enable"`
+	} `json:"response_cache,omitzero"`
+}
+
+// BatchInput is a batch_input entry: a tensor Triton makes up for the
+// model from a batch's requests (each one's element count, its shape,
+// ...), which tells the model where each request begins.
+type BatchInput struct {
+	Kind        string   `json:"kind"`
+	TargetName  []string `json:"target_name"`
+	DataType    string   `json:"data_type"`
+	SourceInput []string `json:"source_input"`
+}
+
+// BatchOutput is a batch_output entry: an output Triton scatters back to
+// a batch's requests by the shape of one of their inputs.
+type BatchOutput struct {
+	TargetName  []string `json:"target_name"`
+	Kind        string   `json:"kind"`
+	SourceInput []string `json:"source_input"`
 }
 
 // ConfigInput is an input of a model config.
@@ -141,7 +164,11 @@ func (m *ModelConfig) Instances() int {
 	return max(n, 1)
 }
 
-// Batchable reports whether a proxy may batch the model, and why not.
+// Batchable reports whether a proxy may batch the model, and why not: a
+// merged request is one request to Triton, so a model whose requests
+// Triton does not batch by concatenating their rows, or batches only
+// under a condition the proxy cannot see, is not merged. (Triton's
+// response cache is another matter: see ResponseCached.)
 func (m *ModelConfig) Batchable() (bool, string) {
 	switch {
 	case m.MaxBatchSize <= 0:
@@ -153,8 +180,39 @@ func (m *ModelConfig) Batchable() (bool, string) {
 	case m.Platform == "ensemble":
 		return false, "ensemble: its steps batch on their own"
 	}
+	for _, in := range m.Input {
+		switch {
+		case in.AllowRaggedBatch:
+			// Triton hands the model each request's elements unpadded,
+			// one after another, and a merged request would be one
+			// request's worth of them.
+			return false, "ragged input " + in.Name + ": Triton batches its requests unpadded, each of its own length"
+		case in.IsShapeTensor:
+			// A batching model's shape tensor has no batch dimension:
+			// Triton batches only requests whose values are equal and
+			// sums their batch sizes into its first value, where a
+			// merge would concatenate the tensors.
+			return false, "shape tensor input " + in.Name + ": Triton batches only equal shape-tensor values and sums their batch sizes"
+		}
+	}
+	for _, o := range m.Output {
+		if o.IsShapeTensor {
+			return false, "shape tensor output " + o.Name + ": its value is the batch's, not each request's"
+		}
+	}
+	if len(m.BatchInput) > 0 {
+		return false, "batch_input " + m.BatchInput[0].Kind + ": Triton describes each request of a batch to the model"
+	}
+	if len(m.BatchOutput) > 0 {
+		return false, "batch_output " + m.BatchOutput[0].Kind + ": Triton scatters the output to each request of a batch"
+	}
 	return true, ""
 }
+
+// ResponseCached reports whether Triton answers the model's repeated
+// requests from its response cache: a merged request is a new request
+// with its own cache key, so merging turns the callers' hits into misses.
+func (m *ModelConfig) ResponseCached() bool { return m.ResponseCache.Enable }
 
 // HalfOutputs names the model's FP16 and BF16 outputs, which Triton writes
 // only in binary form (see Request.HalfInJSON). A config's data types are
@@ -167,4 +225,86 @@ func (m *ModelConfig) HalfOutputs() []string {
 		}
 	}
 	return names
+}
+
+// DynamicBatching is the part of a model's dynamic_batching section that
+// rules each request in Triton's queue: its priority levels and its queue
+// policies (model_config.proto's ModelDynamicBatching).
+type DynamicBatching struct {
+	MaxQueueDelayMicroseconds ConfigUint `json:"max_queue_delay_microseconds"`
+	// PriorityLevels is how many levels a request's priority may name
+	// (1 is the highest); 0: one level, every priority ignored.
+	PriorityLevels ConfigUint `json:"priority_levels"`
+	// DefaultPriorityLevel is the level of a request that names none, or
+	// one above PriorityLevels.
+	DefaultPriorityLevel ConfigUint `json:"default_priority_level"`
+	// DefaultQueuePolicy rules every level PriorityQueuePolicy does not.
+	DefaultQueuePolicy QueuePolicy `json:"default_queue_policy"`
+	// PriorityQueuePolicy is the policy of some levels, by level.
+	PriorityQueuePolicy map[string]QueuePolicy `json:"priority_queue_policy"`
+}
+
+// QueuePolicy is Triton's ModelQueuePolicy: how long a request may wait
+// in the model's queue, whether its own timeout parameter may shorten
+// that, and what becomes of it once it has waited longer.
+type QueuePolicy struct {
+	// TimeoutAction is REJECT (the default: the request is answered
+	// UNAVAILABLE "Request timeout expired") or DELAY (it goes after the
+	// requests that have not timed out).
+	TimeoutAction TimeoutAction `json:"timeout_action"`
+	// DefaultTimeoutMicroseconds is every request's timeout; 0: none.
+	DefaultTimeoutMicroseconds ConfigUint `json:"default_timeout_microseconds"`
+	// AllowTimeoutOverride lets a request's timeout parameter shorten
+	// the default (never lengthen it).
+	AllowTimeoutOverride bool       `json:"allow_timeout_override"`
+	MaxQueueSize         ConfigUint `json:"max_queue_size"`
+}
+
+// Batching reads the model's dynamic_batching section: its zero value
+// (one priority level, no timeout) when the section is absent, as Triton
+// schedules such a model.
+func (m *ModelConfig) Batching() (DynamicBatching, error) {
+	var db DynamicBatching
+	if len(m.DynamicBatching) == 0 || string(m.DynamicBatching) == "null" {
+		return db, nil
+	}
+	if err := json.Unmarshal(m.DynamicBatching, &db); err != nil {
+		return DynamicBatching{}, fmt.Errorf("dynamic_batching: %w", err)
+	}
+	return db, nil
+}
+
+// ConfigUint is a config's uint64 field: protobuf's JSON mapping prints it as
+// a string ("100"), other writers as a number; both decode.
+type ConfigUint uint64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (u *ConfigUint) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "null" {
+		return nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s is not an unsigned integer", b)
+	}
+	*u = ConfigUint(v)
+	return nil
+}
+
+// TimeoutAction is a queue policy's timeout_action, by its name (REJECT,
+// DELAY) or its number in model_config.proto (0, 1).
+type TimeoutAction string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (a *TimeoutAction) UnmarshalJSON(b []byte) error {
+	switch s := strings.Trim(string(b), `"`); s {
+	case "0", "REJECT", "null", "":
+		*a = "REJECT"
+	case "1", "DELAY":
+		*a = "DELAY"
+	default:
+		return fmt.Errorf("timeout_action %s is neither REJECT nor DELAY", b)
+	}
+	return nil
 }

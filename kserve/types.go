@@ -128,6 +128,19 @@ func (p Parameters) Int(key string) (int64, bool) {
 	return 0, false
 }
 
+// Uint returns the non-negative integer parameter key, the whole range of
+// Triton's uint64 parameters (priority, timeout); ok is false when absent,
+// not an integer, or negative.
+func (p Parameters) Uint(key string) (uint64, bool) {
+	if v, ok := p[key].(uint64); ok {
+		return v, true
+	}
+	if v, ok := p.Int(key); ok && v >= 0 {
+		return uint64(v), true
+	}
+	return 0, false
+}
+
 // String returns the string parameter key; ok is false when absent or not a string.
 func (p Parameters) String(key string) (string, bool) {
 	v, ok := p[key].(string)

@@ -238,6 +238,9 @@ type published struct {
 	rule policy.Rule
 	est  policy.Estimate
 	fit  regression.Fit
+	// objective is what the policy's plan optimises (policy.Objectiver),
+	// "" for a policy that weighs no energy.
+	objective string
 }
 
 // New returns a monitor with its starting rule already published.
@@ -938,8 +941,12 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 	if en := m.energy.Load(); en != nil {
 		e.Energy, e.HasEnergy = *en, true
 	}
+	objective := ""
+	if o, ok := pol.(policy.Objectiver); ok {
+		objective = o.Objective(e.HasEnergy)
+	}
 	if rule, ok := safePlan(pol, e); ok {
-		m.current.Store(&published{rule: policy.BoundHolds(rule, e), est: e, fit: fit})
+		m.current.Store(&published{rule: policy.BoundHolds(rule, e), est: e, fit: fit, objective: objective})
 	} else if m.current.Load() == nil {
 		// No rule yet to keep: send what waits at once, as adhoc does,
 		// until a plan succeeds.
@@ -1081,6 +1088,10 @@ type Snapshot struct {
 	PlannedP99Ms  float64 `json:"planned_p99_ms"`
 	LivedMeanMs   float64 `json:"lived_mean_ms"`
 	LivedP99Ms    float64 `json:"lived_p99_ms"`
+	// Objective is what the policy's plan optimises, for a policy that
+	// weighs energy (budget, smdp): without an energy line it says what
+	// the plan optimises instead of joules.
+	Objective string `json:"objective,omitempty"`
 	// Phase is where a policy that earns its holds stands (the budget's:
 	// learning, holding or adhoc; policy.Phaser) and PhaseReason why;
 	// empty for the other policies.
@@ -1118,6 +1129,7 @@ func (m *Monitor) Snapshot() Snapshot {
 		PlannedP99Ms:  st.PlannedP99Ms,
 		LivedMeanMs:   math.Float64frombits(m.livedMean.Load()),
 		LivedP99Ms:    math.Float64frombits(m.livedP99.Load()),
+		Objective:     p.objective,
 	}
 	m.mu.Lock()
 	pol := m.pol

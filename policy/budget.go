@@ -183,6 +183,23 @@ func (o BudgetOptions) Validate() error {
 	return err
 }
 
+// Effective implements Defaulter: an empty latency budget is 1.10x
+// (none when slo_p99 is set: the p99 alone is bounded), an empty tail
+// budget 1.20x (off when slo_p99 is set), solve_share 0 its default.
+func (o BudgetOptions) Effective() BudgetOptions {
+	if o.LatencyBudget == "" && o.SLOP99 <= 0 {
+		o.LatencyBudget = fmt.Sprintf("%.2fx", DefaultLatencyBudget.Factor)
+	}
+	if o.TailBudget == "" {
+		o.TailBudget = "off"
+		if o.SLOP99 <= 0 {
+			o.TailBudget = fmt.Sprintf("%.2fx", DefaultTailBudget)
+		}
+	}
+	o.SolveOptions = o.SolveOptions.Effective()
+	return o
+}
+
 // budget is LatencyBudget read (zero when empty).
 func (o BudgetOptions) budget() (smdp.Budget, error) {
 	if o.LatencyBudget == "" {
@@ -209,6 +226,15 @@ func (o BudgetOptions) tailBudget() (float64, error) {
 
 // Name implements Policy.
 func (*Budget) Name() string { return NameBudget }
+
+// Objective implements Objectiver: requests per joule within the budget,
+// or, without an energy line, per GPU-second (energy taken as busy time).
+func (*Budget) Objective(hasEnergy bool) string {
+	if hasEnergy {
+		return "requests per joule within the latency budget"
+	}
+	return "requests per GPU-second within the latency budget: no energy line zeta(b), a batch's energy is taken as proportional to its GPU busy time"
+}
 
 // Resume implements Resumer: an earlier budget policy's live trim (its
 // calibration of ad-hoc; all of it when the user's budget is the same)

@@ -54,6 +54,13 @@ type MaxBatchOptions struct {
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay" help:"maxbatch: longest a request waits for a full batch"`
 }
 
+// Effective implements Defaulter: max_queue_delay 0 stands for
+// DefaultMaxQueueDelay.
+func (o MaxBatchOptions) Effective() MaxBatchOptions {
+	o.MaxQueueDelay = or(o.MaxQueueDelay, DefaultMaxQueueDelay)
+	return o
+}
+
 // Validate implements validator.
 func (o MaxBatchOptions) Validate() error {
 	return notNegative("max_queue_delay", "max queue delay", o.MaxQueueDelay)
@@ -65,6 +72,14 @@ func (o MaxBatchOptions) Validate() error {
 type StaticOptions struct {
 	Batch       int `yaml:"batch" help:"static: the exact batch size (0: the model's max_batch_size)"`
 	HoldOptions `yaml:",inline"`
+}
+
+// Effective implements Defaulter: wait_bound 0 stands for
+// DefaultStaticMaxWait. Batch 0 stays: the model's max_batch_size fills
+// it.
+func (o StaticOptions) Effective() StaticOptions {
+	o.MaxWait = or(o.MaxWait, DefaultStaticMaxWait)
+	return o
 }
 
 // Validate implements validator.

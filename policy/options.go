@@ -118,6 +118,12 @@ type SolveOptions struct {
 	Resolve float64 `yaml:"-"`
 }
 
+// Effective is o with solve_share 0 as the share it stands for.
+func (o SolveOptions) Effective() SolveOptions {
+	o.SolveShare = or(o.SolveShare, DefaultSolveShare)
+	return o
+}
+
 // Validate implements validator.
 func (o SolveOptions) Validate() error {
 	switch {

@@ -183,6 +183,14 @@ type Policy interface {
 	Plan(e Estimate) Rule
 }
 
+// Objectiver is a Policy whose plan weighs a batch's energy: Objective
+// says what its plan optimises, with the batch energy line zeta(b) known
+// (hasEnergy) or not, so that a proxy without an energy meter says what
+// its policy does instead of optimising joules.
+type Objectiver interface {
+	Objective(hasEnergy bool) string
+}
+
 // Resumer is a Policy that learns from live traffic and can take over what
 // an earlier policy of the same name learned for the same model (the
 // monitor calls Resume before the first Plan when a policy replaces one of
@@ -294,6 +302,18 @@ func (s Status) String() string {
 type factory struct {
 	own   func(*Options) any // a pointer to the policy's own options
 	build func(Options) (Policy, error)
+	// effective is a copy of the policy's own options as it runs them
+	// (Defaulter), by pointer.
+	effective func(Options) any
+}
+
+// Defaulter is a policy's options that know what their zero values stand
+// for: Effective returns them with each zero value that stands for a fixed
+// default replaced by it (latency_budget "" by 1.10x), so that what is in
+// force can be shown as it runs. A zero the policy fills from the model
+// (static's batch) or leaves to its rule stays zero.
+type Defaulter[T any] interface {
+	Effective() T
 }
 
 var (
@@ -328,7 +348,28 @@ func Register[T interface{ Validate() error }](name string, own func(*Options) *
 			}
 			return build(opts)
 		},
+		effective: func(o Options) any {
+			opts := *own(&o)
+			if d, ok := any(opts).(Defaulter[T]); ok {
+				opts = d.Effective()
+			}
+			return &opts
+		},
 	}
+}
+
+// Effective is a pointer to a copy of the named policy's own options in o
+// (as OptionsOf), each zero value that stands for a fixed default replaced
+// by it (Defaulter): the options as the policy runs them. False when no
+// policy of that name is registered.
+func Effective(name string, o Options) (any, bool) {
+	registryMu.RLock()
+	f, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, false
+	}
+	return f.effective(o), true
 }
 
 // New builds the named policy from its own options in o.

@@ -102,6 +102,14 @@ type SMDPOptions struct {
 	SolveOptions `yaml:",inline"`
 }
 
+// Effective implements Defaulter: both weights 0 stand for w1 1 and w2
+// 0 (NewSMDP), solve_share 0 for its default.
+func (o SMDPOptions) Effective() SMDPOptions {
+	o.W1, o.W2 = o.weights()
+	o.SolveOptions = o.SolveOptions.Effective()
+	return o
+}
+
 // Validate implements validator.
 func (o SMDPOptions) Validate() error {
 	switch {
@@ -125,6 +133,18 @@ func (o SMDPOptions) weights() (w1, w2 float64) {
 
 // Name implements Policy.
 func (*SMDP) Name() string { return NameSMDP }
+
+// Objective implements Objectiver: the weighted latency and power, or
+// latency alone when w2 is 0 or, without an energy line, has no effect.
+func (p *SMDP) Objective(hasEnergy bool) string {
+	switch {
+	case p.W2 == 0:
+		return "mean latency (w2 0: energy not weighed)"
+	case hasEnergy:
+		return "w1 x mean latency + w2 x mean power"
+	}
+	return "mean latency: no energy line zeta(b), so w2 has no effect"
+}
 
 // Solves reports how many times Plan has run the solver.
 func (p *SMDP) Solves() int {

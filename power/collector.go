@@ -25,6 +25,8 @@ var (
 		"Mean GPU power over the window, in watts.", []string{"gpu", "window"}, nil)
 	descGPURPJ = prometheus.NewDesc("ratebatch_gpu_requests_per_joule",
 		"Requests served per joule the GPU used over the window.", []string{"gpu", "window"}, nil)
+	descAvailable = prometheus.NewDesc("ratebatch_power_available",
+		"1 while the energy source yields figures, else 0 (no source, or it reads nothing: /status energy.unavailable says why; energy-aware policies then optimise GPU busy time).", nil, nil)
 	descSourceErrors = prometheus.NewDesc("ratebatch_energy_source_errors_total",
 		"Polls of the energy source that failed as a whole.", nil, nil)
 	descRPJ = prometheus.NewDesc("ratebatch_requests_per_joule",
@@ -43,7 +45,7 @@ var _ prometheus.Collector = (*Meter)(nil)
 func (m *Meter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descGPUEnergy, descGPUPower, descGPUIdlePower, descGPUBusyPower, descGPUBusy,
-		descGPUReadErrors, descGPUAvgPower, descGPURPJ, descSourceErrors,
+		descGPUReadErrors, descGPUAvgPower, descGPURPJ, descSourceErrors, descAvailable,
 		descRPJ, descJPR, descModelRPJ, descModelJPR,
 	} {
 		ch <- d
@@ -51,12 +53,17 @@ func (m *Meter) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect exports the figures of Snapshot. Without an energy source it
-// exports nothing.
+// exports only that it measures nothing.
 func (m *Meter) Collect(ch chan<- prometheus.Metric) {
-	if !m.avail {
+	s := m.Snapshot()
+	var on float64
+	if s.Available {
+		on = 1
+	}
+	emit(ch, descAvailable, prometheus.GaugeValue, on)
+	if !m.hasSource {
 		return
 	}
-	s := m.Snapshot()
 	emit(ch, descSourceErrors, prometheus.CounterValue, float64(s.SourceErrors))
 	for _, g := range s.GPUs {
 		emit(ch, descGPUReadErrors, prometheus.CounterValue, float64(g.ReadErrors), g.GPU)

@@ -2,6 +2,7 @@ package power
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,8 @@ ratebatch_model_joules_per_request{model="resnet",window="total"} 37.5
 	}
 }
 
-// Without a source the Meter exports nothing: absent, not zero.
+// Without a source the Meter exports no figure (absent, not zero), only
+// that it measures nothing.
 func TestCollectorNone(t *testing.T) {
 	clock := newFakeClock()
 	m := newTestMeter(t, None{}, clock)
@@ -83,8 +85,22 @@ func TestCollectorNone(t *testing.T) {
 	m.Begin("m", "").End(1)
 	clock.Advance(time.Second)
 	m.Poll(context.Background())
-	if n := testutil.CollectAndCount(m); n != 0 {
-		t.Errorf("collected %d series without an energy source, want 0", n)
+	if n := testutil.CollectAndCount(m); n != 1 {
+		t.Errorf("collected %d series without an energy source, want 1 (ratebatch_power_available)", n)
+	}
+	checkAvailable(t, m, 0)
+}
+
+// checkAvailable compares the meter's ratebatch_power_available with want.
+func checkAvailable(t *testing.T, m *Meter, want int) {
+	t.Helper()
+	exp := fmt.Sprintf(`
+# HELP ratebatch_power_available 1 while the energy source yields figures, else 0 (no source, or it reads nothing: /status energy.unavailable says why; energy-aware policies then optimise GPU busy time).
+# TYPE ratebatch_power_available gauge
+ratebatch_power_available %d
+`, want)
+	if err := testutil.CollectAndCompare(m, strings.NewReader(exp), "ratebatch_power_available"); err != nil {
+		t.Error(err)
 	}
 }
 

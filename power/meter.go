@@ -15,24 +15,25 @@ import (
 // them with the batches the caller reports into idle and busy power and
 // requests per joule. All methods are safe for concurrent use.
 type Meter struct {
-	src     Source
-	opts    Options
-	avail   bool
-	maxWin  time.Duration
-	settle  time.Duration                                  // how long power readings lag behind the load
-	tick    func(time.Duration) (<-chan time.Time, func()) // injectable for tests
-	pollMu  sync.Mutex                                     // one Read at a time
-	mu      sync.Mutex
-	busy    map[string]*busyState // per GPU id, batches in flight
-	anyBusy int                   // in-flight batches that named no GPU
-	cum     map[modelKey]*modelCum
-	served  int64
-	gpus    []*gpuState
-	gpuIdx  map[string]int
-	first   *sample
-	hist    []sample // newest last; trimmed to the longest window
-	srcErr  error    // the last poll's source-level failure, if any
-	srcErrs int64
+	src       Source
+	opts      Options
+	hasSource bool      // a source other than None
+	measure   measuring // whether it yields figures (available.go)
+	maxWin    time.Duration
+	settle    time.Duration                                  // how long power readings lag behind the load
+	tick      func(time.Duration) (<-chan time.Time, func()) // injectable for tests
+	pollMu    sync.Mutex                                     // one Read at a time
+	mu        sync.Mutex
+	busy      map[string]*busyState // per GPU id, batches in flight
+	anyBusy   int                   // in-flight batches that named no GPU
+	cum       map[modelKey]*modelCum
+	served    int64
+	gpus      []*gpuState
+	gpuIdx    map[string]int
+	first     *sample
+	hist      []sample // newest last; trimmed to the longest window
+	srcErr    error    // the last poll's source-level failure, if any
+	srcErrs   int64
 }
 
 // busyState tracks the union of the batch intervals on one GPU.
@@ -126,13 +127,14 @@ func NewMeter(src Source, opts Options) (*Meter, error) {
 		none = true
 	}
 	m := &Meter{
-		src:    src,
-		opts:   o,
-		avail:  !none,
-		tick:   realTicker,
-		busy:   make(map[string]*busyState),
-		cum:    make(map[modelKey]*modelCum),
-		gpuIdx: make(map[string]int),
+		src:       src,
+		opts:      o,
+		hasSource: !none,
+		measure:   measuring{log: o.Logger},
+		tick:      realTicker,
+		busy:      make(map[string]*busyState),
+		cum:       make(map[modelKey]*modelCum),
+		gpuIdx:    make(map[string]int),
 	}
 	for _, w := range o.Windows {
 		m.maxWin = max(m.maxWin, w)
@@ -157,9 +159,14 @@ func realTicker(d time.Duration) (<-chan time.Time, func()) {
 	return t.C, t.Stop
 }
 
-// Available reports whether the Meter has an energy source. Without one,
-// every energy figure is absent (null in JSON, no Prometheus series).
-func (m *Meter) Available() bool { return m.avail }
+// Available reports whether the Meter measures: it has an energy source and
+// the source yielded a figure at the last polls (available.go). Without
+// one, every energy figure is absent (null in JSON, no Prometheus series).
+func (m *Meter) Available() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hasSource && m.measure.on
+}
 
 // Source returns the polled source.
 func (m *Meter) Source() Source { return m.src }
@@ -225,6 +232,9 @@ func (m *Meter) Poll(ctx context.Context) error {
 		}
 	}
 	m.record(at)
+	if m.hasSource {
+		m.measure.poll(m.src.Name(), yielded(readings), len(readings), err)
+	}
 	if err != nil {
 		return fmt.Errorf("power: reading %s: %w", m.src.Name(), err)
 	}

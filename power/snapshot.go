@@ -30,8 +30,11 @@ type Figures struct {
 
 // Snapshot is the Meter's state for the status endpoint.
 type Snapshot struct {
-	Source          string     `json:"source"`
+	Source string `json:"source"`
+	// Available is set while the source yields figures; Unavailable says
+	// why not, and what the policies do instead (available.go).
 	Available       bool       `json:"available"`
+	Unavailable     string     `json:"unavailable,omitempty"`
 	Time            *time.Time `json:"time"` // of the newest poll; null before the first
 	IntervalSeconds float64    `json:"interval_seconds"`
 	// Error is the newest poll's failure that concerns no single GPU
@@ -94,7 +97,8 @@ func (m *Meter) Snapshot() Snapshot {
 	defer m.mu.Unlock()
 	snap := Snapshot{
 		Source:          m.src.Name(),
-		Available:       m.avail,
+		Available:       m.hasSource && m.measure.on,
+		Unavailable:     m.unavailable(),
 		IntervalSeconds: m.opts.Interval.Seconds(),
 		SourceErrors:    m.srcErrs,
 		Windows:         make(map[string]Figures),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -86,6 +87,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// Now is the clock (default time.Now). Tests inject their own.
 	Now func() time.Time
+	// Logger says when the source stops yielding figures and when it
+	// yields them again (default: discarded).
+	Logger *slog.Logger
 }
 
 const (
@@ -131,6 +135,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
 }

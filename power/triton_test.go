@@ -35,6 +35,12 @@ func (f *fakeTriton) set(gpus ...tritonGPU) {
 	f.mu.Unlock()
 }
 
+func (f *fakeTriton) setStatus(status int) {
+	f.mu.Lock()
+	f.status = status
+	f.mu.Unlock()
+}
+
 func (f *fakeTriton) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

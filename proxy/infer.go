@@ -66,6 +66,7 @@ func (s *Server) read(ctx *fasthttp.RequestCtx, version string, a *admission) bo
 	call, batchable, err := s.newCall(ctx, a.Model, version, body, a.Start)
 	switch {
 	case !batchable:
+		s.door.PassedWhole(a.Model)
 		s.passBuffered(ctx, raw) // shared memory, sequences, ...: Triton handles those itself
 		return false
 	case err != nil:
@@ -73,6 +74,12 @@ func (s *Server) read(ctx *fasthttp.RequestCtx, version string, a *admission) bo
 		return false
 	}
 	a.Call = call
+	h := &ctx.Request.Header
+	a.Forward(h.Peek, func(f func(name, value []byte)) {
+		for k, v := range h.All() {
+			f(k, v)
+		}
+	})
 	return true
 }
 

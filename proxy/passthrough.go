@@ -1,17 +1,23 @@
 package proxy
 
 import (
+	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/hostclient"
 	"github.com/ratebatch/ratebatch/kserve"
 )
@@ -23,9 +29,20 @@ const respBodyInMemory = 64 << 10
 
 // newUpstreamClient returns the pass-through client to the upstream. The
 // exchange runs on the request's own goroutine, as nginx runs it on its
-// worker: no hand-offs between goroutines on the way.
-func newUpstreamClient(up *url.URL) *fasthttp.HostClient {
+// worker: no hand-offs between goroutines on the way. Its connections
+// bound the upstream's silence by idle (silentConn), not the exchange.
+func newUpstreamClient(up *url.URL, idle time.Duration) *fasthttp.HostClient {
 	hc := hostclient.New(up)
+	if idle > 0 {
+		dial := hc.Dial
+		hc.Dial = func(addr string) (net.Conn, error) {
+			c, err := dial(addr)
+			if err != nil {
+				return nil, err
+			}
+			return &silentConn{Conn: c, idle: idle}, nil
+		}
+	}
 	// Pass-through has no queue: one connection per request in flight.
 	hc.MaxConns = 1 << 16
 	hc.StreamResponseBody = true
@@ -35,6 +52,36 @@ func newUpstreamClient(up *url.URL) *fasthttp.HostClient {
 	hc.ConnPoolStrategy = fasthttp.LIFO // the warmest connection first
 	return hc
 }
+
+// silentConn is a pass-through connection to the upstream bounded by its
+// silence: each read (and write) may wait idle for its bytes, from its
+// start, and the deadlines fasthttp sets for a whole exchange are not
+// used. Triton bounds no exchange; a generate_stream answer may last as
+// long as the model generates, and only an upstream that says nothing for
+// that long is given up. (Its reads and writes are the connection's own
+// below, raw on Linux: moving a deadline later costs no system call.)
+type silentConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *silentConn) Read(p []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *silentConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *silentConn) SetDeadline(time.Time) error      { return nil }
+func (c *silentConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *silentConn) SetWriteDeadline(time.Time) error { return nil }
 
 // retryStale retries once, whatever the method, when the failure is a
 // kept-alive connection that the upstream had closed (a restarted Triton,
@@ -205,12 +252,15 @@ func (s *Server) outgoingHeader(ctx *fasthttp.RequestCtx, out *fasthttp.Request)
 // connection goes back to the pool (or is closed, if the client left)
 // when the copy ends.
 func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
+	// The exchange is bounded by the upstream's silence (silentConn), not
+	// its length.
 	deadline := time.Now().Add(100 * 365 * 24 * time.Hour)
-	if s.o.WriteTimeout > 0 {
-		deadline = time.Now().Add(s.o.WriteTimeout)
-	}
 	resp := &ctx.Response
-	if err := s.fwd.DoDeadline(out, resp, deadline); err != nil {
+	err := s.fwd.DoDeadline(out, resp, deadline)
+	if dispatcher.IsRefused(err) {
+		err = s.holdRefused(ctx, out, resp, deadline, err)
+	}
+	if err != nil {
 		resp.Reset()
 		s.passFailed(ctx, err)
 		return
@@ -220,18 +270,86 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, out *fasthttp.Request) {
 	h.ResetConnectionClose() // the upstream's connection is not the client's
 	if h.ContentLength() < 0 {
 		resp.ImmediateHeaderFlush = true // events reach the client as they come
+		paceWrites(ctx.Conn())
+	}
+}
+
+// paceWrites makes the write timeout of the answer about to be written on
+// c bound each of its writes (rawconn.Conn.PaceWrites): a stream its
+// client keeps reading is never cut at limits.write_timeout, one whose
+// client stops reading is. A connection that cannot pace (not raw TCP)
+// keeps the timeout for the whole answer.
+func paceWrites(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if p, ok := c.(interface{ PaceWrites() }); ok {
+		p.PaceWrites()
+	}
+}
+
+// errRefused is a pass-through exchange the upstream refused to connect
+// to, past the hold for an inference request: 503 with Retry-After, as a
+// batched call held for a refusing upstream gets (docs/RELIABILITY.md).
+type errRefused struct {
+	err  error
+	held time.Duration
+}
+
+// Error says what failed, but not where: the upstream's address is the
+// log's (hostclient.Cause).
+func (e *errRefused) Error() string {
+	if e.held > 0 {
+		return fmt.Sprintf("upstream refusing connections, not back within %v (upstream_client.hold): %s", e.held.Round(time.Millisecond), hostclient.Cause(e.err))
+	}
+	return "upstream refusing connections: " + hostclient.Cause(e.err)
+}
+
+// holdRefused rides out an upstream that refuses connections (a Triton
+// restarting, or not up yet when the proxy started and found no model to
+// batch), as the dispatcher's outage hold does for batches: an inference
+// request whose body can be sent again is tried again at jittered pauses
+// growing to 100 ms (dispatcher.Backoff) until it gets through or
+// Options.Hold passes, then fails with errRefused. Other requests, and a
+// streamed body, which cannot be sent twice, fail with it at once.
+func (s *Server) holdRefused(ctx *fasthttp.RequestCtx, out *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, err error) error {
+	if s.o.Hold <= 0 || out.IsBodyStream() || !ctx.IsPost() || !bytes.HasSuffix(ctx.Path(), []byte("/infer")) {
+		return &errRefused{err: err}
+	}
+	start := time.Now()
+	until := start.Add(s.o.Hold)
+	if deadline.Before(until) {
+		until = deadline
+	}
+	for attempt := 1; ; attempt++ {
+		pause := dispatcher.Backoff(0, attempt)
+		if time.Now().Add(pause).After(until) {
+			return &errRefused{err: err, held: time.Since(start)}
+		}
+		time.Sleep(pause)
+		resp.Reset()
+		if err = s.fwd.DoDeadline(out, resp, deadline); !dispatcher.IsRefused(err) {
+			return err
+		}
 	}
 }
 
 func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	var ke *kserve.Error
+	var refused *errRefused
 	switch {
 	case errors.As(err, &ke):
 		writeError(ctx, ke.Status, ke.Msg)
+	case errors.As(err, &refused):
+		// The outage is logged once, by the upstream's health check, not
+		// once per request.
+		s.door.PassFailed()
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
+		writeError(ctx, http.StatusServiceUnavailable, refused.Error())
 	case errors.Is(err, errBodyTooLarge):
 		s.door.Refused("body_too_large")
 		writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
-	case errors.Is(err, fasthttp.ErrTimeout):
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded):
 		s.door.PassFailed()
 		writeError(ctx, http.StatusGatewayTimeout, "upstream did not answer in time")
 	default:

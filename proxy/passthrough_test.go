@@ -3,27 +3,32 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratebatch/ratebatch/door"
+	"github.com/ratebatch/ratebatch/internal/poll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
 
 // passFront starts the front door, with its own fasthttp client, in front
-// of upstream; writeTimeout also bounds a pass-through exchange.
-func passFront(t *testing.T, upstream http.Handler, writeTimeout time.Duration) (front string, up *httptest.Server) {
+// of upstream; idle bounds the upstream's silence in a pass-through
+// exchange and the writes of its answer.
+func passFront(t *testing.T, upstream http.Handler, idle time.Duration) (front string, up *httptest.Server) {
 	t.Helper()
-	return passFrontWith(t, upstream, func(o *proxy.Options) { o.WriteTimeout = writeTimeout })
+	return passFrontWith(t, upstream, func(o *proxy.Options) { o.WriteTimeout, o.UpstreamIdleTimeout = idle, idle })
 }
 
 // passFrontWith is passFront with options changed by set.
@@ -206,8 +211,9 @@ func TestPassthroughStreamsEventsAndAbortsWithClient(t *testing.T) {
 	}
 }
 
-// Past the write timeout the client gets 504 in the KServe form; an unreachable
-// upstream gives 502.
+// An upstream silent past the idle timeout gets the client 504 in the
+// KServe form; an upstream that refuses connections gives 503 with
+// Retry-After.
 func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	block := make(chan struct{})
 	front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }), 100*time.Millisecond)
@@ -232,12 +238,131 @@ func TestPassthroughTimeoutAndUnreachable(t *testing.T) {
 	}
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if _, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusBadGateway || !ok {
-		t.Fatalf("dead upstream: %d %s; want 502 with a KServe error", resp.StatusCode, b)
+	if msg, ok := kserve.ParseErrorBody(b); resp.StatusCode != http.StatusServiceUnavailable || !ok ||
+		!strings.Contains(msg, "refusing connections") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("dead upstream: %d %s; want 503 with Retry-After and a KServe error", resp.StatusCode, b)
 	}
 	// What failed, but not where: the upstream's address is the log's.
 	if msg, _ := kserve.ParseErrorBody(b); !strings.Contains(msg, "connection refused") || strings.Contains(msg, dead.Host) {
 		t.Fatalf("dead upstream: %q; want the refusal named and not the address %s", msg, dead.Host)
+	}
+}
+
+// An inference request passed through (a model the proxy does not batch,
+// or any model before discovery has read the upstream: a proxy started
+// before Triton, or pointed at the wrong port) is held for an upstream
+// that refuses connections, as a batched call is: it goes through if the
+// upstream comes back within the hold, and gets 503 with Retry-After, not
+// 502, past it.
+func TestPassthroughHoldsInferenceForARefusingUpstream(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	const hold = 300 * time.Millisecond
+	fr := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}}, Upstream: mustURL("http://" + addr), MaxBodyBytes: 1 << 20,
+		Hold: hold, RetryAfter: 2 * time.Second})
+	infer := func() (*http.Response, string, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		resp, err := http.Post(fr+"/v2/models/other/infer", "application/json", strings.NewReader(`{"inputs":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b), time.Since(start)
+	}
+	resp, body, took := infer()
+	if msg, ok := kserve.ParseErrorBody([]byte(body)); resp.StatusCode != http.StatusServiceUnavailable || !ok ||
+		!strings.Contains(msg, "not back within") || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("refusing upstream: %d %q Retry-After %q; want 503 saying it was held, Retry-After 2", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if strings.Contains(body, addr) {
+		t.Errorf("refusing upstream: %q names the upstream's address, which is the log's", body)
+	}
+	if took < hold/2 || took > hold+time.Second {
+		t.Errorf("answered after %v, want after the hold of %v", took, hold)
+	}
+
+	// Back within the hold: the request goes through.
+	go func() {
+		time.Sleep(hold / 3)
+		up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"outputs":[]}`) })}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return // the port was taken meanwhile: the request below gets 503 and says so
+		}
+		t.Cleanup(func() { up.Close() })
+		up.Serve(ln)
+	}()
+	if resp, body, _ := infer(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("upstream back within the hold: %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// A generate_stream answer that keeps sending (an event every 100 ms) is
+// never cut, though it lasts three times the write timeout and the
+// upstream idle timeout (500 ms each): its client gets every event and
+// the last. One that falls silent for longer than the idle timeout ends
+// then, well before the upstream would say more.
+func TestPassthroughStreamBoundedBySilence(t *testing.T) {
+	const limit = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		events int
+		pause  time.Duration // before the last event
+		cut    bool
+	}{
+		{"keeps sending", 15, 0, false},
+		{"falls silent", 3, 10 * limit, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			front, _ := passFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for i := range tc.events {
+					fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+					w.(http.Flusher).Flush()
+					time.Sleep(limit / 5)
+				}
+				select {
+				case <-time.After(tc.pause):
+				case <-release:
+				}
+				io.WriteString(w, "data: [DONE]\n\n")
+			}), limit)
+			t.Cleanup(func() { close(release) }) // before the servers close: cleanups run last first
+			start := time.Now()
+			resp, err := http.Post(front+"/v2/models/llm/generate_stream", "application/json", strings.NewReader(`{"text_input":"hi"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var events []string
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if line := sc.Text(); line != "" {
+					events = append(events, line)
+				}
+			}
+			took := time.Since(start)
+			done := len(events) > 0 && events[len(events)-1] == "data: [DONE]"
+			if !tc.cut {
+				if len(events) != tc.events+1 || !done {
+					t.Fatalf("%d events in %v, the last %q: cut before its end (%v)", len(events), took, events[len(events)-1], sc.Err())
+				}
+				return
+			}
+			if done || len(events) != tc.events {
+				t.Fatalf("got %d events, the last %q: want the %d sent before the silence, and the stream ended", len(events), events[len(events)-1], tc.events)
+			}
+			if took > tc.pause/2 {
+				t.Fatalf("the silent stream ended after %v, want about the idle timeout %v after its last event", took, limit)
+			}
+		})
 	}
 }
 
@@ -333,5 +458,52 @@ func TestPassthroughKeepsFieldsAsSent(t *testing.T) {
 	}
 	if v := h.Get("X-Custom"); v != "1" {
 		t.Errorf("upstream saw X-Custom %q", v)
+	}
+}
+
+// changes records the models a door told of a repository change.
+type changes struct {
+	mu     sync.Mutex
+	models []string
+}
+
+func (c *changes) Ensure(context.Context, string) {}
+func (c *changes) Changed(model string) {
+	c.mu.Lock()
+	c.models = append(c.models, model)
+	c.mu.Unlock()
+}
+func (c *changes) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.models)
+}
+
+// A repository load or unload passed through tells the registry, once
+// the upstream has answered it, that the model may have changed; no other
+// request does.
+func TestRepositoryChangeIsTold(t *testing.T) {
+	var c changes
+	told := make(chan int, 1) // how many changes were told as the upstream got a request
+	front, _ := passFrontWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { told <- len(c.seen()) }),
+		func(o *proxy.Options) { o.Backend.Discoverer = &c })
+	want := 0
+	for _, path := range []string{"/v2/repository/models/a%2Fb/load", "/v2/repository/models/m/unload",
+		"/v2/repository/index", "/v2/repository/models/m/config", "/v2/models/m/ready"} {
+		resp, err := http.Post(front+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if n := <-told; n != want {
+			t.Fatalf("%s: %d changes told before the upstream answered it, want %d", path, n, want)
+		}
+		if strings.HasSuffix(path, "load") {
+			want++
+			poll.Until(t, "told of "+path, func() bool { return len(c.seen()) == want })
+		}
+	}
+	if got := c.seen(); len(got) != 2 || got[0] != "a/b" || got[1] != "m" {
+		t.Errorf("told of %q, want a/b (unescaped) and m", got)
 	}
 }

@@ -51,12 +51,24 @@ type Options struct {
 	Upstream     *url.URL
 	MaxBodyBytes int64
 	RetryAfter   time.Duration
+	// Hold is how long a pass-through inference request waits for an
+	// upstream that refuses connections (upstream_client.hold, as batches
+	// wait in the dispatcher) before it gets 503; 0: no wait.
+	Hold time.Duration
 
 	// Timeouts of the data port: ReadHeaderTimeout for a request's headers,
-	// ReadTimeout for its body, WriteTimeout for the answer (it also bounds
-	// a pass-through exchange), IdleTimeout between keep-alive requests.
-	// Zero: none.
+	// ReadTimeout for its body, WriteTimeout for the answer (for an answer
+	// streamed without a length, server-sent events, each write of it:
+	// a stream its client reads is never cut), IdleTimeout between
+	// keep-alive requests. Zero: none.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// UpstreamIdleTimeout bounds the upstream's silence in a pass-through
+	// exchange (the fasthttp client's only; a Forward of a test's own is
+	// not bounded): no byte of its answer for that long, before the
+	// answer begins (504) or between two parts of a streamed answer (the
+	// stream ends). An upstream that keeps sending is never cut. Zero:
+	// none.
+	UpstreamIdleTimeout time.Duration
 
 	// Backend.Health, when set, answers the readiness endpoints not
 	// ready (400, as Triton does) while the outlier detector finds the
@@ -134,7 +146,7 @@ func New(o Options) *Server {
 	s := &Server{o: o, door: door.New(o.Backend, door.HTTP), log: o.Logger, fwd: o.Forward,
 		prefix: strings.TrimSuffix(o.Upstream.EscapedPath(), "/"), https: o.Upstream.Scheme == "https"}
 	if s.fwd == nil {
-		s.fwd = newUpstreamClient(o.Upstream)
+		s.fwd = newUpstreamClient(o.Upstream, o.UpstreamIdleTimeout)
 	}
 	if o.Backend.Memory != nil {
 		if o.LargeBodyBytes <= 0 {
@@ -343,7 +355,29 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if s.door.Health != nil && (ctx.IsGet() || ctx.IsHead()) && s.notReady(ctx) {
 		return
 	}
+	if model, ok := repositoryChange(ctx); ok {
+		defer s.door.RepositoryChanged(model) // once Triton has answered: its load is done
+	}
 	s.passthrough(ctx)
+}
+
+// repositoryChange reports the model of a repository load or unload
+// (POST /v2/repository/models/{model}/load, /unload), which may change
+// what the proxy does with the model.
+func repositoryChange(ctx *fasthttp.RequestCtx) (model string, ok bool) {
+	if !ctx.IsPost() {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(string(ctx.URI().PathOriginal()), "/v2/repository/models/")
+	if !ok {
+		return "", false
+	}
+	name, action, _ := strings.Cut(rest, "/")
+	if action != "load" && action != "unload" {
+		return "", false
+	}
+	model, err := url.PathUnescape(name)
+	return model, err == nil && model != ""
 }
 
 // putLoadReport sets the endpoint-load-metrics header of the answer.

@@ -22,8 +22,8 @@ func (r *Models) current() *config.Config {
 // size, batches in flight, queue rows, SLA) and the overrides cfg names,
 // and keeps its monitor, with the line it learnt, and its queue, with the
 // requests in it. What PUT /policy set at run time (SetPolicy) gives way
-// to cfg. A batched model cfg would pass through stays batched until a
-// restart (its queue cannot be taken away from the requests in it). It
+// to cfg. A batched model cfg passes through is passed through from now
+// on: its queue is retired, the requests in it sent each as it came. It
 // returns once every model has planned under its new policy, or ctx ends;
 // its error names each model that could not take cfg whole.
 func (r *Models) Apply(ctx context.Context, cfg *config.Config) error {
@@ -50,14 +50,14 @@ func (r *Models) Apply(ctx context.Context, cfg *config.Config) error {
 			errs = append(errs, fmt.Errorf("%w (its limits are applied at the next discovery)", err))
 		}
 		pname := cfg.ModelPolicy(name)
-		if pname == config.Passthrough {
-			errs = append(errs, fmt.Errorf("model %s: policy passthrough takes effect at restart; it stays batched", name))
+		r.mu.Lock()
+		e, ok := r.models[name]
+		if !ok || !e.batched || pname == config.Passthrough { // passed through (reconcile retired it) or gone
+			r.mu.Unlock()
 			continue
 		}
-		r.mu.Lock()
 		pol, in, err := r.newPolicy(name, pname)
 		if err == nil {
-			e := r.models[name]
 			e.policy = in
 			planned = append(planned, e.mon.SetPolicy(pol))
 		}

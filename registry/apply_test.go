@@ -71,15 +71,23 @@ func TestApply(t *testing.T) {
 		t.Errorf("queues after Apply: a %+v, b %+v; want 100 rows each, b capped at 4 with a 1s SLA", a, b)
 	}
 
-	// A batched model cannot be made passthrough live: said, and kept.
+	// A batched model made passthrough live: its queue retired, its
+	// status saying so.
 	last := next
 	last.Models = map[string]config.Model{"a": {Policy: config.Passthrough}}
-	err := r.Apply(ctx, &last)
-	if err == nil || !strings.Contains(err.Error(), "model a: policy passthrough") {
-		t.Errorf("Apply with a passthrough: %v; want it named", err)
+	if err := r.Apply(ctx, &last); err != nil {
+		t.Errorf("Apply with a passthrough: %v", err)
 	}
-	if _, ok := q.specs["a"]; !ok {
-		t.Error("a left the queues")
+	q.mu.Lock()
+	retired := q.retired["a"]
+	q.mu.Unlock()
+	if retired != 1 {
+		t.Errorf("a retired %d times, want once", retired)
+	}
+	for _, s := range r.Statuses() {
+		if s.Model == "a" && (s.Batched || !strings.Contains(s.Reason, "passthrough")) {
+			t.Errorf("a after Apply with a passthrough: %+v", s)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -38,6 +39,9 @@ type Upstream interface {
 // Queues is the dispatcher as the registry drives it.
 type Queues interface {
 	SetModel(s dispatcher.ModelSpec) error
+	// RetireModel stops batching a model, answering what its queue holds
+	// (a later SetModel batches it again).
+	RetireModel(name string)
 	// Unready is the queues' verdict on the upstream (door.Health): why
 	// it should not be sent traffic, "" when it should.
 	Unready() string
@@ -73,6 +77,10 @@ type Models struct {
 	// does not serve, each with why, as of the last repository index read.
 	unserved map[string]string
 
+	// changing holds the models whose configuration Changed is reading
+	// again, each true when told again meanwhile (follow.go).
+	changing map[string]bool
+
 	// discovered is set once the upstream's model list has been read.
 	discovered atomic.Bool
 
@@ -94,6 +102,10 @@ type entry struct {
 	policy    InForce // the policy the monitor runs, as set
 	probe     string  // where the probe inference came from, or why there is none
 	probeReq  dispatcher.Wire
+	// queue and half are the model's queue policy and half-precision
+	// outputs as last given to its queue: a change gives it them anew.
+	queue dispatcher.QueuePolicy
+	half  []string
 }
 
 // New returns an empty registry; call Discover (or Refresh, then Run).
@@ -253,7 +265,15 @@ func (r *Models) retryAfter() time.Duration {
 	return 30 * time.Second
 }
 
-// Refresh reads the upstream's ready models and reconciles.
+// Refresh reads the upstream's repository index and each ready model's
+// configuration, and re-decides every model's mode: a model loaded since
+// is batched or listed, one reloaded with another configuration takes
+// its new mode and limits, one the index lists as not ready (unloaded)
+// is forgotten, its queue retired. A model known but not in the index (a
+// request found it: PyTriton lists none) has its configuration read
+// again too, and is forgotten once the upstream no longer serves it. One
+// configuration read per model per discovery interval: what re-deciding
+// a reload made beside the proxy costs.
 func (r *Models) Refresh(ctx context.Context) error {
 	idx, err := r.up.RepositoryIndex(ctx)
 	r.mu.Lock()
@@ -262,13 +282,26 @@ func (r *Models) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
+	ready := readiness(idx)
 	var errs []error
-	for _, ix := range idx {
-		if ix.State != "" && ix.State != "READY" {
+	for _, name := range slices.Sorted(maps.Keys(ready)) {
+		if !ready[name] {
 			continue
 		}
-		if err := r.reconcile(ctx, ix.Name); err != nil {
+		if err := r.reconcile(ctx, name); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	for _, name := range r.knownNames() {
+		isReady, listed := ready[name]
+		switch {
+		case isReady:
+		case listed:
+			r.forget(name, "the upstream lists it as not ready")
+		default:
+			if err := r.reconcile(ctx, name); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	r.lookUpConfigured(ctx, idx)
@@ -284,9 +317,10 @@ func (r *Models) Refresh(ctx context.Context) error {
 // the index lists in another state than READY is not loaded, and is not
 // asked for.
 func (r *Models) lookUpConfigured(ctx context.Context, idx []triton.IndexEntry) {
+	known := r.knownNames()
 	for _, name := range slices.Sorted(maps.Keys(r.current().Models)) {
-		if slices.ContainsFunc(idx, func(ix triton.IndexEntry) bool { return ix.Name == name }) {
-			continue
+		if slices.Contains(known, name) || slices.ContainsFunc(idx, func(ix triton.IndexEntry) bool { return ix.Name == name }) {
+			continue // read above, or listed
 		}
 		if err := r.reconcile(ctx, name); err != nil {
 			r.log.Debug("configured model not found by name", "model", name, "err", err)
@@ -329,18 +363,21 @@ func (r *Models) noteUnserved(idx []triton.IndexEntry) {
 	r.unserved = now
 }
 
+// reconcile reads a model's configuration and gives the model the mode
+// and limits it decides: batched (its queue set, or given the new limits)
+// or passed through (its queue retired if it had one). A model whose
+// configuration the upstream says it does not have is forgotten.
 func (r *Models) reconcile(ctx context.Context, name string) error {
 	mc, err := r.up.ModelConfig(ctx, name)
 	if err != nil {
+		if notServed(err) {
+			r.forget(name, "the upstream does not serve it")
+		}
 		return fmt.Errorf("model %s: reading config: %w", name, err)
 	}
 	cfg := r.current()
 	override := cfg.Models[name]
-	pname := cfg.ModelPolicy(name)
-	ok, reason := mc.Batchable()
-	if ok && pname == "passthrough" {
-		ok, reason = false, "policy passthrough (configured)"
-	}
+	ok, reason := decide(name, mc, cfg)
 	maxBatch := mc.MaxBatchSize
 	if override.MaxBatchSize > 0 && override.MaxBatchSize < maxBatch {
 		maxBatch = override.MaxBatchSize
@@ -349,24 +386,22 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	if cfg.Policy.MaxInFlight > 0 {
 		instances = cfg.Policy.MaxInFlight
 	}
+	queue, queueErr := queuePolicy(mc)
+	half := mc.HalfOutputs()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, known := r.models[name]
 	if !ok {
-		if !known {
-			r.log.Info("model passed through, not batched", "model", name, "reason", reason)
-			r.models[name] = &entry{name: name, reason: reason}
-		}
-		// A model that stopped being batchable keeps its queue until restart;
-		// new requests of it still queue with the limits last known.
+		r.passThrough(e, name, reason)
 		return nil
 	}
-	if known && e.batched && e.maxBatch == maxBatch && e.instances == instances {
+	if known && e.batched && e.maxBatch == maxBatch && e.instances == instances &&
+		reflect.DeepEqual(e.queue, queue) && slices.Equal(e.half, half) {
 		return nil
 	}
 	if !known || !e.batched {
-		pname = r.policyName(name)
+		pname := r.policyName(name)
 		pol, in, err := r.newPolicy(name, pname)
 		if err != nil {
 			return err
@@ -385,8 +420,10 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		if noProbe != "" {
 			r.log.Warn("a failing model is tested only by its callers' requests, and does not take the proxy out of service", "model", name, "why", noProbe)
 		}
-		if len(mc.DynamicBatching) > 0 && string(mc.DynamicBatching) != "null" {
-			e.warning = "Triton's own dynamic batcher is on for this model: turn it off or set max_queue_delay_microseconds to 0, or both batchers wait"
+		// A dynamic_batching section without a delay (a queue policy's
+		// home) costs nothing: Triton's batcher then waits for nothing.
+		if db, err := mc.Batching(); err == nil && db.MaxQueueDelayMicroseconds > 0 {
+			e.warning = "Triton's own dynamic batcher waits for this model (max_queue_delay_microseconds > 0): turn it off or set the delay to 0, or both batchers wait"
 			r.log.Warn(e.warning, "model", name)
 		}
 		r.models[name] = e
@@ -400,10 +437,14 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 	if override.SLA > 0 {
 		sla = override.SLA
 	}
+	if queueErr != nil {
+		r.log.Warn("the model's dynamic_batching section does not decode: its calls' timeouts and priorities are ignored, as for a model without it", "model", name, "err", queueErr)
+	}
+	e.queue, e.half = queue, half
 	return r.queues.SetModel(dispatcher.ModelSpec{
 		Name: name, MaxBatch: maxBatch, Instances: instances,
 		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon, Observer: e.mon, WatchCallers: e.mon.WatchCallers,
-		HalfOutputs: mc.HalfOutputs(), Probe: e.probeReq,
+		HalfOutputs: half, Probe: e.probeReq, Queue: queue,
 	})
 }
 
@@ -498,7 +539,7 @@ func (r *Models) newPolicy(model, name string) (policy.Policy, InForce, error) {
 	if err == nil {
 		var pol policy.Policy
 		if pol, err = policy.New(name, o); err == nil {
-			return pol, InForce{Policy: name, Options: config.PolicyOptions(o)}, nil
+			return pol, InForce{Policy: name, Options: config.PolicyOptionsOf(name, o)}, nil
 		}
 	}
 	return nil, InForce{}, fmt.Errorf("model %s: %w", model, err)
@@ -584,9 +625,9 @@ func fitCSV(path string) (*regression.Line, error) {
 	return &fit.Line, nil
 }
 
-// InForce is a policy as it is set: its name and every option it takes,
-// by key, spelt as in the configuration file (the zero value of an option
-// is the policy's documented default).
+// InForce is a policy as it is set: its name and the options it takes,
+// by key, spelt as in the configuration file, each with the default its
+// zero value stands for where that is a fixed value (config.PolicyOptionsOf).
 type InForce struct {
 	Model   string         `json:"model,omitempty"`
 	Policy  string         `json:"policy"`
@@ -701,7 +742,7 @@ func (r *Models) Policies() Policies {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg := r.config()
-	out := Policies{Default: InForce{Policy: cfg.Policy.Name, Options: config.PolicyOptions(cfg.Policy.Options)},
+	out := Policies{Default: InForce{Policy: cfg.Policy.Name, Options: config.PolicyOptionsOf(cfg.Policy.Name, cfg.Policy.Options)},
 		Models: []InForce{}}
 	for _, e := range r.models {
 		if e.batched && e.mon != nil {
@@ -737,7 +778,11 @@ func (r *Models) config() config.Config {
 
 // Status is one model's state for the status endpoint.
 type Status struct {
-	Model   string `json:"model"`
+	Model string `json:"model"`
+	// Mode is what the proxy does with the model's inference calls
+	// (ModeBatched, ModePassthrough, ModeNotServed); Reason says why
+	// when they are not batched.
+	Mode    string `json:"mode"`
 	Batched bool   `json:"batched"`
 	// Policy and Options are the batched model's policy as set (InForce).
 	Policy  string         `json:"policy,omitempty"`
@@ -759,11 +804,11 @@ func (r *Models) Statuses() []Status {
 	out := make([]Status, 0, len(r.models)+len(r.unserved))
 	for name, why := range r.unserved {
 		if _, known := r.models[name]; !known {
-			out = append(out, Status{Model: name, Reason: "not served by the upstream", Warning: why})
+			out = append(out, Status{Model: name, Mode: ModeNotServed, Reason: "not served by the upstream", Warning: why})
 		}
 	}
 	for _, e := range r.models {
-		s := Status{Model: e.name, Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning, Probe: e.probe,
+		s := Status{Model: e.name, Mode: modeOf(e.batched), Batched: e.batched, Reason: e.reason, Seed: e.seed, Warning: e.warning, Probe: e.probe,
 			Policy: e.policy.Policy, Options: e.policy.Options}
 		if why, ok := r.unserved[e.name]; ok {
 			s.Warning = strings.TrimPrefix(s.Warning+"; "+why, "; ")

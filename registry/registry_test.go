@@ -93,8 +93,9 @@ func (f *fakeUpstream) statReads() int {
 }
 
 type fakeQueues struct {
-	mu    sync.Mutex
-	specs map[string]dispatcher.ModelSpec
+	mu      sync.Mutex
+	specs   map[string]dispatcher.ModelSpec // the batched models'
+	retired map[string]int                  // RetireModel calls by model
 }
 
 func (q *fakeQueues) Unready() string { return "" }
@@ -104,6 +105,23 @@ func (q *fakeQueues) SetModel(s dispatcher.ModelSpec) error {
 	defer q.mu.Unlock()
 	q.specs[s.Name] = s
 	return nil
+}
+
+func (q *fakeQueues) RetireModel(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.retired == nil {
+		q.retired = map[string]int{}
+	}
+	q.retired[name]++
+	delete(q.specs, name)
+}
+
+func (q *fakeQueues) batched(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.specs[name]
+	return ok
 }
 
 func stat(b int, ms float64) triton.BatchStat {
@@ -123,7 +141,7 @@ func TestRefreshReconciles(t *testing.T) {
 		index: []triton.IndexEntry{{Name: "simple", State: "READY"}, {Name: "resnet", State: "READY"},
 			{Name: "nobatch", State: "READY"}, {Name: "loading", State: "LOADING"}, {Name: "quiet", State: "READY"}},
 		configs: map[string]*triton.ModelConfig{
-			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{}`)},
+			"simple":  {Name: "simple", MaxBatchSize: 8, InstanceGroup: []triton.InstanceGroup{{Kind: "KIND_GPU", Count: 2}}, DynamicBatching: []byte(`{"max_queue_delay_microseconds":"100"}`)},
 			"resnet":  {Name: "resnet", MaxBatchSize: 32},
 			"nobatch": {Name: "nobatch", MaxBatchSize: 0},
 			"quiet":   {Name: "quiet", MaxBatchSize: 4},
@@ -657,8 +675,17 @@ func TestSetPolicy(t *testing.T) {
 			}
 			for model, want := range step.want {
 				p := got[model]
-				if p.Policy != want.policy || p.Options["latency_budget"] != want.budget {
-					t.Errorf("%q: %s %v, want %s with latency_budget %q", model, p.Policy, p.Options["latency_budget"], want.policy, want.budget)
+				// Shown as in force: the default for an empty budget, and
+				// none for a policy without one.
+				var shown any = want.budget
+				switch {
+				case want.policy != "budget":
+					shown = nil
+				case want.budget == "":
+					shown = "1.10x"
+				}
+				if p.Policy != want.policy || p.Options["latency_budget"] != shown {
+					t.Errorf("%q: %s %v, want %s with latency_budget %v", model, p.Policy, p.Options["latency_budget"], want.policy, shown)
 				}
 				if model == "" {
 					c := r.Config()
@@ -668,8 +695,8 @@ func TestSetPolicy(t *testing.T) {
 					continue
 				}
 				s := statuses[model]
-				if s.Policy != want.policy || s.Options["latency_budget"] != want.budget || s.Rule == nil || s.Rule.Policy != want.policy {
-					t.Errorf("%s's status: %s %v (rule %+v), want %s %q", model, s.Policy, s.Options["latency_budget"], s.Rule, want.policy, want.budget)
+				if s.Policy != want.policy || s.Options["latency_budget"] != shown || s.Rule == nil || s.Rule.Policy != want.policy {
+					t.Errorf("%s's status: %s %v (rule %+v), want %s %v", model, s.Policy, s.Options["latency_budget"], s.Rule, want.policy, shown)
 				}
 			}
 		})
@@ -677,8 +704,8 @@ func TestSetPolicy(t *testing.T) {
 	if _, kept := r.setOptions["nobatch"]; kept {
 		t.Error("a refused change kept its options")
 	}
-	if w := r.Policies().Models; len(w) != 2 || w[1].Options["wait_bound"] != "3ms" {
-		t.Errorf("wait_bound set for every model: %+v", w)
+	if w := r.Config().Policy.Budget.MaxWait; w != 3*time.Millisecond {
+		t.Errorf("wait_bound set for every model: %v in force, want 3ms", w)
 	}
 	// A model found later runs what was set for every model.
 	up.mu.Lock()

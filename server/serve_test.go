@@ -550,27 +550,54 @@ func TestServeCompressionAndBinary(t *testing.T) {
 	}
 }
 
+// TestServeTimeoutParameter: a request's timeout is Triton's, read by the
+// model's queue policy: a model whose policy lets a request shorten its
+// default timeout refuses a request past its own with Triton's 503
+// "Request timeout expired" and does not keep it waiting for the busy
+// batch; a model without a queue policy ignores the timeout, as Triton
+// does, even the largest. priority is Triton's uint64.
 func TestServeTimeoutParameter(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, Fault: func(emulator.BatchInfo) emulator.Fault {
 		return emulator.Fault{Delay: 300 * time.Millisecond}
 	}})
-	base, admin, _ := startProxy(t, em.Addr(), func(c *config.Config) { c.Policy.Name = "adhoc" })
+	up := newConfigUpstream(t, em.Addr())
+	up.set("simple", map[string]any{"dynamic_batching": map[string]any{"max_queue_delay_microseconds": "0",
+		"default_queue_policy": map[string]any{"timeout_action": "REJECT", "default_timeout_microseconds": "10000000", "allow_timeout_override": true}}})
+	base, admin, _ := startProxy(t, up.addr(), func(c *config.Config) { c.Policy.Name, c.Discovery = "adhoc", 100*time.Millisecond })
 	url := base + "/v2/models/simple/infer"
+	withParams := func(id, params string) []byte {
+		return bytes.Replace(simpleBody(id, 0, 1), []byte(`{"id":"`+id+`",`), []byte(`{"id":"`+id+`","parameters":`+params+`,`), 1)
+	}
 	go post(t, url, simpleBody("busy", 0, 1)) // occupies the only instance
 	poll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
-	body := bytes.Replace(simpleBody("late", 0, 1), []byte(`{"id":"late",`), []byte(`{"id":"late","parameters":{"timeout":20000},`), 1)
 	start := time.Now()
-	code, r, _ := post(t, url, body)
+	code, r, _ := post(t, url, withParams("late", `{"timeout":20000}`))
 	if code != 503 || r.Error != "Request timeout expired" {
 		t.Fatalf("status %d %q, want 503 Request timeout expired", code, r.Error)
 	}
 	if waited := time.Since(start); waited > 200*time.Millisecond {
 		t.Fatalf("timed-out request answered after %v; it should not wait for the busy batch", waited)
 	}
-	bad := bytes.Replace(simpleBody("bad", 0, 1), []byte(`{"id":"bad",`), []byte(`{"id":"bad","parameters":{"priority":-1},`), 1)
-	if code, r, _ := post(t, url, bad); code != 400 || !strings.Contains(r.Error, "priority") {
+	for _, tc := range []struct{ id, params string }{
+		{"huge", `{"timeout":9223372036854775807}`}, // 2^63-1 µs: no wrap to a timeout already past
+		{"top", `{"priority":18446744073709551615}`},
+	} {
+		if code, r, _ := post(t, url, withParams(tc.id, tc.params)); code != 200 || r.ID != tc.id {
+			t.Errorf("%s: %d %q, want 200", tc.params, code, r.Error)
+		}
+	}
+	if code, r, _ := post(t, url, withParams("bad", `{"priority":-1}`)); code != 400 || !strings.Contains(r.Error, "priority") {
 		t.Fatalf("negative priority: %d %q, want 400", code, r.Error)
 	}
+
+	// Without a queue policy Triton ignores the timeout: so does the proxy.
+	up.set("simple", nil)
+	poll.Until(t, "the proxy to read the config without a queue policy", func() bool {
+		go post(t, url, simpleBody("busy", 0, 1))
+		poll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
+		code, _, _ := post(t, url, withParams("patient", `{"timeout":20000}`))
+		return code == 200
+	})
 }
 
 func TestServeGracefulShutdownDrains(t *testing.T) {

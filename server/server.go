@@ -129,9 +129,9 @@ type Server struct {
 // openMeter opens the configured energy source (auto resolved by
 // config.Config.PowerSource). "none" gives a meter that reports every
 // energy figure as absent.
-func openMeter(cfg *config.Config) (*power.Meter, error) {
+func openMeter(cfg *config.Config, header map[string]string, log *slog.Logger) (*power.Meter, error) {
 	kind, metricsURL := cfg.PowerSource()
-	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL}
+	o := power.Options{Interval: cfg.Power.Interval, TritonMetricsURL: metricsURL, HTTPClient: httpClient(nil, 0, header), Logger: log}
 	if cfg.Power.GPUs != "" {
 		for _, g := range strings.Split(cfg.Power.GPUs, ",") {
 			o.GPUs = append(o.GPUs, strings.TrimSpace(g))
@@ -168,7 +168,15 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	client.UseTLS(upTLS)
-	meter, err := openMeter(cfg)
+	// The proxy's own calls to Triton (discovery, statistics, probes,
+	// metrics) carry upstream_headers; batches carry their callers'.
+	own := cfg.UpstreamHeaderValues(os.LookupEnv)
+	client.OwnHeader = own
+	forward, err := door.NewForwarding(cfg.ForwardNames(), cfg.RestrictedKeys(), cfg.ForwardHeaderPattern)
+	if err != nil {
+		return nil, fmt.Errorf("forward_headers, restricted_api: %w", err)
+	}
+	meter, err := openMeter(cfg, own, log)
 	if err != nil {
 		return nil, err
 	}
@@ -192,16 +200,19 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
+	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))
+	var mr *registry.Models // the dispatcher tells it of models the upstream no longer serves
 	disp := dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
-		Observer: observers,
+		Check:        dispatcher.HealthCheck{Checker: tc, Interval: cfg.Upstreams.HealthCheckInterval},
+		Observer:     observers,
+		ModelChanged: func(model string) { mr.Changed(model) },
 	})
 	reg.MustRegister(disp.Collector())
-	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second))
-	mr := registry.New(tc, disp, cfg, log)
+	mr = registry.New(tc, disp, cfg, log)
 	reg.MustRegister(registry.NewCollector(mr))
 
 	memory := newMemoryBudget(cfg, log)
@@ -214,22 +225,24 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Gatherer: reg})
+	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Modes: modesOf(mr), Gatherer: reg})
 	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
 	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
 	p.load = load
 	reg.MustRegister(load.Collector())
 	// Both doors share one backend: callers of either share batches, the
 	// memory budget and the metrics.
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front}
+	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front, Forward: forward}
 	p.data = proxy.New(proxy.Options{
 		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
-		RetryAfter:        cfg.Limits.RetryAfter,
-		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
-		ReadTimeout:       cfg.Limits.ReadTimeout,
-		WriteTimeout:      cfg.Limits.WriteTimeout,
-		IdleTimeout:       cfg.Limits.IdleTimeout,
-		Logger:            log, LoadReport: load.HeaderValue,
+		RetryAfter:          cfg.Limits.RetryAfter,
+		Hold:                cfg.Upstreams.Hold,
+		ReadHeaderTimeout:   cfg.Limits.ReadHeaderTimeout,
+		ReadTimeout:         cfg.Limits.ReadTimeout,
+		WriteTimeout:        cfg.Limits.WriteTimeout,
+		IdleTimeout:         cfg.Limits.IdleTimeout,
+		UpstreamIdleTimeout: cfg.Limits.UpstreamIdle,
+		Logger:              log, LoadReport: load.HeaderValue,
 	})
 	p.data.UseUpstreamTLS(upTLS)
 	if cfg.GRPCListen != "" {

@@ -259,14 +259,22 @@ func (d *doorTLS) listener(ln net.Listener, protos ...string) net.Listener {
 	return tls.NewListener(rawconn.Listener{Listener: ln}, d.config(protos...))
 }
 
-// httpClient is a net/http client of the upstream's management API with
-// tc (nil: the default transport's).
-func httpClient(tc *tls.Config, timeout time.Duration) *http.Client {
+// httpClient is a net/http client of the upstream's management API (or
+// its metrics) with tc (nil: the default transport's), whose every
+// request carries header (upstream_headers: the proxy's own credentials).
+func httpClient(tc *tls.Config, timeout time.Duration, header map[string]string) *http.Client {
 	c := &http.Client{Timeout: timeout}
 	if tc != nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = tc
 		c.Transport = t
+	}
+	if len(header) > 0 {
+		base := c.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		c.Transport = headerTransport{base: base, header: header}
 	}
 	return c
 }
@@ -299,4 +307,18 @@ func security(tls, mutual bool) string {
 		return "mutual TLS"
 	}
 	return "TLS"
+}
+
+// headerTransport sets the proxy's own headers on each request.
+type headerTransport struct {
+	base   http.RoundTripper
+	header map[string]string
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not change the request it was given
+	for k, v := range t.header {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -143,26 +144,49 @@ func TestTracingFollowsRequestsThroughTheirBatch(t *testing.T) {
 	}
 }
 
-// TestTracingOffSendsNoTraceparent: without an endpoint the proxy makes no
-// span and adds nothing upstream; a batch merged from several callers
-// carries no caller's traceparent.
-func TestTracingOffSendsNoTraceparent(t *testing.T) {
+// TestTracingOffForwardsTheCallersTraceparent: without an endpoint the
+// proxy makes no span of its own; a caller whose request goes to Triton
+// alone carries its traceparent there, as it would straight to Triton; a
+// batch merged from several callers carries no caller's.
+func TestTracingOffForwardsTheCallersTraceparent(t *testing.T) {
 	for _, k := range tracing.EndpointEnv {
 		t.Setenv(k, "")
 	}
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
-	var up upstreamHeaders
-	p := servertest.Start(t, up.start(t, em.Addr()), nil, func(c *config.Config) { c.Policy.Name = "adhoc" })
-	req, _ := http.NewRequest(http.MethodPost, p.Base+"/v2/models/simple/infer", bytes.NewReader(simpleBody("t", 1, 1)))
-	req.Header.Set("traceparent", "00-"+randomHex(16)+"-"+randomHex(8)+"-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	if len(up.got) != 1 || up.got[0] != "" {
-		t.Errorf("upstream traceparents %q, want one batch with none", up.got)
+	for _, tc := range []struct {
+		name    string
+		callers int
+	}{{"alone", 1}, {"merged", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var up upstreamHeaders
+			p := servertest.Start(t, up.start(t, em.Addr()), nil, func(c *config.Config) {
+				c.Policy.Name, c.Policy.Static.Batch, c.Policy.Static.MaxWait = "static", tc.callers, time.Hour
+			})
+			sent := make([]string, tc.callers)
+			var wg sync.WaitGroup
+			for i := range sent {
+				sent[i] = "00-" + randomHex(16) + "-" + randomHex(8) + "-01"
+				wg.Go(func() {
+					req, _ := http.NewRequest(http.MethodPost, p.Base+"/v2/models/simple/infer", bytes.NewReader(simpleBody(fmt.Sprint("t", i), i, 1)))
+					req.Header.Set("traceparent", sent[i])
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+				})
+			}
+			wg.Wait()
+			want := ""
+			if tc.callers == 1 {
+				want = sent[0]
+			}
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if len(up.got) != 1 || up.got[0] != want {
+				t.Errorf("upstream traceparents %q, want one batch with %q", up.got, want)
+			}
+		})
 	}
 }

@@ -66,6 +66,12 @@ type State struct {
 	Phase, PhaseReason string
 	// Energy is the batch energy line zeta(b) in mJ; nil when unknown.
 	Energy *batchcost.Energy
+	// EnergyUnavailable is why the meter measures nothing ("" when it
+	// measures: power.Snapshot's Unavailable).
+	EnergyUnavailable string
+	// Objective is what the policy's plan optimises (monitor.Snapshot's),
+	// "" for a policy that weighs no energy.
+	Objective string
 	// Cumulative batches and rows sent; differences give rows per batch.
 	BatchesSent, RowsSent int64
 	// RequestsPerJoule over the meter's shortest window; nil when unknown.
@@ -88,10 +94,21 @@ type Health struct {
 	LastProbe *dispatcher.ProbeReport `json:"last_probe,omitempty"`
 }
 
+// Mode is what the proxy does with one model's inference calls (batched
+// or passed through), and why, as the page lists every model it knows.
+type Mode struct {
+	Model  string `json:"model"`
+	Mode   string `json:"mode"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // Options configure a Recorder.
 type Options struct {
 	// States reads every batched model's state; required.
 	States func() []State
+	// Modes lists every model the proxy knows with its mode and the
+	// reason; nil: the page lists none.
+	Modes func() []Mode
 	// Gatherer holds LatencyMetric; nil leaves latency out.
 	Gatherer prometheus.Gatherer
 	// Interval between samples (default 1s) and points kept per model
@@ -141,14 +158,18 @@ type ModelHistory struct {
 	OverheadMs *float64 `json:"overhead_ms"`
 	// PlannedP99Ms is the p99 the plan predicts; null when none.
 	PlannedP99Ms *float64 `json:"planned_p99_ms"`
+	BetaMJ       *float64 `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
+	Zeta0MJ      *float64 `json:"zeta0_mj"` //
+	// EnergyUnavailable is why the meter measures nothing, absent when it
+	// measures; Objective what the policy optimises (State's).
+	EnergyUnavailable string       `json:"energy_unavailable,omitempty"`
+	Objective         string       `json:"objective,omitempty"`
+	Headline          Headline     `json:"headline"`
+	Points            []Point      `json:"points"`
+	Batches           []BatchPoint `json:"batches"`
 	// Phase and PhaseReason: State's.
-	Phase       string       `json:"phase,omitempty"`
-	PhaseReason string       `json:"phase_reason,omitempty"`
-	BetaMJ      *float64     `json:"beta_mj"`  // energy line zeta(b) = beta*b + zeta0; null when unknown
-	Zeta0MJ     *float64     `json:"zeta0_mj"` //
-	Headline    Headline     `json:"headline"`
-	Points      []Point      `json:"points"`
-	Batches     []BatchPoint `json:"batches"`
+	Phase       string `json:"phase,omitempty"`
+	PhaseReason string `json:"phase_reason,omitempty"`
 
 	// Sources are the callers now (dispatcher.SourceStats).
 	Sources dispatcher.SourceStats `json:"sources"`
@@ -194,6 +215,9 @@ type History struct {
 	Now             float64        `json:"now"`
 	IntervalSeconds float64        `json:"interval_seconds"`
 	Models          []ModelHistory `json:"models"`
+	// Modes are every model the proxy knows, batched or not, as read
+	// when the document is served.
+	Modes []Mode `json:"modes"`
 }
 
 // Recorder samples the proxy once per interval and keeps a bounded history.
@@ -346,7 +370,8 @@ func current(s State, tr *track) ModelHistory {
 	}
 	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
 		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches,
-		Sources: s.Sources, Health: s.Health, Phase: s.Phase, PhaseReason: s.PhaseReason}
+		Sources: s.Sources, Health: s.Health, EnergyUnavailable: s.EnergyUnavailable, Objective: s.Objective,
+		Phase: s.Phase, PhaseReason: s.PhaseReason}
 	if s.PlannedP99Ms > 0 {
 		p99 := s.PlannedP99Ms
 		m.PlannedP99Ms = &p99
@@ -419,7 +444,11 @@ func headline(s State, tr *track, instances int) Headline {
 func (r *Recorder) History() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := History{Now: float64(r.o.Now().UnixMilli()) / 1000, IntervalSeconds: r.o.Interval.Seconds(), Models: []ModelHistory{}}
+	h := History{Now: float64(r.o.Now().UnixMilli()) / 1000, IntervalSeconds: r.o.Interval.Seconds(), Models: []ModelHistory{},
+		Modes: []Mode{}}
+	if r.o.Modes != nil {
+		h.Modes = append(h.Modes, r.o.Modes()...)
+	}
 	for _, tr := range r.models {
 		m := tr.current
 		m.Points = append([]Point(nil), tr.points...)

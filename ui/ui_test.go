@@ -59,7 +59,7 @@ func (f *fakeProxy) advance() {
 	for i := range 50 {
 		f.lat.WithLabelValues("resnet", "http").Observe(float64(1+i%10) / 1000)
 	}
-	think, feedback := 2.5, 0.1
+	think, feedback := 2.5, 0.9
 	closed := 1 + f.step%3
 	f.state.Phase, f.state.PhaseReason = "learning", fmt.Sprintf("%d of 1,000 round trips", 100*f.step)
 	f.state.Sources = dispatcher.SourceStats{Known: true, Population: closed + 1, ClosedLoop: closed, OpenLoop: 1,
@@ -113,6 +113,21 @@ func TestRecorderHistory(t *testing.T) {
 	}
 	if m.Phase != "learning" || m.PhaseReason != "700 of 1,000 round trips" {
 		t.Errorf("phase %q (%q), want the last sample's learning, 700 of 1,000 round trips", m.Phase, m.PhaseReason)
+	}
+}
+
+// TestHistoryListsModes: the page's document lists every model the
+// proxy knows, batched or passed through, with why.
+func TestHistoryListsModes(t *testing.T) {
+	f := newFakeProxy()
+	modes := []Mode{{Model: "resnet", Mode: "batched"}, {Model: "llm", Mode: "passed through", Reason: "decoupled model: responses stream"}}
+	r := NewRecorder(Options{States: f.states, Modes: func() []Mode { return modes }})
+	r.Sample()
+	if h := r.History(); len(h.Modes) != 2 || h.Modes[1] != modes[1] {
+		t.Fatalf("modes %+v, want %+v", h.Modes, modes)
+	}
+	if h := NewRecorder(Options{States: f.states}).History(); h.Modes == nil {
+		t.Fatal("modes without a reader: null, want an empty list")
 	}
 }
 
@@ -177,18 +192,17 @@ var chartPoints = regexp.MustCompile(`data-chart="(\w+)" data-points="(\d+)"`)
 func TestPageInBrowser(t *testing.T) {
 	browser := chromium(t)
 	f := newFakeProxy()
-	r := NewRecorder(Options{States: f.states, Gatherer: f.reg})
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg, Modes: func() []Mode {
+		return []Mode{{Model: "resnet", Mode: "batched"}, {Model: "llm", Mode: "passed through", Reason: "decoupled model: responses stream"}}
+	}})
 	r.Sample()
 	for range 5 {
 		f.advance()
 		r.Sample()
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", r.Handler("/ui"))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	page := pageURL(t, r)
 
-	first := dumpDOM(t, browser, srv.URL+"/ui/")
+	first := dumpDOM(t, browser, page)
 	if !strings.Contains(first, `data-model="resnet"`) {
 		t.Fatalf("the page did not draw the model:\n%.2000s", first)
 	}
@@ -202,6 +216,9 @@ func TestPageInBrowser(t *testing.T) {
 			t.Errorf("chart %s drew no points (charts: %v)", c, drawn)
 		}
 	}
+	if !strings.Contains(first, `data-model="llm" data-mode="passed through"`) || !strings.Contains(first, "decoupled model: responses stream") {
+		t.Error("the models' modes are not listed")
+	}
 	if !strings.Contains(first, "<path") || !strings.Contains(first, "<circle") {
 		t.Error("no lines or batch points in the SVG")
 	}
@@ -212,15 +229,15 @@ func TestPageInBrowser(t *testing.T) {
 	if !strings.Contains(first, `<span data-k="population">4</span>: 3 closed-loop (think time 2.50 ms`) {
 		t.Error("the callers now are not stated")
 	}
-	if !strings.Contains(first, `Feedback <span data-k="feedback">0.10</span>`) || !strings.Contains(first, "reads the connections as one open stream") {
-		t.Error("the callers' feedback, and that the plan reads them as open, is not stated")
+	if !strings.Contains(first, `Feedback <span data-k="feedback">0.90</span>`) || strings.Contains(first, `data-k="tentative"`) {
+		t.Error("the callers' feedback is not stated, or the closed loop it confirms is called tentative")
 	}
 
 	for range 5 {
 		f.advance()
 		r.Sample()
 	}
-	second := dumpDOM(t, browser, srv.URL+"/ui/")
+	second := dumpDOM(t, browser, page)
 	if second == first {
 		t.Fatal("the page did not change as the data did")
 	}
@@ -367,12 +384,9 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 		f.second()
 		r.Sample()
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", r.Handler("/ui"))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	page := pageURL(t, r)
 
-	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	dom := dumpDOM(t, browser, page)
 	zeta, alpha := strings.Index(dom, `<h2 id="m-zeta"`), strings.Index(dom, `<h2 id="m-alpha"`)
 	if zeta < 0 || alpha < 0 || zeta > alpha {
 		t.Fatalf("model sections at %d (zeta) and %d (alpha): want the busy zeta first:\n%.3000s", zeta, alpha, dom)
@@ -387,6 +401,9 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 	ab := smdp.AdHocMeanBatch(batchcost.Latency{AlphaMs: 0.5, Tau0Ms: 2}, 8, 0.2)
 	gain := "+" + jsFmt(100*((10+30/ab)/17.5-1)) + "%" // app.js's pct
 
+	if !strings.Contains(dom[zeta:alpha], `<div class="hl" data-k="gain"><div class="hl-label">vs ad-hoc, modelled</div>`) {
+		t.Error("the gain over ad-hoc is not labelled as modelled")
+	}
 	want := map[string]string{"rpj": "24.0", "gain": gain, "batch": "4.00", "rho": "0.20"}
 	for k, v := range want {
 		if cells[k] != v {
@@ -419,8 +436,86 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 		dir = t.TempDir()
 	}
 	shot := filepath.Join(dir, "ui-headline.png")
-	screenshot(t, browser, srv.URL+"/ui/", shot)
+	screenshot(t, browser, page, shot)
 	t.Logf("screenshot: %s", shot)
+}
+
+// TestPageSaysWhenEnergyIsNotMeasured: with a meter that reads nothing,
+// each model's section says energy is not measured and why, and what its
+// policy optimises instead of joules; with one that measures, it says so.
+func TestPageSaysWhenEnergyIsNotMeasured(t *testing.T) {
+	browser := chromium(t)
+	f := newTwoModels()
+	const why = "power: triton: http://triton:8002/metrics has no nv_energy_consumption or nv_gpu_power_usage series"
+	const objective = "requests per GPU-second within the latency budget"
+	f.idle.EnergyUnavailable, f.idle.Objective = why, objective
+	f.busy.Objective = "requests per joule within the latency budget"
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg})
+	r.Sample()
+	f.second()
+	r.Sample()
+	page := pageURL(t, r)
+	dom := dumpDOM(t, browser, page)
+	alpha, zeta := section(t, dom, "alpha"), section(t, dom, "zeta")
+	for _, want := range []string{`data-measured="0"`, "not measured</b> (" + why, `<span data-k="objective">` + objective} {
+		if !strings.Contains(alpha, want) {
+			t.Errorf("the unmeasured model's section does not say %q:\n%.3000s", want, alpha)
+		}
+	}
+	if !strings.Contains(zeta, `data-measured="1"`) || !strings.Contains(zeta, "requests per joule within the latency budget") {
+		t.Errorf("the measured model's section does not say energy is measured and joules are the objective:\n%.3000s", zeta)
+	}
+}
+
+// pageURL serves r's page until the test ends and returns its address.
+func pageURL(t *testing.T, r *Recorder) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", r.Handler("/ui"))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/ui/"
+}
+
+// section is model's part of the page's DOM: from its heading to the next.
+func section(t *testing.T, dom, model string) string {
+	t.Helper()
+	i := strings.Index(dom, `<h2 id="m-`+model+`"`)
+	if i < 0 {
+		t.Fatalf("no section of model %s:\n%.3000s", model, dom)
+	}
+	if j := strings.Index(dom[i+1:], "<h2 id="); j >= 0 {
+		return dom[i : i+1+j]
+	}
+	return dom[i:]
+}
+
+// TestPageCallersPanel: the Callers panel says what the dispatcher
+// learnt: a pool of connections under an open stream (feedback below
+// 0.25) is open-loop, and connections that look closed-loop by their own
+// gaps before the feedback is known are said to be that and no more.
+func TestPageCallersPanel(t *testing.T) {
+	browser := chromium(t)
+	pooled, think := 0.05, 3.0
+	states := []State{
+		{Model: "pool", Policy: "budget", MaxBatch: 8, AlphaMs: 0.5, Tau0Ms: 2,
+			Sources: dispatcher.SourceStats{Known: true, Population: 8, OpenLoop: 8, Idle: 8, Partners: 8, Feedback: &pooled}},
+		{Model: "early", Policy: "budget", MaxBatch: 8, AlphaMs: 0.5, Tau0Ms: 2,
+			Sources: dispatcher.SourceStats{Known: true, Population: 8, ClosedLoop: 8, ClosedLoopCallers: 8, Idle: 8, Partners: 8, ThinkMs: &think}},
+	}
+	r := NewRecorder(Options{States: func() []State { return states }})
+	r.Sample()
+	page := pageURL(t, r)
+	dom := dumpDOM(t, browser, page)
+	pool, early := section(t, dom, "pool"), section(t, dom, "early")
+	for _, want := range []string{`<span data-k="population">8</span>: 0 closed-loop, 8 open-loop`, "count, and are planned, as open-loop"} {
+		if !strings.Contains(pool, want) {
+			t.Errorf("the pooled open stream's panel does not say %q:\n%.4000s", want, pool)
+		}
+	}
+	if want := `8 closed-loop by their own gaps (<span data-k="tentative">not yet told from a pool`; !strings.Contains(early, want) {
+		t.Errorf("the unconfirmed closed loop's panel does not say %q:\n%.4000s", want, early)
+	}
 }
 
 // screenshot saves a PNG of url as headless Chromium draws it.

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/ratebatch/ratebatch/internal/suggest"
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -58,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "ratebatch: unknown command %q", name)
-		if near := closest(name, slices.Collect(maps.Keys(commands))); near != "" {
+		if near := suggest.Closest(name, slices.Collect(maps.Keys(commands))); near != "" {
 			fmt.Fprintf(stderr, "; did you mean %q?", near)
 		}
 		fmt.Fprintln(stderr, "\nRun 'ratebatch -h' for the list of commands.")
@@ -90,46 +92,6 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'ratebatch <command> -h' for a command's flags.")
-}
-
-// closest returns the name among names nearest to a mistyped one (edit
-// distance at most 2, or a unique prefix), or "".
-func closest(name string, names []string) string {
-	best, bestD := "", 3
-	var prefixed []string
-	for _, n := range names {
-		if strings.HasPrefix(n, name) {
-			prefixed = append(prefixed, n)
-		}
-		if d := editDistance(name, n); d < bestD || (d == bestD && n < best) {
-			best, bestD = n, d
-		}
-	}
-	if len(prefixed) == 1 {
-		return prefixed[0]
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting, so
@@ -175,7 +137,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
 			var names []string
 			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-			if near := closest(strings.TrimLeft(name, "-"), names); near != "" {
+			if near := suggest.Closest(strings.TrimLeft(name, "-"), names); near != "" {
 				fmt.Fprintf(out, "; did you mean --%s?", near)
 			}
 		}

@@ -41,7 +41,7 @@ func NewInstantUpstream(maxBatch int, reply kservetest.Reply, jsonReply []byte) 
 }
 
 // Infer implements dispatcher.Upstream.
-func (u *InstantUpstream) Infer(_ context.Context, model, version string, body dispatcher.Body) (*dispatcher.Reply, error) {
+func (u *InstantUpstream) Infer(_ context.Context, model, version string, body dispatcher.Body, _ dispatcher.Outgoing) (*dispatcher.Reply, error) {
 	rows := -1
 	b, isBatch := body.(*kserve.Batch)
 	if isBatch {

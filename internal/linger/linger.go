@@ -108,6 +108,15 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// PaceWrites gives the wrapped connection's (rawconn.Conn.PaceWrites),
+// when it has one, so that a handler streaming an answer sees through the
+// wrapper.
+func (c *conn) PaceWrites() {
+	if p, ok := c.Conn.(interface{ PaceWrites() }); ok {
+		p.PaceWrites()
+	}
+}
+
 type closeWriter interface{ CloseWrite() error }
 
 // Close closes c, lingering if it was marked and a slot is free.

@@ -25,6 +25,16 @@ func Until(t testing.TB, what string, cond func() bool) {
 	until(t, what, cond, Deadline)
 }
 
+// Within is Until with a bound of the test's own, for what must happen
+// within a stated time (a readiness verdict within 2 s): it fails past
+// wait, and returns how long cond took to hold.
+func Within(t testing.TB, what string, wait time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	until(t, what, cond, wait)
+	return time.Since(start)
+}
+
 func until(t testing.TB, what string, cond func() bool, wait time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(wait)

@@ -44,3 +44,21 @@ func TestUntilFailsWhenTheConditionNeverHolds(t *testing.T) {
 		t.Fatal("Until returned without failing the test")
 	}
 }
+
+// Within fails past its own bound, however soon the condition would hold
+// after it.
+func TestWithinFailsPastItsBound(t *testing.T) {
+	f := &fakeT{TB: t}
+	start := time.Now()
+	func() {
+		defer func() {
+			if r := recover(); r != f {
+				panic(r)
+			}
+		}()
+		Within(f, "a second", 20*time.Millisecond, func() bool { return time.Since(start) > time.Second })
+	}()
+	if f.failed == "" || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("Within failed %q after %v, want a failure after 20 ms", f.failed, time.Since(start))
+	}
+}

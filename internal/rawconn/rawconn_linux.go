@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -22,6 +23,10 @@ type Conn struct {
 	rc syscall.RawConn
 
 	rdl, wdl deadline
+	// pace, when set, makes the next write deadline a bound on each write
+	// (PaceWrites); wspan is then its span, which every write renews.
+	pace  atomic.Bool
+	wspan atomic.Int64
 
 	// One read and one write at a time, as the poller serialises them
 	// anyway; the state lives here so that Read and Write allocate nothing
@@ -69,10 +74,24 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	return c.rdl.set(t, c.TCPConn.SetReadDeadline)
 }
 
-// SetWriteDeadline sets the write deadline, as SetReadDeadline does.
+// SetWriteDeadline sets the write deadline, as SetReadDeadline does; after
+// PaceWrites, t's span bounds each write instead.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
+	var span time.Duration
+	if c.pace.Swap(false) && !t.IsZero() {
+		span = max(time.Until(t), 1)
+	}
+	c.wspan.Store(int64(span))
 	return c.wdl.set(t, c.TCPConn.SetWriteDeadline)
 }
+
+// PaceWrites makes the next write deadline set bound each write rather
+// than all of them: every write renews it for the same span, until a
+// deadline is set again. A server sets one deadline for an answer; an
+// answer streamed for as long as its client reads it (server-sent
+// events) is then never cut, and one whose client stops reading is, a
+// span after the write that waits began.
+func (c *Conn) PaceWrites() { c.pace.Store(true) }
 
 // slackShare bounds how late a deadline fails an operation: by at most
 // 1/slackShare of the span it was set for.
@@ -223,6 +242,12 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	c.wmu.Lock()
+	if span := time.Duration(c.wspan.Load()); span > 0 {
+		if err := c.wdl.set(time.Now().Add(span), c.TCPConn.SetWriteDeadline); err != nil {
+			c.wmu.Unlock()
+			return 0, c.opError("write", err)
+		}
+	}
 	c.wbuf, c.wn, c.werrno = p, 0, 0
 	err := c.rc.Write(c.writeFn)
 	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.wdl.expired(c.TCPConn.SetWriteDeadline) {

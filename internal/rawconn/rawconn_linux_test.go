@@ -189,3 +189,46 @@ func TestCopiesKeepTheDeadlines(t *testing.T) {
 		t.Fatal("the bytes copied differ")
 	}
 }
+
+// TestPaceWrites: after PaceWrites the write deadline set next bounds each
+// write: writes that the peer keeps reading go on past the deadline's
+// span for as long as they come, and a write the peer leaves waiting
+// fails a span after it began. The deadline set after that one bounds all
+// writes again.
+func TestPaceWrites(t *testing.T) {
+	const span = 60 * time.Millisecond
+	c, s := pair(t)
+	go io.Copy(io.Discard, c) // a client that keeps reading
+	s.(*Conn).PaceWrites()
+	s.SetWriteDeadline(time.Now().Add(span))
+	start := time.Now()
+	for time.Since(start) < 4*span {
+		if _, err := s.Write([]byte("data: event\n\n")); err != nil {
+			t.Fatalf("a write %v into a stream its client reads: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		time.Sleep(span / 6)
+	}
+	// The next deadline set bounds all writes again.
+	s.SetWriteDeadline(time.Now().Add(span))
+	time.Sleep(span + span/4)
+	if _, err := s.Write([]byte("late")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a write past an unpaced deadline: %v, want a timeout", err)
+	}
+
+	// A client that stops reading: the write that waits fails a span
+	// after it began.
+	_, s2 := pair(t)
+	s2.(*Conn).PaceWrites()
+	s2.SetWriteDeadline(time.Now().Add(span))
+	time.Sleep(2 * span) // past the span: a paced write starts afresh
+	chunk := make([]byte, 1<<20)
+	var err error
+	var began time.Time
+	for range 1 << 10 { // until the socket buffers are full and a write waits
+		began = time.Now()
+		if _, err = s2.Write(chunk); err != nil {
+			break
+		}
+	}
+	assertTimedOut(t, err, time.Since(began), span)
+}

@@ -1,6 +1,7 @@
 // Package triton reads what the proxy needs to know from a Triton server's
 // management API: which models it serves (repository index), their batching
-// limits (model config) and per-batch-size execution times (statistics).
+// limits (model config), per-batch-size execution times (statistics), and
+// whether the server and each model say they are ready (health).
 // (Model metadata, which only load generation needs, is read by loadgen.)
 // It reads; it never loads, unloads or infers.
 package triton
@@ -116,40 +117,67 @@ func (c *Client) ModelStats(ctx context.Context, model string) ([]BatchStat, err
 // maxReply bounds what one management reply may cost.
 const maxReply = 16 << 20
 
+// ServerReady reads GET /v2/health/ready: nil when the server says it is
+// ready, a *StatusError when it answers anything else, another error when
+// it does not answer (a refused connection, a timeout of ctx).
+func (c *Client) ServerReady(ctx context.Context) error {
+	_, err := c.send(ctx, http.MethodGet, "/v2/health/ready", nil)
+	return err
+}
+
+// ModelReady reads GET /v2/models/{m}/ready: nil when the model is ready, a
+// *StatusError when the server answers otherwise (an unloaded or unknown
+// model: 400 from Triton), another error when it does not answer.
+func (c *Client) ModelReady(ctx context.Context, model string) error {
+	_, err := c.send(ctx, http.MethodGet, "/v2/models/"+url.PathEscape(model)+"/ready", nil)
+	return err
+}
+
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	data, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("triton %s %s: decoding reply: %w", method, path, err)
+	}
+	return nil
+}
+
+// send is every request the client makes, the one place that says what
+// goes with them: the reply's body when the server answers 200, a
+// *StatusError with Triton's message when it answers otherwise.
+func (c *Client) send(ctx context.Context, method, path string, body []byte) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return fmt.Errorf("triton %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("triton %s %s: %w", method, path, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("triton %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("triton %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
 	if err != nil {
-		return fmt.Errorf("triton %s %s: reading reply: %w", method, path, err)
+		return nil, fmt.Errorf("triton %s %s: reading reply: %w", method, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return &StatusError{Status: resp.StatusCode, Msg: e.Error}
+			return nil, &StatusError{Status: resp.StatusCode, Msg: e.Error}
 		}
-		return &StatusError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(data))}
+		return nil, &StatusError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(data))}
 	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("triton %s %s: decoding reply: %w", method, path, err)
-	}
-	return nil
+	return data, nil
 }
 
 // StatusError is a non-200 answer of the management API.

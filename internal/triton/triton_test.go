@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -31,16 +32,40 @@ func TestModelConfigVariants(t *testing.T) {
 		"GET /v2/models/seq/config":   `{"name":"seq","max_batch_size":4,"sequence_batching":{}}`,
 		"GET /v2/models/nobat/config": `{"name":"nobat","max_batch_size":0,"input":[{"name":"X","data_type":"TYPE_FP32","dims":[3,224,224]}]}`,
 		"GET /v2/models/dec/config":   `{"name":"dec","max_batch_size":4,"model_transaction_policy":{"decoupled":true}}`,
+		// The fields that make Triton batch a model's requests otherwise
+		// than by concatenating their rows, as GET .../config prints them.
+		"GET /v2/models/ragged/config": `{"name":"ragged","max_batch_size":8,"input":[{"name":"X","data_type":"TYPE_FP32","dims":["-1"]},
+			{"name":"RAGGED","data_type":"TYPE_FP32","dims":["-1"],"allow_ragged_batch":true}]}`,
+		"GET /v2/models/count/config": `{"name":"count","max_batch_size":8,"input":[{"name":"X","data_type":"TYPE_FP32","dims":["-1"]}],
+			"batch_input":[{"kind":"BATCH_ELEMENT_COUNT","target_name":["INDEX"],"data_type":"TYPE_FP32","source_input":["X"]}]}`,
+		"GET /v2/models/scatter/config": `{"name":"scatter","max_batch_size":8,"input":[{"name":"X","data_type":"TYPE_FP32","dims":["-1"]}],
+			"batch_input":[],"batch_output":[{"target_name":["Y"],"kind":"BATCH_SCATTER_WITH_INPUT_SHAPE","source_input":["X"]}]}`,
+		"GET /v2/models/shape/config": `{"name":"shape","max_batch_size":8,"input":[{"name":"X","data_type":"TYPE_FP32","dims":["1","3"]},
+			{"name":"S","data_type":"TYPE_INT32","dims":["2"],"is_shape_tensor":true}]}`,
+		"GET /v2/models/shapeout/config": `{"name":"shapeout","max_batch_size":8,"input":[{"name":"X","data_type":"TYPE_FP32","dims":["3"]}],
+			"output":[{"name":"S","data_type":"TYPE_INT32","dims":["2"],"is_shape_tensor":true}]}`,
+		"GET /v2/models/cached/config": `{"name":"cached","max_batch_size":8,"input":[{"name":"X","data_type":"TYPE_FP32","dims":["3"]}],
+			"batch_input":[],"batch_output":[],"response_cache":{"enable":true}}`,
+		"GET /v2/models/uncached/config": `{"name":"uncached","max_batch_size":8,"response_cache":{"enable":false}}`,
 	})
 	tests := []struct {
 		model     string
 		batchable bool
 		instances int
+		why       string // in the reason when not batchable
+		cached    bool
 	}{
-		{"simple", true, 5},
-		{"seq", false, 1},
-		{"nobat", false, 1},
-		{"dec", false, 1},
+		{"simple", true, 5, "", false},
+		{"seq", false, 1, "sequence batching", false},
+		{"nobat", false, 1, "max_batch_size is 0", false},
+		{"dec", false, 1, "decoupled", false},
+		{"ragged", false, 1, "ragged input RAGGED", false},
+		{"count", false, 1, "batch_input BATCH_ELEMENT_COUNT", false},
+		{"scatter", false, 1, "batch_output BATCH_SCATTER_WITH_INPUT_SHAPE", false},
+		{"shape", false, 1, "shape tensor input S", false},
+		{"shapeout", false, 1, "shape tensor output S", false},
+		{"cached", true, 1, "", true},
+		{"uncached", true, 1, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.model, func(t *testing.T) {
@@ -48,8 +73,11 @@ func TestModelConfigVariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, why := cfg.Batchable(); ok != tt.batchable || (!ok && why == "") {
-				t.Fatalf("Batchable() = %v %q, want %v with a reason when false", ok, why, tt.batchable)
+			if ok, why := cfg.Batchable(); ok != tt.batchable || !strings.Contains(why, tt.why) || (!ok && why == "") {
+				t.Fatalf("Batchable() = %v %q, want %v with a reason naming %q when false", ok, why, tt.batchable, tt.why)
+			}
+			if got := cfg.ResponseCached(); got != tt.cached {
+				t.Fatalf("ResponseCached() = %v, want %v", got, tt.cached)
 			}
 			if got := cfg.Instances(); got != tt.instances {
 				t.Fatalf("Instances() = %d, want %d", got, tt.instances)
@@ -91,5 +119,31 @@ func TestIndexStatsAndErrors(t *testing.T) {
 	var se *StatusError
 	if !errors.As(err, &se) || se.Status != 404 || se.Msg == "" {
 		t.Fatalf("unknown model: %v", err)
+	}
+}
+
+// The health reads: ready is nil, an answer other than 200 is a
+// *StatusError carrying Triton's message, and no answer (nothing listens)
+// is neither.
+func TestReady(t *testing.T) {
+	c := serve(t, map[string]string{
+		"GET /v2/health/ready":        ``,
+		"GET /v2/models/simple/ready": ``,
+	})
+	ctx := context.Background()
+	if err := c.ServerReady(ctx); err != nil {
+		t.Fatalf("ServerReady: %v", err)
+	}
+	if err := c.ModelReady(ctx, "simple"); err != nil {
+		t.Fatalf("ModelReady(simple): %v", err)
+	}
+	var se *StatusError
+	if err := c.ModelReady(ctx, "x"); !errors.As(err, &se) || se.Status != 404 || se.Msg == "" {
+		t.Fatalf("ModelReady of an unknown model: %v, want a 404 StatusError with the message", err)
+	}
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	if err := NewClient(srv.URL, nil).ServerReady(ctx); err == nil || errors.As(err, &se) {
+		t.Fatalf("ServerReady of a closed server: %v, want an error that is no StatusError", err)
 	}
 }

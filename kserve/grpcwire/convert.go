@@ -19,14 +19,16 @@ import (
 // dispatcher queues, so that it batches with HTTP callers of the same key.
 // Tensor data ends in the one form kserve keeps: row-major little-endian
 // bytes, BYTES elements each after a 4-byte length. raw_input_contents are
-// used as they are; typed contents are packed. Every tensor is checked
-// against its declared shape before anything is allocated for it, so a
-// huge declared shape costs nothing. Errors are *kserve.Error with 400.
+// used as they are; typed contents are packed. An input in shared memory
+// (its shared_memory_region parameter) has no data in the message, and
+// raw_input_contents are indexed over the other inputs only, as Triton
+// reads them: tritonclient sends some inputs in a region and the others
+// raw. Every tensor is checked against its declared shape before anything
+// is allocated for it, so a huge declared shape costs nothing. Errors are
+// *kserve.Error with 400, in Triton's words where Triton refuses the same.
 func ToRequest(m *pb.ModelInferRequest) (*kserve.Request, error) {
 	raw := m.GetRawInputContents()
-	if len(raw) > 0 && len(raw) != len(m.GetInputs()) {
-		return nil, bad("raw_input_contents has %d entries for %d inputs; the raw form must be used for every input or none", len(raw), len(m.GetInputs()))
-	}
+	next := 0 // the raw entry of the next input not in shared memory
 	req := &kserve.Request{ID: m.GetId(), Inputs: make([]kserve.Tensor, len(m.GetInputs()))}
 	var err error
 	if req.Parameters, err = fromParams(m.GetParameters()); err != nil {
@@ -52,14 +54,21 @@ func ToRequest(m *pb.ModelInferRequest) (*kserve.Request, error) {
 			return nil, bad("input '%s': %v", t.Name, err)
 		}
 		if t.SharedMemory() {
+			if hasContents(in.GetContents()) {
+				return nil, bad("unexpected 'content' provided when using shared memory for input tensor '%s'", t.Name)
+			}
 			continue // Triton reads it from the region; the request passes through
 		}
 		switch {
 		case len(raw) > 0:
 			if hasContents(in.GetContents()) {
-				return nil, bad("input '%s' has both contents and raw_input_contents", t.Name)
+				return nil, bad("contents field must not be specified when using raw_input_contents for '%s'", t.Name)
 			}
-			t.Data = raw[i]
+			if next == len(raw) {
+				return nil, bad("unable to find data for input tensor '%s' in request: raw_input_contents has %d entries for the inputs not in shared memory", t.Name, len(raw))
+			}
+			t.Data = raw[next]
+			next++
 		default:
 			if t.Data, err = packContents(t.Datatype, n, in.GetContents()); err != nil {
 				return nil, bad("input '%s': shape %s: %v", t.Name, kserve.FormatShape(t.Shape), err)

@@ -52,8 +52,8 @@ func (m *model) config() kserve.ModelConfig {
 		Backend:       backend,
 		VersionPolicy: map[string]any{"latest": map[string]any{"num_versions": 1}},
 		MaxBatchSize:  m.maxBatch,
-		BatchInput:    []any{},
-		BatchOutput:   []any{},
+		BatchInput:    []kserve.BatchInput{},
+		BatchOutput:   []kserve.BatchOutput{},
 		InstanceGroup: []kserve.InstanceGroup{{
 			Name: m.name + "_0", Kind: "KIND_GPU", Count: m.instances, GPUs: []int{0},
 			SecondaryDevices: []any{}, Profile: []any{},

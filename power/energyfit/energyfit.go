@@ -22,9 +22,9 @@ import (
 // power apart, against the batches and rows sent in the window), so that
 // energy-aware policies (budget, smdp's w2) plan with the GPU's real
 // figures. Windows in which more than one model sent batches are skipped:
-// the GPU's energy cannot be split between them by this fit. Without a
-// meter nothing is set, and the budget policy takes energy proportional to
-// busy time (its note in /status says so).
+// the GPU's energy cannot be split between them by this fit. While the
+// meter measures nothing, nothing is set, and the budget policy takes
+// energy proportional to busy time (its objective in /status says so).
 type Fitter struct {
 	meter     *power.Meter
 	snapshots func() []dispatcher.Snapshot
@@ -73,7 +73,7 @@ func (f *Fitter) Step() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !snap.Available {
-		f.status["*"] = "no energy meter: policies take batch energy proportional to GPU busy time"
+		f.status["*"] = "energy not measured (" + snap.Unavailable + "): a model without a line learnt before takes batch energy proportional to GPU busy time"
 		return
 	}
 	delete(f.status, "*")

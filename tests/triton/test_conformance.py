@@ -238,11 +238,6 @@ def test_http_shared_memory_beside_json(stack, via):
 # --- a request that fails alone (issue 61 item 1) ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 1: proxy answers 500 'IN holds the sentinel -1' to the 7 good callers merged with the"
-    " sentinel; Triton answers them 200 and fails only the sentinel's request",
-)
 def test_sentinel_merged_with_good_neighbours_http(stack):
     bodies = [body([SENTINEL if k == 3 else k]) for k in range(CALLERS)]
     straight, through = both(stack, "maxbatch", merged_http("fails_on_sentinel", bodies))
@@ -250,11 +245,6 @@ def test_sentinel_merged_with_good_neighbours_http(stack):
     assert_same(straight, through)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 1: over gRPC the proxy answers INTERNAL 'IN holds the sentinel -1' to the 7 good"
-    " callers merged with the sentinel; Triton answers them OK",
-)
 def test_sentinel_merged_with_good_neighbours_grpc(stack):
     def call(url: str) -> list[Answer]:
         return concurrently(
@@ -306,18 +296,8 @@ def sentinel_storm(stack: Stack, via: str, seconds: float) -> dict:
     return {"good": len(good), "good_failed": failed, "sentinel": sentinel_answers, "ready": ready_seen}
 
 
-STORM_XFAIL = "good calls merged with a sentinel call get its 500 'IN holds the sentinel -1' ({share});" \
-    " Triton fails only the sentinel calls (readiness stays 200 on both)"
 
-
-@pytest.mark.parametrize(
-    "via",
-    [
-        pytest.param("maxbatch", marks=xfail(1, STORM_XFAIL.format(share="about a third of the good calls"))),
-        pytest.param("default", marks=xfail(1, STORM_XFAIL.format(share="about one good call in eight: the default"
-                                                                          " merges the four callers too"))),
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_sentinel_stream_keeps_model_ready(stack, via):
     """One request in eight holds the sentinel for 2 s, four callers at once:
     only those fail, and the model stays ready (its /ready, the proxy's /readyz)."""
@@ -328,12 +308,6 @@ def test_sentinel_stream_keeps_model_ready(stack, via):
     assert seen == want, f"(sentinel answers, good calls failed of {got['good']}, their errors, readiness): {seen}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 1: five lone sentinel calls in a row mark the model failing: the good call after them"
-    " gets 503 'model ... is failing upstream', /v2/models/poisoned/ready answers 400; Triton answers 200 and"
-    " stays ready",
-)
 def test_sentinel_calls_in_a_row_keep_model_ready(stack):
     """Five sentinel calls one after the other, then a good call and the
     model's readiness, ten times (the proxy's probe may heal the model
@@ -623,13 +597,8 @@ def grpc_pair(url: str, region: str, both_in_shm: bool) -> Answer:
             shm.destroy_shared_memory_region(h)
 
 
-SHM_XFAIL = "gRPC ModelInfer with A in shared memory and B in raw_input_contents: proxy answers INVALID_ARGUMENT" \
-    " 'raw_input_contents has 1 entries for 2 inputs'; Triton answers OK"
 
-
-@pytest.mark.parametrize(
-    "via", [pytest.param(v, marks=xfail(5, SHM_XFAIL)) for v in ("maxbatch", "default")]
-)
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_grpc_shared_memory_beside_raw_contents(stack, via):
     straight = grpc_pair(stack.grpc("triton"), f"rb-conf-mixed-t-{via}", both_in_shm=False)
     assert straight.ok, straight
@@ -704,11 +673,6 @@ def sse_events(base: str, count: int, interval_ms: int) -> tuple[int, str | None
         return -1, None, events, type(e).__name__
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 7: a generate_stream of 8 events 0.5 s apart is cut by the proxy at limits.write_timeout"
-    " (2 s): 4 events, then the connection ends mid-stream (ChunkedEncodingError); Triton sends all 8",
-)
 def test_http_stream_longer_than_write_timeout(stack):
     straight, through = concurrently([lambda v=v: sse_events(stack.http(v), 8, 500) for v in ("triton", "short")])
     assert straight[0] == 200 and len(straight[2]) == 8, straight

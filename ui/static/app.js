@@ -108,6 +108,16 @@ function health(m) {
   return `<p class="health" data-failing="${h.failing ? 1 : 0}">upstream: ${state}${probe}</p>`;
 }
 
+// energy says whether the meter measures and, for a policy that weighs
+// energy, what its plan optimises: without an energy figure the budget
+// policy optimises GPU-seconds, not joules, and the page says so.
+function energyState(m) {
+  const measured = !m.energy_unavailable;
+  const state = measured ? "measured by the meter" : `<b class="unmeasured">not measured</b> (${esc(m.energy_unavailable)})`;
+  const objective = m.objective ? `; the ${esc(m.policy)} policy optimises <span data-k="objective">${esc(m.objective)}</span>` : "";
+  return `<p class="energy" data-measured="${measured ? 1 : 0}">energy: ${state}${objective}</p>`;
+}
+
 // phase says where a policy that earns its holds stands and why.
 function phase(m) {
   if (!m.phase) return "";
@@ -122,9 +132,9 @@ function headline(m) {
     `<div class="hl" data-k="${k}"><div class="hl-label">${label}</div><div class="hl-value">${value}</div><div class="hl-sub">${sub}</div></div>`;
   const span = hl.seconds > 0 ? `last ${fmt(hl.seconds)} s` : "no span yet";
   let energy = cell("rpj", "requests per joule", hl.requests_per_joule != null ? fmt(hl.requests_per_joule) : "-",
-    hl.requests_per_joule != null ? "measured by the meter" : "no energy source");
-  let gain = cell("gain", "vs ad-hoc", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
-    hl.gain_vs_adhoc != null ? `requests per joule, modelled: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request (ad-hoc's batch ${fmt(hl.adhoc_batch)})`
+    hl.requests_per_joule != null ? "measured by the meter" : m.energy_unavailable ? "energy not measured" : "no figure yet");
+  let gain = cell("gain", "vs ad-hoc, modelled", hl.gain_vs_adhoc != null ? pct(hl.gain_vs_adhoc) : "-",
+    hl.gain_vs_adhoc != null ? `requests per joule, modelled from zeta(b), not measured against ad-hoc: ${fmt(hl.batched_mj_per_request)} mJ vs ${fmt(hl.adhoc_mj_per_request)} mJ a request (ad-hoc's batch ${fmt(hl.adhoc_batch)})`
       : "needs the energy line zeta(b), learnt from the meter (not yet: /status energy_fit says why)");
   return `<div class="headline" data-model="${esc(m.model)}">` + energy + gain +
     cell("p50", "p50 latency", hl.p50_ms != null ? fmt(hl.p50_ms) + " ms" : "-", span + ", end to end") +
@@ -173,13 +183,18 @@ function sourcesCard(m, pts, span, ago, xl) {
     { name: "not learnt yet", color: COLORS[5], pts: pts.map(p => [ago(p), p.unknown_sources]) },
   ], -span, 0, xl);
   const think = s.think_ms != null ? ` (think time ${fmt(s.think_ms)} ms, answer to next request)` : "";
-  let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${think}, ` +
+  // Each connection of a pool under an open stream looks closed-loop by
+  // its own gaps; only the feedback score tells the pool apart, so until
+  // it is known a closed-loop count is what the gaps say, and no more.
+  const tentative = !s.lone && s.feedback == null && s.closed_loop > 0 ?
+    ` by their own gaps (<span data-k="tentative">not yet told from a pool of connections carrying an open stream</span>)` : "";
+  let note = `now <span data-k="population">${s.population || 0}</span>: ${s.closed_loop || 0} closed-loop${tentative}${think}, ` +
     `${s.open_loop || 0} open-loop, ${s.unknown || 0} not learnt yet; ${s.busy || 0} with a call in the proxy, ${s.idle || 0} idle` +
     (s.concurrency > s.population ? `; up to ${s.concurrency} calls at once over them (streams sharing a connection)` : "") + `. ` +
     `A closed-loop caller sends its next request only after its answer; an open-loop one sends on its own schedule or several at once.` +
     (s.feedback != null ? ` Feedback <span data-k="feedback">${fmt(s.feedback)}</span>: how many more idle callers a request finds than the average ` +
       `(about 1 for a closed loop, about 0 for open arrivals over a pool of connections)` +
-      (s.feedback < 0.25 ? `; below 0.25, so the plan reads the connections as one open stream.` : `.`) : "");
+      (s.feedback < 0.25 ? `; below 0.25: the arrivals do not follow the answers, so the connections count, and are planned, as open-loop.` : `.`) : "");
   if (!s.known) note += " Some calls came without a connection the proxy can name (or none came yet): these are not all the callers.";
   return card("Callers (connections active in the last second)", note, callers);
 }
@@ -191,10 +206,21 @@ function chooser(models) {
     `<a href="#m-${encodeURIComponent(m.model)}">${esc(m.model)} <small>${fmt((m.headline || {}).sent_rps)}/s</small></a>`).join(" · ") + `</nav>`;
 }
 
+// modes lists every model the proxy knows with what it does with its
+// calls, batched or passed through, and why.
+function modes(h) {
+  const ms = h.modes || [];
+  if (ms.length === 0) return "";
+  return `<table id="modes"><caption>Every model the proxy knows and what it does with its inference calls</caption>` +
+    `<tr><th>model</th><th>mode</th><th>why</th></tr>` +
+    ms.map(m => `<tr data-model="${esc(m.model)}" data-mode="${esc(m.mode)}"><td>${esc(m.model)}</td><td>${esc(m.mode)}</td>` +
+      `<td>${esc(m.reason || "")}</td></tr>`).join("") + `</table>`;
+}
+
 function render(h) {
   const models = h.models || [];
-  if (models.length === 0) return "<p>No batched model yet.</p>";
-  let out = chooser(models);
+  if (models.length === 0) return modes(h) + "<p>No batched model yet.</p>";
+  let out = modes(h) + chooser(models);
   for (const m of models) {
     const pts = m.points || [];
     const span = timeSpan(h, pts);
@@ -214,11 +240,12 @@ function render(h) {
     const hasEnergy = pts.some(p => p.requests_per_joule !== null);
     const rpj = chart("rpj", [{ name: "requests/J", color: COLORS[3], pts: pts.map(p => [ago(p), p.requests_per_joule]) }], -span, 0, xl);
     out += `<h2 id="m-${esc(m.model)}" data-model="${esc(m.model)}">${esc(m.model)} <small>policy ${esc(m.policy)}</small></h2>` +
-      health(m) + phase(m) + headline(m) + `<div class="grid">` +
+      health(m) + energyState(m) + phase(m) + headline(m) + `<div class="grid">` +
       card("Arrival rate (requests/s)", `now ${fmt(last.rate_rps)}/s, as the monitor counted its last window`, rate) +
       card("Batch size (rows)", `chosen ${fmt(last.batch_size)}, sent ${fmt(last.sent_batch)} per batch in the last second; max ${m.max_batch_size}`, batch) +
       card("Latency, end to end (ms)", `last second: p50 ${fmt(last.p50_ms)}, p90 ${fmt(last.p90_ms)}, p99 ${fmt(last.p99_ms)} ms`, lat) +
-      card("Requests per joule", hasEnergy ? `now ${fmt(last.requests_per_joule)} over the meter's shortest window` : "no figure yet: no energy measured for this model (or power.source none)", rpj) +
+      card("Requests per joule", hasEnergy ? `now ${fmt(last.requests_per_joule)} over the meter's shortest window` :
+        m.energy_unavailable ? "no figure: energy not measured" : "no figure yet: no energy attributed to this model", rpj) +
       sourcesCard(m, pts, span, ago, xl) +
       fitChart(m) +
       `</div>`;
