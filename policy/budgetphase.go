@@ -206,9 +206,25 @@ func (p *Budget) learnMissing() string {
 	}
 	s := strings.Join(miss, ", ")
 	if c := p.tailCalib(); c > 0 {
-		s += fmt.Sprintf(" (live ad-hoc p99 %.3gx the model's so far)", c)
+		lo, hi := p.tailCalibInterval()
+		s += fmt.Sprintf(" (live ad-hoc p99 %.3gx the model's so far, %.0f%%: %.3g-%.3gx)", c, 100*phaseConfidence, lo, hi)
 	}
 	return s
+}
+
+// tailCalibInterval is the calibration's confidence interval at
+// phaseConfidence: the quantiles of ad-hoc's calls (in units of the
+// model's p99) whose ranks bound the 99th percentile's order statistic
+// (normal approximation of the binomial count under it).
+func (p *Budget) tailCalibInterval() (lo, hi float64) {
+	h := &p.tt.adhoc
+	n := h.Count()
+	if n < 1 {
+		return 0, 0
+	}
+	z := 1.96 // two-sided, phaseConfidence
+	d := z * math.Sqrt(0.01*0.99/n)
+	return h.QuantileMs(max(0.99-d, 0)), h.QuantileMs(min(0.99+d, 1))
 }
 
 // startHolding ends the learning phase: the trims' first plans are for

@@ -161,6 +161,11 @@ func TestBudgetLearnsBeforeItHolds(t *testing.T) {
 	if note := r.rules[6].Status().Note; !strings.Contains(note, "learning: 200 of 1,000") {
 		t.Errorf("the rule's note %q does not say it is learning", note)
 	}
+	// Once ad-hoc's p99 is measured, with its interval.
+	r.slices(13)
+	if _, why := r.p.Phase(); !strings.Contains(why, "live ad-hoc p99") || !strings.Contains(why, "95%: ") {
+		t.Errorf("after 20 slices: %q, want ad-hoc's p99 against the model's with its interval", why)
+	}
 }
 
 // Holding, the calls are tested each slice against the live bound: a
