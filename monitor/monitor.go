@@ -214,6 +214,8 @@ type Monitor struct {
 	lived               policy.Hist
 	livedNs, livedCalls float64
 	livedP99, livedMean atomic.Uint64
+	// late is how late the rule's timed waits ended (timerlate.go).
+	late timerLate
 	// gapBySize measures the round trip beyond the server's compute per
 	// batch size (index b-1), for the overhead's line (overheadLine).
 	gapBySize []gapSums
@@ -300,7 +302,10 @@ func (m *Monitor) Arrived(a dispatcher.Arrival) { m.arrive(a.Rows) }
 
 // Decided counts a decision of the rule, and whether a partner could have
 // come at it.
-func (m *Monitor) Decided(d dispatcher.Decision) { m.observeDecision(d.PartnerPossible()) }
+func (m *Monitor) Decided(d dispatcher.Decision) {
+	m.observeDecision(d.PartnerPossible())
+	m.late.observe(d)
+}
 
 // BatchStarted implements dispatcher.Observer: a batch teaches the monitor
 // nothing until it ends.
@@ -898,6 +903,7 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 		// trips feed the fit, and their spread is not measured.
 		ServiceSCV: math.Float64frombits(m.serviceSCV.Load()),
 		Live:       m.live(now),
+		TimerLate:  m.late.take(),
 		Decisions:  int(decided.all), OpenDecisions: int(decided.open),
 	}
 	if read := m.callers.Load(); read != nil {
@@ -1086,6 +1092,11 @@ type Snapshot struct {
 	// weighs energy (budget, smdp): without an energy line it says what
 	// the plan optimises instead of joules.
 	Objective string `json:"objective,omitempty"`
+	// Phase is where a policy that earns its holds stands (the budget's:
+	// learning, holding or adhoc; policy.Phaser) and PhaseReason why;
+	// empty for the other policies.
+	Phase       string `json:"phase,omitempty"`
+	PhaseReason string `json:"phase_reason,omitempty"`
 }
 
 // Snapshot returns the current state.
@@ -1120,6 +1131,12 @@ func (m *Monitor) Snapshot() Snapshot {
 		LivedP99Ms:    math.Float64frombits(m.livedP99.Load()),
 		Objective:     p.objective,
 	}
+	m.mu.Lock()
+	pol := m.pol
+	m.mu.Unlock()
+	if ph, ok := pol.(policy.Phaser); ok {
+		s.Phase, s.PhaseReason = ph.Phase()
+	}
 	if m.serverFed.Load() {
 		s.FitSource = "server statistics"
 		s.OverheadMs = finite(math.Float64frombits(m.overhead.Load()))
@@ -1144,6 +1161,11 @@ type Outside struct {
 	// ServiceSCV is the round trips' squared coefficient of variation
 	// (policy.Estimate.ServiceSCV); 0 without server statistics.
 	ServiceSCV float64 `json:"service_scv"`
+	// TimerLateMs is how late the rule's timed waits end past the whole
+	// milliseconds Go's poller waits (its 90th percentile,
+	// policy.Estimate.TimerLate), over TimedWaits waits (decayed).
+	TimerLateMs float64 `json:"timer_late_ms"`
+	TimedWaits  int64   `json:"timed_waits"`
 }
 
 func (m *Monitor) outsideSnapshot(x smdp.Extra) Outside {
@@ -1152,6 +1174,7 @@ func (m *Monitor) outsideSnapshot(x smdp.Extra) Outside {
 	m.outsideMu.Unlock()
 	o := Outside{HoldLoneMs: x.HoldLoneMs, HoldMergedMs: x.HoldMergedMs, AfterLoneMs: x.AfterLoneMs, AfterMergedMs: x.AfterMergedMs,
 		LoneBatches: lone, MergedBatches: merged}
+	o.TimerLateMs, o.TimedWaits = m.late.snapshot()
 	if m.serverFed.Load() && m.overheadN.Load() > 0 {
 		o.OverheadMs, o.OverheadPerRowMs = m.overheadLine(math.Float64frombits(m.overhead.Load()))
 		o.ServiceSCV = math.Float64frombits(m.serviceSCV.Load())

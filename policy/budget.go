@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy/smdp"
@@ -80,6 +81,10 @@ type Budget struct {
 	// NoTrim turns the live trim off: every plan is solved for Budget as
 	// given, whatever the calls lived (budgettrim.go).
 	NoTrim bool
+	// NoLearn holds from the first plan: no learning phase, no stop on
+	// the calls' evidence (budgetphase.go); the plan alone, as the
+	// simulator's runs without --trim and the optimum comparisons run it.
+	NoLearn bool
 
 	// Tail, when > 0, bounds the plan's p99 to Tail times ad-hoc's on the
 	// same model, as the tail model predicts both (budgettail.go).
@@ -92,14 +97,18 @@ type Budget struct {
 
 	mu     sync.Mutex
 	caches map[smdp.Budget]*planCache // by the budget solved for
-	// byScale holds caches by the tail trim's scale of the p99 bound.
-	byScale map[float64]map[smdp.Budget]*planCache
-	tt      tailTrim
-	finite  map[finiteKey]*planCache // closed loops, by budget and population
-	meter   solveMeter
-	kept    Rule // the last planned rule, kept while no decision could wait
-	trim    trim
-	solves  int
+	// byTail holds caches by the tail search's key (tailKey); gapSteps
+	// and lateSteps are the key's measured parts at the last plan.
+	byTail              map[tailKey]map[smdp.Budget]*planCache
+	gapSteps, lateSteps int
+	tt                  tailTrim
+	ph                  phases
+	shown               atomic.Pointer[shownPhase]
+	finite              map[finiteKey]*planCache // closed loops, by budget and population
+	meter               solveMeter
+	kept                Rule // the last planned rule, kept while no decision could wait
+	trim                trim
+	solves              int
 	// capacity follows the log of the throughput of full batches as the
 	// plans read it, so its spread from window to window counts in the
 	// margin kept from overload (nearOverload).
@@ -132,7 +141,7 @@ func init() {
 		}
 		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
-		p.NoTrim = o.NoTrim
+		p.NoTrim, p.NoLearn = o.NoTrim, o.NoTrim
 		p.meter = newSolveMeter(o.SolveOptions)
 		if err := p.setTail(o); err != nil {
 			return nil, err
@@ -237,7 +246,7 @@ func (p *Budget) Resume(earlier Policy) {
 		return
 	}
 	e.mu.Lock()
-	t, tt := e.trim, e.tt
+	t, tt, ph := e.trim, e.tt, e.ph
 	sameTail := e.Tail == p.Tail && e.SLOP99 == p.SLOP99
 	e.mu.Unlock()
 	p.mu.Lock()
@@ -248,6 +257,13 @@ func (p *Budget) Resume(earlier Policy) {
 		tt.last, tt.prior = sliceOther, sliceOther
 		p.tt = tt
 		p.caches = nil
+	}
+	// What was learnt of ad-hoc carries over whatever the promise; the
+	// phase too when the promise is the same.
+	if sameTail && e.Budget == p.Budget {
+		p.ph = ph
+	} else {
+		p.ph.learnt = ph.learnt
 	}
 	if p.NoTrim || e.NoTrim {
 		return
@@ -293,7 +309,12 @@ func (p *Budget) Plan(e Estimate) Rule {
 
 func (p *Budget) plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
-		return fallback(NameBudget, e, err)
+		r := fallback(NameBudget, e, err)
+		p.mu.Lock()
+		p.show(PhaseAdhoc, r.Status().Note)
+		p.tt.ref = 0
+		p.mu.Unlock()
+		return r
 	}
 	busyTime := !e.HasEnergy
 	if busyTime {
@@ -304,7 +325,7 @@ func (p *Budget) plan(e Estimate) Rule {
 	defer p.mu.Unlock()
 	grid, m, reason := gridModel(e, p.resolve())
 	if reason != "" {
-		return p.untrimmed(workConserving(reason), e)
+		return p.conserve(reason, e)
 	}
 	if e.Decisions > 0 && e.OpenDecisions == 0 && p.kept != nil {
 		// No caller could have sent a partner at any decision of the
@@ -322,76 +343,145 @@ func (p *Budget) plan(e Estimate) Rule {
 		// closed loop's rate is not its load but its output: the plan for
 		// it raises the rate it measures, which is no step (its load is
 		// the population).
-		return p.untrimmed(workConserving(fmt.Sprintf(
-			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window)), e)
+		return p.conserve(fmt.Sprintf(
+			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e)
 	}
 	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
 	if !closed && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
 		p.guarded = guardHoldPlans
-		return p.untrimmed(workConserving(fmt.Sprintf(
-			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from overload (%d standard errors): work-conserving",
+		return p.conserve(fmt.Sprintf(
+			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
 			e.Arrivals, e.Window, 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), m.Rho(),
-			congestedRho(m.Rho(), e.ServiceSCV), overloadSigmas)), e)
+			congestedRho(m.Rho(), e.ServiceSCV), 1-congestionMargin, overloadSigmas), e)
 	}
 	if !closed && p.guarded > 0 {
 		p.guarded--
-		return p.untrimmed(workConserving(fmt.Sprintf(
-			"the load reached the near-overload line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
-			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded)), e)
+		return p.conserve(fmt.Sprintf(
+			"the load reached the capacity line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
+			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded), e)
 	}
+	p.setTailKeys(e)
 	pickFor := func(b smdp.Budget) Rule {
 		if closed {
 			return p.finiteRule(b, pop, m, busyTime)
 		}
 		return p.rule(b, grid, m, busyTime)
 	}
-	userRule := pickFor(p.Budget)
-	if bp, ok := userRule.(budgetPlan); ok && bp.saving() < minSaving {
-		return p.untrimmed(workConserving(fmt.Sprintf(
-			"the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
-			p.promise(), 100*bp.saving(), 100*minSaving, bp.Status().Note)), e)
+	// The plan for the user's bounds as set, whatever the tail trim's
+	// scale: its saving decides whether to depart from ad-hoc at all.
+	userRule := p.atUserScale(func() Rule { return pickFor(p.Budget) })
+	// The model's ad-hoc p99 at this rate: the unit the next slice's calls
+	// are counted in by the tail trim (observeTail).
+	p.tt.ref = adhocP99(userRule)
+	ubp, ok := userRule.(budgetPlan)
+	if !ok {
+		p.show(PhaseAdhoc, userRule.Status().Note)
+		return p.untrimmed(userRule, e)
 	}
-	// The plan at the budget the trim gives: the user's plan above when
-	// the trim is off or sits at the user's budget.
-	pick := func() Rule {
+	if !p.NoTrim {
+		// The rule's model is at the rate (or the closed loop) of the
+		// window that just ended, so its ad-hoc latency is the prediction
+		// for that window's calls.
+		p.trim.observe(p.Budget, e.Live, ubp.adhocMs())
+	}
+	why := p.noRoom()
+	if why == "" && ubp.saving() < minSaving {
+		why = fmt.Sprintf("the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
+			p.promise(), 100*ubp.saving(), 100*minSaving, ubp.Status().Note)
+	}
+	if why != "" {
+		// Ad-hoc, on a model whose rate and ad-hoc latency are known: its
+		// calls teach the trims and the learning phase ad-hoc's.
+		return p.conserveLearning(why, e)
+	}
+	if !p.NoLearn {
+		if r, ok := p.earn(e); ok {
+			return r
+		}
+	}
+	// The plan at the budget and the scale of the p99 bound the trims
+	// give: the user's plan above when they sit at the user's.
+	rule := userRule
+	if b := p.trim.budget(p.Budget); (!p.NoTrim && b != p.Budget) || p.tailScaleNow() != 1 {
 		if p.NoTrim {
-			return userRule
+			b = p.Budget
 		}
-		if b := p.trim.budget(p.Budget); b != p.Budget {
-			return pickFor(b)
-		}
-		return userRule
+		rule = pickFor(b)
 	}
-	rule := pick()
 	bp, ok := rule.(budgetPlan)
-	if !ok || p.NoTrim {
-		if ok {
-			rule = bp.withTrim(p.tailTrimNote())
-		}
+	if !ok {
+		p.show(PhaseAdhoc, rule.Status().Note)
 		return p.untrimmed(rule, e)
 	}
-	// The rule's model is at the rate (or the closed loop) of the window
-	// that just ended, so its ad-hoc latency is the prediction for that
-	// window's calls.
-	if p.trim.observe(p.Budget, e.Live, bp.adhocMs()) {
-		if bp, ok = pick().(budgetPlan); !ok {
-			return p.untrimmed(rule, e)
-		}
+	holding := ""
+	if !p.NoLearn {
+		why := p.holdingNote()
+		p.show(PhaseHolding, why)
+		holding = "; holding: " + why
+	} else {
+		p.show(PhaseHolding, "the plan alone (no learning phase)")
+	}
+	if p.NoTrim {
+		return p.untrimmed(bp.withTrim(p.tailTrimNote()+holding), e)
 	}
 	if p.trim.next(p.Budget, true) {
 		// A window of ad-hoc, whose calls measure the live latency the
 		// budget is relative to (budgettrim.go).
-		return p.guard(trimAdhocRule(e, fmt.Sprintf("live trim: %d slices of ad-hoc in %d, measuring the latency the budget is relative to (model: %.4g ms)",
-			trimAdhoc, trimPeriod, bp.adhocMs())), e)
+		return p.guard(trimAdhocRule(e, fmt.Sprintf("live trim: %d slices of ad-hoc in %d, measuring the latency the budget is relative to (model: %.4g ms)%s",
+			trimAdhoc, trimPeriod, bp.adhocMs(), holding)), e)
 	}
 	if p.trim.atAdhoc(p.Budget) {
 		// Calls lived over the budget even under the plan for a 1% slack:
 		// ad-hoc until the trim tries a plan again (budgettrim.go).
-		p.kept = p.guard(trimAdhocRule(e, "live trim: the calls lived over the budget with every plan down to a 1% slack; ad-hoc"+p.trim.note(p.Budget)), e)
+		note := "live trim: the calls lived over the budget with every plan down to a 1% slack; ad-hoc" + p.trim.note(p.Budget)
+		p.show(PhaseAdhoc, note)
+		p.kept = p.guard(trimAdhocRule(e, note), e)
 		return p.kept
 	}
-	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)+p.tailTrimNote()), e)
+	p.kept = p.guard(bp.withTrim(p.trim.note(p.Budget)+p.tailTrimNote()+holding), e)
 	return p.kept
+}
+
+// atUserScale runs plan with the p99 bound at the user's (the tail
+// trim's scale 1, its own plan cache), and the trim's scale back after.
+func (p *Budget) atUserScale(plan func() Rule) Rule {
+	s := p.tt.scale
+	if s == 0 || s == 1 {
+		return plan()
+	}
+	p.tt.scale = 1
+	p.useTailKey()
+	defer func() {
+		p.tt.scale = s
+		p.useTailKey()
+	}()
+	return plan()
+}
+
+// adhocP99 is the model's ad-hoc p99 a planned rule's tail model
+// predicted (ms; 0 without a tail model).
+func adhocP99(r Rule) float64 {
+	if br, ok := r.(BudgetRule); ok && br.tail != nil {
+		return br.tail.adhoc.P99Ms
+	}
+	return 0
+}
+
+// noRoom says why an SLO leaves no room for holds at this load ("" when
+// it does): ad-hoc itself lives a p99 at or over tailTrimAim of it (its
+// calibrated p99: the model's at this rate times what the ad-hoc slices
+// lived over the model's).
+func (p *Budget) noRoom() string {
+	c := p.tailCalib()
+	if p.SLOP99 <= 0 || c <= 0 || !(p.tt.ref > 0) {
+		return ""
+	}
+	slo := float64(p.SLOP99) / float64(time.Millisecond)
+	if live := c * p.tt.ref; live >= tailTrimAim*slo {
+		return fmt.Sprintf("ad-hoc itself lives p99 %.3g ms at this load (the model's %.3g x%.3g measured), at or over %.0f%% of slo_p99 %v: no room to hold",
+			live, p.tt.ref, c, 100*tailTrimAim, p.SLOP99)
+	}
+	return ""
 }
 
 // untrimmed applies a rule the live trim takes no part in: the slice is
@@ -481,13 +571,24 @@ func congestedRho(rho, scv float64) float64 {
 }
 
 // congestionMargin is the share of the modelled capacity a plan keeps free
-// for the proxy's own congestion: on a host shared by the proxy, the
-// server and the clients, the waits' longer latencies raise the calls in
-// flight, the throughput of full batches falls below the model's and a
-// backlog forms that ad-hoc at the same rate never enters
-// (docs/ALGORITHMS.md, "Near overload"). It gives up what a plan saves
-// near capacity, which is little (TestBudgetNeedsAMaterialSaving logs it).
-const congestionMargin = 0.10
+// (the capacity line is at 1 - congestionMargin of it). Two reasons:
+//
+//   - The proxy's own congestion: on a host shared by the proxy, the
+//     server and the clients, the waits' longer latencies raise the calls
+//     in flight, the throughput of full batches falls below the model's
+//     and a backlog forms that ad-hoc at the same rate never enters.
+//   - Capacity under an absolute p99 bound, as MLPerf's server scenario
+//     and a fleet's sizing measure it (scripts/capacity-p99.sh): it is
+//     found where ad-hoc's p99 climbs steeply with the rate, and there a
+//     hold that lives a little over its plan costs a share of the
+//     capacity several times its share of the p99. Holding nowhere near
+//     that edge, the default serves at least ad-hoc's rate under any bound
+//     that puts the edge there.
+//
+// It gives up what a plan saves near capacity, which is little (a few per
+// cent: TestBudgetNeedsAMaterialSaving logs it; docs/ALGORITHMS.md, "Near
+// overload").
+const congestionMargin = 0.20
 
 // ewVariance is an exponentially weighted mean and variance of a series.
 type ewVariance struct {
@@ -520,7 +621,7 @@ func (v *ewVariance) variance() float64 { return v.vari }
 // b, from the cache or solved.
 func (p *Budget) rule(b smdp.Budget, grid int, m smdp.Model, busyTime bool) Rule {
 	if p.caches == nil {
-		p.useTailScale()
+		p.useTailKey()
 	}
 	cache := p.caches[b]
 	if cache == nil {

@@ -16,8 +16,19 @@ func newBudget(t *testing.T, b string) *Budget {
 	return newBudgetWith(t, BudgetOptions{LatencyBudget: b, TailBudget: "off"})
 }
 
-// newBudgetWith is the budget policy with options o, its solves free.
+// newBudgetWith is the budget policy with options o, its solves free,
+// holding from its first plan (no learning phase: the tests of the plans
+// and the trims; learningBudget has it).
 func newBudgetWith(t *testing.T, o BudgetOptions) *Budget {
+	t.Helper()
+	p := learningBudget(t, o)
+	p.NoLearn = true
+	return p
+}
+
+// learningBudget is the budget policy as serve builds it from options o
+// (its solves free): holds earned (budgetphase.go).
+func learningBudget(t *testing.T, o BudgetOptions) *Budget {
 	t.Helper()
 	o.SolveFree = true
 	p, err := New(NameBudget, Options{Budget: o})
@@ -238,10 +249,7 @@ func TestBudgetFallbacksAreWorkConserving(t *testing.T) {
 // The SLA guard sends a partial batch once the deadline comes close, even
 // where the budget rule would wait.
 func TestBudgetSLAGuard(t *testing.T) {
-	p, err := New(NameBudget, Options{Budget: BudgetOptions{LatencyBudget: "2x", DeadlineOptions: DeadlineOptions{SLA: 5 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newBudgetWith(t, BudgetOptions{LatencyBudget: "2x", DeadlineOptions: DeadlineOptions{SLA: 5 * time.Millisecond}})
 	e := energyEstimate(2000)
 	r := p.Plan(e)
 	if !strings.Contains(r.Status().Note, "SLA guard") {
@@ -356,7 +364,7 @@ func TestBudgetNeedsAMaterialSaving(t *testing.T) {
 		{"rho 0.1", func() Estimate { return energyEstimate(0.1 * capacity) }, true},
 		{"rho 0.2", func() Estimate { return energyEstimate(0.2 * capacity) }, true},
 		{"rho 0.5", func() Estimate { return energyEstimate(0.5 * capacity) }, true},
-		{"rho 0.8", func() Estimate { return energyEstimate(0.8 * capacity) }, true},
+		{"rho 0.65", func() Estimate { return energyEstimate(0.65 * capacity) }, true},
 		{"2 synchronous clients", func() Estimate { return closedOf(2, 0.5) }, true},
 		{"4 synchronous clients", func() Estimate { return closedOf(4, 0.5) }, true},
 		{"8 synchronous clients", func() Estimate { return closedOf(8, 0.5) }, true},
@@ -398,8 +406,8 @@ func closedOf(n int, thinkMs float64) Estimate {
 }
 
 // Near saturation the budget plans only a load its window's count and its
-// capacity's spread can tell from overload (3 standard errors) with a
-// tenth of the capacity kept free (congestionMargin): otherwise it is
+// capacity's spread can tell from the capacity line (3 standard errors),
+// a fifth of the capacity kept free (congestionMargin): otherwise it is
 // work-conserving and solves nothing.
 func TestBudgetNearOverload(t *testing.T) {
 	m := func(rho float64) smdp.Model {
@@ -412,38 +420,40 @@ func TestBudgetNearOverload(t *testing.T) {
 		scv      float64 // the batch times' squared coefficient of variation
 		want     bool
 	}{
-		{0.9, 300, 0, 0, true},       // rho + 3 sigma = 1.056, past 0.9
-		{0.9, 2660, 0, 0, true},      // 0.952
-		{0.8, 1541, 0, 0, false},     // 0.861
-		{0.856, 1635, 0, 0, true},    // 0.920: the exact emulator's collapse
-		{0.8, 1541, 0.02, 0, false},  // 0.878
-		{0.8, 1541, 0.035, 0, true},  // 0.904
-		{0.8, 100, 0, 0, true},       // 1.04
+		{0.9, 300, 0, 0, true},       // rho + 3 sigma = 1.056, past 0.8
+		{0.8, 1541, 0, 0, true},      // 0.861
+		{0.75, 1700, 0, 0, true},     // 0.805: the exact emulator's edge under 15 ms
+		{0.7, 1400, 0, 0, false},     // 0.756
+		{0.7, 1400, 0.02, 0, false},  // 0.770
+		{0.7, 1400, 0.045, 0, true},  // 0.810
+		{0.6, 100, 0, 0, false},      // 0.78
+		{0.6, 60, 0, 0, true},        // 0.832
 		{0.5, 30, 0, 0, false},       // 0.774
-		{0.5, 30000, 0.25, 0, false}, // 0.875
+		{0.5, 30000, 0.25, 0, true},  // 0.875: the capacity's spread
+		{0.4, 30000, 0.25, 0, false}, // 0.700
 		{0.99, 0, 0.1, 0, false},     // no count: nothing to say
-		{0.82, 1400, 0, 0.35, true},  // congested as 0.860, 0.929: the rough emulator at 0.8
-		{0.82, 1400, 0, 0, false},    // 0.886 with exact batches
+		{0.72, 1400, 0, 0.35, true},  // congested as 0.776, 0.838: the rough emulator at 0.72
+		{0.72, 1400, 0, 0, false},    // 0.778 with exact batches
 		{0.5, 870, 0, 0.35, false},   // congested as 0.574, 0.633: rough at 0.5 planned
-		{0.7, 1400, 0, 0.02, false},  // the exact emulator's jitter: 0.704, 0.761
+		{0.65, 1400, 0, 0.02, false}, // the exact emulator's jitter: 0.655, 0.708
 	} {
 		if got := nearOverload(m(tc.rho), tc.arrivals, tc.capSD*tc.capSD, tc.scv); got != tc.want {
 			t.Errorf("rho %v, %d arrivals, capacity spread %v: near overload %v, want %v", tc.rho, tc.arrivals, tc.capSD, got, tc.want)
 		}
 	}
 
-	rate := 0.8 * 1000 * m(0.8).ServiceMuPerMs(32)
+	rate := 0.65 * 1000 * m(0.65).ServiceMuPerMs(32)
 	for _, tc := range []struct {
 		arrivals int
 		held     bool
-	}{{300, true}, {int(rate), false}} {
+	}{{100, true}, {int(rate), false}} {
 		p := newBudget(t, "1.10x")
 		e := energyEstimate(rate)
 		e.Arrivals = tc.arrivals
 		r := p.Plan(e)
 		note := r.Status().Note
 		if held := strings.Contains(note, "cannot tell rho") && p.Solves() == 0; held != tc.held {
-			t.Errorf("%d arrivals at rho 0.8: work-conserving %v, want %v (note %q, %d solves)", tc.arrivals, held, tc.held, note, p.Solves())
+			t.Errorf("%d arrivals at rho 0.65: work-conserving %v, want %v (note %q, %d solves)", tc.arrivals, held, tc.held, note, p.Solves())
 		}
 		if tc.held {
 			if d := r.Decide(Queue{Now: at(0), Rows: 3, OldestArrival: at(0), Instances: 1, MaxBatch: 32}); d != Send(3) {
@@ -452,7 +462,7 @@ func TestBudgetNearOverload(t *testing.T) {
 		}
 	}
 
-	// A count that tells rho 0.8 from overload, but a fit whose slope
+	// A count that tells rho 0.65 from the line, but a fit whose slope
 	// moves 8% either way from plan to plan: the capacity's spread keeps
 	// the budget work-conserving.
 	p := newBudget(t, "1.10x")
@@ -463,8 +473,8 @@ func TestBudgetNearOverload(t *testing.T) {
 		e.AlphaMs *= 1 + 0.08*float64(1-2*(i%2))
 		note = p.Plan(e).Status().Note
 	}
-	if !strings.Contains(note, "a capacity varying") {
-		t.Errorf("a capacity moving 8%% either way at rho 0.8: %q, want work-conserving", note)
+	if !strings.Contains(note, "a capacity varying") && !strings.Contains(note, "reached the capacity line") {
+		t.Errorf("a capacity moving 8%% either way at rho 0.65: %q, want work-conserving", note)
 	}
 }
 
@@ -472,17 +482,17 @@ func TestBudgetNearOverload(t *testing.T) {
 // guardHoldPlans plans, even when the next windows' counts fall short of
 // the line, and is planned again after them.
 func TestBudgetHoldsTheGuard(t *testing.T) {
-	m := smdp.ModelFor(googlenet, batchcost.Energy{}, 32, 0.8)
-	rate := 0.8 * 1000 * m.ServiceMuPerMs(32)
+	m := smdp.ModelFor(googlenet, batchcost.Energy{}, 32, 0.65)
+	rate := 0.65 * 1000 * m.ServiceMuPerMs(32)
 	p := newBudget(t, "1.10x")
 	e := energyEstimate(rate)
-	e.Arrivals = 300 // rho 0.8 cannot be told from overload on 300 arrivals
+	e.Arrivals = 100 // rho 0.65 cannot be told from the line on 100 arrivals
 	if note := p.Plan(e).Status().Note; !strings.Contains(note, "cannot tell rho") {
-		t.Fatalf("300 arrivals at rho 0.8: %q, want the guard", note)
+		t.Fatalf("100 arrivals at rho 0.65: %q, want the guard", note)
 	}
 	e.Arrivals = int(rate)
 	for i := range guardHoldPlans {
-		if note := p.Plan(e).Status().Note; !strings.Contains(note, "reached the near-overload line") || p.Solves() != 0 {
+		if note := p.Plan(e).Status().Note; !strings.Contains(note, "reached the capacity line") || p.Solves() != 0 {
 			t.Fatalf("plan %d after the guard: %q (%d solves), want work-conserving", i+1, note, p.Solves())
 		}
 	}
@@ -534,10 +544,14 @@ func TestBudgetSolveStartsSmall(t *testing.T) {
 			small, full := newBudget(t, "1.10x"), newBudget(t, "1.10x")
 			small.NoTrim, full.NoTrim = true, true
 			full.SMax = SMDPStates(8)
-			rs, ok1 := small.Plan(e).(BudgetRule)
-			rf, ok2 := full.Plan(e).(BudgetRule)
+			// Solved directly: near saturation Plan keeps to ad-hoc
+			// (nearOverload), the solve is still asked of the smdp
+			// policy and the simulator.
+			m := gridModelOf(e)
+			rs, ok1 := small.solve(m, small.Budget, false).(BudgetRule)
+			rf, ok2 := full.solve(m, full.Budget, false).(BudgetRule)
 			if !ok1 || !ok2 {
-				t.Fatalf("no plan: %v, %v", small.Plan(e).Status().Note, full.Plan(e).Status().Note)
+				t.Fatalf("no plan: %v, %v", small.solve(m, small.Budget, false).Status().Note, full.solve(m, full.Budget, false).Status().Note)
 			}
 			cs, cf := rs.constrained, rf.constrained
 			if cs.First.Limit != cf.First.Limit || cs.Second.Limit != cf.Second.Limit || math.Abs(cs.Mix-cf.Mix) > 1e-3 ||
@@ -575,5 +589,30 @@ func BenchmarkBudgetSolve(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// The capacity line sits where ad-hoc's p99 climbs steeply with the rate:
+// 3% more load raises it by more the nearer saturation (on googlenet-p4,
+// B_max 8: -v logs each), so there a hold that lives a little over its
+// plan costs a share of the capacity under an absolute p99 bound several
+// times its share of the p99 (docs/ALGORITHMS.md, "Near overload").
+func TestCapacityLineWhereThePercentileClimbs(t *testing.T) {
+	o := smdp.TailOptions{Requests: 100000, Seed: 3}
+	last := 1.0
+	for _, rho := range []float64{0.5, 0.7, 0.8, 0.9} {
+		m := smdp.ModelFor(googlenet, batchcost.Energy{BetaMJ: 19.9, Zeta0MJ: 19.6}, 8, rho)
+		a := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
+		m.LambdaPerMs *= 1.03
+		b := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
+		r := b.P99Ms / a.P99Ms
+		t.Logf("rho %.1f: ad-hoc p99 %.3g ms, %+.1f%% at 3%% more load", rho, a.P99Ms, 100*(r-1))
+		if !(r > last) {
+			t.Errorf("rho %.1f: 3%% more load raises ad-hoc's p99 %.3fx, no more than at the load below (%.3fx)", rho, r, last)
+		}
+		last = r
+	}
+	if last < 1.15 {
+		t.Errorf("at rho 0.9 3%% more load raises ad-hoc's p99 only %.3fx", last)
 	}
 }

@@ -55,7 +55,10 @@ type tailPlan struct {
 // p99Bound is the p99 a plan must keep on the model whose ad-hoc p99 is
 // adhocP99Ms: the tail budget's factor of it, the SLO, the tighter of the
 // two, or none (0); the live trim scales the tail budget's slack over
-// ad-hoc and the SLO (tailTrim).
+// ad-hoc and the SLO (tailTrim). An SLO is absolute, so the plan keeps
+// under it less what the model is measured to fall short of ad-hoc's live
+// p99 (tailGapMs): a relative bound compares with ad-hoc's p99 on the
+// same model, short by as much.
 func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
 	bound := 0.0
 	s := p.tailScaleNow()
@@ -63,7 +66,10 @@ func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
 		bound = adhocP99Ms * (1 + (p.Tail-1)*s)
 	}
 	if p.SLOP99 > 0 {
-		slo := float64(p.SLOP99) / float64(time.Millisecond) * s
+		slo := float64(p.SLOP99)/float64(time.Millisecond)*s - p.tailGapMs(adhocP99Ms)
+		// A bound at or under ad-hoc's p99 leaves no hold; 0 would
+		// read as no bound.
+		slo = max(slo, 1e-3)
 		if bound == 0 || slo < bound {
 			bound = slo
 		}
@@ -71,30 +77,76 @@ func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
 	return bound
 }
 
+// gapStep is the grid of the model's measured shortfall in the tail, a
+// share of its ad-hoc p99 (tailGapMs): each step is a plan cache of its
+// own.
+const gapStep = 0.05
+
+// tailGapMs is how far live ad-hoc's p99 lies above the model's whose
+// ad-hoc p99 is adhocP99Ms, as the ad-hoc slices measured it (the
+// calibration, on gapStep's grid at the last plan): the host's scheduling,
+// the load generator beside the proxy, the exchange inside the proxy the
+// model leaves out. 0 before it is measured, or when the model is not
+// short.
+func (p *Budget) tailGapMs(adhocP99Ms float64) float64 {
+	return float64(p.gapSteps) * gapStep * adhocP99Ms
+}
+
+// lateStep is the grid of the timers' measured lateness the tail search
+// counts (livedHold), a plan cache per step.
+const lateStep = 100 * time.Microsecond
+
+// setTailKeys reads the model's tail shortfall and the timers' lateness
+// from what was measured, on their grids, and points the plan cache at
+// their plans.
+func (p *Budget) setTailKeys(e Estimate) {
+	gap := 0
+	if c := p.tailCalib(); p.SLOP99 > 0 && c > 1 {
+		gap = int(math.Round((c - 1) / gapStep))
+	}
+	late := int(holdLate / lateStep)
+	if e.TimerLate.Waits >= timerLateMinWaits {
+		late = int(math.Round(e.TimerLate.Ms * float64(time.Millisecond) / float64(lateStep)))
+	}
+	if gap != p.gapSteps || late != p.lateSteps || p.caches == nil {
+		p.gapSteps, p.lateSteps = gap, late
+		p.useTailKey()
+	}
+}
+
+// timerLateMinWaits is how many timed waits the timers' measured
+// lateness needs before the tail search counts it in place of holdLate.
+const timerLateMinWaits = 50
+
 // tailOf is the rule's TailRule as smdp.TailLatency simulates it, with
-// its hold bound as the live proxy keeps it (livedHold).
-func tailOf(first, second int, mix float64, hold time.Duration) smdp.TailRule {
-	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(livedHold(hold)) / float64(time.Millisecond)}
+// its hold bound as the live proxy keeps it (livedHold, late the timers'
+// lateness past it).
+func tailOf(first, second int, mix float64, hold, late time.Duration) smdp.TailRule {
+	return smdp.TailRule{First: first, Second: second, Mix: mix, HoldMs: float64(livedHold(hold, late)) / float64(time.Millisecond)}
 }
 
 // livedHold is how long a hold bound lasts live: the dispatcher's wait
 // timers wake through Go's network poller, whose wait is a whole number of
 // milliseconds from the moment it is set (docs/ALGORITHMS.md, "Costs
-// outside tau(b)"), so a hold of 150 µs or 600 µs lasts about 1.07 ms and
-// one of 2.3 ms about 3.1 ms on an idle process. Where a wait mostly ends
-// at an arrival this does not matter; a hold bound chosen for the tail
-// ends at its timer, and a plan that counted it exact would promise a p99
-// the calls do not live. A busy process checks its timers more often:
-// then the hold ends sooner than counted, which only keeps the tail.
-func livedHold(hold time.Duration) time.Duration {
+// outside tau(b)"), so a hold of 150 µs or 600 µs lasts about a
+// millisecond and one of 2.3 ms about three on an idle process, and late
+// more past that: the host's scheduling, as the monitor measures it at
+// the proxy's own timed waits (Estimate.TimerLate; holdLate until it
+// has). Where a wait mostly ends at an arrival this does not matter; a
+// hold bound chosen for the tail ends at its timer, and a plan that
+// counted it exact would promise a p99 the calls do not live. A busy
+// process checks its timers more often: its measured lateness may be
+// negative, and the hold is never counted shorter than set.
+func livedHold(hold, late time.Duration) time.Duration {
 	if hold <= 0 {
 		return 0
 	}
 	ms := time.Millisecond
-	return (hold+ms-1)/ms*ms + holdLate
+	return max((hold+ms-1)/ms*ms+late, hold)
 }
 
-// holdLate is how late past the whole milliseconds a poller's wait ends.
+// holdLate is how late past the whole milliseconds a poller's wait ends
+// on an idle host, counted until the proxy's own are measured.
 const holdLate = 100 * time.Microsecond
 
 // withTail holds a mean-constrained plan to the p99 bound as well
@@ -108,17 +160,18 @@ const holdLate = 100 * time.Microsecond
 // within both.
 func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule {
 	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
+	late := time.Duration(p.lateSteps) * lateStep
 	adhoc := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
 	bound := p.p99Bound(adhoc.P99Ms)
 	r.tail = &tailPlan{adhoc: adhoc, boundMs: bound}
 	if bound <= 0 {
-		r.tail.planned = smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait), o)
+		r.tail.planned = smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait, late), o)
 		return r
 	}
 	if r.first.Limit > 1 || r.second.Limit > 1 {
 		// Its mean is the chain's, within the budget by construction:
 		// only the tail is checked (the simulation's mean is a sample).
-		planned := smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait), o)
+		planned := smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait, late), o)
 		if planned.P99Ms <= bound {
 			r.tail.planned = planned
 			return r
@@ -138,7 +191,7 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 		found := false
 		// The longest hold saves the most; a candidate that does not beat
 		// the best so far even there is not searched.
-		if t := smdp.TailLatency(m, tailOf(first, second, mix, hi), o); !(t.EnergyMJ < best.tail.EnergyMJ) {
+		if t := smdp.TailLatency(m, tailOf(first, second, mix, hi, late), o); !(t.EnergyMJ < best.tail.EnergyMJ) {
 			return
 		} else if t.P99Ms <= bound && t.MeanMs <= meanMs {
 			lo, at, found = hi, t, true
@@ -148,7 +201,7 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 				break
 			}
 			mid := (lo + hi) / 2
-			t := smdp.TailLatency(m, tailOf(first, second, mix, mid), o)
+			t := smdp.TailLatency(m, tailOf(first, second, mix, mid, late), o)
 			if t.P99Ms <= bound && t.MeanMs <= meanMs {
 				lo, at, found = mid, t, true
 			} else {
@@ -236,6 +289,10 @@ func (p *Budget) solveSLO(m smdp.Model, busyTime bool) Rule {
 	note := fmt.Sprintf("p99 at most %v at %.4g req/s (rho %.3f): control limits %d/%d mixed %.3f, hold bound %v, %.2f%% of ad-hoc's energy per request saved",
 		p.SLOP99, 1000*m.LambdaPerMs, m.Rho(), r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait.Round(10*time.Microsecond), 100*r.tail.saving())
 	note += r.tail.note() + spreadNote(m)
+	if g := p.tailGapMs(r.tail.adhoc.P99Ms); g > 0 {
+		note += fmt.Sprintf("; %.3g ms of it kept for the model's measured shortfall at ad-hoc's p99", g)
+	}
+	note += "; slo_p99 bounds the p99 inside the proxy (arrival to answer written): a client's adds its own exchange"
 	if busyTime {
 		note += "; no energy meter: energy taken proportional to GPU busy time"
 	}
@@ -268,37 +325,50 @@ func (p *Budget) setTail(o BudgetOptions) error {
 // The tail's live trim: the p99 the calls lived, against its bound.
 //
 // The tail model prices what the plan's model holds (the fit, the
-// overheads around a batch, the spread of the batch times), not what it
-// leaves out (the client's own exchange, the host's scheduling), and those
-// fall on the tail more than on the mean. So, as the mean's trim does for
-// the mean (budgettrim.go), the tail's follows the calls: over at least
-// tailTrimSlices slices and tailTrimCalls calls of the budget's own rule
-// (the first slice after another rule not counted), the lived p99 (the
-// monitor's histogram of the calls, Live.Hist) is held against the live
-// bound: the SLO, or the tail budget times the p99 ad-hoc's slices lived
-// (the mean's trim runs them; without them the relative bound is not
-// checked). The trim aims under the bound (tailTrimAim of it), so that
-// the p99 a client measures over a run, a few per cent off the one the
-// trim measured, stays within the bound. When more calls than 1% lived
-// over the aim, by two binomial standard errors, the bound the plans hold
-// moves down by the ratio of the lived p99 to the aim (at most halved
-// per step); when fewer than 1% lived over 90% of the aim, back up by a
-// damped square root, never past the user's; otherwise the measurement
-// goes on (up to a minute). A p99
+// overheads around a batch, the spread of the batch times, the timers'
+// lateness), not what it leaves out (the client's own exchange, the
+// host's scheduling), and those fall on the tail more than on the mean.
+// So, as the mean's trim does for the mean (budgettrim.go), the tail's
+// follows the calls: over at least tailTrimSlices slices and
+// tailTrimCalls calls of the budget's own rule (the first slice after
+// another rule not counted), the lived p99 (the monitor's histogram of
+// the calls, Live.Hist) is held against the live bound: the SLO, or the
+// tail budget times the p99 ad-hoc lives at the slice's rate (the model's
+// ad-hoc p99 there times the calibration ad-hoc's slices measured: the
+// mean's trim and the learning phase run them; without them the
+// relative bound is not checked). Each slice's calls are counted in units
+// of that slice's bound (and ad-hoc's in units of the model's ad-hoc p99
+// at its rate), so that slices of different rates add up. The trim aims
+// under the bound (tailTrimAim of it), so that the p99 a client measures
+// over a run, a few per cent off the one the trim measured, stays within
+// the bound. When more calls than 1% lived over the aim, by two binomial
+// standard errors, the bound the plans hold moves down by the ratio of
+// the lived p99 to the aim (at most halved per step); when fewer than 1%
+// lived over 90% of the aim, back up by a damped square root, never past
+// the user's; otherwise the measurement goes on (up to a minute). A p99
 // over a few thousand calls is a few per cent off either way, and steps
 // on that noise, down at once and up damped, would walk the bound to the
-// floor. The scale is rounded to
-// tailTrimStep and each scale has its own plan cache, so a scale visited
-// again is not solved again.
+// floor. The scale is rounded to tailTrimStep and each scale has its own
+// plan cache, so a scale visited again is not solved again.
 type tailTrim struct {
-	scale       float64 // of the bound the plans hold: 1 at the user's
-	budget      Hist    // the budget slices' calls since the last step
-	slices      int
-	adhoc       Hist // the ad-hoc slices' calls, decayed
+	scale float64 // of the bound the plans hold: 1 at the user's
+	// budget counts the budget slices' calls since the last step, in
+	// units of each slice's live bound.
+	budget Hist
+	slices int
+	// adhoc counts the ad-hoc slices' calls, decayed, in units of the
+	// model's ad-hoc p99 at each slice's rate: its p99 is the
+	// calibration of the model's ad-hoc p99 (tailCalib).
+	adhoc       Hist
 	last, prior slice
-	lived       float64 // the last measured p99 and its live bound, ms
-	liveBound   float64
-	steps       int
+	// ref is the model's ad-hoc p99 (ms) at the rate the rule in force
+	// was planned for: the unit of that slice's calls (0: none, the
+	// slice is not counted).
+	ref float64
+	// lived is the last measured p99, in units of the bound, and
+	// liveBound that bound (ms) when it was measured.
+	lived, liveBound float64
+	steps            int
 }
 
 const (
@@ -320,7 +390,7 @@ const (
 	tailAdhocCalls = 500
 )
 
-// tailScale is the trim's scale of the bound (1 before it measured).
+// tailScaleNow is the trim's scale of the bound (1 before it measured).
 func (p *Budget) tailScaleNow() float64 {
 	if p.tt.scale == 0 {
 		return 1
@@ -328,42 +398,67 @@ func (p *Budget) tailScaleNow() float64 {
 	return p.tt.scale
 }
 
+// setTailScale moves the scale to s on the trim's grid, within its
+// range, and points the plan cache at its plans.
+func (p *Budget) setTailScale(s float64) {
+	p.tt.scale = min(max(math.Round(s/tailTrimStep)*tailTrimStep, tailTrimMin), 1)
+	p.useTailKey()
+}
+
+// tailCalib is live ad-hoc's p99 over the model's ad-hoc p99 at the same
+// rates, as the ad-hoc slices measured it; 0 before tailAdhocCalls of
+// their calls are in.
+func (p *Budget) tailCalib() float64 {
+	if p.tt.adhoc.Count() < tailAdhocCalls {
+		return 0
+	}
+	return p.tt.adhoc.QuantileMs(0.99)
+}
+
+// liveBound is the p99 (ms) the calls of a slice whose model's ad-hoc p99
+// is refMs are held to: the SLO, or the tail budget times live ad-hoc's
+// p99 at that rate (the calibration times refMs), the tighter; 0 while
+// neither is known.
+func (p *Budget) liveBound(refMs float64) float64 {
+	bound := 0.0
+	if p.SLOP99 > 0 {
+		bound = float64(p.SLOP99) / float64(time.Millisecond)
+	}
+	if c := p.tailCalib(); p.Tail > 0 && c > 0 && refMs > 0 {
+		if b := p.Tail * c * refMs; bound == 0 || b < bound {
+			bound = b
+		}
+	}
+	return bound
+}
+
 // observeTail counts the calls of the slice that just ended, run under
 // the rule the last Plan returned, and steps the scale when a measurement
 // is complete. It reports whether the scale moved.
 func (p *Budget) observeTail(live Live) bool {
 	t := &p.tt
-	if live.Hist == nil || (p.Tail <= 0 && p.SLOP99 <= 0) {
+	if live.Hist == nil || (p.Tail <= 0 && p.SLOP99 <= 0) || !(t.ref > 0) {
 		return false
 	}
 	switch {
 	case t.last == sliceBudget && t.prior == sliceBudget:
-		t.budget.Merge(live.Hist, 1)
+		bound := p.liveBound(t.ref)
+		if bound <= 0 {
+			return false
+		}
+		t.budget.MergeScaled(live.Hist, bound)
 		t.slices++
 	case t.last == sliceAdhoc && t.prior == sliceAdhoc:
 		t.adhoc.Scale(tailAdhocDecay)
-		t.adhoc.Merge(live.Hist, 1)
+		t.adhoc.MergeScaled(live.Hist, t.ref)
 	}
 	if t.slices < tailTrimSlices || t.budget.Count() < tailTrimCalls {
-		return false
-	}
-	bound := 0.0
-	if p.SLOP99 > 0 {
-		bound = float64(p.SLOP99) / float64(time.Millisecond)
-	}
-	if p.Tail > 0 && t.adhoc.Count() >= tailAdhocCalls {
-		if b := p.Tail * t.adhoc.QuantileMs(0.99); bound == 0 || b < bound {
-			bound = b
-		}
-	}
-	if bound <= 0 {
-		t.budget, t.slices = Hist{}, 0
 		return false
 	}
 	// A step only when the calls over the aim (or under nine tenths of
 	// it) are more (fewer) than 1% of them by two binomial standard
 	// errors; otherwise the measurement goes on, up to tailTrimMaxSlices.
-	n, aim := t.budget.Count(), tailTrimAim*bound
+	n, aim := t.budget.Count(), tailTrimAim
 	sd := math.Sqrt(n * 0.01 * 0.99)
 	over, under := t.budget.CountAbove(aim) > 0.01*n+2*sd, t.budget.CountAbove(0.9*aim) < 0.01*n-2*sd
 	if !over && !under && t.slices < tailTrimMaxSlices {
@@ -371,7 +466,10 @@ func (p *Budget) observeTail(live Live) bool {
 	}
 	lived := t.budget.QuantileMs(0.99)
 	t.budget, t.slices = Hist{}, 0
-	t.lived, t.liveBound = lived, bound
+	t.lived, t.liveBound = lived, p.liveBound(t.ref)
+	if !over {
+		p.keptBounds()
+	}
 	s := p.tailScaleNow()
 	r := lived / aim
 	switch {
@@ -382,26 +480,34 @@ func (p *Budget) observeTail(live Live) bool {
 	default:
 		return false
 	}
-	s = min(max(math.Round(s/tailTrimStep)*tailTrimStep, tailTrimMin), 1)
-	if s == p.tailScaleNow() {
+	before := p.tailScaleNow()
+	p.setTailScale(s)
+	if p.tailScaleNow() == before {
 		return false
 	}
-	t.scale = s
 	t.steps++
-	p.useTailScale()
 	return true
 }
 
-// useTailScale points the plan cache at the current scale's.
-func (p *Budget) useTailScale() {
-	s := p.tailScaleNow()
-	if p.byScale == nil {
-		p.byScale = make(map[float64]map[smdp.Budget]*planCache)
+// tailKey keys the plan caches by what the tail search's plans depend on
+// beside the model: the trim's scale of the bound, the shortfall of the
+// model's tail a SLO plan makes room for (tailGapSteps), and the timers'
+// lateness (lateSteps).
+type tailKey struct {
+	scale     float64
+	gap, late int
+}
+
+// useTailKey points the plan cache at the current key's.
+func (p *Budget) useTailKey() {
+	k := tailKey{scale: p.tailScaleNow(), gap: p.gapSteps, late: p.lateSteps}
+	if p.byTail == nil {
+		p.byTail = make(map[tailKey]map[smdp.Budget]*planCache)
 	}
-	if p.byScale[s] == nil {
-		p.byScale[s] = make(map[smdp.Budget]*planCache)
+	if p.byTail[k] == nil {
+		p.byTail[k] = make(map[smdp.Budget]*planCache)
 	}
-	p.caches = p.byScale[s]
+	p.caches = p.byTail[k]
 }
 
 // ranTail records what kind of rule the slice starting now runs.
@@ -432,7 +538,7 @@ func (p *Budget) tailTrimNote() string {
 	if t.liveBound == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; tail trim: bound x%.2f (calls lived p99 %.4g ms against %.4g live, %d steps)", p.tailScaleNow(), t.lived, t.liveBound, t.steps)
+	return fmt.Sprintf("; tail trim: bound x%.2f (calls lived p99 %.3g of their bound, %.4g ms live, %d steps)", p.tailScaleNow(), t.lived, t.liveBound, t.steps)
 }
 
 // promise names the bounds the plans keep, for notes.

@@ -30,7 +30,7 @@ import (
 // saturation its ad-hoc prediction moves by a fifth with it. A tenth of
 // the time the policy runs ad-hoc (work-conserving, as the adhoc policy):
 // trimAdhoc of every trimPeriod plans (the monitor plans every slice of its
-// window, 100 ms by default). The calls they serve give the model's ad-hoc
+// window, 250 ms by default). The calls they serve give the model's ad-hoc
 // prediction a live calibration, live over predicted at the rate of the
 // slice, averaged over those slices by their calls. A budget slice's
 // reference is its plan's ad-hoc prediction times that calibration: the
@@ -85,7 +85,7 @@ const (
 	// slack.
 	trimAim    = 0.8
 	trimAimAbs = 0.98
-	// trimPeriod plans (slices of the monitor's window, 100 ms by default)
+	// trimPeriod plans (slices of the monitor's window, 250 ms by default)
 	// end with trimAdhoc of ad-hoc (relative budgets):
 	// the first of them and the first budget plan after them settle the
 	// queue from the other rule and are not counted.
@@ -297,7 +297,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 			g = clamp(want/lived, 0.25, 1)
 		case lived > 0:
 			// Under it: grow by the square root, damped, so that a mean
-			// read low by chance does not overspend the next 3 s.
+			// read low by chance does not overspend the next measurement.
 			g = math.Sqrt(min(want/lived, 1.5))
 		}
 		eff := t.eff * g
@@ -336,6 +336,36 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	}
 	t.eff = quantize(clamp(t.eff*g, trimFloor, 1))
 	return t.eff != before
+}
+
+// cut steps the effective budget down when the holds stop on the calls'
+// evidence (budgetphase.go), as a measurement over the aim would step:
+// by the ratio of the aimed slack to the one lived (at most to a
+// quarter), or for an absolute budget by the damped square root; never
+// below the grid's last step, and the measurement starts afresh.
+func (t *trim) cut(user smdp.Budget) {
+	ratio := t.liveMs / t.refMs
+	t.restart()
+	if !(ratio > 0) {
+		return
+	}
+	if user.Relative() {
+		if want, lived := trimAim*(user.Factor-1), ratio-1; lived > want && t.eff > 0 {
+			t.eff = max(quantize(t.eff*clamp(want/lived, 0.25, 1)), trimStep)
+		}
+		return
+	}
+	if ratio > trimAimAbs {
+		t.eff = quantize(clamp(t.eff*math.Sqrt(clamp(trimAimAbs/ratio, 0.25, 1)), trimFloor, 1))
+	}
+}
+
+// restart drops the measurement under way: the holds' calls are measured
+// from the next slice on (the budget's phases run ad-hoc meanwhile, and a
+// measurement of ad-hoc's calls alone would step the budget up).
+func (t *trim) restart() {
+	t.liveMs, t.refMs, t.calls, t.wins = 0, 0, 0, 0
+	t.liveSq, t.refSq, t.crossSq = 0, 0, 0
 }
 
 // ratioSE is the standard error of the lived ratio (the slices' sums of

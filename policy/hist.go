@@ -87,3 +87,26 @@ func (h *Hist) CountAbove(ms float64) float64 {
 	f := math.Log2(float64(d)/lo) * histPerOctave // share of bucket i below ms
 	return n + h[i]*(1-min(max(f, 0), 1))
 }
+
+// MergeScaled adds o's counts with every latency divided by f > 0: a
+// histogram in units of f (the budget's tail trim keeps the calls in units
+// of each slice's own bound, so that slices of different rates add up). A
+// bucket's count moves by log2(1/f) doublings, split between the two
+// buckets its range then straddles in proportion to the overlap.
+func (h *Hist) MergeScaled(o *Hist, f float64) {
+	if !(f > 0) || math.IsInf(f, 0) {
+		return
+	}
+	shift := -math.Log2(f) * histPerOctave
+	whole := math.Floor(shift)
+	frac := shift - whole
+	at := func(i int) int { return min(max(i, 0), HistBuckets-1) }
+	for i, c := range o {
+		if c == 0 {
+			continue
+		}
+		j := i + int(whole)
+		h[at(j)] += c * (1 - frac)
+		h[at(j+1)] += c * frac
+	}
+}

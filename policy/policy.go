@@ -85,6 +85,13 @@ type Estimate struct {
 	// against what happened (the budget policy's live trim).
 	Live Live
 
+	// TimerLate is how late the proxy's timed waits ended past the
+	// whole milliseconds Go's poller waits (the monitor measures it at
+	// each wait a rule asked for); the budget's tail model counts it in
+	// the holds it plans (livedHold). Zero Waits: not measured, as in a
+	// simulation.
+	TimerLate TimerLate
+
 	// Decisions counts the rule's decisions since the last plan where the
 	// live proxy counts them (zero: not counted, as in a simulation), and
 	// OpenDecisions those at which a partner could have come. With none
@@ -128,6 +135,14 @@ type Live struct {
 	Calls  int
 	MeanMs float64
 	Hist   *Hist
+}
+
+// TimerLate is how late timed waits ended: Ms, a high quantile of the
+// lateness past the whole milliseconds the wait was set for (negative
+// when a busy process checked its timers early), over Waits waits.
+type TimerLate struct {
+	Waits int
+	Ms    float64
 }
 
 // Observed reports whether the estimate carries a measured window.

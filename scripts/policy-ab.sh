@@ -18,9 +18,14 @@
 # MODEL, default simple; TAU_SCALE, default 1, times the preset's batch
 # time) counts the energy. Per round and variant it prints
 # the client's mean and p99 latency and requests per joule, with the steal
-# time the host took meanwhile (a disturbed round shows it); last, per
-# variant, the ratio of its summed means to the first variant's and its
-# requests per joule against the first's.
+# time the host took meanwhile and its load average at the end (a
+# disturbed round shows them), and what the proxy's /status says of the
+# model then: the p99 its plan predicts and the p99 its calls lived inside
+# it (decayed over the last seconds), and its phase (learning, holding,
+# adhoc; policies that earn their holds); last, per variant, the ratio of
+# its summed means to the first variant's and its requests per joule
+# against the first's. With ROUNDS 1 every proxy is fresh: run it twice
+# for two alternating repeats of a fresh proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
@@ -72,14 +77,17 @@ for r in $(seq "$rounds"); do
 		"$RB" load --target "http://127.0.0.1:$((PORT + 10 + 10 * i))" --model "$MODEL" --binary \
 			--rate "$rate" --duration "$dur" --seed "$r" --json >"$work/$name-$r.json"
 		e1=$(energy) s1=$(steal)
-		python3 - "$work/$name-$r.json" "$r" "$name" "$e0" "$e1" "$s0" "$s1" "$(getconf CLK_TCK)" "$dur" <<'EOF' | tee -a "$work/rows"
+		curl -fsS "127.0.0.1:$((PORT + 12 + 10 * i))/status" >"$work/$name-$r.status" 2>/dev/null || echo '{}' >"$work/$name-$r.status"
+		python3 - "$work/$name-$r.json" "$r" "$name" "$e0" "$e1" "$s0" "$s1" "$(getconf CLK_TCK)" "$dur" "$work/$name-$r.status" "$MODEL" <<'EOF' | tee -a "$work/rows"
 import json, sys
-f, r, name, e0, e1, s0, s1, hz, dur = sys.argv[1:]
+f, r, name, e0, e1, s0, s1, hz, dur, status, model = sys.argv[1:]
 d = json.load(open(f))
 secs = float(dur.rstrip('s'))
-print('%s %s mean %.3f p99 %.2f ok %d req/J %.3f steal %.0f%%' % (
+rule = ([m['rule'] for m in json.load(open(status)).get('models', []) if m.get('model') == model] or [{}])[0]
+print('%s %s mean %.3f p99 %.2f ok %d req/J %.3f steal %.0f%% load %s | p99 planned %.2f lived %.2f ms, phase %s' % (
     r, name, d['mean_latency_ms'], d['p99_latency_ms'], d['ok'], d['ok'] / (float(e1) - float(e0)),
-    100 * (int(s1) - int(s0)) / int(hz) / secs / 2))
+    100 * (int(s1) - int(s0)) / int(hz) / secs / 2, open('/proc/loadavg').read().split()[0],
+    rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0, rule.get('phase') or '-'))
 EOF
 	done
 done

@@ -11,7 +11,8 @@
 # plan, its load and rho, the live trim), the callers as the dispatcher
 # has learnt them (population by kind, think time, feedback score), the
 # fitted line tau(b) = alpha b + tau0, and the round trip beyond compute and the round trips' spread (rule.outside:
-# overhead line, service_scv), the planned and the lived p99 inside the proxy (decayed over about 70 plans);
+# overhead line, service_scv, the timers' lateness), the planned and the lived p99 inside the proxy (decayed over about 70 plans),
+# the phase and why (policies that earn their holds);
 # the note cut at NOTE_CHARS, default 240. The
 # arrivals come from `ratebatch load` (CLIENT=load) or from perf_analyzer
 # replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
@@ -88,11 +89,12 @@ s = (q[0] if q else {}).get('sources', {})
 fb = s.get('feedback')
 think = s.get('think_ms')
 o = rule.get('outside') or {}
-print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f | p99 planned %.2f, lived %.2f ms | %s' % (
+print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f, timers late %.2f ms | p99 planned %.2f, lived %.2f ms | %s: %s | %s' % (
     $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
     '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb,
     rule.get('alpha_ms', 0), rule.get('tau0_ms', 0), o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0),
-    rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0, rule.get('note', '')[:${NOTE_CHARS:-240}]))"
+    o.get('timer_late_ms', 0), rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0,
+    rule.get('phase') or '-', (rule.get('phase_reason') or '')[:${NOTE_CHARS:-240}], rule.get('note', '')[:${NOTE_CHARS:-240}]))"
 	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
 		# A CPU profile of the proxy over the next PROFILE seconds.
 		curl -sf -H "Authorization: Bearer $token" -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &

@@ -46,7 +46,8 @@ func StatesOf(models Monitors, queues Queues, meter Meter) func() []State {
 			s := State{Model: snap.Model, Policy: snap.Policy, RateRPS: snap.RatePerSec, BatchSize: snap.BatchSize,
 				MaxBatch: snap.MaxBatch, Instances: snap.Instances, AlphaMs: snap.AlphaMs, Tau0Ms: snap.Tau0Ms, R2: snap.R2,
 				FitSource: snap.FitSource, OverheadMs: snap.OverheadMs, Energy: m.Energy(), Batches: m.Samples(),
-				PlannedP99Ms: snap.PlannedP99Ms, Objective: snap.Objective, EnergyUnavailable: energy.Unavailable}
+				PlannedP99Ms: snap.PlannedP99Ms, Objective: snap.Objective, EnergyUnavailable: energy.Unavailable,
+				Phase: snap.Phase, PhaseReason: snap.PhaseReason}
 			if q, ok := byModel[snap.Model]; ok {
 				s.BatchesSent, s.RowsSent, s.Sources = q.BatchesSent, q.RowsSent, q.Sources
 				s.Health = Health{Failing: q.Failing, Reason: q.FailingReason, LastProbe: q.LastProbe}

@@ -61,6 +61,9 @@ type State struct {
 	// PlannedP99Ms is the p99 the rule's plan predicts (the budget
 	// policy's tail model); 0 when it predicts none.
 	PlannedP99Ms float64
+	// Phase and PhaseReason are where a policy that earns its holds
+	// stands (monitor.Snapshot's: learning, holding, adhoc) and why.
+	Phase, PhaseReason string
 	// Energy is the batch energy line zeta(b) in mJ; nil when unknown.
 	Energy *batchcost.Energy
 	// EnergyUnavailable is why the meter measures nothing ("" when it
@@ -164,6 +167,9 @@ type ModelHistory struct {
 	Headline          Headline     `json:"headline"`
 	Points            []Point      `json:"points"`
 	Batches           []BatchPoint `json:"batches"`
+	// Phase and PhaseReason: State's.
+	Phase       string `json:"phase,omitempty"`
+	PhaseReason string `json:"phase_reason,omitempty"`
 
 	// Sources are the callers now (dispatcher.SourceStats).
 	Sources dispatcher.SourceStats `json:"sources"`
@@ -364,7 +370,8 @@ func current(s State, tr *track) ModelHistory {
 	}
 	m := ModelHistory{Model: s.Model, Policy: s.Policy, MaxBatch: s.MaxBatch, Instances: max(s.Instances, 1),
 		AlphaMs: s.AlphaMs, Tau0Ms: s.Tau0Ms, R2: s.R2, FitSource: s.FitSource, OverheadMs: s.OverheadMs, Batches: batches,
-		Sources: s.Sources, Health: s.Health, EnergyUnavailable: s.EnergyUnavailable, Objective: s.Objective}
+		Sources: s.Sources, Health: s.Health, EnergyUnavailable: s.EnergyUnavailable, Objective: s.Objective,
+		Phase: s.Phase, PhaseReason: s.PhaseReason}
 	if s.PlannedP99Ms > 0 {
 		p99 := s.PlannedP99Ms
 		m.PlannedP99Ms = &p99

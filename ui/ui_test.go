@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -60,6 +61,7 @@ func (f *fakeProxy) advance() {
 	}
 	think, feedback := 2.5, 0.9
 	closed := 1 + f.step%3
+	f.state.Phase, f.state.PhaseReason = "learning", fmt.Sprintf("%d of 1,000 round trips", 100*f.step)
 	f.state.Sources = dispatcher.SourceStats{Known: true, Population: closed + 1, ClosedLoop: closed, OpenLoop: 1,
 		Busy: 1, Idle: closed, Partners: closed + 1, ThinkMs: &think, Feedback: &feedback}
 }
@@ -108,6 +110,9 @@ func TestRecorderHistory(t *testing.T) {
 	}
 	if m.Sources.Population != 3 || m.Sources.ClosedLoop != 2 || !m.Sources.Known {
 		t.Errorf("callers now %+v: want 3, two closed-loop", m.Sources)
+	}
+	if m.Phase != "learning" || m.PhaseReason != "700 of 1,000 round trips" {
+		t.Errorf("phase %q (%q), want the last sample's learning, 700 of 1,000 round trips", m.Phase, m.PhaseReason)
 	}
 }
 

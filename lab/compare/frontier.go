@@ -132,7 +132,7 @@ func (o *Options) frontier(ctx context.Context, p preset.Profile, rho float64) (
 		if err != nil {
 			return f, err
 		}
-		pol.NoTrim = true // the plan against the optimum: the model is exact here
+		pol.NoTrim, pol.NoLearn = true, true // the plan against the optimum: the model is exact here
 		row, err := o.simulate(ctx, pol, base, sla)
 		if err != nil {
 			return f, err
@@ -203,7 +203,7 @@ func (o *Options) traceBudgets(ctx context.Context, p preset.Profile, scale floa
 		if err != nil {
 			return c, err
 		}
-		pol.NoTrim = true
+		pol.NoTrim, pol.NoLearn = true, true
 		row, err := run("budget "+strconv.FormatFloat(f, 'f', 2, 64)+"x", pol)
 		if err != nil {
 			return c, err

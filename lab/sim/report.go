@@ -109,16 +109,37 @@ func WriteTable(w io.Writer, c Config, results []Result) {
 			width, r.Policy, r.Requests, r.MeanLatencyMs, r.P50LatencyMs, r.P99LatencyMs, r.MeanBatchSize, r.ThroughputRPS, rpj)
 	}
 	tw.Flush()
+	for _, r := range results {
+		if r.PhaseS != nil {
+			fmt.Fprintf(w, "%s: %s\n", r.Policy, phasesLine(r))
+		}
+	}
+}
+
+// phasesLine says how long a run spent in each phase of a policy that
+// earns its holds, and when it first held.
+func phasesLine(r Result) string {
+	var parts []string
+	for _, ph := range []string{policy.PhaseLearning, policy.PhaseHolding, policy.PhaseAdhoc} {
+		if s := r.PhaseS[ph]; s > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f s", ph, s))
+		}
+	}
+	held := "never held"
+	if r.HoldFromS >= 0 {
+		held = fmt.Sprintf("first held at %.1f s", r.HoldFromS)
+	}
+	return strings.Join(parts, ", ") + "; " + held
 }
 
 // WriteSeriesCSV writes every result's per-window series (c.Series) as
 // one CSV, a row per policy and window.
 func WriteSeriesCSV(w io.Writer, results []Result) error {
-	fmt.Fprintln(w, "policy,start_s,arrivals,rate_rps,batch_size,batches,mean_batch_size,completed,mean_latency_ms")
+	fmt.Fprintln(w, "policy,start_s,arrivals,rate_rps,batch_size,batches,mean_batch_size,completed,mean_latency_ms,phase")
 	for _, r := range results {
 		for _, win := range r.Windows {
-			if _, err := fmt.Fprintf(w, "%s,%g,%d,%g,%d,%d,%g,%d,%g\n", r.Policy, win.StartS, win.Arrivals, win.RatePerSec,
-				win.BatchSize, win.Batches, win.MeanBatchSize, win.Completed, win.MeanLatencyMs); err != nil {
+			if _, err := fmt.Fprintf(w, "%s,%g,%d,%g,%d,%d,%g,%d,%g,%s\n", r.Policy, win.StartS, win.Arrivals, win.RatePerSec,
+				win.BatchSize, win.Batches, win.MeanBatchSize, win.Completed, win.MeanLatencyMs, win.Phase); err != nil {
 				return err
 			}
 		}

@@ -267,6 +267,12 @@ type Result struct {
 	Utilization float64 `json:"utilization"`
 	// Windows is the per-window time series, when Config.Series is set.
 	Windows []Window `json:"windows,omitempty"`
+	// PhaseS is the seconds the run spent in each phase of a policy that
+	// earns its holds (policy.Phaser: the budget's learning, holding,
+	// adhoc), and HoldFromS when it first held (-1: never); nil and 0
+	// for the other policies.
+	PhaseS    map[string]float64 `json:"phase_s,omitempty"`
+	HoldFromS float64            `json:"hold_from_s,omitempty"`
 }
 
 // Window is one monitor window of a run.
@@ -275,8 +281,9 @@ type Window struct {
 	Arrivals   int     `json:"arrivals"`
 	RatePerSec float64 `json:"rate_rps"`
 	// BatchSize is the batch size of the rule in force during the window
-	// (planned at its start).
+	// (planned at its start), Phase the policy's phase then (Phaser).
 	BatchSize     int     `json:"batch_size"`
+	Phase         string  `json:"phase,omitempty"`
 	Batches       int     `json:"batches"`
 	MeanBatchSize float64 `json:"mean_batch_size"`
 	// Completed and MeanLatencyMs cover the requests whose batch completed
@@ -319,6 +326,12 @@ type run struct {
 	woken  bool // wake is set
 
 	stats map[int]monitor.BatchTotal // the server's per-size statistics; with Overhead or Spread
+
+	// The policy's phase (Phaser): the one in force since phaseAt, the
+	// seconds spent in each before, and when it first held (-1: not yet).
+	inPhase           string
+	phaseAt, holdFrom time.Duration
+	phaseS            map[string]float64
 
 	nextArrival time.Duration
 	haveArrival bool
@@ -563,10 +576,11 @@ func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (st
 		}
 		r.mon.Tick()
 		r.rule = r.mon.Rule()
+		r.phase()
 		if r.now >= r.nextWindow {
 			r.closeWindow()
 			r.winCount = 0
-			r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize}
+			r.win = Window{StartS: r.now.Seconds(), BatchSize: r.rule.Status().BatchSize, Phase: r.inPhase}
 			r.nextWindow += r.c.Window
 		}
 		r.nextTick += r.mon.TickEvery()
@@ -575,6 +589,25 @@ func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (st
 	}
 	r.decide()
 	return false, nil
+}
+
+// phase follows the policy's phase (policy.Phaser), adding up the time
+// spent in each.
+func (r *run) phase() {
+	ph, ok := r.c.Policy.(policy.Phaser)
+	if !ok {
+		return
+	}
+	now, _ := ph.Phase()
+	if r.phaseS == nil {
+		r.phaseS, r.holdFrom = map[string]float64{}, -1
+	} else {
+		r.phaseS[r.inPhase] += (r.now - r.phaseAt).Seconds()
+	}
+	if now == policy.PhaseHolding && r.holdFrom < 0 {
+		r.holdFrom = r.now
+	}
+	r.inPhase, r.phaseAt = now, r.now
 }
 
 // advance moves the clock, integrating requests in system and busy time.
@@ -789,6 +822,13 @@ func (r *run) result() Result {
 		Batches:   r.batches,
 		DurationS: r.lastDone.Seconds(),
 		Windows:   r.windows,
+	}
+	if r.phaseS != nil {
+		r.phaseS[r.inPhase] += max(r.lastDone-r.phaseAt, 0).Seconds()
+		res.PhaseS, res.HoldFromS = r.phaseS, r.holdFrom.Seconds()
+		if r.holdFrom < 0 {
+			res.HoldFromS = -1
+		}
 	}
 	if res.Requests == 0 {
 		return res

@@ -118,6 +118,13 @@ function energyState(m) {
   return `<p class="energy" data-measured="${measured ? 1 : 0}">energy: ${state}${objective}</p>`;
 }
 
+// phase says where a policy that earns its holds stands and why.
+function phase(m) {
+  if (!m.phase) return "";
+  return `<p class="health phase" data-phase="${esc(m.phase)}">phase: <b>${esc(m.phase)}</b>` +
+    (m.phase_reason ? ` (${esc(m.phase_reason)})` : "") + `</p>`;
+}
+
 // headline is a model's row of the figures a person came for.
 function headline(m) {
   const hl = m.headline || {};
@@ -233,7 +240,7 @@ function render(h) {
     const hasEnergy = pts.some(p => p.requests_per_joule !== null);
     const rpj = chart("rpj", [{ name: "requests/J", color: COLORS[3], pts: pts.map(p => [ago(p), p.requests_per_joule]) }], -span, 0, xl);
     out += `<h2 id="m-${esc(m.model)}" data-model="${esc(m.model)}">${esc(m.model)} <small>policy ${esc(m.policy)}</small></h2>` +
-      health(m) + energyState(m) + headline(m) + `<div class="grid">` +
+      health(m) + energyState(m) + phase(m) + headline(m) + `<div class="grid">` +
       card("Arrival rate (requests/s)", `now ${fmt(last.rate_rps)}/s, as the monitor counted its last window`, rate) +
       card("Batch size (rows)", `chosen ${fmt(last.batch_size)}, sent ${fmt(last.sent_batch)} per batch in the last second; max ${m.max_batch_size}`, batch) +
       card("Latency, end to end (ms)", `last second: p50 ${fmt(last.p50_ms)}, p90 ${fmt(last.p90_ms)}, p99 ${fmt(last.p99_ms)} ms`, lat) +

@@ -1,0 +1,382 @@
+package policy
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// callsAt is a slice's n calls: a share over of them at overMs, the rest
+// at restMs.
+func callsAt(n int, restMs, overMs, over float64) Live {
+	h := new(Hist)
+	slow := math.Round(float64(n) * over)
+	h.Add(HistBucket(time.Duration(restMs*float64(time.Millisecond))), float64(n)-slow)
+	h.Add(HistBucket(time.Duration(overMs*float64(time.Millisecond))), slow)
+	return Live{Calls: n, MeanMs: (restMs*(float64(n)-slow) + overMs*slow) / float64(n), Hist: h}
+}
+
+// phaseRun drives a learning budget through Plan as the monitor does, one
+// slice at a time, with n calls a slice. Ad-hoc's slices live the model's
+// ad-hoc (mean, and p99 at the model's); the holds' calls live a share
+// over of them at overX times their live bound, the rest at a third of
+// it, and a mean meanX times ad-hoc's.
+type phaseRun struct {
+	t      *testing.T
+	p      *Budget
+	e      Estimate
+	n      int
+	over   float64
+	overX  float64
+	meanX  float64
+	phases []string // the phase of each slice, as /status showed it
+	rules  []Rule
+}
+
+func newPhaseRun(t *testing.T, o BudgetOptions, rate float64, n int) *phaseRun {
+	return &phaseRun{t: t, p: learningBudget(t, o), e: energyEstimate(rate), n: n, overX: 1.5, meanX: 1}
+}
+
+// slices plans k slices, each on the calls of the rule the one before
+// handed out.
+func (r *phaseRun) slices(k int) Rule {
+	var rule Rule
+	for range k {
+		rule = r.p.Plan(r.e)
+		ph, _ := r.p.Phase()
+		r.phases = append(r.phases, ph)
+		r.rules = append(r.rules, rule)
+		ref := r.p.tt.ref // the model's ad-hoc p99 at this rate
+		adhocMean := 0.0
+		if bp, ok := unwrapped(rule).(budgetPlan); ok {
+			adhocMean = bp.adhocMs()
+		} else if br, ok := r.p.kept.(BudgetRule); ok {
+			adhocMean = br.adhocMs()
+		}
+		switch unwrapped(rule).(type) {
+		case BudgetRule:
+			bound := r.p.liveBound(ref)
+			if bound <= 0 {
+				bound = ref
+			}
+			l := callsAt(r.n, bound/3, r.overX*bound, r.over)
+			l.MeanMs = r.meanX * r.adhocMeanOr(adhocMean)
+			r.e.Live = l
+		default:
+			// Ad-hoc: 1.5% of the calls at the model's ad-hoc p99.
+			l := callsAt(r.n, ref/3, ref, 0.015)
+			l.MeanMs = r.adhocMeanOr(adhocMean)
+			r.e.Live = l
+		}
+	}
+	return rule
+}
+
+func (r *phaseRun) adhocMeanOr(ms float64) float64 {
+	if ms > 0 {
+		return ms
+	}
+	return 3
+}
+
+// unwrapped is the rule inside the guards a plan may wrap it in.
+func unwrapped(r Rule) Rule {
+	for {
+		switch x := r.(type) {
+		case guarded:
+			r = x.Rule
+		case noted:
+			r = x.Rule
+		default:
+			return r
+		}
+	}
+}
+
+// first is the first slice (from 1) shown in the phase, 0 if none.
+func (r *phaseRun) first(phase string) int {
+	for i, p := range r.phases {
+		if p == phase {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// A fresh budget sends as ad-hoc does until it has measured learnCalls
+// of ad-hoc's calls and, for a relative mean budget, the trim's
+// calibration of ad-hoc (calibMinSlices slices, the first not counted);
+// then it holds, first at holdStartShare of the user's slack. The phase
+// and why are on its status all along.
+func TestBudgetLearnsBeforeItHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		o        BudgetOptions
+		rate     float64
+		calls    int // a slice
+		holdFrom int // the first slice that holds
+	}{
+		// The calibration's 30 counted slices come after the 1,000 calls
+		// (25 counted slices of 40): the first slice settles.
+		{"default, 40 calls a slice: the calibration", BudgetOptions{}, 900, 40, calibMinSlices + 2},
+		// 1,000 calls of 10 take 100 counted slices.
+		{"default, 10 calls a slice: the calls", BudgetOptions{}, 900, 10, learnCalls/10 + 2},
+		// An SLO alone has no mean trim to calibrate: the calls.
+		{"slo_p99 alone", BudgetOptions{SLOP99: 10 * time.Millisecond}, 150, 40, learnCalls/40 + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPhaseRun(t, tc.o, tc.rate, tc.calls)
+			r.slices(tc.holdFrom + 5)
+			if got := r.first(PhaseHolding); got != tc.holdFrom {
+				t.Fatalf("first holding slice %d, want %d (phases %v)", got, tc.holdFrom, r.phases)
+			}
+			for i, rule := range r.rules[:tc.holdFrom-1] {
+				if _, ok := unwrapped(rule).(Fill); !ok || r.phases[i] != PhaseLearning {
+					t.Fatalf("slice %d: %T in phase %q, want ad-hoc while learning", i+1, rule, r.phases[i])
+				}
+				if d := rule.Decide(Queue{Now: at(1), Rows: 1, OldestArrival: at(0), Instances: 1, MaxBatch: 32}); d.Rows != 1 {
+					t.Fatalf("slice %d: a lone row %+v, want sent at once", i+1, d)
+				}
+			}
+			if _, ok := unwrapped(r.rules[tc.holdFrom-1]).(BudgetRule); !ok {
+				t.Fatalf("first holding slice runs %T, want the plan", r.rules[tc.holdFrom-1])
+			}
+			if tc.o.SLOP99 == 0 {
+				if s := r.p.tailScaleNow(); s != holdStartShare {
+					t.Errorf("tail scale %v after learning, want %v", s, holdStartShare)
+				}
+				if eff := r.p.trim.eff; math.Abs(eff-holdStartShare*0.10) > 1e-9 {
+					t.Errorf("mean slack %v after learning, want %v", eff, holdStartShare*0.10)
+				}
+			}
+		})
+	}
+	// The status says how far the learning is.
+	r := newPhaseRun(t, BudgetOptions{}, 900, 40)
+	r.slices(7)
+	if ph, why := r.p.Phase(); ph != PhaseLearning || !strings.Contains(why, "200 of 1,000 round trips") || !strings.Contains(why, "5 of 30 slices") {
+		t.Errorf("after 7 slices of 40 calls: %s: %q, want learning with 200 of 1,000 round trips and 5 of 30 slices", ph, why)
+	}
+	if note := r.rules[6].Status().Note; !strings.Contains(note, "learning: 200 of 1,000") {
+		t.Errorf("the rule's note %q does not say it is learning", note)
+	}
+	// Once ad-hoc's p99 is measured, with its interval.
+	r.slices(13)
+	if _, why := r.p.Phase(); !strings.Contains(why, "live ad-hoc p99") || !strings.Contains(why, "95%: ") {
+		t.Errorf("after 20 slices: %q, want ad-hoc's p99 against the model's with its interval", why)
+	}
+}
+
+// Holding, the calls are tested each slice against the live bound: a
+// p99 that lives over it (3% of the calls at 1.5 times the bound) stops
+// the holds within a few hundred calls, the bound the plans hold is cut, ad-hoc
+// runs stopWaitSlices slices, and then the plan is tried again. A p99
+// within the bound (0.5% over it) never stops them, and the status says
+// it lived within the bound with confidence.
+func TestBudgetStopsOnTheEvidence(t *testing.T) {
+	learn := calibMinSlices + 2
+	for _, tc := range []struct {
+		name   string
+		over   float64
+		meanX  float64
+		stopBy int // slices of holding; 0: never
+		why    string
+	}{
+		// 3% over: about 600 calls of the holds tell it at 0.001 (and
+		// the first slice of holds, and the trim's ad-hoc slices, are
+		// not counted).
+		{"p99 over its bound", 0.03, 1, 20, "p99 lived over its bound"},
+		// 20% over: the first test, at phaseStopMinCalls (the first slice of
+		// holds settles, and the test is made at the plan after a slice).
+		{"p99 well over", 0.2, 1, 2 + (phaseStopMinCalls+39)/40, "p99 lived over its bound"},
+		{"mean over the budget", 0.005, 1.3, 12, "mean lived"},
+		{"within both", 0.005, 1.04, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPhaseRun(t, BudgetOptions{}, 900, 40)
+			r.over, r.meanX = tc.over, tc.meanX
+			r.slices(learn - 1)
+			scale := 0.0
+			stoppedAt := 0
+			for i := range 200 {
+				r.slices(1)
+				if i == 0 {
+					scale = r.p.tailScaleNow()
+				}
+				if ph, _ := r.p.Phase(); ph == PhaseAdhoc {
+					stoppedAt = i + 1
+					break
+				}
+			}
+			ph, why := r.p.Phase()
+			if tc.stopBy == 0 {
+				if stoppedAt != 0 {
+					t.Fatalf("stopped after %d slices of holds within their bounds: %q", stoppedAt, why)
+				}
+				if !strings.Contains(why, "under 1% at 95% confidence") {
+					t.Errorf("status %q: want the p99 confirmed within the bound", why)
+				}
+				return
+			}
+			if stoppedAt == 0 || stoppedAt > tc.stopBy {
+				t.Fatalf("stopped after %d slices (0: never), want within %d; %s: %q", stoppedAt, tc.stopBy, ph, why)
+			}
+			if !strings.HasPrefix(why, "stopped: ") || !strings.Contains(why, tc.why) {
+				t.Errorf("status %q, want it to say %q", why, tc.why)
+			}
+			if tc.meanX == 1 && !(r.p.tailScaleNow() < scale) {
+				t.Errorf("tail scale %v after the stop, %v before: want it cut", r.p.tailScaleNow(), scale)
+			}
+			// Ad-hoc for stopWaitSlices slices, then the plan again; the
+			// ad-hoc slices do not grow the mean's slack back meanwhile.
+			eff := r.p.trim.eff
+			r.over, r.meanX = 0, 1
+			r.slices(stopWaitSlices)
+			if r.p.trim.eff > eff {
+				t.Errorf("the mean's slack grew from %v to %v while stopped", eff, r.p.trim.eff)
+			}
+			for _, p := range r.phases[len(r.phases)-stopWaitSlices:] {
+				if p != PhaseAdhoc {
+					t.Fatalf("phases after the stop %v, want adhoc for %d slices", r.phases[len(r.phases)-stopWaitSlices:], stopWaitSlices)
+				}
+			}
+			r.slices(1)
+			if ph, why := r.p.Phase(); ph != PhaseHolding {
+				t.Errorf("after the wait: %s (%q), want holding again", ph, why)
+			}
+		})
+	}
+}
+
+// Each stop since the holds last kept their bound doubles the wait at
+// ad-hoc.
+func TestBudgetStopsBackOff(t *testing.T) {
+	r := newPhaseRun(t, BudgetOptions{}, 900, 40)
+	r.over = 0.2
+	r.slices(calibMinSlices + 1)
+	var waits []int
+	for range 400 {
+		r.slices(1)
+		if r.p.ph.state == stateStopped && (len(waits) == 0 || r.p.ph.wait > waits[len(waits)-1]) {
+			waits = append(waits, r.p.ph.wait)
+		}
+		if len(waits) == 3 {
+			break
+		}
+	}
+	want := []int{stopWaitSlices, 2 * stopWaitSlices, 4 * stopWaitSlices}
+	if len(waits) != 3 || waits[0] != want[0] || waits[1] != want[1] || waits[2] != want[2] {
+		t.Errorf("waits after successive stops %v, want %v", waits, want)
+	}
+}
+
+// An SLO that ad-hoc itself does not keep with room leaves no hold: the
+// budget is work-conserving and says why.
+func TestBudgetSLOWithoutRoom(t *testing.T) {
+	r := newPhaseRun(t, BudgetOptions{SLOP99: 10 * time.Millisecond}, 150, 40)
+	r.slices(learnCalls/40 + 3)
+	if ph, _ := r.p.Phase(); ph != PhaseHolding {
+		t.Fatalf("phase %s with an SLO far over ad-hoc's p99, want holding", ph)
+	}
+	tight := newPhaseRun(t, BudgetOptions{SLOP99: time.Duration(0.9 * r.p.tt.ref * float64(time.Millisecond))}, 150, 40)
+	tight.slices(learnCalls/40 + 3)
+	ph, why := tight.p.Phase()
+	if ph != PhaseAdhoc || !strings.Contains(why, "no room to hold") {
+		t.Errorf("an SLO under ad-hoc's p99: %s (%q), want adhoc, no room", ph, why)
+	}
+}
+
+// Resumed by a budget policy with the same promise (a PUT /policy A/B),
+// the phase and its evidence carry over; with another promise, what was
+// learnt of ad-hoc does.
+func TestBudgetResumesThePhase(t *testing.T) {
+	r := newPhaseRun(t, BudgetOptions{}, 900, 40)
+	r.slices(calibMinSlices + 3)
+	same, other := learningBudget(t, BudgetOptions{}), learningBudget(t, BudgetOptions{LatencyBudget: "1.2x"})
+	same.Resume(r.p)
+	other.Resume(r.p)
+	if same.ph.state != stateHolding || same.Plan(r.e).Status().Note == "" {
+		t.Errorf("same promise resumed in state %v, want holding", same.ph.state)
+	}
+	if _, ok := unwrapped(same.Plan(r.e)).(BudgetRule); !ok {
+		t.Errorf("same promise resumed: %T, want the plan", same.Plan(r.e))
+	}
+	if other.ph.learnt != r.p.ph.learnt || other.ph.state != stateLearning {
+		t.Errorf("another promise resumed %d calls learnt in state %v, want %d and learning", other.ph.learnt, other.ph.state, r.p.ph.learnt)
+	}
+}
+
+func TestBinomial(t *testing.T) {
+	for _, tc := range []struct {
+		n, k int
+		p    float64
+		want float64 // P(X >= k)
+	}{
+		{100, 0, 0.01, 1},
+		{100, 1, 0.01, 1 - math.Pow(0.99, 100)},
+		{1000, 10, 0.01, 0.5427},   // about a half at the mean
+		{1000, 20, 0.01, 0.003288}, // the sum of the terms, exactly
+		{100000, 1100, 0.01, 0.0009118},
+		{10, 11, 0.5, 0},
+	} {
+		if got := binomAtLeast(tc.n, tc.k, tc.p); math.Abs(got-tc.want) > 0.02*tc.want+1e-9 {
+			t.Errorf("P(Bin(%d, %v) >= %d) = %.5g, want %.5g", tc.n, tc.p, tc.k, got, tc.want)
+		}
+	}
+	// Clopper-Pearson: no success in n, the upper limit is 1 - alpha^(1/n)
+	// (about 3/n at 95%).
+	if got, want := binomUpper(300, 0, 0.05), 1-math.Pow(0.05, 1.0/300); math.Abs(got-want) > 1e-6 {
+		t.Errorf("upper limit of 0 in 300: %.6g, want %.6g", got, want)
+	}
+	// 4 in 1,000: 0.913% (the bisection on the exact sum).
+	if got := binomUpper(1000, 4, 0.05); math.Abs(got-0.00913) > 0.0002 {
+		t.Errorf("upper limit of 4 in 1000: %.5g, want 0.00913", got)
+	}
+}
+
+func TestHistMergeScaled(t *testing.T) {
+	h := uniformHist()
+	for _, f := range []float64{0.5, 2, 3.7} {
+		var s Hist
+		s.MergeScaled(&h, f)
+		if math.Abs(s.Count()-1000) > 1e-9 {
+			t.Errorf("scaled by %v: %v calls, want 1000", f, s.Count())
+		}
+		for _, q := range []float64{0.5, 0.99} {
+			if got, want := s.QuantileMs(q), h.QuantileMs(q)/f; math.Abs(got/want-1) > 0.05 {
+				t.Errorf("scaled by %v: q%.2f %.4g, want %.4g", f, q, got, want)
+			}
+		}
+	}
+}
+
+// Whether to depart from ad-hoc is the plan for the user's bounds to
+// decide (minSaving), not the plan at the tail trim's scale: a scale cut
+// to where the plan saves under 1% still holds, within the cut bound, and
+// does not leave the holds to ad-hoc for good (their calls are what grows
+// the scale back).
+func TestBudgetSavingIsTheUsersPlans(t *testing.T) {
+	// googlenet-p4 with B_max 8 at 450 req/s: the plan saves 1.8% at the
+	// user's bounds, 0.9% at a fifth of the p99's slack.
+	e := energyEstimate(450)
+	e.MaxBatch = 8
+	p := newBudgetWith(t, BudgetOptions{})
+	full, ok := p.Plan(e).(BudgetRule)
+	if !ok || full.saving() < minSaving {
+		t.Fatalf("at the user's bounds: %v, want a plan that saves", p.Plan(e).Status().Note)
+	}
+	p.setTailScale(tailTrimMin)
+	r := p.Plan(e)
+	cut, ok := r.(BudgetRule)
+	if !ok {
+		t.Fatalf("scale %v: %T (%s), want the plan within the cut bound", tailTrimMin, r, r.Status().Note)
+	}
+	t.Logf("saving %.2f%% at the user's bounds, %.2f%% at scale %v", 100*full.saving(), 100*cut.saving(), tailTrimMin)
+	if cut.saving() >= minSaving {
+		t.Fatalf("the cut plan saves %.2f%%: no test of the verdict", 100*cut.saving())
+	}
+	if !(cut.tail.boundMs < full.tail.boundMs) || cut.tail.planned.P99Ms > cut.tail.boundMs {
+		t.Errorf("scale %v: p99 %.3g ms planned against bound %.3g (the user's %.3g)", tailTrimMin, cut.tail.planned.P99Ms, cut.tail.boundMs, full.tail.boundMs)
+	}
+}
