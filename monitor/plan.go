@@ -56,6 +56,8 @@ func (m *Monitor) replanNow() {
 	m.plan(m.now(), prev.Window, prev.Arrivals, decisionCount{}) // a new policy plans
 }
 
+// plan fits tau(b), builds the slice's estimate, runs the policy's Plan
+// and publishes its rule.
 func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decided decisionCount) {
 	fit, err := m.fit()
 	if err != nil {
@@ -68,6 +70,19 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 	planned := m.planned
 	m.planned = nil
 	m.mu.Unlock()
+	e := m.estimate(now, window, arrivals, decided, fit, maxBatch, instances)
+	objective := ""
+	if o, ok := pol.(policy.Objectiver); ok {
+		objective = o.Objective(e.HasEnergy)
+	}
+	rule, ok := safePlan(pol, e)
+	m.publish(rule, ok, e, fit, objective, planned)
+}
+
+// estimate is what the policy plans from at now: the slice's rate and
+// decisions, the fit's line as the proxy lives it (plannedLine), the costs
+// outside it, the calls lived and the callers.
+func (m *Monitor) estimate(now time.Time, window time.Duration, arrivals int, decided decisionCount, fit regression.Fit, maxBatch, instances int) policy.Estimate {
 	e := policy.Estimate{
 		Now:       now,
 		Window:    window,
@@ -95,49 +110,37 @@ func (m *Monitor) plan(now time.Time, window time.Duration, arrivals int, decide
 		e.Stepped = window < m.window-m.TickEvery()/2
 	}
 	if m.serverFed.Load() {
-		// The policy plans with the line as the proxy lives it: the proxy
-		// sends an instance its next batch only once the last one's answer
-		// is back, so the round trip beyond the server's compute holds the
-		// instance like compute does. The fit and the status keep the two
-		// apart; only the plan adds them.
-		if m.overheadN.Load() == 0 {
-			// No round trip measured against the statistics yet: until
-			// one is, the round trips alone are the line as the proxy
-			// lives it, not the compute without what comes around it.
-			if rt, err := m.est.Fit(); err == nil {
-				e.Latency = rt.Line
-			}
-		} else {
-			mean := math.Float64frombits(m.overhead.Load())
-			o0, o1 := m.overheadLine(mean)
-			if e.Latency.AlphaMs+o1 <= 0 {
-				o0, o1 = max(mean, 0), 0
-			}
-			e.Latency.Tau0Ms += o0
-			e.Latency.AlphaMs += o1
-		}
+		e.Latency = m.plannedLine(e.Latency)
 	}
 	if en := m.energy.Load(); en != nil {
 		e.Energy, e.HasEnergy = *en, true
 	}
-	objective := ""
-	if o, ok := pol.(policy.Objectiver); ok {
-		objective = o.Objective(e.HasEnergy)
+	return e
+}
+
+// plannedLine is the server's compute line as the policy plans with it:
+// as the proxy lives it. The proxy sends an instance its next batch only
+// once the last one's answer is back, so the round trip beyond the
+// server's compute holds the instance like compute does. The fit and the
+// status keep the two apart; only the plan adds them.
+func (m *Monitor) plannedLine(l regression.Line) regression.Line {
+	if m.overheadN.Load() == 0 {
+		// No round trip measured against the statistics yet: until
+		// one is, the round trips alone are the line as the proxy
+		// lives it, not the compute without what comes around it.
+		if rt, err := m.est.Fit(); err == nil {
+			return rt.Line
+		}
+		return l
 	}
-	if rule, ok := safePlan(pol, e); ok {
-		m.current.Store(&published{rule: policy.BoundHolds(rule, e), est: e, fit: fit, objective: objective})
-	} else if m.current.Load() == nil {
-		// No rule yet to keep: send what waits at once, as adhoc does,
-		// until a plan succeeds.
-		m.current.Store(&published{rule: policy.Adhoc{}.Plan(e), est: e, fit: fit})
-	} // else the rule of the last plan stays, and the queue decides on
-	if planned != nil {
-		close(planned)
+	mean := math.Float64frombits(m.overhead.Load())
+	o0, o1 := m.overheadLine(mean)
+	if l.AlphaMs+o1 <= 0 {
+		o0, o1 = max(mean, 0), 0
 	}
-	select {
-	case m.changed <- struct{}{}:
-	default: // a wake-up is already pending
-	}
+	l.Tau0Ms += o0
+	l.AlphaMs += o1
+	return l
 }
 
 // safePlan is pol.Plan(e) with a panic of the policy (a solver's bug on

@@ -17,6 +17,26 @@ type published struct {
 	objective string
 }
 
+// publish stores the plan's rule (held to its bounds: policy.BoundHolds)
+// with one atomic pointer store and wakes the queue, which re-decides at
+// once. A plan that failed (ok false) publishes nothing: the last plan's
+// rule stays, or, before any, the rule of adhoc, which sends what waits at
+// once. planned, when not nil, is closed: SetPolicy's caller waits on it.
+func (m *Monitor) publish(rule policy.Rule, ok bool, e policy.Estimate, fit regression.Fit, objective string, planned chan struct{}) {
+	if ok {
+		m.current.Store(&published{rule: policy.BoundHolds(rule, e), est: e, fit: fit, objective: objective})
+	} else if m.current.Load() == nil {
+		m.current.Store(&published{rule: policy.Adhoc{}.Plan(e), est: e, fit: fit})
+	}
+	if planned != nil {
+		close(planned)
+	}
+	select {
+	case m.changed <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
 // Rule returns the rule in force.
 func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
 
