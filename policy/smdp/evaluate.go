@@ -162,22 +162,6 @@ func (k *kernel) stationary(rowOf func(s int, visit func(j int, p float64))) ([]
 	return pi, nil
 }
 
-// closedClass returns, in increasing order, the states of the chain's only
-// closed communicating class, or an error if there is more than one. In a
-// finite chain every state reaches some closed class, so with one closed
-// class the chain is unichain.
-func closedClass(P [][]float64) ([]int, error) {
-	closed := closedClasses(P)
-	switch len(closed) {
-	case 1:
-		return closed[0], nil
-	case 0: // cannot happen in a finite stochastic matrix
-		return nil, fmt.Errorf("the chain has no closed class")
-	}
-	a, b := closed[0], closed[1]
-	return nil, fmt.Errorf("the chain has more than one recurrent class (states %d..%d and %d..%d)", a[0], a[len(a)-1], b[0], b[len(b)-1])
-}
-
 // rows returns the row function of a deterministic policy, for stationary.
 func (k *kernel) rows(policy []int) func(s int, visit func(j int, p float64)) {
 	return func(s int, visit func(j int, p float64)) { k.row(s, policy[s], visit) }
