@@ -7,7 +7,8 @@ package smdp
 // generator or a fleet of synchronous clients is different: N clients each
 // send one request, wait for its answer, think, and send the next, so the
 // arrival rate falls as requests queue up and the throughput depends on the
-// policy. This file solves that model exactly.
+// policy. This file and finitechain.go, finitesolve.go and finitebudget.go
+// solve that model exactly.
 //
 // Model. N clients; after its answer each thinks for an exponential time of
 // mean Theta (ms), then sends one request (one row). One server instance

@@ -26,7 +26,7 @@ type FiniteSolution struct {
 
 // SolveFinite finds the deterministic stationary policy minimising mean
 // latency + w2 * energy per request (ms + ms/mJ * mJ) in the closed loop,
-// exactly (policy iteration on the ratio, see the file comment). With
+// exactly (policy iteration on the ratio, see the comment atop finite.go). With
 // w2 > 0 the model needs an energy line.
 func SolveFinite(ctx context.Context, m Model, p Population, w2 float64) (FiniteSolution, error) {
 	if err := validateFinite(m, p); err != nil {
