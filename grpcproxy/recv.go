@@ -7,10 +7,12 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
+	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 )
 
 // grpc-go reads a message whole before the door sees it or its size: it
@@ -185,4 +187,17 @@ func meterOf(ctx context.Context) *recvConn {
 		return nil
 	}
 	return a.c
+}
+
+// recv receives a call's next message, and gives back to the memory
+// budget what its connection's receive meter had charged for it: the
+// call's own hold takes it over.
+func (s *Server) recv(ss grpc.ServerStream, f *grpcwire.Frame) error {
+	err := ss.RecvMsg(f)
+	if err == nil {
+		if m := meterOf(ss.Context()); m != nil {
+			m.took(len(f.B))
+		}
+	}
+	return err
 }
