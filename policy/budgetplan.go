@@ -20,14 +20,13 @@ func (p *Budget) Plan(e Estimate) Rule {
 	return r
 }
 
+// plan is the slice's rule: ad-hoc while the load cannot be planned for
+// (unplannable), while the plan for the user's bounds does not pay
+// (departs) or while the learning phase has not earned the holds (earn),
+// else the plan for the bounds the trims give (hold).
 func (p *Budget) plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
-		r := fallback(NameBudget, e, err)
-		p.mu.Lock()
-		p.show(PhaseAdhoc, r.Status().Note)
-		p.tt.ref = 0
-		p.mu.Unlock()
-		return r
+		return p.invalid(e, err)
 	}
 	busyTime := !e.HasEnergy
 	if busyTime {
@@ -40,38 +39,9 @@ func (p *Budget) plan(e Estimate) Rule {
 	if reason != "" {
 		return p.conserve(reason, e)
 	}
-	if e.Decisions > 0 && e.OpenDecisions == 0 && p.kept != nil {
-		// No caller could have sent a partner at any decision of the
-		// slice (synchronous clients, all waiting): the rule sent at once
-		// whatever its plan, so the plan is kept rather than solved
-		// again for a fit that moved by noise.
-		p.trim.next(p.Budget, false)
-		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}
-	}
 	pop, closed := closedLoop(e, m)
-	if e.Stepped && !closed {
-		// A burst or a step: the queue holds the old rate's transient and
-		// the new rate is one slice's count, so waiting planned for a
-		// steady load does not hold (docs/ALGORITHMS.md, "Bursts"). A
-		// closed loop's rate is not its load but its output: the plan for
-		// it raises the rate it measures, which is no step (its load is
-		// the population).
-		return p.conserve(fmt.Sprintf(
-			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e)
-	}
-	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
-	if !closed && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
-		p.guarded = guardHoldPlans
-		return p.conserve(fmt.Sprintf(
-			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
-			e.Arrivals, e.Window, 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), m.Rho(),
-			congestedRho(m.Rho(), e.ServiceSCV), 1-congestionMargin, overloadSigmas), e)
-	}
-	if !closed && p.guarded > 0 {
-		p.guarded--
-		return p.conserve(fmt.Sprintf(
-			"the load reached the capacity line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
-			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded), e)
+	if r, ok := p.unplannable(e, m, closed); ok {
+		return r
 	}
 	p.setTailKeys(e)
 	pickFor := func(b smdp.Budget) Rule {
@@ -91,21 +61,8 @@ func (p *Budget) plan(e Estimate) Rule {
 		p.show(PhaseAdhoc, userRule.Status().Note)
 		return p.untrimmed(userRule, e)
 	}
-	if !p.NoTrim {
-		// The rule's model is at the rate (or the closed loop) of the
-		// window that just ended, so its ad-hoc latency is the prediction
-		// for that window's calls.
-		p.trim.observe(p.Budget, e.Live, ubp.adhocMs())
-	}
-	why := p.noRoom()
-	if why == "" && ubp.saving() < minSaving {
-		why = fmt.Sprintf("the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
-			p.promise(), 100*ubp.saving(), 100*minSaving, ubp.Status().Note)
-	}
-	if why != "" {
-		// Ad-hoc, on a model whose rate and ad-hoc latency are known: its
-		// calls teach the trims and the learning phase ad-hoc's.
-		return p.conserveLearning(why, e)
+	if r, ok := p.departs(e, ubp); !ok {
+		return r
 	}
 	if !p.NoLearn {
 		if r, ok := p.earn(e); ok {
@@ -126,6 +83,90 @@ func (p *Budget) plan(e Estimate) Rule {
 		p.show(PhaseAdhoc, rule.Status().Note)
 		return p.untrimmed(rule, e)
 	}
+	return p.hold(bp, e)
+}
+
+// invalid is the fallback rule of an estimate that does not validate.
+func (p *Budget) invalid(e Estimate, err error) Rule {
+	r := fallback(NameBudget, e, err)
+	p.mu.Lock()
+	p.show(PhaseAdhoc, r.Status().Note)
+	p.tt.ref = 0
+	p.mu.Unlock()
+	return r
+}
+
+// unplannable is the rule, and true, of a slice whose load cannot be
+// planned for: no decision could wait (the last plan is kept), the rate
+// stepped, or the load cannot be told from overload now or did lately
+// (work-conserving). m is the slice's model, closed whether its callers
+// are a closed loop. Called with p.mu held.
+func (p *Budget) unplannable(e Estimate, m smdp.Model, closed bool) (Rule, bool) {
+	if e.Decisions > 0 && e.OpenDecisions == 0 && p.kept != nil {
+		// No caller could have sent a partner at any decision of the
+		// slice (synchronous clients, all waiting): the rule sent at once
+		// whatever its plan, so the plan is kept rather than solved
+		// again for a fit that moved by noise.
+		p.trim.next(p.Budget, false)
+		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}, true
+	}
+	if e.Stepped && !closed {
+		// A burst or a step: the queue holds the old rate's transient and
+		// the new rate is one slice's count, so waiting planned for a
+		// steady load does not hold (docs/ALGORITHMS.md, "Bursts"). A
+		// closed loop's rate is not its load but its output: the plan for
+		// it raises the rate it measures, which is no step (its load is
+		// the population).
+		return p.conserve(fmt.Sprintf(
+			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e), true
+	}
+	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
+	if !closed && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
+		p.guarded = guardHoldPlans
+		return p.conserve(fmt.Sprintf(
+			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
+			e.Arrivals, e.Window, 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), m.Rho(),
+			congestedRho(m.Rho(), e.ServiceSCV), 1-congestionMargin, overloadSigmas), e), true
+	}
+	if !closed && p.guarded > 0 {
+		p.guarded--
+		return p.conserve(fmt.Sprintf(
+			"the load reached the capacity line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
+			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded), e), true
+	}
+	return nil, false
+}
+
+// departs reports whether the plan for the user's bounds, ubp, departs
+// from ad-hoc: the live trim takes the slice's calls against its ad-hoc
+// prediction, and an SLO that leaves no room for holds or a saving too
+// small to tell from the model's error keep ad-hoc, whose rule departs
+// returns with false. Called with p.mu held.
+func (p *Budget) departs(e Estimate, ubp budgetPlan) (Rule, bool) {
+	if !p.NoTrim {
+		// The rule's model is at the rate (or the closed loop) of the
+		// window that just ended, so its ad-hoc latency is the prediction
+		// for that window's calls.
+		p.trim.observe(p.Budget, e.Live, ubp.adhocMs())
+	}
+	why := p.noRoom()
+	if why == "" && ubp.saving() < minSaving {
+		why = fmt.Sprintf("the plan for %s saves %.2f%% of ad-hoc's energy per request at this load, under the %g%% the model can tell from its own error: work-conserving (%s)",
+			p.promise(), 100*ubp.saving(), 100*minSaving, ubp.Status().Note)
+	}
+	if why != "" {
+		// Ad-hoc, on a model whose rate and ad-hoc latency are known: its
+		// calls teach the trims and the learning phase ad-hoc's.
+		return p.conserveLearning(why, e), false
+	}
+	return nil, true
+}
+
+// hold is the rule of a slice that holds by the plan bp: bp with the
+// trims' and the phase's notes, or one of the live trim's ad-hoc windows,
+// or ad-hoc while the trim found no plan the calls lived within the
+// budget. Called with p.mu held.
+func (p *Budget) hold(bp budgetPlan, e Estimate) Rule {
 	holding := ""
 	if !p.NoLearn {
 		why := p.holdingNote()
