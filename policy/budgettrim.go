@@ -237,15 +237,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	}
 	n := float64(live.Calls)
 	if ran == sliceAdhoc {
-		keep := math.Exp2(-max(n/calibHalfLife, 1.0/calibHalfSlices))
-		l, q := n*live.MeanMs, n*predicted
-		t.calibLive = keep*t.calibLive + l
-		t.calibPred = keep*t.calibPred + q
-		t.calibN = keep*t.calibN + 1
-		t.calibLL, t.calibPP, t.calibLP = keep*t.calibLL+l*l, keep*t.calibPP+q*q, keep*t.calibLP+l*q
-		t.calib = min(t.calibLive/t.calibPred, calibMax)
-		t.calibSlices++
-		t.adhocMs = live.MeanMs
+		t.calibrate(n, live.MeanMs, predicted)
 	}
 	// Every call the policy served counts against the promise, the
 	// ad-hoc and settling slices' too: the callers live them. Near
@@ -284,49 +276,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	t.steps++
 	before := t.eff
 	if user.Relative() {
-		// The slack lived over the slack aimed at.
-		want, lived := aim-1, ratio-1 // the slack aimed at, and lived
-		g := math.Sqrt(1.5)
-		switch {
-		case lived > want:
-			// Over the aim: the whole step at once. The slack the calls
-			// live grows about in proportion to the slack solved for, at
-			// a gain the model gets wrong (live, several times what it
-			// prices), so the proportional step lands near the aim where
-			// the square root takes several steps to get there.
-			g = clamp(want/lived, 0.25, 1)
-		case lived > 0:
-			// Under it: grow by the square root, damped, so that a mean
-			// read low by chance does not overspend the next measurement.
-			g = math.Sqrt(min(want/lived, 1.5))
-		}
-		eff := t.eff * g
-		switch {
-		case g > 1 && eff < trimStep && t.hold > 0:
-			t.hold-- // at ad-hoc a while longer
-			eff = 0
-		case g > 1 && eff < trimStep:
-			eff = trimStep // climb back from ad-hoc
-		case g < 1 && eff < trimStep:
-			// Down to ad-hoc itself: halving the grid's last step
-			// rounds back up to it, and a plan that overspends at a 1%
-			// slack (its waits cost live several times what the model
-			// prices) would keep waiting for good. Ad-hoc runs as it is
-			// (atAdhoc): the optimum solved for ad-hoc's own latency
-			// still waits where the model finds waiting free. Each fall
-			// since a plan last kept its aim doubles the time before the
-			// next try, so a load the model cannot price spends most of
-			// its time at ad-hoc rather than half of it over the budget.
-			eff = 0
-			if before > 0 {
-				t.falls++
-				t.hold = 1 << min(t.falls, trimMaxFalls)
-			}
-		}
-		if lived <= want && t.eff > 0 {
-			t.falls = 0 // a plan kept its aim
-		}
-		t.eff = quantize(clamp(eff, 0, trimReach*(user.Factor-1)))
+		t.stepRelative(user, ratio, aim)
 		return t.eff != before
 	}
 	// ratio is the live mean over the budget itself.
@@ -336,6 +286,70 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	}
 	t.eff = quantize(clamp(t.eff*g, trimFloor, 1))
 	return t.eff != before
+}
+
+// calibrate takes an ad-hoc window's n calls, which lived meanMs against
+// the model's predicted ad-hoc latency: the calibration of the model's
+// ad-hoc to what its calls live, decayed by calls and by windows.
+func (t *trim) calibrate(n, meanMs, predicted float64) {
+	keep := math.Exp2(-max(n/calibHalfLife, 1.0/calibHalfSlices))
+	l, q := n*meanMs, n*predicted
+	t.calibLive = keep*t.calibLive + l
+	t.calibPred = keep*t.calibPred + q
+	t.calibN = keep*t.calibN + 1
+	t.calibLL, t.calibPP, t.calibLP = keep*t.calibLL+l*l, keep*t.calibPP+q*q, keep*t.calibLP+l*q
+	t.calib = min(t.calibLive/t.calibPred, calibMax)
+	t.calibSlices++
+	t.adhocMs = meanMs
+}
+
+// stepRelative steps a relative budget's effective slack by a measurement
+// whose calls lived ratio times the calibrated ad-hoc, against aim.
+func (t *trim) stepRelative(user smdp.Budget, ratio, aim float64) {
+	before := t.eff
+	// The slack lived over the slack aimed at.
+	want, lived := aim-1, ratio-1 // the slack aimed at, and lived
+	g := math.Sqrt(1.5)
+	switch {
+	case lived > want:
+		// Over the aim: the whole step at once. The slack the calls
+		// live grows about in proportion to the slack solved for, at
+		// a gain the model gets wrong (live, several times what it
+		// prices), so the proportional step lands near the aim where
+		// the square root takes several steps to get there.
+		g = clamp(want/lived, 0.25, 1)
+	case lived > 0:
+		// Under it: grow by the square root, damped, so that a mean
+		// read low by chance does not overspend the next measurement.
+		g = math.Sqrt(min(want/lived, 1.5))
+	}
+	eff := t.eff * g
+	switch {
+	case g > 1 && eff < trimStep && t.hold > 0:
+		t.hold-- // at ad-hoc a while longer
+		eff = 0
+	case g > 1 && eff < trimStep:
+		eff = trimStep // climb back from ad-hoc
+	case g < 1 && eff < trimStep:
+		// Down to ad-hoc itself: halving the grid's last step
+		// rounds back up to it, and a plan that overspends at a 1%
+		// slack (its waits cost live several times what the model
+		// prices) would keep waiting for good. Ad-hoc runs as it is
+		// (atAdhoc): the optimum solved for ad-hoc's own latency
+		// still waits where the model finds waiting free. Each fall
+		// since a plan last kept its aim doubles the time before the
+		// next try, so a load the model cannot price spends most of
+		// its time at ad-hoc rather than half of it over the budget.
+		eff = 0
+		if before > 0 {
+			t.falls++
+			t.hold = 1 << min(t.falls, trimMaxFalls)
+		}
+	}
+	if lived <= want && t.eff > 0 {
+		t.falls = 0 // a plan kept its aim
+	}
+	t.eff = quantize(clamp(eff, 0, trimReach*(user.Factor-1)))
 }
 
 // cut steps the effective budget down when the holds stop on the calls'
