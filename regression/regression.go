@@ -336,29 +336,7 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 	if sizes < 2 && o.Prior == nil {
 		return Fit{N: len(samples), Sizes: sizes}, ErrOneSize
 	}
-	// The prior as a ridge term on the slope: kappa*(alpha - alpha0)^2 with
-	// kappa = PriorWeight * (variance of a uniform spread over 1..MaxBatch),
-	// scaled to the data's mean weight per batch observed.
-	var kappa, alpha0 float64
-	if o.Prior != nil {
-		alpha0 = o.Prior.AlphaMs
-		// The weight per batch observed: below 1 where older samples fade
-		// out, exactly 1 for means of Weight batches.
-		var sw, batches float64
-		for i, w := range base {
-			sw += w
-			batches += samples[i].weight()
-		}
-		m := float64(o.MaxBatch)
-		spread := (m*m - 1) / 12
-		if spread == 0 {
-			spread = 1
-		}
-		kappa = o.PriorWeight * spread * sw / batches
-		if sxx := spreadOf(samples, base); sxx > 0 {
-			kappa = math.Min(kappa, MaxPriorShare*sxx)
-		}
-	}
+	kappa, alpha0 := priorRidge(samples, base, o)
 
 	xs := make([]float64, len(samples))
 	ys := make([]float64, len(samples))
@@ -369,44 +347,8 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 	// A robust start: the line through the per-size weighted medians.
 	line := medianStart(samples, base, kappa, alpha0, o.MinAlphaMs)
 
-	w := slices.Clone(base)
-	robust := make([]float64, len(samples))
-	for i := range robust {
-		robust[i] = 1
-	}
-	if o.OutlierCut > 0 && len(samples) >= minRobustSamples {
-		abs := make([]weighted, 0, len(samples))
-		for range robustIterations {
-			abs = abs[:0]
-			for i := range xs {
-				if base[i] > 0 {
-					abs = append(abs, weighted{math.Abs(ys[i] - line.TauMs(int(xs[i]))), base[i]})
-				}
-			}
-			// The MAD scale, weighted like the samples so that a regime the
-			// forgetting factor has faded out does not set it.
-			scale := 1.4826 * weightedMedian(abs)
-			if floor := 1e-9 * math.Max(1, meanAbs(ys)); scale < floor {
-				scale = floor
-			}
-			cut := o.OutlierCut * scale
-			for i := range xs {
-				u := (ys[i] - (line.AlphaMs*xs[i] + line.Tau0Ms)) / cut
-				if math.Abs(u) >= 1 {
-					robust[i] = 0
-				} else {
-					robust[i] = (1 - u*u) * (1 - u*u)
-				}
-				w[i] = base[i] * robust[i]
-			}
-			if kappa == 0 && weightedSizes(xs, w) < 2 {
-				// Rejection left one size and there is no prior: keep
-				// the last determined line.
-				break
-			}
-			line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
-		}
-	}
+	robust := bisquare(xs, ys, base, line, kappa, alpha0, o)
+	w := make([]float64, len(samples))
 
 	// The robust weights only choose which samples to reject: the answer
 	// is the least-squares line through the samples kept, each with its
@@ -431,6 +373,81 @@ func fit(samples []Sample, base []float64, o Options) (Fit, error) {
 	f.SEAlphaMs, f.SETau0Ms = stdErrors(xs, ys, w, kappa, line)
 	f.R2 = r2(xs, ys, w, line)
 	return f, nil
+}
+
+// priorRidge is the prior as a ridge term on the slope:
+// kappa*(alpha - alpha0)^2 with kappa = PriorWeight * (variance of a
+// uniform spread over 1..MaxBatch), scaled to the data's mean weight per
+// batch observed; 0 without a prior.
+func priorRidge(samples []Sample, base []float64, o Options) (kappa, alpha0 float64) {
+	if o.Prior == nil {
+		return 0, 0
+	}
+	alpha0 = o.Prior.AlphaMs
+	// The weight per batch observed: below 1 where older samples fade
+	// out, exactly 1 for means of Weight batches.
+	var sw, batches float64
+	for i, w := range base {
+		sw += w
+		batches += samples[i].weight()
+	}
+	m := float64(o.MaxBatch)
+	spread := (m*m - 1) / 12
+	if spread == 0 {
+		spread = 1
+	}
+	kappa = o.PriorWeight * spread * sw / batches
+	if sxx := spreadOf(samples, base); sxx > 0 {
+		kappa = math.Min(kappa, MaxPriorShare*sxx)
+	}
+	return kappa, alpha0
+}
+
+// bisquare is each sample's robust weight (Tukey's bisquare, 0: rejected)
+// after robustIterations re-fits from line, each cutting at OutlierCut
+// times the residuals' MAD scale; all 1 when the fit is not robust
+// (OutlierCut <= 0, or fewer than minRobustSamples samples).
+func bisquare(xs, ys, base []float64, line Line, kappa, alpha0 float64, o Options) []float64 {
+	robust := make([]float64, len(xs))
+	for i := range robust {
+		robust[i] = 1
+	}
+	if o.OutlierCut <= 0 || len(xs) < minRobustSamples {
+		return robust
+	}
+	w := slices.Clone(base)
+	abs := make([]weighted, 0, len(xs))
+	for range robustIterations {
+		abs = abs[:0]
+		for i := range xs {
+			if base[i] > 0 {
+				abs = append(abs, weighted{math.Abs(ys[i] - line.TauMs(int(xs[i]))), base[i]})
+			}
+		}
+		// The MAD scale, weighted like the samples so that a regime the
+		// forgetting factor has faded out does not set it.
+		scale := 1.4826 * weightedMedian(abs)
+		if floor := 1e-9 * math.Max(1, meanAbs(ys)); scale < floor {
+			scale = floor
+		}
+		cut := o.OutlierCut * scale
+		for i := range xs {
+			u := (ys[i] - (line.AlphaMs*xs[i] + line.Tau0Ms)) / cut
+			if math.Abs(u) >= 1 {
+				robust[i] = 0
+			} else {
+				robust[i] = (1 - u*u) * (1 - u*u)
+			}
+			w[i] = base[i] * robust[i]
+		}
+		if kappa == 0 && weightedSizes(xs, w) < 2 {
+			// Rejection left one size and there is no prior: keep
+			// the last determined line.
+			break
+		}
+		line = constrainedLS(xs, ys, w, kappa, alpha0, o.MinAlphaMs)
+	}
+	return robust
 }
 
 // constrainedLS minimises sum w*(y - a*x - c)^2 + kappa*(a - a0)^2 subject to
