@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -56,14 +57,62 @@ func openMeter(cfg *config.Config, header map[string]string, log *slog.Logger) (
 
 // New wires the proxy that cfg describes, logging to log. cfg must be
 // valid (config.Load validates it). Nothing listens or runs until Listen
-// and Run.
+// and Run. Each subsystem is built by one constructor, in the order they
+// need each other.
 func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
+	p := &Server{cfg: cfg, log: log, reg: newGatherer(), started: time.Now()}
+	up, err := newUpstream(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	p.upstream = up.url
+	if err := p.newMeter(up); err != nil {
+		return nil, err
+	}
+	observers, err := p.newObservers(up)
+	if err != nil {
+		return nil, err
+	}
+	p.newDispatcher(up, observers)
+	p.newRegistry(up)
+	p.memory = newMemoryBudget(cfg, log)
+	p.reg.MustRegister(p.memory.Collector())
+	p.reload.state.Store(&configState{cfg: cfg, version: 1, loaded: p.started})
+	p.newLoadReport()
+	if err := p.newDoors(up); err != nil {
+		return nil, err
+	}
+	p.newAdmin()
+	return p, nil
+}
+
+// newGatherer is the process's Prometheus registry, with the Go runtime's,
+// the process's and the recovered panics' collectors.
+func newGatherer() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), guard.Collector())
+	return reg
+}
+
+// upstream is how the process reaches Triton: the batches' HTTP client and
+// its TLS, the headers the proxy's own calls carry, those the doors forward
+// from their callers, and the management client (discovery, statistics,
+// health checks).
+type upstream struct {
+	url     *url.URL
+	http    *dispatcher.HTTPUpstream
+	tls     *tls.Config
+	own     map[string]string
+	forward *door.Forwarding
+	triton  *triton.Client
+}
+
+// newUpstream builds the clients of the upstream cfg names.
+func newUpstream(cfg *config.Config, log *slog.Logger) (*upstream, error) {
 	up, err := url.Parse(cfg.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), guard.Collector())
 	client, err := dispatcher.NewHTTPUpstream(cfg.Upstream, cfg.Upstreams.MaxConns, cfg.Upstreams.Timeout)
 	if err != nil {
 		return nil, err
@@ -81,12 +130,27 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forward_headers, restricted_api: %w", err)
 	}
-	meter, err := openMeter(cfg, own, log)
+	return &upstream{url: up, http: client, tls: upTLS, own: own, forward: forward,
+		triton: triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))}, nil
+}
+
+// newMeter opens the energy meter (power.source).
+func (p *Server) newMeter(up *upstream) error {
+	meter, err := openMeter(p.cfg, up.own, p.log)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	reg.MustRegister(meter)
-	observers := dispatcher.Observers{meter.Observer()}
+	p.reg.MustRegister(meter)
+	p.meter = meter
+	return nil
+}
+
+// newObservers are what watch the dispatcher's events beside each model's
+// monitor: the meter, the decision trace DecisionTraceEnv asks for, and
+// the tracer, whose batch spans' context goes upstream as traceparent (the
+// requests' spans are the doors').
+func (p *Server) newObservers(up *upstream) (dispatcher.Observers, error) {
+	observers := dispatcher.Observers{p.meter.Observer()}
 	trace, traceFile, err := openDecisionTrace()
 	if err != nil {
 		return nil, err
@@ -94,59 +158,73 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if trace != nil {
 		observers = append(observers, trace)
 	}
-	// Tracing: the batches' spans from the dispatcher's events, their
-	// context written upstream as traceparent; the requests' spans at the
-	// doors.
-	tracer, err := tracing.New(context.Background(), tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Version: moduleVersion()})
+	p.trace, p.traceFile = trace, traceFile
+	tracer, err := tracing.New(context.Background(), tracing.Config{Endpoint: p.cfg.Tracing.OTLPEndpoint, Version: moduleVersion()})
 	if err != nil {
 		return nil, err
 	}
 	if tracer != nil {
 		observers = append(observers, &tracing.Batches{T: tracer})
-		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
+		up.http.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
-	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))
-	var mr *registry.Models // the dispatcher tells it of models the upstream no longer serves
-	disp := dispatcher.New(dispatcher.Options{
-		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
-		Metrics: dispatcher.NewMetrics(reg), Logger: log,
+	p.tracer = tracer
+	return observers, nil
+}
+
+// newDispatcher builds the queues, sending batches through up and telling
+// observers what they do.
+func (p *Server) newDispatcher(up *upstream, observers dispatcher.Observers) {
+	cfg := p.cfg
+	p.disp = dispatcher.New(dispatcher.Options{
+		Upstream: up.http, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
+		Metrics: dispatcher.NewMetrics(p.reg), Logger: p.log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
 			HungMin: cfg.Upstreams.HungMin, ProbeInterval: cfg.Upstreams.ProbeInterval},
-		Check:        dispatcher.HealthCheck{Checker: tc, Interval: cfg.Upstreams.HealthCheckInterval},
-		Observer:     observers,
-		ModelChanged: func(model string) { mr.Changed(model) },
+		Check:    dispatcher.HealthCheck{Checker: up.triton, Interval: cfg.Upstreams.HealthCheckInterval},
+		Observer: observers,
+		// The dispatcher tells the registry of models the upstream no
+		// longer serves.
+		ModelChanged: func(model string) { p.models.Changed(model) },
 	})
-	reg.MustRegister(disp.Collector())
-	mr = registry.New(tc, disp, cfg, log)
-	reg.MustRegister(registry.NewCollector(mr))
+	p.reg.MustRegister(p.disp.Collector())
+}
 
-	memory := newMemoryBudget(cfg, log)
-	reg.MustRegister(memory.Collector())
-	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
-		front: door.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
-	p.reload.state.Store(&configState{cfg: cfg, version: 1, loaded: p.started})
+// newRegistry builds the model registry over the dispatcher's queues.
+func (p *Server) newRegistry(up *upstream) {
+	p.models = registry.New(up.triton, p.disp, p.cfg, p.log)
+	p.reg.MustRegister(registry.NewCollector(p.models))
+}
+
+// newLoadReport builds what learns from the models' state and reports it:
+// the energy fit of zeta(b) per model and the ORCA load report.
+func (p *Server) newLoadReport() {
+	p.energyFit = energyfit.New(p.meter, p.disp.Snapshots, p.models.Monitors)
+	p.load = orca.New(orca.Live(p.models.Statuses, p.disp.Snapshots, p.meter.Snapshot))
+	p.reg.MustRegister(p.load.Collector())
+}
+
+// newDoors builds the data port and, with grpc_listen, the gRPC door. Both
+// doors share one backend: callers of either share batches, the memory
+// budget and the metrics.
+func (p *Server) newDoors(up *upstream) error {
+	cfg := p.cfg
+	var err error
 	if cfg.TLS.On() {
-		if p.doorTLS, err = newDoorTLS(cfg.TLS, log); err != nil {
-			return nil, err
+		if p.doorTLS, err = newDoorTLS(cfg.TLS, p.log); err != nil {
+			return err
 		}
 	}
-	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, disp, meter), Modes: modesOf(mr), Gatherer: reg})
-	p.energyFit = energyfit.New(meter, disp.Snapshots, mr.Monitors)
-	load := orca.New(orca.Live(mr.Statuses, disp.Snapshots, meter.Snapshot))
-	p.load = load
-	reg.MustRegister(load.Collector())
-	// Both doors share one backend: callers of either share batches, the
-	// memory budget and the metrics.
 	rules, err := cfg.RestrictedAPI.Rules()
 	if err != nil {
-		return nil, fmt.Errorf("restricted_api: %w", err)
+		return fmt.Errorf("restricted_api: %w", err)
 	}
 	p.access.Set(rules)
+	p.front = door.NewMetrics(p.reg)
 	conns := &door.Conns{Max: cfg.Limits.MaxConnections, PerClient: cfg.Limits.MaxConnsPerClient}
-	back := door.Backend{Batcher: disp, Discoverer: mr, Health: disp, Memory: memory, Tracer: tracer, Metrics: p.front,
-		Forward: forward, Access: &p.access, Conns: conns}
+	back := door.Backend{Batcher: p.disp, Discoverer: p.models, Health: p.disp, Memory: p.memory, Tracer: p.tracer, Metrics: p.front,
+		Forward: up.forward, Access: &p.access, Conns: conns}
 	p.data = proxy.New(proxy.Options{
-		Backend: back, Upstream: up, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
+		Backend: back, Upstream: up.url, MaxBodyBytes: int64(cfg.Limits.MaxBodyBytes),
 		RetryAfter:          cfg.Limits.RetryAfter,
 		Hold:                cfg.Upstreams.Hold,
 		ReadHeaderTimeout:   cfg.Limits.ReadHeaderTimeout,
@@ -154,30 +232,46 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		WriteTimeout:        cfg.Limits.WriteTimeout,
 		IdleTimeout:         cfg.Limits.IdleTimeout,
 		UpstreamIdleTimeout: cfg.Limits.UpstreamIdle,
-		Logger:              log, LoadReport: load.HeaderValue,
+		Logger:              p.log, LoadReport: p.load.HeaderValue,
 	})
-	p.data.UseUpstreamTLS(upTLS)
-	if cfg.GRPCListen != "" {
-		grpcTLS, err := upstreamTLS(cfg.UpstreamTLS, cfg.UpstreamTLS.GRPC, hostOf(cfg.UpstreamGRPCAddr()), log)
-		if err != nil {
-			return nil, err
-		}
-		cc, err := grpcproxy.DialTLS(cfg.UpstreamGRPCAddr(), grpcTLS)
-		if err != nil {
-			return nil, err
-		}
-		p.grpcUp = cc
-		p.grpc = grpcproxy.New(grpcproxy.Options{
-			Backend: back, Upstream: cc, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
-			MaxConcurrentStreams: uint32(cfg.Limits.GRPCMaxStreams), IdleTimeout: cfg.Limits.IdleTimeout,
-			Ready: mr.Ready, Logger: log, LoadReport: load,
-			TLS: p.doorTLS.serverConfig("h2"),
-		})
+	p.data.UseUpstreamTLS(up.tls)
+	if cfg.GRPCListen == "" {
+		return nil
 	}
+	return p.newGRPCDoor(back)
+}
+
+// newGRPCDoor builds the gRPC door on back and its client of Triton's
+// gRPC port.
+func (p *Server) newGRPCDoor(back door.Backend) error {
+	cfg := p.cfg
+	grpcTLS, err := upstreamTLS(cfg.UpstreamTLS, cfg.UpstreamTLS.GRPC, hostOf(cfg.UpstreamGRPCAddr()), p.log)
+	if err != nil {
+		return err
+	}
+	cc, err := grpcproxy.DialTLS(cfg.UpstreamGRPCAddr(), grpcTLS)
+	if err != nil {
+		return err
+	}
+	p.grpcUp = cc
+	p.grpc = grpcproxy.New(grpcproxy.Options{
+		Backend: back, Upstream: cc, MaxRecvBytes: int(cfg.Limits.MaxBodyBytes),
+		MaxConcurrentStreams: uint32(cfg.Limits.GRPCMaxStreams), IdleTimeout: cfg.Limits.IdleTimeout,
+		Ready: p.models.Ready, Logger: p.log, LoadReport: p.load,
+		TLS: p.doorTLS.serverConfig("h2"),
+	})
+	return nil
+}
+
+// newAdmin builds the admin port: metrics, status, health, the policy
+// switch and the live page.
+func (p *Server) newAdmin() {
+	cfg, mr := p.cfg, p.models
+	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, p.disp, p.meter), Modes: modesOf(mr), Gatherer: p.reg})
 	p.admin = &http.Server{
 		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
-			Token: cfg.AdminToken, Logger: log,
+			Gatherer: p.reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
+			Token: cfg.AdminToken, Logger: p.log,
 			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
 			Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
 		}),
@@ -185,7 +279,6 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 	}
-	return p, nil
 }
 
 // moduleVersion is the binary's module version for the spans' resource.
