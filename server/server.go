@@ -231,6 +231,15 @@ func (p *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	p.shutdown(stopBg)
+	return runErr
+}
+
+// shutdown stops accepting, drains the queues and in-flight batches and
+// closes both doors within the grace period, writes out the decision
+// trace and the last spans, stops the background loops (stopBg) and
+// closes the admin port.
+func (p *Server) shutdown(stopBg context.CancelFunc) {
 	p.log.Info("shutting down", "grace", p.cfg.Grace)
 	grace, cancel := context.WithTimeout(context.Background(), p.cfg.Grace)
 	defer cancel()
@@ -259,7 +268,6 @@ func (p *Server) Run(ctx context.Context) error {
 	}
 	stopBg()
 	p.admin.Shutdown(grace)
-	return runErr
 }
 
 func serveOn(s *http.Server, ln net.Listener) error {
