@@ -237,7 +237,7 @@ func (c *Config) Validate() error {
 		add(fieldErr("grpc_listen", "must differ from listen and admin_listen, got %q", c.GRPCListen))
 	}
 	if c.ORCA.HAProxyAgentListen != "" && !(c.ORCA.HAProxyAgentFullRPS > 0 && c.ORCA.HAProxyAgentFullRPS < 1e15) {
-		return fieldErr("orca.haproxy_agent_full_rps", "must be > 0 rows/s with orca.haproxy_agent_listen (the capacity answered as 100%%), got %v", c.ORCA.HAProxyAgentFullRPS)
+		add(fieldErr("orca.haproxy_agent_full_rps", "must be > 0 rows/s with orca.haproxy_agent_listen (the capacity answered as 100%%), got %v", c.ORCA.HAProxyAgentFullRPS))
 	}
 	if e := c.Tracing.OTLPEndpoint; e != "" {
 		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

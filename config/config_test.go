@@ -137,6 +137,20 @@ func TestBadConfigNamesField(t *testing.T) {
 	}
 }
 
+// Validate reports every unusable field at once, whichever sections they
+// are in: a user fixing a file sees all its mistakes, not one per start.
+func TestValidateReportsEveryField(t *testing.T) {
+	_, err := Load(Source{File: writeFile(t, "upstream: ftp://x\norca: {haproxy_agent_listen: ':7'}\nlimits: {queue_rows: -1}\nlog: {level: loud}\n")})
+	if err == nil {
+		t.Fatal("a configuration with four mistakes was accepted")
+	}
+	for _, field := range []string{"upstream", "orca.haproxy_agent_full_rps", "limits.queue_rows", "log.level"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("the error does not name %s: %v", field, err)
+		}
+	}
+}
+
 func TestUnknownYAMLKeyRefused(t *testing.T) {
 	_, err := Load(Source{File: writeFile(t, "upstream: http://u\npolicy:\n  windw: 1s\n")})
 	if err == nil || !strings.Contains(err.Error(), "windw") {
