@@ -208,6 +208,23 @@ func Policies() []string { return append(policy.Names(), Passthrough) }
 // (errors.Join) in the order of the configuration's sections: a user fixing
 // a file sees all its mistakes at once, not one per start.
 func (c *Config) Validate() error {
+	return errors.Join(
+		errors.Join(c.validAddresses()...),
+		c.validPolicy(),
+		errors.Join(c.validBounds()...),
+		c.validPower(),
+		c.validTLS(),
+		c.validHeaders(),
+		oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"),
+		oneOf("log.format", c.Log.Format, "text", "json"),
+		errors.Join(c.validModels()...),
+	)
+}
+
+// validAddresses checks where the process listens and what it reaches:
+// the upstream, the three ports, the admin port's host names, the ORCA
+// agent, the tracing endpoint, Triton's gRPC port and restricted_api.
+func (c *Config) validAddresses() []error {
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -252,8 +269,17 @@ func (c *Config) Validate() error {
 	if _, err := c.RestrictedAPI.Rules(); err != nil {
 		add(fieldErr("restricted_api", "%v", err))
 	}
-	add(validPolicyName("policy.name", c.Policy.Name))
-	add(validOptions("policy.", c.Policy.Options))
+	return errs
+}
+
+// validPolicy checks the policy section's name and options.
+func (c *Config) validPolicy() error {
+	return errors.Join(validPolicyName("policy.name", c.Policy.Name), validOptions("policy.", c.Policy.Options))
+}
+
+// validBounds checks the numbers and durations that have a least value,
+// a table of them in the order of their sections.
+func (c *Config) validBounds() []error {
 	checks := []struct {
 		field string
 		bad   bool
@@ -287,21 +313,34 @@ func (c *Config) Validate() error {
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
 		{"procs", c.Procs < 0, "must be >= 0"},
 	}
+	var errs []error
 	for _, ch := range checks {
 		if ch.bad {
-			add(fieldErr(ch.field, "%s", ch.msg))
+			errs = append(errs, fieldErr(ch.field, "%s", ch.msg))
 		}
 	}
-	add(oneOf("power.source", c.Power.Source, PowerAuto, "none", "nvml", "triton"))
+	return errs
+}
+
+// validPower checks the power section: its source and metrics URL.
+func (c *Config) validPower() error {
+	err := oneOf("power.source", c.Power.Source, PowerAuto, "none", "nvml", "triton")
 	if c.Power.MetricsURL != "" {
-		if u, err := url.Parse(c.Power.MetricsURL); err != nil || u.Host == "" {
-			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", redact.URL(c.Power.MetricsURL)))
+		if u, perr := url.Parse(c.Power.MetricsURL); perr != nil || u.Host == "" {
+			err = errors.Join(err, fieldErr("power.metrics_url", "must be a URL with a host, got %q", redact.URL(c.Power.MetricsURL)))
 		}
 	}
-	add(c.validTLS())
-	add(c.validHeaders())
-	add(oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"))
-	add(oneOf("log.format", c.Log.Format, "text", "json"))
+	return err
+}
+
+// validModels checks each model's overrides, in the order of their names.
+func (c *Config) validModels() []error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
 		m, path := c.Models[name], "models."+name
 		if m.Policy != "" {
@@ -318,7 +357,7 @@ func (c *Config) Validate() error {
 			add(validProbe(path+".probe", m.Probe))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // ForwardNames are the header names forwarded on batched calls besides
