@@ -73,7 +73,7 @@ type Options struct {
 	RetryAfter time.Duration
 	Metrics    *Metrics
 	// Observer, when set, learns every model's events (with each one's
-	// ModelSpec.Observer): the energy meter, the decision trace.
+	// ModelSpec.Observer): the energy meter, the decision log.
 	Observer Observer
 	Now      func() time.Time
 	// Logger gets the stacks of recovered panics and the outlier

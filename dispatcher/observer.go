@@ -10,7 +10,7 @@ import (
 // Observer learns what the dispatcher does with a model's calls: the one
 // way out of the request path. The model's monitor learns its arrival rate
 // and batch times from it, the energy meter when the GPUs are busy, the
-// decision trace writes it down, and tests record it; a Dispatcher tells
+// decision log writes it down, and tests record it; a Dispatcher tells
 // each model's ModelSpec.Observer and Options.Observer (joined as
 // Observers) of every event of that model.
 //

@@ -98,12 +98,12 @@ func TestDecisionsKnowTheIdleSources(t *testing.T) {
 	}
 }
 
-// The decision trace has a line per arrival, decision, batch start and
+// The decision log has a line per arrival, decision, batch start and
 // end, in the documented form.
-func TestDecisionTrace(t *testing.T) {
+func TestDecisionLog(t *testing.T) {
 	var buf syncBuffer
-	trace := NewDecisionTrace(&buf, time.Now())
-	d := New(Options{Upstream: &fakeUpstream{}, Observer: trace})
+	decisions := NewDecisionLog(&buf, time.Now())
+	d := New(Options{Upstream: &fakeUpstream{}, Observer: decisions})
 	if err := d.SetModel(ModelSpec{Name: "simple", MaxBatch: 8, QueueRows: 64, Planner: newPlanner(policy.Fill{Policy: "test"})}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,19 +117,19 @@ func TestDecisionTrace(t *testing.T) {
 	if err := d.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := trace.Flush(); err != nil {
+	if err := decisions.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	kinds := ""
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 4 || f[2] != "simple" {
-			t.Fatalf("trace line %q", line)
+			t.Fatalf("decision log line %q", line)
 		}
 		kinds += f[1]
 	}
 	if !strings.HasPrefix(kinds, "ADSE") || !strings.Contains(buf.String(), "idle=0 send=1") {
-		t.Fatalf("trace %q: want an arrival, a decision to send it with no idle source, its start and end", buf.String())
+		t.Fatalf("decision log %q: want an arrival, a decision to send it with no idle source, its start and end", buf.String())
 	}
 }
 

@@ -146,19 +146,19 @@ func (p *Server) newMeter(up *upstream) error {
 }
 
 // newObservers are what watch the dispatcher's events beside each model's
-// monitor: the meter, the decision trace DecisionTraceEnv asks for, and
+// monitor: the meter, the decision log DecisionLogEnv asks for, and
 // the tracer, whose batch spans' context goes upstream as traceparent (the
 // requests' spans are the doors').
 func (p *Server) newObservers(up *upstream) (dispatcher.Observers, error) {
 	observers := dispatcher.Observers{p.meter.Observer()}
-	trace, traceFile, err := openDecisionTrace()
+	decisions, decisionsFile, err := openDecisionLog()
 	if err != nil {
 		return nil, err
 	}
-	if trace != nil {
-		observers = append(observers, trace)
+	if decisions != nil {
+		observers = append(observers, decisions)
 	}
-	p.trace, p.traceFile = trace, traceFile
+	p.decisions, p.decisionsFile = decisions, decisionsFile
 	tracer, err := tracing.New(context.Background(), tracing.Config{Endpoint: p.cfg.Tracing.OTLPEndpoint, Version: moduleVersion()})
 	if err != nil {
 		return nil, err
@@ -289,23 +289,32 @@ func moduleVersion() string {
 	return ""
 }
 
-// DecisionTraceEnv names the environment variable that, set to a file
-// path, makes serve write the dispatcher's decision trace there
-// (dispatcher.DecisionTrace): a measuring tool, not a log.
-const DecisionTraceEnv = "RATEBATCH_DECISION_TRACE"
+// DecisionLogEnv names the environment variable that, set to a file
+// path, makes serve write the dispatcher's decision log there
+// (dispatcher.DecisionLog): a measuring tool, not the process's log.
+const DecisionLogEnv = "RATEBATCH_DECISION_LOG"
 
-// openDecisionTrace opens the decision trace DecisionTraceEnv asks for;
-// nil when it is not set.
-func openDecisionTrace() (*dispatcher.DecisionTrace, *os.File, error) {
-	path := os.Getenv(DecisionTraceEnv)
+// decisionLogEnvOld is DecisionLogEnv's earlier name, read when
+// DecisionLogEnv is not set so that scripts written for it keep working.
+const decisionLogEnvOld = "RATEBATCH_DECISION_TRACE"
+
+// openDecisionLog opens the decision log DecisionLogEnv asks for; nil
+// when it is not set.
+func openDecisionLog() (*dispatcher.DecisionLog, *os.File, error) {
+	env := DecisionLogEnv
+	path := os.Getenv(env)
+	if path == "" {
+		env = decisionLogEnvOld
+		path = os.Getenv(env)
+	}
 	if path == "" {
 		return nil, nil, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", DecisionTraceEnv, err)
+		return nil, nil, fmt.Errorf("%s: %w", env, err)
 	}
-	return dispatcher.NewDecisionTrace(f, time.Now()), f, nil
+	return dispatcher.NewDecisionLog(f, time.Now()), f, nil
 }
 
 // newMemoryBudget is limits.memory, or its default from the cgroup.

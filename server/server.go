@@ -99,10 +99,10 @@ type Server struct {
 	upstream *url.URL
 	meter    *power.Meter
 	ui       *ui.Recorder
-	// trace is the decision trace DecisionTraceEnv asks for, written to
-	// traceFile; nil without it.
-	trace     *dispatcher.DecisionTrace
-	traceFile *os.File
+	// decisions is the decision log DecisionLogEnv asks for, written to
+	// decisionsFile; nil without it.
+	decisions     *dispatcher.DecisionLog
+	decisionsFile *os.File
 	// tracer exports OpenTelemetry spans; nil: tracing off.
 	tracer *tracing.Tracer
 	// energyFit learns zeta(b) per model from the meter.
@@ -123,13 +123,13 @@ type Server struct {
 	reload reloader
 }
 
-// closeTrace writes out and closes the decision trace, if any.
-func (p *Server) closeTrace() {
-	if p.trace == nil {
+// closeDecisions writes out and closes the decision log, if any.
+func (p *Server) closeDecisions() {
+	if p.decisions == nil {
 		return
 	}
-	if err := errors.Join(p.trace.Flush(), p.traceFile.Close()); err != nil {
-		p.log.Warn("writing the decision trace", "err", err)
+	if err := errors.Join(p.decisions.Flush(), p.decisionsFile.Close()); err != nil {
+		p.log.Warn("writing the decision log", "err", err)
 	}
 }
 
@@ -237,7 +237,7 @@ func (p *Server) Run(ctx context.Context) error {
 
 // shutdown stops accepting, drains the queues and in-flight batches and
 // closes both doors within the grace period, writes out the decision
-// trace and the last spans, stops the background loops (stopBg) and
+// log and the last spans, stops the background loops (stopBg) and
 // closes the admin port.
 func (p *Server) shutdown(stopBg context.CancelFunc) {
 	p.log.Info("shutting down", "grace", p.cfg.Grace)
@@ -262,7 +262,7 @@ func (p *Server) shutdown(stopBg context.CancelFunc) {
 	if err := <-drained; err != nil {
 		p.log.Warn("queues not drained in time; the rest were answered 503", "err", err)
 	}
-	p.closeTrace()
+	p.closeDecisions()
 	if err := p.tracer.Shutdown(grace); err != nil {
 		p.log.Warn("exporting the last spans", "err", err)
 	}

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""budget-trace.py: what the dispatcher did, per decision, from its trace.
+"""budget-decisions.py: what the dispatcher did, per decision, from its decision log.
 
-Run the proxy with RATEBATCH_DECISION_TRACE=FILE (server.DecisionTraceEnv),
+Run the proxy with RATEBATCH_DECISION_LOG=FILE (server.DecisionLogEnv),
 offer load, then:
 
-    scripts/budget-trace.py FILE [--model simple] [--skip 0.3]
+    scripts/budget-decisions.py FILE [--model simple] [--skip 0.3]
 
-    scripts/budget-trace.py FILE --client LOAD.csv   (ratebatch load --csv)
+    scripts/budget-decisions.py FILE --client LOAD.csv   (ratebatch load --csv)
 
 It prints, for the decisions taken with an instance free: how many distinct
 decision epochs found the queue in each state (rows waiting), the share of
@@ -14,11 +14,11 @@ those whose first decision waited (the live mix, to compare with the plan's
 "mixed p" in /status), how waits ended (the next arrival, or the wait
 bound), the batch sizes sent, the round trip per size, and the time from a
 batch's end to the next decision while rows wait (the turnaround the plan
-counts as hold). --skip drops that share of the trace from the start (the
+counts as hold). --skip drops that share of the log from the start (the
 warm-up and the first windows).
 
 With --client, it joins the client's requests (`ratebatch load --csv`'s
-file of the same run, the proxy serving nothing else) to the trace's
+file of the same run, the proxy serving nothing else) to the log's
 arrivals in order, each call to the batch that carried it, and splits
 each call's latency into the proxy's share (its arrival in the dispatcher
 to its batch's end) and the rest (the client, the network, reading the
@@ -37,13 +37,13 @@ import statistics
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('trace')
+    ap.add_argument('log')
     ap.add_argument('--model', default='')
     ap.add_argument('--skip', type=float, default=0.3)
     ap.add_argument('--client', help="ratebatch load --csv file of the same run")
     a = ap.parse_args()
     ev = []
-    for line in open(a.trace):
+    for line in open(a.log):
         f = line.split()
         if len(f) < 3 or (a.model and f[2] != a.model):
             continue
@@ -111,7 +111,7 @@ def client_split(ev, path, skip):
     arrivals = [t for t, k, _ in ev if k == 'A']
     if len(reqs) != len(arrivals):
         # The join is by order: the proxy must have served this run alone.
-        print('client: %d requests in %s, %d arrivals in the trace: not the same run alone, not joined' % (
+        print('client: %d requests in %s, %d arrivals in the log: not the same run alone, not joined' % (
             len(reqs), path, len(arrivals)))
         return
     # Calls that reached the dispatcher late: the clocks differ by a

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""burst-trace.py: each call's latency in the proxy by its time into a burst.
+"""burst-decisions.py: each call's latency in the proxy by its time into a burst.
 
-From a decision trace (RATEBATCH_DECISION_TRACE=FILE on `serve`, load such
+From a decision log (RATEBATCH_DECISION_LOG=FILE on `serve`, load such
 as perf_analyzer --async --request-intervals of `ratebatch load --trace
 onoff --write-intervals`), it rebuilds each call's arrival and answer (the
 queue is first in, first out: a batch of k rows takes the k oldest), finds
@@ -10,7 +10,7 @@ previous 5 ms step), and prints the calls' mean latency in 50 ms bins of
 time since their burst began, and between bursts ("off"). The first tenth
 of the calls (the warm-up) is left out.
 
-    scripts/burst-trace.py TRACE [TRACE ...] [--model simple]
+    scripts/burst-decisions.py LOG [LOG ...] [--model simple]
 """
 import argparse
 import bisect
@@ -57,10 +57,10 @@ def analyse(path, model):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('trace', nargs='+')
+    ap.add_argument('log', nargs='+')
     ap.add_argument('--model', default='simple')
     a = ap.parse_args()
-    for f in a.trace:
+    for f in a.log:
         analyse(f, a.model)
 
 

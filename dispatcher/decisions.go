@@ -8,32 +8,32 @@ import (
 	"time"
 )
 
-// DecisionTrace is an Observer that writes the decision trace, a measuring
-// tool rather than a log: lines of "ms-since-start kind model key=value...",
+// DecisionLog is an Observer that writes the decision log, a measuring
+// tool rather than the process's log: lines of "ms-since-start kind model key=value...",
 // one per arrival (A: rows queued), decision (D: the key's rows, the oldest
 // row's wait, batches in flight, idle sources or -1 when unknown, and the
 // rule's answer: rows to send or ms until its wake-up), batch start (S:
 // rows, calls) and end (E: rows, round trip, whether the upstream answered
-// it all). scripts/budget-trace.py reads it. The lines are buffered and
+// it all). scripts/budget-decisions.py and scripts/burst-decisions.py read it. The lines are buffered and
 // flushed at most every 100 ms, and by Flush.
-type DecisionTrace struct {
-	NopObserver // a call's answer is not traced
+type DecisionLog struct {
+	NopObserver // a call's answer is not logged
 	mu          sync.Mutex
 	w           *bufio.Writer
 	t0          time.Time
 	flush       time.Time
 }
 
-// NewDecisionTrace returns a trace written to w, its times counted from t0.
-func NewDecisionTrace(w io.Writer, t0 time.Time) *DecisionTrace {
-	return &DecisionTrace{w: bufio.NewWriterSize(w, 64<<10), t0: t0}
+// NewDecisionLog returns a decision log written to w, its times counted from t0.
+func NewDecisionLog(w io.Writer, t0 time.Time) *DecisionLog {
+	return &DecisionLog{w: bufio.NewWriterSize(w, 64<<10), t0: t0}
 }
 
 // Arrived implements Observer.
-func (t *DecisionTrace) Arrived(a Arrival) { t.log(a.At, "A", a.Model, "rows=%d", a.Queued) }
+func (t *DecisionLog) Arrived(a Arrival) { t.log(a.At, "A", a.Model, "rows=%d", a.Queued) }
 
 // Decided implements Observer.
-func (t *DecisionTrace) Decided(d Decision) {
+func (t *DecisionLog) Decided(d Decision) {
 	idle := d.IdleSources
 	if !d.SourcesKnown {
 		idle = -1
@@ -43,16 +43,16 @@ func (t *DecisionTrace) Decided(d Decision) {
 }
 
 // BatchStarted implements Observer.
-func (t *DecisionTrace) BatchStarted(b *Batch) {
+func (t *DecisionLog) BatchStarted(b *Batch) {
 	t.log(b.Started, "S", b.Model, "rows=%d calls=%d", b.Rows, len(b.Calls))
 }
 
 // BatchEnded implements Observer.
-func (t *DecisionTrace) BatchEnded(b *Batch, e BatchEnd) {
+func (t *DecisionLog) BatchEnded(b *Batch, e BatchEnd) {
 	t.log(e.At, "E", b.Model, "rows=%d rt=%.3f ok=%v", e.Rows, ms(e.RoundTrip), e.OK)
 }
 
-func (t *DecisionTrace) log(now time.Time, kind, model, format string, a ...any) {
+func (t *DecisionLog) log(now time.Time, kind, model, format string, a ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fmt.Fprintf(t.w, "%.3f %s %s ", ms(now.Sub(t.t0)), kind, model)
@@ -65,7 +65,7 @@ func (t *DecisionTrace) log(now time.Time, kind, model, format string, a ...any)
 }
 
 // Flush writes out what is buffered.
-func (t *DecisionTrace) Flush() error {
+func (t *DecisionLog) Flush() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.w.Flush()
