@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -90,7 +90,7 @@ func newCheckedDispatcher(t *testing.T, h *healthTriton, models ...string) (*Dis
 		defer cancel()
 		d.Drain(ctx)
 	})
-	poll.Until(t, "the first check", func() bool { return d.Upstream().Check.Last != nil })
+	testpoll.Until(t, "the first check", func() bool { return d.Upstream().Check.Last != nil })
 	if why := d.Unready(); why != "" {
 		t.Fatalf("unready %q with a healthy upstream", why)
 	}
@@ -111,7 +111,7 @@ func TestCheckSeesTheUpstreamDieWithoutTraffic(t *testing.T) {
 	h := newHealthTriton(t)
 	d, logs := newCheckedDispatcher(t, h, "simple")
 	h.kill()
-	took := poll.Within(t, "not ready, the refused connection named", verdictWithin, func() bool {
+	took := testpoll.Within(t, "not ready, the refused connection named", verdictWithin, func() bool {
 		return strings.Contains(d.Unready(), "refusing connections")
 	})
 	if why := d.Unready(); strings.Contains(why, h.addr) {
@@ -127,7 +127,7 @@ ratebatch_upstream_ready 0
 `, "ratebatch_upstream_down", "ratebatch_upstream_ready")
 	logged(t, logs, "level=WARN msg=\"upstream refusing connections")
 	h.revive(t)
-	back := poll.Within(t, "ready after the upstream's return", verdictWithin, func() bool { return d.Unready() == "" })
+	back := testpoll.Within(t, "ready after the upstream's return", verdictWithin, func() bool { return d.Unready() == "" })
 	logged(t, logs, `level=INFO msg="upstream answering again"`)
 	t.Logf("not ready %v after the kill, ready %v after the return", took.Round(time.Millisecond), back.Round(time.Millisecond))
 }
@@ -152,7 +152,7 @@ func TestCheckFollowsTheUpstreamsReadiness(t *testing.T) {
 			h := newHealthTriton(t)
 			d, logs := newCheckedDispatcher(t, h, "simple")
 			tc.fault(h)
-			poll.Within(t, "not ready: "+tc.why, verdictWithin+time.Second/2, func() bool {
+			testpoll.Within(t, "not ready: "+tc.why, verdictWithin+time.Second/2, func() bool {
 				return strings.Contains(d.Unready(), "upstream not ready: "+tc.why)
 			})
 			if d.Upstream().Down {
@@ -163,7 +163,7 @@ func TestCheckFollowsTheUpstreamsReadiness(t *testing.T) {
 			}
 			logged(t, logs, "level=WARN msg=\"upstream not ready")
 			tc.heal(h)
-			poll.Within(t, "ready once it passes its check", verdictWithin, func() bool { return d.Unready() == "" })
+			testpoll.Within(t, "ready once it passes its check", verdictWithin, func() bool { return d.Unready() == "" })
 			logged(t, logs, `level=INFO msg="upstream ready again"`)
 		})
 	}
@@ -176,7 +176,7 @@ func TestCheckSeesAModelUnloaded(t *testing.T) {
 	h := newHealthTriton(t)
 	d, logs := newCheckedDispatcher(t, h, "simple", "other")
 	h.status.Store("/v2/models/simple/ready", http.StatusBadRequest)
-	poll.Within(t, "simple not ready", verdictWithin, func() bool {
+	testpoll.Within(t, "simple not ready", verdictWithin, func() bool {
 		return d.Upstream().Check.ModelsNotReady["simple"] != ""
 	})
 	if why := d.Unready(); why != "" {
@@ -190,11 +190,11 @@ ratebatch_upstream_model_ready{model="simple"} 0
 `, "ratebatch_upstream_model_ready")
 	logged(t, logs, `level=WARN msg="model not ready upstream`)
 	h.status.Store("/v2/models/other/ready", http.StatusNotFound)
-	poll.Within(t, "not ready with no batched model ready", verdictWithin, func() bool {
+	testpoll.Within(t, "not ready with no batched model ready", verdictWithin, func() bool {
 		return strings.HasPrefix(d.Unready(), "no batched model is ready upstream: other: not ready upstream (404")
 	})
 	h.status.Delete("/v2/models/simple/ready")
-	poll.Within(t, "ready with simple loaded again", verdictWithin, func() bool { return d.Unready() == "" })
+	testpoll.Within(t, "ready with simple loaded again", verdictWithin, func() bool { return d.Unready() == "" })
 	logged(t, logs, `level=INFO msg="model ready upstream again" model=simple`)
 }
 
@@ -215,5 +215,5 @@ func TestCheckOff(t *testing.T) {
 // after it publishes it.
 func logged(t *testing.T, logs *syncBuffer, s string) {
 	t.Helper()
-	poll.Until(t, "a log line with "+s, func() bool { return strings.Contains(logs.String(), s) })
+	testpoll.Until(t, "a log line with "+s, func() bool { return strings.Contains(logs.String(), s) })
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -522,7 +522,7 @@ func TestBadMemberResendsBounded(t *testing.T) {
 		}
 		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", calls[i]) })
 	}
-	poll.Until(t, `up.calls.Load() == 1`, func() bool { return up.calls.Load() == 1 }) // the full batch is at the gate
+	testpoll.Until(t, `up.calls.Load() == 1`, func() bool { return up.calls.Load() == 1 }) // the full batch is at the gate
 	close(up.gate)
 	wg.Wait()
 	for i, c := range calls {
@@ -556,18 +556,18 @@ func TestAdmission(t *testing.T) {
 	h.occupy(t, call(t, 1, 4)) // a full batch, held at the upstream
 	ctx, cancel := context.WithCancel(context.Background())
 	go h.d.Submit(ctx, "simple", call(t, 2, 4)) // fills the queue while the instance is busy
-	poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 4`, func() bool { return h.d.Snapshots()[0].QueuedRows == 4 })
+	testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 4`, func() bool { return h.d.Snapshots()[0].QueuedRows == 4 })
 	r := h.d.Submit(context.Background(), "simple", call(t, 2, 1))
 	if status(r.Err) != 503 {
 		t.Fatalf("over the queue bound: %v, want 503", r.Err)
 	}
 	cancel() // the client goes away while queued
-	poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 0`, func() bool { return h.d.Snapshots()[0].QueuedRows == 0 })
+	testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 0`, func() bool { return h.d.Snapshots()[0].QueuedRows == 0 })
 	if r := h.d.Submit(context.Background(), "nope", call(t, 1, 1)); !errors.Is(r.Err, ErrUnknownModel) {
 		t.Fatalf("unknown model: %v", r.Err)
 	}
 	up.gate <- struct{}{} // the held batch completes
-	poll.Until(t, `len(up.seen()) == 1 && h.d.Snapshots()[0].InFlight == 0`, func() bool { return len(up.seen()) == 1 && h.d.Snapshots()[0].InFlight == 0 })
+	testpoll.Until(t, `len(up.seen()) == 1 && h.d.Snapshots()[0].InFlight == 0`, func() bool { return len(up.seen()) == 1 && h.d.Snapshots()[0].InFlight == 0 })
 	if got := up.seen(); got[0] != 4 {
 		t.Fatalf("upstream saw batches %v, want only the first 4-row batch", got)
 	}
@@ -605,9 +605,9 @@ func TestExpireAndPriority(t *testing.T) {
 			}
 			order <- c.Req.ID
 		}()
-		poll.Until(t, `h.d.Snapshots()[0].QueuedRows >= int(c.Req.Inputs[0].Shape[0])`, func() bool { return h.d.Snapshots()[0].QueuedRows >= int(c.Req.Inputs[0].Shape[0]) })
+		testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows >= int(c.Req.Inputs[0].Shape[0])`, func() bool { return h.d.Snapshots()[0].QueuedRows >= int(c.Req.Inputs[0].Shape[0]) })
 	}
-	poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 2`, func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
+	testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 2`, func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
 	// Release the gate one batch at a time.
 	up.gate <- struct{}{}
 	<-firstDone
@@ -625,7 +625,7 @@ func TestDrainSendsPartialBatches(t *testing.T) {
 	c := call(t, 5, 1)
 	done := make(chan Result, 1)
 	go func() { done <- h.d.Submit(context.Background(), "simple", c) }()
-	poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+	testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.d.Drain(ctx); err != nil {
@@ -648,7 +648,7 @@ func (h *harness) occupy(t *testing.T, c *Call) <-chan Result {
 	t.Helper()
 	done := make(chan Result, 1)
 	go func() { done <- h.d.Submit(context.Background(), "simple", c) }()
-	poll.Until(t, `h.d.Snapshots()[0].InFlight == 1`, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
+	testpoll.Until(t, `h.d.Snapshots()[0].InFlight == 1`, func() bool { return h.d.Snapshots()[0].InFlight == 1 })
 	return done
 }
 
@@ -659,7 +659,7 @@ func TestDrainTimeoutFailsQueued(t *testing.T) {
 	firstDone := h.occupy(t, first)
 	queuedDone := make(chan Result, 1)
 	go func() { queuedDone <- h.d.Submit(context.Background(), "simple", queued) }()
-	poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+	testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -698,9 +698,9 @@ func TestHandedBatchRunsWhenItsCallerLeaves(t *testing.T) {
 		firstDone := h.occupy(t, first)
 		leaverDone, partnerDone := make(chan Result, 1), make(chan Result, 1)
 		go func() { leaverDone <- h.d.Submit(ctx, "simple", leaver) }()
-		poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+		testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
 		go func() { partnerDone <- h.d.Submit(context.Background(), "simple", partner) }()
-		poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 2`, func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
+		testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 2`, func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
 		close(up.gate)
 		for _, w := range []struct {
 			c    *Call
@@ -894,7 +894,7 @@ func TestRelease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	goneDone := make(chan Result, 1)
 	go func() { goneDone <- h.d.Submit(ctx, "simple", gone) }()
-	poll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
+	testpoll.Until(t, `h.d.Snapshots()[0].QueuedRows == 1`, func() bool { return h.d.Snapshots()[0].QueuedRows == 1 })
 	cancel()
 	if r := <-goneDone; !errors.Is(r.Err, context.Canceled) {
 		t.Fatalf("call whose caller left: %v, want context.Canceled", r.Err)

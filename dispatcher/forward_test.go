@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -34,9 +34,9 @@ func TestCredentialsKeyTheBatch(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, c := range calls { // in turn: alice, bob, alice, bob
 		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", c) })
-		poll.Until(t, "the call queued", func() bool { return h.pl.arrived.Load() == int64(i+1) })
+		testpoll.Until(t, "the call queued", func() bool { return h.pl.arrived.Load() == int64(i+1) })
 	}
-	poll.Until(t, "two batches at the upstream", func() bool { return up.calls.Load() == 2 })
+	testpoll.Until(t, "two batches at the upstream", func() bool { return up.calls.Load() == 2 })
 	close(up.gate)
 	wg.Wait()
 	for i, c := range calls {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -100,7 +100,7 @@ func TestHoldRidesOutAnOutage(t *testing.T) {
 		calls[i] = call(t, int32(10*i), 1)
 		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", calls[i]) })
 	}
-	poll.Until(t, `up.refused.Load() >= 3`, func() bool { return up.refused.Load() >= 3 }) // probes are going on
+	testpoll.Until(t, `up.refused.Load() >= 3`, func() bool { return up.refused.Load() >= 3 }) // probes are going on
 	before := up.refused.Load()
 	time.Sleep(300 * time.Millisecond) // the outage lasts a while
 	peakDown, triesDown := up.peak.Load(), up.refused.Load()-before

@@ -2,11 +2,11 @@ package dispatcher
 
 import (
 	"context"
-	"github.com/ratebatch/ratebatch/internal/poll"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -89,7 +89,7 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 		// One at a time, so that the arrivals and their queued rows come
 		// in order: the next is submitted once both observers have seen
 		// this one (the dispatcher's observer is told last).
-		poll.Until(t, "both observers told of the arrival", func() bool { all.mu.Lock(); defer all.mu.Unlock(); return len(all.arrived) == i+1 })
+		testpoll.Until(t, "both observers told of the arrival", func() bool { all.mu.Lock(); defer all.mu.Unlock(); return len(all.arrived) == i+1 })
 	}
 	wg.Wait()
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -134,7 +134,7 @@ func TestOutlierHungBatch(t *testing.T) {
 	hungCall := call(t, 2, 1)
 	hungDone := make(chan Result, 1)
 	go func() { hungDone <- h.d.Submit(context.Background(), "simple", hungCall) }()
-	poll.Until(t, `up.hung.Load() == 1`, func() bool { return up.hung.Load() == 1 })
+	testpoll.Until(t, `up.hung.Load() == 1`, func() bool { return up.hung.Load() == 1 })
 	// Queued behind the hung batch (one instance): answered 503 once it is
 	// found hung, while it still hangs.
 	const n = 6
@@ -193,7 +193,7 @@ func TestOutlierLeavesTheOutageHoldAlone(t *testing.T) {
 		calls[i] = call(t, int32(10*i), 1)
 		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", calls[i]) })
 	}
-	poll.Until(t, `up.refused.Load() >= 5`, func() bool { return up.refused.Load() >= 5 }) // held past the 20 ms hung bound
+	testpoll.Until(t, `up.refused.Load() >= 5`, func() bool { return up.refused.Load() >= 5 }) // held past the 20 ms hung bound
 	up.refuse.Store(false)
 	wg.Wait()
 	for i, c := range calls {

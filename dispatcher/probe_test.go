@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -149,7 +149,7 @@ func newProbeDispatcher(t *testing.T, url string, o Outlier, hold time.Duration)
 func failModel(t *testing.T, d *Dispatcher) {
 	t.Helper()
 	i := 0
-	poll.Until(t, "the model failing after server errors", func() bool {
+	testpoll.Until(t, "the model failing after server errors", func() bool {
 		if f, _ := d.Failing("simple"); f {
 			return true
 		}
@@ -186,7 +186,7 @@ func TestProbeFindsTheHealedUpstream(t *testing.T) {
 		t.Fatalf("every model failing, unready %q", why)
 	}
 	// Probes go, and fail, while it is broken.
-	poll.Until(t, "the condition", func() bool { return s.probes.Load() >= 2 })
+	testpoll.Until(t, "the condition", func() bool { return s.probes.Load() >= 2 })
 	if f, _ := d.Failing("simple"); !f {
 		t.Fatal("a probe answered 500 made the model healthy")
 	}
@@ -222,7 +222,7 @@ func TestProbeRetriesAHungUpstream(t *testing.T) {
 	s.mode.Store(standHang)
 	s.peak.Store(0)
 	start := s.probes.Load()
-	poll.Until(t, "the condition", func() bool {
+	testpoll.Until(t, "the condition", func() bool {
 		r, _ := d.probes.lastOf("simple")
 		return r.Outcome == "timeout" && s.probes.Load() >= start+2 && s.running.Load() == 1
 	})
@@ -267,7 +267,7 @@ func TestProbeNeverBesideAClientProbe(t *testing.T) {
 	// A client's batch holds the probe role (its call in flight): the
 	// active probes wait for it, however long.
 	q := d.models["simple"]
-	poll.Until(t, "the condition", func() bool { q.mu.Lock(); defer q.mu.Unlock(); return !q.health.probing })
+	testpoll.Until(t, "the condition", func() bool { q.mu.Lock(); defer q.mu.Unlock(); return !q.health.probing })
 	if probe, err := q.startBatch(); !probe || err != nil {
 		t.Fatalf("a client batch could not take the probe role: %v %v", probe, err)
 	}
@@ -277,7 +277,7 @@ func TestProbeNeverBesideAClientProbe(t *testing.T) {
 		t.Fatalf("%d active probes while a client batch probed", n)
 	}
 	q.endBatch(true, []Result{{Err: &kserve.Error{Status: http.StatusServiceUnavailable, Msg: "neutral"}}})
-	poll.Until(t, "the condition", func() bool { return s.probes.Load() > held })
+	testpoll.Until(t, "the condition", func() bool { return s.probes.Load() > held })
 }
 
 // An upstream refusing connections, with no client waiting on it: the
@@ -297,7 +297,7 @@ func TestProbeFindsTheUpstreamBack(t *testing.T) {
 	if why := d.Unready(); !strings.Contains(why, "refusing connections") || !strings.Contains(why, "refused") {
 		t.Fatalf("unready %q, want the refused connection named", why)
 	}
-	poll.Until(t, "the condition", func() bool { r, ok := d.probes.lastOf(""); return ok && r.Outcome == "connection" })
+	testpoll.Until(t, "the condition", func() bool { r, ok := d.probes.lastOf(""); return ok && r.Outcome == "connection" })
 	s := &standIn{}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		s.requests.Add(1)

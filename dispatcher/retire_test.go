@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -27,7 +27,7 @@ func TestRetireModelAnswersEveryCall(t *testing.T) {
 		calls[i] = call(t, int32(i+1), 1)
 		wg.Go(func() { results[i] = h.d.Submit(context.Background(), "simple", calls[i]) })
 	}
-	poll.Until(t, "four calls queued", func() bool { return h.d.Snapshots()[0].QueuedRows == 4 })
+	testpoll.Until(t, "four calls queued", func() bool { return h.d.Snapshots()[0].QueuedRows == 4 })
 	h.d.RetireModel("simple")
 	if _, ok := h.d.Model("simple"); ok {
 		t.Fatal("a retired model is still reported batched")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
@@ -153,7 +153,7 @@ func TestForwardedTimeoutIsWhatIsLeft(t *testing.T) {
 			}
 		})
 	}
-	poll.Until(t, "both queued", func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
+	testpoll.Until(t, "both queued", func() bool { return h.d.Snapshots()[0].QueuedRows == 2 })
 	time.Sleep(100 * time.Millisecond) // the time in the queue that must count
 	waited := time.Since(sent)
 	up.gate <- struct{}{} // the first batch ends; a and b leave as one
@@ -249,7 +249,7 @@ func TestPriorityLevelsOrderKeys(t *testing.T) {
 			}
 			order <- c.Req.ID
 		})
-		poll.Until(t, "queued", func() bool { return h.d.Snapshots()[0].QueuedRows == i+1 })
+		testpoll.Until(t, "queued", func() bool { return h.d.Snapshots()[0].QueuedRows == i+1 })
 	}
 	up.gate <- struct{}{}
 	<-firstDone

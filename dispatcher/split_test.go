@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -69,7 +69,7 @@ func TestSplitIsolatesPoisonedMembers(t *testing.T) {
 			var results []Result
 			done := make(chan struct{})
 			go func() { results = submitAll(h, calls); close(done) }()
-			poll.Until(t, "the merged batch at the upstream", func() bool { return up.calls.Load() == 1 })
+			testpoll.Until(t, "the merged batch at the upstream", func() bool { return up.calls.Load() == 1 })
 			close(up.gate)
 			<-done
 			for i, c := range calls {
@@ -153,7 +153,7 @@ func TestPoisonStreamKeepsTheModelReady(t *testing.T) {
 			if tt.batch == 1 {
 				// Alone, the poisoned calls were suspect: the probe went and
 				// cleared them; wait for its verdict before the last look.
-				poll.Until(t, "the probe's verdict", func() bool {
+				testpoll.Until(t, "the probe's verdict", func() bool {
 					r, ok := h.d.probes.lastOf("simple")
 					h.d.probes.mu.Lock()
 					running := h.d.probes.running["verify simple"]
@@ -180,7 +180,7 @@ func TestSick500ModelIsMarkedFailing(t *testing.T) {
 		})
 	up.status.Store(http.StatusInternalServerError)
 	round := 0
-	poll.Until(t, "the model failing", func() bool {
+	testpoll.Until(t, "the model failing", func() bool {
 		if f, _ := h.d.Failing("simple"); f {
 			return true
 		}

@@ -216,3 +216,19 @@ func TestProductDoesNotImportLab(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTestsImportTestpoll: internal/testpoll, the tests' way to wait,
+// is imported by tests and by test helpers (packages named *test, as
+// server/servertest) only, never by the code a binary runs.
+func TestOnlyTestsImportTestpoll(t *testing.T) {
+	for rel, imports := range goList(t, "{{join .Imports \" \"}}") {
+		if strings.HasSuffix(rel, "test") {
+			continue
+		}
+		for _, imp := range strings.Fields(imports) {
+			if imp == module+"internal/testpoll" {
+				t.Errorf("%s imports internal/testpoll: only tests and test helpers may", rel)
+			}
+		}
+	}
+}

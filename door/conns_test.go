@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 )
 
 // acceptOne dials ln from local (nil: any address) and returns the
@@ -64,7 +64,7 @@ func TestConnsBoundsConnections(t *testing.T) {
 	}
 	// The refused one closes itself; a closed one gives its room back,
 	// once however often it is closed.
-	poll.Until(t, "the refused connection to close", func() bool {
+	testpoll.Until(t, "the refused connection to close", func() bool {
 		over.SetReadDeadline(time.Now())
 		_, err := over.Read(make([]byte, 1))
 		return err != nil && !strings.Contains(err.Error(), "timeout")

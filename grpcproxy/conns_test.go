@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratebatch/ratebatch/door"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 )
 
@@ -42,7 +42,7 @@ func TestConnectionBound(t *testing.T) {
 		t.Fatalf("the connection within the bound: %v", err)
 	}
 	r.cc.Close()
-	poll.Until(t, "the first connection to be closed", func() bool { return conns.Open() == 0 })
+	testpoll.Until(t, "the first connection to be closed", func() bool { return conns.Open() == 0 })
 	third := pb.NewGRPCInferenceServiceClient(dial())
 	if _, err := third.ModelInfer(context.Background(), simpleRaw("4", []int32{1}, []int32{2})); err != nil {
 		t.Fatalf("a new connection once the first closed: %v", err)
@@ -59,5 +59,5 @@ func TestIdleConnectionClosed(t *testing.T) {
 	if conns.Open() != 1 {
 		t.Fatalf("%d connections open, want 1", conns.Open())
 	}
-	poll.Until(t, "the idle connection to be closed", func() bool { return conns.Open() == 0 })
+	testpoll.Until(t, "the idle connection to be closed", func() bool { return conns.Open() == 0 })
 }

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/internal/membudget"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
@@ -141,7 +141,7 @@ func TestRelayedMessagesChargedWhileHeld(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "memory budget") {
 		t.Fatalf("a message past the budget: %v, want RESOURCE_EXHAUSTED", err)
 	}
-	poll.Until(t, "the budget to be free", func() bool { return budget.Used() == 0 })
+	testpoll.Until(t, "the budget to be free", func() bool { return budget.Used() == 0 })
 }
 
 // A flood of streams that send nothing is bounded by the memory budget
@@ -185,5 +185,5 @@ func TestGRPCStreamFloodIsBounded(t *testing.T) {
 		}
 	}
 	cancel()
-	poll.Until(t, "the budget to be free", func() bool { return budget.Used() == 0 })
+	testpoll.Until(t, "the budget to be free", func() bool { return budget.Used() == 0 })
 }

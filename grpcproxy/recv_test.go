@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/membudget"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 )
 
 // meteredPipe is a metered connection read from a pipe the test writes.
@@ -67,7 +67,7 @@ func TestRecvMeterWaitsForRoom(t *testing.T) {
 	read := make(chan int, 1)
 	go client.Write([]byte("more"))
 	go func() { n, _ := c.Read(buf); read <- n }()
-	poll.Until(t, "the read to wait for room", func() bool {
+	testpoll.Until(t, "the read to wait for room", func() bool {
 		stacks := make([]byte, 1<<20)
 		return bytes.Contains(stacks[:runtime.Stack(stacks, true)], []byte("(*recvConn).waitRoom"))
 	})
@@ -80,7 +80,7 @@ func TestRecvMeterWaitsForRoom(t *testing.T) {
 	if n := <-read; n != 4 {
 		t.Fatalf("read %d once there was room, want 4", n)
 	}
-	poll.Until(t, "what was read to be charged", func() bool { return b.Used() == 4 })
+	testpoll.Until(t, "what was read to be charged", func() bool { return b.Used() == 4 })
 }
 
 // A connection that finds no room within its wait is closed, and gives

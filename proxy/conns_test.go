@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/door"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/proxy"
 )
 
@@ -54,7 +54,7 @@ func TestConnectionBound(t *testing.T) {
 		t.Fatalf("the first connection after the refusal: %d", resp.StatusCode)
 	}
 	first.Close()
-	poll.Until(t, "the first connection to be closed", func() bool { return conns.Open() == 0 })
+	testpoll.Until(t, "the first connection to be closed", func() bool { return conns.Open() == 0 })
 	if ans := exchange(t, front, []byte(request), false); ans.status != 200 {
 		t.Fatalf("a new connection once the first closed: %d %s", ans.status, ans.body)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 )
 
 // longAgo is an arrival old enough that a watched call is due for a check
@@ -93,13 +93,13 @@ func TestWatchHangUp(t *testing.T) {
 			ctx.Done() // the call waits: the watch starts
 			tc.client(client)
 			if tc.wantGone {
-				poll.Until(t, "hang-up not seen", func() bool { pollNow(&h); return ctx.Err() != nil })
+				testpoll.Until(t, "hang-up not seen", func() bool { pollNow(&h); return ctx.Err() != nil })
 				<-ctx.Done()
 			} else {
 				// What the client sent has arrived before the socket is
 				// peeked at, so a watch that took data for a hang-up fails.
 				if tc.pipelined != "" {
-					poll.Until(t, "the pipelined bytes never arrived", func() bool { return pending(t, server) })
+					testpoll.Until(t, "the pipelined bytes never arrived", func() bool { return pending(t, server) })
 				}
 				pollNow(&h)
 				if ctx.Err() != nil {
@@ -142,8 +142,8 @@ func TestHangUpsWatchesEachCallApart(t *testing.T) {
 	// Both hang-ups are visible on the proxy's side before the last poll,
 	// which peeks at every watched call: a watch that still held call 5,
 	// or ended a connected call, fails below.
-	poll.Until(t, "call 5's hang-up never reached its socket", func() bool { return peerClosed(servers[5]) })
-	poll.Until(t, "call 3's hang-up not seen", func() bool { pollNow(&h); return ctxs[3].Err() != nil })
+	testpoll.Until(t, "call 5's hang-up never reached its socket", func() bool { return peerClosed(servers[5]) })
+	testpoll.Until(t, "call 3's hang-up not seen", func() bool { pollNow(&h); return ctxs[3].Err() != nil })
 	pollNow(&h)
 	for i := range n {
 		gone := ctxs[i].Err() != nil

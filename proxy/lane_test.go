@@ -13,7 +13,7 @@ import (
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -155,7 +155,7 @@ func TestLargeBodyLane(t *testing.T) {
 			// it), so there are at most two, the first body's and the
 			// second's if it was read while the first was being answered.
 			class := membudget.Class(int64(len(large)) + 1)
-			poll.Until(t, "the budget holds only pooled buffers", func() bool { return budget.Used() == budget.Pooled() })
+			testpoll.Until(t, "the budget holds only pooled buffers", func() bool { return budget.Used() == budget.Pooled() })
 			if used, pooled := budget.Used(), budget.Pooled(); used != pooled || pooled < class || pooled > 2*class {
 				t.Fatalf("after the large requests: used %d, pooled %d, want only pooled buffers, one or two of %d", used, pooled, class)
 			}
@@ -201,7 +201,7 @@ func TestLargeBodyLaneComesBack(t *testing.T) {
 		t.Fatalf("the second large request: %d", st)
 	}
 	class := membudget.Class(int64(len(large)) + 1)
-	poll.Until(t, "the budget holds only pooled buffers", func() bool { return budget.Used() == budget.Pooled() })
+	testpoll.Until(t, "the budget holds only pooled buffers", func() bool { return budget.Used() == budget.Pooled() })
 	if budget.Used() != budget.Pooled() || budget.Pooled() > 2*class {
 		t.Fatalf("after: used %d, pooled %d (class %d): the one that left still holds room", budget.Used(), budget.Pooled(), class)
 	}
@@ -292,7 +292,7 @@ func TestLargeBodyLaneReadsWhileUpstream(t *testing.T) {
 			t.Fatalf("large request %d: %d %q", i+1, st, body)
 		}
 	}
-	poll.Until(t, "the budget holds only pooled buffers", func() bool { return budget.Used() == budget.Pooled() })
+	testpoll.Until(t, "the budget holds only pooled buffers", func() bool { return budget.Used() == budget.Pooled() })
 	if budget.Used() != budget.Pooled() || budget.Pooled() > 2*class {
 		t.Fatalf("after: used %d, pooled %d, want only pooled buffers, at most two of %d", budget.Used(), budget.Pooled(), class)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/internal/membudget"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -99,7 +99,7 @@ func TestMemoryBudgetRefusesWhatDoesNotFit(t *testing.T) {
 
 func waitForBudget(t *testing.T, b *membudget.Budget, atLeast int64) {
 	t.Helper()
-	poll.Until(t, fmt.Sprintf("the budget to hold %d (or, for 0, nothing)", atLeast), func() bool {
+	testpoll.Until(t, fmt.Sprintf("the budget to hold %d (or, for 0, nothing)", atLeast), func() bool {
 		u := b.Used()
 		return (atLeast == 0 && u == 0) || (atLeast > 0 && u >= atLeast)
 	})

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/door"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
 )
@@ -500,7 +500,7 @@ func TestRepositoryChangeIsTold(t *testing.T) {
 		}
 		if strings.HasSuffix(path, "load") {
 			want++
-			poll.Until(t, "told of "+path, func() bool { return len(c.seen()) == want })
+			testpoll.Until(t, "told of "+path, func() bool { return len(c.seen()) == want })
 		}
 	}
 	if got := c.seen(); len(got) != 2 || got[0] != "a/b" || got[1] != "m" {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/internal/triton"
 )
 
@@ -126,14 +126,14 @@ func TestChangedRereads(t *testing.T) {
 	}
 	up.setConfig("m", decoupled("m"))
 	r.Changed("m")
-	poll.Until(t, "m passed through", func() bool { s, _ := statusOf(r, "m"); return s.Mode == ModePassthrough && !q.batched("m") })
+	testpoll.Until(t, "m passed through", func() bool { s, _ := statusOf(r, "m"); return s.Mode == ModePassthrough && !q.batched("m") })
 
 	up.setIndex(triton.IndexEntry{Name: "m", State: "READY"}, triton.IndexEntry{Name: "u", State: "UNAVAILABLE"},
 		triton.IndexEntry{Name: "new", State: "READY"})
 	up.setConfig("new", &triton.ModelConfig{Name: "new", MaxBatchSize: 2})
 	r.Changed("u")
 	r.Changed("new")
-	poll.Until(t, "u forgotten and new batched", func() bool {
+	testpoll.Until(t, "u forgotten and new batched", func() bool {
 		_, listed := statusOf(r, "u")
 		return !listed && !q.batched("u") && q.batched("new")
 	})
@@ -159,7 +159,7 @@ func TestChangedCoalescesAndIsBounded(t *testing.T) {
 		t.Errorf("%d models being read again, want at most %d", inFlight, MaxOnDemandLookups)
 	}
 	close(up.gate)
-	poll.Until(t, "every re-read done", func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.changing) == 0 })
+	testpoll.Until(t, "every re-read done", func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.changing) == 0 })
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	if reads := up.lookups - (inFlight - 1); reads > 2 {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 )
@@ -288,7 +288,7 @@ func TestEnsureWaitsForALookupInProgress(t *testing.T) {
 	// One caller looks (held in ModelConfig by the gate, without asking its
 	// context for Done); the others reach their wait, where they ask for
 	// Done. None may return while the gate holds the lookup.
-	poll.Until(t, "one lookup started", func() bool {
+	testpoll.Until(t, "one lookup started", func() bool {
 		up.mu.Lock()
 		defer up.mu.Unlock()
 		return up.lookups == 1
@@ -321,7 +321,7 @@ func TestEnsureWaitsForALookupInProgress(t *testing.T) {
 	up.gate = make(chan struct{})
 	defer close(up.gate)
 	go r.Ensure(context.Background(), "other")
-	poll.Until(t, "the lookup of other started", func() bool {
+	testpoll.Until(t, "the lookup of other started", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.looking["other"] != nil
@@ -377,7 +377,7 @@ func TestStatisticsFeedTheMonitor(t *testing.T) {
 	go r.Run(ctx)
 	var snap *monitor.Snapshot
 	n := int64(0)
-	poll.Until(t, "the monitor fitted the statistics' line", func() bool {
+	testpoll.Until(t, "the monitor fitted the statistics' line", func() bool {
 		n++
 		up.setStats("m", grown(10*n))
 		snap = r.Statuses()[0].Rule
@@ -448,14 +448,14 @@ func TestDiscoverRetriesUntilTheUpstreamAnswers(t *testing.T) {
 	// Down: several attempts, none of which may mark the registry discovered.
 	// The third attempt started, so the first two have been handled: a
 	// registry that took a failure for discovery is marked by now.
-	poll.Until(t, "three attempts to read the model list", func() bool { return up.attempts() >= 3 })
+	testpoll.Until(t, "three attempts to read the model list", func() bool { return up.attempts() >= 3 })
 	if r.Discovered() {
 		t.Fatal("discovered while the upstream is down")
 	}
 	up.mu.Lock()
 	up.down = false
 	up.mu.Unlock()
-	poll.Until(t, "discovery after the upstream came up", r.Discovered)
+	testpoll.Until(t, "discovery after the upstream came up", r.Discovered)
 	if len(r.Statuses()) != 1 {
 		t.Fatalf("statuses %+v, want the upstream's one model", r.Statuses())
 	}

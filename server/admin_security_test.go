@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -80,7 +80,7 @@ func TestSecurityAdminPort(t *testing.T) {
 
 	post(t, lt.Base+"/v2/models/simple/infer", simpleBody("a", 1, 1)) // a span to export
 	var status string
-	poll.Until(t, "the meter's failed scrape shown in /status", func() bool {
+	testpoll.Until(t, "the meter's failed scrape shown in /status", func() bool {
 		_, status = get("/status", "", "")
 		return strings.Contains(status, "scraping")
 	})

@@ -12,7 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -61,10 +61,10 @@ func TestReadinessWatchesTheUpstreamWithoutTraffic(t *testing.T) {
 	allOf := func(want bool) func() bool {
 		return func() bool { r := serverDoors(t, lt, health); return r == [3]bool{want, want, want} }
 	}
-	poll.Until(t, "every door ready", allOf(true))
+	testpoll.Until(t, "every door ready", allOf(true))
 
 	em.Close()
-	took := poll.Within(t, "every door not ready after the upstream died", checkVerdict, allOf(false))
+	took := testpoll.Within(t, "every door not ready after the upstream died", checkVerdict, allOf(false))
 	if _, m := getText(t, lt.Admin+"/metrics"); metricValue(m, "ratebatch_upstream_down") != 1 {
 		t.Error("ratebatch_upstream_down is not 1 with the upstream dead")
 	}
@@ -75,14 +75,14 @@ func TestReadinessWatchesTheUpstreamWithoutTraffic(t *testing.T) {
 	if err := em.Start(addr, metricsAddr); err != nil {
 		t.Fatalf("restarting the upstream: %v", err)
 	}
-	back := poll.Within(t, "every door ready after the upstream's return", checkVerdict, allOf(true))
+	back := testpoll.Within(t, "every door ready after the upstream's return", checkVerdict, allOf(true))
 	logged(t, logs, `level=INFO msg="upstream answering again"`)
 	t.Logf("not ready %v after the kill, ready %v after the return", took.Round(time.Millisecond), back.Round(time.Millisecond))
 
 	if err := em.SetModelReady("simple", false); err != nil {
 		t.Fatal(err)
 	}
-	poll.Within(t, "not ready with the only batched model unloaded", checkVerdict, allOf(false))
+	testpoll.Within(t, "not ready with the only batched model unloaded", checkVerdict, allOf(false))
 	if _, m := getText(t, lt.Admin+"/metrics"); metricValue(m, `ratebatch_upstream_model_ready{model="simple"}`) != 0 {
 		t.Error(`ratebatch_upstream_model_ready{model="simple"} is not 0 with simple unloaded`)
 	}
@@ -93,14 +93,14 @@ func TestReadinessWatchesTheUpstreamWithoutTraffic(t *testing.T) {
 	if err := em.SetModelReady("simple", true); err != nil {
 		t.Fatal(err)
 	}
-	poll.Within(t, "ready with simple loaded again", checkVerdict, allOf(true))
+	testpoll.Within(t, "ready with simple loaded again", checkVerdict, allOf(true))
 }
 
 // logged waits for a log line containing s: the check logs a change just
 // after it publishes it.
 func logged(t *testing.T, logs *syncBuffer, s string) {
 	t.Helper()
-	poll.Until(t, "a log line with "+s, func() bool { return strings.Contains(logs.String(), s) })
+	testpoll.Until(t, "a log line with "+s, func() bool { return strings.Contains(logs.String(), s) })
 }
 
 // A proxy started against a wrong upstream (nothing listens there): a

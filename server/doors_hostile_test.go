@@ -28,7 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve/grpcwire"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/lab/emulator"
@@ -507,7 +507,7 @@ func TestHostileGRPCFloods(t *testing.T) {
 		}
 	}
 	sent.Wait()
-	poll.Until(t, "streams past the budget to be refused", func() bool { return refused.Load() > 0 })
+	testpoll.Until(t, "streams past the budget to be refused", func() bool { return refused.Load() > 0 })
 	cancel()
 	streams.Wait()
 	t.Logf("outcomes: %v; budget peak %d of %d", outcomes, p.MemoryBudget().Peak(), budget)
@@ -525,7 +525,7 @@ func TestHostileGRPCFloods(t *testing.T) {
 	if peak := p.MemoryBudget().Peak(); peak > bound {
 		t.Errorf("budget peak %d past %d: its %d, one largest message and a read buffer a connection", peak, bound, budget)
 	}
-	poll.Until(t, "the budget to be given back", func() bool { return p.MemoryBudget().Used() == 0 })
+	testpoll.Until(t, "the budget to be given back", func() bool { return p.MemoryBudget().Used() == 0 })
 	plain, cancelPlain := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelPlain()
 	if _, err := pb.NewGRPCInferenceServiceClient(dial()).ModelInfer(plain, simpleGRPC("simple", "")); err != nil {

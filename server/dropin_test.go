@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
@@ -219,9 +219,9 @@ func TestModelModeFollowsTriton(t *testing.T) {
 			})
 			url := p.Base + "/v2/models/simple/infer"
 			calls := startCallers(t, url, 8)
-			poll.Until(t, "merged batches", func() bool { return seen.merged.Load() > 3 })
+			testpoll.Until(t, "merged batches", func() bool { return seen.merged.Load() > 3 })
 			tc.change(t, up, p.Base, em.Addr())
-			poll.Until(t, "simple passed through", func() bool { _, ok := p.Dispatcher().Model("simple"); return !ok })
+			testpoll.Until(t, "simple passed through", func() bool { _, ok := p.Dispatcher().Model("simple"); return !ok })
 			if tc.name == "unload beside the proxy" {
 				// Triton answers the calls of a model it does not serve:
 				// through the proxy as straight, and nothing else to see.
@@ -234,9 +234,9 @@ func TestModelModeFollowsTriton(t *testing.T) {
 				return
 			}
 			since := seen.asSent.Load()
-			poll.Until(t, "calls sent as they came", func() bool { return seen.asSent.Load() > since+20 })
+			testpoll.Until(t, "calls sent as they came", func() bool { return seen.asSent.Load() > since+20 })
 			merged := seen.merged.Load()
-			poll.Until(t, "more calls sent as they came", func() bool { return seen.asSent.Load() > since+60 })
+			testpoll.Until(t, "more calls sent as they came", func() bool { return seen.asSent.Load() > since+60 })
 			calls.end(t)
 			if got := seen.merged.Load(); got != merged {
 				t.Errorf("%d merged batches after the model was passed through", got-merged)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -54,7 +54,7 @@ func TestServeSaysWhenEnergyIsNotMeasured(t *testing.T) {
 		} `json:"models"`
 	}
 	var body string
-	poll.Until(t, "/status to say energy is not available and why, and the fit to say so", func() bool {
+	testpoll.Until(t, "/status to say energy is not available and why, and the fit to say so", func() bool {
 		_, body = getText(t, lt.Admin+"/status")
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestServeSaysWhenEnergyIsNotMeasured(t *testing.T) {
 	if n := strings.Count(logs.String(), "energy not measured"); n != 1 {
 		t.Errorf("%d WARN lines about the energy, want 1:\n%s", n, logs)
 	}
-	poll.Until(t, "/ui's history to carry the reason and the objective", func() bool {
+	testpoll.Until(t, "/ui's history to carry the reason and the objective", func() bool {
 		_, h := getText(t, lt.Admin+"/ui/history.json")
 		return strings.Contains(h, `"energy_unavailable":"power: triton:`) && strings.Contains(h, `"objective":"requests per GPU-second`)
 	})

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -55,7 +55,7 @@ func TestServeLoadReport(t *testing.T) {
 	}
 	ask("/v2/health/ready", nil, "")
 	ask("/v2/models/simple/infer", simpleBody("a", 1, 1), "")
-	poll.Until(t, "a learnt line in the load report", func() bool {
+	testpoll.Until(t, "a learnt line in the load report", func() bool {
 		ask("/v2/models/simple/infer", simpleBody("b", 1, 2), "")
 		_, ok := ask("/v2/models/simple/infer", simpleBody("c", 1, 1), "JSON").NamedMetrics["capacity_rps"]
 		return ok
@@ -107,7 +107,7 @@ func TestServeHAProxyAgent(t *testing.T) {
 		return rep.NamedMetrics["capacity_rps"]
 	}
 	var last string
-	poll.Until(t, "the agent's weight to follow the learnt capacity", func() bool {
+	testpoll.Until(t, "the agent's weight to follow the learnt capacity", func() bool {
 		c := capacity()
 		last = agent()
 		var pct float64

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -75,14 +75,14 @@ func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 	url := lt.Base + "/v2/models/simple/infer"
 	// Ready once discovery has read the models (the model may be known a
 	// moment before).
-	poll.Until(t, "the proxy is ready", func() bool { return readiness(client, lt) == allReady })
+	testpoll.Until(t, "the proxy is ready", func() bool { return readiness(client, lt) == allReady })
 	for i := range 3 {
 		if code, r, _ := postSimple(t, client, url, fmt.Sprint("e", i), i, 1); code != 500 || !strings.Contains(r.Error, "device lost") {
 			t.Fatalf("call %d: %d %q, want the upstream's 500", i, code, r.Error)
 		}
 	}
 	// Triton's 500 may be one request's: the probe the 3rd sends decides.
-	poll.Until(t, "not ready after 3 server errors and a failed probe", func() bool { return readiness(client, lt) == allNotReady })
+	testpoll.Until(t, "not ready after 3 server errors and a failed probe", func() bool { return readiness(client, lt) == allNotReady })
 	var slowest time.Duration
 	for i := range 20 {
 		code, r, took := postSimple(t, client, url, fmt.Sprint("f", i), i, 1)
@@ -93,7 +93,7 @@ func TestReliabilityUpstreamFailingAndRecovering(t *testing.T) {
 	}
 	broken.Store(false)
 	healed := time.Now()
-	poll.Until(t, "a probe finds the upstream healed", func() bool {
+	testpoll.Until(t, "a probe finds the upstream healed", func() bool {
 		code, _, _ := postSimple(t, client, url, "probe", 1, 1)
 		return code == 200
 	})
@@ -143,7 +143,7 @@ func TestReliabilityUpstreamHungBatch(t *testing.T) {
 	hang.Store(true)
 	first := make(chan int, 1)
 	go func() { code, _, _ := postSimple(t, client, url, "hung", 0, 1); first <- code }()
-	poll.Until(t, "the first batch is in flight", func() bool { return lt.Dispatcher().Snapshots()[0].InFlight == 1 })
+	testpoll.Until(t, "the first batch is in flight", func() bool { return lt.Dispatcher().Snapshots()[0].InFlight == 1 })
 	const callers = 8
 	var wg sync.WaitGroup
 	var slowest atomic.Int64
@@ -172,7 +172,7 @@ func TestReliabilityUpstreamHungBatch(t *testing.T) {
 	if code := <-first; code != 504 {
 		t.Fatalf("the hung batch's caller: %d, want 504 at the upstream timeout", code)
 	}
-	poll.Until(t, "a probe finds the upstream answering", func() bool {
+	testpoll.Until(t, "a probe finds the upstream answering", func() bool {
 		code, _, _ := postSimple(t, client, url, "probe", 1, 1)
 		return code == 200
 	})

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ratebatch/ratebatch/internal/poll"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/monitor"
@@ -108,7 +108,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if mon == nil {
 		t.Fatal("no monitor of simple")
 	}
-	poll.Until(t, "the monitor to learn from some batches", func() bool { return mon.Snapshot().Samples > 0 })
+	testpoll.Until(t, "the monitor to learn from some batches", func() bool { return mon.Snapshot().Samples > 0 })
 	learnt := mon.Snapshot().Samples
 
 	reloadFile(t, file, em.Addr(), "2x", "limits:\n  queue_rows: 2048\nlog:\n  level: debug\n")
@@ -116,11 +116,11 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Fatalf("reload: %v", err)
 	}
 	after := sent.Load()
-	poll.Until(t, "the rule planned under budget 2x", func() bool {
+	testpoll.Until(t, "the rule planned under budget 2x", func() bool {
 		n := mon.Snapshot().Note
 		return strings.Contains(n, "budget 2x")
 	})
-	poll.Until(t, "requests answered after the reload", func() bool { return sent.Load() > after+200 })
+	testpoll.Until(t, "requests answered after the reload", func() bool { return sent.Load() > after+200 })
 	halt()
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed across the reload", failed.Load(), sent.Load())

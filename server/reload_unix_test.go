@@ -3,12 +3,12 @@
 package server_test
 
 import (
-	"github.com/ratebatch/ratebatch/internal/poll"
 	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/server/servertest"
@@ -27,7 +27,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "config_version 2 with budget 3x", func() bool {
+	testpoll.Until(t, "config_version 2 with budget 3x", func() bool {
 		st := readStatus(t, p.Admin)
 		return st.ConfigVersion == 2 && st.budget() == "3x"
 	})

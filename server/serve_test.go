@@ -15,7 +15,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
@@ -291,9 +291,9 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 			t.Errorf("%s: status %d without a v2 error body", id, code)
 		}
 	})
-	poll.Until(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
+	testpoll.Until(t, "traffic flowing", func() bool { return okCount.Load() > 0 })
 	em.Close() // killed mid-traffic
-	poll.Until(t, "the proxy to mark the upstream down", func() bool {
+	testpoll.Until(t, "the proxy to mark the upstream down", func() bool {
 		_, m := getText(t, admin+"/metrics")
 		return metricValue(m, `ratebatch_upstream_errors_total{kind="marked_down",model="simple"}`) > 0
 	})
@@ -301,7 +301,7 @@ func TestServeUpstreamRestartLosesNothing(t *testing.T) {
 		t.Fatalf("restarting the emulator: %v", err)
 	}
 	before := okCount.Load()
-	poll.Until(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
+	testpoll.Until(t, "a request to succeed after the restart", func() bool { return okCount.Load() > before })
 	stop()
 	if okCount.Load() <= before {
 		t.Fatal("no request succeeded after the upstream came back")
@@ -569,7 +569,7 @@ func TestServeTimeoutParameter(t *testing.T) {
 		return bytes.Replace(simpleBody(id, 0, 1), []byte(`{"id":"`+id+`",`), []byte(`{"id":"`+id+`","parameters":`+params+`,`), 1)
 	}
 	go post(t, url, simpleBody("busy", 0, 1)) // occupies the only instance
-	poll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
+	testpoll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
 	start := time.Now()
 	code, r, _ := post(t, url, withParams("late", `{"timeout":20000}`))
 	if code != 503 || r.Error != "Request timeout expired" {
@@ -592,9 +592,9 @@ func TestServeTimeoutParameter(t *testing.T) {
 
 	// Without a queue policy Triton ignores the timeout: so does the proxy.
 	up.set("simple", nil)
-	poll.Until(t, "the proxy to read the config without a queue policy", func() bool {
+	testpoll.Until(t, "the proxy to read the config without a queue policy", func() bool {
 		go post(t, url, simpleBody("busy", 0, 1))
-		poll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
+		testpoll.Until(t, "the busy batch in flight", func() bool { return queueStatus(t, admin, "simple").InFlight == 1 })
 		code, _, _ := post(t, url, withParams("patient", `{"timeout":20000}`))
 		return code == 200
 	})
@@ -624,7 +624,7 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 			}
 		}()
 	}
-	poll.Until(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
+	testpoll.Until(t, "all three queued, waiting for a batch of 8", func() bool { return queueStatus(t, admin, "simple").QueuedRows == 3 })
 	// /status knows the three callers: three connections, each busy with
 	// its call, none able to send a partner.
 	if st := queueStatus(t, admin, "simple").Sources; !st.Known || st.Population != 3 || st.Busy != 3 || st.Idle != 0 || st.Partners != 0 || st.Unknown != 3 {
@@ -789,7 +789,7 @@ func TestServeReadyOnlyAfterDiscovery(t *testing.T) {
 	admin := servertest.Run(t, addr, nil, nil).Admin
 	// Not ready, and saying why: the first discovery's error, once it has
 	// tried.
-	poll.Until(t, "readyz names the refused connection", func() bool {
+	testpoll.Until(t, "readyz names the refused connection", func() bool {
 		code, body := getText(t, admin+"/readyz")
 		if code != 503 {
 			t.Fatalf("readyz %d %s before the upstream answered, want 503", code, body)

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
@@ -505,7 +505,7 @@ func TestTLSInForce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var logs syncBuffer
 			servertest.Run(t, em.Addr(), slog.New(slog.NewTextHandler(&logs, nil)), c.set)
-			poll.Until(t, "the start-up log", func() bool { return strings.Contains(logs.String(), "ratebatch serving") })
+			testpoll.Until(t, "the start-up log", func() bool { return strings.Contains(logs.String(), "ratebatch serving") })
 			line := ""
 			for _, l := range strings.Split(logs.String(), "\n") {
 				if strings.Contains(l, "TLS in force") {

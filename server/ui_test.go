@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/ui"
@@ -41,7 +41,7 @@ func TestServeLivePageHistory(t *testing.T) {
 	wg.Wait()
 
 	var h ui.History
-	poll.Until(t, "the live page's headline of simple", func() bool {
+	testpoll.Until(t, "the live page's headline of simple", func() bool {
 		code, body := getText(t, admin+"/ui/history.json")
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &h) != nil || len(h.Models) == 0 {
 			return false

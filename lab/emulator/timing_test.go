@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/preset"
 )
 
@@ -224,9 +224,9 @@ func TestGPUEnergyAndPower(t *testing.T) {
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
-// waitFor is poll.Until with a formatted what: it synchronises with
+// waitFor is testpoll.Until with a formatted what: it synchronises with
 // goroutines, it does not measure time.
 func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
-	poll.Until(t, fmt.Sprintf(format, args...), cond)
+	testpoll.Until(t, fmt.Sprintf(format, args...), cond)
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
-	"github.com/ratebatch/ratebatch/internal/poll"
+	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/server"
 )
 
@@ -38,7 +38,7 @@ func Long() bool { return os.Getenv("RATEBATCH_LONG") != "" }
 func Start(t testing.TB, upstream string, log *slog.Logger, edit func(*config.Config)) *Proxy {
 	t.Helper()
 	p := Run(t, upstream, log, edit)
-	poll.Until(t, "the proxy to discover the upstream's model simple", func() bool {
+	testpoll.Until(t, "the proxy to discover the upstream's model simple", func() bool {
 		_, ok := p.Dispatcher().Model("simple")
 		return ok
 	})

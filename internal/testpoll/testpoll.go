@@ -1,8 +1,8 @@
-// Package poll is the tests' one way to wait for something that happens on
+// Package testpoll is the tests' one way to wait for something that happens on
 // another goroutine: ask again until it holds or a deadline passes, instead
 // of sleeping for a time that is too short on a busy machine and too long
 // on a quiet one.
-package poll
+package testpoll
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package poll
+package testpoll
 
 import (
 	"sync/atomic"
