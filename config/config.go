@@ -36,7 +36,7 @@ type Config struct {
 	AdminToken string `yaml:"admin_token" help:"bearer token required by PUT /policy and the profiler on the admin address (empty: they are refused); give it in the environment or the file: a flag is readable by any local user (ps)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load); it needs the admin token, as PUT /policy does"`
 	// AdminHosts are the names the admin port answers to besides
-	// addresses and localhost (proxy.AdminOptions.Hosts).
+	// addresses and localhost (admin.Options.Hosts).
 	AdminHosts string `yaml:"admin_hosts" help:"names, comma-separated, by which clients reach the admin address besides IP addresses and localhost (a compose service, a Kubernetes Service); a request whose Host is another name gets 421, so a web page cannot reach the admin port by DNS rebinding"`
 
 	// The headers that decide who may call, forwarded on batched calls

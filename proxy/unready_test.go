@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratebatch/ratebatch/admin"
 	"github.com/ratebatch/ratebatch/door"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/proxy"
@@ -29,13 +30,13 @@ func (h *unreadyHealth) Unready() string { s, _ := h.why.Load().(string); return
 func TestReadinessSaysWhy(t *testing.T) {
 	h := &unreadyHealth{}
 	h.why.Store("")
-	admin := proxy.NewAdmin(proxy.AdminOptions{Gatherer: prometheus.NewRegistry(), Unready: h.Unready,
+	adminPort := admin.New(admin.Options{Gatherer: prometheus.NewRegistry(), Unready: h.Unready,
 		Ready: func() bool { return true }})
 	base := startFront(t, proxy.Options{Backend: door.Backend{Batcher: echoBatcher{}, Health: h}, Upstream: mustURL("http://triton.invalid:8000"),
 		MaxBodyBytes: fuzzBodyLimit, Forward: fakeUpstream{}, ReadTimeout: 5 * time.Second})
 	readyz := func() (int, string) {
 		w := httptest.NewRecorder()
-		admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/readyz", nil))
+		adminPort.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/readyz", nil))
 		msg, _ := kserve.ParseErrorBody(w.Body.Bytes())
 		return w.Code, msg
 	}

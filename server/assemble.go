@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratebatch/ratebatch/admin"
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/door"
@@ -269,7 +270,7 @@ func (p *Server) newAdmin() {
 	cfg, mr := p.cfg, p.models
 	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, p.disp, p.meter), Modes: modesOf(mr), Gatherer: p.reg})
 	p.admin = &http.Server{
-		Handler: proxy.NewAdmin(proxy.AdminOptions{
+		Handler: admin.New(admin.Options{
 			Gatherer: p.reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
 			Token: cfg.AdminToken, Logger: p.log,
 			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),

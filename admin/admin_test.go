@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ const testHost = "example.com"
 func TestAdminPolicyChangeIsLogged(t *testing.T) {
 	var logs bytes.Buffer
 	current := "batchmonitor"
-	h := NewAdmin(AdminOptions{
+	h := New(Options{
 		Gatherer: prometheus.NewRegistry(),
 		Hosts:    []string{testHost},
 		Status:   func() any { return map[string]string{"policy": current} },
@@ -99,7 +99,7 @@ func TestAdminPutPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			var got *call
-			h := NewAdmin(AdminOptions{
+			h := New(Options{
 				Gatherer: prometheus.NewRegistry(),
 				Hosts:    []string{testHost},
 				SetPolicy: func(_ context.Context, model, p string, o map[string]string) ([]string, error) {
@@ -160,7 +160,7 @@ func TestAdminGetPolicy(t *testing.T) {
 		{"not configured", nil, 405, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Policies: tc.policies, Token: "tok", Hosts: []string{testHost}})
+			h := New(Options{Gatherer: prometheus.NewRegistry(), Policies: tc.policies, Token: "tok", Hosts: []string{testHost}})
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/policy", nil))
 			if w.Code != tc.code {
@@ -207,7 +207,7 @@ func TestAuthorizedBearer(t *testing.T) {
 // masked command line it was given, never os.Args.
 func TestAdminPprofNeedsToken(t *testing.T) {
 	cmdline := []string{"ratebatch", "serve", "--admin-token", "REDACTED"}
-	h := NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Token: "tok", Pprof: true, Cmdline: cmdline, Hosts: []string{testHost}})
+	h := New(Options{Gatherer: prometheus.NewRegistry(), Token: "tok", Pprof: true, Cmdline: cmdline, Hosts: []string{testHost}})
 	get := func(path, auth string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		if auth != "" {
@@ -233,9 +233,9 @@ func TestAdminPprofNeedsToken(t *testing.T) {
 		t.Errorf("cmdline with the token: %d %q, want %q", w.Code, got, cmdline)
 	}
 	// Without a masked command line to show, none.
-	h = NewAdmin(AdminOptions{Gatherer: prometheus.NewRegistry(), Token: "tok", Pprof: true, Hosts: []string{testHost}})
+	h = New(Options{Gatherer: prometheus.NewRegistry(), Token: "tok", Pprof: true, Hosts: []string{testHost}})
 	if w := get("/debug/pprof/cmdline", "Bearer tok"); w.Code != http.StatusNotFound {
-		t.Errorf("cmdline without AdminOptions.Cmdline: %d %q, want 404", w.Code, w.Body)
+		t.Errorf("cmdline without Options.Cmdline: %d %q, want 404", w.Code, w.Body)
 	}
 }
 
@@ -244,7 +244,7 @@ func TestAdminPprofNeedsToken(t *testing.T) {
 // route and whatever the token: a page at evil.example resolving to
 // 127.0.0.1 (DNS rebinding) gets nothing from it.
 func TestAdminHostCheck(t *testing.T) {
-	h := NewAdmin(AdminOptions{
+	h := New(Options{
 		Gatherer: prometheus.NewRegistry(), Token: "tok", Hosts: []string{"ratebatch", "admin.example."}, Logger: slog.New(slog.DiscardHandler),
 		Status:    func() any { return map[string]string{"secret": "state"} },
 		SetPolicy: func(context.Context, string, string, map[string]string) ([]string, error) { return nil, nil },

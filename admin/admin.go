@@ -1,4 +1,9 @@
-package proxy
+// Package admin is the admin listener's handler, kept off the data port:
+// metrics, status, health and readiness, the policy in force and its
+// switch, the live page and the profiler, each behind the Host check
+// against DNS rebinding and, where it changes or exposes the process, the
+// bearer token.
+package admin
 
 import (
 	"context"
@@ -23,8 +28,8 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 )
 
-// AdminOptions configure the admin listener, kept off the data port.
-type AdminOptions struct {
+// Options configure the admin listener, kept off the data port.
+type Options struct {
 	Gatherer prometheus.Gatherer
 	// Status returns the JSON-serialisable state of the proxy.
 	Status func() any
@@ -68,10 +73,10 @@ type AdminOptions struct {
 	Hosts []string
 }
 
-// NewAdmin returns the admin handler: GET /metrics, GET /status,
+// New returns the admin handler: GET /metrics, GET /status,
 // GET /healthz, GET /readyz, GET /policy, PUT /policy (bearer token) and,
 // when enabled, the live page /ui and /debug/pprof/.
-func NewAdmin(o AdminOptions) http.Handler {
+func New(o Options) http.Handler {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
