@@ -239,9 +239,41 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 	if len(reqs) == 0 {
 		return nil, errors.New("merge: no requests")
 	}
-	var key0, scratch []byte
 	b := &Batch{Callers: make([]Caller, len(reqs)), reqs: reqs}
-	for i, r := range reqs {
+	if err := b.addCallers(verify); err != nil {
+		return nil, err
+	}
+	first := reqs[0]
+	b.parts = make([][]byte, len(first.Inputs)*len(reqs))
+	h := make([]byte, 0, 256+128*len(first.Inputs))
+	h = append(h, `{"parameters":`...)
+	h, err := appendParamsEdited(h, first.Parameters, -1, paramEdit{ParamBinaryDataOutput, true}, paramEdit{ParamTimeout, batchTimeout(reqs)})
+	if err != nil {
+		return nil, fmt.Errorf("merge: %w", err)
+	}
+	h = append(h, `,"inputs":[`...)
+	for k := range first.Inputs {
+		if k > 0 {
+			h = append(h, ',')
+		}
+		if h, err = b.appendInput(h, k); err != nil {
+			return nil, err
+		}
+	}
+	h = append(h, ']')
+	if h, err = appendOutputs(h, unionOutputs(reqs)); err != nil {
+		return nil, err
+	}
+	b.header = append(h, '}')
+	return b, nil
+}
+
+// addCallers gives each request its rows of the batch (b.Callers, b.Rows).
+// With verify, each request's batch key must be the first one's; without,
+// only its rows are read.
+func (b *Batch) addCallers(verify bool) error {
+	var key0, scratch []byte
+	for i, r := range b.reqs {
 		var rows int64
 		var err error
 		switch {
@@ -254,82 +286,80 @@ func merge(reqs []*Request, verify bool) (*Batch, error) {
 		default:
 			scratch, rows, err = appendBatchKey(scratch[:0], r)
 			if err == nil && !bytes.Equal(scratch, key0) {
-				return nil, fmt.Errorf("merge: request %d (id %q) differs from request 0 in inputs, parameters or output options", i, r.ID)
+				return fmt.Errorf("merge: request %d (id %q) differs from request 0 in inputs, parameters or output options", i, r.ID)
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("merge: request %d (id %q) cannot be batched: %w", i, r.ID, err)
+			return fmt.Errorf("merge: request %d (id %q) cannot be batched: %w", i, r.ID, err)
 		}
 		b.Callers[i] = Caller{ID: r.ID, Start: b.Rows, Rows: rows}
 		b.Rows += rows
 	}
+	return nil
+}
 
-	first := reqs[0]
-	b.parts = make([][]byte, len(first.Inputs)*len(reqs))
-	h := make([]byte, 0, 256+128*len(first.Inputs))
-	h = append(h, `{"parameters":`...)
-	h, err := appendParamsEdited(h, first.Parameters, -1, paramEdit{ParamBinaryDataOutput, true}, paramEdit{ParamTimeout, batchTimeout(reqs)})
-	if err != nil {
-		return nil, fmt.Errorf("merge: %w", err)
-	}
-	h = append(h, `,"inputs":[`...)
-	for k := range first.Inputs {
-		in := &first.Inputs[k]
-		size := 0
-		for i, r := range reqs {
-			t := r.input(in.Name, k)
-			if t == nil {
-				return nil, fmt.Errorf("merge: request %d (id %q) has no input %q", i, r.ID, in.Name)
-			}
-			if t.Deferred() {
-				return nil, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, errDeferred)
-			}
-			if err := checkData(t.Datatype, t.Shape, mustCount(t.Shape), t.Data); err != nil {
-				return nil, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, err)
-			}
-			b.parts[k*len(reqs)+i] = t.Data
-			size += len(t.Data)
+// appendInput appends the batched request's header of input k (the first
+// request's k-th, the batch's rows in dimension 0, its data's size in
+// binary form) to h, and takes each caller's data of it into b.parts.
+func (b *Batch) appendInput(h []byte, k int) ([]byte, error) {
+	reqs := b.reqs
+	in := &reqs[0].Inputs[k]
+	size := 0
+	for i, r := range reqs {
+		t := r.input(in.Name, k)
+		if t == nil {
+			return h, fmt.Errorf("merge: request %d (id %q) has no input %q", i, r.ID, in.Name)
 		}
-		b.binLen += size
-		if k > 0 {
+		if t.Deferred() {
+			return h, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, errDeferred)
+		}
+		if err := checkData(t.Datatype, t.Shape, mustCount(t.Shape), t.Data); err != nil {
+			return h, fmt.Errorf("merge: request %d (id %q): input %q: %w", i, r.ID, t.Name, err)
+		}
+		b.parts[k*len(reqs)+i] = t.Data
+		size += len(t.Data)
+	}
+	b.binLen += size
+	h = append(h, `{"name":`...)
+	h = appendJSONString(h, []byte(in.Name))
+	h = append(h, `,"datatype":"`...)
+	h = append(h, in.Datatype...)
+	h = append(h, `","shape":[`...)
+	h = strconv.AppendInt(h, b.Rows, 10)
+	for _, d := range in.Shape[1:] {
+		h = append(h, ',')
+		h = strconv.AppendInt(h, d, 10)
+	}
+	h = append(h, ']')
+	h = append(h, `,"parameters":`...)
+	h, err := appendParameters(h, in.Parameters, int64(size))
+	if err != nil {
+		return h, fmt.Errorf("merge: input %q: %w", in.Name, err)
+	}
+	return append(h, '}'), nil
+}
+
+// appendOutputs appends the batched request's outputs, each asked for in
+// binary form, to h; none when outs is empty (every output).
+func appendOutputs(h []byte, outs []RequestedOutput) ([]byte, error) {
+	if len(outs) == 0 {
+		return h, nil
+	}
+	h = append(h, `,"outputs":[`...)
+	for i, o := range outs {
+		if i > 0 {
 			h = append(h, ',')
 		}
 		h = append(h, `{"name":`...)
-		h = appendJSONString(h, []byte(in.Name))
-		h = append(h, `,"datatype":"`...)
-		h = append(h, in.Datatype...)
-		h = append(h, `","shape":[`...)
-		h = strconv.AppendInt(h, b.Rows, 10)
-		for _, d := range in.Shape[1:] {
-			h = append(h, ',')
-			h = strconv.AppendInt(h, d, 10)
-		}
-		h = append(h, ']')
+		h = appendJSONString(h, []byte(o.Name))
 		h = append(h, `,"parameters":`...)
-		if h, err = appendParameters(h, in.Parameters, int64(size)); err != nil {
-			return nil, fmt.Errorf("merge: input %q: %w", in.Name, err)
+		var err error
+		if h, err = appendParamsEdited(h, o.Parameters, -1, paramEdit{ParamBinaryData, true}); err != nil {
+			return h, fmt.Errorf("merge: output %q: %w", o.Name, err)
 		}
 		h = append(h, '}')
 	}
-	h = append(h, ']')
-	if outs := unionOutputs(reqs); len(outs) > 0 { // each in binary form
-		h = append(h, `,"outputs":[`...)
-		for i, o := range outs {
-			if i > 0 {
-				h = append(h, ',')
-			}
-			h = append(h, `{"name":`...)
-			h = appendJSONString(h, []byte(o.Name))
-			h = append(h, `,"parameters":`...)
-			if h, err = appendParamsEdited(h, o.Parameters, -1, paramEdit{ParamBinaryData, true}); err != nil {
-				return nil, fmt.Errorf("merge: output %q: %w", o.Name, err)
-			}
-			h = append(h, '}')
-		}
-		h = append(h, ']')
-	}
-	b.header = append(h, '}')
-	return b, nil
+	return append(h, ']'), nil
 }
 
 // input finds the input called name, trying index k first (callers usually
