@@ -574,43 +574,18 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 			if q.inFlight >= q.spec.Instances {
 				break
 			}
-			var want int
-			if q.retired {
-				want = 1 // each call alone (take always takes one)
-			} else if fallback {
-				want = q.spec.MaxBatch
-			} else {
-				d := rule.Decide(policy.Queue{
-					Now: now, Rows: k.rows, OldestArrival: head.arrived,
-					EarliestDeadline: k.earliestDeadline(head),
-					InFlight:         q.inFlight, InFlightRows: q.inFlightRows,
-					Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
-					IdleSources: idle, SourcesKnown: known,
-				})
-				if q.obs != nil {
-					q.obs.Decided(Decision{Model: q.name, At: now, Rows: k.rows, Oldest: now.Sub(head.arrived), InFlight: q.inFlight,
-						IdleSources: idle, SourcesKnown: known, Send: min(max(d.Rows, 0), q.spec.MaxBatch), WakeAt: d.WakeAt})
+			want, wake := q.decide(rule, fallback, k, head, now, idle, known)
+			if want <= 0 {
+				if wake.After(now) && (next.IsZero() || wake.Before(next)) {
+					next = wake
 				}
-				if d.Rows <= 0 {
-					if d.WakeAt.After(now) && (next.IsZero() || d.WakeAt.Before(next)) {
-						next = d.WakeAt
-					}
-					break
-				}
-				want = min(d.Rows, q.spec.MaxBatch)
+				break
 			}
 			calls, rows := k.take(want, nil)
 			if len(calls) == 0 {
 				continue
 			}
-			forwardTimeout(calls, now)
-			q.rows -= rows
-			q.inFlight++
-			q.inFlightRows += rows
-			q.batchesSent++
-			q.rowsSent += int64(rows)
-			batches = append(batches, batch{Batch: Batch{Model: q.name, Calls: calls, Rows: rows, Formed: now, Rule: formedBy},
-				planner: q.spec.Planner, obs: q.obs, instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs})
+			batches = append(batches, q.formed(calls, rows, now, formedBy))
 		}
 	}
 	clear(q.order) // no key queue kept past the pass
@@ -619,6 +594,48 @@ func (q *modelQueue) form() (batches []batch, next time.Time) {
 		close(q.idle)
 	}
 	return batches, next
+}
+
+// decide is how many rows of key queue k to send now, whose oldest call
+// is head: one call when the queue is retired, a full batch when it falls
+// back (draining, or a rule that panicked), else what the rule decides,
+// told to the observer. When it sends none, wake is when the rule asks to
+// decide again (zero: at the next event). Called with q.mu held.
+func (q *modelQueue) decide(rule policy.Rule, fallback bool, k *keyQueue, head *Call, now time.Time, idle int, known bool) (want int, wake time.Time) {
+	if q.retired {
+		return 1, time.Time{} // each call alone (take always takes one)
+	}
+	if fallback {
+		return q.spec.MaxBatch, time.Time{}
+	}
+	d := rule.Decide(policy.Queue{
+		Now: now, Rows: k.rows, OldestArrival: head.arrived,
+		EarliestDeadline: k.earliestDeadline(head),
+		InFlight:         q.inFlight, InFlightRows: q.inFlightRows,
+		Instances: q.spec.Instances, MaxBatch: q.spec.MaxBatch,
+		IdleSources: idle, SourcesKnown: known,
+	})
+	if q.obs != nil {
+		q.obs.Decided(Decision{Model: q.name, At: now, Rows: k.rows, Oldest: now.Sub(head.arrived), InFlight: q.inFlight,
+			IdleSources: idle, SourcesKnown: known, Send: min(max(d.Rows, 0), q.spec.MaxBatch), WakeAt: d.WakeAt})
+	}
+	if d.Rows <= 0 {
+		return 0, d.WakeAt
+	}
+	return min(d.Rows, q.spec.MaxBatch), time.Time{}
+}
+
+// formed counts the calls taken out of the queue as one batch in flight
+// and returns it. Called with q.mu held.
+func (q *modelQueue) formed(calls []*Call, rows int, now time.Time, formedBy policy.Rule) batch {
+	forwardTimeout(calls, now)
+	q.rows -= rows
+	q.inFlight++
+	q.inFlightRows += rows
+	q.batchesSent++
+	q.rowsSent += int64(rows)
+	return batch{Batch: Batch{Model: q.name, Calls: calls, Rows: rows, Formed: now, Rule: formedBy},
+		planner: q.spec.Planner, obs: q.obs, instances: q.spec.Instances, halfOutputs: q.spec.HalfOutputs}
 }
 
 // sameRule reports whether a and b are one rule; rules that cannot be

@@ -29,27 +29,7 @@ func (q *modelQueue) execute(b *batch) {
 		b.Started = q.d.now()
 		q.contain("observe", func() { b.obs.BatchStarted(&b.Batch) })
 	}
-	var (
-		results []Result
-		latency time.Duration
-		ok      bool
-	)
-	probe, failing := q.startBatch()
-	if failing != nil {
-		// The model fails and its probe is out: a prompt 503, no upstream call.
-		results = make([]Result, len(b.Calls))
-		for i := range results {
-			results[i] = Result{Err: failing}
-		}
-		q.d.o.Metrics.rejected(q.name, "model_failing")
-	} else {
-		stop := q.watchHung(b)
-		results, latency, ok = q.sendContained(b)
-		if stop != nil {
-			stop()
-		}
-		q.endBatch(probe, results)
-	}
+	results, latency, ok := q.results(b)
 	if ok {
 		q.series.upstream.Observe(latency.Seconds())
 	}
@@ -62,22 +42,7 @@ func (q *modelQueue) execute(b *batch) {
 	// The callers' connections are free to send again from here: a
 	// decision from now on counts them as partners that may come.
 	q.freeSources(b.Calls)
-	var answered time.Time
-	learn := ok && b.obs != nil
-	if learn {
-		answered = q.d.now()
-	}
-	for i, c := range b.Calls {
-		r := results[i]
-		r.Queued = b.Formed.Sub(c.arrived)
-		r.BatchRows = b.Rows
-		if learn {
-			r.obs, r.model, r.answered, r.calls = b.obs, q.name, answered, len(b.Calls)
-		}
-		q.deliver(c, r)
-	}
-	// The callers have their answers and may reuse their calls.
-	b.Calls = nil
+	q.answer(b, results, ok)
 
 	q.mu.Lock()
 	q.inFlight--
@@ -94,6 +59,50 @@ func (q *modelQueue) execute(b *batch) {
 	}
 	q.contain("observe", func() { b.obs.BatchEnded(&b.Batch, end) })
 	// No signal: the caller that ran the batch decides next (afterOwnBatch).
+}
+
+// results sends the batch upstream, watched for a hang, and returns each
+// call's result, the round trip and whether the upstream answered it all;
+// unless the model fails and its probe is out: then each call's result is
+// a prompt 503, with no upstream call.
+func (q *modelQueue) results(b *batch) (results []Result, latency time.Duration, ok bool) {
+	probe, failing := q.startBatch()
+	if failing != nil {
+		results = make([]Result, len(b.Calls))
+		for i := range results {
+			results[i] = Result{Err: failing}
+		}
+		q.d.o.Metrics.rejected(q.name, "model_failing")
+		return results, 0, false
+	}
+	stop := q.watchHung(b)
+	results, latency, ok = q.sendContained(b)
+	if stop != nil {
+		stop()
+	}
+	q.endBatch(probe, results)
+	return results, latency, ok
+}
+
+// answer delivers each caller its result, with what the observers learn
+// of it when the upstream answered the batch (ok), and then drops the
+// calls: the callers have their answers and may reuse them.
+func (q *modelQueue) answer(b *batch, results []Result, ok bool) {
+	var answered time.Time
+	learn := ok && b.obs != nil
+	if learn {
+		answered = q.d.now()
+	}
+	for i, c := range b.Calls {
+		r := results[i]
+		r.Queued = b.Formed.Sub(c.arrived)
+		r.BatchRows = b.Rows
+		if learn {
+			r.obs, r.model, r.answered, r.calls = b.obs, q.name, answered, len(b.Calls)
+		}
+		q.deliver(c, r)
+	}
+	b.Calls = nil
 }
 
 // sendContained is send with its panics contained: a panic (a codec bug
@@ -531,20 +540,9 @@ func (q *modelQueue) attempt(x exchange, b Body) (reply *Reply, latency time.Dur
 			var send bool
 			var wait <-chan struct{}
 			if send, probe, wait = h.admit(); !send {
-				// Another batch is probing the down upstream: wait for its
-				// outcome, or give up at the deadline without a try.
-				if !held() {
-					return giveUp(fmt.Errorf("%w (not back within the caller's deadline)", errUpstreamDown))
+				if err := q.awaitProbe(wait, holdUntil); err != nil {
+					return giveUp(err)
 				}
-				t := time.NewTimer(holdUntil.Sub(q.d.now()))
-				select {
-				case <-wait:
-				case <-t.C:
-				case <-q.d.ctx.Done():
-					t.Stop()
-					return giveUp(fmt.Errorf("%w (proxy shutting down)", errUpstreamDown))
-				}
-				t.Stop()
 				continue
 			}
 		}
@@ -558,11 +556,7 @@ func (q *modelQueue) attempt(x exchange, b Body) (reply *Reply, latency time.Dur
 		}
 		failures++
 		if ce.Dial {
-			down := h.refused()
-			if down {
-				m.UpstreamErrors.WithLabelValues(name, "marked_down").Inc()
-			}
-			q.d.noteRefused(down, ce)
+			q.refused(ce)
 		}
 		if probe && !ce.Dial {
 			// The connection was made and then broke: the upstream is
@@ -589,4 +583,32 @@ func (q *modelQueue) attempt(x exchange, b Body) (reply *Reply, latency time.Dur
 			return giveUp(fmt.Errorf("%w (proxy shutting down)", errUpstreamDown))
 		}
 	}
+}
+
+// awaitProbe waits while another batch probes the down upstream, until
+// its outcome (wait closes) or holdUntil; it fails at once, without a
+// try, past holdUntil, and when the proxy shuts down.
+func (q *modelQueue) awaitProbe(wait <-chan struct{}, holdUntil time.Time) error {
+	if !q.d.now().Before(holdUntil) {
+		return fmt.Errorf("%w (not back within the caller's deadline)", errUpstreamDown)
+	}
+	t := time.NewTimer(holdUntil.Sub(q.d.now()))
+	defer t.Stop()
+	select {
+	case <-wait:
+	case <-t.C:
+	case <-q.d.ctx.Done():
+		return fmt.Errorf("%w (proxy shutting down)", errUpstreamDown)
+	}
+	return nil
+}
+
+// refused counts a connection the upstream refused, which may mark it
+// down (counted), and notes it for Unready and /status.
+func (q *modelQueue) refused(ce *ConnError) {
+	down := q.d.health.refused()
+	if down {
+		q.d.o.Metrics.UpstreamErrors.WithLabelValues(q.name, "marked_down").Inc()
+	}
+	q.d.noteRefused(down, ce)
 }
