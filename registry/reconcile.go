@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/guard"
+	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
 )
 
@@ -49,34 +50,9 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		return nil
 	}
 	if !known || !e.batched {
-		pname := r.policyName(name)
-		pol, in, err := r.newPolicy(name, pname)
-		if err != nil {
+		if e, err = r.newEntry(ctx, name, mc, maxBatch, instances); err != nil {
 			return err
 		}
-		seed, from := r.seed(ctx, name)
-		mon, err := monitor.New(monitor.Config{
-			Model: name, Policy: pol, Window: r.cfg.Policy.Window,
-			MaxBatch: maxBatch, Instances: instances, Seed: seed,
-		})
-		if err != nil {
-			return err
-		}
-		e = &entry{name: name, mon: mon, batched: true, seed: from, policy: in}
-		probe, noProbe := r.probeFor(name, mc)
-		e.probe, e.probeReq = probeSource(r.cfg.Models[name].Probe != "", noProbe), probe
-		if noProbe != "" {
-			r.log.Warn("a failing model is tested only by its callers' requests, and does not take the proxy out of service", "model", name, "why", noProbe)
-		}
-		// A dynamic_batching section without a delay (a queue policy's
-		// home) costs nothing: Triton's batcher then waits for nothing.
-		if db, err := mc.Batching(); err == nil && db.MaxQueueDelayMicroseconds > 0 {
-			e.warning = "Triton's own dynamic batcher waits for this model (max_queue_delay_microseconds > 0): turn it off or set the delay to 0, or both batchers wait"
-			r.log.Warn(e.warning, "model", name)
-		}
-		r.models[name] = e
-		r.startMonitor(e)
-		r.log.Info("model batched", "model", name, "policy", pname, "max_batch_size", maxBatch, "instances", instances, "seed", from)
 	} else {
 		e.mon.SetLimits(maxBatch, instances)
 	}
@@ -94,6 +70,41 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		QueueRows: r.cfg.Limits.QueueRows, SLA: sla, Planner: e.mon, Observer: e.mon, WatchCallers: e.mon.WatchCallers,
 		HalfOutputs: half, Probe: e.probeReq, Queue: queue,
 	})
+}
+
+// newEntry makes a model batched: its policy, its monitor (seeded and
+// started), the probe that tests it while it fails, and its entry, which
+// it returns. Called with r.mu held.
+func (r *Models) newEntry(ctx context.Context, name string, mc *triton.ModelConfig, maxBatch, instances int) (*entry, error) {
+	pname := r.policyName(name)
+	pol, in, err := r.newPolicy(name, pname)
+	if err != nil {
+		return nil, err
+	}
+	seed, from := r.seed(ctx, name)
+	mon, err := monitor.New(monitor.Config{
+		Model: name, Policy: pol, Window: r.cfg.Policy.Window,
+		MaxBatch: maxBatch, Instances: instances, Seed: seed,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{name: name, mon: mon, batched: true, seed: from, policy: in}
+	probe, noProbe := r.probeFor(name, mc)
+	e.probe, e.probeReq = probeSource(r.cfg.Models[name].Probe != "", noProbe), probe
+	if noProbe != "" {
+		r.log.Warn("a failing model is tested only by its callers' requests, and does not take the proxy out of service", "model", name, "why", noProbe)
+	}
+	// A dynamic_batching section without a delay (a queue policy's
+	// home) costs nothing: Triton's batcher then waits for nothing.
+	if db, err := mc.Batching(); err == nil && db.MaxQueueDelayMicroseconds > 0 {
+		e.warning = "Triton's own dynamic batcher waits for this model (max_queue_delay_microseconds > 0): turn it off or set the delay to 0, or both batchers wait"
+		r.log.Warn(e.warning, "model", name)
+	}
+	r.models[name] = e
+	r.startMonitor(e)
+	r.log.Info("model batched", "model", name, "policy", pname, "max_batch_size", maxBatch, "instances", instances, "seed", from)
+	return e, nil
 }
 
 // startMonitor runs e's monitor under the registry's context. Called with
