@@ -162,7 +162,9 @@ func SolveFiniteBudget(ctx context.Context, m Model, p Population, b Budget) (Fi
 }
 
 // mix narrows lo and hi to adjacent tables on the one-state walk and mixes
-// them to meet the budget (see SolveFiniteBudget).
+// them to meet the budget (see SolveFiniteBudget): in their one differing
+// state when the walk can be priced, else with one share in every state
+// where lo and hi differ.
 func (out *FiniteConstrained) mix(c *finiteChain, lo, hi FinitePoint) error {
 	var diff []int
 	for q := range lo.Policy {
@@ -170,6 +172,18 @@ func (out *FiniteConstrained) mix(c *finiteChain, lo, hi FinitePoint) error {
 			diff = append(diff, q)
 		}
 	}
+	if out.mixOneState(c, lo, hi, diff) {
+		return nil
+	}
+	return out.mixAll(c, lo, hi, diff)
+}
+
+// mixOneState bisects the walk from lo to hi, switching the states diff
+// one at a time, for two adjacent tables on either side of the budget,
+// and mixes them in their one differing state with the share that meets
+// the budget exactly. It reports false when a table on the walk cannot be
+// priced or the mixed table misses the budget.
+func (out *FiniteConstrained) mixOneState(c *finiteChain, lo, hi FinitePoint, diff []int) bool {
 	step := func(k int) []int { // hi's actions in the first k differing states
 		pol := slices.Clone(lo.Policy)
 		for _, q := range diff[:k] {
@@ -179,14 +193,12 @@ func (out *FiniteConstrained) mix(c *finiteChain, lo, hi FinitePoint) error {
 	}
 	a, b := 0, len(diff)
 	first, second := lo, hi
-	walk := true
 	for b-a > 1 {
 		mid := (a + b) / 2
 		pol := step(mid)
 		ev, err := c.evaluate(pol, pol, nil)
 		if err != nil {
-			walk = false
-			break
+			return false
 		}
 		if ev.LatencyMs <= out.BudgetMs {
 			a, first = mid, FinitePoint{Policy: pol, FiniteEvaluation: ev}
@@ -194,27 +206,32 @@ func (out *FiniteConstrained) mix(c *finiteChain, lo, hi FinitePoint) error {
 			b, second = mid, FinitePoint{Policy: pol, FiniteEvaluation: ev}
 		}
 	}
-	if walk {
-		d := diff[a]
-		share := make([]float64, len(lo.Policy))
-		at := func(p float64) (FiniteEvaluation, error) {
-			share[d] = p
-			return c.evaluate(first.Policy, second.Policy, share)
-		}
-		half, err := at(0.5)
-		if err == nil {
-			l1, l2, B := first.LatencyMs, second.LatencyMs, out.BudgetMs
-			// L(1/2) = (L1 + r*L2)/(1 + r) with r = S2/S1.
-			r := (l1 - half.LatencyMs) / (half.LatencyMs - l2)
-			p := (l1 - B) / ((l1 - B) - r*(l2-B))
-			if ev, err := at(min(max(p, 0), 1)); err == nil && math.Abs(ev.LatencyMs-B) <= 1e-9*B {
-				out.First, out.Second, out.MixState, out.Mix, out.Share = first, second, d, share[d], share
-				out.FiniteEvaluation = ev
-				return nil
-			}
-		}
+	d := diff[a]
+	share := make([]float64, len(lo.Policy))
+	at := func(p float64) (FiniteEvaluation, error) {
+		share[d] = p
+		return c.evaluate(first.Policy, second.Policy, share)
 	}
-	// Fallback: one p in every differing state, by bisection.
+	half, err := at(0.5)
+	if err != nil {
+		return false
+	}
+	l1, l2, B := first.LatencyMs, second.LatencyMs, out.BudgetMs
+	// L(1/2) = (L1 + r*L2)/(1 + r) with r = S2/S1.
+	r := (l1 - half.LatencyMs) / (half.LatencyMs - l2)
+	p := (l1 - B) / ((l1 - B) - r*(l2-B))
+	ev, err := at(min(max(p, 0), 1))
+	if err != nil || math.Abs(ev.LatencyMs-B) > 1e-9*B {
+		return false
+	}
+	out.First, out.Second, out.MixState, out.Mix, out.Share = first, second, d, share[d], share
+	out.FiniteEvaluation = ev
+	return true
+}
+
+// mixAll mixes lo and hi with one share in every state of diff, found by
+// bisection so that the mean latency meets the budget.
+func (out *FiniteConstrained) mixAll(c *finiteChain, lo, hi FinitePoint, diff []int) error {
 	share := make([]float64, len(lo.Policy))
 	at := func(p float64) (FiniteEvaluation, error) {
 		for _, q := range diff {
