@@ -76,6 +76,8 @@ type Options struct {
 // New returns the admin handler: GET /metrics, GET /status,
 // GET /healthz, GET /readyz, GET /policy, PUT /policy (bearer token) and,
 // when enabled, the live page /ui and /debug/pprof/.
+//
+// New stays one function: it is the route table, read whole.
 func New(o Options) http.Handler {
 	log := o.Logger
 	if log == nil {

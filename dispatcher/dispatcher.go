@@ -379,6 +379,10 @@ func (q *modelQueue) signal() {
 	}
 }
 
+// enqueue admits a call to the model's queue, or refuses it (shutting down,
+// too many rows, a failing model, a full queue), and tells the observer of
+// its arrival. It stays one function: the checks and the push are one
+// critical section under q.mu.
 func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	m := q.d.o.Metrics
 	if c.Rows < 1 {

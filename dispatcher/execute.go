@@ -423,6 +423,9 @@ type wireAnswer struct {
 // *kserve.Error each of the batch's callers gets, and status the
 // upstream's HTTP status (0 when there was none). A request the upstream
 // answered is counted as Triton's statistics count it (Metrics.Upstream).
+//
+// It stays one function: one exchange with the upstream, each outcome
+// counted where it is known.
 func (q *modelQueue) post(x exchange, body Body, rows int) (reply *Reply, latency time.Duration, status int, err error) {
 	name := q.name
 	m := q.d.o.Metrics

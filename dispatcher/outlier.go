@@ -283,6 +283,9 @@ func (q *modelQueue) markFailing(now time.Time, reason, metric string) {
 
 // watchHung arms the hung-batch timer of a batch of rows sent now, if
 // outlier detection judges hung batches; stop disarms it.
+//
+// It stays one function: the timer and the closure it runs share the batch's
+// state.
 func (q *modelQueue) watchHung(b *batch) (stop func() bool) {
 	o := q.d.o.Outlier
 	if o.HungFactor <= 0 {

@@ -211,6 +211,9 @@ func (u *HTTPUpstream) Infer(ctx context.Context, model, version string, body Bo
 }
 
 // infer posts body; timeout 0 is none.
+//
+// It stays one function: one request's life on the upstream client, acquired
+// and released around the exchange.
 func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Body, out Outgoing, timeout time.Duration) (*Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)

@@ -520,6 +520,10 @@ func (b *Batch) HeaderLen() int { return len(b.header) }
 //
 // An answer naming one output twice is refused: a caller that asked for
 // it by name could be given either.
+//
+// Split stays one function: it cuts the callers' outputs and shapes from two
+// arrays sized once for all callers, and its steps share those arrays and
+// offsets.
 func (b *Batch) Split(resp *Response) ([]*Response, error) {
 	var arr [8]int
 	order := sortedIndex(arr[:0], len(resp.Outputs), func(i int) string { return resp.Outputs[i].Name })

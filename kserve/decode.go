@@ -82,6 +82,9 @@ func (r *Request) DecodeData() error {
 	return nil
 }
 
+// decodeRequest decodes a request's JSON header and binary tail into one
+// allocation (requestAlloc). It stays one function: one pass over the
+// header's keys, as they come.
 func decodeRequest(body []byte, headerLen int, deferData bool) (*Request, error) {
 	header, bin, err := splitBody(body, headerLen)
 	if err != nil {
@@ -739,6 +742,9 @@ func (s *scanner) paramValue() (any, error) {
 }
 
 // requestedOutputs reads the "outputs" array of a request.
+//
+// It stays one function: one pass over the array, its keys read as they
+// come.
 func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
 	s := &d.s
 	if err := s.openArray(); err != nil {

@@ -13,6 +13,9 @@ import (
 // when allBinary is set or their Binary flag is; otherwise as JSON "data".
 // headerLen is the value for Inference-Header-Content-Length, or -1 when the
 // body is plain JSON and the header must be omitted.
+//
+// AppendRequest stays one function: one pass writing the wire form in order,
+// the header and the binary tail together.
 func AppendRequest(dst []byte, r *Request, allBinary bool) (body []byte, headerLen int, err error) {
 	start := len(dst)
 	dst = append(dst, '{')

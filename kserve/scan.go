@@ -210,6 +210,9 @@ func (s *scanner) appendString(dst []byte) ([]byte, error) {
 
 // appendStringTail decodes from the cursor (inside a string) up to and
 // including the closing quote.
+//
+// It stays one function: the scanner's tightest loop, a state machine over
+// escapes and UTF-8 whose states share the cursor.
 func (s *scanner) appendStringTail(dst []byte) ([]byte, error) {
 	i := s.pos
 	for {

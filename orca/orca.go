@@ -166,6 +166,9 @@ func (r *Reporter) load() *report {
 func (r *Reporter) Report() *v3.OrcaLoadReport { return r.load().proto }
 
 // compute builds the report from the sources.
+//
+// It stays one function: the sums over the models and the report's three
+// forms are one snapshot, taken at once.
 func (r *Reporter) compute(now time.Time) *report {
 	// rho sums the models' loads: they share the GPU. Utilization is
 	// known when every model with arrivals has a line; with none, it is 0.

@@ -108,6 +108,9 @@ func budgetFirstStates(maxBatch int) int { return max(4*maxBatch, 32) }
 // solve computes the constrained optimum for m and turns it into a rule; a
 // failed solve gives the work-conserving rule (cached too, so a model the
 // solver rejects is not retried every window).
+//
+// It stays one function: the solve, the tail's bound over it and the rule's
+// note are one result, built in that order.
 func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) (out Rule) {
 	if p.MeanFree {
 		return p.solveSLO(m, busyTime)

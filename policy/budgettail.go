@@ -158,6 +158,9 @@ const holdLate = 100 * time.Microsecond
 // (meanMs; +Inf without a mean budget) within their bounds: a hold bound
 // cuts off the waits that make the tail. Ad-hoc (a hold of 0) is always
 // within both.
+//
+// It stays one function: one search over the candidate limits, each priced
+// by the same tail model.
 func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule {
 	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
 	late := time.Duration(p.lateSteps) * lateStep

@@ -92,6 +92,9 @@ func windowName(d time.Duration) string {
 }
 
 // Snapshot returns the figures as of the newest poll.
+//
+// It stays one function: the figures of the whole meter, the GPUs and the
+// models read under one lock from the same polls.
 func (m *Meter) Snapshot() Snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -238,6 +241,8 @@ type span struct {
 	model map[string]Figures
 }
 
+// It stays one function: one pass sharing each GPU's energy among the models
+// by their batch time, the sums it fills read together.
 func (m *Meter) span(s, e *sample) span {
 	out := span{gpu: make([]Figures, len(m.gpus)), model: make(map[string]Figures)}
 	known := make(map[string]int, len(m.gpus)) // GPU id -> index

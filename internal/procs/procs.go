@@ -118,6 +118,8 @@ func (s *Sizer) apply() {
 // Run sizes the Ps until ctx is done, then gives them back: to Max when Set
 // is the caller's, or to the runtime's default (which it then keeps up to date
 // again). It returns an error only when the CPU time cannot be read.
+//
+// It stays one function: one control loop, its state in local variables.
 func (s *Sizer) Run(ctx context.Context) error {
 	cpu, set := s.CPU, s.Set
 	if cpu == nil {

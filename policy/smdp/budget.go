@@ -144,6 +144,9 @@ var ErrBudgetInfeasible = errors.New("latency budget below the least achievable 
 // The model must have an energy line (BetaMJ or Zeta0MJ > 0); sMax is the
 // state bound of the finite model (0: DefaultSMax or 2*B_max, whichever is
 // larger).
+//
+// SolveBudget stays one function: it is the search the paragraphs above
+// describe, step by step, and reads best beside them.
 func SolveBudget(ctx context.Context, m Model, b Budget, sMax int) (Constrained, error) {
 	if err := m.Validate(); err != nil {
 		return Constrained{}, fmt.Errorf("smdp model: %w", err)

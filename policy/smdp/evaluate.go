@@ -75,6 +75,9 @@ func (k *kernel) evaluate(policy []int) (Evaluation, error) {
 // (share nil: first everywhere). The embedded chain's row in s is the
 // share-weighted mix of the two actions' rows, and so are the expected cost
 // and sojourn of the epoch, so the renewal-reward ratios below stay exact.
+//
+// It stays one function: the renewal-reward sums of one pass over the
+// states, each of which needs the others.
 func (k *kernel) evaluateRandomized(first, second []int, share []float64) (Evaluation, error) {
 	weights := func(s int) (wFirst, wSecond float64) {
 		if share == nil || first[s] == second[s] {

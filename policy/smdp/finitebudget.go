@@ -71,6 +71,9 @@ type FiniteConstrained struct {
 // evaluated exactly. If an intermediate table has two recurrent classes
 // (the walk cannot be priced), the two neighbours are mixed with one p in
 // all their differing states instead, found by bisection.
+//
+// SolveFiniteBudget stays one function, as SolveBudget does: the search the
+// paragraphs above describe, step by step.
 func SolveFiniteBudget(ctx context.Context, m Model, p Population, b Budget) (FiniteConstrained, error) {
 	if err := validateFinite(m, p); err != nil {
 		return FiniteConstrained{}, err

@@ -16,6 +16,9 @@ import (
 // greedy policy exactly (Evaluate), so G is the policy's true average cost,
 // not the iteration's estimate. Ties between actions go to the smaller
 // batch. The context is checked between sweeps.
+//
+// Solve stays one function: it is the iteration written out above, sweep by
+// sweep, and reads best beside it.
 func Solve(ctx context.Context, m Model, o Options) (Solution, error) {
 	if err := m.Validate(); err != nil {
 		return Solution{}, fmt.Errorf("smdp model: %w", err)

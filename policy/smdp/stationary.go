@@ -25,6 +25,9 @@ import (
 // underflow to 0: with stuck nil the states below it then get 0 and the
 // solution starts at that state (see anchor); otherwise stuck names the
 // error, as the Poisson model, whose chain must drain, reports it.
+//
+// It stays one function: one elimination and one back-substitution, each
+// with its rescaling, as the algorithm is written down.
 func gthStationary(P [][]float64, stuck func(class int) error) ([]float64, error) {
 	idx, err := closedClass(P)
 	if err != nil {
@@ -105,6 +108,9 @@ func gthStationary(P [][]float64, stuck func(class int) error) ([]float64, error
 // closedClasses returns every closed communicating class of P (states in
 // increasing order), by Tarjan's strongly connected components: a
 // component is closed when no transition leaves it.
+//
+// It stays one function: Tarjan's algorithm as it is written down, its
+// recursion a closure over the one set of arrays.
 func closedClasses(P [][]float64) [][]int {
 	n := len(P)
 	index, low, comp := make([]int, n), make([]int, n), make([]int, n)

@@ -58,6 +58,10 @@ type Tail struct {
 // distribution the embedded chain does not carry. The simulation is
 // seeded, so a plan computed twice is the same plan, and bounded by
 // Requests.
+//
+// TailLatency stays one function: it is one discrete-event simulation, whose
+// loop reads the queue, the rule and the clock together; cut into steps,
+// each would pass the whole state along.
 func TailLatency(m Model, r TailRule, o TailOptions) Tail {
 	n := o.Requests
 	if n <= 0 {
