@@ -359,11 +359,6 @@ def test_ragged_model_as_triton_runs_it(stack):
     assert a.body["outputs"][0]["data"] == [3, 0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 2: the proxy merges callers of a ragged (batch_input) model: each gets 502 'outputs ..."
-    " have the batch's 4 rows'; Triton answers each [[3, 0]]",
-)
 def test_ragged_callers_merged(stack):
     bodies = [{"inputs": [json_input("IN", [[k, k, k]])]} for k in range(4)]
     straight, through = both(stack, "maxbatch", merged_http("ragged", bodies))
@@ -397,11 +392,6 @@ def test_cache_hit_for_a_repeated_call(stack, via):
         assert after["cache_hit"] - before["cache_hit"] == 1, (target, before, after)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 2: eight cached calls released together are merged into one request, a cache miss:"
-    " Triton counts 0 cache hits through the proxy, 8 of 8 straight",
-)
 def test_cache_hits_of_concurrent_callers(stack):
     hits = {}
     for target, value in (("triton", 3000), ("maxbatch", 4000)):
@@ -442,17 +432,7 @@ def held_behind_busy_instance(base: str, model: str, timed: dict) -> Answer:
             t.join()
 
 
-@pytest.mark.parametrize(
-    "via",
-    [
-        pytest.param("maxbatch", marks=xfail(3, "'timeout': 1000 on a model without a queue policy, a lone call held"
-                                                " in maxbatch's queue: proxy answers 503 'Request timeout expired' (its"
-                                                " own queue deadline); Triton ignores the timeout and answers 200")),
-        pytest.param("default", marks=xfail(3, "'timeout': 1000 on a model without a queue policy, a call behind a"
-                                               " busy instance: proxy answers 503 'Request timeout expired'; Triton"
-                                               " ignores the timeout and answers 200")),
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_timeout_without_queue_policy(stack, via):
     """maxbatch holds a lone call; under the default it waits behind two slow ones (Triton's too)."""
     timed = body([0], 1, timeout=1000)
@@ -478,26 +458,13 @@ def test_timeout_with_queue_policy_queued(stack):
 
 
 @pytest.mark.parametrize("model", ["no_queue_policy", "queue_override"])
-@pytest.mark.parametrize(
-    "via",
-    [
-        pytest.param("maxbatch", marks=xfail(3, "'timeout': 2^63-1 wraps: proxy answers 503 'Request timeout expired'"
-                                             " at once; Triton answers 200")),
-        pytest.param("default", marks=xfail(3, "'timeout': 2^63-1 wraps: proxy answers 503 'Request timeout expired'"
-                                            " at once; Triton answers 200")),
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_timeout_max_http(stack, via, model):
     straight, through = both(stack, via, lambda base: http_infer(base, model, body([0], 1, timeout=2**63 - 1)))
     assert straight.ok, straight
     assert_same(straight, through)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 3: gRPC timeout 2^63-1 wraps: proxy answers UNAVAILABLE 'Request timeout expired';"
-    " Triton answers OK",
-)
 def test_timeout_max_grpc(stack):
     straight, through = (
         grpc_infer(stack.grpc(v), "no_queue_policy", 0, 1, timeout=2**63 - 1) for v in ("triton", "default")
@@ -506,19 +473,8 @@ def test_timeout_max_grpc(stack):
     assert_same(straight, through)
 
 
-PRIORITY_XFAIL = "proxy refuses priority {p} with 400 (gRPC INVALID_ARGUMENT) \"parameter 'priority' must be a" \
-    " non-negative integer\"; Triton takes it as a uint64 (out of range: the default level) and answers 200"
-
-
 @pytest.mark.parametrize("via", ["maxbatch", "default"])
-@pytest.mark.parametrize(
-    "priority",
-    [
-        1,
-        pytest.param(2**63, marks=xfail(3, PRIORITY_XFAIL.format(p="2^63"))),
-        pytest.param(2**64 - 1, marks=xfail(3, PRIORITY_XFAIL.format(p="2^64-1"))),
-    ],
-)
+@pytest.mark.parametrize("priority", [1, 2**63, 2**64 - 1], ids=["1", "2^63", "2^64-1"])
 def test_priority(stack, via, priority):
     straight, through = both(
         stack, via, lambda base: http_infer(base, "priority_levels", body([5], priority=priority))
@@ -629,11 +585,6 @@ def test_unload_and_load_through_the_proxy(stack):
     assert_same(call(stack.triton.base_url), call(base))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue-61 item 6: after `reloadable` is reloaded through the proxy as max_batch_size 0, the proxy still"
-    " merges its callers: each caller's request holds 8 rows through the proxy, 1 straight",
-)
 def test_model_reloaded_as_not_batchable(stack):
     base = stack.http("maxbatch")
     _, raw = http_get(f"{stack.triton.base_url}/v2/models/reloadable/config")
