@@ -4,8 +4,10 @@ tritonserver and through the proxy, and the answers compared as a client
 reads them (conformance.Answer: status, error text, outputs, headers).
 
 Triton runs the models of tests/triton/models (conformance.py starts it,
-without PyTriton) with its response cache on. Three proxies stand in front of
-it, each with both doors:
+without PyTriton) with its response cache on and X-Tenant forwarded to the
+backend (--http-header-forward-pattern, --grpc-header-forward-pattern).
+Three proxies stand in front of it, each with both doors and the same
+pattern (--forward-header-pattern, as an operator of this Triton sets it):
   maxbatch  --policy maxbatch with a 300 ms delay: concurrent callers merge.
   default   the default policy.
   short     the default with limits.write_timeout and upstream_client.timeout
@@ -82,10 +84,14 @@ def stack(ratebatch_bin, tmp_path_factory):
         f"--grpc-header-forward-pattern={FORWARDED}",
         models=LOADED + UNLOADED,
     )  # fmt: skip
+    # Each proxy forwards on its batches the headers Triton forwards to
+    # the backend, as an operator of this Triton configures it (CONFIG.md,
+    # "Headers: who may call").
+    forwarding = ("--forward-header-pattern", FORWARDED)
     proxies = {
-        "maxbatch": ("--policy", "maxbatch", "--policy-max-queue-delay", MERGE_DELAY),
-        "default": (),
-        "short": ("--limits-write-timeout", SHORT, "--upstream-timeout", SHORT),
+        "maxbatch": ("--policy", "maxbatch", "--policy-max-queue-delay", MERGE_DELAY, *forwarding),
+        "default": forwarding,
+        "short": ("--limits-write-timeout", SHORT, "--upstream-timeout", SHORT, *forwarding),
     }
     yield from run_stack(ratebatch_bin, tmp_path_factory, "conformance", triton, proxies)
 
@@ -488,13 +494,7 @@ def test_priority(stack, via, priority):
 
 # --- headers Triton forwards as parameters (issue 61 item 4) ------------------
 
-TENANT_XFAIL = "the X-Tenant header Triton forwards as a parameter (--{door}-header-forward-pattern) does not reach" \
-    " it through the proxy: every caller gets IN+0; straight each gets IN+its tenant"
-
-
-@pytest.mark.parametrize(
-    "via", [pytest.param(v, marks=xfail(4, TENANT_XFAIL.format(door="http"))) for v in ("maxbatch", "default")]
-)
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_forwarded_header_http(stack, via):
     """Four callers of different tenants released together: each its own tenant's answer."""
 
@@ -508,9 +508,7 @@ def test_forwarded_header_http(stack, via):
     assert_same(straight, call(stack.http(via)))
 
 
-@pytest.mark.parametrize(
-    "via", [pytest.param(v, marks=xfail(4, TENANT_XFAIL.format(door="grpc"))) for v in ("maxbatch", "default")]
-)
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_forwarded_header_grpc(stack, via):
     def call(url: str) -> list[Answer]:
         return concurrently(
