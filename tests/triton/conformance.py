@@ -21,10 +21,8 @@ The models
 
 Answers
   An Answer is what a client reads of one call: status (HTTP status or gRPC
-  code), the error text, the outputs, and the headers a client reads. Two
-  answers are equal when a client cannot tell them apart; an error's
-  Content-Type is kept beside (error_content_type) and left out of the
-  comparison, because one row checks it on its own.
+  code), the error text and its Content-Type, the outputs, and the headers a
+  client reads. Two answers are equal when a client cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -216,7 +214,7 @@ class Answer:
     body: object = None  # the JSON answer (HTTP) or {output: (datatype, shape, values)} (gRPC)
     binary: bytes = b""  # the binary tensors after an HTTP answer's JSON header
     headers: tuple[tuple[str, str], ...] = ()
-    error_content_type: str | None = dataclasses.field(default=None, compare=False)
+    error_content_type: str | None = None
 
     @property
     def ok(self) -> bool:

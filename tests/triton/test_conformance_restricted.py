@@ -29,7 +29,8 @@ from conftest import http_get
 KEY, VALUE = "api-key", "k"
 RESTRICTED = f"inference:{KEY}={VALUE}"  # Triton's --http-restricted-api and --grpc-restricted-protocol value
 GRPC_KEY = "triton-grpc-protocol-api-key"  # how Triton names the key on gRPC
-HTTP_REFUSAL = (403, "This API is restricted, expecting header 'api-key'")
+# Triton's answer to an HTTP call without the key (403, text/plain).
+HTTP_REFUSAL = Answer(403, "This API is restricted, expecting header 'api-key'", error_content_type="text/plain")
 
 
 @pytest.fixture(scope="module")
@@ -80,19 +81,19 @@ def test_http_with_the_header_unconfigured(restricted):
     a caller carrying it is refused, with Triton's own 403."""
     call = lambda base: http_infer(base, "fails_on_sentinel", body(1), headers={KEY: VALUE})  # noqa: E731
     assert call(restricted.http("triton")).ok
-    assert call(restricted.http("unconfigured")) == Answer(*HTTP_REFUSAL)
+    assert call(restricted.http("unconfigured")) == HTTP_REFUSAL
 
 
 @pytest.mark.parametrize("via", ["maxbatch", "default"])
 @pytest.mark.parametrize("headers", [{}, {KEY: "wrong"}], ids=["absent", "wrong"])
 def test_http_without_the_header(restricted, via, headers):
-    """Refused alike: 403 and Triton's text."""
+    """Refused alike: 403, Triton's text and Content-Type."""
 
     def call(base: str) -> Answer:
         return http_infer(base, "fails_on_sentinel", body(1), headers=headers)
 
     straight = call(restricted.http("triton"))
-    assert (straight.status, straight.error) == HTTP_REFUSAL, straight
+    assert straight == HTTP_REFUSAL, straight
     assert_same(straight, call(restricted.http(via)))
 
 
@@ -117,7 +118,7 @@ def test_grpc_without_the_header(restricted, via):
     want = ("UNAVAILABLE", f"This protocol is restricted, expecting header '{GRPC_KEY}'")
     assert (straight.status, straight.error) == want, straight
     through = grpc_call(restricted.grpc(via), None)
-    assert (through.status, through.error) == ("PERMISSION_DENIED", HTTP_REFUSAL[1])
+    assert (through.status, through.error) == ("PERMISSION_DENIED", HTTP_REFUSAL.error)
 
 
 @pytest.mark.parametrize("via", ["maxbatch", "default"])
