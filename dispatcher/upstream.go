@@ -129,7 +129,9 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("upstream URL %q: want http(s)://host:port", base)
 	}
-	hc := hostclient.New(u)
+	// A batch's deadline is its callers' (Outgoing.Until): kept exactly,
+	// so that a gRPC caller is answered before its deadline passes.
+	hc := hostclient.NewExact(u)
 	hc.MaxConns = maxConns
 	hc.MaxResponseBodySize = 0 // unlimited: Triton's answers are as large as the batch needs
 	hc.DisableHeaderNamesNormalizing = true

@@ -164,7 +164,8 @@ func New(o Options) *Server {
 	s := &Server{o: o, door: door.New(o.Backend, door.GRPC), log: o.Logger}
 	// grpc-go recovers no handler's panic: one would end the process. The
 	// recovering interceptors come first, so that they are the outermost.
-	opts := []grpc.ServerOption{grpc.InTapHandle(s.tap), grpc.ChainUnaryInterceptor(s.recoverUnary), grpc.ChainStreamInterceptor(s.recoverStream)}
+	opts := []grpc.ServerOption{grpc.InTapHandle(s.tap), grpc.ChainUnaryInterceptor(s.recoverUnary),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.answerDeadline)}
 	if o.LoadReport != nil {
 		opts = append(opts, orca.CallMetricsServerOption(o.LoadReport))
 	}

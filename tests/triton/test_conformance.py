@@ -687,6 +687,20 @@ def test_batched_call_longer_than_upstream_timeout(stack):
     assert took >= SHORT_S, f"504 after {took:.2f}s, before upstream_client.timeout ({SHORT})"
 
 
+def test_grpc_deadline_bounds_the_batch(stack):
+    """A gRPC caller's own deadline bounds its batch, not upstream_client.timeout:
+    a deadline shorter than the call gets DEADLINE_EXCEEDED as straight to
+    Triton; one longer than the call is answered, through the short proxy
+    too, whose upstream_client.timeout the call outlasts. Triton's one
+    instance may still be busy with a call given up: the long deadline
+    leaves room for it."""
+    for deadline_s, via in ((0.3, "default"), (10, "short")):
+        call = lambda url: grpc_infer(url, "no_queue_policy", LONG_MS, 1, client_timeout=deadline_s)  # noqa: E731
+        straight = call(stack.grpc("triton"))
+        assert straight.status == ("DEADLINE_EXCEEDED" if deadline_s < LONG_MS / 1000 else "OK"), straight
+        assert_same(straight, call(stack.grpc(via)))
+
+
 # --- sequences --------------------------------------------------------------------
 
 
