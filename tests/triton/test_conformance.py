@@ -13,14 +13,16 @@ pattern (--forward-header-pattern, as an operator of this Triton sets it):
   short     the default with limits.write_timeout and upstream_client.timeout
             at 1 s, for calls that last longer.
 
-A row the proxy fails today is a strict xfail whose reason says what differs;
-a deviation the product keeps on purpose is a row that asserts it.
+Every row is an equal answer, or a deviation the product keeps on purpose
+(documented) asserted as such; a row the proxy fails is marked
+pytest.mark.xfail(strict=True) with what differs, so that its fix removes it.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import subprocess
 import threading
 import time
 
@@ -46,7 +48,6 @@ from conformance import (
     poll,
     run_stack,
     start_real_triton,
-    xfail,
 )
 from conftest import http_get
 
@@ -60,11 +61,13 @@ CALLERS = 8  # the models' max_batch_size: a full batch
 
 LOADED = [
     "cached",
+    "decoupled",
     "fails_on_sentinel",
     "no_queue_policy",
     "pair",
     "poisoned",
     "priority_levels",
+    "queue_default",
     "queue_override",
     "ragged",
     "reloadable",
@@ -350,9 +353,10 @@ def test_sentinel_stream_straight_to_triton(stack):
 # it cannot take as it is, text/plain for an inference's error. (A queue
 # timeout's 503 and a restricted API's 403, text/plain, are compared in
 # their own rows.)
+JSON = "application/json"
 ERRORS = {
-    "an input the model lacks": ("fails_on_sentinel", {"inputs": [json_input("X", [[1] * 4])]}, 400, "application/json"),
-    "a shape the model refuses": ("fails_on_sentinel", {"inputs": [json_input("IN", [[1] * 3])]}, 400, "application/json"),
+    "an input the model lacks": ("fails_on_sentinel", {"inputs": [json_input("X", [[1] * 4])]}, 400, JSON),
+    "a shape the model refuses": ("fails_on_sentinel", {"inputs": [json_input("IN", [[1] * 3])]}, 400, JSON),
     "an unknown model": ("unknown", body([1]), 404, "text/plain"),
     "a backend's error": ("fails_on_sentinel", body([SENTINEL]), 500, "text/plain"),
 }
@@ -476,6 +480,27 @@ def test_timeout_with_queue_policy_queued(stack):
     assert_same(straight, through)
 
 
+@pytest.mark.parametrize("queued", [True, False], ids=["queued", "alone"])
+def test_timeout_longer_than_the_default(stack, queued):
+    """queue_default: a default timeout of 100 ms that a request's may
+    override. Triton counts a request's timeout only where the model allows
+    it and it is shorter than a non-zero default: 10 s is not, so a request
+    queued behind a busy instance (for 300 ms at least) is refused at the
+    default, as the proxy refuses it; one the instance takes at once is
+    answered."""
+    timed = body([0], 1, timeout=10_000_000)
+
+    def call(base: str) -> Answer:
+        if queued:
+            return held_behind_busy_instance(base, "queue_default", timed)
+        return http_infer(base, "queue_default", timed)
+
+    straight, through = both(stack, "default", call)
+    want = (503, "Request timeout expired") if queued else (200, None)
+    assert (straight.status, straight.error) == want, straight
+    assert_same(straight, through)
+
+
 @pytest.mark.parametrize("model", ["no_queue_policy", "queue_override"])
 @pytest.mark.parametrize("via", ["maxbatch", "default"])
 def test_timeout_max_http(stack, via, model):
@@ -579,6 +604,70 @@ def test_grpc_shared_memory_every_input(stack, via):
     assert_same(straight, grpc_pair(stack.grpc(via), f"rb-conf-shm-p-{via}", both_in_shm=True))
 
 
+# --- what the proxy does to each model (DROPIN.md) ---------------------------
+
+
+def expected_mode(config: dict) -> tuple[str, str]:
+    """The mode DROPIN.md's table gives a model of this configuration
+    (Triton's JSON), and how its reason begins."""
+    passed = "passed through"
+    if config.get("max_batch_size", 0) <= 0:
+        return passed, "max_batch_size is 0"
+    if config.get("sequence_batching"):
+        return passed, "sequence batching"
+    if (config.get("model_transaction_policy") or {}).get("decoupled"):
+        return passed, "decoupled"
+    if any(i.get("allow_ragged_batch") for i in config.get("input", [])):
+        return passed, "ragged input"
+    if config.get("batch_input"):
+        return passed, "batch_input"
+    if (config.get("response_cache") or {}).get("enable"):
+        return passed, "response cache"
+    return "batched", ""
+
+
+def modes_by_config(stack: Stack) -> dict[str, tuple[str, str]]:
+    """Each model of the suite's repository: its mode by its configuration
+    as Triton reads it; an unloaded model is not served."""
+    modes = {}
+    for name in LOADED + UNLOADED:
+        status, raw = http_get(f"{stack.triton.base_url}/v2/models/{name}/config")
+        modes[name] = expected_mode(json.loads(raw)) if status == 200 else ("not served", "")
+    reasons = {why for _, why in modes.values()}
+    assert reasons >= {"max_batch_size is 0", "sequence batching", "decoupled", "ragged input", "response cache", ""}
+    return modes
+
+
+def assert_modes(listed: list[dict], want: dict[str, tuple[str, str]]) -> None:
+    """Every model of want is listed with its mode and a reason that begins as want's."""
+    got = {m["model"]: (m["mode"], m.get("reason", "")) for m in listed}
+    def right(name: str, mode: str, why: str) -> bool:
+        return name in got and got[name][0] == mode and got[name][1].startswith(why)
+
+    wrong = {n: got.get(n) for n, (mode, why) in want.items() if not right(n, mode, why)}
+    assert not wrong, f"listed {wrong}; by each model's configuration {[(n, want[n]) for n in wrong]}"
+
+
+def test_models_command(stack, ratebatch_bin):
+    """`ratebatch models --upstream` names each model with its mode and why."""
+    argv = [ratebatch_bin, "models", "--upstream", stack.triton.base_url, "--json"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert_modes(json.loads(out.stdout), modes_by_config(stack))
+
+
+@pytest.mark.parametrize("via", ["maxbatch", "default"])
+def test_status_names_each_mode(stack, via):
+    """A running proxy's /status says the same of the models the upstream
+    serves; one it does not serve (unloaded) leaves the list, as DROPIN.md
+    says, unless the proxy's configuration names it."""
+    _, raw = http_get(stack.admin(via) + "/status")
+    listed = json.loads(raw)["models"]
+    served = {n: m for n, m in modes_by_config(stack).items() if m[0] != "not served"}
+    assert_modes(listed, served)
+    assert not {m["model"] for m in listed} & set(UNLOADED), listed
+
+
 # --- the repository API (issue 61 item 6) --------------------------------------
 
 
@@ -596,14 +685,20 @@ def test_unload_and_load_through_the_proxy(stack):
     assert_same(call(stack.triton.base_url), call(base))
 
 
+def reload_config(config: dict) -> dict:
+    """A repository load's parameters that load the model with config
+    (Triton keeps a config so loaded until a load gives another)."""
+    return {"parameters": {"config": json.dumps(config)}}
+
+
 def test_model_reloaded_as_not_batchable(stack):
     base = stack.http("maxbatch")
     _, raw = http_get(f"{stack.triton.base_url}/v2/models/reloadable/config")
-    config = json.loads(raw)
+    original, config = json.loads(raw), json.loads(raw)
     config["max_batch_size"] = 0
     config["input"][0]["dims"] = [-1, 1]
     config["output"][0]["dims"] = [-1, 1]
-    reload = http_post(f"{base}/v2/repository/models/reloadable/load", {"parameters": {"config": json.dumps(config)}})
+    reload = http_post(f"{base}/v2/repository/models/reloadable/load", reload_config(config))
     assert reload.ok, reload
     try:
         bodies = [{"inputs": [json_input("IN", [[k]])]} for k in range(CALLERS)]
@@ -611,7 +706,38 @@ def test_model_reloaded_as_not_batchable(stack):
         assert [a.body["outputs"][0]["data"] for a in straight] == [[1]] * CALLERS, straight
         assert_same(straight, through)
     finally:
-        assert http_post(f"{stack.triton.base_url}/v2/repository/models/reloadable/load", {}).ok
+        assert http_post(f"{base}/v2/repository/models/reloadable/load", reload_config(original)).ok
+
+
+def mode_of(stack: Stack, via: str, model: str) -> tuple[str, str]:
+    """Proxy VIA's mode for model, and why, from its /status."""
+    _, raw = http_get(stack.admin(via) + "/status")
+    return next((m["mode"], m.get("reason", "")) for m in json.loads(raw)["models"] if m["model"] == model)
+
+
+def test_model_reloaded_through_the_grpc_door(stack):
+    """RepositoryModelLoad through the gRPC door re-decides the model's mode
+    as the HTTP door's load does: reloaded as max_batch_size 0, `reloadable`
+    is passed through (each caller's request reaches Triton alone, as
+    straight); loaded again with its own configuration, it is batched again."""
+    _, raw = http_get(f"{stack.triton.base_url}/v2/models/reloadable/config")
+    original, config = json.loads(raw), json.loads(raw)
+    config["max_batch_size"] = 0
+    config["input"][0]["dims"] = [-1, 1]
+    config["output"][0]["dims"] = [-1, 1]
+    c = grpcclient.InferenceServerClient(stack.grpc("maxbatch"))
+    c.load_model("reloadable", config=json.dumps(config))
+    try:
+        mode = poll(lambda: (m := mode_of(stack, "maxbatch", "reloadable"))[0] == "passed through" and m, 10)
+        assert mode and mode[1].startswith("max_batch_size is 0"), mode_of(stack, "maxbatch", "reloadable")
+        bodies = [{"inputs": [json_input("IN", [[k]])]} for k in range(CALLERS)]
+        straight, through = both(stack, "maxbatch", merged_http("reloadable", bodies))
+        assert [a.body["outputs"][0]["data"] for a in straight] == [[1]] * CALLERS, straight
+        assert_same(straight, through)
+    finally:
+        c.load_model("reloadable", config=json.dumps(original))
+    batched = poll(lambda: mode_of(stack, "maxbatch", "reloadable")[0] == "batched", 10)
+    assert batched, mode_of(stack, "maxbatch", "reloadable")
 
 
 # --- streams and long calls (issue 61 item 7) ----------------------------------
@@ -690,15 +816,15 @@ def test_batched_call_longer_than_upstream_timeout(stack):
 def test_grpc_deadline_bounds_the_batch(stack):
     """A gRPC caller's own deadline bounds its batch, not upstream_client.timeout:
     a deadline shorter than the call gets DEADLINE_EXCEEDED as straight to
-    Triton; one longer than the call is answered, through the short proxy
-    too, whose upstream_client.timeout the call outlasts. Triton's one
-    instance may still be busy with a call given up: the long deadline
-    leaves room for it."""
-    for deadline_s, via in ((0.3, "default"), (10, "short")):
-        call = lambda url: grpc_infer(url, "no_queue_policy", LONG_MS, 1, client_timeout=deadline_s)  # noqa: E731
-        straight = call(stack.grpc("triton"))
-        assert straight.status == ("DEADLINE_EXCEEDED" if deadline_s < LONG_MS / 1000 else "OK"), straight
-        assert_same(straight, call(stack.grpc(via)))
+    Triton (queue_override, whose one instance goes on with the call given
+    up); one longer than the call is answered, through the short proxy too,
+    whose upstream_client.timeout the call outlasts."""
+    short = [grpc_infer(stack.grpc(v), "queue_override", 600, 1, client_timeout=0.2) for v in ("triton", "default")]
+    assert short[0].status == "DEADLINE_EXCEEDED", short[0]
+    assert_same(*short)
+    long = [grpc_infer(stack.grpc(v), "no_queue_policy", LONG_MS, 1, client_timeout=10) for v in ("triton", "short")]
+    assert long[0].ok, long[0]
+    assert_same(*long)
 
 
 # --- sequences --------------------------------------------------------------------
@@ -757,6 +883,7 @@ def test_differ_names_the_callers_that_differ():
     """The comparison the table relies on tells answers apart, by their error's Content-Type too."""
     ok = Answer(200, body={"outputs": [1]})
     assert differ([ok, ok], [ok, Answer(200, body={"outputs": [2]})])[0].startswith("caller 1:")
-    assert differ([Answer(500, "x", error_content_type="text/plain")], [Answer(500, "x", error_content_type="application/json")])
-    assert not differ([Answer(500, "x", error_content_type="text/plain")], [Answer(500, "x", error_content_type="text/plain")])
+    text, json_ = (Answer(500, "x", error_content_type=t) for t in ("text/plain", "application/json"))
+    assert differ([text], [json_])
+    assert not differ([text], [Answer(500, "x", error_content_type="text/plain")])
     assert differ([Answer(500, "x")], [Answer(503, "x")])
