@@ -27,7 +27,7 @@ var tritonDeadline = status.New(codes.DeadlineExceeded, "Deadline Exceeded")
 // (its batch is given up, its relayed call cancelled then), and its
 // answer, written before the reset, stops it. A call without a deadline
 // runs as it came.
-func (s *Server) answerDeadline(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (s *Server) answerDeadline(srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
 	d, ok := ss.Context().Deadline()
 	if !ok {
 		return h(srv, ss)

@@ -62,7 +62,7 @@ func TestAnswerDeadline(t *testing.T) {
 				d, _ = ctx.Deadline()
 			}
 			handlerDeadline = time.Time{}
-			err := s.answerDeadline(nil, ctxStream{ctx: ctx}, nil, tt.h)
+			err := s.answerDeadline(nil, ctxStream{ctx: ctx}, tt.h)
 			if status.Convert(err).Proto().String() != status.Convert(tt.want).Proto().String() {
 				t.Fatalf("answered %v, want %v", err, tt.want)
 			}
