@@ -691,42 +691,25 @@ def reload_config(config: dict) -> dict:
     return {"parameters": {"config": json.dumps(config)}}
 
 
-def test_model_reloaded_as_not_batchable(stack):
-    base = stack.http("maxbatch")
-    _, raw = http_get(f"{stack.triton.base_url}/v2/models/reloadable/config")
-    original, config = json.loads(raw), json.loads(raw)
-    config["max_batch_size"] = 0
-    config["input"][0]["dims"] = [-1, 1]
-    config["output"][0]["dims"] = [-1, 1]
-    reload = http_post(f"{base}/v2/repository/models/reloadable/load", reload_config(config))
-    assert reload.ok, reload
-    try:
-        bodies = [{"inputs": [json_input("IN", [[k]])]} for k in range(CALLERS)]
-        straight, through = both(stack, "maxbatch", merged_http("reloadable", bodies))
-        assert [a.body["outputs"][0]["data"] for a in straight] == [[1]] * CALLERS, straight
-        assert_same(straight, through)
-    finally:
-        assert http_post(f"{base}/v2/repository/models/reloadable/load", reload_config(original)).ok
-
-
 def mode_of(stack: Stack, via: str, model: str) -> tuple[str, str]:
     """Proxy VIA's mode for model, and why, from its /status."""
     _, raw = http_get(stack.admin(via) + "/status")
     return next((m["mode"], m.get("reason", "")) for m in json.loads(raw)["models"] if m["model"] == model)
 
 
-def test_model_reloaded_through_the_grpc_door(stack):
-    """RepositoryModelLoad through the gRPC door re-decides the model's mode
-    as the HTTP door's load does: reloaded as max_batch_size 0, `reloadable`
-    is passed through (each caller's request reaches Triton alone, as
-    straight); loaded again with its own configuration, it is batched again."""
+def test_model_reloaded_through_either_door(stack):
+    """A repository load through either door re-decides the model's mode:
+    `reloadable` reloaded as max_batch_size 0 through the gRPC door
+    (RepositoryModelLoad) is passed through at once, so that callers
+    released together reach Triton each alone, as straight; reloaded with
+    its own configuration through the HTTP door, it is batched again."""
     _, raw = http_get(f"{stack.triton.base_url}/v2/models/reloadable/config")
     original, config = json.loads(raw), json.loads(raw)
     config["max_batch_size"] = 0
     config["input"][0]["dims"] = [-1, 1]
     config["output"][0]["dims"] = [-1, 1]
-    c = grpcclient.InferenceServerClient(stack.grpc("maxbatch"))
-    c.load_model("reloadable", config=json.dumps(config))
+    grpcclient.InferenceServerClient(stack.grpc("maxbatch")).load_model("reloadable", config=json.dumps(config))
+    base = stack.http("maxbatch")
     try:
         mode = poll(lambda: (m := mode_of(stack, "maxbatch", "reloadable"))[0] == "passed through" and m, 10)
         assert mode and mode[1].startswith("max_batch_size is 0"), mode_of(stack, "maxbatch", "reloadable")
@@ -735,7 +718,7 @@ def test_model_reloaded_through_the_grpc_door(stack):
         assert [a.body["outputs"][0]["data"] for a in straight] == [[1]] * CALLERS, straight
         assert_same(straight, through)
     finally:
-        c.load_model("reloadable", config=json.dumps(original))
+        assert http_post(f"{base}/v2/repository/models/reloadable/load", reload_config(original)).ok
     batched = poll(lambda: mode_of(stack, "maxbatch", "reloadable")[0] == "batched", 10)
     assert batched, mode_of(stack, "maxbatch", "reloadable")
 
