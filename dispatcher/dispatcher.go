@@ -382,7 +382,7 @@ func (q *modelQueue) signal() {
 func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	m := q.d.o.Metrics
 	if c.Rows < 1 {
-		return &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request has no rows"}
+		return kserve.BadRequest("inference request has no rows")
 	}
 	now := q.d.now()
 	q.mu.Lock()
@@ -395,8 +395,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 		maxBatch := q.spec.MaxBatch
 		q.mu.Unlock()
 		m.rejected(q.name, "batch_size")
-		return &kserve.Error{Status: http.StatusBadRequest,
-			Msg: fmt.Sprintf("inference request batch-size must be <= %d for '%s'", maxBatch, q.name)}
+		return kserve.BadRequest("inference request batch-size must be <= %d for '%s'", maxBatch, q.name)
 	case q.health.failing && q.admitFailing(now) != nil:
 		err := q.failingError()
 		q.mu.Unlock()

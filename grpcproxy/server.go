@@ -328,7 +328,9 @@ func (s *Server) recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerI
 // inference and relayed call is (the door serves them as streams of an
 // unknown service): the call ends with INTERNAL, the others are served on.
 // A call queued in the dispatcher is answered before Submit returns, the
-// dispatcher containing its own panics, so none is left behind.
+// dispatcher containing its own panics, so none is left behind. The call
+// runs under answerDeadline (called here: a second interceptor in grpc-go's
+// chain would cost a closure per call).
 func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -336,7 +338,7 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 			s.door.Failed("", codes.Internal.String())
 		}
 	}()
-	return h(srv, ss)
+	return s.answerDeadline(srv, ss, h)
 }
 
 // testHookHandle, set only by tests, runs as each call is handled, with
