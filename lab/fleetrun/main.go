@@ -67,7 +67,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
-	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/internal/stats"
 )
 
 func main() {

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/kserve"
-	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/internal/stats"
 )
 
 // FullPolicy says what happens to an arrival when MaxInFlight requests are

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/plot"
-	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/internal/stats"
 )
 
 // Run is one load run through the proxy: its name (usually the policy),

@@ -1,18 +1,23 @@
-// Package sim is a discrete-event simulation of one model queue in front of
-// a GPU. It drives the live proxy's own code on a virtual clock: the
-// monitor (package monitor: arrival counting, rate estimate, online fit of
-// tau(b), Plan) and the policy's rule, asked on every arrival, completion
-// and requested wake-up as the dispatcher asks it. The clock, and who calls
-// Monitor.Tick, are the only differences.
+// Package replay is a discrete-event simulation of one model queue in
+// front of a GPU. It drives the live proxy's own code on a virtual clock:
+// the monitor (package monitor: arrival counting, rate estimate, online fit
+// of tau(b), Plan) and the policy's rule, asked on every arrival,
+// completion and requested wake-up as the dispatcher asks it. The clock,
+// and who calls Monitor.Tick, are the only differences.
 //
-// The model: Poisson arrivals at a fixed rate or following a rate series;
-// each batch of b requests takes tau(b) = alpha*b + tau0 (optionally with
-// uniform jitter), plus optionally a round trip beyond compute (constant or
-// replayed from samples) and the proxy's turnaround, and costs zeta(b) =
-// beta*b + zeta0 of energy on top of an optional idle power drawn all
-// the time. A run is deterministic for its seed, and every policy sees the same
-// arrivals for the same seed.
-package sim
+// The laboratory's simulator (lab/sim, ratebatch sim) runs it on drawn
+// arrivals; the proxy's what-if (package whatif) replays the arrivals it
+// kept through other settings, on the line it learnt.
+//
+// The model: Poisson arrivals at a fixed rate or following a rate series,
+// or given arrival times; each batch of b requests takes tau(b) = alpha*b
+// + tau0 (optionally with uniform jitter or a drawn spread), plus
+// optionally a round trip beyond compute (constant or replayed from
+// samples) and the proxy's turnaround, and costs zeta(b) = beta*b + zeta0
+// of energy on top of an optional idle power drawn all the time. A run is
+// deterministic for its seed, and every policy sees the same arrivals for
+// the same seed.
+package replay
 
 import (
 	"context"
@@ -24,11 +29,10 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/lab/preset"
-	"github.com/ratebatch/ratebatch/lab/stats"
-	"github.com/ratebatch/ratebatch/lab/trace"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // Defaults of Config.
@@ -49,11 +53,11 @@ var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // Config describes one run. Give exactly one of RatePerSec, Trace and
 // Arrivals.
 type Config struct {
-	Profile preset.Profile
+	Profile batchcost.Profile
 	Policy  policy.Policy
 
-	RatePerSec float64       // constant Poisson arrival rate
-	Trace      *trace.Series // or a rate that follows this series
+	RatePerSec float64 // constant Poisson arrival rate
+	Trace      Series  // or a rate that follows this series
 	// Arrivals, or exactly these arrival offsets from the start, ascending:
 	// a live load's own schedule (loadgen.Schedule), so that a run replays
 	// the realisation the live proxy saw rather than another draw of the
@@ -71,6 +75,12 @@ type Config struct {
 	// dispatcher does.
 	Clients int
 	Think   time.Duration
+	// ClientsFrom is when the closed-loop clients send their first
+	// requests (default 0), and ClientsUntil, when > 0, the time after
+	// which they send none: beside arrival times or a trace, which end,
+	// the clients would otherwise go on until Requests. The what-if
+	// replays a closed loop that was active over part of its window so.
+	ClientsFrom, ClientsUntil time.Duration
 	// Requests is how many arrivals a constant-rate run simulates (default
 	// DefaultRequests); for a trace run it caps the arrivals (0: the whole
 	// trace).
@@ -144,6 +154,22 @@ type Config struct {
 	DrainLimit time.Duration
 	// Series asks for the per-window time series in Result.Windows.
 	Series bool
+	// Pace, when set, is called between two events every PaceEvery
+	// events: a caller that bounds the run's share of a processor (the
+	// what-if, inside the live proxy) sleeps in it.
+	Pace func()
+}
+
+// PaceEvery is how many events a run handles between two calls of
+// Config.Pace: a few hundred microseconds of work.
+const PaceEvery = 1024
+
+// Series is an arrival rate that moves over time, such as the laboratory's
+// rate series (lab/trace): a run draws Poisson arrivals that follow it.
+type Series interface {
+	// Draw starts a draw of arrival times from time 0 with rng: next
+	// returns them in order, and false once the series has ended.
+	Draw(rng *rand.Rand) (next func() (time.Duration, bool))
 }
 
 // InvalidError names the Config field Run cannot use, so that a caller
@@ -177,6 +203,8 @@ func (c Config) Validate() error {
 		return invalid("RatePerSec", "give either a rate or a trace, not both")
 	case c.Clients < 0 || c.Think < 0:
 		return invalid("Clients", "clients and think time must be >= 0, got %d and %v", c.Clients, c.Think)
+	case c.ClientsFrom < 0 || c.ClientsUntil < 0 || (c.ClientsUntil > 0 && c.ClientsUntil < c.ClientsFrom):
+		return invalid("ClientsUntil", "the clients' span must be >= 0 and end after it starts, got %v to %v", c.ClientsFrom, c.ClientsUntil)
 	case c.Clients > 0 && c.RatePerSec == 0 && c.Trace == nil && c.Arrivals == nil:
 		// Closed-loop clients alone.
 	case c.Trace == nil && c.Arrivals == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
@@ -324,7 +352,7 @@ type run struct {
 	haveArrival bool
 	arrived     int
 	constRNG    *rand.Rand
-	arrivals    *trace.Arrivals
+	drawTrace   func() (time.Duration, bool) // the next arrival of Trace
 	jitterRNG   *rand.Rand
 	overheadRNG *rand.Rand // draws OverheadSamples
 
@@ -416,7 +444,7 @@ func newRun(c Config) (*run, error) {
 	}
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
 	if c.Trace != nil {
-		r.arrivals = c.Trace.Arrivals(arrivalRNG)
+		r.drawTrace = c.Trace.Draw(arrivalRNG)
 	} else {
 		r.constRNG = arrivalRNG
 	}
@@ -427,6 +455,9 @@ func newRun(c Config) (*run, error) {
 	if c.Clients > 0 {
 		r.owner = []int{}
 		r.clientAt = make([]time.Duration, c.Clients) // all send at the start
+		for i := range r.clientAt {
+			r.clientAt[i] = c.ClientsFrom
+		}
 	}
 	r.drawArrival()
 	r.rule = mon.Rule()
@@ -444,8 +475,8 @@ func (r *run) drawArrival() {
 		r.haveArrival = false
 		return
 	}
-	if r.arrivals != nil {
-		r.nextArrival, r.haveArrival = r.arrivals.Next()
+	if r.drawTrace != nil {
+		r.nextArrival, r.haveArrival = r.drawTrace()
 		return
 	}
 	if r.c.Arrivals != nil {
@@ -485,6 +516,9 @@ func (r *run) loop(ctx context.Context) error {
 // over) or the next is past limit.
 func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (stop bool, err error) {
 	r.events++
+	if r.c.Pace != nil && r.events%PaceEvery == 0 {
+		r.c.Pace()
+	}
 	// The context is looked at on every event: a non-blocking receive
 	// costs a few nanoseconds, and one event can take seconds (a policy
 	// solving a large SMDP), so a run stopped with ^C or a deadline ends
@@ -830,6 +864,9 @@ func (r *run) nextClient() (int, time.Duration) {
 		if t >= 0 && (best < 0 || t < at) {
 			best, at = i, t
 		}
+	}
+	if best >= 0 && r.c.ClientsUntil > 0 && at > r.c.ClientsUntil {
+		return -1, 0 // the clients have stopped
 	}
 	return best, at
 }
