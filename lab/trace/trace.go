@@ -156,7 +156,9 @@ func (s *Series) Arrivals(rng *rand.Rand) *Arrivals {
 
 // Draw is Arrivals as a simulated run draws them (replay.Series): next is
 // the draw's Next.
-func (s *Series) Draw(rng *rand.Rand) (next func() (time.Duration, bool)) { return s.Arrivals(rng).Next }
+func (s *Series) Draw(rng *rand.Rand) (next func() (time.Duration, bool)) {
+	return s.Arrivals(rng).Next
+}
 
 // Next returns the next arrival time, and false once the series has ended.
 func (a *Arrivals) Next() (time.Duration, bool) {
