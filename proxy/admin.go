@@ -54,11 +54,20 @@ type AdminOptions struct {
 	// Pprof mounts net/http/pprof at /debug/pprof/: CPU and allocation
 	// profiles of the live process, off by default.
 	Pprof bool
+	// WhatIf, when set, answers GET /whatif: a model's recent arrivals
+	// replayed through other settings (package whatif). Like /status it
+	// needs no token: it shows figures, and bounds its own CPU.
+	WhatIf http.Handler
+	// Arrivals, when set, answers GET /arrivals behind the bearer token:
+	// a model's recent arrivals as a rate series, which reveals its
+	// traffic's shape.
+	Arrivals http.Handler
 }
 
 // NewAdmin returns the admin handler: GET /metrics, GET /status,
 // GET /healthz, GET /readyz, GET /policy, PUT /policy (bearer token) and,
-// when enabled, the live page /ui and /debug/pprof/.
+// when enabled, the live page /ui, /debug/pprof/, GET /whatif and
+// GET /arrivals (bearer token).
 func NewAdmin(o AdminOptions) http.Handler {
 	log := o.Logger
 	if log == nil {
@@ -92,6 +101,12 @@ func NewAdmin(o AdminOptions) http.Handler {
 		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if o.WhatIf != nil {
+		r.Method(http.MethodGet, "/whatif", o.WhatIf)
+	}
+	if o.Arrivals != nil {
+		r.Method(http.MethodGet, "/arrivals", withToken(o.Token, o.Arrivals))
 	}
 	if o.Policies != nil {
 		r.Get("/policy", func(w http.ResponseWriter, _ *http.Request) {
@@ -184,6 +199,18 @@ func (ch policyChange) logAttrs(remote string) []any {
 		attrs = append(attrs, k, ch.Options[k])
 	}
 	return append(attrs, "remote", remote)
+}
+
+// withToken serves next only to a request with the bearer token.
+func withToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !authorized(token, req.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ratebatch admin"`)
+			kserve.WriteError(w, http.StatusUnauthorized, "a valid bearer token is required (set admin_token)")
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // authorized compares the bearer token in constant time.

@@ -33,12 +33,14 @@ import (
 	"github.com/ratebatch/ratebatch/internal/procs"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/orca"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/power/energyfit"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/tracing"
 	"github.com/ratebatch/ratebatch/ui"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // SizeProcs applies the procs option to this process. GOMAXPROCS is the
@@ -111,6 +113,9 @@ type Server struct {
 	tracer *tracing.Tracer
 	// energyFit learns zeta(b) per model from the meter.
 	energyFit *energyfit.Fitter
+	// arrivals keeps each model's arrivals for the what-if; nil when
+	// whatif.arrivals is 0.
+	arrivals *whatif.Recorder
 	// memory is the budget of requests and answers (limits.memory).
 	memory *membudget.Budget
 	// load is the ORCA report; agentLn answers HAProxy's agent checks
@@ -190,7 +195,14 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		observers = append(observers, &tracing.Batches{T: tracer})
 		client.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
-	disp := dispatcher.New(dispatcher.Options{
+	// The what-if keeps every model's arrivals as they come; once a
+	// second it reads the meter and the queues' callers (disp, below).
+	var disp *dispatcher.Dispatcher
+	arrivals := newArrivals(cfg.WhatIf, meter, func(model string) (policy.Callers, bool) { return disp.Callers(model) })
+	if arrivals != nil {
+		observers = append(observers, arrivals)
+	}
+	disp = dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
@@ -205,7 +217,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	memory := newMemoryBudget(cfg, log)
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
-		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
+		front: proxy.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer, arrivals: arrivals}
 	p.reload.state.Store(&configState{cfg: cfg, version: 1, loaded: p.started})
 	if cfg.TLS.On() {
 		if p.doorTLS, err = newDoorTLS(cfg.TLS, log); err != nil {
@@ -243,17 +255,32 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			TLS: p.doorTLS.serverConfig("h2"),
 		})
 	}
+	admin := proxy.AdminOptions{
+		Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
+		Token: cfg.AdminToken, Logger: log,
+		Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+	}
+	if arrivals != nil {
+		replayer := whatif.NewReplayer(arrivals, mr, whatif.Config{CPU: cfg.WhatIf.CPU, MinArrivals: cfg.WhatIf.MinArrivals})
+		admin.WhatIf, admin.Arrivals = replayer.Handler(), arrivals.ArrivalsHandler()
+	}
 	p.admin = &http.Server{
-		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
-			Token: cfg.AdminToken, Logger: log,
-			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
-		}),
+		Handler:           proxy.NewAdmin(admin),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 	}
 	return p, nil
+}
+
+// newArrivals is the what-if's recorder that whatif configures, nil when
+// it keeps no arrivals.
+func newArrivals(c config.WhatIf, meter *power.Meter, callers func(string) (policy.Callers, bool)) *whatif.Recorder {
+	if c.Arrivals <= 0 {
+		return nil
+	}
+	return whatif.NewRecorder(whatif.Options{Arrivals: c.Arrivals, Models: c.Models, MaxMinutes: c.MaxMinutes,
+		Meter: meter.Snapshot, Callers: callers})
 }
 
 // moduleVersion is the binary's module version for the spans' resource.
@@ -377,6 +404,9 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
+	if p.arrivals != nil {
+		go p.arrivals.Run(bg)
+	}
 	go p.reloadOnHangup(bg, hup)
 	defer p.meter.Source().Close()
 
