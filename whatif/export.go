@@ -28,7 +28,7 @@ func (r *Recorder) WriteTrace(w io.Writer, model string, d, bin time.Duration) e
 	if bin < MinBin {
 		return fmt.Errorf("bin %v: want at least %v", bin, MinBin)
 	}
-	tr, err := r.traffic(model, d)
+	tr, err := r.traffic(model, d, false)
 	if err != nil {
 		return err
 	}

@@ -99,6 +99,7 @@ type Recorder struct {
 
 // kept is one model's record.
 type kept struct {
+	since             time.Time // when the record began: its model's first call
 	arrivals, answers *ring
 	// doorNs and doorN sum each call's time from its first byte at the
 	// door to its entering the queue (Arrival.At less Call.Received):
@@ -161,7 +162,7 @@ func (r *Recorder) model(name string) *kept {
 	if len(old) >= r.o.Models {
 		return nil
 	}
-	k := &kept{arrivals: newRing(r.o.Arrivals), answers: newRing(r.o.Arrivals), batches: make([]batch, 0, r.o.Arrivals/batchesPer+1)}
+	k := &kept{since: r.o.Now(), arrivals: newRing(r.o.Arrivals), answers: newRing(r.o.Arrivals), batches: make([]batch, 0, r.o.Arrivals/batchesPer+1)}
 	next := make(map[string]*kept, len(old)+1)
 	for n, v := range old {
 		next[n] = v

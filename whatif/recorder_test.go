@@ -55,14 +55,14 @@ func TestRecorderBounds(t *testing.T) {
 			r.Arrived(dispatcher.Arrival{Model: m, At: now, Rows: 1 + i%3})
 		}
 	}
-	tr, err := r.traffic("a", time.Minute)
+	tr, err := r.traffic("a", time.Minute, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(tr.arrivals) != 100 || !tr.cut || !tr.from.Equal(tr.arrivals[0].at) || !tr.arrivals[99].at.Equal(now) {
 		t.Errorf("%d arrivals kept, cut %v, from %v: want the last 100, from the oldest", len(tr.arrivals), tr.cut, tr.from)
 	}
-	if _, err := r.traffic("c", time.Minute); err == nil {
+	if _, err := r.traffic("c", time.Minute, true); err == nil {
 		t.Error("a third model was recorded beyond Models 2")
 	}
 	if got := (Options{Arrivals: 65536, Models: 4, MaxMinutes: 30}).Bytes(); got > 12<<20 {
@@ -93,7 +93,7 @@ func TestWriteTraceReadsBack(t *testing.T) {
 		r.Sample()
 	}
 	var buf bytes.Buffer
-	if err := r.WriteTrace(&buf, "m", time.Minute, 100*time.Millisecond); err != nil {
+	if err := r.WriteTrace(&buf, "m", time.Minute, 100*time.Millisecond); err != nil { // since the record began
 		t.Fatal(err)
 	}
 	text := buf.String()

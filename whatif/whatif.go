@@ -189,7 +189,7 @@ func (p *Replayer) runJob(j *job, q Request) {
 }
 
 func (p *Replayer) run(ctx context.Context, q Request, replayed *atomic.Int32) (Report, error) {
-	tr, err := p.rec.traffic(q.Model, q.Window)
+	tr, err := p.rec.traffic(q.Model, q.Window, true)
 	if err != nil {
 		return Report{}, err
 	}

@@ -38,11 +38,13 @@ type traffic struct {
 	cut bool
 }
 
-// traffic returns what the model's record holds over the last d: from
-// the first sample at or after d before the newest (or the oldest arrival
-// kept, if later) to the newest sample, so that the meter's figures and
-// the arrivals cover the same time.
-func (r *Recorder) traffic(model string, d time.Duration) (traffic, error) {
+// traffic returns what the model's record holds over the last d before
+// the newest sample (or since the record began, or the oldest arrival
+// kept, if later). Aligned, the
+// window starts at the first sample in it, so that the meter's figures
+// and the arrivals cover the same time (the first second of a model's
+// calls, before its first sample, is then left out).
+func (r *Recorder) traffic(model string, d time.Duration, aligned bool) (traffic, error) {
 	k := (*r.models.Load())[model]
 	if k == nil {
 		return traffic{}, fmt.Errorf("model %q: %w (not batched, no call yet, or more than %d models)", model, ErrNotRecorded, r.o.Models)
@@ -64,6 +66,9 @@ func (r *Recorder) traffic(model string, d time.Duration) (traffic, error) {
 		tr.to = samples[n-1].at
 	}
 	tr.from = tr.to.Add(-d)
+	if tr.from.Before(k.since) {
+		tr.from = k.since // nothing is known of the time before
+	}
 	wrapped := k.arrivals.next.Load() > uint64(len(k.arrivals.slots))
 	if wrapped && len(tr.arrivals) > 0 && tr.arrivals[0].at.After(tr.from) {
 		tr.from, tr.cut = tr.arrivals[0].at, true
@@ -71,7 +76,9 @@ func (r *Recorder) traffic(model string, d time.Duration) (traffic, error) {
 	if i := slices.IndexFunc(samples, func(s sample) bool { return !s.at.Before(tr.from) }); i >= 0 && i < len(samples)-1 {
 		tr.samples = samples[i:]
 		tr.first, tr.last = &tr.samples[0], &tr.samples[len(tr.samples)-1]
-		tr.from = tr.first.at
+		if aligned {
+			tr.from = tr.first.at
+		}
 	}
 	tr.arrivals = slices.DeleteFunc(tr.arrivals, func(a arrival) bool { return a.at.Before(tr.from) || a.at.After(tr.to) })
 	k.answers.each(func(v uint64) {
