@@ -395,6 +395,17 @@ type Spread interface {
 	BatchMs(rng *rand.Rand, meanMs float64) float64
 }
 
+// TimedSpread is a Spread that also knows when a batch starts: a replay of
+// a live window draws each batch's time from the batches that ran about
+// then, so that a stall of the live server (a slow batch, the host busy
+// elsewhere) falls where it fell rather than anywhere in the run.
+type TimedSpread interface {
+	Spread
+	// BatchMsAt returns the time of a batch starting at at (from the run's
+	// start) whose mean time is meanMs.
+	BatchMsAt(rng *rand.Rand, at time.Duration, meanMs float64) float64
+}
+
 // Run simulates one configuration. It stops with ctx's error when ctx ends.
 func Run(ctx context.Context, c Config) (Result, error) {
 	r, err := newRun(c)
@@ -704,7 +715,9 @@ func (r *run) dispatch(n int) {
 	if r.c.Jitter > 0 {
 		tau *= 1 + r.c.Jitter*(2*r.jitterRNG.Float64()-1)
 	}
-	if r.c.Spread != nil {
+	if ts, ok := r.c.Spread.(TimedSpread); ok {
+		tau = ts.BatchMsAt(r.jitterRNG, r.now, tau)
+	} else if r.c.Spread != nil {
 		tau = r.c.Spread.BatchMs(r.jitterRNG, tau)
 	}
 	compute := max(time.Duration(tau*float64(time.Millisecond)), 1)

@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -289,7 +290,7 @@ func (p *Replayer) setup(tr traffic, mon *monitor.Monitor, snap monitor.Snapshot
 	door := msDur(s.line.DoorMs)
 	s.base = replay.Config{Profile: prof, Window: mon.TickEvery() * monitor.Slices, Instances: s.line.Instances, Seed: 1,
 		Live: replay.Overheads{Extra: extra, Client: door}}
-	if sp := spreadOf(tr.batches, line); len(sp.factors) >= minSpreadBatches {
+	if sp := spreadOf(tr.batches, line, tr.from); len(sp.factors) >= minSpreadBatches {
 		s.base.Spread = sp
 		s.line.Batches, s.line.SpreadSCV, s.line.MeanFactor = len(sp.factors), sp.scv(), sp.mean()
 	}
@@ -410,23 +411,49 @@ func (p *pacer) pace() {
 	}
 }
 
-// spread draws a batch's time about the line as a round trip of the
-// window did: its mean time times the ratio of a kept round trip to the
-// line at its rows (replay.Spread).
-type spread struct{ factors []float64 }
+// spread draws a batch's time about the line as the window's round trips
+// ran: its mean time times the ratio of a kept round trip to the line at
+// its rows (replay.TimedSpread). A batch starting at a time of the window
+// takes the ratio of the kept batch that started nearest it, so that a
+// stall of the live server (its slow batches come together, while the
+// host was busy elsewhere) is replayed when it happened, for every
+// setting alike.
+type spread struct {
+	starts  []time.Duration // the kept batches' starts from the window's, ascending
+	factors []float64
+}
 
-func spreadOf(batches []batch, line batchcost.Latency) spread {
-	var s spread
+func spreadOf(batches []batch, line batchcost.Latency, from time.Time) spread {
+	type kept struct {
+		start  time.Duration
+		factor float64
+	}
+	var ks []kept
 	for _, b := range batches {
 		if t := line.TauMs(b.rows); t > 0 && b.roundTrip > 0 {
-			s.factors = append(s.factors, float64(b.roundTrip)/float64(time.Millisecond)/t)
+			ks = append(ks, kept{b.at.Add(-b.hold - b.roundTrip).Sub(from), float64(b.roundTrip) / float64(time.Millisecond) / t})
 		}
+	}
+	slices.SortFunc(ks, func(a, b kept) int { return cmp.Compare(a.start, b.start) })
+	var s spread
+	for _, k := range ks {
+		s.starts, s.factors = append(s.starts, k.start), append(s.factors, k.factor)
 	}
 	return s
 }
 
+// BatchMs draws a kept ratio at random.
 func (s spread) BatchMs(rng *rand.Rand, meanMs float64) float64 {
 	return meanMs * s.factors[rng.IntN(len(s.factors))]
+}
+
+// BatchMsAt takes the ratio of the kept batch that started nearest at.
+func (s spread) BatchMsAt(_ *rand.Rand, at time.Duration, meanMs float64) float64 {
+	i, _ := slices.BinarySearch(s.starts, at)
+	if i == len(s.starts) || (i > 0 && at-s.starts[i-1] < s.starts[i]-at) {
+		i--
+	}
+	return meanMs * s.factors[i]
 }
 
 func (s spread) mean() float64 {
