@@ -117,3 +117,21 @@ func TestWriteTraceReadsBack(t *testing.T) {
 		t.Error("a model never recorded was exported")
 	}
 }
+
+// BenchmarkRecorder is what the recorder adds to a request on the request
+// path: its arrival and its answer, and a batch's end for every call
+// (batches of one, the most there can be), from concurrent callers.
+func BenchmarkRecorder(b *testing.B) {
+	r := NewRecorder(Options{})
+	now := time.Now()
+	batch := &dispatcher.Batch{Model: "m"}
+	r.Arrived(dispatcher.Arrival{Model: "m", At: now, Rows: 1}) // the rings, made once
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.Arrived(dispatcher.Arrival{Model: "m", At: now, Rows: 1, Caller: dispatcher.CallerOpen})
+			r.BatchEnded(batch, dispatcher.BatchEnd{At: now, Rows: 1, Calls: 1, OK: true, RoundTrip: time.Millisecond})
+			r.Answered(dispatcher.Answer{Model: "m", Arrived: now, Latency: time.Millisecond, Calls: 1})
+		}
+	})
+}
