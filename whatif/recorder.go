@@ -35,16 +35,16 @@ const (
 )
 
 // batchesPer is how many arrivals' room a model gives to batches: a batch
-// is three words, and holds at least one arrival.
+// is four words, and holds at least one arrival.
 const batchesPer = 8
 
 // Bytes is the most memory the rings of a recorder with these options
 // hold: per model, its arrivals and answers (8 bytes each), its batches
-// (24 bytes, one for every batchesPer arrivals) and its per-second
-// samples.
+// (batchBytes, one for every batchesPer arrivals) and its per-second
+// samples (sampleBytes).
 func (o Options) Bytes() int64 {
 	o = o.withDefaults()
-	perModel := int64(o.Arrivals)*16 + int64(o.Arrivals/batchesPer+1)*24 + int64(o.MaxMinutes*60+1)*int64(sampleBytes)
+	perModel := int64(o.Arrivals)*16 + int64(o.Arrivals/batchesPer+1)*batchBytes + int64(o.MaxMinutes*60+1)*sampleBytes
 	return int64(o.Models) * perModel
 }
 
@@ -114,12 +114,16 @@ type kept struct {
 	samples []sample // oldest first; under Recorder.mu
 }
 
-// batch is one batch as it ended.
+// batch is one batch as it ended: when (Unix ns), its rows, round trip
+// and hold.
 type batch struct {
-	at              time.Time
+	at              int64
 	rows            int
 	roundTrip, hold time.Duration
 }
+
+// end is when the batch ended.
+func (b batch) end() time.Time { return time.Unix(0, b.at) }
 
 // sample is one model's cumulative figures at one second.
 type sample struct {
@@ -137,7 +141,12 @@ type sample struct {
 	thinkMs            float64 // the closed-loop callers' think time
 }
 
-const sampleBytes = 112 // a sample's size, for Options.Bytes
+// The sizes of a batch and a sample, for Options.Bytes
+// (TestRecorderBounds checks them).
+const (
+	batchBytes  = 32
+	sampleBytes = 112
+)
 
 // NewRecorder returns a recorder; Run samples the meter and the queues.
 func NewRecorder(o Options) *Recorder {
@@ -203,7 +212,7 @@ func (r *Recorder) BatchEnded(b *dispatcher.Batch, e dispatcher.BatchEnd) {
 		return
 	}
 	k.bmu.Lock()
-	x := batch{at: e.At, rows: e.Rows, roundTrip: e.RoundTrip, hold: e.Hold}
+	x := batch{at: e.At.UnixNano(), rows: e.Rows, roundTrip: e.RoundTrip, hold: e.Hold}
 	if len(k.batches) < cap(k.batches) {
 		k.batches = append(k.batches, x)
 	} else {

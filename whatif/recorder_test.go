@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/lab/trace"
@@ -65,8 +66,11 @@ func TestRecorderBounds(t *testing.T) {
 	if _, err := r.traffic("c", time.Minute, true); err == nil {
 		t.Error("a third model was recorded beyond Models 2")
 	}
-	if got := (Options{Arrivals: 65536, Models: 4, MaxMinutes: 30}).Bytes(); got > 12<<20 {
-		t.Errorf("the default rings hold %d bytes, want a few MiB", got)
+	if unsafe.Sizeof(batch{}) != batchBytes || unsafe.Sizeof(sample{}) != sampleBytes {
+		t.Errorf("a batch is %d bytes, a sample %d: Options.Bytes counts %d and %d", unsafe.Sizeof(batch{}), unsafe.Sizeof(sample{}), batchBytes, sampleBytes)
+	}
+	if got := (Options{}).Bytes(); got > 6<<20+1<<19 {
+		t.Errorf("the default rings hold %d bytes, want about 6 MiB", got)
 	}
 }
 

@@ -431,7 +431,7 @@ func spreadOf(batches []batch, line batchcost.Latency, from time.Time) spread {
 	var ks []kept
 	for _, b := range batches {
 		if t := line.TauMs(b.rows); t > 0 && b.roundTrip > 0 {
-			ks = append(ks, kept{b.at.Add(-b.hold - b.roundTrip).Sub(from), float64(b.roundTrip) / float64(time.Millisecond) / t})
+			ks = append(ks, kept{b.end().Add(-b.hold - b.roundTrip).Sub(from), float64(b.roundTrip) / float64(time.Millisecond) / t})
 		}
 	}
 	slices.SortFunc(ks, func(a, b kept) int { return cmp.Compare(a.start, b.start) })

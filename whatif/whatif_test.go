@@ -139,7 +139,7 @@ func newLivedBy(t testing.TB, rate float64, d time.Duration, idleW float64, kind
 // front and a recommendation marked, and the replay of the setting in
 // force set against what was lived.
 func TestReplayerAnswers(t *testing.T) {
-	l := newLived(t, 300, 20*time.Second, 20)
+	l := newLived(t, 300, 10*time.Second, 20)
 	p := NewReplayer(l.rec, &fakeModels{mon: l.mon, name: policy.NameAdhoc}, Config{CPU: 1})
 	rep, err := p.Run(context.Background(), Request{Model: "m", Window: time.Minute})
 	if err != nil {
@@ -241,7 +241,7 @@ func TestPacerKeepsItsShare(t *testing.T) {
 
 // The table fits in 100 columns.
 func TestTableWidth(t *testing.T) {
-	l := newLived(t, 300, 10*time.Second, 20)
+	l := newLived(t, 300, 5*time.Second, 20)
 	p := NewReplayer(l.rec, &fakeModels{mon: l.mon, name: policy.NameBudget, options: map[string]string{"latency_budget": "1.10x"}}, Config{CPU: 1})
 	rep, err := p.Run(t.Context(), Request{Model: "m", Window: time.Minute})
 	if err != nil {

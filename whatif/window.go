@@ -90,7 +90,7 @@ func (r *Recorder) traffic(model string, d time.Duration, aligned bool) (traffic
 	slices.Sort(tr.latencies)
 	k.bmu.Lock()
 	for _, b := range k.batches {
-		if !b.at.Before(tr.from) && !b.at.After(tr.to) {
+		if end := b.end(); !end.Before(tr.from) && !end.After(tr.to) {
 			tr.batches = append(tr.batches, b)
 		}
 	}
