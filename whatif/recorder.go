@@ -156,9 +156,9 @@ func NewRecorder(o Options) *Recorder {
 	return r
 }
 
-// model returns the model's record, making one while fewer than
-// Options.Models are recorded; nil when there is no room.
-func (r *Recorder) model(name string) *kept {
+// model returns the model's record, making one that begins at since
+// while fewer than Options.Models are recorded; nil when there is no room.
+func (r *Recorder) model(name string, since time.Time) *kept {
 	if k := (*r.models.Load())[name]; k != nil {
 		return k
 	}
@@ -171,7 +171,7 @@ func (r *Recorder) model(name string) *kept {
 	if len(old) >= r.o.Models {
 		return nil
 	}
-	k := &kept{since: r.o.Now(), arrivals: newRing(r.o.Arrivals), answers: newRing(r.o.Arrivals), batches: make([]batch, 0, r.o.Arrivals/batchesPer+1)}
+	k := &kept{since: since, arrivals: newRing(r.o.Arrivals), answers: newRing(r.o.Arrivals), batches: make([]batch, 0, r.o.Arrivals/batchesPer+1)}
 	next := make(map[string]*kept, len(old)+1)
 	for n, v := range old {
 		next[n] = v
@@ -183,7 +183,7 @@ func (r *Recorder) model(name string) *kept {
 
 // Arrived keeps the call's arrival: its time, rows and caller.
 func (r *Recorder) Arrived(a dispatcher.Arrival) {
-	k := r.model(a.Model)
+	k := r.model(a.Model, a.At)
 	if k == nil {
 		return
 	}

@@ -80,7 +80,7 @@ func TestRecorderBounds(t *testing.T) {
 func TestWriteTraceReadsBack(t *testing.T) {
 	now := time.Unix(5000, 0)
 	r := NewRecorder(Options{Now: func() time.Time { return now }})
-	r.model("m") // as its first arrival does, before the first sample
+	r.model("m", now) // as its first arrival does, before the first sample
 	r.Sample()
 	// Bursts: 50 calls in each of the first 100 ms of a second, 2 in the
 	// rest of it, for 10 s.

@@ -16,7 +16,7 @@ const tableWidth = 100
 // at most tableWidth columns.
 func WriteTable(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "what-if for model %s: %s to %s (%s)\n", rep.Model, rep.From.Local().Format("15:04:05"),
-		rep.To.Local().Format("15:04:05"), time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
+		rep.To.Local().Format("15:04:05"), roundSpan(time.Duration(rep.Seconds*float64(time.Second))))
 	fmt.Fprintln(w, wrap(rep.Arrivals.String(), tableWidth, ""))
 	if !rep.Enough {
 		fmt.Fprintln(w, wrap(rep.Reason, tableWidth, ""))

@@ -203,7 +203,7 @@ func (p *Replayer) run(ctx context.Context, q Request, replayed *atomic.Int32) (
 	snap := mon.Snapshot()
 	switch {
 	case len(tr.arrivals) < p.c.MinArrivals:
-		rep.Reason = fmt.Sprintf("too little traffic to say: %d calls in the last %v, the what-if needs %d", len(tr.arrivals), tr.span().Round(time.Second), p.c.MinArrivals)
+		rep.Reason = fmt.Sprintf("too little traffic to say: %d calls in the last %v, the what-if needs %d", len(tr.arrivals), roundSpan(tr.span()), p.c.MinArrivals)
 		return rep, nil
 	case snap.FitDoubt != "":
 		rep.Reason = "no line learnt yet to replay on: " + snap.FitDoubt
@@ -472,6 +472,15 @@ func (s spread) scv() float64 {
 		v += (f - m) * (f - m)
 	}
 	return v / float64(len(s.factors)) / (m * m)
+}
+
+// roundSpan rounds a window's length for a sentence: to the second, or
+// to the hundredth under ten seconds.
+func roundSpan(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
