@@ -396,9 +396,9 @@ type Spread interface {
 }
 
 // TimedSpread is a Spread that also knows when a batch starts: a replay of
-// a live window draws each batch's time from the batches that ran about
-// then, so that a stall of the live server (a slow batch, the host busy
-// elsewhere) falls where it fell rather than anywhere in the run.
+// a live window runs each batch at the pace the live server kept then, so
+// that a stall of the live server (a slow batch, the host busy elsewhere)
+// falls where it fell rather than anywhere in the run.
 type TimedSpread interface {
 	Spread
 	// BatchMsAt returns the time of a batch starting at at (from the run's

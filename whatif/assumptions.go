@@ -9,8 +9,9 @@ func assumptions(rep Report) []string {
 	out := []string{fmt.Sprintf("Replayed on the line the plan in force was made with, the round trip as the proxy lives it: "+
 		"tau(b) = %.4g·b + %.4g ms, B_max %d, %d instance(s), planned every %gs.", l.AlphaMs, l.Tau0Ms, l.MaxBatch, l.Instances, l.WindowSeconds)}
 	if l.Batches > 0 {
-		out = append(out, fmt.Sprintf("Each batch's time is drawn from the spread of the window's last %d round trips about the line "+
-			"(their ratio to it: mean %.3f, squared coefficient of variation %.3f), whatever the setting.", l.Batches, l.MeanFactor, l.SpreadSCV))
+		out = append(out, fmt.Sprintf("Each batch runs at the pace the server kept at that moment of the window: while each of its last %d batches ran, "+
+			"at that batch's speed against the line (their round trips over the line: mean %.3f, squared coefficient of variation %.3f), "+
+			"between them at the line's; a stall falls where it fell, for every setting alike.", l.Batches, l.MeanFactor, l.SpreadSCV))
 	} else {
 		out = append(out, fmt.Sprintf("Each batch takes the line's time exactly: the window holds fewer than %d round trips to draw a spread from.", minSpreadBatches))
 	}

@@ -411,33 +411,45 @@ func (p *pacer) pace() {
 	}
 }
 
-// spread draws a batch's time about the line as the window's round trips
-// ran: its mean time times the ratio of a kept round trip to the line at
-// its rows (replay.TimedSpread). A batch starting at a time of the window
-// takes the ratio of the kept batch that started nearest it, so that a
-// stall of the live server (its slow batches come together, while the
-// host was busy elsewhere) is replayed when it happened, for every
-// setting alike.
+// spread runs a replayed batch at the pace the live server kept
+// (replay.TimedSpread). Each batch of the window ran at the line's time
+// over its round trip: the server's speed while it ran (a stall is a
+// speed far below 1, a batch faster than the line one above it), and
+// between batches the line's own (1). A replayed batch starting at a time
+// of the window takes as long as its line's time takes at those speeds
+// from then on: the host's stalls fall where they fell, for every setting
+// alike, and a stall is lived once, however many replayed batches meet
+// it. Its time drawn at random (BatchMs) is the line's times the ratio of
+// a random batch of the window.
 type spread struct {
-	starts  []time.Duration // the kept batches' starts from the window's, ascending
-	factors []float64
+	// The live batches' runs from the window's start, in ms, ascending
+	// and not overlapping (one instance at a time), and the speed of each.
+	starts, ends, speeds []float64
+	factors              []float64 // each batch's round trip over the line
 }
 
 func spreadOf(batches []batch, line batchcost.Latency, from time.Time) spread {
-	type kept struct {
-		start  time.Duration
-		factor float64
-	}
-	var ks []kept
+	type run struct{ start, end, factor float64 }
+	var runs []run
 	for _, b := range batches {
-		if t := line.TauMs(b.rows); t > 0 && b.roundTrip > 0 {
-			ks = append(ks, kept{b.end().Add(-b.hold - b.roundTrip).Sub(from), float64(b.roundTrip) / float64(time.Millisecond) / t})
+		t := line.TauMs(b.rows)
+		rt := float64(b.roundTrip) / float64(time.Millisecond)
+		if t <= 0 || rt <= 0 {
+			continue
 		}
+		start := float64(b.end().Add(-b.hold-b.roundTrip).Sub(from)) / float64(time.Millisecond)
+		runs = append(runs, run{start, start + rt, rt / t})
 	}
-	slices.SortFunc(ks, func(a, b kept) int { return cmp.Compare(a.start, b.start) })
+	slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.start, b.start) })
 	var s spread
-	for _, k := range ks {
-		s.starts, s.factors = append(s.starts, k.start), append(s.factors, k.factor)
+	for _, r := range runs {
+		s.factors = append(s.factors, r.factor)
+		if n := len(s.ends); n > 0 && r.start < s.ends[n-1] {
+			r.start = s.ends[n-1] // instances overlapping: the one before's pace holds
+		}
+		if r.end > r.start {
+			s.starts, s.ends, s.speeds = append(s.starts, r.start), append(s.ends, r.end), append(s.speeds, 1/r.factor)
+		}
 	}
 	return s
 }
@@ -447,13 +459,26 @@ func (s spread) BatchMs(rng *rand.Rand, meanMs float64) float64 {
 	return meanMs * s.factors[rng.IntN(len(s.factors))]
 }
 
-// BatchMsAt takes the ratio of the kept batch that started nearest at.
+// BatchMsAt is how long meanMs of the line's time takes from at on, at the
+// live server's speeds.
 func (s spread) BatchMsAt(_ *rand.Rand, at time.Duration, meanMs float64) float64 {
-	i, _ := slices.BinarySearch(s.starts, at)
-	if i == len(s.starts) || (i > 0 && at-s.starts[i-1] < s.starts[i]-at) {
-		i--
+	t0 := float64(at) / float64(time.Millisecond)
+	t, work := t0, meanMs
+	i, _ := slices.BinarySearch(s.ends, t)
+	for ; i < len(s.starts) && work > 0; i++ {
+		if gap := s.starts[i] - t; gap > 0 { // between live batches: the line's pace
+			if work <= gap {
+				return t + work - t0
+			}
+			work, t = work-gap, s.starts[i]
+		}
+		if done := (s.ends[i] - t) * s.speeds[i]; work > done {
+			work, t = work-done, s.ends[i]
+			continue
+		}
+		return t + work/s.speeds[i] - t0
 	}
-	return meanMs * s.factors[i]
+	return t + work - t0
 }
 
 func (s spread) mean() float64 {

@@ -260,3 +260,33 @@ func TestTableWidth(t *testing.T) {
 		t.Errorf("table:\n%s", b.String())
 	}
 }
+
+// A replayed batch runs at the live server's pace: the line's speed
+// between live batches, a live batch's own while it ran; so a stall is
+// lived once by the batches that meet it, not again by each.
+func TestSpreadRunsAtTheLivePace(t *testing.T) {
+	from := time.Unix(100, 0)
+	line := batchcost.Latency{AlphaMs: 1, Tau0Ms: 1} // tau(1) = 2 ms
+	// Two live batches of one row: at 10 ms, 2 ms as the line says; at
+	// 20 ms, stalled for 40 ms (a twentieth of the line's speed).
+	b := func(startMs, rtMs float64) batch {
+		rt := time.Duration(rtMs * float64(time.Millisecond))
+		return batch{at: from.Add(time.Duration(startMs*float64(time.Millisecond)) + rt).UnixNano(), rows: 1, roundTrip: rt}
+	}
+	s := spreadOf([]batch{b(20, 40), b(10, 2)}, line, from)
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for _, tc := range []struct {
+		at, work, want float64 // ms
+	}{
+		{0, 2, 2},         // before any live batch: the line's pace
+		{10, 2, 2},        // during the one at the line's pace
+		{19, 2, 1 + 20},   // 1 ms to the stall, the second 1 ms of work at a twentieth
+		{30, 2, 30 + 0.5}, // the stall's last 30 ms do 1.5 ms of work, 0.5 after it
+		{58, 2, 2 + 1.9},  // its last 2 ms do 0.1, 1.9 after it
+		{70, 2, 2},        // after: the line's
+	} {
+		if got := s.BatchMsAt(nil, ms(tc.at), tc.work); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%.3g ms of work at %v ms takes %v ms, want %v", tc.work, tc.at, got, tc.want)
+		}
+	}
+}
