@@ -350,7 +350,8 @@ type run struct {
 
 	nextArrival time.Duration
 	haveArrival bool
-	arrived     int
+	arrived     int // arrivals so far: the open stream's and the clients' calls
+	given       int // Config.Arrivals drawn so far
 	constRNG    *rand.Rand
 	drawTrace   func() (time.Duration, bool) // the next arrival of Trace
 	jitterRNG   *rand.Rand
@@ -491,9 +492,11 @@ func (r *run) drawArrival() {
 		return
 	}
 	if r.c.Arrivals != nil {
-		r.haveArrival = r.arrived < len(r.c.Arrivals)
+		// By its own count: closed-loop clients' calls are arrivals too.
+		r.haveArrival = r.given < len(r.c.Arrivals)
 		if r.haveArrival {
-			r.nextArrival = r.c.Arrivals[r.arrived]
+			r.nextArrival = r.c.Arrivals[r.given]
+			r.given++
 		}
 		return
 	}

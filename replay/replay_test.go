@@ -35,6 +35,24 @@ func TestClientsSpan(t *testing.T) {
 	}
 }
 
+// Closed-loop clients beside arrival times: every arrival is replayed,
+// and the clients' calls besides.
+func TestClientsBesideArrivals(t *testing.T) {
+	var arrivals []time.Duration
+	for i := range 1000 {
+		arrivals = append(arrivals, time.Duration(i)*10*time.Millisecond)
+	}
+	res, err := Run(context.Background(), Config{Profile: line, Policy: policy.Adhoc{}, Arrivals: arrivals,
+		Clients: 4, Think: 300 * time.Millisecond, ClientsFrom: time.Second, ClientsUntil: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four clients, each a call about every 305 ms for 7 s: about 92.
+	if clients := res.Requests - len(arrivals); clients < 80 || clients > 100 {
+		t.Errorf("%d requests: %d beyond the %d arrivals, want about 92 of the clients", res.Requests, clients, len(arrivals))
+	}
+}
+
 // timed makes every batch starting in the second second 10 times slower.
 type timed struct{}
 

@@ -24,9 +24,10 @@ func assumptions(rep Report) []string {
 	case rep.ClosedLoop != nil:
 		c := rep.ClosedLoop
 		out = append(out, fmt.Sprintf("Arrivals are taken as independent of the setting, which a closed loop breaks: its callers send after their answers. "+
-			"So the %d calls of closed-loop callers (%.0f%%) are replayed as %d synchronous client(s) thinking %.3g ms between an answer and the next call, "+
-			"over the span they came in (planned as a closed loop where they are the only callers), and the other %d at the times they came.",
-			c.Arrivals, 100*float64(c.Arrivals)/float64(max(a.Total, 1)), c.Clients, c.ThinkMs, a.Total-c.Arrivals))
+			"So the %d calls of closed-loop callers (%.0f%%) are replayed as %d synchronous client(s) thinking %.3g ms between an answer and the next call "+
+			"(as many as send those calls at the latency lived; the queue counted %d closed-loop connections), over the span they came in "+
+			"(planned as a closed loop where they are the only callers), and the other %d at the times they came.",
+			c.Arrivals, 100*float64(c.Arrivals)/float64(max(a.Total, 1)), c.Clients, c.ThinkMs, c.Seen, a.Total-c.Arrivals))
 	case closed > 0:
 		out = append(out, fmt.Sprintf("Arrivals are taken as independent of the setting and replayed at the times they came, "+
 			"including %d calls of closed-loop callers (too few, or their callers not seen, to replay as a loop): those would come later under a slower setting.", closed))

@@ -129,10 +129,13 @@ type Line struct {
 }
 
 // ClosedLoop is how the closed-loop callers' calls were replayed: as
-// that many synchronous clients thinking that long between an answer and
-// their next call, over the span their calls came in.
+// Clients synchronous clients thinking ThinkMs between an answer and their
+// next call (as the queue measured it), over the span their Arrivals came
+// in. Clients is as many as send those calls at the latency lived
+// (Little's law); Seen is the closed-loop connections the queue counted.
 type ClosedLoop struct {
 	Clients  int     `json:"clients"`
+	Seen     int     `json:"seen"`
 	ThinkMs  float64 `json:"think_ms"`
 	Arrivals int     `json:"arrivals"`
 }

@@ -209,7 +209,7 @@ func (p *Replayer) run(ctx context.Context, q Request, replayed *atomic.Int32) (
 		rep.Reason = "no line learnt yet to replay on: " + snap.FitDoubt
 		return rep, nil
 	}
-	run, err := p.setup(tr, mon, snap)
+	run, err := p.setup(tr, rep.Lived, mon, snap)
 	if err != nil {
 		return rep, err
 	}
@@ -264,7 +264,7 @@ type replaySetup struct {
 // as its clients), the line the plan in force was made with and the
 // round trips' spread about it, the proxy's time around a batch, and the
 // energy.
-func (p *Replayer) setup(tr traffic, mon *monitor.Monitor, snap monitor.Snapshot) (replaySetup, error) {
+func (p *Replayer) setup(tr traffic, lived Lived, mon *monitor.Monitor, snap monitor.Snapshot) (replaySetup, error) {
 	line := mon.Line()
 	extra := mon.Extra()
 	s := replaySetup{span: tr.span()}
@@ -294,7 +294,7 @@ func (p *Replayer) setup(tr traffic, mon *monitor.Monitor, snap monitor.Snapshot
 		s.base.Spread = sp
 		s.line.Batches, s.line.SpreadSCV, s.line.MeanFactor = len(sp.factors), sp.scv(), sp.mean()
 	}
-	s.base.Arrivals, s.closed = p.arrivals(tr, door)
+	s.base.Arrivals, s.closed = p.arrivals(tr, lived)
 	if s.closed != nil {
 		first, last := closedSpan(tr)
 		s.base.Clients, s.base.Think = s.closed.Clients, max(msDur(s.closed.ThinkMs)-door, 0)
@@ -308,29 +308,10 @@ func (p *Replayer) setup(tr traffic, mon *monitor.Monitor, snap monitor.Snapshot
 
 // arrivals are the window's calls as offsets from its start, a call of r
 // rows as r requests at its arrival; a closed loop's calls are left out
-// and described instead, when they are closedShare of the calls or more
-// and the window's samples saw their callers.
-func (p *Replayer) arrivals(tr traffic, door time.Duration) ([]time.Duration, *ClosedLoop) {
-	closedCalls := 0
-	for _, a := range tr.arrivals {
-		if closedKind(a.kind) {
-			closedCalls++
-		}
-	}
-	var cl *ClosedLoop
-	if float64(closedCalls) >= closedShare*float64(len(tr.arrivals)) && closedCalls > 0 {
-		var clients, think, n float64
-		for _, s := range tr.samples {
-			if s.closedLoop > 0 {
-				clients += float64(s.closedLoop)
-				think += s.thinkMs
-				n++
-			}
-		}
-		if n > 0 {
-			cl = &ClosedLoop{Clients: max(int(math.Round(clients/n)), 1), ThinkMs: think / n, Arrivals: closedCalls}
-		}
-	}
+// and described instead (closedLoop), when they are closedShare of the
+// calls or more and the window's samples saw closed-loop callers.
+func (p *Replayer) arrivals(tr traffic, lived Lived) ([]time.Duration, *ClosedLoop) {
+	cl := closedLoop(tr, lived)
 	out := make([]time.Duration, 0, len(tr.arrivals))
 	for _, a := range tr.arrivals {
 		if cl != nil && closedKind(a.kind) {
@@ -344,6 +325,44 @@ func (p *Replayer) arrivals(tr traffic, door time.Duration) ([]time.Duration, *C
 		out = nil // a closed loop alone
 	}
 	return out, cl
+}
+
+// closedLoop describes the window's closed loop: its callers' think time
+// as the queue measured it, and as many clients as send the calls that
+// came at the rate they came, by Little's law: clients = rate x (latency
+// + think), with the latency lived. The queue's count of closed-loop
+// connections is kept beside it: a pool of connections under an open
+// stream, which the queue may read in part as closed-loop ones, counts
+// more connections than the loop they make.
+func closedLoop(tr traffic, lived Lived) *ClosedLoop {
+	calls := 0
+	for _, a := range tr.arrivals {
+		if closedKind(a.kind) {
+			calls++
+		}
+	}
+	if calls == 0 || float64(calls) < closedShare*float64(len(tr.arrivals)) {
+		return nil
+	}
+	var seen, think, n float64
+	for _, s := range tr.samples {
+		if s.closedLoop > 0 {
+			seen += float64(s.closedLoop)
+			think += s.thinkMs
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	cl := &ClosedLoop{Seen: int(math.Round(seen / n)), ThinkMs: think / n, Arrivals: calls}
+	first, last := closedSpan(tr)
+	cl.Clients = cl.Seen
+	if span := (last - first).Seconds(); span > 0 && lived.MeanMs != nil {
+		cycle := (*lived.MeanMs + cl.ThinkMs) / 1000
+		cl.Clients = max(int(math.Round(float64(calls)/span*cycle)), 1)
+	}
+	return cl
 }
 
 func closedKind(k dispatcher.CallerKind) bool {
