@@ -93,19 +93,18 @@ load() {
 	sleep 1.2 # the last second's sample
 }
 
-# whatif START [SECONDS [P99_MS]]: the what-if of the minutes since
-# START, as JSON; given SECONDS, once that long since START has passed,
-# of those seconds (so that two windows hold as much idle time after
-# their loads, which counts in requests per joule).
+# whatif START [SECONDS [P99_MS]]: the what-if, as JSON, of the window
+# from a second before START (the pause before each load: no call of the
+# load is left out of it) to now; given SECONDS, of that long a window,
+# asked once it has passed, so that two windows hold as much idle time
+# after their loads, which counts in requests per joule.
 whatif() {
-	local minutes
-	if [[ -n ${2:-} ]]; then
-		python3 -c "import time; time.sleep(max(0, $1 + $2 - time.time()))"
-		minutes=$(python3 -c "print($2 / 60)")
-	else
-		minutes=$(python3 -c "import time; print((time.time() - $1) / 60)")
+	local secs=${2:-}
+	if [[ -z $secs ]]; then
+		secs=$(python3 -c "import time; print(time.time() - $1 + 1)")
 	fi
-	local args=(--admin "$ADMIN" --model simple --minutes "$minutes" --json)
+	python3 -c "import time; time.sleep(max(0, $1 - 1 + $secs - time.time()))"
+	local args=(--admin "$ADMIN" --model simple --minutes "$(python3 -c "print($secs / 60)")" --json)
 	[[ -n ${3:-} ]] && args+=(--p99-ms "$3")
 	"$RB" whatif "${args[@]}"
 }
@@ -119,12 +118,13 @@ for r in $(seq "$ROUNDS"); do
 		seed=$((r * 10))
 		start=$(load "$shape" "$seed" | head -1)
 		# The p99 the recommendation keeps within: P99_FACTOR times the
-		# replay of the setting in force (asked twice: the second answer
-		# is the kept one, at once).
+		# replay of the setting in force; then the what-if of A that
+		# recommends within it, its window from a second before A to now.
 		whatif "$start" >"$work/a0.json"
-		read -r secs p99 < <(python3 -c "
-import json, time; d = json.load(open('$work/a0.json'))
-print(round(time.time() - $start, 3), round($P99_FACTOR * d['points'][0]['p99_ms'], 3))")
+		p99=$(python3 -c "
+import json; d = json.load(open('$work/a0.json'))
+print(round($P99_FACTOR * d['points'][0]['p99_ms'], 3))")
+		secs=$(python3 -c "import time; print(time.time() - $start + 1)")
 		whatif "$start" "$secs" "$p99" >"$work/a.json"
 		body=$(python3 -c "
 import json; d = json.load(open('$work/a.json')); i = d['recommended']
