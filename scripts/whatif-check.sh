@@ -12,7 +12,8 @@
 #      force's), run load B with the same arrivals (same seed), ask again
 #      for B's minutes: the first what-if's prediction for that setting
 #      against what B lived;
-#   3. put serve's default back for the next shape.
+#   3. put serve's default back for the next shape (budget, its options
+#      unset: PUT /policy keeps what an earlier PUT set for the model).
 #
 #   scripts/whatif-check.sh [ROUNDS]        (default 2)
 #
@@ -24,8 +25,12 @@
 # reads it as Triton's metrics (power.source triton). The proxy first idles
 # (the meter learns the idle power) and warms up (the line and the energy
 # line). Prints one Markdown row per shape and round: predicted / lived
-# for mean, p99 and requests per joule, for the setting in force (A) and
-# for the recommended one (B).
+# for mean, p99 and requests per joule, for the setting in force (A), for
+# the recommended one (A's prediction, B's life) and, apart, B's own
+# what-if of the recommended setting over B: the replay's error on B's
+# minutes, which tells the model's error from the host's, whose stalls in
+# B's minutes A could not foresee. The host's load average is printed
+# with each row: on a shared machine it moves the lived figures most.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
@@ -111,8 +116,8 @@ whatif() {
 
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); rate $rate req/s (rho $RHO of $mu), mmpp x$mmpp_scale, $DURATION a load"
 echo
-echo "| round | shape | in force | mean | p99 | req/J | recommended | mean | p99 | req/J |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | shape | load | in force | mean | p99 | req/J | recommended | mean | p99 | req/J | B's own: mean | p99 | req/J |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
 	for shape in $SHAPES; do
 		seed=$((r * 10))
@@ -120,21 +125,23 @@ for r in $(seq "$ROUNDS"); do
 		# The p99 the recommendation keeps within: P99_FACTOR times the
 		# replay of the setting in force; then the what-if of A that
 		# recommends within it, its window from a second before A to now.
-		whatif "$start" >"$work/a0.json"
+		a=$work/$r-$shape-a.json b=$work/$r-$shape-b.json
+		whatif "$start" >"$work/$r-$shape-a0.json"
 		p99=$(python3 -c "
-import json; d = json.load(open('$work/a0.json'))
+import json; d = json.load(open('$work/$r-$shape-a0.json'))
 print(round($P99_FACTOR * d['points'][0]['p99_ms'], 3))")
 		secs=$(python3 -c "import time; print(time.time() - $start + 1)")
-		whatif "$start" "$secs" "$p99" >"$work/a.json"
+		whatif "$start" "$secs" "$p99" >"$a"
 		body=$(python3 -c "
-import json; d = json.load(open('$work/a.json')); i = d['recommended']
+import json; d = json.load(open('$a')); i = d['recommended']
 p = d['points'][i] if i >= 0 else d['points'][0]
 b = dict(p.get('options') or {}); b.update(model='simple', policy=p['policy']); print(json.dumps(b))")
 		curl -fsS -X PUT -H "Authorization: Bearer $TOKEN" -d "$body" "$ADMIN/policy" >/dev/null
 		start=$(load "$shape" "$seed" | head -1)
-		whatif "$start" "$secs" >"$work/b.json"
-		curl -fsS -X PUT -H "Authorization: Bearer $TOKEN" -d '{"model":"simple","policy":"budget"}' "$ADMIN/policy" >/dev/null
-		python3 - "$work/a.json" "$work/b.json" "$r" "$shape" <<'EOF'
+		whatif "$start" "$secs" >"$b"
+		curl -fsS -X PUT -H "Authorization: Bearer $TOKEN" \
+			-d '{"model":"simple","policy":"budget","latency_budget":"","tail_budget":"","slo_p99":"0s"}' "$ADMIN/policy" >/dev/null
+		python3 - "$a" "$b" "$r" "$shape" "$(cut -d' ' -f1 /proc/loadavg)" <<'EOF'
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 def ratios(pred, lived):
@@ -146,8 +153,10 @@ def ratios(pred, lived):
 cur = a['points'][0]
 i = a['recommended']
 rec = a['points'][i] if i >= 0 else cur
-print('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (sys.argv[3], sys.argv[4], cur['label'], *ratios(cur, a['lived']),
-      rec['label'] + (' (in force)' if rec.get('current') else ''), *ratios(rec, b['lived'])))
+own = b['check_vs_lived']
+print('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (sys.argv[3], sys.argv[4], sys.argv[5], cur['label'],
+      *ratios(cur, a['lived']), rec['label'] + (' (in force)' if rec.get('current') else ''), *ratios(rec, b['lived']),
+      *('-' if own.get(k) is None else '%.3f' % own[k] for k in ('mean', 'p99', 'requests_per_joule'))))
 EOF
 	done
 done
