@@ -122,10 +122,10 @@ type Tracing struct {
 // WhatIf keeps each model's recent arrivals, for GET /arrivals and the
 // what-if that replays them through other settings (package whatif,
 // docs/WHATIF.md). Its memory is at most whatif.models times, per model,
-// 16 bytes an arrival kept, a batch's 32 bytes for every 8 arrivals and
+// 24 bytes an arrival kept, a batch's 32 bytes for every 8 arrivals and
 // 112 bytes a second of whatif.max_minutes (whatif.Options.Bytes).
 type WhatIf struct {
-	Arrivals    int     `yaml:"arrivals" help:"arrivals (and their answers) each model keeps for GET /arrivals and GET /whatif, 20 bytes each with a batch's share (0: keep none, no what-if)"`
+	Arrivals    int     `yaml:"arrivals" help:"arrivals (and their answers) each model keeps for GET /arrivals and GET /whatif, 28 bytes each with a batch's share (0: keep none, no what-if)"`
 	Models      int     `yaml:"models" help:"models whose arrivals are kept: the first ones to receive calls"`
 	MaxMinutes  int     `yaml:"max_minutes" help:"longest window, in minutes, GET /arrivals and GET /whatif cover"`
 	CPU         float64 `yaml:"cpu" help:"share of one core a what-if may take while it replays (one runs at a time)"`

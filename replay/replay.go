@@ -325,7 +325,8 @@ type slot struct {
 	compute  time.Duration // the batch's time in the server's statistics
 	latSum   float64       // ms, of the rows in the batch
 	arrivals []time.Duration
-	owners   []int // the closed-loop client of each row, -1 for the open stream
+	owners   []int         // the closed-loop client of each row, -1 for the open stream
+	after    time.Duration // each row's wait for its answer after the batch
 }
 
 // run holds a simulation's state. Times are durations since Epoch.
@@ -405,6 +406,22 @@ type TimedSpread interface {
 	// BatchMsAt returns the time of a batch starting at at (from the run's
 	// start) whose mean time is meanMs.
 	BatchMsAt(rng *rand.Rand, at time.Duration, meanMs float64) float64
+}
+
+// ProxyStalls is a Spread that also gives the proxy's own time around a
+// batch beyond its measured means (Live.Extra) at a moment of a live
+// window: a replay then holds an instance, and keeps a caller from its
+// answer, longer where the live proxy did (a pause of the host, a
+// goroutine woken late), for every setting alike.
+type ProxyStalls interface {
+	// HoldAt is how much longer than its mean the live proxy held an
+	// instance beyond the round trip of a batch of calls callers ending
+	// at at (from the run's start); it may be negative.
+	HoldAt(at time.Duration, calls int) time.Duration
+	// AfterAt is how much longer than its mean a caller of a batch of
+	// calls callers ending at at waited for its answer; it may be
+	// negative.
+	AfterAt(at time.Duration, calls int) time.Duration
 }
 
 // Run simulates one configuration. It stops with ctx's error when ctx ends.
@@ -734,11 +751,14 @@ func (r *run) dispatch(n int) {
 	over = max(over+time.Duration(n)*r.c.Live.PerRow, 0)
 	end := r.now + compute + over
 	live := r.c.Live
-	hold := r.c.Turnaround + msDur(live.Extra.HoldMs(n))
-	s := slot{busy: true, start: r.now, end: end, free: end + hold, rows: n, compute: compute}
+	hold, after := msDur(live.Extra.HoldMs(n)), msDur(live.Extra.AfterMs(n))
+	if ps, ok := r.c.Spread.(ProxyStalls); ok {
+		hold, after = max(hold+ps.HoldAt(end, n), 0), max(after+ps.AfterAt(end, n), 0)
+	}
+	s := slot{busy: true, start: r.now, end: end, free: end + r.c.Turnaround + hold, rows: n, compute: compute, after: after}
 	// Each row's latency as its client sees it: the batch's end, its wait
 	// for the answer after it, and what the proxy does not see.
-	after := msDur(live.Extra.AfterMs(n)) + live.Client
+	after += live.Client
 	for _, at := range r.queue[r.head : r.head+n] {
 		l := float64(end-at+after) / float64(time.Millisecond)
 		s.latSum += l
@@ -796,7 +816,7 @@ func (r *run) complete(i int) {
 func (r *run) answer(s *slot) {
 	s.answered = true
 	if len(s.owners) > 0 {
-		next := s.end + msDur(r.c.Live.Extra.AfterMs(s.rows)) + r.c.Live.Client + r.c.Think
+		next := s.end + s.after + r.c.Live.Client + r.c.Think
 		for _, o := range s.owners {
 			if o >= 0 {
 				r.clientAt[o] = next
@@ -818,7 +838,7 @@ func (r *run) answer(s *slot) {
 	// hold and each call's wait after the batch.
 	var hold, after time.Duration
 	if x := r.c.Live.Extra; !x.IsZero() {
-		hold, after = s.free-s.end, msDur(x.AfterMs(s.rows))
+		hold, after = s.free-s.end, s.after
 	}
 	r.batch.Rows = s.rows
 	r.mon.BatchEnded(&r.batch, dispatcher.BatchEnd{At: Epoch.Add(r.now), Rows: s.rows, Calls: s.rows, OK: true,

@@ -119,3 +119,44 @@ func TestStepperIsARun(t *testing.T) {
 		t.Error("a stepped run with a rate of its own was accepted")
 	}
 }
+
+// flat is the line itself.
+type flat struct{}
+
+func (flat) BatchMs(_ *rand.Rand, m float64) float64 { return m }
+
+// stalled holds instances and answers 20 ms longer for batches ending in
+// the second second.
+type stalled struct{ flat }
+
+func (stalled) HoldAt(at time.Duration, _ int) time.Duration  { return stall(at) }
+func (stalled) AfterAt(at time.Duration, _ int) time.Duration { return stall(at) }
+
+func stall(at time.Duration) time.Duration {
+	if at >= time.Second && at < 2*time.Second {
+		return 20 * time.Millisecond
+	}
+	return 0
+}
+
+// A spread with the proxy's stalls holds instances and answers longer
+// where they say, beyond the measured means.
+func TestProxyStalls(t *testing.T) {
+	var arrivals []time.Duration
+	for i := range 300 {
+		arrivals = append(arrivals, time.Duration(i)*10*time.Millisecond)
+	}
+	run := func(s Spread) Result {
+		res, err := Run(context.Background(), Config{Profile: line, Policy: policy.Adhoc{}, Arrivals: arrivals, Spread: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	plain, slow := run(flat{}), run(stalled{})
+	// In the second second every answer waits 20 ms more, and the
+	// instance is held 20 ms after each batch: calls queue behind it.
+	if !(slow.MeanLatencyMs > plain.MeanLatencyMs+20.0/3) || !(slow.MaxLatencyMs >= plain.MaxLatencyMs+20) {
+		t.Errorf("stalled: mean %.2f max %.2f ms; without: mean %.2f max %.2f", slow.MeanLatencyMs, slow.MaxLatencyMs, plain.MeanLatencyMs, plain.MaxLatencyMs)
+	}
+}

@@ -16,7 +16,8 @@ func assumptions(rep Report) []string {
 		out = append(out, fmt.Sprintf("Each batch takes the line's time exactly: the window holds fewer than %d round trips to draw a spread from.", minSpreadBatches))
 	}
 	out = append(out, fmt.Sprintf("The proxy's own time is as measured, the same for every setting: an instance held %.3g ms beyond a lone call's round trip "+
-		"and %.3g ms beyond a merged batch's, a call's answer %.3g and %.3g ms after its batch, %.3g ms from its first byte at the door to the queue.",
+		"and %.3g ms beyond a merged batch's, a call's answer %.3g and %.3g ms after its batch, each plus the excess over its mean of the live proxy's "+
+		"nearest that moment of the window; %.3g ms from a call's first byte at the door to the queue.",
 		l.HoldLoneMs, l.HoldMergedMs, l.AfterLoneMs, l.AfterMergedMs, l.DoorMs))
 	a := rep.Arrivals
 	closed := a.ClosedLoop + a.Lone

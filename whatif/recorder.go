@@ -10,6 +10,7 @@ package whatif
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,12 +24,12 @@ import (
 // Defaults of Options.
 const (
 	// DefaultArrivals is the arrivals (and answers) each model keeps: at
-	// 8 bytes each, 1 MiB a model for both; ten minutes at 109 requests
-	// a second.
+	// 8 bytes each, an answer's wait after its batch 8 more, 1.5 MiB a
+	// model; ten minutes at 109 requests a second.
 	DefaultArrivals = 65536
 	// DefaultModels is how many models are recorded: the first that
 	// receive calls.
-	DefaultModels = 4
+	DefaultModels = 3
 	// DefaultMaxMinutes is the longest window answered, and the span of
 	// the per-second samples kept.
 	DefaultMaxMinutes = 30
@@ -39,12 +40,12 @@ const (
 const batchesPer = 8
 
 // Bytes is the most memory the rings of a recorder with these options
-// hold: per model, its arrivals and answers (8 bytes each), its batches
-// (batchBytes, one for every batchesPer arrivals) and its per-second
-// samples (sampleBytes).
+// hold: per model, its arrivals, answers and waits after a batch (8 bytes
+// each), its batches (batchBytes, one for every batchesPer arrivals) and
+// its per-second samples (sampleBytes).
 func (o Options) Bytes() int64 {
 	o = o.withDefaults()
-	perModel := int64(o.Arrivals)*16 + int64(o.Arrivals/batchesPer+1)*batchBytes + int64(o.MaxMinutes*60+1)*sampleBytes
+	perModel := int64(o.Arrivals)*24 + int64(o.Arrivals/batchesPer+1)*batchBytes + int64(o.MaxMinutes*60+1)*sampleBytes
 	return int64(o.Models) * perModel
 }
 
@@ -101,6 +102,9 @@ type Recorder struct {
 type kept struct {
 	since             time.Time // when the record began: its model's first call
 	arrivals, answers *ring
+	// afters are the answers' waits after their batch, by when the
+	// answer was written.
+	afters *ring
 	// doorNs and doorN sum each call's time from its first byte at the
 	// door to its entering the queue (Arrival.At less Call.Received):
 	// the replay's requests enter the queue at their arrival, and the
@@ -114,11 +118,11 @@ type kept struct {
 	samples []sample // oldest first; under Recorder.mu
 }
 
-// batch is one batch as it ended: when (Unix ns), its rows, round trip
-// and hold.
+// batch is one batch as it ended: when (Unix ns), its rows and callers,
+// round trip and hold.
 type batch struct {
 	at              int64
-	rows            int
+	rows, calls     int32
 	roundTrip, hold time.Duration
 }
 
@@ -171,7 +175,8 @@ func (r *Recorder) model(name string, since time.Time) *kept {
 	if len(old) >= r.o.Models {
 		return nil
 	}
-	k := &kept{since: since, arrivals: newRing(r.o.Arrivals), answers: newRing(r.o.Arrivals), batches: make([]batch, 0, r.o.Arrivals/batchesPer+1)}
+	k := &kept{since: since, arrivals: newRing(r.o.Arrivals), answers: newRing(r.o.Arrivals), afters: newRing(r.o.Arrivals),
+		batches: make([]batch, 0, r.o.Arrivals/batchesPer+1)}
 	next := make(map[string]*kept, len(old)+1)
 	for n, v := range old {
 		next[n] = v
@@ -198,6 +203,7 @@ func (r *Recorder) Arrived(a dispatcher.Arrival) {
 func (r *Recorder) Answered(a dispatcher.Answer) {
 	if k := (*r.models.Load())[a.Model]; k != nil {
 		k.answers.put(r.clk.pack(a.Arrived, latencyPayload(a.Latency)))
+		k.afters.put(r.clk.pack(a.Arrived.Add(a.Latency), afterPayload(a.After, a.Calls)))
 	}
 }
 
@@ -212,7 +218,7 @@ func (r *Recorder) BatchEnded(b *dispatcher.Batch, e dispatcher.BatchEnd) {
 		return
 	}
 	k.bmu.Lock()
-	x := batch{at: e.At.UnixNano(), rows: e.Rows, roundTrip: e.RoundTrip, hold: e.Hold}
+	x := batch{at: e.At.UnixNano(), rows: int32(min(e.Rows, math.MaxInt32)), calls: int32(min(e.Calls, math.MaxInt32)), roundTrip: e.RoundTrip, hold: e.Hold}
 	if len(k.batches) < cap(k.batches) {
 		k.batches = append(k.batches, x)
 	} else {

@@ -96,3 +96,20 @@ func latencyOf(p uint64) time.Duration {
 	}
 	return time.Duration(p&^latencyFine) * time.Millisecond
 }
+
+// An answer's wait after its batch: whether its batch was merged (one
+// bit), and the wait to the microsecond (19 bits: up to half a second,
+// longer counted as that long).
+const afterMax = 1<<(payloadBits-1) - 1
+
+func afterPayload(d time.Duration, calls int) uint64 {
+	us := uint64(min(max(d, 0)/time.Microsecond, afterMax))
+	if calls > 1 {
+		us |= 1 << (payloadBits - 1)
+	}
+	return us
+}
+
+func afterOf(p uint64) (d time.Duration, merged bool) {
+	return time.Duration(p&afterMax) * time.Microsecond, p>>(payloadBits-1)&1 == 1
+}

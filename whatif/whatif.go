@@ -291,6 +291,7 @@ func (p *Replayer) setup(tr traffic, lived Lived, mon *monitor.Monitor, snap mon
 	s.base = replay.Config{Profile: prof, Window: mon.TickEvery() * monitor.Slices, Instances: s.line.Instances, Seed: 1,
 		Live: replay.Overheads{Extra: extra, Client: door}}
 	if sp := spreadOf(tr.batches, line, tr.from); len(sp.factors) >= minSpreadBatches {
+		sp.stalls = stallsOf(tr)
 		s.base.Spread = sp
 		s.line.Batches, s.line.SpreadSCV, s.line.MeanFactor = len(sp.factors), sp.scv(), sp.mean()
 	}
@@ -445,13 +446,79 @@ type spread struct {
 	// and not overlapping (one instance at a time), and the speed of each.
 	starts, ends, speeds []float64
 	factors              []float64 // each batch's round trip over the line
+	stalls
 }
+
+// stalls are the live proxy's own time around its batches beyond its
+// means, by when it was spent (replay.ProxyStalls): each batch's hold, and
+// each answer's wait after its batch, less the window's mean of its kind
+// (a batch of one caller or of several), at its moment from the window's
+// start. A replayed batch ending at a moment takes the excess of the live
+// batch, and its callers that of the live answer, nearest it: a pause of
+// the host delays the batches and answers it met, in every setting.
+type stalls struct {
+	holdAt, afterAt []time.Duration // ascending
+	holdEx, afterEx []time.Duration
+}
+
+func stallsOf(tr traffic) stalls {
+	var st stalls
+	var holdSum, afterSum [2]time.Duration
+	var holdN, afterN [2]int
+	kind := func(merged bool) int {
+		if merged {
+			return 1
+		}
+		return 0
+	}
+	for _, b := range tr.batches {
+		k := kind(b.calls > 1)
+		holdSum[k] += b.hold
+		holdN[k]++
+	}
+	for _, a := range tr.afters {
+		k := kind(a.merged)
+		afterSum[k] += a.wait
+		afterN[k]++
+	}
+	mean := func(sum time.Duration, n int) time.Duration { return sum / time.Duration(max(n, 1)) }
+	bs := slices.SortedFunc(slices.Values(tr.batches), func(a, b batch) int { return cmp.Compare(a.at, b.at) })
+	for _, b := range bs {
+		k := kind(b.calls > 1)
+		st.holdAt = append(st.holdAt, b.end().Sub(tr.from))
+		st.holdEx = append(st.holdEx, b.hold-mean(holdSum[k], holdN[k]))
+	}
+	for _, a := range tr.afters {
+		k := kind(a.merged)
+		st.afterAt = append(st.afterAt, a.at.Sub(tr.from))
+		st.afterEx = append(st.afterEx, a.wait-mean(afterSum[k], afterN[k]))
+	}
+	return st
+}
+
+// nearest is ex at the moment in at nearest t; 0 for none.
+func nearest(at, ex []time.Duration, t time.Duration) time.Duration {
+	if len(at) == 0 {
+		return 0
+	}
+	i, _ := slices.BinarySearch(at, t)
+	if i == len(at) || (i > 0 && t-at[i-1] < at[i]-t) {
+		i--
+	}
+	return ex[i]
+}
+
+// HoldAt is the excess hold of the live batch that ended nearest at.
+func (s stalls) HoldAt(at time.Duration, _ int) time.Duration { return nearest(s.holdAt, s.holdEx, at) }
+
+// AfterAt is the excess wait of the live answer written nearest at.
+func (s stalls) AfterAt(at time.Duration, _ int) time.Duration { return nearest(s.afterAt, s.afterEx, at) }
 
 func spreadOf(batches []batch, line batchcost.Latency, from time.Time) spread {
 	type run struct{ start, end, factor float64 }
 	var runs []run
 	for _, b := range batches {
-		t := line.TauMs(b.rows)
+		t := line.TauMs(int(b.rows))
 		rt := float64(b.roundTrip) / float64(time.Millisecond)
 		if t <= 0 || rt <= 0 {
 			continue

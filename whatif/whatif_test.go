@@ -292,3 +292,29 @@ func TestSpreadRunsAtTheLivePace(t *testing.T) {
 		}
 	}
 }
+
+// The live proxy's stalls are kept by when they happened, as the excess
+// over their kind's mean: a batch's hold, an answer's wait after it.
+func TestStallsByMoment(t *testing.T) {
+	from := time.Unix(100, 0)
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	tr := traffic{from: from,
+		batches: []batch{
+			{at: from.Add(ms(10)).UnixNano(), rows: 1, calls: 1, hold: ms(0.1)},
+			{at: from.Add(ms(20)).UnixNano(), rows: 1, calls: 1, hold: ms(30.1)}, // a pause
+			{at: from.Add(ms(30)).UnixNano(), rows: 4, calls: 4, hold: ms(0.5)},
+		},
+		afters: []after{{from.Add(ms(10)), ms(0.05), false}, {from.Add(ms(21)), ms(20.05), false}, {from.Add(ms(30)), ms(0.2), true}},
+	}
+	st := stallsOf(tr)
+	// Lone holds average 15.1 ms: the pause's is 15 over, the other 15
+	// under; the merged one is its own mean.
+	for _, tc := range []struct {
+		at         float64
+		hold, wait time.Duration
+	}{{9, ms(-15), ms(-10)}, {19, ms(15), ms(10)}, {31, 0, 0}} {
+		if h, w := st.HoldAt(ms(tc.at), 1), st.AfterAt(ms(tc.at), 1); h != tc.hold || w != tc.wait {
+			t.Errorf("at %v ms: hold %v, wait %v beyond the mean; want %v, %v", tc.at, h, w, tc.hold, tc.wait)
+		}
+	}
+}

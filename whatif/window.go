@@ -28,6 +28,7 @@ type traffic struct {
 	// answered, in ms, sorted.
 	latencies []float64
 	batches   []batch // that ended in the window
+	afters    []after // the answers written in the window, in time order
 	// first and last are the samples at the window's ends; nil when there
 	// are fewer than two.
 	first, last *sample
@@ -88,6 +89,14 @@ func (r *Recorder) traffic(model string, d time.Duration, aligned bool) (traffic
 		}
 	})
 	slices.Sort(tr.latencies)
+	k.afters.each(func(v uint64) {
+		at, p := r.clk.unpack(v, now)
+		if !at.Before(tr.from) && !at.After(tr.to) {
+			wait, merged := afterOf(p)
+			tr.afters = append(tr.afters, after{at, wait, merged})
+		}
+	})
+	slices.SortStableFunc(tr.afters, func(a, b after) int { return a.at.Compare(b.at) })
 	k.bmu.Lock()
 	for _, b := range k.batches {
 		if end := b.end(); !end.Before(tr.from) && !end.After(tr.to) {
@@ -96,6 +105,13 @@ func (r *Recorder) traffic(model string, d time.Duration, aligned bool) (traffic
 	}
 	k.bmu.Unlock()
 	return tr, nil
+}
+
+// after is one answer's wait after its batch, by when it was written.
+type after struct {
+	at     time.Time
+	wait   time.Duration
+	merged bool
 }
 
 // span is the window's length.
