@@ -512,7 +512,9 @@ func nearest(at, ex []time.Duration, t time.Duration) time.Duration {
 func (s stalls) HoldAt(at time.Duration, _ int) time.Duration { return nearest(s.holdAt, s.holdEx, at) }
 
 // AfterAt is the excess wait of the live answer written nearest at.
-func (s stalls) AfterAt(at time.Duration, _ int) time.Duration { return nearest(s.afterAt, s.afterEx, at) }
+func (s stalls) AfterAt(at time.Duration, _ int) time.Duration {
+	return nearest(s.afterAt, s.afterEx, at)
+}
 
 func spreadOf(batches []batch, line batchcost.Latency, from time.Time) spread {
 	type run struct{ start, end, factor float64 }
