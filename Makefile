@@ -59,6 +59,9 @@ test-go:
 	@# promise, live (TestBudgetLivePoissonBound, TestBudgetLiveOnPaper300:
 	@# concurrent pairs of ad-hoc and budget on their own proxy and emulator).
 	$(GO) test -count=1 -timeout 20m ./server/timing
+	@# A production load's bursts exported and replayed, and the what-if on
+	@# them: the shape a load keeps is a timing too.
+	$(GO) test -count=1 -run '^TestArrivalsReplayWithLoadAndWhatIf$$' ./cmd/ratebatch
 	@# The default policy's promise on every preset: constrained optima
 	@# near saturation, minutes under the race detector.
 	$(GO) test -count=1 -short -run '^TestDefaultPolicyNeverHurts$$' ./lab/sim

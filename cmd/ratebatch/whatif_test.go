@@ -25,6 +25,9 @@ import (
 // itself, as a staging Triton): as many calls, in the same bursts. And
 // `ratebatch whatif` prints the what-if of those minutes in 100 columns.
 func TestArrivalsReplayWithLoadAndWhatIf(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the bursts a load keeps, and the line a proxy learns from them, are timings: make test runs this without the race detector")
+	}
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1, IdleWatts: 20})
 	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Power.MetricsURL = "http://" + em.MetricsAddr() + "/metrics"
@@ -91,7 +94,9 @@ func TestArrivalsReplayWithLoadAndWhatIf(t *testing.T) {
 
 	out.Reset()
 	errb.Reset()
-	if code := run(context.Background(), []string{"whatif", "--admin", p.Admin, "--model", "simple", "--minutes", "1"}, &out, &errb); code != 0 {
+	// The replay takes its share of a core: minutes under the race detector
+	// on a busy machine, not a timing this test asserts.
+	if code := run(context.Background(), []string{"whatif", "--admin", p.Admin, "--model", "simple", "--minutes", "1", "--timeout", "10m"}, &out, &errb); code != 0 {
 		t.Fatalf("whatif: exit %d: %s", code, errb.String())
 	}
 	table := out.String()
@@ -132,18 +137,26 @@ func startTimes(t *testing.T, path string) []float64 {
 	return out
 }
 
-// bursts is the share of calls sent in the first half of a second from
-// the first call: where the production trace's bursts were, once the
-// export is aligned on its first call.
+// bursts is the largest share of calls sent within half of every second,
+// over the phases of that half: about half for calls sent evenly, near
+// all for the production trace's bursts.
 func bursts(startsMs []float64) float64 {
 	if len(startsMs) == 0 {
 		return 0
 	}
-	t0, in := startsMs[0], 0
-	for _, s := range startsMs {
-		if ms := int(s-t0) % 1000; ms < 500 {
-			in++
+	// The export starts where the record began, not on a second of the
+	// production trace: the bursts come back at the trace's period, at a
+	// phase the test does not know. The share is the best over phases, in
+	// steps of 50 ms.
+	best := 0
+	for phase := 0; phase < 1000; phase += 50 {
+		in := 0
+		for _, s := range startsMs {
+			if ms := (int(s-startsMs[0]) + phase) % 1000; ms < 500 {
+				in++
+			}
 		}
+		best = max(best, in)
 	}
-	return float64(in) / float64(len(startsMs))
+	return float64(best) / float64(len(startsMs))
 }
