@@ -71,13 +71,14 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Name   string        `yaml:"name" flag:"policy" help:"batching policy: {policies}, or passthrough (no batching)"`
 	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
-	// Options are the policies' own parameters (policy.w1, policy.sla,
-	// ...), declared, documented and validated by package policy, each
-	// policy's beside it; their keys are this section's.
-	policy.Options `yaml:",inline"`
-	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
+	// Options are the registered policies' own parameters (policy.w1,
+	// policy.sla, ...), declared, documented, validated and registered by
+	// package policy, each policy's beside it; their keys are this
+	// section's.
+	Options     policy.Options `yaml:",inline"`
+	MaxInFlight int            `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -170,10 +171,10 @@ func Default() Config {
 		Policy: Policy{
 			Name:   "budget",
 			Window: time.Second,
-			Options: policy.Options{
-				MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
-				SMDP:     policy.SMDPOptions{W1: 1},
-			},
+			Options: policy.NewOptions(
+				policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+				policy.SMDPOptions{W1: 1},
+			),
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -161,15 +162,17 @@ func TestPolicyOptionsFilledDirectly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := policy.Options{
-		MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
-		Static:   policy.StaticOptions{Batch: 4},
-		SMDP:     policy.SMDPOptions{W1: 1, W2: 0.5},
-		Elastic:  policy.ElasticOptions{RowCap: 48},
-	}
-	// sla is one key for the two policies whose options have it.
-	want.Slack.SLA, want.Budget.SLA = 50*time.Millisecond, 50*time.Millisecond
-	if c.Policy.Options != want {
+	sla := policy.DeadlineOptions{SLA: 50 * time.Millisecond}
+	want := policy.NewOptions(
+		policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+		policy.StaticOptions{Batch: 4},
+		policy.SMDPOptions{W1: 1, W2: 0.5},
+		policy.ElasticOptions{RowCap: 48},
+		// sla is one key for the two policies whose options have it.
+		policy.SlackOptions{DeadlineOptions: sla},
+		policy.BudgetOptions{DeadlineOptions: sla},
+	)
+	if !reflect.DeepEqual(c.Policy.Options, want) {
 		t.Fatalf("policy options %+v, want %+v", c.Policy.Options, want)
 	}
 	if _, err := Load(Source{File: writeFile(t, "upstream: http://u\npolicy: {util: 0.5}\n")}); err == nil || !strings.Contains(err.Error(), "util") {

@@ -16,8 +16,8 @@ func TestSolveShareDefersToTheNearestRate(t *testing.T) {
 		o          Options
 		wantSolves int
 	}{
-		{"metered", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}}, 2},
-		{"free", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}}, 3},
+		{"metered", NewOptions(BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}), 2},
+		{"free", NewOptions(BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := New(NameBudget, tc.o)
