@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"reflect"
 	"slices"
@@ -172,5 +173,75 @@ func TestPolicyOptionsOf(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// Every key the policy section had when Options listed each policy's
+// struct by hand loads as it did, from the file, the environment and a
+// flag alike, into the options of the policies that take it; and the
+// section has no other key.
+func TestPolicyKeysLoadAsBefore(t *testing.T) {
+	type opts = policy.Options
+	of := func(o opts) (policy.BudgetOptions, policy.SMDPOptions, policy.StaticOptions) {
+		return budget(o), policy.OptionsOf[policy.SMDPOptions](o), policy.OptionsOf[policy.StaticOptions](o)
+	}
+	ms := time.Millisecond
+	tests := []struct {
+		key, value string
+		ok         func(opts) bool
+	}{
+		{"max_queue_delay", "7ms", func(o opts) bool { return policy.OptionsOf[policy.MaxBatchOptions](o).MaxQueueDelay == 7*ms }},
+		{"batch", "4", func(o opts) bool { _, _, s := of(o); return s.Batch == 4 }},
+		{"wait_bound", "3ms", func(o opts) bool { return waitBound(o, 3*ms) }},
+		{"sla", "50ms", func(o opts) bool {
+			b, _, _ := of(o)
+			return b.SLA == 50*ms && policy.OptionsOf[policy.SlackOptions](o).SLA == 50*ms
+		}},
+		{"w1", "2", func(o opts) bool { _, s, _ := of(o); return s.W1 == 2 }},
+		{"w2", "0.5", func(o opts) bool { _, s, _ := of(o); return s.W1 == 1 && s.W2 == 0.5 }},
+		{"solve_share", "0.5", func(o opts) bool { b, s, _ := of(o); return b.SolveShare == 0.5 && s.SolveShare == 0.5 }},
+		{"row_cap", "48", func(o opts) bool { return policy.OptionsOf[policy.ElasticOptions](o).RowCap == 48 }},
+		{"latency_budget", "1.5x", func(o opts) bool { b, _, _ := of(o); return b.LatencyBudget == "1.5x" }},
+		{"tail_budget", "off", func(o opts) bool { b, _, _ := of(o); return b.TailBudget == "off" }},
+		{"slo_p99", "12ms", func(o opts) bool { b, _, _ := of(o); return b.SLOP99 == 12*ms }},
+	}
+	var keys []string
+	for _, f := range yamlFields(optionsType) {
+		keys = append(keys, f.name)
+	}
+	for _, tc := range tests {
+		if !slices.Contains(keys, tc.key) {
+			t.Errorf("the policy section lost the key %s", tc.key)
+		}
+		flagName := "policy-" + strings.ReplaceAll(tc.key, "_", "-")
+		for source, src := range map[string]func() Source{
+			"file": func() Source {
+				return Source{File: writeFile(t, "upstream: http://u\npolicy:\n  "+tc.key+": "+tc.value+"\n")}
+			},
+			"environment": func() Source {
+				return Source{File: writeFile(t, "upstream: http://u\n"),
+					LookupEnv: env(map[string]string{"RATEBATCH_POLICY_" + strings.ToUpper(tc.key): tc.value})}
+			},
+			"flag": func() Source {
+				fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+				BindFlags(fs)
+				if err := fs.Parse([]string{"--" + flagName, tc.value}); err != nil {
+					t.Fatal(err)
+				}
+				return Source{File: writeFile(t, "upstream: http://u\n"), Flags: fs}
+			},
+		} {
+			c, err := Load(src())
+			if err != nil {
+				t.Errorf("%s %s=%s: %v", source, tc.key, tc.value, err)
+				continue
+			}
+			if !tc.ok(c.Policy.Options) {
+				t.Errorf("%s %s=%s: options %+v", source, tc.key, tc.value, c.Policy.Options)
+			}
+		}
+	}
+	if len(keys) != len(tests) {
+		t.Errorf("the policy section's keys are %v, want only the %d above", keys, len(tests))
 	}
 }
