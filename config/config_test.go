@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -371,8 +372,10 @@ func TestPowerSourceAuto(t *testing.T) {
 	for _, tt := range tests {
 		c := Default()
 		c.Upstream, c.Power.Source, c.Power.MetricsURL = tt.upstream, tt.source, tt.metrics
-		if err := c.Validate(); err != nil {
-			t.Fatalf("%+v: %v", tt, err)
+		if _, missing := power.LookupKind(tt.source); tt.source == PowerAuto || missing == nil { // not nvml in a build without it
+			if err := c.Validate(); err != nil {
+				t.Fatalf("%+v: %v", tt, err)
+			}
 		}
 		if kind, url := c.PowerSource(); kind != tt.kind || url != tt.url {
 			t.Errorf("source %s, upstream %s, metrics_url %q: %s %q, want %s %q", tt.source, tt.upstream, tt.metrics, kind, url, tt.kind, tt.url)
@@ -380,6 +383,40 @@ func TestPowerSourceAuto(t *testing.T) {
 	}
 	if Default().Power.Source != PowerAuto {
 		t.Errorf("the default power.source is %q, want auto", Default().Power.Source)
+	}
+}
+
+// power.source takes auto or a registered energy source (a source
+// registered outside package power is server's TestPowerSourceRegistered
+// InATestIsOpened); a misspelt one is refused with the name it is nearest
+// to, and one this build leaves out with why.
+func TestPowerSourceIsRegistered(t *testing.T) {
+	_, nvmlErr := power.LookupKind(power.KindNVML)
+	for _, tc := range []struct {
+		source, err string // in the error; "" for none
+	}{
+		{"auto", ""},
+		{"none", ""},
+		{"triton", ""},
+		{"nvlm", "did you mean nvml?"},
+		{"atuo", "did you mean auto?"},
+		{"rapl", `unknown energy source "rapl" (known: auto, none, nvml, triton)`},
+	} {
+		c := Default()
+		c.Upstream, c.Power.Source = "http://u", tc.source
+		err := c.Validate()
+		var fe *FieldError
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.source, err)
+		case tc.err != "" && (!errors.As(err, &fe) || fe.Field != "power.source" || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want one for power.source with %q", tc.source, err, tc.err)
+		}
+	}
+	c := Default()
+	c.Upstream, c.Power.Source = "http://u", power.KindNVML
+	if err := c.Validate(); (err == nil) != (nvmlErr == nil) || nvmlErr != nil && !strings.Contains(err.Error(), "rebuild with cgo") {
+		t.Errorf("nvml (%v in this build): %v", nvmlErr, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratebatch/ratebatch/internal/redact"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -80,10 +81,16 @@ func collect(t reflect.Type, index []int, prefix string) []option {
 }
 
 // help is a field's help tag with {policies} replaced by the names of the
-// registered policies: an option's list of names follows from what
-// registers them, not from its tag.
+// registered policies, and {power_sources} by the registered energy
+// sources, each with what it reads: an option's list of names follows
+// from what registers them, not from its tag.
 func help(f reflect.StructField) string {
-	return strings.ReplaceAll(f.Tag.Get("help"), "{policies}", strings.Join(policy.Names(), ", "))
+	var sources []string
+	for _, k := range power.Kinds() {
+		sources = append(sources, k.Name+" ("+k.About+")")
+	}
+	return strings.NewReplacer("{policies}", strings.Join(policy.Names(), ", "),
+		"{power_sources}", strings.Join(sources, ", ")).Replace(f.Tag.Get("help"))
 }
 
 // Source says where a configuration comes from: a YAML file path (may be
