@@ -24,6 +24,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/suggest"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/power"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // Config is the whole configuration of `ratebatch serve`.
@@ -35,7 +36,7 @@ type Config struct {
 	// UpstreamGRPC is where gRPC calls are relayed; see UpstreamGRPCAddr.
 	UpstreamGRPC string `yaml:"upstream_grpc" help:"Triton's gRPC HOST:PORT for relayed gRPC calls (default: the upstream's host, port 8001)"`
 	// AdminToken guards mutating admin calls. It is never logged.
-	AdminToken string `yaml:"admin_token" help:"bearer token required by PUT /policy and the profiler on the admin address (empty: they are refused); give it in the environment or the file: a flag is readable by any local user (ps)" secret:"true"`
+	AdminToken string `yaml:"admin_token" help:"bearer token required by PUT /policy, GET /arrivals and the profiler on the admin address (empty: they are refused); give it in the environment or the file: a flag is readable by any local user (ps)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load); it needs the admin token, as PUT /policy does"`
 	// AdminHosts are the names the admin port answers to besides
 	// addresses and localhost (proxy.AdminOptions.Hosts).
@@ -58,6 +59,7 @@ type Config struct {
 	ORCA      ORCA         `yaml:"orca"`
 	Log       Log          `yaml:"log"`
 	Tracing   Tracing      `yaml:"tracing"`
+	WhatIf    WhatIf       `yaml:"whatif"`
 	// TLS of the doors and the upstream (package server's tls.go).
 	TLS         TLS           `yaml:"tls"`
 	UpstreamTLS UpstreamTLS   `yaml:"upstream_tls"`
@@ -143,6 +145,19 @@ type Tracing struct {
 	OTLPEndpoint string `yaml:"otlp_endpoint" help:"OTLP receiver's base URL for traces, e.g. http://localhost:4318 (empty: OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing); sampling from OTEL_TRACES_SAMPLER, parent-based by default"`
 }
 
+// WhatIf keeps each model's recent arrivals, for GET /arrivals and the
+// what-if that replays them through other settings (package whatif,
+// docs/WHATIF.md). Its memory is at most whatif.models times, per model,
+// 24 bytes an arrival kept, a batch's 32 bytes for every 8 arrivals and
+// 112 bytes a second of whatif.max_minutes (whatif.Options.Bytes).
+type WhatIf struct {
+	Arrivals    int     `yaml:"arrivals" help:"arrivals (and their answers) each model keeps for GET /arrivals and GET /whatif, 28 bytes each with a batch's share (0: keep none, no what-if)"`
+	Models      int     `yaml:"models" help:"models whose arrivals are kept: the first ones to receive calls"`
+	MaxMinutes  int     `yaml:"max_minutes" help:"longest window, in minutes, GET /arrivals and GET /whatif cover"`
+	CPU         float64 `yaml:"cpu" help:"share of one core a what-if may take while it replays (one runs at a time)"`
+	MinArrivals int     `yaml:"min_arrivals" help:"fewest calls in the window a what-if answers on (fewer: it says there is too little traffic)"`
+}
+
 // Model overrides the defaults for one model.
 type Model struct {
 	// Policy overrides policy.name for this model; "passthrough" disables batching.
@@ -192,7 +207,9 @@ func Default() Config {
 		},
 		Upstreams: UpstreamOpts{MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
 			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second, HealthCheckInterval: time.Second},
-		Power:     Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
+		Power: Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
+		WhatIf: WhatIf{Arrivals: whatif.DefaultArrivals, Models: whatif.DefaultModels, MaxMinutes: whatif.DefaultMaxMinutes,
+			CPU: whatif.DefaultCPU, MinArrivals: whatif.DefaultMinArrivals},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
 		Grace:     30 * time.Second,
@@ -289,6 +306,11 @@ func (c *Config) Validate() error {
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
 		{"procs", c.Procs < 0, "must be >= 0"},
+		{"whatif.arrivals", c.WhatIf.Arrivals < 0, "must be >= 0"},
+		{"whatif.models", c.WhatIf.Models < 1, "must be >= 1"},
+		{"whatif.max_minutes", c.WhatIf.MaxMinutes < 1, "must be >= 1"},
+		{"whatif.cpu", !(c.WhatIf.CPU > 0 && c.WhatIf.CPU <= 1), "must be > 0 and at most 1 (a share of one core)"},
+		{"whatif.min_arrivals", c.WhatIf.MinArrivals < 1, "must be >= 1"},
 	}
 	for _, ch := range checks {
 		if ch.bad {

@@ -129,3 +129,29 @@ func policyKeys(name string) []string {
 	}
 	return keys
 }
+
+// OwnOptions are the options of o the named policy takes that are set
+// (not their zero value, which is each option's documented default),
+// spelt as PUT /policy takes them: what a person reads as the setting in
+// force, and what puts it back.
+func OwnOptions(name string, o policy.Options) map[string]string {
+	doc := PolicyOptions(o)
+	out := map[string]string{}
+	for _, k := range policyKeys(name) {
+		switch v := doc[k].(type) {
+		case nil, bool:
+			if v == true {
+				out[k] = "true"
+			}
+		case string:
+			if v != "" && v != "0s" {
+				out[k] = v
+			}
+		default:
+			if s := fmt.Sprint(v); s != "0" {
+				out[k] = s
+			}
+		}
+	}
+	return out
+}

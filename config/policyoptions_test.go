@@ -245,3 +245,27 @@ func TestPolicyKeysLoadAsBefore(t *testing.T) {
 		t.Errorf("the policy section's keys are %v, want only the %d above", keys, len(tests))
 	}
 }
+
+// The options a policy takes that are set, as PUT /policy spells them:
+// another policy's are left out, and so are those at their zero value.
+func TestOwnOptions(t *testing.T) {
+	var o policy.Options
+	for k, v := range map[string]string{"latency_budget": "1.25x", "slo_p99": "15ms", "max_queue_delay": "2ms", "w1": "0.5"} {
+		if err := SetPolicyOption(&o, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := OwnOptions(policy.NameBudget, o)
+	if len(got) != 2 || got["latency_budget"] != "1.25x" || got["slo_p99"] != "15ms" {
+		t.Errorf("budget's own options %v, want latency_budget 1.25x and slo_p99 15ms only", got)
+	}
+	if got := OwnOptions(policy.NameMaxBatch, o); len(got) != 1 || got["max_queue_delay"] != "2ms" {
+		t.Errorf("maxbatch's own options %v, want max_queue_delay 2ms", got)
+	}
+	if got := OwnOptions(policy.NameSMDP, o); got["w1"] != "0.5" {
+		t.Errorf("smdp's own options %v, want w1 0.5", got)
+	}
+	if got := OwnOptions(policy.NameAdhoc, o); len(got) != 0 {
+		t.Errorf("adhoc's own options %v, want none", got)
+	}
+}

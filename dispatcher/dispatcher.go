@@ -184,6 +184,18 @@ func (d *Dispatcher) Model(name string) (maxBatch int, ok bool) {
 	return q.spec.MaxBatch, true
 }
 
+// Callers returns a model's callers as its plan reads them
+// (ModelSpec.WatchCallers), and false for a model without a queue.
+func (d *Dispatcher) Callers(model string) (policy.Callers, bool) {
+	d.mu.RLock()
+	q, ok := d.models[model]
+	d.mu.RUnlock()
+	if !ok {
+		return policy.Callers{}, false
+	}
+	return q.callers(d.now()), true
+}
+
 // Submit queues a call and waits for its result. If ctx ends while the call
 // is still queued (the client went away), the call leaves the queue and
 // Submit returns ctx's error; once its batch is sent, Submit waits for it.
@@ -430,12 +442,12 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	}
 	k.push(c)
 	q.rows += c.Rows
-	q.src.arrive(c.Source, now)
+	caller := q.src.arrive(c.Source, now)
 	obs, queued := q.obs, q.rows
 	q.mu.Unlock()
 	q.series.accepted.Inc()
 	if obs != nil {
-		obs.Arrived(Arrival{Model: q.name, At: now, Call: c, Rows: c.Rows, Queued: queued})
+		obs.Arrived(Arrival{Model: q.name, At: now, Call: c, Rows: c.Rows, Queued: queued, Caller: caller})
 	}
 	return nil
 }

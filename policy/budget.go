@@ -141,7 +141,7 @@ func init() {
 		}
 		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
-		p.NoTrim, p.NoLearn = o.NoTrim, o.NoTrim
+		p.NoTrim, p.NoLearn = o.NoTrim, o.NoTrim || o.NoLearn
 		p.meter = newSolveMeter(o.SolveOptions)
 		if err := p.setTail(o); err != nil {
 			return nil, err
@@ -156,7 +156,9 @@ func init() {
 // DefaultTailBudget, none when SLOP99 is set); SLOP99 bounds it absolutely,
 // and alone (without LatencyBudget) leaves the mean unbounded. Seed varies
 // the draws; NoTrim turns the live trim off: the plan alone, as the optimum
-// comparisons and the sim command (unless --trim) run it.
+// comparisons and the sim command (unless --trim) run it; NoLearn keeps the
+// trim but holds from the first plan, as a replay of minutes the live
+// proxy lived past its learning does (package whatif).
 type BudgetOptions struct {
 	LatencyBudget   string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 	TailBudget      string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
@@ -166,6 +168,7 @@ type BudgetOptions struct {
 	SolveOptions    `yaml:",inline"`
 	Seed            uint64 `yaml:"-"`
 	NoTrim          bool   `yaml:"-"`
+	NoLearn         bool   `yaml:"-"`
 }
 
 // Validate implements validator.
@@ -323,6 +326,7 @@ func (p *Budget) plan(e Estimate) Rule {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.meter.at(e.Now)
 	grid, m, reason := gridModel(e, p.resolve())
 	if reason != "" {
 		return p.conserve(reason, e)

@@ -165,6 +165,7 @@ func (p *SMDP) Plan(e Estimate) Rule {
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.meter.at(e.Now)
 	if r, ok := p.cache.lookup(grid, m, p.resolve()); ok {
 		return r
 	}

@@ -796,3 +796,37 @@ func simpleRegistry(t *testing.T) *Models {
 	}
 	return r
 }
+
+// The what-if reads a batched model's monitor and the setting in force,
+// and builds other settings as PUT /policy would, over the model's own
+// options, without switching it.
+func TestWhatIfReadsAndBuildsSettings(t *testing.T) {
+	r, ctx := simpleRegistry(t), context.Background()
+	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"latency_budget": "1.3x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Monitor("simple"); !ok {
+		t.Fatal("no monitor of the batched model simple")
+	}
+	if _, ok := r.Monitor("nonsense"); ok {
+		t.Error("a monitor of a model that does not exist")
+	}
+	name, opts, ok := r.InForce("simple")
+	if !ok || name != "budget" || opts["latency_budget"] != "1.3x" {
+		t.Errorf("in force %q %v %v, want budget with latency_budget 1.3x", name, opts, ok)
+	}
+	var tuned bool
+	p, err := r.NewPolicy("simple", "budget", map[string]string{"tail_budget": "1.5x"}, func(o *policy.Options) {
+		b := policy.OptionsOf[policy.BudgetOptions](*o)
+		tuned = b.LatencyBudget == "1.3x" && b.TailBudget == "1.5x" // the model's own, and what was set
+	})
+	if err != nil || p.Name() != "budget" || !tuned {
+		t.Errorf("built %v, %v (tuned over the model's options: %v)", p, err, tuned)
+	}
+	if _, err := r.NewPolicy("simple", "adhoc", map[string]string{"tail_budget": "2x"}, nil); err == nil {
+		t.Error("an option adhoc does not take was accepted")
+	}
+	if name, _, _ := r.InForce("simple"); name != "budget" {
+		t.Errorf("building a policy switched the model to %s", name)
+	}
+}

@@ -29,11 +29,11 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
-	"github.com/ratebatch/ratebatch/lab/stats"
 	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )

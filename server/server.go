@@ -35,12 +35,14 @@ import (
 	"github.com/ratebatch/ratebatch/internal/redact"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/orca"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/power/energyfit"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/tracing"
 	"github.com/ratebatch/ratebatch/ui"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // SizeProcs applies the procs option to this process. GOMAXPROCS is the
@@ -113,6 +115,9 @@ type Server struct {
 	tracer *tracing.Tracer
 	// energyFit learns zeta(b) per model from the meter.
 	energyFit *energyfit.Fitter
+	// arrivals keeps each model's arrivals for the what-if; nil when
+	// whatif.arrivals is 0.
+	arrivals *whatif.Recorder
 	// memory is the budget of requests and answers (limits.memory).
 	memory *membudget.Budget
 	// access is which of Triton's routes the doors open to clients
@@ -205,7 +210,14 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	}
 	tc := triton.NewClient(cfg.Upstream, httpClient(upTLS, 10*time.Second, own))
 	var mr *registry.Models // the dispatcher tells it of models the upstream no longer serves
-	disp := dispatcher.New(dispatcher.Options{
+	// The what-if keeps every model's arrivals as they come; once a
+	// second it reads the meter and the queues' callers (disp, below).
+	var disp *dispatcher.Dispatcher
+	arrivals := newArrivals(cfg.WhatIf, meter, func(model string) (policy.Callers, bool) { return disp.Callers(model) })
+	if arrivals != nil {
+		observers = append(observers, arrivals)
+	}
+	disp = dispatcher.New(dispatcher.Options{
 		Upstream: client, Retries: cfg.Upstreams.Retries, Hold: cfg.Upstreams.Hold, RetryAfter: cfg.Limits.RetryAfter,
 		Metrics: dispatcher.NewMetrics(reg), Logger: log,
 		Outlier: dispatcher.Outlier{ConsecutiveErrors: cfg.Upstreams.FailingAfter, HungFactor: cfg.Upstreams.HungFactor,
@@ -221,7 +233,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	memory := newMemoryBudget(cfg, log)
 	reg.MustRegister(memory.Collector())
 	p := &Server{cfg: cfg, log: log, memory: memory, reg: reg, disp: disp, models: mr, meter: meter, upstream: up, started: time.Now(),
-		front: door.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer}
+		front: door.NewMetrics(reg), trace: trace, traceFile: traceFile, tracer: tracer, arrivals: arrivals}
 	p.reload.state.Store(&configState{cfg: cfg, version: 1, loaded: p.started})
 	if cfg.TLS.On() {
 		if p.doorTLS, err = newDoorTLS(cfg.TLS, log); err != nil {
@@ -272,18 +284,33 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			TLS: p.doorTLS.serverConfig("h2"),
 		})
 	}
+	admin := proxy.AdminOptions{
+		Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
+		Token: cfg.AdminToken, Logger: log,
+		Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+		Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
+	}
+	if arrivals != nil {
+		replayer := whatif.NewReplayer(arrivals, mr, whatif.Config{CPU: cfg.WhatIf.CPU, MinArrivals: cfg.WhatIf.MinArrivals})
+		admin.WhatIf, admin.Arrivals = replayer.Handler(), arrivals.ArrivalsHandler()
+	}
 	p.admin = &http.Server{
-		Handler: proxy.NewAdmin(proxy.AdminOptions{
-			Gatherer: reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
-			Token: cfg.AdminToken, Logger: log,
-			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
-			Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
-		}),
+		Handler:           proxy.NewAdmin(admin),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 	}
 	return p, nil
+}
+
+// newArrivals is the what-if's recorder that whatif configures, nil when
+// it keeps no arrivals.
+func newArrivals(c config.WhatIf, meter *power.Meter, callers func(string) (policy.Callers, bool)) *whatif.Recorder {
+	if c.Arrivals <= 0 {
+		return nil
+	}
+	return whatif.NewRecorder(whatif.Options{Arrivals: c.Arrivals, Models: c.Models, MaxMinutes: c.MaxMinutes,
+		Meter: meter.Snapshot, Callers: callers})
 }
 
 // moduleVersion is the binary's module version for the spans' resource.
@@ -407,6 +434,9 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
+	if p.arrivals != nil {
+		go p.arrivals.Run(bg)
+	}
 	go p.reloadOnHangup(bg, hup)
 	defer p.meter.Source().Close()
 
