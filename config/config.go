@@ -21,7 +21,9 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/redact"
+	"github.com/ratebatch/ratebatch/internal/suggest"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/whatif"
 )
 
@@ -73,13 +75,14 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Name   string        `yaml:"name" flag:"policy" help:"batching policy: {policies}, or passthrough (no batching)"`
 	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
-	// Options are the policies' own parameters (policy.w1, policy.sla,
-	// ...), declared, documented and validated by package policy, each
-	// policy's beside it; their keys are this section's.
-	policy.Options `yaml:",inline"`
-	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
+	// Options are the registered policies' own parameters (policy.w1,
+	// policy.sla, ...), declared, documented, validated and registered by
+	// package policy, each policy's beside it; their keys are this
+	// section's.
+	Options     policy.Options `yaml:",inline"`
+	MaxInFlight int            `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -116,7 +119,7 @@ type UpstreamOpts struct {
 
 // Power selects where energy figures come from.
 type Power struct {
-	Source     string        `yaml:"source" help:"energy source: auto (triton when power.metrics_url is set or the upstream is on Triton's port 8000, else none), none, nvml (this host's GPUs), triton (the upstream's metrics endpoint)"`
+	Source     string        `yaml:"source" help:"energy source: auto (triton when power.metrics_url is set or the upstream is on Triton's port 8000, else none), {power_sources}"`
 	Interval   time.Duration `yaml:"interval" help:"power sampling interval"`
 	MetricsURL string        `yaml:"metrics_url" help:"triton source: Triton's metrics URL (default: upstream host, port 8002, /metrics)"`
 	GPUs       string        `yaml:"gpus" help:"nvml source: comma-separated GPU indices (empty: all)"`
@@ -185,10 +188,10 @@ func Default() Config {
 		Policy: Policy{
 			Name:   "budget",
 			Window: time.Second,
-			Options: policy.Options{
-				MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
-				SMDP:     policy.SMDPOptions{W1: 1},
-			},
+			Options: policy.NewOptions(
+				policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+				policy.SMDPOptions{W1: 1},
+			),
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,
@@ -314,7 +317,7 @@ func (c *Config) Validate() error {
 			add(fieldErr(ch.field, "%s", ch.msg))
 		}
 	}
-	add(oneOf("power.source", c.Power.Source, PowerAuto, "none", "nvml", "triton"))
+	add(validPowerSource(c.Power.Source))
 	if c.Power.MetricsURL != "" {
 		if u, err := url.Parse(c.Power.MetricsURL); err != nil || u.Host == "" {
 			add(fieldErr("power.metrics_url", "must be a URL with a host, got %q", redact.URL(c.Power.MetricsURL)))
@@ -491,6 +494,31 @@ func (c *Config) MetricsURL() string {
 // known to be, else none (Config.PowerSource).
 const PowerAuto = "auto"
 
+// PowerSources lists what power.source accepts: auto, and every energy
+// source package power registers (power.RegisterKind).
+func PowerSources() []string { return append([]string{PowerAuto}, power.KindNames()...) }
+
+// validPowerSource refuses a power.source that names no registered
+// energy source, with the nearest one it may mean, or one this build
+// leaves out, with why (nvml without cgo).
+func validPowerSource(kind string) error {
+	if kind == PowerAuto {
+		return nil
+	}
+	_, err := power.LookupKind(kind)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, power.ErrUnknownKind):
+		return fieldErr("power.source", "%v", err)
+	}
+	known := PowerSources()
+	if near := suggest.Closest(kind, known); near != "" {
+		return fieldErr("power.source", "unknown energy source %q; did you mean %s? (known: %s)", kind, near, strings.Join(known, ", "))
+	}
+	return fieldErr("power.source", "unknown energy source %q (known: %s)", kind, strings.Join(known, ", "))
+}
+
 // PowerSource is the energy source to open and, for triton, the metrics
 // URL it reads. It resolves auto: Triton's metrics when power.metrics_url
 // is set, or when the upstream is on Triton's HTTP port 8000, so that its
@@ -499,13 +527,13 @@ const PowerAuto = "auto"
 // that may be anyone's.
 func (c *Config) PowerSource() (kind, metricsURL string) {
 	switch c.Power.Source {
-	case "triton":
-		return "triton", c.MetricsURL()
+	case power.KindTriton:
+		return power.KindTriton, c.MetricsURL()
 	case PowerAuto:
 		if u, err := url.Parse(c.Upstream); c.Power.MetricsURL == "" && (err != nil || u.Port() != "8000") {
-			return "none", ""
+			return power.KindNone, ""
 		}
-		return "triton", c.MetricsURL()
+		return power.KindTriton, c.MetricsURL()
 	}
 	return c.Power.Source, c.Power.MetricsURL
 }

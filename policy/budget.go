@@ -130,7 +130,7 @@ func NewBudget(b smdp.Budget) (*Budget, error) {
 }
 
 func init() {
-	Register(NameBudget, func(o *Options) *BudgetOptions { return &o.Budget }, func(o BudgetOptions) (Policy, error) {
+	Register(NameBudget, func(o BudgetOptions) (Policy, error) {
 		b, err := o.budget()
 		if err != nil {
 			return nil, err

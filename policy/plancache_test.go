@@ -17,8 +17,8 @@ func TestSolveShareDefersToTheNearestRate(t *testing.T) {
 		o          Options
 		wantSolves int
 	}{
-		{"metered", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}}, 2},
-		{"free", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}}, 3},
+		{"metered", NewOptions(BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}), 2},
+		{"free", NewOptions(BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := New(NameBudget, tc.o)
@@ -163,7 +163,7 @@ func TestPlanCacheTolerance(t *testing.T) {
 // that comes after, on the plan's clock, is solved, however little wall
 // time passed.
 func TestSolveShareRunsOnThePlansClock(t *testing.T) {
-	pol, err := New(NameBudget, Options{Budget: BudgetOptions{LatencyBudget: "1.10x", NoLearn: true, SolveOptions: SolveOptions{SolveShare: 0.01}}})
+	pol, err := New(NameBudget, NewOptions(BudgetOptions{LatencyBudget: "1.10x", NoLearn: true, SolveOptions: SolveOptions{SolveShare: 0.01}}))
 	if err != nil {
 		t.Fatal(err)
 	}

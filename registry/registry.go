@@ -433,7 +433,8 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		e.mon.SetLimits(maxBatch, instances)
 	}
 	e.maxBatch, e.instances = maxBatch, instances
-	sla := r.cfg.Policy.Slack.SLA // policy.sla, as every policy that has it holds it
+	// policy.sla, as every policy that has it holds it
+	sla := policy.OptionsOf[policy.SlackOptions](r.cfg.Policy.Options).SLA
 	if override.SLA > 0 {
 		sla = override.SLA
 	}
@@ -554,11 +555,13 @@ func (r *Models) options(model string) (policy.Options, error) {
 	if m.SLA > 0 {
 		policy.Each(&o, func(d *policy.DeadlineOptions) { d.SLA = m.SLA })
 	}
-	if o.Static.Batch == 0 {
-		o.Static.Batch = max(m.MaxBatchSize, 0)
-	}
+	policy.Each(&o, func(s *policy.StaticOptions) {
+		if s.Batch == 0 {
+			s.Batch = max(m.MaxBatchSize, 0)
+		}
+	})
 	if m.LatencyBudget != "" {
-		o.Budget.LatencyBudget = m.LatencyBudget
+		policy.Each(&o, func(b *policy.BudgetOptions) { b.LatencyBudget = m.LatencyBudget })
 	}
 	for _, set := range []map[string]string{r.setOptions[""], r.setOptions[model]} {
 		for k, v := range set {

@@ -608,7 +608,7 @@ func TestSetPolicy(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream = "http://u"
 	cfg.Policy.Name = "budget"
-	cfg.Policy.Budget.LatencyBudget = ""
+	cfg.Policy.Options = cfg.Policy.Options.With(policy.BudgetOptions{})
 	cfg.Models = map[string]config.Model{"resnet": {LatencyBudget: "1.3x"}}
 	r := New(up, q, &cfg, nil)
 	if err := r.Refresh(context.Background()); err != nil {
@@ -690,8 +690,8 @@ func TestSetPolicy(t *testing.T) {
 				}
 				if model == "" {
 					c := r.Config()
-					if c.Policy.Name != want.policy || c.Policy.Budget.LatencyBudget != want.budget {
-						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.Budget.LatencyBudget, want.policy, want.budget)
+					if b := policy.OptionsOf[policy.BudgetOptions](c.Policy.Options); c.Policy.Name != want.policy || b.LatencyBudget != want.budget {
+						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, b.LatencyBudget, want.policy, want.budget)
 					}
 					continue
 				}
@@ -705,7 +705,7 @@ func TestSetPolicy(t *testing.T) {
 	if _, kept := r.setOptions["nobatch"]; kept {
 		t.Error("a refused change kept its options")
 	}
-	if w := r.Config().Policy.Budget.MaxWait; w != 3*time.Millisecond {
+	if w := policy.OptionsOf[policy.BudgetOptions](r.Config().Policy.Options).MaxWait; w != 3*time.Millisecond {
 		t.Errorf("wait_bound set for every model: %v in force, want 3ms", w)
 	}
 	// A model found later runs what was set for every model.
@@ -817,7 +817,8 @@ func TestWhatIfReadsAndBuildsSettings(t *testing.T) {
 	}
 	var tuned bool
 	p, err := r.NewPolicy("simple", "budget", map[string]string{"tail_budget": "1.5x"}, func(o *policy.Options) {
-		tuned = o.Budget.LatencyBudget == "1.3x" && o.Budget.TailBudget == "1.5x" // the model's own, and what was set
+		b := policy.OptionsOf[policy.BudgetOptions](*o)
+		tuned = b.LatencyBudget == "1.3x" && b.TailBudget == "1.5x" // the model's own, and what was set
 	})
 	if err != nil || p.Name() != "budget" || !tuned {
 		t.Errorf("built %v, %v (tuned over the model's options: %v)", p, err, tuned)

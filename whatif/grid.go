@@ -94,7 +94,9 @@ func (p *Replayer) grid(ctx context.Context, q Request, s replaySetup, rep *Repo
 // solves are held to their share of the replay's own clock, as the live
 // proxy's are to the wall clock's, so that its plans come from the nearest
 // solved rate as often as they did live.
-func replayTuning(o *policy.Options) { o.Budget.NoLearn = true }
+func replayTuning(o *policy.Options) {
+	policy.Each(o, func(b *policy.BudgetOptions) { b.NoLearn = true })
+}
 
 // gridSettings are the grid's points after ad-hoc's replay: the SLOs are
 // over its p99, the delays over the line's full batch.

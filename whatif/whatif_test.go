@@ -31,27 +31,29 @@ func (f *fakeModels) InForce(model string) (string, map[string]string, bool) {
 }
 
 func (f *fakeModels) NewPolicy(model, name string, set map[string]string, tune func(*policy.Options)) (policy.Policy, error) {
-	var o policy.Options
+	var budget policy.BudgetOptions
+	var maxBatch policy.MaxBatchOptions
 	for k, v := range set {
 		switch k {
 		case "latency_budget":
-			o.Budget.LatencyBudget = v
+			budget.LatencyBudget = v
 		case "tail_budget":
-			o.Budget.TailBudget = v
+			budget.TailBudget = v
 		case "slo_p99":
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return nil, err
 			}
-			o.Budget.SLOP99 = d
+			budget.SLOP99 = d
 		case "max_queue_delay":
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return nil, err
 			}
-			o.MaxBatch.MaxQueueDelay = d
+			maxBatch.MaxQueueDelay = d
 		}
 	}
+	o := policy.NewOptions(budget, maxBatch)
 	if tune != nil {
 		tune(&o)
 	}
