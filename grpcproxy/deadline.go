@@ -32,7 +32,7 @@ func (s *Server) answerDeadline(srv any, ss grpc.ServerStream, h grpc.StreamHand
 	if !ok {
 		return h(srv, ss)
 	}
-	early := d.Add(-min(deadlineLead, time.Until(d)/10))
+	early := d.Add(-min(s.o.deadlineLead, time.Until(d)/10))
 	ctx, cancel := context.WithDeadline(ss.Context(), early)
 	defer cancel()
 	err := h(srv, &deadlineStream{ServerStream: ss, ctx: ctx})

@@ -24,7 +24,7 @@ func (s ctxStream) Context() context.Context { return s.ctx }
 // call without a deadline, and an error that is not the deadline's, are
 // left as they are.
 func TestAnswerDeadline(t *testing.T) {
-	s := &Server{}
+	s := &Server{o: Options{deadlineLead: deadlineLead}}
 	var handlerDeadline time.Time // the deadline waitThen's handler ran with
 	waitThen := func(err error) grpc.StreamHandler {
 		return func(_ any, ss grpc.ServerStream) error {
@@ -76,13 +76,17 @@ func TestAnswerDeadline(t *testing.T) {
 // The door answers a call whose deadline passes in its queue as Triton
 // does, before the client's own timer says so in its words ("context
 // deadline exceeded"), or grpc-go's reset in its (a client that reads the
-// reset first: CANCELLED). A loaded machine may let the client's timer
-// win once; not three times.
+// reset first: CANCELLED). The product's lead (TestAnswerDeadline) is a
+// few milliseconds, which a machine loaded by a race-detector run can
+// spend before the answer is written: here the door answers 100 ms early,
+// so the test sees the answer through the whole path, not the scheduler.
+// A loaded machine may still let the client's timer win once; not three
+// times.
 func TestDeadlinePassedAnsweredAsTriton(t *testing.T) {
-	r := newRig(t, rigOptions{rule: waitFor(2)}) // a lone call waits for a partner that never comes
+	r := newRig(t, rigOptions{rule: waitFor(2), lead: 100 * time.Millisecond}) // a lone call waits for a partner that never comes
 	var got []error
 	for range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := r.client.ModelInfer(ctx, simpleRaw("d", []int32{1}, []int32{2}))
 		cancel()
 		if status.Code(err) == codes.DeadlineExceeded && status.Convert(err).Message() == tritonDeadline.Message() {
