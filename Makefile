@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-go test-long test-triton test-deploy lint fuzz fuzz-ci bench clean generate proto-tools
+.PHONY: all build demo test test-setup test-cpu test-go test-race test-race-cpu test-race-rest test-norace test-timing test-long test-triton test-triton-bulk test-triton-timing test-deploy setup-go-tests lint fuzz fuzz-ci bench clean generate proto-tools
 
 all: build
 
@@ -13,16 +13,43 @@ build:
 demo: build
 	./$(BIN) demo
 
-## test: everything CI runs
-test: lint test-go fuzz-ci test-triton test-deploy
+## test: everything CI runs, in three phases:
+##   1. test-setup: what the checks need installed (each step idempotent).
+##   2. side by side (make -j2): the CPU-bound checks that measure no time
+##      (test-cpu: lint, the race run's RACE_CPU packages, fuzzing, the
+##      no-race packages, the deploy checks) and the Triton tests that
+##      measure no time (test-triton-bulk), which mostly wait on servers and
+##      clients. Each one's output is printed whole when it ends.
+##   3. alone, one after the other: the rest of the race run (its server
+##      package holds the proxy to latencies), server/timing and the Triton
+##      tests marked timing.
+test:
+	$(MAKE) test-setup
+	$(MAKE) -j2 --output-sync=target test-triton-bulk test-cpu
+	$(MAKE) test-race-rest
+	$(MAKE) test-timing
+	$(MAKE) test-triton-timing
+
+test-setup: setup-go-tests
+	scripts/validate-deploy.sh --install
+
+# Phase 2's CPU side, one target at a time. go test ./deploy runs in the
+# race run, so the deploy checks here are the Python ones (--no-go).
+test-cpu: DEPLOY_FLAGS = --no-go
+test-cpu: lint test-race-cpu fuzz-ci test-norace test-deploy
 
 ## test-deploy: Dockerfile, docker-compose.yml, Kubernetes manifests, Prometheus and Grafana, checked offline
 test-deploy:
-	scripts/validate-deploy.sh
+	scripts/validate-deploy.sh $(DEPLOY_FLAGS)
 
 ## test-triton: real Triton (PyTriton) and Triton's own clients, direct and through the proxy
+## (make test runs it in two parts: test-triton-bulk beside other checks, test-triton-timing alone)
 test-triton: build
 	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh
+test-triton-bulk: build
+	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -m 'not timing'
+test-triton-timing: build
+	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -m timing
 
 ## lint: gofmt, go vet, staticcheck (pinned, installed by scripts/setup-go-tools.sh), a tidy go.mod
 ## and govulncheck (scripts/vulncheck.sh)
@@ -42,26 +69,69 @@ lint:
 	@# with a message: lint never fails for want of the network.
 	GO=$(GO) scripts/vulncheck.sh
 
+## test-go: the Go tests: test-race, test-norace, test-timing
+test-go: test-race test-norace test-timing
+
 # In CI the generated-code check must run, not skip: install protoc first.
 # Headless Chromium (scripts/setup-chromium.sh) tests the live page /ui.
+# The docs test runs README's perf_analyzer commands: it needs the venv.
 # bin/testprogress prints each package's result as it finishes and, every
 # 20 s, which packages still run.
-test-go:
+setup-go-tests:
 	@if [ "$$CI" = true ]; then GO=$(GO) scripts/setup-proto.sh >/dev/null; fi
 	scripts/setup-chromium.sh
-	@# The docs test runs README's perf_analyzer commands: it needs the venv.
 	scripts/setup-python.sh >/dev/null
 	$(GO) build -o bin/testprogress ./lab/testprogress
-	RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | bin/testprogress'
-	@# The end-to-end tests whose assertions are timings live in one package,
-	@# server/timing; they skip under -race (the detector slows the proxy
-	@# several times over) and run here without it. Among them the budget's
-	@# promise, live (TestBudgetLivePoissonBound, TestBudgetLiveOnPaper300:
-	@# concurrent pairs of ad-hoc and budget on their own proxy and emulator).
-	$(GO) test -count=1 -timeout 20m ./server/timing
-	@# The default policy's promise on every preset: constrained optima
-	@# near saturation, minutes under the race detector.
+
+# NORACE_PKGS start no goroutine, in their code or their tests: a
+# simulator and a solver on one goroutine (`go test -trace` shows only the
+# testing package's goroutines; docs' TestNoRacePackagesStartNoGoroutine
+# keeps `go` statements out of them). The race detector, which finds races
+# between goroutines, has nothing to find there and slows their simulations
+# many times over, so test-norace runs them without it; test-race runs every
+# other package, each of which starts goroutines or may. A package joins the
+# list only when it starts none.
+NORACE_PKGS := lab/sim policy/smdp
+# RACE_CPU: race-run packages whose tests are mostly computation and
+# measure no time (simulations, the documents' commands); make test runs
+# them in phase 2 (test-race-cpu), the others alone (test-race-rest).
+RACE_CPU := docs lab/compare cmd/ratebatch policy
+# Each race run starts the packages that take longest first, so that none
+# of them is left running alone at the end (go test runs two at a time on
+# two cores); the rest follow in go list's order.
+RACE_FIRST := server docs lab/compare deploy cmd/ratebatch dispatcher
+MODULE = $(shell $(GO) list -m)
+race_all = $(addprefix $(MODULE)/,$(RACE_FIRST)) \
+	$(filter-out $(addprefix $(MODULE)/,$(RACE_FIRST) $(NORACE_PKGS)),$(shell $(GO) list ./...))
+race_cpu = $(filter $(addprefix $(MODULE)/,$(RACE_CPU)),$(race_all))
+race = RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json $(1) | bin/testprogress'
+
+## test-race: every package but NORACE_PKGS under the race detector (in
+## make test: test-race-cpu, then test-race-rest)
+test-race: setup-go-tests
+	$(call race,$(race_all))
+test-race-cpu: setup-go-tests
+	$(call race,$(race_cpu))
+test-race-rest: setup-go-tests
+	$(call race,$(filter-out $(race_cpu),$(race_all)))
+
+# TestDefaultPolicyNeverHurts: the default policy's promise on every preset,
+# in its short form (the long one is docs/LEARNING.md's figure).
+test-norace:
+	$(GO) test -count=1 -skip '^TestDefaultPolicyNeverHurts$$' $(addprefix ./,$(NORACE_PKGS))
 	$(GO) test -count=1 -short -run '^TestDefaultPolicyNeverHurts$$' ./lab/sim
+
+# The end-to-end tests whose assertions are timings live in one package,
+# server/timing; they skip under -race (the detector slows the proxy
+# several times over) and run here without it, with nothing else running.
+# Among them the budget's promise, live (TestBudgetLivePoissonBound,
+# TestBudgetLiveOnPaper300: concurrent pairs of ad-hoc and budget on their
+# own proxy and emulator).
+test-timing:
+	$(GO) test -count=1 -timeout 20m ./server/timing
+	@# A production load's bursts exported and replayed, and the what-if on
+	@# them: the shape a load keeps is a timing too.
+	$(GO) test -count=1 -run '^TestArrivalsReplayWithLoadAndWhatIf$$' ./cmd/ratebatch
 
 ## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
 ## and docs/results/ (Go: the packages whose tests read RATEBATCH_LONG or
@@ -92,9 +162,11 @@ FUZZTIME ?= 30s
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
-## fuzz-ci: every fuzz target briefly, as CI runs them (about 2 minutes)
+## fuzz-ci: every fuzz target briefly, as CI runs them: 5 s each with one
+## worker (make test runs it beside other checks; two workers would double
+## its CPU for twice the executions, which make fuzz is for)
 fuzz-ci:
-	scripts/fuzz.sh 5s
+	scripts/fuzz.sh 5s 1
 
 ## bench: the Go benchmarks recorded in docs/results/benchmarks.md
 bench:

@@ -71,11 +71,20 @@ type Options struct {
 	// request's Host may give for the admin port (admin_hosts and a name
 	// in admin_listen); any other gets 421 (hostAllowed says why).
 	Hosts []string
+	// WhatIf, when set, answers GET /whatif: a model's recent arrivals
+	// replayed through other settings (package whatif). Like /status it
+	// needs no token: it shows figures, and bounds its own CPU.
+	WhatIf http.Handler
+	// Arrivals, when set, answers GET /arrivals behind the bearer token:
+	// a model's recent arrivals as a rate series, which reveals its
+	// traffic's shape.
+	Arrivals http.Handler
 }
 
 // New returns the admin handler: GET /metrics, GET /status,
 // GET /healthz, GET /readyz, GET /policy, PUT /policy (bearer token) and,
-// when enabled, the live page /ui and /debug/pprof/.
+// when enabled, the live page /ui, /debug/pprof/, GET /whatif and
+// GET /arrivals (bearer token).
 //
 // New stays one function: it is the route table, read whole.
 func New(o Options) http.Handler {
@@ -125,6 +134,12 @@ func New(o Options) http.Handler {
 			r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		})
+	}
+	if o.WhatIf != nil {
+		r.Method(http.MethodGet, "/whatif", o.WhatIf)
+	}
+	if o.Arrivals != nil {
+		r.Method(http.MethodGet, "/arrivals", withToken(o.Arrivals))
 	}
 	if o.Policies != nil {
 		r.Get("/policy", func(w http.ResponseWriter, _ *http.Request) {

@@ -277,3 +277,45 @@ func TestAdminHostCheck(t *testing.T) {
 		}
 	}
 }
+
+// GET /whatif is read-only, as /status; GET /arrivals reveals the traffic's
+// shape, so it needs the bearer token. Neither is served when not given.
+func TestAdminWhatIfAndArrivals(t *testing.T) {
+	served := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(name)) })
+	}
+	h := New(Options{Gatherer: prometheus.NewRegistry(), Status: func() any { return nil }, Token: "tok",
+		WhatIf: served("whatif"), Arrivals: served("arrivals"), Hosts: []string{testHost}})
+	get := func(h http.Handler, path, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	for _, tc := range []struct {
+		path, token string
+		code        int
+		body        string
+	}{
+		{"/whatif?model=m", "", http.StatusOK, "whatif"},
+		{"/arrivals?model=m", "", http.StatusUnauthorized, `"error"`},
+		{"/arrivals?model=m", "wrong", http.StatusUnauthorized, `"error"`},
+		{"/arrivals?model=m", "tok", http.StatusOK, "arrivals"},
+	} {
+		if w := get(h, tc.path, tc.token); tc.code == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+			t.Errorf("GET %s refused without WWW-Authenticate", tc.path)
+		}
+		if w := get(h, tc.path, tc.token); w.Code != tc.code || !strings.Contains(w.Body.String(), tc.body) {
+			t.Errorf("GET %s with token %q: %d %s, want %d %s", tc.path, tc.token, w.Code, w.Body, tc.code, tc.body)
+		}
+	}
+	off := New(Options{Gatherer: prometheus.NewRegistry(), Status: func() any { return nil }, Token: "tok", Hosts: []string{testHost}})
+	for _, path := range []string{"/whatif", "/arrivals"} {
+		if w := get(off, path, "tok"); w.Code != http.StatusNotFound {
+			t.Errorf("GET %s without the what-if: %d, want 404", path, w.Code)
+		}
+	}
+}

@@ -21,7 +21,10 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/redact"
+	"github.com/ratebatch/ratebatch/internal/suggest"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // Config is the whole configuration of `ratebatch serve`.
@@ -33,7 +36,7 @@ type Config struct {
 	// UpstreamGRPC is where gRPC calls are relayed; see UpstreamGRPCAddr.
 	UpstreamGRPC string `yaml:"upstream_grpc" help:"Triton's gRPC HOST:PORT for relayed gRPC calls (default: the upstream's host, port 8001)"`
 	// AdminToken guards mutating admin calls. It is never logged.
-	AdminToken string `yaml:"admin_token" help:"bearer token required by PUT /policy and the profiler on the admin address (empty: they are refused); give it in the environment or the file: a flag is readable by any local user (ps)" secret:"true"`
+	AdminToken string `yaml:"admin_token" help:"bearer token required by PUT /policy, GET /arrivals and the profiler on the admin address (empty: they are refused); give it in the environment or the file: a flag is readable by any local user (ps)" secret:"true"`
 	AdminPprof bool   `yaml:"admin_pprof" help:"serve Go's profiler at /debug/pprof/ on the admin address (for profiling under load); it needs the admin token, as PUT /policy does"`
 	// AdminHosts are the names the admin port answers to besides
 	// addresses and localhost (admin.Options.Hosts).
@@ -56,6 +59,7 @@ type Config struct {
 	ORCA      ORCA         `yaml:"orca"`
 	Log       Log          `yaml:"log"`
 	Tracing   Tracing      `yaml:"tracing"`
+	WhatIf    WhatIf       `yaml:"whatif"`
 	// TLS of the doors and the upstream (package server's tls.go).
 	TLS         TLS           `yaml:"tls"`
 	UpstreamTLS UpstreamTLS   `yaml:"upstream_tls"`
@@ -71,13 +75,14 @@ type Config struct {
 // Policy selects and tunes the batching policy applied to every model that
 // has no override.
 type Policy struct {
-	Name   string        `yaml:"name" flag:"policy" help:"batching policy: batchmonitor, adhoc, maxbatch, static, smdp, budget, slack, elastic, batchmonitor+, or passthrough (no batching)"`
+	Name   string        `yaml:"name" flag:"policy" help:"batching policy: {policies}, or passthrough (no batching)"`
 	Window time.Duration `yaml:"window" help:"monitor window: arrivals are counted and the rule re-planned once per window"`
-	// Options are the policies' own parameters (policy.w1, policy.sla,
-	// ...), declared, documented and validated by package policy, each
-	// policy's beside it; their keys are this section's.
-	policy.Options `yaml:",inline"`
-	MaxInFlight    int `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
+	// Options are the registered policies' own parameters (policy.w1,
+	// policy.sla, ...), declared, documented, validated and registered by
+	// package policy, each policy's beside it; their keys are this
+	// section's.
+	Options     policy.Options `yaml:",inline"`
+	MaxInFlight int            `yaml:"max_in_flight" help:"batches in flight per model (0: the model's instance count)"`
 }
 
 // Limits bounds what one client or one burst can cost.
@@ -114,7 +119,7 @@ type UpstreamOpts struct {
 
 // Power selects where energy figures come from.
 type Power struct {
-	Source     string        `yaml:"source" help:"energy source: auto (triton when power.metrics_url is set or the upstream is on Triton's port 8000, else none), none, nvml (this host's GPUs), triton (the upstream's metrics endpoint)"`
+	Source     string        `yaml:"source" help:"energy source: auto (triton when power.metrics_url is set or the upstream is on Triton's port 8000, else none), {power_sources}"`
 	Interval   time.Duration `yaml:"interval" help:"power sampling interval"`
 	MetricsURL string        `yaml:"metrics_url" help:"triton source: Triton's metrics URL (default: upstream host, port 8002, /metrics)"`
 	GPUs       string        `yaml:"gpus" help:"nvml source: comma-separated GPU indices (empty: all)"`
@@ -138,6 +143,19 @@ type Log struct {
 // is empty, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_TRACES_SAMPLER and _ARG.
 type Tracing struct {
 	OTLPEndpoint string `yaml:"otlp_endpoint" help:"OTLP receiver's base URL for traces, e.g. http://localhost:4318 (empty: OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing); sampling from OTEL_TRACES_SAMPLER, parent-based by default"`
+}
+
+// WhatIf keeps each model's recent arrivals, for GET /arrivals and the
+// what-if that replays them through other settings (package whatif,
+// docs/WHATIF.md). Its memory is at most whatif.models times, per model,
+// 24 bytes an arrival kept, a batch's 32 bytes for every 8 arrivals and
+// 112 bytes a second of whatif.max_minutes (whatif.Options.Bytes).
+type WhatIf struct {
+	Arrivals    int     `yaml:"arrivals" help:"arrivals (and their answers) each model keeps for GET /arrivals and GET /whatif, 28 bytes each with a batch's share (0: keep none, no what-if)"`
+	Models      int     `yaml:"models" help:"models whose arrivals are kept: the first ones to receive calls"`
+	MaxMinutes  int     `yaml:"max_minutes" help:"longest window, in minutes, GET /arrivals and GET /whatif cover"`
+	CPU         float64 `yaml:"cpu" help:"share of one core a what-if may take while it replays (one runs at a time)"`
+	MinArrivals int     `yaml:"min_arrivals" help:"fewest calls in the window a what-if answers on (fewer: it says there is too little traffic)"`
 }
 
 // Model overrides the defaults for one model.
@@ -170,10 +188,10 @@ func Default() Config {
 		Policy: Policy{
 			Name:   "budget",
 			Window: time.Second,
-			Options: policy.Options{
-				MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
-				SMDP:     policy.SMDPOptions{W1: 1},
-			},
+			Options: policy.NewOptions(
+				policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+				policy.SMDPOptions{W1: 1},
+			),
 		},
 		Limits: Limits{
 			MaxBodyBytes:      64 << 20,
@@ -189,7 +207,9 @@ func Default() Config {
 		},
 		Upstreams: UpstreamOpts{MaxConns: 256, Retries: 1, Hold: 5 * time.Second,
 			FailingAfter: 5, HungFactor: 10, HungMin: 2 * time.Second, ProbeInterval: time.Second, HealthCheckInterval: time.Second},
-		Power:     Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
+		Power: Power{Source: PowerAuto, Interval: 100 * time.Millisecond},
+		WhatIf: WhatIf{Arrivals: whatif.DefaultArrivals, Models: whatif.DefaultModels, MaxMinutes: whatif.DefaultMaxMinutes,
+			CPU: whatif.DefaultCPU, MinArrivals: whatif.DefaultMinArrivals},
 		Log:       Log{Level: "info", Format: "text"},
 		Discovery: 30 * time.Second,
 		Grace:     30 * time.Second,
@@ -312,6 +332,11 @@ func (c *Config) validBounds() []error {
 		{"discovery_interval", c.Discovery < 0, "must be >= 0"},
 		{"shutdown_grace", c.Grace < 0, "must be >= 0"},
 		{"procs", c.Procs < 0, "must be >= 0"},
+		{"whatif.arrivals", c.WhatIf.Arrivals < 0, "must be >= 0"},
+		{"whatif.models", c.WhatIf.Models < 1, "must be >= 1"},
+		{"whatif.max_minutes", c.WhatIf.MaxMinutes < 1, "must be >= 1"},
+		{"whatif.cpu", !(c.WhatIf.CPU > 0 && c.WhatIf.CPU <= 1), "must be > 0 and at most 1 (a share of one core)"},
+		{"whatif.min_arrivals", c.WhatIf.MinArrivals < 1, "must be >= 1"},
 	}
 	var errs []error
 	for _, ch := range checks {
@@ -324,7 +349,7 @@ func (c *Config) validBounds() []error {
 
 // validPower checks the power section: its source and metrics URL.
 func (c *Config) validPower() error {
-	err := oneOf("power.source", c.Power.Source, PowerAuto, "none", "nvml", "triton")
+	err := validPowerSource(c.Power.Source)
 	if c.Power.MetricsURL != "" {
 		if u, perr := url.Parse(c.Power.MetricsURL); perr != nil || u.Host == "" {
 			err = errors.Join(err, fieldErr("power.metrics_url", "must be a URL with a host, got %q", redact.URL(c.Power.MetricsURL)))
@@ -508,6 +533,31 @@ func (c *Config) MetricsURL() string {
 // known to be, else none (Config.PowerSource).
 const PowerAuto = "auto"
 
+// PowerSources lists what power.source accepts: auto, and every energy
+// source package power registers (power.RegisterKind).
+func PowerSources() []string { return append([]string{PowerAuto}, power.KindNames()...) }
+
+// validPowerSource refuses a power.source that names no registered
+// energy source, with the nearest one it may mean, or one this build
+// leaves out, with why (nvml without cgo).
+func validPowerSource(kind string) error {
+	if kind == PowerAuto {
+		return nil
+	}
+	_, err := power.LookupKind(kind)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, power.ErrUnknownKind):
+		return fieldErr("power.source", "%v", err)
+	}
+	known := PowerSources()
+	if near := suggest.Closest(kind, known); near != "" {
+		return fieldErr("power.source", "unknown energy source %q; did you mean %s? (known: %s)", kind, near, strings.Join(known, ", "))
+	}
+	return fieldErr("power.source", "unknown energy source %q (known: %s)", kind, strings.Join(known, ", "))
+}
+
 // PowerSource is the energy source to open and, for triton, the metrics
 // URL it reads. It resolves auto: Triton's metrics when power.metrics_url
 // is set, or when the upstream is on Triton's HTTP port 8000, so that its
@@ -516,13 +566,13 @@ const PowerAuto = "auto"
 // that may be anyone's.
 func (c *Config) PowerSource() (kind, metricsURL string) {
 	switch c.Power.Source {
-	case "triton":
-		return "triton", c.MetricsURL()
+	case power.KindTriton:
+		return power.KindTriton, c.MetricsURL()
 	case PowerAuto:
 		if u, err := url.Parse(c.Upstream); c.Power.MetricsURL == "" && (err != nil || u.Port() != "8000") {
-			return "none", ""
+			return power.KindNone, ""
 		}
-		return "triton", c.MetricsURL()
+		return power.KindTriton, c.MetricsURL()
 	}
 	return c.Power.Source, c.Power.MetricsURL
 }

@@ -6,12 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -175,15 +177,17 @@ func TestPolicyOptionsFilledDirectly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := policy.Options{
-		MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
-		Static:   policy.StaticOptions{Batch: 4},
-		SMDP:     policy.SMDPOptions{W1: 1, W2: 0.5},
-		Elastic:  policy.ElasticOptions{RowCap: 48},
-	}
-	// sla is one key for the two policies whose options have it.
-	want.Slack.SLA, want.Budget.SLA = 50*time.Millisecond, 50*time.Millisecond
-	if c.Policy.Options != want {
+	sla := policy.DeadlineOptions{SLA: 50 * time.Millisecond}
+	want := policy.NewOptions(
+		policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond},
+		policy.StaticOptions{Batch: 4},
+		policy.SMDPOptions{W1: 1, W2: 0.5},
+		policy.ElasticOptions{RowCap: 48},
+		// sla is one key for the two policies whose options have it.
+		policy.SlackOptions{DeadlineOptions: sla},
+		policy.BudgetOptions{DeadlineOptions: sla},
+	)
+	if !reflect.DeepEqual(c.Policy.Options, want) {
 		t.Fatalf("policy options %+v, want %+v", c.Policy.Options, want)
 	}
 	if _, err := Load(Source{File: writeFile(t, "upstream: http://u\npolicy: {util: 0.5}\n")}); err == nil || !strings.Contains(err.Error(), "util") {
@@ -382,8 +386,10 @@ func TestPowerSourceAuto(t *testing.T) {
 	for _, tt := range tests {
 		c := Default()
 		c.Upstream, c.Power.Source, c.Power.MetricsURL = tt.upstream, tt.source, tt.metrics
-		if err := c.Validate(); err != nil {
-			t.Fatalf("%+v: %v", tt, err)
+		if _, missing := power.LookupKind(tt.source); tt.source == PowerAuto || missing == nil { // not nvml in a build without it
+			if err := c.Validate(); err != nil {
+				t.Fatalf("%+v: %v", tt, err)
+			}
 		}
 		if kind, url := c.PowerSource(); kind != tt.kind || url != tt.url {
 			t.Errorf("source %s, upstream %s, metrics_url %q: %s %q, want %s %q", tt.source, tt.upstream, tt.metrics, kind, url, tt.kind, tt.url)
@@ -391,6 +397,40 @@ func TestPowerSourceAuto(t *testing.T) {
 	}
 	if Default().Power.Source != PowerAuto {
 		t.Errorf("the default power.source is %q, want auto", Default().Power.Source)
+	}
+}
+
+// power.source takes auto or a registered energy source (a source
+// registered outside package power is server's TestPowerSourceRegistered
+// InATestIsOpened); a misspelt one is refused with the name it is nearest
+// to, and one this build leaves out with why.
+func TestPowerSourceIsRegistered(t *testing.T) {
+	_, nvmlErr := power.LookupKind(power.KindNVML)
+	for _, tc := range []struct {
+		source, err string // in the error; "" for none
+	}{
+		{"auto", ""},
+		{"none", ""},
+		{"triton", ""},
+		{"nvlm", "did you mean nvml?"},
+		{"atuo", "did you mean auto?"},
+		{"rapl", `unknown energy source "rapl" (known: auto, none, nvml, triton)`},
+	} {
+		c := Default()
+		c.Upstream, c.Power.Source = "http://u", tc.source
+		err := c.Validate()
+		var fe *FieldError
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.source, err)
+		case tc.err != "" && (!errors.As(err, &fe) || fe.Field != "power.source" || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want one for power.source with %q", tc.source, err, tc.err)
+		}
+	}
+	c := Default()
+	c.Upstream, c.Power.Source = "http://u", power.KindNVML
+	if err := c.Validate(); (err == nil) != (nvmlErr == nil) || nvmlErr != nil && !strings.Contains(err.Error(), "rebuild with cgo") {
+		t.Errorf("nvml (%v in this build): %v", nvmlErr, err)
 	}
 }
 

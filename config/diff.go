@@ -13,11 +13,11 @@ import (
 func Changed(old, new *Config) []string {
 	var out []string
 	ov, nv := reflect.ValueOf(old).Elem(), reflect.ValueOf(new).Elem()
-	for _, o := range options {
+	for _, o := range options() {
 		// Every copy of a shared key (yamlField): a configuration built in
 		// Go may set one only.
 		for _, idx := range append([][]int{o.index}, o.copies...) {
-			if !reflect.DeepEqual(ov.FieldByIndex(idx).Interface(), nv.FieldByIndex(idx).Interface()) {
+			if !reflect.DeepEqual(fieldAt(ov, idx).Interface(), fieldAt(nv, idx).Interface()) {
 				out = append(out, o.path)
 				break
 			}
@@ -43,10 +43,10 @@ func Changed(old, new *Config) []string {
 // values of what it cannot change.
 func (c *Config) Keep(from *Config, paths []string) {
 	cv, fv := reflect.ValueOf(c).Elem(), reflect.ValueOf(from).Elem()
-	for _, o := range options {
+	for _, o := range options() {
 		if slices.Contains(paths, o.path) {
 			for _, idx := range append([][]int{o.index}, o.copies...) {
-				cv.FieldByIndex(idx).Set(fv.FieldByIndex(idx))
+				setAt(cv, idx, func(f reflect.Value) error { f.Set(fieldAt(fv, idx)); return nil })
 			}
 		}
 	}

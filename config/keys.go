@@ -15,11 +15,13 @@ import (
 // "models.NAME" for a model's own keys. An unknown key that is a known
 // key of another section was most often indented under the wrong one (a
 // key dedented out of policy:), and the error says where it belongs.
-var homes = func() map[string][]string {
+// (Made when asked: the policy section's keys are the registered
+// policies'.)
+func homes() map[string][]string {
 	m := map[string][]string{}
 	addHomes(reflect.TypeFor[Config](), "", m)
 	return m
-}()
+}
 
 func addHomes(t reflect.Type, path string, m map[string][]string) {
 	for _, f := range yamlFields(t) {
@@ -56,6 +58,7 @@ func under(path string) string {
 // else the known key it is nearest to (suggest.Closest, as the command
 // line's flags), else the keys the section has.
 func unknownKey(key, path string, known []string) string {
+	homes := homes()
 	var elsewhere []string
 	for _, home := range homes[key] {
 		if home != section(path) {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/internal/redact"
+	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -27,7 +29,8 @@ type option struct {
 	env    string // e.g. RATEBATCH_POLICY_WINDOW
 	help   string
 	secret bool
-	index  []int // reflect field index path from Config
+	typ    reflect.Type
+	index  []int // field index path from Config, as fieldAt and setAt read it
 	copies [][]int
 }
 
@@ -37,7 +40,10 @@ func (o option) set(v reflect.Value, s string) error {
 	return setCopies(v, o.index, o.copies, func(f reflect.Value) error { return setField(f, s) })
 }
 
-var options = collect(reflect.TypeOf(Config{}), nil, "")
+// options are Config's options. They are listed at each use, not once at
+// start: the policy section has the options of every registered policy,
+// and a test may register one.
+func options() []option { return collect(reflect.TypeFor[Config](), nil, "") }
 
 func collect(t reflect.Type, index []int, prefix string) []option {
 	var out []option
@@ -64,13 +70,27 @@ func collect(t reflect.Type, index []int, prefix string) []option {
 			path:   path,
 			flag:   fl,
 			env:    EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_").Replace(path)),
-			help:   f.Tag.Get("help"),
+			help:   help(f),
 			secret: f.Tag.Get("secret") == "true",
+			typ:    f.Type,
 			index:  idx,
 			copies: copies,
 		})
 	}
 	return out
+}
+
+// help is a field's help tag with {policies} replaced by the names of the
+// registered policies, and {power_sources} by the registered energy
+// sources, each with what it reads: an option's list of names follows
+// from what registers them, not from its tag.
+func help(f reflect.StructField) string {
+	var sources []string
+	for _, k := range power.Kinds() {
+		sources = append(sources, k.Name+" ("+k.About+")")
+	}
+	return strings.NewReplacer("{policies}", strings.Join(policy.Names(), ", "),
+		"{power_sources}", strings.Join(sources, ", ")).Replace(f.Tag.Get("help"))
 }
 
 // Source says where a configuration comes from: a YAML file path (may be
@@ -86,9 +106,9 @@ type Source struct {
 func BindFlags(fs *flag.FlagSet) {
 	def := Default()
 	dv := reflect.ValueOf(&def).Elem()
-	for _, o := range options {
+	for _, o := range options() {
 		usage := fmt.Sprintf("%s (yaml %s, env %s)", o.help, o.path, o.env)
-		fs.Var(&pending{o: o, def: format(dv.FieldByIndex(o.index))}, o.flag, usage)
+		fs.Var(&pending{o: o, def: format(fieldAt(dv, o.index))}, o.flag, usage)
 	}
 }
 
@@ -113,13 +133,12 @@ func (p *pending) String() string {
 // IsBoolFlag lets a boolean option be given as a bare --flag, as the flag
 // package's own booleans are.
 func (p *pending) IsBoolFlag() bool {
-	return reflect.TypeFor[Config]().FieldByIndex(p.o.index).Type.Kind() == reflect.Bool
+	return p.o.typ.Kind() == reflect.Bool
 }
 
 func (p *pending) Set(s string) error {
 	// Parse now so a bad flag fails at parse time with the flag's name.
-	var scratch Config
-	if err := setField(reflect.ValueOf(&scratch).Elem().FieldByIndex(p.o.index), s); err != nil {
+	if err := setField(reflect.New(p.o.typ).Elem(), s); err != nil {
 		return err
 	}
 	p.raw, p.set = s, true
@@ -147,7 +166,7 @@ func Load(src Source) (*Config, error) {
 	}
 	v := reflect.ValueOf(&cfg).Elem()
 	if src.LookupEnv != nil {
-		for _, o := range options {
+		for _, o := range options() {
 			if s, ok := src.LookupEnv(o.env); ok {
 				if err := o.set(v, s); err != nil {
 					errs = append(errs, fieldErr(o.path, "environment %s: %v", o.env, err))
@@ -328,8 +347,8 @@ func Markdown() string {
 	dv := reflect.ValueOf(&def).Elem()
 	var b strings.Builder
 	b.WriteString("| YAML key | flag | environment | default | meaning |\n|---|---|---|---|---|\n")
-	for _, o := range options {
-		d := format(dv.FieldByIndex(o.index))
+	for _, o := range options() {
+		d := format(fieldAt(dv, o.index))
 		if d == "" {
 			d = "(empty)"
 		}
@@ -354,12 +373,14 @@ func (c Config) Redacted() Config {
 	}
 	c.RestrictedAPI = c.RestrictedAPI.redacted()
 	v := reflect.ValueOf(&c).Elem()
-	for _, o := range options {
+	for _, o := range options() {
 		if o.secret {
-			f := v.FieldByIndex(o.index)
-			if f.String() != "" {
-				f.SetString("REDACTED")
-			}
+			setAt(v, o.index, func(f reflect.Value) error {
+				if f.String() != "" {
+					f.SetString("REDACTED")
+				}
+				return nil
+			})
 		}
 	}
 	return c
@@ -373,7 +394,7 @@ func (c Config) Redacted() Config {
 // the environment (RATEBATCH_ADMIN_TOKEN) or the file.
 func RedactArgs(args []string) []string {
 	secret := map[string]bool{}
-	for _, o := range options {
+	for _, o := range options() {
 		if o.secret {
 			secret[o.flag] = true
 		}

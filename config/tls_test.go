@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // selfSigned writes a self-signed certificate and its key under dir.
@@ -90,20 +92,21 @@ func TestChangedAndKeep(t *testing.T) {
 	old.Models = map[string]Model{"a": {SLA: time.Second}, "b": {}}
 	next.Models = map[string]Model{"a": {SLA: 2 * time.Second}, "b": {}, "c": {Policy: "adhoc"}}
 	next.Listen = ":7000"
-	next.Policy.Budget.LatencyBudget = "2x"
 	next.TLS.Cert = "new.crt"
-	next.Policy.Budget.MaxWait = time.Millisecond // one copy of the shared wait_bound
+	// latency_budget, and one copy of the shared wait_bound
+	policy.Each(&next.Policy.Options, func(b *policy.BudgetOptions) { b.LatencyBudget, b.MaxWait = "2x", time.Millisecond })
 	got := Changed(&old, &next)
 	want := []string{"listen", "policy.wait_bound", "policy.latency_budget", "tls.cert", "models.a", "models.c"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Changed = %v, want %v", got, want)
 	}
 	next.Keep(&old, []string{"listen", "tls.cert", "models.a", "policy.wait_bound"})
-	if next.Listen != old.Listen || next.TLS.Cert != "" || next.Policy.Budget.LatencyBudget != "2x" || next.Models["a"].SLA != 2*time.Second {
+	budget := policy.OptionsOf[policy.BudgetOptions](next.Policy.Options)
+	if next.Listen != old.Listen || next.TLS.Cert != "" || budget.LatencyBudget != "2x" || next.Models["a"].SLA != 2*time.Second {
 		t.Errorf("after Keep: listen %q, tls.cert %q, budget %q, models.a.sla %v; want the old listen and cert, the rest new",
-			next.Listen, next.TLS.Cert, next.Policy.Budget.LatencyBudget, next.Models["a"].SLA)
+			next.Listen, next.TLS.Cert, budget.LatencyBudget, next.Models["a"].SLA)
 	}
-	if next.Policy.Budget.MaxWait != 0 {
-		t.Errorf("after Keep: budget's wait_bound %v, want the old 0s", next.Policy.Budget.MaxWait)
+	if budget.MaxWait != 0 {
+		t.Errorf("after Keep: budget's wait_bound %v, want the old 0s", budget.MaxWait)
 	}
 }

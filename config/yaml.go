@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // decodeYAML applies a YAML document to cfg. It walks the document's nodes
@@ -149,10 +151,10 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
 
 // yamlField is a struct field as the YAML file sees it: the fields of a
 // struct embedded with `yaml:",inline"` (config.Policy's policy.Options,
-// and in it each policy's options) are the outer struct's own keys. A key
-// that several inlined structs declare (wait_bound, in each policy that
-// holds partial batches) is one key: its first field, and copies kept
-// equal to it (set).
+// seen as its view: each registered policy's options) are the outer
+// struct's own keys. A key that several inlined structs declare
+// (wait_bound, in each policy that holds partial batches) is one key: its
+// first field, and copies kept equal to it (set).
 type yamlField struct {
 	name   string
 	index  []int   // reflect field index path from the outer struct
@@ -164,6 +166,9 @@ type yamlField struct {
 // without a name or tagged "-" are not keys. A key declared twice with two
 // types is a programming error, and panics.
 func yamlFields(t reflect.Type) []yamlField {
+	if t == optionsType {
+		t = optionsView()
+	}
 	var out []yamlField
 	at := map[string]int{}
 	add := func(f yamlField) {
@@ -202,11 +207,42 @@ func yamlFields(t reflect.Type) []yamlField {
 // setCopies sets the field of v at index with set, then its copies to the
 // same value (what set kept of a bad value too: one key, one value).
 func setCopies(v reflect.Value, index []int, copies [][]int, set func(reflect.Value) error) error {
-	err := set(v.FieldByIndex(index))
+	err := setAt(v, index, set)
+	val := fieldAt(v, index)
 	for _, c := range copies {
-		v.FieldByIndex(c).Set(v.FieldByIndex(index))
+		setAt(v, c, func(f reflect.Value) error { f.Set(val); return nil })
 	}
 	return err
+}
+
+// fieldAt is the field of v at index, a yamlField's path, as
+// reflect.Value.FieldByIndex finds it, but also through a policy.Options
+// on the way (the path goes on in its view, optionsView): a copy then,
+// not to be set (setAt sets).
+func fieldAt(v reflect.Value, index []int) reflect.Value {
+	for i, x := range index {
+		if v.Type() == optionsType {
+			return fieldAt(viewOf(v.Interface().(policy.Options)), index[i:])
+		}
+		v = v.Field(x)
+	}
+	return v
+}
+
+// setAt calls set with the field of v (addressable) at index, as fieldAt
+// finds it; through a policy.Options the field is set in its view, which
+// then replaces the Options.
+func setAt(v reflect.Value, index []int, set func(reflect.Value) error) error {
+	for i, x := range index {
+		if v.Type() == optionsType {
+			view := viewOf(v.Interface().(policy.Options))
+			err := setAt(view, index[i:], set)
+			v.Set(reflect.ValueOf(optionsOf(view)))
+			return err
+		}
+		v = v.Field(x)
+	}
+	return set(v)
 }
 
 func decodeStruct(n *yaml.Node, v reflect.Value, path string) error {
@@ -342,7 +378,7 @@ func document(v reflect.Value) any {
 	case t.Kind() == reflect.Struct:
 		out := map[string]any{}
 		for _, f := range yamlFields(t) {
-			out[f.name] = document(v.FieldByIndex(f.index))
+			out[f.name] = document(fieldAt(v, f.index))
 		}
 		return out
 	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // TestYAMLTypeErrorsNameFieldAndLine: a value of the wrong type is refused
@@ -67,7 +69,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.AdminPprof || c.Policy.Name != "smdp" || c.Policy.Window.Milliseconds() != 250 || c.Policy.SMDP.W2 != 0.5 ||
+	if !c.AdminPprof || c.Policy.Name != "smdp" || c.Policy.Window.Milliseconds() != 250 || policy.OptionsOf[policy.SMDPOptions](c.Policy.Options).W2 != 0.5 ||
 		c.Limits.MaxBodyBytes != 1<<20 || c.Limits.QueueRows != 7 ||
 		c.Models["a"].MaxBatchSize != 4 || c.Models["a"].SLA.Milliseconds() != 20 || c.Models["a"].Policy != "adhoc" {
 		t.Fatalf("decoded %+v", c)

@@ -12,6 +12,8 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/kserve/kservetest"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/power"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // The benchmarks here measure the dispatcher's share of a request's cost:
@@ -128,9 +130,13 @@ type benchPlanner struct{}
 func (benchPlanner) Rule() policy.Rule        { return policy.Fill{Policy: policy.NameAdhoc} }
 func (benchPlanner) Changed() <-chan struct{} { return nil }
 
-func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream) *dispatcher.Dispatcher {
+func newBenchDispatcher(tb testing.TB, m benchModel, up dispatcher.Upstream, observers ...dispatcher.Observer) *dispatcher.Dispatcher {
 	tb.Helper()
-	d := dispatcher.New(dispatcher.Options{Upstream: up, Retries: 1, Metrics: dispatcher.NewMetrics(nil)})
+	o := dispatcher.Options{Upstream: up, Retries: 1, Metrics: dispatcher.NewMetrics(nil)}
+	if len(observers) > 0 {
+		o.Observer = dispatcher.Observers(observers)
+	}
+	d := dispatcher.New(o)
 	if err := d.SetModel(dispatcher.ModelSpec{Name: m.name, MaxBatch: m.maxBatch, Instances: 1, QueueRows: 1 << 16, Planner: benchPlanner{}}); err != nil {
 		tb.Fatal(err)
 	}
@@ -203,6 +209,39 @@ func BenchmarkSubmitSources(b *testing.B) {
 			d := newBenchDispatcher(b, bc.m, newBenchUpstream(b, bc.m))
 			benchSubmit(b, d, bc)
 		})
+	}
+}
+
+// BenchmarkSubmitObserved is BenchmarkSubmitSources with the observers
+// serve gives every model: the power meter's alone, and with the
+// what-if's recorder of arrivals, answers and batches beside it, whose
+// difference is what keeping the arrivals costs a request.
+func BenchmarkSubmitObserved(b *testing.B) {
+	src, err := power.Open("none", power.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	meter, err := power.NewMeter(src, power.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []benchCase{{m: benchSimpleBinary, conc: 1, sources: true}, {m: benchSimpleBinary, conc: 64, sources: true}} {
+		// The recorder's rings are made at the model's first call, once:
+		// before the benchmark, as in a proxy that has served a while.
+		rec := whatif.NewRecorder(whatif.Options{})
+		rec.Arrived(dispatcher.Arrival{Model: bc.m.name, At: time.Now(), Rows: 1})
+		for _, obs := range []struct {
+			name string
+			list []dispatcher.Observer
+		}{
+			{"meter", []dispatcher.Observer{meter.Observer()}},
+			{"meter+whatif", []dispatcher.Observer{meter.Observer(), rec}},
+		} {
+			b.Run(bc.String()+"/"+obs.name, func(b *testing.B) {
+				d := newBenchDispatcher(b, bc.m, newBenchUpstream(b, bc.m), obs.list...)
+				benchSubmit(b, d, bc)
+			})
+		}
 	}
 }
 

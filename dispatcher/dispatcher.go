@@ -183,6 +183,18 @@ func (d *Dispatcher) Model(name string) (maxBatch int, ok bool) {
 	return q.spec.MaxBatch, true
 }
 
+// Callers returns a model's callers as its plan reads them
+// (ModelSpec.WatchCallers), and false for a model without a queue.
+func (d *Dispatcher) Callers(model string) (policy.Callers, bool) {
+	d.mu.RLock()
+	q, ok := d.models[model]
+	d.mu.RUnlock()
+	if !ok {
+		return policy.Callers{}, false
+	}
+	return q.callers(d.now()), true
+}
+
 // Submit queues a call and waits for its result. If ctx ends while the call
 // is still queued (the client went away), the call leaves the queue and
 // Submit returns ctx's error; once its batch is sent, Submit waits for it.
@@ -385,7 +397,7 @@ func (q *modelQueue) signal() {
 func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	m := q.d.o.Metrics
 	if c.Rows < 1 {
-		return &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request has no rows"}
+		return kserve.BadRequest("inference request has no rows")
 	}
 	now := q.d.now()
 	q.mu.Lock()
@@ -398,8 +410,7 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 		maxBatch := q.spec.MaxBatch
 		q.mu.Unlock()
 		m.rejected(q.name, "batch_size")
-		return &kserve.Error{Status: http.StatusBadRequest,
-			Msg: fmt.Sprintf("inference request batch-size must be <= %d for '%s'", maxBatch, q.name)}
+		return kserve.BadRequest("inference request batch-size must be <= %d for '%s'", maxBatch, q.name)
 	case q.health.failing && q.admitFailing(now) != nil:
 		err := q.failingError()
 		q.mu.Unlock()
@@ -434,12 +445,12 @@ func (q *modelQueue) enqueue(ctx context.Context, c *Call) error {
 	}
 	k.push(c)
 	q.rows += c.Rows
-	q.src.arrive(c.Source, now)
+	caller := q.src.arrive(c.Source, now)
 	obs, queued := q.obs, q.rows
 	q.mu.Unlock()
 	q.series.accepted.Inc()
 	if obs != nil {
-		obs.Arrived(Arrival{Model: q.name, At: now, Call: c, Rows: c.Rows, Queued: queued})
+		obs.Arrived(Arrival{Model: q.name, At: now, Call: c, Rows: c.Rows, Queued: queued, Caller: caller})
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (u *fakeUpstream) Infer(_ context.Context, model, version string, batch Bod
 		case v == badValue:
 			return &Reply{Status: 400, Body: kserve.AppendErrorBody(nil, "bad input"), HeaderLen: -1, Free: func() {}}, nil
 		case v <= poisonValue && v > badValue:
-			return &Reply{Status: 500, Body: kserve.AppendErrorBody(nil, poisonMsg(v)), HeaderLen: -1, Free: func() {}}, nil
+			return &Reply{Status: 500, Body: kserve.AppendErrorBody(nil, poisonMsg(v)), HeaderLen: -1, ContentType: "text/plain", Free: func() {}}, nil
 		}
 	}
 	out, hl, err := kserve.AppendResponse(nil, simpleResponse(model, req))

@@ -481,10 +481,10 @@ func (q *modelQueue) post(x exchange, body Body, rows int) (reply *Reply, latenc
 			// Triton's 500 in its own words may be one request's error
 			// (memberError); any other 5xx, or a body that is not
 			// Triton's, is the server's.
-			return nil, latency, reply.Status, &faultError{kind: "status_5xx", err: &kserve.Error{Status: reply.Status, Msg: msg},
+			return nil, latency, reply.Status, &faultError{kind: "status_5xx", err: reply.asError(msg),
 				member: ok && reply.Status == http.StatusInternalServerError}
 		}
-		return nil, latency, reply.Status, &kserve.Error{Status: reply.Status, Msg: msg}
+		return nil, latency, reply.Status, reply.asError(msg)
 	}
 	return reply, latency, http.StatusOK, nil
 }

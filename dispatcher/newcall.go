@@ -2,8 +2,6 @@ package dispatcher
 
 import (
 	"errors"
-	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -70,14 +68,14 @@ func scheduleParams(req *kserve.Request, c *Call, now time.Time) error {
 	if v, ok := req.Parameters[kserve.ParamPriority]; ok {
 		p, ok := req.Parameters.Uint(kserve.ParamPriority)
 		if !ok {
-			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'priority' must be a non-negative integer, got %v", v)}
+			return kserve.BadRequest("parameter 'priority' must be a non-negative integer, got %v", v)
 		}
 		c.Priority = p
 	}
 	if v, ok := req.Parameters[kserve.ParamTimeout]; ok {
 		us, ok := req.Parameters.Uint(kserve.ParamTimeout)
 		if !ok {
-			return &kserve.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("parameter 'timeout' must be a non-negative integer of microseconds, got %v", v)}
+			return kserve.BadRequest("parameter 'timeout' must be a non-negative integer of microseconds, got %v", v)
 		}
 		c.Timeout = microseconds(us)
 	}

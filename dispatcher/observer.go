@@ -57,6 +57,9 @@ type Arrival struct {
 	Rows int // the call's rows
 	// Queued is the model's queued rows with this call's.
 	Queued int
+	// Caller is what the queue took the call's caller for as it arrived
+	// (its connection's kind, as the plan reads the callers).
+	Caller CallerKind
 }
 
 // Decision is one decision of a model's rule on one key's queue.

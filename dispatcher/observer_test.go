@@ -79,6 +79,9 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 	for i, n := range rows {
 		wg.Go(func() {
 			c := call(t, int32(i), n)
+			if i == 1 {
+				c.Source = 5 // a named connection, not learnt yet
+			}
 			ctx := context.WithValue(context.Background(), ctxKey{}, i)
 			r := d.Submit(ctx, "simple", c)
 			d.Delivered(r)
@@ -101,6 +104,9 @@ func TestObserverSeesEveryEventOfABatch(t *testing.T) {
 		for i, a := range r.arrived {
 			if a.Model != "simple" || a.Rows != rows[i] || a.Queued != sumRows(rows[:i+1]) || a.Call == nil {
 				t.Errorf("arrival %d: %+v, want %d rows, %d queued", i, a, rows[i], sumRows(rows[:i+1]))
+			}
+			if want := map[bool]CallerKind{false: CallerUnnamed, true: CallerUnknown}[i == 1]; a.Caller != want {
+				t.Errorf("arrival %d: caller %v, want %v", i, a.Caller, want)
 			}
 		}
 		if len(r.decided) < 3 {

@@ -308,7 +308,7 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 		return Result{}, r
 	case reply.Status >= 500:
 		return fail("error", fmt.Sprintf("%d %s", reply.Status, msg),
-			fault("status_5xx", &kserve.Error{Status: reply.Status, Msg: msg}))
+			fault("status_5xx", reply.asError(msg)))
 	}
 	// The upstream read the probe and refused its input: it answers, which
 	// is what the probe asks; a body that does not fit the model must not
@@ -316,7 +316,7 @@ func (d *Dispatcher) sendProbe(model string, w Wire, timeout time.Duration) (Res
 	r.OK, r.Outcome, r.Detail = true, "rejected", fmt.Sprintf("%d %s", reply.Status, msg)
 	d.o.Logger.Warn("the upstream refused the probe inference: the model is taken for healthy; set models.NAME.probe to a request it accepts",
 		"model", model, "status", reply.Status, "error", msg)
-	return Result{Err: &kserve.Error{Status: reply.Status, Msg: msg}}, r
+	return Result{Err: reply.asError(msg)}, r
 }
 
 // noteRefused records a connection the upstream refused (markedDown: the

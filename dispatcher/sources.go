@@ -355,11 +355,12 @@ var sourceWeight = func() (w [sourceWindow + 1]float64) {
 	return w
 }()
 
-// arrive counts a call of source id (0: unknown).
-func (s *sources) arrive(id uint64, now time.Time) {
+// arrive counts a call of source id (0: unknown) and returns what its
+// caller is taken for (caller).
+func (s *sources) arrive(id uint64, now time.Time) CallerKind {
 	if id == 0 {
 		s.unknown = now
-		return
+		return CallerUnnamed
 	}
 	if s.by == nil {
 		s.by = map[uint64]*source{}
@@ -394,6 +395,51 @@ func (s *sources) arrive(id uint64, now time.Time) {
 		src.peak = src.calls
 	}
 	s.free += src.free()
+	return s.caller(src, now)
+}
+
+// CallerKind is what the queue takes a call's caller for at its arrival,
+// as the plan reads the callers (modelQueue.callers): an observer that
+// keeps arrivals to replay them through other settings (the what-if) must
+// not replay a closed loop's at the times they came, since they follow
+// the answers.
+type CallerKind uint8
+
+// The kinds of caller. A closed-loop connection among arrivals whose
+// feedback says they do not follow the answers (a pool under an open
+// stream) is open, as the plan takes it.
+const (
+	CallerUnnamed CallerKind = iota // a connection the door cannot name
+	CallerUnknown                   // a connection not learnt yet
+	CallerOpen                      // sends on its own schedule
+	CallerClosed                    // sends a think time after its answer
+	CallerLone                      // the one synchronous caller of the model
+)
+
+var callerNames = [...]string{"unnamed", "unknown", "open_loop", "closed_loop", "lone"}
+
+func (k CallerKind) String() string {
+	if int(k) < len(callerNames) {
+		return callerNames[k]
+	}
+	return "unknown"
+}
+
+// caller is the kind of src's caller at now.
+func (s *sources) caller(src *source, now time.Time) CallerKind {
+	if s.lone.is(now) {
+		return CallerLone
+	}
+	switch src.kind() {
+	case KindOpenLoop:
+		return CallerOpen
+	case KindClosedLoop:
+		if fb, ok := s.fb.score(); ok && fb < feedbackOpen {
+			return CallerOpen
+		}
+		return CallerClosed
+	}
+	return CallerUnknown
 }
 
 // leave uncounts a call of source id: answered, withdrawn or expired.

@@ -772,3 +772,73 @@ func TestLoneCallerWhateverItsConnections(t *testing.T) {
 		})
 	}
 }
+
+// Each arrival says what its caller is taken for, as the plan takes the
+// callers: a call without a connection is unnamed; a keep-alive
+// connection is unknown until it has shown its gaps, then closed-loop
+// when it sends a think time after each answer and open-loop when it
+// keeps its own schedule; and a model's one synchronous caller is lone.
+func TestArrivalCallerKind(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var s sources
+	if k := s.arrive(0, now); k != CallerUnnamed {
+		t.Errorf("a call without a source: %v, want unnamed", k)
+	}
+	// Two keep-alive clients, each sending 100 us after its answer:
+	// unknown for their first gaps, then closed-loop (two of them, so
+	// never lone: their calls overlap).
+	now = now.Add(2 * SourceIdleFor)
+	var kinds []CallerKind
+	for range 10 {
+		kinds = append(kinds, s.arrive(1, now), s.arrive(2, now.Add(10*time.Microsecond)))
+		now = now.Add(time.Millisecond)
+		s.leave(1, now)
+		s.leave(2, now)
+		now = now.Add(100 * time.Microsecond)
+	}
+	if kinds[0] != CallerUnknown || kinds[len(kinds)-1] != CallerClosed {
+		t.Errorf("closed-loop clients: %v, want unknown first and closed_loop once learnt", kinds)
+	}
+	// Two connections each sending every millisecond by the clock, the
+	// second half a millisecond after the first, their answers taking
+	// 0.55 to 0.95 ms (so each arrival finds the other's call): the gaps
+	// from the answers spread far more than the intervals, open-loop.
+	type event struct {
+		at     time.Duration
+		id     uint64
+		arrive bool
+	}
+	var events []event
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 50 {
+		for j, id := range []uint64{7, 8} {
+			at := time.Duration(i)*time.Millisecond + time.Duration(j)*500*time.Microsecond
+			events = append(events, event{at, id, true}, event{at + time.Duration(550+rng.IntN(400))*time.Microsecond, id, false})
+		}
+	}
+	slices.SortStableFunc(events, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	var open sources
+	var last CallerKind
+	for _, e := range events {
+		if e.arrive {
+			last = open.arrive(e.id, now.Add(e.at))
+		} else {
+			open.leave(e.id, now.Add(e.at))
+		}
+	}
+	if last != CallerOpen {
+		t.Errorf("a client on its own schedule: %v, want open_loop", last)
+	}
+	// One synchronous client opening a connection per call: lone once
+	// its run of arrivals tells.
+	var lone sources
+	for id := uint64(1); id <= 100; id++ {
+		last = lone.arrive(id, now)
+		now = now.Add(time.Millisecond)
+		lone.leave(id, now)
+		now = now.Add(50 * time.Microsecond)
+	}
+	if last != CallerLone || last.String() != "lone" {
+		t.Errorf("a lone synchronous caller: %v, want lone", last)
+	}
+}

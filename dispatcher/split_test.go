@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ratebatch/ratebatch/internal/testpoll"
+	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -82,6 +83,9 @@ func TestSplitIsolatesPoisonedMembers(t *testing.T) {
 				}
 				if want := poisonMsg(poisonValue - int32(i)); status(r.Err) != http.StatusInternalServerError || r.Err.Error() != want {
 					t.Fatalf("poisoned caller %d: %v, want 500 %q (its own)", i, r.Err, want)
+				}
+				if ct := kserve.ErrorContentType(r.Err); ct != "text/plain" {
+					t.Fatalf("poisoned caller %d: Content-Type %q, want Triton's text/plain", i, ct)
 				}
 			}
 			if got, most := up.calls.Load(), int32(1+2*(tt.n-1)); got > most {

@@ -73,7 +73,16 @@ type Reply struct {
 	Status    int
 	Body      []byte
 	HeaderLen int // Inference-Header-Content-Length, -1 when absent
-	Free      func()
+	// ContentType is an error answer's (Status not 200), passed back with
+	// the error as Triton sent it; "" for a 200.
+	ContentType string
+	Free        func()
+}
+
+// asError is the *kserve.Error of an error answer: its status, msg (its
+// body's message) and its Content-Type, as Triton sent them.
+func (r *Reply) asError(msg string) *kserve.Error {
+	return &kserve.Error{Status: r.Status, Msg: msg, ContentType: r.ContentType}
 }
 
 // ErrUpstreamTimeout reports an upstream call past its deadline.
@@ -120,7 +129,9 @@ func NewHTTPUpstream(base string, maxConns int, timeout time.Duration) (*HTTPUps
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("upstream URL %q: want http(s)://host:port", base)
 	}
-	hc := hostclient.New(u)
+	// A batch's deadline is its callers' (Outgoing.Until): kept exactly,
+	// so that a gRPC caller is answered before its deadline passes.
+	hc := hostclient.NewExact(u)
 	hc.MaxConns = maxConns
 	hc.MaxResponseBodySize = 0 // unlimited: Triton's answers are as large as the batch needs
 	hc.DisableHeaderNamesNormalizing = true
@@ -273,10 +284,14 @@ func (u *HTTPUpstream) infer(ctx context.Context, model, version string, body Bo
 		}
 		hl = n
 	}
-	return &Reply{
+	reply := &Reply{
 		Status:    resp.StatusCode(),
 		Body:      resp.Body(),
 		HeaderLen: hl,
 		Free:      func() { fasthttp.ReleaseResponse(resp) },
-	}, nil
+	}
+	if reply.Status != fasthttp.StatusOK { // a 200's type is the answer's own: not copied
+		reply.ContentType = string(resp.Header.ContentType())
+	}
+	return reply, nil
 }

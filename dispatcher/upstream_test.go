@@ -50,6 +50,41 @@ func oneRow(t *testing.T) *kserve.Batch {
 	return b
 }
 
+// An error answer keeps the Content-Type Triton gave it, which its callers
+// get (Reply.ContentType); a 200's is not copied.
+func TestHTTPUpstreamKeepsAnErrorsContentType(t *testing.T) {
+	for _, tt := range []struct {
+		status    int
+		ctype     string
+		wantCtype string
+	}{
+		{500, "text/plain", "text/plain"},
+		{400, "application/json", "application/json"},
+		{200, "application/json", ""},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", tt.ctype)
+			w.WriteHeader(tt.status)
+			w.Write(kserve.AppendErrorBody(nil, "x"))
+		}))
+		u, err := NewHTTPUpstream(srv.URL, 4, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, _ := kserve.NewTensor("X", []int64{1}, []int32{1})
+		b, _ := kserve.Merge([]*kserve.Request{{Inputs: []kserve.Tensor{in}}})
+		reply, err := u.Infer(context.Background(), "m", "", b, Outgoing{})
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Status != tt.status || reply.ContentType != tt.wantCtype {
+			t.Errorf("answer %d %s: reply %d with Content-Type %q, want %q", tt.status, tt.ctype, reply.Status, reply.ContentType, tt.wantCtype)
+		}
+		reply.Free()
+	}
+}
+
 // seenRequest is what a test server saw of one request.
 type seenRequest struct {
 	path, host, ctype, headerLen string

@@ -39,8 +39,9 @@ package docs_test
 // the text (8000, 8001, 8002, 9000, 9001, 9002, 9443, 9444 after a colon) are replaced
 // by free loopback ports, so the run neither meets a Triton on this machine
 // nor another run. A `go test` command that is not run is still checked
-// with `go test -list`: its packages exist and its -run (or -bench, -fuzz)
-// pattern names at least one test there.
+// as `go test -list` would (from the sources: listTests): its packages
+// exist and its -run (or -bench, -fuzz) pattern names at least one test
+// there.
 //
 // TestDocsCommandsAreMarked (always) checks the markers;
 // TestDocsCommandsRun (skipped with -short) runs the blocks.
@@ -48,7 +49,11 @@ package docs_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"net/http"
 	"os"
@@ -62,6 +67,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // notRunDocuments are left out of the convention, with the reason (none
@@ -423,6 +430,7 @@ func TestDocsCommandsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every marked command of the documents against the emulator; skipped with -short")
 	}
+	t.Parallel() // mostly waiting on its commands, beside TestLatencyCostTableIsReproduced's simulations
 	all := allBlocks(t)
 	if t.Failed() {
 		t.FailNow()
@@ -501,23 +509,106 @@ func checkGoTestCommands(t *testing.T, b block, clone string, env []string) {
 		if m[1] != "" {
 			dir = filepath.Join(clone, m[1])
 		}
-		cmd := exec.Command("go", append([]string{"test", "-list", pattern}, pkgs...)...)
-		cmd.Dir, cmd.Env = dir, env
-		out, err := cmd.CombinedOutput()
+		named, err := listTests(dir, env, pattern, pkgs)
 		if err != nil {
-			t.Errorf("%s: go test -list %s %s: %v\n%s", b, pattern, strings.Join(pkgs, " "), err, out)
+			t.Errorf("%s: go test -list %s %s: %v", b, pattern, strings.Join(pkgs, " "), err)
 			continue
 		}
-		named := 0
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, "Test") || strings.HasPrefix(l, "Benchmark") || strings.HasPrefix(l, "Fuzz") || strings.HasPrefix(l, "Example") {
-				named++
-			}
-		}
-		if named == 0 {
+		if len(named) == 0 {
 			t.Errorf("%s: `go test %s` runs nothing: no test in %s matches %s", b, m[2], strings.Join(pkgs, " "), pattern)
 		}
 	}
+}
+
+// listTests is what `go test -list pattern pkgs` prints (run in dir),
+// read from the sources instead of built: the top-level tests, benchmarks,
+// fuzz tests and examples of the packages' test files (go list's, for this
+// platform and no build tags) whose names match pattern. Building them
+// would compile each named package's tests anew in the scratch clone,
+// whose paths no build cache knows: most of this test's time.
+func listTests(dir string, env []string, pattern string, pkgs []string) ([]string, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, err
+	}
+	const format = `{{if .Error}}{{.Error}}{{"\n"}}{{else}}{{.Dir}}{{range .TestGoFiles}}{{"\t"}}{{.}}{{end}}{{range .XTestGoFiles}}{{"\t"}}{{.}}{{end}}{{"\n"}}{{end}}`
+	cmd := exec.Command("go", append([]string{"list", "-e", "-f", format}, pkgs...)...)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return nil, fmt.Errorf("go list: %w\n%s", err, stderr)
+	}
+	var named []string
+	fset := token.NewFileSet()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Split(line, "\t")
+		if !filepath.IsAbs(fields[0]) {
+			return nil, errors.New(line) // the package's error
+		}
+		for _, name := range fields[1:] {
+			f, err := parser.ParseFile(fset, filepath.Join(fields[0], name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range f.Decls {
+				if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && isTestFunc(fn.Name.Name) && re.MatchString(fn.Name.Name) {
+					named = append(named, fn.Name.Name)
+				}
+			}
+		}
+	}
+	return named, nil
+}
+
+// TestListTests: listTests names what go test -list names, from the
+// sources: a package's tests whose names match, none for a pattern that
+// matches nothing or a lower-case continuation (Testify is no test), an
+// error for a package that does not exist.
+func TestListTests(t *testing.T) {
+	env := environ()
+	for _, c := range []struct {
+		pattern string
+		pkgs    []string
+		want    []string
+	}{
+		{"^TestListTests$|^TestDocsCommandsRun$", []string{"./docs"}, []string{"TestDocsCommandsRun", "TestListTests"}},
+		{"^TestDocsCommandsRun$", []string{"./docs", "./lab/sim"}, []string{"TestDocsCommandsRun"}},
+		{"^TestNoSuchTest$", []string{"./docs"}, nil},
+		{"^FuzzSplitRows$", []string{"./kserve"}, []string{"FuzzSplitRows"}},
+	} {
+		got, err := listTests("..", env, c.pattern, c.pkgs)
+		if err != nil {
+			t.Fatalf("%s %v: %v", c.pattern, c.pkgs, err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s %v: %v, want %v", c.pattern, c.pkgs, got, c.want)
+		}
+	}
+	if got, err := listTests("..", env, ".", []string{"./nosuchpackage"}); err == nil {
+		t.Errorf("a package that does not exist: %v, no error", got)
+	}
+	for name, want := range map[string]bool{"Test": true, "TestX": true, "Test_x": true, "Testify": false, "BenchmarkRun": true, "ExampleServer": true, "FuzzFoo": true, "helper": false} {
+		if isTestFunc(name) != want {
+			t.Errorf("isTestFunc(%q) = %v", name, !want)
+		}
+	}
+}
+
+// isTestFunc says whether go test runs a function of this name: Test,
+// Benchmark, Fuzz or Example, then nothing or not a lower-case letter.
+func isTestFunc(name string) bool {
+	for _, prefix := range []string{"Test", "Benchmark", "Fuzz", "Example"} {
+		if rest, ok := strings.CutPrefix(name, prefix); ok {
+			r, _ := utf8.DecodeRuneInString(rest)
+			return rest == "" || !unicode.IsLower(r)
+		}
+	}
+	return false
 }
 
 // shellWords splits a command line into words, honouring single and double

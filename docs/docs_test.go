@@ -8,6 +8,9 @@
 package docs_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,6 +232,47 @@ func TestOnlyTestsImportTestpoll(t *testing.T) {
 			if imp == module+"internal/testpoll" {
 				t.Errorf("%s imports internal/testpoll: only tests and test helpers may", rel)
 			}
+		}
+	}
+}
+
+// noRacePkgs matches the Makefile's list of the packages make test runs
+// without the race detector.
+var noRacePkgs = regexp.MustCompile(`(?m)^NORACE_PKGS := (.*)$`)
+
+// TestNoRacePackagesStartNoGoroutine: the packages make test runs without
+// the race detector (the Makefile's NORACE_PKGS) have no go statement in
+// their code or tests: the detector finds races between goroutines, and
+// a package that starts one must run under it. (go test -trace shows that
+// what they call starts none either: only the testing package's
+// goroutines appear.)
+func TestNoRacePackagesStartNoGoroutine(t *testing.T) {
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := noRacePkgs.FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no NORACE_PKGS := line")
+	}
+	for _, pkg := range strings.Fields(string(m[1])) {
+		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Errorf("NORACE_PKGS names %s, which has no Go files (%v)", pkg, err)
+			continue
+		}
+		fset := token.NewFileSet()
+		for _, file := range files {
+			f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if g, ok := n.(*ast.GoStmt); ok {
+					t.Errorf("%s: a go statement in %s, which make test runs without the race detector: take it out of the Makefile's NORACE_PKGS", fset.Position(g.Pos()), pkg)
+				}
+				return true
+			})
 		}
 	}
 }

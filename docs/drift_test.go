@@ -297,45 +297,26 @@ const (
 
 // TestLatencyCostTableIsReproduced: every figure of the simulated table of
 // docs/results/latency-cost.md is what the sim command it names prints
-// now, rounded as the table rounds. It runs in every CI run (four
-// simulations of 330,000 requests each, seconds of CPU apiece); -short
+// now, rounded as the table rounds. It runs in every CI run (one
+// simulation of 330,000 requests per budget the table names, seconds of
+// CPU apiece, all at once and beside the package's other tests); -short
 // skips it.
 func TestLatencyCostTableIsReproduced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates the table's rows")
 	}
+	t.Parallel()
 	rows := joulesRow.FindAllStringSubmatch(section(t, latencyCostPage, latencyCostTable), -1)
 	if len(rows) < 3 {
 		t.Fatalf("%s's simulated table: %d rows found, want adhoc, the default and budget", latencyCostPage, len(rows))
 	}
-	type simRow struct {
-		Policy  string  `json:"policy"`
-		Mean    float64 `json:"mean_latency_ms"`
-		P99     float64 `json:"p99_latency_ms"`
-		Batch   float64 `json:"mean_batch_size"`
-		PerJule float64 `json:"requests_per_joule"`
+	var budgets []string
+	for _, m := range rows {
+		if !slices.Contains(budgets, m[2]) {
+			budgets = append(budgets, m[2])
+		}
 	}
-	sims := map[string][]simRow{} // by --latency-budget
-	sim := func(budget string) []simRow {
-		if r, ok := sims[budget]; ok {
-			return r
-		}
-		args := []string{"sim", "--policy", "adhoc,batchmonitor+,budget", "--trace", "paper300",
-			"--preset", "googlenet-p4", "--trace-scale", "10", "--json"}
-		if budget != "" {
-			args = append(args, "--latency-budget", budget)
-		}
-		out, err := exec.Command(ratebatch(t), args...).Output()
-		if err != nil {
-			t.Fatalf("ratebatch %s: %v", strings.Join(args, " "), err)
-		}
-		var r []simRow
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("ratebatch %s: %v", strings.Join(args, " "), err)
-		}
-		sims[budget] = r
-		return r
-	}
+	sims := simLatencyCost(t, budgets)
 	for _, m := range rows {
 		name, budget := m[1], m[2]
 		if name == "budget" && budget == "" {
@@ -343,7 +324,7 @@ func TestLatencyCostTableIsReproduced(t *testing.T) {
 			continue
 		}
 		var got *simRow
-		for _, r := range sim(budget) {
+		for _, r := range sims[budget] {
 			if r.Policy == name {
 				got = &r
 			}
@@ -354,7 +335,7 @@ func TestLatencyCostTableIsReproduced(t *testing.T) {
 		}
 		gain := ""
 		if name != "adhoc" {
-			adhoc := sim(budget)[0]
+			adhoc := sims[budget][0]
 			gain = fmt.Sprintf("%+.1f%%", 100*(got.PerJule/adhoc.PerJule-1))
 		}
 		want := []string{fmt.Sprintf("%.2f", got.Mean), fmt.Sprintf("%.1f", got.P99), fmt.Sprintf("%.2f", got.Batch), fmt.Sprintf("%.2f", got.PerJule), gain}
@@ -362,6 +343,53 @@ func TestLatencyCostTableIsReproduced(t *testing.T) {
 			t.Errorf("%s's simulated table, %s %s: %q, but sim prints %q (mean ms, p99 ms, rows per batch, req/J, vs ad-hoc)", latencyCostPage, name, budget, have, want)
 		}
 	}
+}
+
+// simRow is one policy's row of `ratebatch sim --json`.
+type simRow struct {
+	Policy  string  `json:"policy"`
+	Mean    float64 `json:"mean_latency_ms"`
+	P99     float64 `json:"p99_latency_ms"`
+	Batch   float64 `json:"mean_batch_size"`
+	PerJule float64 `json:"requests_per_joule"`
+}
+
+// simLatencyCost runs the latency-cost table's sim command once per
+// --latency-budget in budgets, all at once (each is one process on one
+// core), and returns each one's rows, ad-hoc's first. The budget ""
+// stands for the rows of the policies that take no budget: adhoc and
+// batchmonitor+ alone, without the budget policy, whose default row has
+// its own budget (1.10x) in the table.
+func simLatencyCost(t *testing.T, budgets []string) map[string][]simRow {
+	t.Helper()
+	bin := ratebatch(t)
+	out := make([][]byte, len(budgets))
+	errs := make([]error, len(budgets))
+	argv := make([][]string, len(budgets))
+	var wg sync.WaitGroup
+	for i, budget := range budgets {
+		argv[i] = []string{"sim", "--policy", "adhoc,batchmonitor+,budget", "--trace", "paper300",
+			"--preset", "googlenet-p4", "--trace-scale", "10", "--json"}
+		if budget == "" {
+			argv[i][2] = "adhoc,batchmonitor+"
+		} else {
+			argv[i] = append(argv[i], "--latency-budget", budget)
+		}
+		wg.Go(func() { out[i], errs[i] = exec.Command(bin, argv[i]...).Output() })
+	}
+	wg.Wait()
+	sims := map[string][]simRow{}
+	for i, budget := range budgets {
+		var r []simRow
+		if errs[i] == nil {
+			errs[i] = json.Unmarshal(out[i], &r)
+		}
+		if errs[i] != nil {
+			t.Fatalf("ratebatch %s: %v", strings.Join(argv[i], " "), errs[i])
+		}
+		sims[budget] = r
+	}
+	return sims
 }
 
 // TestSimulationTablesShowEveryPolicy: an output shown in docs/ after a

@@ -139,6 +139,23 @@ func (cc *countedConn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// PaceWrites gives the wrapped connection's (rawconn.Conn.PaceWrites), so
+// that a streamed answer's writes are each bounded through the count.
+func (cc *countedConn) PaceWrites() {
+	if p, ok := cc.Conn.(interface{ PaceWrites() }); ok {
+		p.PaceWrites()
+	}
+}
+
+// CloseWrite gives the wrapped connection's, so that a lingering close
+// (package linger) half-closes through the count.
+func (cc *countedConn) CloseWrite() error {
+	if cw, ok := cc.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 // connAddr is a counted connection's remote address, with the way back
 // to its verdict.
 type connAddr struct {

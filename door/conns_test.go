@@ -3,6 +3,7 @@ package door
 import (
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,5 +94,69 @@ func TestConnsUnbounded(t *testing.T) {
 	var nilConns *Conns
 	if nilConns.Listener(tcp) != tcp || (&Conns{}).Listener(tcp) != tcp {
 		t.Fatal("an unbounded Conns wrapped its listener")
+	}
+}
+
+// pacedConn records PaceWrites, as rawconn.Conn has it, beside a TCP
+// connection's CloseWrite and SyscallConn.
+type pacedConn struct {
+	*net.TCPConn
+	paced bool
+}
+
+func (p *pacedConn) PaceWrites() { p.paced = true }
+
+// pacedListener wraps each accepted connection in a pacedConn.
+type pacedListener struct {
+	net.Listener
+	last *pacedConn
+}
+
+func (l *pacedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.last = &pacedConn{TCPConn: c.(*net.TCPConn)}
+	return l.last, nil
+}
+
+// A counted connection is seen through as the one it wraps: a streamed
+// answer's pacing (rawconn.Conn.PaceWrites), a lingering close's half
+// close (CloseWrite) and a hang-up watch's socket (SyscallConn) reach the
+// connection underneath, or the stream is cut at the write timeout and
+// the lingering close resets its client.
+func TestCountedConnSeesThrough(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	pl := &pacedListener{Listener: tcp}
+	ln := (&Conns{Max: 4}).Listener(pl)
+	c, client := acceptOne(t, ln, nil)
+	p, ok := c.(interface{ PaceWrites() })
+	if !ok {
+		t.Fatal("a counted connection has no PaceWrites")
+	}
+	p.PaceWrites()
+	if !pl.last.paced {
+		t.Fatal("PaceWrites did not reach the connection underneath")
+	}
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		t.Fatal("a counted connection has no CloseWrite")
+	}
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := client.Read(make([]byte, 1)); n != 0 || err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("after the half close the client read %d, %v; want EOF", n, err)
+	}
+	if _, ok := c.(interface {
+		SyscallConn() (syscall.RawConn, error)
+	}); !ok {
+		t.Fatal("a counted connection has no SyscallConn")
 	}
 }

@@ -98,6 +98,11 @@ type Options struct {
 	// TLS, when set, is the door's TLS (tls.cert, tls.client_ca); nil:
 	// plain text.
 	TLS *tls.Config
+
+	// deadlineLead replaces deadlineLead, for a test that must see the
+	// door's answer reach its client before the client's own timer on a
+	// machine too loaded to keep the product's lead.
+	deadlineLead time.Duration
 }
 
 // A call costs the process memory beside its messages while it lasts:
@@ -154,6 +159,9 @@ func New(o Options) *Server {
 	}
 	if o.MaxRecvBytes <= 0 {
 		o.MaxRecvBytes = tritonMaxMessage
+	}
+	if o.deadlineLead <= 0 {
+		o.deadlineLead = deadlineLead
 	}
 	ka := keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout, MaxConnectionIdle: o.IdleTimeout}
 	if ka.Time <= 0 {
@@ -318,7 +326,9 @@ func (s *Server) recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerI
 // inference and relayed call is (the door serves them as streams of an
 // unknown service): the call ends with INTERNAL, the others are served on.
 // A call queued in the dispatcher is answered before Submit returns, the
-// dispatcher containing its own panics, so none is left behind.
+// dispatcher containing its own panics, so none is left behind. The call
+// runs under answerDeadline (called here: a second interceptor in grpc-go's
+// chain would cost a closure per call).
 func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -326,7 +336,7 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 			s.door.Failed("", codes.Internal.String())
 		}
 	}()
-	return h(srv, ss)
+	return s.answerDeadline(srv, ss, h)
 }
 
 // testHookHandle, set only by tests, runs as each call is handled, with

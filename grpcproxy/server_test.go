@@ -185,6 +185,7 @@ type rigOptions struct {
 	discoverer door.Discoverer
 	conns      *door.Conns
 	idle       time.Duration
+	lead       time.Duration // the door's deadline lead; zero: the product's
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -222,7 +223,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		r.disp.Drain(ctx)
 	})
 	r.srv = New(Options{Backend: door.Backend{Batcher: r.disp, Memory: o.memory, Forward: o.forward, Discoverer: o.discoverer, Conns: o.conns},
-		Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport, IdleTimeout: o.idle})
+		Upstream: up, MaxRecvBytes: o.maxRecv, Ready: r.ready.Load, LoadReport: o.loadReport, IdleTimeout: o.idle, deadlineLead: o.lead})
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -19,12 +19,18 @@ func ParseHeaderLength(v string, bodyLen int) (int, error) {
 	if err != nil || n < 0 {
 		// A copy in the message keeps v from escaping: callers pass a
 		// header's bytes converted in place, not a string on the heap.
-		return 0, badRequest("%s %q is not a non-negative integer", HeaderContentLength, strings.Clone(v))
+		return 0, badHeader("%s %q is not a non-negative integer", HeaderContentLength, strings.Clone(v))
 	}
 	if n > int64(bodyLen) {
-		return 0, badRequest("%s %d exceeds the body length %d", HeaderContentLength, n, bodyLen)
+		return 0, badHeader("%s %d exceeds the body length %d", HeaderContentLength, n, bodyLen)
 	}
 	return int(n), nil
+}
+
+// badHeader is the 400 of a malformed header: text/plain, as Triton
+// answers a bad Inference-Header-Content-Length.
+func badHeader(format string, args ...any) *Error {
+	return &Error{Status: 400, Msg: fmt.Sprintf(format, args...)}
 }
 
 // splitBody separates the JSON header from the binary section.
@@ -33,7 +39,7 @@ func splitBody(body []byte, headerLen int) (header, bin []byte, err error) {
 	case headerLen < 0:
 		return body, nil, nil
 	case headerLen > len(body):
-		return nil, nil, badRequest("%s %d exceeds the body length %d", HeaderContentLength, headerLen, len(body))
+		return nil, nil, BadRequest("%s %d exceeds the body length %d", HeaderContentLength, headerLen, len(body))
 	}
 	return body[:headerLen], body[headerLen:], nil
 }
@@ -69,7 +75,7 @@ func (r *Request) DecodeData() error {
 		}
 		n, err := ElementCount(t.Shape) // checked when decoded: no error
 		if err != nil {
-			return badRequest("input %q: %v", t.Name, err)
+			return BadRequest("input %q: %v", t.Name, err)
 		}
 		data, err := t.deferred.decode(t.Datatype, t.Shape, n, func() string { return fmt.Sprintf("input %q", t.Name) })
 		if err != nil {
@@ -133,11 +139,11 @@ func decodeRequest(body []byte, headerLen int, deferData bool) (*Request, error)
 	}
 	if v, ok := r.Parameters[ParamBinaryDataOutput]; ok {
 		if _, isBool := v.(bool); !isBool {
-			return nil, badRequest("request parameter %q must be true or false", ParamBinaryDataOutput)
+			return nil, BadRequest("request parameter %q must be true or false", ParamBinaryDataOutput)
 		}
 	}
 	if len(r.Inputs) == 0 {
-		return nil, badRequest(`request has no "inputs"`)
+		return nil, BadRequest(`request has no "inputs"`)
 	}
 	if err := d.finishBinary("inputs"); err != nil {
 		return nil, err
@@ -238,7 +244,7 @@ func (j jsonText) decode(dt Datatype, shape []int64, n int64, what func() string
 	s := scanner{buf: j.buf, pos: int(j.pos), depth: int(j.depth)}
 	data, got, err := s.tensorData(dt, n)
 	if err != nil {
-		return nil, badRequest("%s: %v", what(), err)
+		return nil, BadRequest("%s: %v", what(), err)
 	}
 	if err := checkJSONCount(what, shape, n, got); err != nil {
 		return nil, err
@@ -253,7 +259,7 @@ func readsAsJSON(dt Datatype) bool { return dt.Size() > 0 && !dt.Half() }
 // checkJSONCount refuses JSON data of got elements for a shape of n.
 func checkJSONCount(what func() string, shape []int64, n, got int64) error {
 	if got != n {
-		return badRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(shape), n, got)
+		return BadRequest("%s: shape %s needs %d elements, data has %d", what(), FormatShape(shape), n, got)
 	}
 	return nil
 }
@@ -262,12 +268,12 @@ func (d *decoder) wrap(what string, err error) error {
 	if e, ok := err.(*Error); ok {
 		return e
 	}
-	return badRequest("%s: %v", what, err)
+	return BadRequest("%s: %v", what, err)
 }
 
 func (d *decoder) finishBinary(what string) error {
 	if d.off != len(d.bin) {
-		return badRequest("body has %d bytes of binary data beyond the binary_data_size of its %s (%d bytes declared)", len(d.bin)-d.off, what, d.off)
+		return BadRequest("body has %d bytes of binary data beyond the binary_data_size of its %s (%d bytes declared)", len(d.bin)-d.off, what, d.off)
 	}
 	return nil
 }
@@ -311,7 +317,7 @@ func (d *decoder) tensors(kind string, dst []Tensor) ([]Tensor, error) {
 			return dst, nil
 		}
 		if i == MaxTensors {
-			return nil, badRequest("more than %d %ss", MaxTensors, kind)
+			return nil, BadRequest("more than %d %ss", MaxTensors, kind)
 		}
 		t, err := d.tensor(kind, i)
 		if err != nil {
@@ -371,7 +377,7 @@ func (d *decoder) tensor(kind string, idx int) (Tensor, error) {
 			return Tensor{}, d.wrap(fmt.Sprintf("%s %q", what(), key), err)
 		}
 		if dup {
-			return Tensor{}, badRequest("%s: duplicate %q", what(), key)
+			return Tensor{}, BadRequest("%s: duplicate %q", what(), key)
 		}
 	}
 	return d.finish(&f, kind, what)
@@ -395,7 +401,7 @@ func (d *decoder) data(f *tensorFields, what func() string) error {
 		if n, err := ElementCount(f.shape); err == nil {
 			f.data, f.got, err = s.tensorData(dt, n)
 			if err != nil {
-				return badRequest("%s: %v", what(), err)
+				return BadRequest("%s: %v", what(), err)
 			}
 			f.parsed = true
 			return nil
@@ -413,38 +419,38 @@ func (d *decoder) data(f *tensorFields, what func() string) error {
 // from the binary section.
 func (d *decoder) finish(f *tensorFields, kind string, what func() string) (Tensor, error) {
 	if !f.hasName || len(f.name) == 0 {
-		return Tensor{}, badRequest(`%s: missing "name"`, what())
+		return Tensor{}, BadRequest(`%s: missing "name"`, what())
 	}
 	if !f.hasDtype {
-		return Tensor{}, badRequest(`%s: missing "datatype"`, what())
+		return Tensor{}, BadRequest(`%s: missing "datatype"`, what())
 	}
 	dt := datatypeOf(f.dtype)
 	if dt == "" {
-		return Tensor{}, badRequest(`%s: unknown datatype %q (want one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES)`, what(), f.dtype)
+		return Tensor{}, BadRequest(`%s: unknown datatype %q (want one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES)`, what(), f.dtype)
 	}
 	if !f.hasShape {
-		return Tensor{}, badRequest(`%s: missing "shape"`, what())
+		return Tensor{}, BadRequest(`%s: missing "shape"`, what())
 	}
 	n, err := ElementCount(f.shape)
 	if err != nil {
-		return Tensor{}, badRequest("%s: %v", what(), err)
+		return Tensor{}, BadRequest("%s: %v", what(), err)
 	}
 	_, shm := f.params[ParamSharedMemRegion]
 	sources := btoi(f.hasData) + btoi(f.hasBinSize) + btoi(shm)
 	if sources != 1 {
-		return Tensor{}, badRequest(`%s: needs exactly one of "data", parameters.binary_data_size or parameters.shared_memory_region, has %d`, what(), sources)
+		return Tensor{}, BadRequest(`%s: needs exactly one of "data", parameters.binary_data_size or parameters.shared_memory_region, has %d`, what(), sources)
 	}
 	t := Tensor{Name: intern(f.name), Datatype: dt, Shape: f.shape, Parameters: f.params}
 	switch {
 	case f.hasBinSize:
 		t.Binary = true
 		if f.binSize > int64(len(d.bin)-d.off) {
-			return Tensor{}, badRequest("%s: binary_data_size %d runs past the end of the body (%d bytes of binary data left)", what(), f.binSize, len(d.bin)-d.off)
+			return Tensor{}, BadRequest("%s: binary_data_size %d runs past the end of the body (%d bytes of binary data left)", what(), f.binSize, len(d.bin)-d.off)
 		}
 		t.Data = d.bin[d.off : d.off+int(f.binSize) : d.off+int(f.binSize)]
 		d.off += int(f.binSize)
 		if err := checkData(dt, f.shape, n, t.Data); err != nil {
-			return Tensor{}, badRequest("%s: binary_data_size %d: %v", what(), f.binSize, err)
+			return Tensor{}, BadRequest("%s: binary_data_size %d: %v", what(), f.binSize, err)
 		}
 	case f.parsed:
 		if err := checkJSONCount(what, f.shape, n, f.got); err != nil {
@@ -607,7 +613,7 @@ func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
 			return outs, nil
 		}
 		if i == MaxTensors {
-			return nil, badRequest("more than %d requested outputs", MaxTensors)
+			return nil, BadRequest("more than %d requested outputs", MaxTensors)
 		}
 		var o RequestedOutput
 		what := func() string {
@@ -644,16 +650,16 @@ func (d *decoder) requestedOutputs() ([]RequestedOutput, error) {
 			}
 		}
 		if o.Name == "" {
-			return nil, badRequest(`%s: missing "name"`, what())
+			return nil, BadRequest(`%s: missing "name"`, what())
 		}
 		if v, ok := o.Parameters[ParamBinaryData]; ok {
 			if _, isBool := v.(bool); !isBool {
-				return nil, badRequest("%s: parameter %q must be true or false", what(), ParamBinaryData)
+				return nil, BadRequest("%s: parameter %q must be true or false", what(), ParamBinaryData)
 			}
 		}
 		if v, ok := o.Parameters[ParamClassification]; ok {
 			if n, isInt := v.(int64); !isInt || n < 0 {
-				return nil, badRequest("%s: parameter %q must be a non-negative integer", what(), ParamClassification)
+				return nil, BadRequest("%s: parameter %q must be a non-negative integer", what(), ParamClassification)
 			}
 		}
 		outs = append(outs, o)

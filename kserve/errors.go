@@ -39,6 +39,17 @@ func ErrorStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// ErrorContentType is the Content-Type of the HTTP answer to err: the
+// ContentType of an *Error in its chain, else ContentTypeText, Triton's
+// type for an error that is not the request's.
+func ErrorContentType(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.ContentType != "" {
+		return e.ContentType
+	}
+	return ContentTypeText
+}
+
 // ParseErrorBody extracts the message of a KServe v2 error body such as an
 // upstream Triton sends; ok is false when body is not one.
 func ParseErrorBody(body []byte) (msg string, ok bool) {

@@ -49,7 +49,7 @@ func TestWriteResponse(t *testing.T) {
 func TestWriteError(t *testing.T) {
 	rec := httptest.NewRecorder()
 	rec.Header().Set(HeaderContentLength, "12")
-	WriteErr(rec, badRequest(`input %q: bad`, "x"))
+	WriteErr(rec, BadRequest(`input %q: bad`, "x"))
 	if rec.Code != http.StatusBadRequest || rec.Body.String() != `{"error":"input \"x\": bad"}` ||
 		rec.Header().Get("Content-Type") != "application/json" || rec.Header().Get(HeaderContentLength) != "" {
 		t.Fatalf("got %d %q %v", rec.Code, rec.Body.String(), rec.Header())

@@ -269,15 +269,35 @@ type Response struct {
 }
 
 // Error is a KServe v2 error: an HTTP status and the message that goes in
-// the body {"error": "..."}. Every decoding error is an *Error with status 400.
+// the body {"error": "..."}. Every decoding error is an *Error with status
+// 400 (BadRequest).
 type Error struct {
 	Status int
 	Msg    string
+	// ContentType is the Content-Type of the HTTP answer that carries the
+	// error (ErrorContentType): Triton's own when the error is Triton's
+	// answer passed back; else the one Triton gives an error of its kind.
+	// "": ContentTypeText.
+	ContentType string
 }
 
 func (e *Error) Error() string { return e.Msg }
 
-// badRequest builds the 400 *Error of every decoding and validation failure.
-func badRequest(format string, args ...any) *Error {
-	return &Error{Status: 400, Msg: fmt.Sprintf(format, args...)}
+// The Content-Types of Triton's HTTP error answers (tritonserver 2.51): a
+// request its front end could not take as it is (its JSON, parameters or
+// tensors; a batch larger than the model's) is answered application/json,
+// every other error text/plain: an inference's (a backend's error, a queue
+// timeout, an unknown model), a refusal (a restricted API), a malformed
+// header. The body is a KServe v2 error either way; a client that reads
+// the type reads Triton's.
+const (
+	ContentTypeJSON = "application/json"
+	ContentTypeText = "text/plain"
+)
+
+// BadRequest builds the 400 *Error of a request that cannot be taken as
+// it is: every decoding and validation failure of its JSON, parameters
+// and tensors, answered application/json as Triton's front end answers it.
+func BadRequest(format string, args ...any) *Error {
+	return &Error{Status: 400, Msg: fmt.Sprintf(format, args...), ContentType: ContentTypeJSON}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/regression"
 )
 
@@ -44,9 +45,13 @@ func (m *Monitor) Rule() policy.Rule { return m.current.Load().rule }
 // tau(b) as the policy plans with it. The dispatcher judges hung batches
 // by it (dispatcher.Predictor).
 func (m *Monitor) Predict(rows int) time.Duration {
-	l := m.current.Load().est.Latency
-	return time.Duration((l.AlphaMs*float64(rows) + l.Tau0Ms) * float64(time.Millisecond))
+	return m.Line().TauDuration(rows)
 }
+
+// Line is the batch line the rule in force was planned with: tau(b) as
+// the proxy lives it, with the round trip beyond the server's compute
+// (Predict reads it, the what-if replays on it).
+func (m *Monitor) Line() batchcost.Latency { return m.current.Load().est.Latency }
 
 // Changed delivers a value after each new rule is published, so that a
 // queue waiting on the old rule re-decides at once.

@@ -80,7 +80,7 @@ func NewBatchMonitorPlus() BatchMonitorPlus {
 }
 
 func init() {
-	Register(NameBatchMonitorPlus, func(o *Options) *BatchMonitorPlusOptions { return &o.BatchMonitorPlus }, func(o BatchMonitorPlusOptions) (Policy, error) {
+	Register(NameBatchMonitorPlus, func(o BatchMonitorPlusOptions) (Policy, error) {
 		p := NewBatchMonitorPlus()
 		p.Util, p.From, p.Drain, p.MaxWait = or(o.Util, DefaultUtil), or(o.From, DefaultFrom), !o.NoDrain, o.MaxWait
 		return p, nil

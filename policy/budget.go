@@ -129,7 +129,7 @@ func NewBudget(b smdp.Budget) (*Budget, error) {
 }
 
 func init() {
-	Register(NameBudget, func(o *Options) *BudgetOptions { return &o.Budget }, func(o BudgetOptions) (Policy, error) {
+	Register(NameBudget, func(o BudgetOptions) (Policy, error) {
 		b, err := o.budget()
 		if err != nil {
 			return nil, err
@@ -140,7 +140,7 @@ func init() {
 		}
 		p.SMax, p.Resolve, p.MaxWait, p.Seed = o.SMax, or(o.Resolve, DefaultBudgetResolve), o.MaxWait, o.Seed
 		p.SLA, p.Safety = o.SLA, or(o.Safety, DefaultSlackSafety)
-		p.NoTrim, p.NoLearn = o.NoTrim, o.NoTrim
+		p.NoTrim, p.NoLearn = o.NoTrim, o.NoTrim || o.NoLearn
 		p.meter = newSolveMeter(o.SolveOptions)
 		if err := p.setTail(o); err != nil {
 			return nil, err
@@ -155,7 +155,9 @@ func init() {
 // DefaultTailBudget, none when SLOP99 is set); SLOP99 bounds it absolutely,
 // and alone (without LatencyBudget) leaves the mean unbounded. Seed varies
 // the draws; NoTrim turns the live trim off: the plan alone, as the optimum
-// comparisons and the sim command (unless --trim) run it.
+// comparisons and the sim command (unless --trim) run it; NoLearn keeps the
+// trim but holds from the first plan, as a replay of minutes the live
+// proxy lived past its learning does (package whatif).
 type BudgetOptions struct {
 	LatencyBudget   string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 	TailBudget      string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
@@ -165,6 +167,7 @@ type BudgetOptions struct {
 	SolveOptions    `yaml:",inline"`
 	Seed            uint64 `yaml:"-"`
 	NoTrim          bool   `yaml:"-"`
+	NoLearn         bool   `yaml:"-"`
 }
 
 // Validate implements validator.

@@ -31,7 +31,7 @@ func newBudgetWith(t *testing.T, o BudgetOptions) *Budget {
 func learningBudget(t *testing.T, o BudgetOptions) *Budget {
 	t.Helper()
 	o.SolveFree = true
-	p, err := New(NameBudget, Options{Budget: o})
+	p, err := New(NameBudget, NewOptions(o))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestBudgetOptions(t *testing.T) {
 		{DeadlineOptions: DeadlineOptions{Safety: 0.5}},
 		{SolveOptions: SolveOptions{Resolve: 2}},
 	} {
-		if _, err := New(NameBudget, Options{Budget: bad}); err == nil {
+		if _, err := New(NameBudget, NewOptions(bad)); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		}
 	}

@@ -171,7 +171,7 @@ func (p *Budget) earn(e Estimate) (Rule, bool) {
 	case stateLearning:
 		if missing := p.learnMissing(); missing != "" {
 			p.show(PhaseLearning, missing)
-			return p.adhocSlice(e, "learning: "+missing+"; ad-hoc meanwhile"), true
+			return p.adhocSlice(e, fmt.Sprintf("learning before holding for budget %s: %s; ad-hoc meanwhile", p.Budget, missing)), true
 		}
 		p.startHolding()
 	case stateStopped:

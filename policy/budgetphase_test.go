@@ -158,7 +158,7 @@ func TestBudgetLearnsBeforeItHolds(t *testing.T) {
 	if ph, why := r.p.Phase(); ph != PhaseLearning || !strings.Contains(why, "200 of 1,000 round trips") || !strings.Contains(why, "5 of 30 slices") {
 		t.Errorf("after 7 slices of 40 calls: %s: %q, want learning with 200 of 1,000 round trips and 5 of 30 slices", ph, why)
 	}
-	if note := r.rules[6].Status().Note; !strings.Contains(note, "learning: 200 of 1,000") {
+	if note := r.rules[6].Status().Note; !strings.Contains(note, "learning before holding for budget 1.1x: 200 of 1,000") {
 		t.Errorf("the rule's note %q does not say it is learning", note)
 	}
 	// Once ad-hoc's p99 is measured, with its interval.

@@ -35,6 +35,7 @@ func (p *Budget) plan(e Estimate) Rule {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.meter.at(e.Now)
 	grid, m, reason := gridModel(e, p.resolve())
 	if reason != "" {
 		return p.conserve(reason, e)

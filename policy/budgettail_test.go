@@ -106,7 +106,7 @@ func TestTailOptions(t *testing.T) {
 		t.Errorf("tail budget off read as %v", p.Tail)
 	}
 	for _, bad := range []BudgetOptions{{TailBudget: "0.9x"}, {TailBudget: "1.2"}, {TailBudget: "soon"}, {SLOP99: -time.Millisecond}} {
-		if _, err := New(NameBudget, Options{Budget: bad}); err == nil {
+		if _, err := New(NameBudget, NewOptions(bad)); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		}
 	}

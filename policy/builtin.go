@@ -29,14 +29,14 @@ const (
 )
 
 func init() {
-	Register(NameBatchMonitor, func(o *Options) *BatchMonitorOptions { return &o.BatchMonitor }, func(o BatchMonitorOptions) (Policy, error) {
+	Register(NameBatchMonitor, func(o BatchMonitorOptions) (Policy, error) {
 		return BatchMonitor{MaxWait: o.MaxWait, explorer: &Explorer{Every: DefaultExploreEvery}}, nil
 	})
-	Register(NameAdhoc, func(*Options) *NoOptions { return &NoOptions{} }, func(NoOptions) (Policy, error) { return Adhoc{}, nil })
-	Register(NameMaxBatch, func(o *Options) *MaxBatchOptions { return &o.MaxBatch }, func(o MaxBatchOptions) (Policy, error) {
+	Register(NameAdhoc, func(NoOptions) (Policy, error) { return Adhoc{}, nil })
+	Register(NameMaxBatch, func(o MaxBatchOptions) (Policy, error) {
 		return MaxBatch{MaxQueueDelay: or(o.MaxQueueDelay, DefaultMaxQueueDelay)}, nil
 	})
-	Register(NameStatic, func(o *Options) *StaticOptions { return &o.Static }, func(o StaticOptions) (Policy, error) {
+	Register(NameStatic, func(o StaticOptions) (Policy, error) {
 		if o.Batch < 1 {
 			return nil, paramErr("batch", "batch size must be >= 1, got %d (set the static batch size)", o.Batch)
 		}

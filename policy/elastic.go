@@ -25,7 +25,7 @@ type Elastic struct {
 }
 
 func init() {
-	Register(NameElastic, func(o *Options) *ElasticOptions { return &o.Elastic }, func(o ElasticOptions) (Policy, error) {
+	Register(NameElastic, func(o ElasticOptions) (Policy, error) {
 		return Elastic(o), nil
 	})
 }

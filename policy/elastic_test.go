@@ -42,11 +42,11 @@ func TestElasticDecide(t *testing.T) {
 }
 
 func TestElasticOptions(t *testing.T) {
-	p, err := New(NameElastic, Options{Elastic: ElasticOptions{RowCap: 48}})
+	p, err := New(NameElastic, NewOptions(ElasticOptions{RowCap: 48}))
 	if err != nil || p.(Elastic).RowCap != 48 {
 		t.Fatalf("New = %+v, %v", p, err)
 	}
-	if _, err := New(NameElastic, Options{Elastic: ElasticOptions{RowCap: -1}}); err == nil || !strings.Contains(err.Error(), "row_cap") {
+	if _, err := New(NameElastic, NewOptions(ElasticOptions{RowCap: -1})); err == nil || !strings.Contains(err.Error(), "row_cap") {
 		t.Fatalf("row_cap -1: error %v", err)
 	}
 }

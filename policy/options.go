@@ -2,43 +2,104 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"time"
 )
 
-// Options are the parameters of every policy, as the configuration holds
-// them: one struct of each policy's own options (BudgetOptions,
-// SMDPOptions, ...), each declared and validated beside its policy. A
-// factory reads only its policy's struct (Register's own), so a parameter
-// belongs to the policies whose struct has it.
+// Options are the parameters of every registered policy, as the
+// configuration holds them: each policy's own struct (BudgetOptions,
+// SMDPOptions, ...), declared, validated and registered beside its policy
+// (Register), found here by its type (OptionsOf). A factory reads only its
+// policy's struct, so a parameter belongs to the policies whose struct has
+// it, and a policy added in its own file is configured, validated and
+// shown without a list to extend here.
 //
-// Package config embeds Options in its policy section, whose keys are flat:
-// each struct is inlined, and a key that several structs share (wait_bound,
-// declared once in HoldOptions) is one key of the section that sets it in
-// each. A field's yaml and help tags are its YAML key, its
-// RATEBATCH_POLICY_* variable, its serve flag and its docs/CONFIG.md row; a
-// field tagged yaml:"-" is set from Go only (tests, the comparison, the sim
-// command; Each sets a shared part in every struct that has it).
+// Package config spells Options as its policy section, whose keys are
+// flat: each registered struct is inlined, and a key that several structs
+// share (wait_bound, declared once in HoldOptions) is one key of the
+// section that sets it in each. A field's yaml and help tags are its YAML
+// key, its RATEBATCH_POLICY_* variable, its serve flag and its
+// docs/CONFIG.md row; a field tagged yaml:"-" is set from Go only (tests,
+// the comparison, the sim command; Each sets a shared part in every
+// struct that has it).
 //
-// Zero values select each policy's documented default.
+// Options is a value, as a struct is: a copy changes apart from the
+// original (With and Each return or store a new set, never edit a shared
+// one). The zero Options selects each policy's documented defaults.
 type Options struct {
-	MaxBatch         MaxBatchOptions         `yaml:",inline"`
-	Static           StaticOptions           `yaml:",inline"`
-	Slack            SlackOptions            `yaml:",inline"`
-	SMDP             SMDPOptions             `yaml:",inline"`
-	Elastic          ElasticOptions          `yaml:",inline"`
-	Budget           BudgetOptions           `yaml:",inline"`
-	BatchMonitor     BatchMonitorOptions     `yaml:",inline"`
-	BatchMonitorPlus BatchMonitorPlusOptions `yaml:",inline"`
+	// own holds each policy's options that differ from their zero value,
+	// by type; never written once made (nil: all zero).
+	own map[reflect.Type]any
 }
 
-// Validate reports the first parameter of any policy out of its bounds, as
-// a *ParamError: the configuration's policy section serves every policy a
-// model may run.
+// OptionsOf is the options of type T in o (a policy's own struct,
+// BudgetOptions, ...): its zero value when o holds none.
+func OptionsOf[T any](o Options) T {
+	v, _ := o.own[reflect.TypeFor[T]()].(T)
+	return v
+}
+
+// NewOptions is the Options holding parts, each a registered policy's own
+// options struct (BudgetOptions{...}, StaticOptions{...}); every other
+// policy's are their zero value.
+func NewOptions(parts ...any) Options { return Options{}.With(parts...) }
+
+// With returns o with each of parts (a registered policy's own options
+// struct) in place of the options of its type. It panics on a type no
+// registered policy takes (a shared part such as HoldOptions: set it with
+// Each), a programming error.
+func (o Options) With(parts ...any) Options {
+	own := maps.Clone(o.own)
+	if own == nil {
+		own = map[reflect.Type]any{}
+	}
+	for _, p := range parts {
+		t := reflect.TypeOf(p)
+		if !registeredOptions(t) {
+			panic(fmt.Sprintf("policy: %v is no registered policy's options (a shared part is set with Each)", t))
+		}
+		// A zero part is left out, so that equal options are equal maps
+		// (reflect.DeepEqual), however they were made.
+		if reflect.ValueOf(p).IsZero() {
+			delete(own, t)
+		} else {
+			own[t] = p
+		}
+	}
+	if len(own) == 0 {
+		own = nil
+	}
+	return Options{own: own}
+}
+
+// Parts is o's options of every registered policy, one value per type
+// OptionTypes lists, in that order (the zero value where o holds none).
+func (o Options) Parts() []any {
+	types := OptionTypes()
+	out := make([]any, len(types))
+	for i, t := range types {
+		out[i] = o.part(t)
+	}
+	return out
+}
+
+// part is o's options of type t, or t's zero value.
+func (o Options) part(t reflect.Type) any {
+	if v, ok := o.own[t]; ok {
+		return v
+	}
+	return reflect.Zero(t).Interface()
+}
+
+// Validate reports the first parameter of any registered policy out of its
+// bounds, as a *ParamError: the configuration's policy section serves every
+// policy a model may run. Every registered policy's options are validated
+// because they are registered.
 func (o Options) Validate() error {
-	for _, v := range []validator{o.MaxBatch, o.Static, o.Slack, o.SMDP, o.Elastic, o.Budget, o.BatchMonitor, o.BatchMonitorPlus} {
-		if err := v.Validate(); err != nil {
+	for _, p := range o.Parts() {
+		if err := p.(validator).Validate(); err != nil {
 			return err
 		}
 	}
@@ -50,10 +111,20 @@ func (o Options) Validate() error {
 type validator interface{ Validate() error }
 
 // Each calls set with every P in o (a shared part such as HoldOptions, or
-// a policy's struct), so that a caller sets a parameter for every policy
-// that has it without listing them.
+// a policy's own struct), so that a caller sets a parameter for every
+// policy that has it without listing them.
 func Each[P any](o *Options, set func(*P)) {
-	each(reflect.ValueOf(o).Elem(), reflect.TypeFor[P](), func(v reflect.Value) { set(v.Addr().Interface().(*P)) })
+	var changed []any
+	for _, t := range OptionTypes() {
+		v := reflect.New(t).Elem()
+		v.Set(reflect.ValueOf(o.part(t)))
+		found := false
+		each(v, reflect.TypeFor[P](), func(f reflect.Value) { set(f.Addr().Interface().(*P)); found = true })
+		if found {
+			changed = append(changed, v.Interface())
+		}
+	}
+	*o = o.With(changed...)
 }
 
 func each(v reflect.Value, t reflect.Type, f func(reflect.Value)) {

@@ -168,14 +168,26 @@ func (c *planCache) nearest(grid, maxBatch int) (r Rule, dist int, ok bool) {
 const DefaultSolveShare = 0.02
 
 // solveMeter keeps solves within a share of one core: after a solve that
-// took d it allows the next only d*(1/share - 1) later, by the wall clock
-// (the solve's cost is real time even in a simulation, whose runs must
-// then not depend on it: SolveOptions.SolveFree). Until then a policy plans
-// from the nearest solved rate. Guarded by the policy's mutex.
+// took d of wall time it allows the next only d*(1/share - 1) later on the
+// plan's clock (the solve's cost is real time even in a simulation, whose
+// runs must then not depend on it: SolveOptions.SolveFree). Until then a
+// policy plans from the nearest solved rate. Live the plan's clock is the
+// wall clock; a what-if's replay plans on its virtual clock, which then
+// meters its solves as the live proxy's were, at a share of its own time.
+// Guarded by the policy's mutex.
 type solveMeter struct {
 	share float64 // <= 0: no limit
 	next  time.Time
 	spent time.Duration
+	now   time.Time // the plan's clock (at), the wall clock when unset
+}
+
+// at sets the plan's clock: the estimate's time.
+func (s *solveMeter) at(now time.Time) {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	s.now = now
 }
 
 func newSolveMeter(o SolveOptions) solveMeter {
@@ -186,7 +198,14 @@ func newSolveMeter(o SolveOptions) solveMeter {
 }
 
 // allow reports whether a solve may start now.
-func (s *solveMeter) allow() bool { return s.share <= 0 || !time.Now().Before(s.next) }
+func (s *solveMeter) allow() bool { return s.share <= 0 || !s.clock().Before(s.next) }
+
+func (s *solveMeter) clock() time.Time {
+	if s.now.IsZero() {
+		return time.Now()
+	}
+	return s.now
+}
 
 // time runs solve and accounts for its wall time. The solve keeps a P of
 // the process free meanwhile (procs.Background): it runs on the monitor's
@@ -201,7 +220,7 @@ func (s *solveMeter) time(solve func() Rule) Rule {
 	d := time.Since(start)
 	s.spent += d
 	if s.share > 0 && s.share < 1 {
-		s.next = start.Add(d + time.Duration(float64(d)*(1/s.share-1)))
+		s.next = s.clock().Add(d + time.Duration(float64(d)*(1/s.share-1)))
 	}
 	return r
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratebatch/ratebatch/policy/smdp"
 )
@@ -16,8 +17,8 @@ func TestSolveShareDefersToTheNearestRate(t *testing.T) {
 		o          Options
 		wantSolves int
 	}{
-		{"metered", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}}, 2},
-		{"free", Options{Budget: BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}}, 3},
+		{"metered", NewOptions(BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6}}), 2},
+		{"free", NewOptions(BudgetOptions{LatencyBudget: "1.10x", SolveOptions: SolveOptions{SolveShare: 1e-6, SolveFree: true}}), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := New(NameBudget, tc.o)
@@ -152,5 +153,35 @@ func TestPlanCacheTolerance(t *testing.T) {
 				t.Error("another grid rate hit")
 			}
 		})
+	}
+}
+
+// The meter runs on the plan's clock (Estimate.Now): a replay planning on
+// a virtual clock (the what-if) has its solves metered at their share of
+// its own time, as the live proxy's are of the wall clock's. A rate that
+// comes before the meter allows a solve is planned from the nearest; one
+// that comes after, on the plan's clock, is solved, however little wall
+// time passed.
+func TestSolveShareRunsOnThePlansClock(t *testing.T) {
+	pol, err := New(NameBudget, NewOptions(BudgetOptions{LatencyBudget: "1.10x", NoLearn: true, SolveOptions: SolveOptions{SolveShare: 0.01}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pol.(*Budget)
+	at := func(rate float64, later time.Duration) Estimate {
+		e := energyEstimate(rate)
+		e.Now = e.Now.Add(later)
+		return e
+	}
+	p.Plan(at(600, 0))
+	wait := p.meter.next.Sub(t0) // 100 times the solve's wall time
+	if p.Solves() != 1 || wait <= 0 {
+		t.Fatalf("%d solves, the next allowed %v later: want one, and a wait", p.Solves(), wait)
+	}
+	if note := p.Plan(at(1200, wait/2)).Status().Note; p.Solves() != 1 || !strings.Contains(note, "planned from the nearest solved rate") {
+		t.Fatalf("a new rate within the wait: %d solves, note %q; want it planned from the nearest", p.Solves(), note)
+	}
+	if note := p.Plan(at(1200, wait+time.Millisecond)).Status().Note; p.Solves() != 2 || strings.Contains(note, "nearest solved rate") {
+		t.Fatalf("the rate after the wait on the plan's clock: %d solves, note %q; want it solved", p.Solves(), note)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -297,11 +298,11 @@ func (s Status) String() string {
 	return out
 }
 
-// factory is a registered policy: where its options are in Options, and
-// how it is built from them.
+// factory is a registered policy: the type of its own options, and how
+// it is built from them.
 type factory struct {
-	own   func(*Options) any // a pointer to the policy's own options
-	build func(Options) (Policy, error)
+	options reflect.Type
+	build   func(Options) (Policy, error)
 	// effective is a copy of the policy's own options as it runs them
 	// (Defaulter), by pointer.
 	effective func(Options) any
@@ -324,15 +325,23 @@ var (
 // ErrUnknown is wrapped by New when no policy of that name is registered.
 var ErrUnknown = errors.New("unknown policy")
 
-// Register makes a policy available to New under name. own finds the
-// policy's options in Options (its own struct: a policy reads no other);
-// build makes the policy from them once their Validate has passed,
-// rejecting what only this policy cannot use. Register is meant for init
-// functions and panics on an empty name, a nil function or a duplicate, as
-// those are programming errors.
-func Register[T interface{ Validate() error }](name string, own func(*Options) *T, build func(T) (Policy, error)) {
-	if name == "" || own == nil || build == nil {
-		panic("policy: Register needs a name, its options and a factory")
+// Register makes a policy available to New under name, with its own
+// options, the struct T that build takes: from then on T is part of
+// Options (OptionsOf, Each), its fields are keys of the configuration's
+// policy section (their yaml and help tags: the file, the flags, the
+// environment, docs/CONFIG.md), its Validate runs whenever Options are
+// validated, and GET /policy shows them with the defaults their zero
+// values stand for (when T is a Defaulter[T]). build makes the policy
+// from its options once their Validate has passed, rejecting what only
+// this policy cannot use. Several policies may share one options type.
+//
+// Register is meant for init functions and panics on an empty name, a nil
+// factory, options that are no struct, or a duplicate, as those are
+// programming errors.
+func Register[T interface{ Validate() error }](name string, build func(T) (Policy, error)) {
+	t := reflect.TypeFor[T]()
+	if name == "" || build == nil || t.Kind() != reflect.Struct {
+		panic("policy: Register needs a name, a factory and options that are a struct")
 	}
 	registryMu.Lock()
 	defer registryMu.Unlock()
@@ -340,16 +349,16 @@ func Register[T interface{ Validate() error }](name string, own func(*Options) *
 		panic("policy: Register called twice for " + name)
 	}
 	registry[name] = factory{
-		own: func(o *Options) any { return own(o) },
+		options: t,
 		build: func(o Options) (Policy, error) {
-			opts := *own(&o)
+			opts := OptionsOf[T](o)
 			if err := opts.Validate(); err != nil {
 				return nil, err
 			}
 			return build(opts)
 		},
 		effective: func(o Options) any {
-			opts := *own(&o)
+			opts := OptionsOf[T](o)
 			if d, ok := any(opts).(Defaulter[T]); ok {
 				opts = d.Effective()
 			}
@@ -358,14 +367,20 @@ func Register[T interface{ Validate() error }](name string, own func(*Options) *
 	}
 }
 
-// Effective is a pointer to a copy of the named policy's own options in o
-// (as OptionsOf), each zero value that stands for a fixed default replaced
-// by it (Defaulter): the options as the policy runs them. False when no
-// policy of that name is registered.
-func Effective(name string, o Options) (any, bool) {
+// lookup is the factory registered under name.
+func lookup(name string) (factory, bool) {
 	registryMu.RLock()
+	defer registryMu.RUnlock()
 	f, ok := registry[name]
-	registryMu.RUnlock()
+	return f, ok
+}
+
+// Effective is a pointer to a copy of the named policy's own options in o
+// (a *BudgetOptions, ...), each zero value that stands for a fixed default
+// replaced by it (Defaulter): the options as the policy runs them. False
+// when no policy of that name is registered.
+func Effective(name string, o Options) (any, bool) {
+	f, ok := lookup(name)
 	if !ok {
 		return nil, false
 	}
@@ -374,9 +389,7 @@ func Effective(name string, o Options) (any, bool) {
 
 // New builds the named policy from its own options in o.
 func New(name string, o Options) (Policy, error) {
-	registryMu.RLock()
-	f, ok := registry[name]
-	registryMu.RUnlock()
+	f, ok := lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 	}
@@ -387,17 +400,39 @@ func New(name string, o Options) (Policy, error) {
 	return p, nil
 }
 
-// OptionsOf is a pointer to the named policy's own options in o (a
-// *BudgetOptions, ...), for the configuration to tell which keys a policy
-// takes; false when no policy of that name is registered.
-func OptionsOf(name string, o *Options) (any, bool) {
+// OptionsType is the type of the named policy's own options (BudgetOptions,
+// ...), for the configuration to tell which keys a policy takes; false
+// when no policy of that name is registered.
+func OptionsType(name string) (reflect.Type, bool) {
+	f, ok := lookup(name)
+	return f.options, ok
+}
+
+// OptionTypes lists the registered policies' options types, each once, in
+// the order of the policies' names: the parts of Options.
+func OptionTypes() []reflect.Type {
 	registryMu.RLock()
-	f, ok := registry[name]
-	registryMu.RUnlock()
-	if !ok {
-		return nil, false
+	defer registryMu.RUnlock()
+	var out []reflect.Type
+	for _, name := range slices.Sorted(maps.Keys(registry)) {
+		if t := registry[name].options; !slices.Contains(out, t) {
+			out = append(out, t)
+		}
 	}
-	return f.own(o), true
+	return out
+}
+
+// registeredOptions reports whether t is a registered policy's options
+// type.
+func registeredOptions(t reflect.Type) bool {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	for _, f := range registry {
+		if f.options == t {
+			return true
+		}
+	}
+	return false
 }
 
 // Names lists the registered policies, sorted.

@@ -128,14 +128,14 @@ func TestBuiltinPlans(t *testing.T) {
 		{"batchmonitor low rate picks 2, waits tau(2)", NameBatchMonitor, Options{}, estimate(10), 2, tau(2), ""},
 		{"batchmonitor mid rate", NameBatchMonitor, Options{}, estimate(2000), batchAt2000, tau(batchAt2000), ""},
 		{"batchmonitor overload picks B_max", NameBatchMonitor, Options{}, estimate(1e5), 32, tau(32), ""},
-		{"batchmonitor explicit wait", NameBatchMonitor, Options{BatchMonitor: BatchMonitorOptions{HoldOptions{MaxWait: 7 * time.Millisecond}}}, estimate(10), 2, 7 * time.Millisecond, ""},
+		{"batchmonitor explicit wait", NameBatchMonitor, NewOptions(BatchMonitorOptions{HoldOptions{MaxWait: 7 * time.Millisecond}}), estimate(10), 2, 7 * time.Millisecond, ""},
 		{"batchmonitor bad estimate falls back", NameBatchMonitor, Options{}, Estimate{Window: time.Second, Latency: batchcost.Latency{AlphaMs: -1}, MaxBatch: 32, Instances: 1}, 32, 0, "alpha"},
 		{"adhoc", NameAdhoc, Options{}, estimate(10), 32, 0, ""},
 		{"maxbatch default delay", NameMaxBatch, Options{}, estimate(10), 32, DefaultMaxQueueDelay, ""},
-		{"maxbatch delay", NameMaxBatch, Options{MaxBatch: MaxBatchOptions{MaxQueueDelay: 3 * time.Millisecond}}, estimate(10), 32, 3 * time.Millisecond, ""},
-		{"static", NameStatic, Options{Static: StaticOptions{Batch: 8}}, estimate(10), 8, DefaultStaticMaxWait, ""},
-		{"static wait", NameStatic, Options{Static: StaticOptions{Batch: 8, HoldOptions: HoldOptions{MaxWait: time.Millisecond}}}, estimate(10), 8, time.Millisecond, ""},
-		{"static cut to B_max", NameStatic, Options{Static: StaticOptions{Batch: 64}}, estimate(10), 32, DefaultStaticMaxWait, "cut"},
+		{"maxbatch delay", NameMaxBatch, NewOptions(MaxBatchOptions{MaxQueueDelay: 3 * time.Millisecond}), estimate(10), 32, 3 * time.Millisecond, ""},
+		{"static", NameStatic, NewOptions(StaticOptions{Batch: 8}), estimate(10), 8, DefaultStaticMaxWait, ""},
+		{"static wait", NameStatic, NewOptions(StaticOptions{Batch: 8, HoldOptions: HoldOptions{MaxWait: time.Millisecond}}), estimate(10), 8, time.Millisecond, ""},
+		{"static cut to B_max", NameStatic, NewOptions(StaticOptions{Batch: 64}), estimate(10), 32, DefaultStaticMaxWait, "cut"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,12 +181,12 @@ func TestBuiltinRules(t *testing.T) {
 		{"batchmonitor holds a lone request for tau(2)", mk(NameBatchMonitor, Options{}), one(0, 0, 1), WaitUntil(at(0).Add(e.TauDuration(2)))},
 		{"batchmonitor sends a pair", mk(NameBatchMonitor, Options{}), one(0, 0, 2), Send(2)},
 		{"batchmonitor sends only pbs from a long queue", mk(NameBatchMonitor, Options{}), one(0, 0, 30), Send(2)},
-		{"maxbatch waits for B_max", mk(NameMaxBatch, Options{MaxBatch: MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond}}), one(1, 0, 31), WaitUntil(at(5))},
+		{"maxbatch waits for B_max", mk(NameMaxBatch, NewOptions(MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond})), one(1, 0, 31), WaitUntil(at(5))},
 		{"maxbatch sends B_max", mk(NameMaxBatch, Options{}), one(1, 0, 32), Send(32)},
-		{"maxbatch deadline", mk(NameMaxBatch, Options{MaxBatch: MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond}}), one(5, 0, 3), Send(3)},
-		{"static waits for b", mk(NameStatic, Options{Static: StaticOptions{Batch: 4}}), one(900, 0, 3), WaitUntil(at(1000))},
-		{"static sends b", mk(NameStatic, Options{Static: StaticOptions{Batch: 4}}), one(0, 0, 9), Send(4)},
-		{"static never holds forever", mk(NameStatic, Options{Static: StaticOptions{Batch: 4}}), one(1000, 0, 1), Send(1)},
+		{"maxbatch deadline", mk(NameMaxBatch, NewOptions(MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond})), one(5, 0, 3), Send(3)},
+		{"static waits for b", mk(NameStatic, NewOptions(StaticOptions{Batch: 4})), one(900, 0, 3), WaitUntil(at(1000))},
+		{"static sends b", mk(NameStatic, NewOptions(StaticOptions{Batch: 4})), one(0, 0, 9), Send(4)},
+		{"static never holds forever", mk(NameStatic, NewOptions(StaticOptions{Batch: 4})), one(1000, 0, 1), Send(1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,9 +205,9 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"unknown lists known", "nope", Options{}, "batchmonitor"},
 		{"static needs a batch", NameStatic, Options{}, "batch size"},
-		{"negative delay", NameMaxBatch, Options{MaxBatch: MaxBatchOptions{MaxQueueDelay: -1}}, "max queue delay"},
-		{"negative wait", NameBatchMonitor, Options{BatchMonitor: BatchMonitorOptions{HoldOptions{MaxWait: -1}}}, "max wait"},
-		{"weights without latency", NameSMDP, Options{SMDP: SMDPOptions{W2: 1}}, "w1"},
+		{"negative delay", NameMaxBatch, NewOptions(MaxBatchOptions{MaxQueueDelay: -1}), "max queue delay"},
+		{"negative wait", NameBatchMonitor, NewOptions(BatchMonitorOptions{HoldOptions{MaxWait: -1}}), "max wait"},
+		{"weights without latency", NameSMDP, NewOptions(SMDPOptions{W2: 1}), "w1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,23 +228,23 @@ func (testPolicy) Name() string         { return "test-registered" }
 func (testPolicy) Plan(e Estimate) Rule { return Fill{Policy: "test-registered", Batch: 3} }
 
 func TestRegisterOpen(t *testing.T) {
-	Register("test-registered", func(o *Options) *StaticOptions { return &o.Static }, func(o StaticOptions) (Policy, error) {
+	Register("test-registered", func(o StaticOptions) (Policy, error) {
 		if o.Batch > 4 {
 			return nil, paramErr("batch", "at most 4, got %d", o.Batch)
 		}
 		return testPolicy{}, nil
 	})
-	p, err := New("test-registered", Options{Static: StaticOptions{Batch: 2}})
+	p, err := New("test-registered", NewOptions(StaticOptions{Batch: 2}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Plan(estimate(1)).Status().BatchSize; got != 3 {
 		t.Fatalf("registered policy planned batch %d, want 3", got)
 	}
-	if _, err := New("test-registered", Options{Static: StaticOptions{Batch: 5}}); err == nil || !strings.Contains(err.Error(), "at most 4") {
+	if _, err := New("test-registered", NewOptions(StaticOptions{Batch: 5})); err == nil || !strings.Contains(err.Error(), "at most 4") {
 		t.Fatalf("bad parameter error %v", err)
 	}
-	if _, err := New("test-registered", Options{Static: StaticOptions{Batch: -1}}); err == nil || !strings.Contains(err.Error(), "batch") {
+	if _, err := New("test-registered", NewOptions(StaticOptions{Batch: -1})); err == nil || !strings.Contains(err.Error(), "batch") {
 		t.Fatalf("New does not validate the options before the factory: %v", err)
 	}
 	found := false
@@ -259,7 +259,7 @@ func TestRegisterOpen(t *testing.T) {
 			t.Fatal("registering a name twice must panic")
 		}
 	}()
-	Register(NameAdhoc, func(*Options) *NoOptions { return &NoOptions{} }, func(NoOptions) (Policy, error) { return Adhoc{}, nil })
+	Register(NameAdhoc, func(NoOptions) (Policy, error) { return Adhoc{}, nil })
 }
 
 func TestQueueHelpers(t *testing.T) {

@@ -52,7 +52,7 @@ const (
 )
 
 func init() {
-	Register(NameSlack, func(o *Options) *SlackOptions { return &o.Slack }, func(o SlackOptions) (Policy, error) {
+	Register(NameSlack, func(o SlackOptions) (Policy, error) {
 		return Slack{SLA: o.SLA, Safety: or(o.Safety, DefaultSlackSafety), Target: o.Target}, nil
 	})
 }

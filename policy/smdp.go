@@ -87,7 +87,7 @@ func NewSMDP(w1, w2 float64) (*SMDP, error) {
 }
 
 func init() {
-	Register(NameSMDP, func(o *Options) *SMDPOptions { return &o.SMDP }, func(o SMDPOptions) (Policy, error) {
+	Register(NameSMDP, func(o SMDPOptions) (Policy, error) {
 		w1, w2 := o.weights()
 		return &SMDP{W1: w1, W2: w2, SMax: o.SMax, Resolve: or(o.Resolve, DefaultResolve), MaxWait: o.MaxWait, meter: newSolveMeter(o.SolveOptions)}, nil
 	})
@@ -165,6 +165,7 @@ func (p *SMDP) Plan(e Estimate) Rule {
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.meter.at(e.Now)
 	if r, ok := p.cache.lookup(grid, m, p.resolve()); ok {
 		return r
 	}

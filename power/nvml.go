@@ -46,6 +46,10 @@ type nvmlSource struct {
 	closeErr  error
 }
 
+func init() {
+	RegisterKind(Kind{Name: KindNVML, About: nvmlAbout, Open: openNVML})
+}
+
 func openNVML(o Options) (Source, error) { return newNVMLSource(nvml.New(), o) }
 
 func newNVMLSource(lib nvmlLib, o Options) (*nvmlSource, error) {

@@ -58,12 +58,15 @@ var (
 	ErrNotBuilt = errors.New("NVML support not compiled in")
 )
 
-// Source kinds accepted by Open.
+// The built-in sources' kinds (RegisterKind).
 const (
 	KindNVML   = "nvml"
 	KindTriton = "triton"
 	KindNone   = "none"
 )
+
+// nvmlAbout is what the nvml source reads, in every build.
+const nvmlAbout = "this host's GPUs"
 
 // Options configures a Source and the Meter that polls it. Zero values take
 // the defaults documented on each field.
@@ -142,24 +145,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Open returns the Source of the given kind: "nvml", "triton" or "none".
-// Without an NVIDIA driver, "nvml" fails with an error wrapping ErrNoDriver;
-// in a build without NVML it wraps ErrNotBuilt.
-func Open(kind string, opts Options) (Source, error) {
-	o, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	switch kind {
-	case KindNVML:
-		return openNVML(o)
-	case KindTriton:
-		return openTriton(o)
-	case KindNone:
-		return None{}, nil
-	default:
-		return nil, fmt.Errorf("power: unknown energy source %q: want %s, %s or %s", kind, KindNVML, KindTriton, KindNone)
-	}
+func init() {
+	RegisterKind(Kind{Name: KindNone, About: "no energy figures", Open: func(Options) (Source, error) { return None{}, nil }})
 }
 
 // None is the source of a proxy that cannot measure energy: it has no GPUs,

@@ -44,6 +44,10 @@ type tritonSource struct {
 	gpus    map[string]*jCounter
 }
 
+func init() {
+	RegisterKind(Kind{Name: KindTriton, About: "the upstream's metrics endpoint", Open: openTriton})
+}
+
 func openTriton(o Options) (Source, error) {
 	if o.TritonMetricsURL == "" {
 		return nil, errors.New("power: triton: TritonMetricsURL is empty: give Triton's metrics endpoint, e.g. http://127.0.0.1:8002/metrics")

@@ -39,22 +39,29 @@ func (s *Server) reply(ctx *fasthttp.RequestCtx, res *dispatcher.Result, gone bo
 }
 
 // fail answers err with its status (door.StatusCode) and a KServe v2
-// error body, as Triton does.
+// error body of its Content-Type (kserve.ErrorContentType: Triton's own
+// for Triton's answer passed back), as Triton does.
 func (s *Server) fail(ctx *fasthttp.RequestCtx, model string, err error) {
 	status := door.StatusCode(err)
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(s.o.RetryAfter.Round(time.Second)/time.Second), 1)))
 	}
 	s.door.Failed(model, strconv.Itoa(status))
-	writeError(ctx, status, err.Error())
+	writeErrorAs(ctx, status, err.Error(), kserve.ErrorContentType(err))
 }
 
-// writeError answers with a KServe v2 error body.
+// writeError answers with a KServe v2 error body, text/plain as Triton
+// answers an error that is not its request's (kserve.ContentTypeText).
 func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	writeErrorAs(ctx, status, msg, kserve.ContentTypeText)
+}
+
+// writeErrorAs answers with a KServe v2 error body of the given Content-Type.
+func writeErrorAs(ctx *fasthttp.RequestCtx, status int, msg, contentType string) {
 	ctx.Response.Header.Del(kserve.HeaderContentLength)
 	ctx.Response.Header.Del("Content-Encoding")
 	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
+	ctx.SetContentType(contentType)
 	ctx.Response.ResetBody()
 	ctx.Response.SetBodyRaw(kserve.AppendErrorBody(make([]byte, 0, len(msg)+16), msg))
 }

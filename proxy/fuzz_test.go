@@ -50,7 +50,7 @@ func (b echoBatcher) Submit(_ context.Context, model string, c *dispatcher.Call)
 		return dispatcher.Result{Err: err}
 	}
 	if c.Rows > 8 {
-		return dispatcher.Result{Err: &kserve.Error{Status: http.StatusBadRequest, Msg: "inference request batch-size must be <= 8 for 'simple'"}}
+		return dispatcher.Result{Err: kserve.BadRequest("inference request batch-size must be <= 8 for 'simple'")}
 	}
 	if b.bad != nil {
 		return dispatcher.Result{Resp: b.bad}
@@ -196,7 +196,7 @@ func checkAnswer(t *testing.T, method, path, ihcl string, ans wireAnswer, plain 
 	}
 	if code >= 400 {
 		msg, ok := kserve.ParseErrorBody(got)
-		if !ok || msg == "" || !strings.HasPrefix(ans.header.Get("Content-Type"), "application/json") {
+		if ct := ans.header.Get("Content-Type"); !ok || msg == "" || (ct != kserve.ContentTypeJSON && ct != kserve.ContentTypeText) {
 			t.Fatalf("%s %s: status %d with %q (%s), not a KServe v2 error body", method, path, code, got, ans.header.Get("Content-Type"))
 		}
 		return

@@ -338,7 +338,7 @@ func (s *Server) passFailed(ctx *fasthttp.RequestCtx, err error) {
 	var refused *errRefused
 	switch {
 	case errors.As(err, &ke):
-		writeError(ctx, ke.Status, ke.Msg)
+		writeErrorAs(ctx, ke.Status, ke.Msg, kserve.ErrorContentType(ke))
 	case errors.As(err, &refused):
 		// The outage is logged once, by the upstream's health check, not
 		// once per request.

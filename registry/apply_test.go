@@ -10,6 +10,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/dispatcher"
 	"github.com/ratebatch/ratebatch/internal/triton"
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // TestApply gives the registry a new configuration: each batched model
@@ -37,7 +38,8 @@ func TestApply(t *testing.T) {
 	}
 
 	next := cfg
-	next.Policy.Name, next.Policy.Budget.LatencyBudget = "budget", "2x"
+	next.Policy.Name = "budget"
+	next.Policy.Options = next.Policy.Options.With(policy.BudgetOptions{LatencyBudget: "2x"})
 	next.Limits.QueueRows = 100
 	next.Models = map[string]config.Model{"b": {Policy: "adhoc", MaxBatchSize: 4, SLA: time.Second}}
 	if err := r.Apply(ctx, &next); err != nil {

@@ -33,11 +33,13 @@ func (r *Models) options(model string) (policy.Options, error) {
 	if m.SLA > 0 {
 		policy.Each(&o, func(d *policy.DeadlineOptions) { d.SLA = m.SLA })
 	}
-	if o.Static.Batch == 0 {
-		o.Static.Batch = max(m.MaxBatchSize, 0)
-	}
+	policy.Each(&o, func(s *policy.StaticOptions) {
+		if s.Batch == 0 {
+			s.Batch = max(m.MaxBatchSize, 0)
+		}
+	})
 	if m.LatencyBudget != "" {
-		o.Budget.LatencyBudget = m.LatencyBudget
+		policy.Each(&o, func(b *policy.BudgetOptions) { b.LatencyBudget = m.LatencyBudget })
 	}
 	for _, set := range []map[string]string{r.setOptions[""], r.setOptions[model]} {
 		for k, v := range set {
@@ -190,4 +192,46 @@ func (r *Models) Policies() Policies {
 	}
 	sort.Slice(out.Models, func(i, j int) bool { return out.Models[i].Model < out.Models[j].Model })
 	return out
+}
+
+// InForce returns the policy a batched model runs and its own options
+// that are set (config.OwnOptions), as PUT /policy would put them back.
+func (r *Models) InForce(model string) (name string, options map[string]string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.models[model]
+	if e == nil || !e.batched || e.mon == nil {
+		return "", nil, false
+	}
+	o, err := r.options(model)
+	if err != nil {
+		return e.policy.Policy, nil, true
+	}
+	return e.policy.Policy, config.OwnOptions(e.policy.Policy, o), true
+}
+
+// NewPolicy builds the named policy for a batched model as SetPolicy
+// would switch it to with options set (over the model's own), then tune
+// edits its options, without switching anything: a what-if replays it.
+func (r *Models) NewPolicy(model, name string, set map[string]string, tune func(*policy.Options)) (policy.Policy, error) {
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if err := config.PolicyTakes(name, k); err != nil {
+			return nil, err
+		}
+	}
+	r.mu.Lock()
+	o, err := r.options(model)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if err := config.SetPolicyOption(&o, k, set[k]); err != nil {
+			return nil, err
+		}
+	}
+	if tune != nil {
+		tune(&o)
+	}
+	return policy.New(name, o)
 }

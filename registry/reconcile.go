@@ -10,6 +10,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/guard"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 // reconcile reads a model's configuration and gives the model the mode
@@ -57,7 +58,8 @@ func (r *Models) reconcile(ctx context.Context, name string) error {
 		e.mon.SetLimits(maxBatch, instances)
 	}
 	e.maxBatch, e.instances = maxBatch, instances
-	sla := r.cfg.Policy.Slack.SLA // policy.sla, as every policy that has it holds it
+	// policy.sla, as every policy that has it holds it
+	sla := policy.OptionsOf[policy.SlackOptions](r.cfg.Policy.Options).SLA
 	if override.SLA > 0 {
 		sla = override.SLA
 	}

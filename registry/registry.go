@@ -195,3 +195,15 @@ func (r *Models) Monitors() []*monitor.Monitor {
 	}
 	return out
 }
+
+// Monitor returns a batched model's monitor; false for a model not
+// batched or not known.
+func (r *Models) Monitor(model string) (*monitor.Monitor, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.models[model]
+	if e == nil || !e.batched || e.mon == nil {
+		return nil, false
+	}
+	return e.mon, true
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/policy"
 )
 
 type fakeUpstream struct {
@@ -607,7 +608,7 @@ func TestSetPolicy(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream = "http://u"
 	cfg.Policy.Name = "budget"
-	cfg.Policy.Budget.LatencyBudget = ""
+	cfg.Policy.Options = cfg.Policy.Options.With(policy.BudgetOptions{})
 	cfg.Models = map[string]config.Model{"resnet": {LatencyBudget: "1.3x"}}
 	r := New(up, q, &cfg, nil)
 	if err := r.Refresh(context.Background()); err != nil {
@@ -689,8 +690,8 @@ func TestSetPolicy(t *testing.T) {
 				}
 				if model == "" {
 					c := r.Config()
-					if c.Policy.Name != want.policy || c.Policy.Budget.LatencyBudget != want.budget {
-						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, c.Policy.Budget.LatencyBudget, want.policy, want.budget)
+					if b := policy.OptionsOf[policy.BudgetOptions](c.Policy.Options); c.Policy.Name != want.policy || b.LatencyBudget != want.budget {
+						t.Errorf("config in force: %s %q, want %s %q", c.Policy.Name, b.LatencyBudget, want.policy, want.budget)
 					}
 					continue
 				}
@@ -704,7 +705,7 @@ func TestSetPolicy(t *testing.T) {
 	if _, kept := r.setOptions["nobatch"]; kept {
 		t.Error("a refused change kept its options")
 	}
-	if w := r.Config().Policy.Budget.MaxWait; w != 3*time.Millisecond {
+	if w := policy.OptionsOf[policy.BudgetOptions](r.Config().Policy.Options).MaxWait; w != 3*time.Millisecond {
 		t.Errorf("wait_bound set for every model: %v in force, want 3ms", w)
 	}
 	// A model found later runs what was set for every model.
@@ -794,4 +795,38 @@ func simpleRegistry(t *testing.T) *Models {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// The what-if reads a batched model's monitor and the setting in force,
+// and builds other settings as PUT /policy would, over the model's own
+// options, without switching it.
+func TestWhatIfReadsAndBuildsSettings(t *testing.T) {
+	r, ctx := simpleRegistry(t), context.Background()
+	if _, err := r.SetPolicy(ctx, "simple", "budget", map[string]string{"latency_budget": "1.3x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Monitor("simple"); !ok {
+		t.Fatal("no monitor of the batched model simple")
+	}
+	if _, ok := r.Monitor("nonsense"); ok {
+		t.Error("a monitor of a model that does not exist")
+	}
+	name, opts, ok := r.InForce("simple")
+	if !ok || name != "budget" || opts["latency_budget"] != "1.3x" {
+		t.Errorf("in force %q %v %v, want budget with latency_budget 1.3x", name, opts, ok)
+	}
+	var tuned bool
+	p, err := r.NewPolicy("simple", "budget", map[string]string{"tail_budget": "1.5x"}, func(o *policy.Options) {
+		b := policy.OptionsOf[policy.BudgetOptions](*o)
+		tuned = b.LatencyBudget == "1.3x" && b.TailBudget == "1.5x" // the model's own, and what was set
+	})
+	if err != nil || p.Name() != "budget" || !tuned {
+		t.Errorf("built %v, %v (tuned over the model's options: %v)", p, err, tuned)
+	}
+	if _, err := r.NewPolicy("simple", "adhoc", map[string]string{"tail_budget": "2x"}, nil); err == nil {
+		t.Error("an option adhoc does not take was accepted")
+	}
+	if name, _, _ := r.InForce("simple"); name != "budget" {
+		t.Errorf("building a policy switched the model to %s", name)
+	}
 }

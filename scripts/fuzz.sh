@@ -13,9 +13,13 @@
 # run (no "Failing input written", no panic, no test error), is tried
 # once more; a second one fails the target like any other failure.
 #
-# Usage: scripts/fuzz.sh [FUZZTIME]   (make fuzz FUZZTIME=5m; CI: make fuzz-ci)
+# Usage: scripts/fuzz.sh [FUZZTIME [WORKERS]]   (make fuzz FUZZTIME=5m; CI: make fuzz-ci)
+# WORKERS: go test's -parallel, the fuzzing processes per target (default
+# GOMAXPROCS).
 set -uo pipefail
 t=${1:-30s}
+workers=()
+[[ -n ${2:-} ]] && workers=(-parallel "$2")
 cd "$(dirname "$0")/.."
 failed=()
 n=0
@@ -29,7 +33,7 @@ while read -r dir; do
 		n=$((n + 1))
 		rel=${dir#"$PWD"/}
 		log=$(mktemp)
-		fuzz() { (cd "$dir" && go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" .) >"$log" 2>&1; }
+		fuzz() { (cd "$dir" && go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" "${workers[@]}" .) >"$log" 2>&1; }
 		fuzz
 		rc=$?
 		if ((rc != 0)) && deadline_race "$log"; then

@@ -25,12 +25,14 @@ import (
 	"github.com/ratebatch/ratebatch/internal/membudget"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/orca"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/power"
 	"github.com/ratebatch/ratebatch/power/energyfit"
 	"github.com/ratebatch/ratebatch/proxy"
 	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/tracing"
 	"github.com/ratebatch/ratebatch/ui"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // openMeter opens the configured energy source (auto resolved by
@@ -169,6 +171,13 @@ func (p *Server) newObservers(up *upstream) (dispatcher.Observers, error) {
 		up.http.Header = func(ctx context.Context, h *fasthttp.RequestHeader) { tracer.Inject(ctx, tracing.HeaderCarrier{H: h}) }
 	}
 	p.tracer = tracer
+	// The what-if keeps every model's arrivals as they come; once a
+	// second it reads the meter and the queues' callers (the dispatcher,
+	// built after the observers).
+	p.arrivals = newArrivals(p.cfg.WhatIf, p.meter, func(model string) (policy.Callers, bool) { return p.disp.Callers(model) })
+	if p.arrivals != nil {
+		observers = append(observers, p.arrivals)
+	}
 	return observers, nil
 }
 
@@ -265,21 +274,36 @@ func (p *Server) newGRPCDoor(back door.Backend) error {
 }
 
 // newAdmin builds the admin port: metrics, status, health, the policy
-// switch and the live page.
+// switch, the live page and the what-if.
 func (p *Server) newAdmin() {
 	cfg, mr := p.cfg, p.models
 	p.ui = ui.NewRecorder(ui.Options{States: ui.StatesOf(mr, p.disp, p.meter), Modes: modesOf(mr), Gatherer: p.reg})
+	o := admin.Options{
+		Gatherer: p.reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
+		Token: cfg.AdminToken, Logger: p.log,
+		Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
+		Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
+	}
+	if p.arrivals != nil {
+		replayer := whatif.NewReplayer(p.arrivals, mr, whatif.Config{CPU: cfg.WhatIf.CPU, MinArrivals: cfg.WhatIf.MinArrivals})
+		o.WhatIf, o.Arrivals = replayer.Handler(), p.arrivals.ArrivalsHandler()
+	}
 	p.admin = &http.Server{
-		Handler: admin.New(admin.Options{
-			Gatherer: p.reg, Status: p.status, SetPolicy: mr.SetPolicy, Policies: func() any { return mr.Policies() },
-			Token: cfg.AdminToken, Logger: p.log,
-			Ready: mr.Ready, Unready: mr.Unready, Pprof: cfg.AdminPprof, UI: p.ui.Handler("/ui"),
-			Cmdline: config.RedactArgs(os.Args), Hosts: cfg.AdminHostNames(),
-		}),
+		Handler:           admin.New(o),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 	}
+}
+
+// newArrivals is the what-if's recorder that whatif configures, nil when
+// it keeps no arrivals.
+func newArrivals(c config.WhatIf, meter *power.Meter, callers func(string) (policy.Callers, bool)) *whatif.Recorder {
+	if c.Arrivals <= 0 {
+		return nil
+	}
+	return whatif.NewRecorder(whatif.Options{Arrivals: c.Arrivals, Models: c.Models, MaxMinutes: c.MaxMinutes,
+		Meter: meter.Snapshot, Callers: callers})
 }
 
 // moduleVersion is the binary's module version for the spans' resource.

@@ -21,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
@@ -214,7 +215,8 @@ func TestModelModeFollowsTriton(t *testing.T) {
 			up := newConfigUpstream(t, em.Addr())
 			seen := &up.seen
 			p := servertest.Start(t, up.addr(), nil, func(c *config.Config) {
-				c.Policy.Name, c.Policy.MaxBatch.MaxQueueDelay = "maxbatch", 20*time.Millisecond // merges concurrent callers
+				c.Policy.Name = "maxbatch" // merges concurrent callers
+				c.Policy.Options = c.Policy.Options.With(policy.MaxBatchOptions{MaxQueueDelay: 20 * time.Millisecond})
 				c.Discovery = tc.discovery
 			})
 			url := p.Base + "/v2/models/simple/infer"

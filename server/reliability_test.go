@@ -29,11 +29,12 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/config"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
-	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
@@ -665,7 +666,8 @@ func TestReliabilityClientsDisconnect(t *testing.T) {
 				return emulator.Fault{Delay: tt.delay}
 			}})
 			lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
-				c.Policy.Name, c.Policy.Static.Batch, c.Policy.Static.MaxWait = "static", tt.batch, time.Hour
+				c.Policy.Name = "static"
+				c.Policy.Options = c.Policy.Options.With(policy.StaticOptions{Batch: tt.batch, HoldOptions: policy.HoldOptions{MaxWait: time.Hour}})
 			})
 			before := takeFootprint()
 			var wg sync.WaitGroup
@@ -741,7 +743,8 @@ func TestReliabilityHangUpsUnderLoad(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{TimeScale: 1})
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		// Partial batches wait up to 30 ms: leavers mostly leave from the queue.
-		c.Policy.Name, c.Policy.Static.Batch, c.Policy.Static.MaxWait = "static", 8, 30*time.Millisecond
+		c.Policy.Name = "static"
+		c.Policy.Options = c.Policy.Options.With(policy.StaticOptions{Batch: 8, HoldOptions: policy.HoldOptions{MaxWait: 30 * time.Millisecond}})
 	})
 	before := takeFootprint()
 	done := make(chan loadgen.Result)

@@ -21,6 +21,7 @@ import (
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
 	"github.com/ratebatch/ratebatch/monitor"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/server"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
@@ -81,7 +82,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	reloadFile(t, file, em.Addr(), "1.10x", "")
 	log := server.NewLogger(config.Log{Level: "info", Format: "text"}, io.Discard)
 	p := servertest.Start(t, em.Addr(), log, func(c *config.Config) {
-		c.Policy.Name, c.Policy.Budget.LatencyBudget = "budget", "1.10x"
+		c.Policy.Name = "budget"
+		c.Policy.Options = c.Policy.Options.With(policy.BudgetOptions{LatencyBudget: "1.10x"})
 	})
 	p.ReloadFrom(config.Source{File: file})
 	if v := readStatus(t, p.Admin).ConfigVersion; v != 1 {
@@ -150,7 +152,8 @@ func TestReloadRefusesBadFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ratebatch.yaml")
 	var logs syncBuffer
 	p := servertest.Start(t, em.Addr(), slog.New(slog.NewTextHandler(&logs, nil)), func(c *config.Config) {
-		c.Policy.Name, c.Policy.Budget.LatencyBudget = "budget", "1.10x"
+		c.Policy.Name = "budget"
+		c.Policy.Options = c.Policy.Options.With(policy.BudgetOptions{LatencyBudget: "1.10x"})
 	})
 	p.ReloadFrom(config.Source{File: file})
 
@@ -182,8 +185,8 @@ func TestReloadRefusesBadFile(t *testing.T) {
 	if err := p.Reload(context.Background()); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	if p.Config().Listen != listen || p.Config().Policy.Budget.LatencyBudget != "1.5x" {
-		t.Errorf("after reloading a new listen: listen %q, budget %q; want %q kept and 1.5x", p.Config().Listen, p.Config().Policy.Budget.LatencyBudget, listen)
+	if b := policy.OptionsOf[policy.BudgetOptions](p.Config().Policy.Options); p.Config().Listen != listen || b.LatencyBudget != "1.5x" {
+		t.Errorf("after reloading a new listen: listen %q, budget %q; want %q kept and 1.5x", p.Config().Listen, b.LatencyBudget, listen)
 	}
 	if !strings.Contains(logs.String(), "restart") || !strings.Contains(logs.String(), "listen") {
 		t.Errorf("no log line names listen as needing a restart: %q", logs.String())

@@ -11,6 +11,7 @@ import (
 	"github.com/ratebatch/ratebatch/internal/testpoll"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
@@ -20,7 +21,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	em := emulatortest.Start(t, emulator.Options{})
 	file := filepath.Join(t.TempDir(), "ratebatch.yaml")
 	p := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
-		c.Policy.Name, c.Policy.Budget.LatencyBudget = "budget", "1.10x"
+		c.Policy.Name = "budget"
+		c.Policy.Options = c.Policy.Options.With(policy.BudgetOptions{LatencyBudget: "1.10x"})
 	})
 	p.ReloadFrom(config.Source{File: file})
 	reloadFile(t, file, em.Addr(), "3x", "")

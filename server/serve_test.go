@@ -19,6 +19,7 @@ import (
 	"github.com/ratebatch/ratebatch/kserve"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/server/servertest"
 )
 
@@ -605,8 +606,7 @@ func TestServeGracefulShutdownDrains(t *testing.T) {
 	base, admin, stop := startProxy(t, em.Addr(), func(c *config.Config) {
 		// A rule that would hold these requests for an hour: only the drain sends them.
 		c.Policy.Name = "static"
-		c.Policy.Static.Batch = 8
-		c.Policy.Static.MaxWait = time.Hour
+		c.Policy.Options = c.Policy.Options.With(policy.StaticOptions{Batch: 8, HoldOptions: policy.HoldOptions{MaxWait: time.Hour}})
 	})
 	url := base + "/v2/models/simple/infer"
 	var wg sync.WaitGroup

@@ -35,6 +35,7 @@ import (
 	"github.com/ratebatch/ratebatch/registry"
 	"github.com/ratebatch/ratebatch/tracing"
 	"github.com/ratebatch/ratebatch/ui"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // SizeProcs applies the procs option to this process. GOMAXPROCS is the
@@ -107,6 +108,9 @@ type Server struct {
 	tracer *tracing.Tracer
 	// energyFit learns zeta(b) per model from the meter.
 	energyFit *energyfit.Fitter
+	// arrivals keeps each model's arrivals for the what-if; nil when
+	// whatif.arrivals is 0.
+	arrivals *whatif.Recorder
 	// memory is the budget of requests and answers (limits.memory).
 	memory *membudget.Budget
 	// access is which of Triton's routes the doors open to clients
@@ -207,6 +211,9 @@ func (p *Server) Run(ctx context.Context) error {
 	go p.meter.Run(bg)
 	go p.ui.Run(bg)
 	go p.energyFit.Run(bg, p.cfg.Policy.Window)
+	if p.arrivals != nil {
+		go p.arrivals.Run(bg)
+	}
 	go p.reloadOnHangup(bg, hup)
 	defer p.meter.Source().Close()
 

@@ -17,6 +17,7 @@ import (
 	"github.com/ratebatch/ratebatch/config"
 	"github.com/ratebatch/ratebatch/lab/emulator"
 	"github.com/ratebatch/ratebatch/lab/emulator/emulatortest"
+	"github.com/ratebatch/ratebatch/policy"
 	"github.com/ratebatch/ratebatch/server/servertest"
 	"github.com/ratebatch/ratebatch/tracing"
 	"github.com/ratebatch/ratebatch/tracing/tracingtest"
@@ -65,7 +66,7 @@ func TestTracingFollowsRequestsThroughTheirBatch(t *testing.T) {
 	p := servertest.Start(t, up.start(t, em.Addr()), nil, func(c *config.Config) {
 		c.Tracing.OTLPEndpoint = rcv.URL
 		c.Policy.Name = "maxbatch"
-		c.Policy.MaxBatch.MaxQueueDelay = 2 * time.Second
+		c.Policy.Options = c.Policy.Options.With(policy.MaxBatchOptions{MaxQueueDelay: 2 * time.Second})
 	})
 
 	const callers = 4 // maxbatch's full batch: the emulator's simple has max_batch_size 8, so the delay sends it
@@ -160,7 +161,8 @@ func TestTracingOffForwardsTheCallersTraceparent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var up upstreamHeaders
 			p := servertest.Start(t, up.start(t, em.Addr()), nil, func(c *config.Config) {
-				c.Policy.Name, c.Policy.Static.Batch, c.Policy.Static.MaxWait = "static", tc.callers, time.Hour
+				c.Policy.Name = "static"
+				c.Policy.Options = c.Policy.Options.With(policy.StaticOptions{Batch: tc.callers, HoldOptions: policy.HoldOptions{MaxWait: time.Hour}})
 			})
 			sent := make([]string, tc.callers)
 			var wg sync.WaitGroup

@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/policy/smdp"
 	"github.com/ratebatch/ratebatch/regression"
+	"github.com/ratebatch/ratebatch/whatif"
 )
 
 // fakeProxy is a proxy's state that moves: each step more arrivals, more
@@ -436,7 +439,7 @@ func TestPageHeadlineInBrowser(t *testing.T) {
 		dir = t.TempDir()
 	}
 	shot := filepath.Join(dir, "ui-headline.png")
-	screenshot(t, browser, page, shot)
+	screenshot(t, browser, page, shot, 1500)
 	t.Logf("screenshot: %s", shot)
 }
 
@@ -518,13 +521,14 @@ func TestPageCallersPanel(t *testing.T) {
 	}
 }
 
-// screenshot saves a PNG of url as headless Chromium draws it.
-func screenshot(t *testing.T, browser, url, path string) {
+// screenshot saves a PNG of url as headless Chromium draws it, height
+// pixels tall.
+func screenshot(t *testing.T, browser, url, path string, height int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=2000", "--window-size=1400,1500", "--screenshot="+path, url)
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=2000", fmt.Sprintf("--window-size=1400,%d", height), "--screenshot="+path, url)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
 	}
@@ -600,4 +604,96 @@ func jsFmt(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// whatifReport is a what-if as GET /whatif answers it: the setting in
+// force, ad-hoc, a point on the front recommended and one beaten.
+func whatifReport() whatif.Report {
+	f := func(v float64) *float64 { return &v }
+	return whatif.Report{Model: "resnet", Enough: true, Seconds: 300, To: time.Unix(1300, 0),
+		Arrivals:     whatif.ArrivalCounts{Total: 60000, OpenLoop: 60000},
+		Lived:        whatif.Lived{Requests: 60000, MeanMs: f(2.1), P99Ms: f(6.2), RequestsPerJoule: f(20.4), BusyShare: f(0.41)},
+		CheckVsLived: whatif.Ratios{Mean: f(0.97), P99: f(1.04), RequestsPerJoule: f(1.01)},
+		Efficiency:   whatif.EfficiencyRPJ, Recommended: 2,
+		Recommendation: "budget mean 1.25x p99 1.25x: the most efficient on the front with its p99 within 8 ms",
+		Assumptions:    []string{"Replayed on the line the plan in force was made with.", "Arrivals are taken as independent of the setting."},
+		Points: []whatif.Point{
+			{Label: "in force: budget", Policy: "budget", Current: true, MeanMs: 2.0, P99Ms: 6.0, MeanBatch: 1.2, RequestsPerJoule: f(20.6), BusyShare: 0.4, Front: true},
+			{Label: "adhoc", Policy: "adhoc", MeanMs: 1.9, P99Ms: 5.8, MeanBatch: 1.1, RequestsPerJoule: f(20), BusyShare: 0.42, Front: true,
+				Apply: `curl -sS -X PUT -d '{"model":"resnet","policy":"adhoc"}' http://127.0.0.1:9002/policy`},
+			{Label: "budget mean 1.25x p99 1.25x", Policy: "budget", MeanMs: 2.4, P99Ms: 7.5, MeanBatch: 1.6, RequestsPerJoule: f(21.5), BusyShare: 0.35, Front: true,
+				Apply: `curl -sS -X PUT -d '{"latency_budget":"1.25x","model":"resnet","policy":"budget","tail_budget":"1.25x"}' http://127.0.0.1:9002/policy`},
+			{Label: "maxbatch delay 5ms", Policy: "maxbatch", MeanMs: 6, P99Ms: 12, MeanBatch: 3, RequestsPerJoule: f(21), BusyShare: 0.3,
+				Apply: `curl -sS -X PUT -d '{"max_queue_delay":"5ms","model":"resnet","policy":"maxbatch"}' http://127.0.0.1:9002/policy`},
+		},
+	}
+}
+
+// TestWhatIfInBrowser: the page asks for the busiest model's what-if on
+// its own, follows its 202 until the answer, and draws the trade-off (every
+// setting a point, the one in force a square, the front joined, the
+// recommended ringed), the table with the command that applies each
+// setting, the replay's error on what was lived and its assumptions.
+func TestWhatIfInBrowser(t *testing.T) {
+	browser := chromium(t)
+	f := newFakeProxy()
+	r := NewRecorder(Options{States: f.states, Gatherer: f.reg})
+	r.Sample()
+	f.advance()
+	r.Sample()
+	body, err := json.Marshal(whatifReport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", r.Handler("/ui"))
+	mux.HandleFunc("/whatif", func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Query().Get("model") != "resnet" {
+			http.Error(w, `{"error":"wrong model"}`, http.StatusBadRequest)
+			return
+		}
+		if asked.Add(1) == 1 { // running, the first time
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte(`{"model":"resnet","running":true,"replayed":3,"settings":13,"seconds":2}`))
+			return
+		}
+		w.Write(body)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	dom := dumpDOM(t, browser, srv.URL+"/ui/")
+	if asked.Load() < 2 {
+		t.Fatalf("the page asked for the what-if %d times, want it to ask again after the 202", asked.Load())
+	}
+	for _, want := range []string{
+		`data-chart="whatif" data-points="4"`, `data-k="wi-current"`, `data-k="wi-front"`, `data-k="wi-recommended"`,
+		"budget mean 1.25x p99 1.25x <b>(recommended)</b>",
+		`-d '{"latency_budget":"1.25x","model":"resnet","policy":"budget","tail_budget":"1.25x"}' http://127.0.0.1:9002/policy`,
+		"mean 0.97x, p99 1.04x, requests/J 1.01x", "Arrivals are taken as independent of the setting.",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the what-if section lacks %s", want)
+		}
+	}
+	if n := strings.Count(dom, `data-k="wi-row"`); n != 4 {
+		t.Errorf("%d table rows, want 4", n)
+	}
+	if n := strings.Count(dom, `data-k="wi-apply"`); n != 3 {
+		t.Errorf("%d apply commands, want one per setting not in force, 3", n)
+	}
+	if t.Failed() {
+		i := strings.Index(dom, `id="whatif"`)
+		t.Logf("what-if section:\n%.4000s", dom[max(i, 0):])
+	}
+	dir := os.Getenv("RATEBATCH_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	asked.Store(1) // answered at once from now on
+	shot := filepath.Join(dir, "ui-whatif.png")
+	screenshot(t, browser, srv.URL+"/ui/", shot, 2600)
+	t.Logf("screenshot: %s", shot)
 }

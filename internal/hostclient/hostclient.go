@@ -23,8 +23,17 @@ import (
 )
 
 // New returns a HostClient for the http or https upstream u. A URL without
-// a port gets the scheme's default; an IPv6 host keeps its brackets.
-func New(u *url.URL) *fasthttp.HostClient {
+// a port gets the scheme's default; an IPv6 host keeps its brackets. Its
+// connections' deadlines may fire a little late (rawconn).
+func New(u *url.URL) *fasthttp.HostClient { return newClient(u, rawconn.Dialer) }
+
+// NewExact is New with its connections' deadlines kept exactly
+// (rawconn.ExactDialer): for a client whose deadlines are its callers'.
+func NewExact(u *url.URL) *fasthttp.HostClient { return newClient(u, rawconn.ExactDialer) }
+
+type dialWrapper func(func(addr string) (net.Conn, error)) func(addr string) (net.Conn, error)
+
+func newClient(u *url.URL, wrap dialWrapper) *fasthttp.HostClient {
 	hc := &fasthttp.HostClient{
 		Addr:                     Addr(u),
 		IsTLS:                    u.Scheme == "https",
@@ -40,7 +49,7 @@ func New(u *url.URL) *fasthttp.HostClient {
 		// reads and writes on the connection (package rawconn says why),
 		// each connection watched for answers that break off or overrun
 		// (answerConn).
-		Dial: watchAnswers(rawconn.Dialer(fasthttp.Dial), u.Scheme != "https"),
+		Dial: watchAnswers(wrap(fasthttp.Dial), u.Scheme != "https"),
 	}
 	if hc.IsTLS {
 		hc.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}

@@ -19,7 +19,8 @@
 // Deadlines are kept by the connection, and the runtime's timer only wakes
 // it: fasthttp sets them afresh at every request, and passing each on
 // re-armed the poller's timers five times per exchange. An operation fails
-// from its deadline on, and at most an eighth of the deadline's span late.
+// from its deadline on, and at most an eighth of the deadline's span late;
+// on a connection made exact (Exact, ExactDialer), at its deadline.
 //
 // Only connections known to be TCP on Linux are wrapped; anything else is
 // returned as it is.
@@ -42,11 +43,23 @@ func (l Listener) Accept() (net.Conn, error) {
 
 // Dialer returns dial with every TCP connection it makes wrapped.
 func Dialer(dial func(addr string) (net.Conn, error)) func(addr string) (net.Conn, error) {
+	return dialer(dial, Wrap)
+}
+
+// ExactDialer is Dialer, each connection's deadlines kept exactly
+// (Exact): for a client whose deadlines are its callers', who must be
+// answered by them, where a server's timeouts only bound the waste of a
+// stuck peer and may fire a little late.
+func ExactDialer(dial func(addr string) (net.Conn, error)) func(addr string) (net.Conn, error) {
+	return dialer(dial, func(c net.Conn) net.Conn { return Exact(Wrap(c)) })
+}
+
+func dialer(dial func(addr string) (net.Conn, error), wrap func(net.Conn) net.Conn) func(addr string) (net.Conn, error) {
 	return func(addr string) (net.Conn, error) {
 		c, err := dial(addr)
 		if err != nil {
 			return nil, err
 		}
-		return Wrap(c), nil
+		return wrap(c), nil
 	}
 }

@@ -44,6 +44,15 @@ type Conn struct {
 	writeFn func(fd uintptr) bool
 }
 
+// Exact makes c's deadlines exact if it is a *Conn (see deadline), and
+// returns c.
+func Exact(c net.Conn) net.Conn {
+	if w, ok := c.(*Conn); ok {
+		w.rdl.exact, w.wdl.exact = true, true
+	}
+	return c
+}
+
 // Wrap returns c with raw reads and writes if it is a *net.TCPConn, and c
 // itself otherwise.
 func Wrap(c net.Conn) net.Conn {
@@ -113,10 +122,22 @@ const slackShare = 8
 // A connection busy with requests re-arms its timers about once per
 // timeout instead of five times per request, and an operation fails
 // between want and want plus 1/slackShare of its span, never before.
+//
+// An exact deadline (Exact) has no slack: the runtime's fires at want,
+// and is re-armed whenever want moves later.
 type deadline struct {
 	mu    sync.Mutex
 	want  time.Time // zero: none
 	armed time.Time // the runtime's; zero: none
+	exact bool
+}
+
+// slack is how late the runtime's deadline may fire for one span away.
+func (d *deadline) slack(span time.Duration) time.Duration {
+	if d.exact || span <= 0 {
+		return 0
+	}
+	return span / slackShare
 }
 
 func (d *deadline) set(t time.Time, arm func(time.Time) error) error {
@@ -130,7 +151,7 @@ func (d *deadline) set(t time.Time, arm func(time.Time) error) error {
 		return nil // wakes early (or on time): expired re-arms
 	}
 	span := time.Until(t)
-	if span > 0 && !d.armed.IsZero() && d.armed.Sub(t) <= span/slackShare {
+	if span > 0 && !d.armed.IsZero() && d.armed.Sub(t) <= d.slack(span) {
 		return nil // fires within the slack
 	}
 	return d.arm(t, span, arm)
@@ -139,10 +160,7 @@ func (d *deadline) set(t time.Time, arm func(time.Time) error) error {
 // arm sets the runtime's deadline for want t, span from now: past its
 // time, at once; else a slack later, so that the next requests keep it.
 func (d *deadline) arm(t time.Time, span time.Duration, arm func(time.Time) error) error {
-	at := t
-	if span > 0 {
-		at = t.Add(span / slackShare)
-	}
+	at := t.Add(d.slack(span))
 	d.armed = at
 	return arm(at)
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -13,28 +14,32 @@ import (
 
 // TestDeadlineSet follows one direction's deadline through the calls
 // fasthttp makes: the runtime's deadline is moved only when it would fire
-// past the time asked for and its slack.
+// past the time asked for and its slack; an exact one has none.
 func TestDeadlineSet(t *testing.T) {
 	now := time.Now()
 	at := func(d time.Duration) time.Time { return now.Add(d) }
 	tests := []struct {
 		name    string
+		exact   bool
 		armed   time.Time // the runtime's, before the call
 		set     time.Time
 		wantArm bool      // the runtime's deadline is changed
 		wantAt  time.Time // to this, if changed
 	}{
-		{"first deadline: armed a slack past it", time.Time{}, at(80 * time.Second), true, at(90 * time.Second)},
-		{"pushed later within the slack: kept", at(90 * time.Second), at(85 * time.Second), false, time.Time{}},
-		{"pushed past the armed time: kept, it wakes early", at(90 * time.Second), at(120 * time.Second), false, time.Time{}},
-		{"moved earlier than the slack allows: re-armed", at(135 * time.Second), at(10 * time.Second), true, at(10*time.Second + 10*time.Second/slackShare)},
-		{"cleared: kept, it wakes early", at(90 * time.Second), time.Time{}, false, time.Time{}},
-		{"already past, armed later: applied as asked", at(90 * time.Second), at(-time.Second), true, at(-time.Second)},
-		{"already past, armed earlier: kept", at(-2 * time.Second), at(-time.Second), false, time.Time{}},
+		{"first deadline: armed a slack past it", false, time.Time{}, at(80 * time.Second), true, at(90 * time.Second)},
+		{"pushed later within the slack: kept", false, at(90 * time.Second), at(85 * time.Second), false, time.Time{}},
+		{"pushed past the armed time: kept, it wakes early", false, at(90 * time.Second), at(120 * time.Second), false, time.Time{}},
+		{"moved earlier than the slack allows: re-armed", false, at(135 * time.Second), at(10 * time.Second), true, at(10*time.Second + 10*time.Second/slackShare)},
+		{"cleared: kept, it wakes early", false, at(90 * time.Second), time.Time{}, false, time.Time{}},
+		{"already past, armed later: applied as asked", false, at(90 * time.Second), at(-time.Second), true, at(-time.Second)},
+		{"already past, armed earlier: kept", false, at(-2 * time.Second), at(-time.Second), false, time.Time{}},
+		{"exact, first deadline: armed at it", true, time.Time{}, at(80 * time.Second), true, at(80 * time.Second)},
+		{"exact, moved earlier within the slack: re-armed at it", true, at(90 * time.Second), at(85 * time.Second), true, at(85 * time.Second)},
+		{"exact, pushed past the armed time: kept, it wakes early", true, at(90 * time.Second), at(120 * time.Second), false, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := deadline{armed: tt.armed}
+			d := deadline{armed: tt.armed, exact: tt.exact}
 			var armed []time.Time
 			if err := d.set(tt.set, func(at time.Time) error { armed = append(armed, at); return nil }); err != nil {
 				t.Fatal(err)
@@ -231,4 +236,30 @@ func TestPaceWrites(t *testing.T) {
 		}
 	}
 	assertTimedOut(t, err, time.Since(began), span)
+}
+
+// TestExactDialer: its connections keep both deadlines exactly, Dialer's
+// with their slack.
+func TestExactDialer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }
+	for _, tt := range []struct {
+		name  string
+		dial  func(string) (net.Conn, error)
+		exact bool
+	}{{"Dialer", Dialer(dial), false}, {"ExactDialer", ExactDialer(dial), true}} {
+		c, err := tt.dial(ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := c.(*Conn)
+		if w.rdl.exact != tt.exact || w.wdl.exact != tt.exact {
+			t.Errorf("%s: exact read %v, write %v; want %v", tt.name, w.rdl.exact, w.wdl.exact, tt.exact)
+		}
+		c.Close()
+	}
 }

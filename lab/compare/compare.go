@@ -150,15 +150,15 @@ func (o *Options) build(name string, prof preset.Profile, sla time.Duration) (po
 	var opts policy.Options
 	switch name {
 	case policy.NameStatic:
-		opts.Static.Batch = min(DefaultStaticBatch, prof.MaxBatch)
+		opts = policy.NewOptions(policy.StaticOptions{Batch: min(DefaultStaticBatch, prof.MaxBatch)})
 	case policy.NameSMDP:
-		opts.SMDP.W1, opts.SMDP.W2 = o.W1, o.W2
+		opts = policy.NewOptions(policy.SMDPOptions{W1: o.W1, W2: o.W2})
 	case policy.NameSlack:
-		opts.Slack.SLA = sla
+		opts = policy.NewOptions(policy.SlackOptions{DeadlineOptions: policy.DeadlineOptions{SLA: sla}})
 	case policy.NameBudget:
 		// The plan as solved: the live trim corrects a model that is
 		// exact in simulation, at the price of its ad-hoc slices.
-		opts.Budget.NoTrim = true
+		opts = policy.NewOptions(policy.BudgetOptions{NoTrim: true})
 	}
 	// A simulation's results must not depend on the machine's speed.
 	policy.Each(&opts, func(s *policy.SolveOptions) { s.SolveFree = true })

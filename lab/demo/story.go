@@ -291,9 +291,7 @@ func simulateSLO(ctx context.Context, prof preset.Profile, series *trace.Series,
 	if o.Model == emulator.SimpleModel {
 		prof.MaxBatch = emulator.SimpleMaxBatch
 	}
-	var opts policy.Options
-	opts.Budget.SLOP99 = demoSLO
-	opts.Budget.NoTrim = true // as sim without --trim
+	opts := policy.NewOptions(policy.BudgetOptions{SLOP99: demoSLO, NoTrim: true}) // NoTrim: as sim without --trim
 	pols, err := sim.Policies(Baseline+","+Default, opts, nil)
 	if err != nil {
 		return nil, err

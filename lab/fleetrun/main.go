@@ -66,8 +66,8 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	pb "github.com/ratebatch/ratebatch/kserve/inference"
-	"github.com/ratebatch/ratebatch/lab/stats"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/internal/stats"
 )
 
 // Summary is the account of a run. The counts always balance:

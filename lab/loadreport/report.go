@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
 	"github.com/ratebatch/ratebatch/lab/plot"
-	"github.com/ratebatch/ratebatch/lab/stats"
 )
 
 // Run is one load run through the proxy: its name (usually the policy),

@@ -12,44 +12,11 @@ import (
 	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
-// Profile describes one model on one GPU. Times are milliseconds, energies
+// Profile describes one model on one GPU (batchcost.Profile: the what-if
+// replays the proxy's learnt line as one). Times are milliseconds, energies
 // millijoules. Energy is optional: HasEnergy is false where no figures were
-// published, and then Zeta must not be used.
-type Profile struct {
-	Name string
-	batchcost.Latency
-	// Energy is only meaningful when HasEnergy is true.
-	batchcost.Energy
-	MaxBatch int // the model's max_batch_size (B_max)
-	// HasEnergy reports whether BetaMJ and Zeta0MJ are real figures.
-	HasEnergy bool
-	Source    string
-}
-
-// Validate reports the first field that makes the profile unusable.
-func (p Profile) Validate() error {
-	if err := p.Latency.Validate(); err != nil {
-		return fmt.Errorf("profile %q: %w", p.Name, err)
-	}
-	if p.MaxBatch < 1 {
-		return fmt.Errorf("profile %q: max batch must be >= 1, got %d", p.Name, p.MaxBatch)
-	}
-	if p.HasEnergy {
-		if err := p.Energy.Validate(); err != nil {
-			return fmt.Errorf("profile %q: %w", p.Name, err)
-		}
-	}
-	return nil
-}
-
-// KnownEnergy is the profile's energy line, or the zero line where none was
-// published, so that a planner cannot mistake unset figures for real ones.
-func (p Profile) KnownEnergy() batchcost.Energy {
-	if !p.HasEnergy {
-		return batchcost.Energy{}
-	}
-	return p.Energy
-}
+// published.
+type Profile = batchcost.Profile
 
 // presets are the published profiles of ALGORITHMS.md. Entries without
 // energy figures say so through HasEnergy; none are invented.

@@ -18,9 +18,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/internal/triton"
 	"github.com/ratebatch/ratebatch/lab/loadgen"
-	"github.com/ratebatch/ratebatch/lab/stats"
 	"github.com/ratebatch/ratebatch/regression"
 )
 

@@ -36,7 +36,7 @@ func TestBudgetPolicyMeetsItsBudget(t *testing.T) {
 		// budget alone, its optimum the SMDP's constrained one: the p99
 		// bound (tail_budget) is the tail model's test
 		// (TestTailModelMatchesTheSimulator) and policy's.
-		got := run(newPolicy(t, policy.NameBudget, policy.Options{Budget: policy.BudgetOptions{LatencyBudget: tc.budget, TailBudget: "off", NoTrim: true}}))
+		got := run(newPolicy(t, policy.NameBudget, policy.NewOptions(policy.BudgetOptions{LatencyBudget: tc.budget, TailBudget: "off", NoTrim: true})))
 		opt, err := smdp.SolveBudget(context.Background(), smdp.ModelFor(prof.Latency, prof.KnownEnergy(), prof.MaxBatch, tc.rho), b, 0)
 		if err != nil {
 			t.Fatal(err)

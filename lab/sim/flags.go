@@ -19,9 +19,14 @@ import (
 )
 
 // Flags are `ratebatch sim`'s flags; those that map one to one onto Config
-// and policy.Options are bound to them directly.
+// and a policy's options are bound to them directly.
 type Flags struct {
-	c                                 Config
+	c Config
+	// The policies' options the flags set, and all of them as the
+	// policies are built from them (opts).
+	static                            policy.StaticOptions
+	budget                            policy.BudgetOptions
+	smdp                              policy.SMDPOptions
 	opts                              policy.Options
 	model                             *preset.Flags
 	policies, traceName, seriesCSV    string
@@ -63,13 +68,13 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.DurationVar(&f.c.Think, "think", 0, "closed-loop clients: time between an answer and the client's next request")
 	fs.StringVar(&f.overheads, "overheads", "", "the live proxy's time outside the server's compute, key=value ms as its /status shows them under rule.outside (overhead_ms=1,overhead_per_row_ms=0.05,hold_lone_ms=..,hold_merged_ms=..,after_lone_ms=..,after_merged_ms=..) and client_ms: absolute latencies then match the live proxy's")
 	fs.StringVar(&f.seriesCSV, "series-csv", "", "write the per-window time series (rate, batch size, latency) of every policy to this CSV file")
-	fs.IntVar(&f.opts.Static.Batch, "batch", 8, "static: the exact batch size b")
-	fs.StringVar(&f.opts.Budget.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
-	fs.StringVar(&f.opts.Budget.TailBudget, "tail-budget", "", "budget: p99 budget, a factor of ad-hoc's p99 (1.20x, the default) or off")
-	fs.DurationVar(&f.opts.Budget.SLOP99, "slo-p99", 0, "budget: the p99 to keep under (15ms): the most requests per joule within it, no mean budget unless --latency-budget is set")
-	fs.Float64Var(&f.opts.SMDP.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
+	fs.IntVar(&f.static.Batch, "batch", 8, "static: the exact batch size b")
+	fs.StringVar(&f.budget.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
+	fs.StringVar(&f.budget.TailBudget, "tail-budget", "", "budget: p99 budget, a factor of ad-hoc's p99 (1.20x, the default) or off")
+	fs.DurationVar(&f.budget.SLOP99, "slo-p99", 0, "budget: the p99 to keep under (15ms): the most requests per joule within it, no mean budget unless --latency-budget is set")
+	fs.Float64Var(&f.smdp.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
 	fs.BoolVar(&f.trim, "trim", false, "budget: run the live trim as serve does (ad-hoc a tenth of the time, the budget re-aimed by what the calls lived); off, the plan alone, which the simulator's exact model makes right")
-	fs.Float64Var(&f.opts.SMDP.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")
+	fs.Float64Var(&f.smdp.W2, "w2", 0, "smdp: weight of mean power (per W) in the cost; raise it to trade latency for energy (needs energy figures)")
 	fs.BoolVar(&f.JSON, "json", false, "print JSON: one object, or an array with --policy all or a list")
 	fs.IntVar(&f.fleet.Replicas, "replicas", 0, "simulate a fleet of this many GPUs, each with its own proxy running --policy (--rho is then of the fleet's capacity)")
 	fs.StringVar(&f.fleet.Balancers, "balancer", "all", "--replicas: how requests are spread: "+strings.Join(Balancers, ", ")+"; a comma list; or all")
@@ -148,10 +153,10 @@ func (f *Flags) Config(set map[string]bool, skipped func(error)) (Config, []poli
 	case !(f.maxWaitMs >= 0):
 		return c, nil, fmt.Errorf("--max-wait-ms must be >= 0, got %v", f.maxWaitMs)
 	}
-	opts := f.opts
-	opts.MaxBatch.MaxQueueDelay = msDuration(f.maxQueueDelayMs)
+	budget := f.budget
+	budget.NoTrim = !f.trim
+	opts := policy.NewOptions(f.static, budget, f.smdp, policy.MaxBatchOptions{MaxQueueDelay: msDuration(f.maxQueueDelayMs)})
 	policy.Each(&opts, func(h *policy.HoldOptions) { h.MaxWait = msDuration(f.maxWaitMs) })
-	opts.Budget.NoTrim = !f.trim
 	// A simulated run must not depend on the machine's speed.
 	policy.Each(&opts, func(s *policy.SolveOptions) { s.SolveFree = true })
 	f.opts = opts // a fleet builds one policy per replica from them

@@ -8,10 +8,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/lab/preset"
-	"github.com/ratebatch/ratebatch/lab/stats"
 	"github.com/ratebatch/ratebatch/orca"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/replay"
 )
 
 // Balancers RunFleet knows.
@@ -142,15 +143,14 @@ func RunFleet(ctx context.Context, c FleetConfig) (FleetResult, error) {
 	if err := c.normalize(); err != nil {
 		return FleetResult{}, fmt.Errorf("sim fleet: %w", err)
 	}
-	runs := make([]*run, len(c.Replicas))
+	runs := make([]*replay.Stepper, len(c.Replicas))
 	for i, rep := range c.Replicas {
-		r, err := newRun(Config{Profile: rep.Profile, Policy: rep.Policy, Arrivals: []time.Duration{},
+		r, err := replay.NewStepper(Config{Profile: rep.Profile, Policy: rep.Policy,
 			Seed: c.Seed + uint64(i)*7919, Window: c.Window, Instances: rep.Instances, IdleWatts: rep.IdleWatts,
 			Overhead: rep.Overhead})
 		if err != nil {
 			return FleetResult{}, fmt.Errorf("sim fleet: replica %d: %w", i+1, err)
 		}
-		r.external, r.open = true, true
 		runs[i] = r
 	}
 	b := newBalancer(c, runs)
@@ -159,46 +159,26 @@ func RunFleet(ctx context.Context, c FleetConfig) (FleetResult, error) {
 	for range c.Requests {
 		t += max(time.Duration(rng.ExpFloat64()/c.RatePerSec*float64(time.Second)), 1)
 		for _, r := range runs {
-			if err := r.until(ctx, t, false); err != nil {
+			if err := r.Until(ctx, t, false); err != nil {
 				return FleetResult{}, err
 			}
 		}
-		r := runs[b.pick(t)]
-		r.nextArrival, r.haveArrival = t, true
-		if err := r.until(ctx, t, true); err != nil {
+		if err := runs[b.pick(t)].Arrive(ctx, t); err != nil {
 			return FleetResult{}, err
 		}
 	}
 	for _, r := range runs {
-		r.open = false
-		if err := r.until(ctx, math.MaxInt64, true); err != nil {
+		if err := r.Close(ctx); err != nil {
 			return FleetResult{}, err
 		}
 	}
 	return fleetResult(c, runs), nil
 }
 
-// until handles the run's events before t (at t too when inclusive).
-func (r *run) until(ctx context.Context, t time.Duration, inclusive bool) error {
-	for {
-		stop, err := r.step(ctx, t, inclusive)
-		if err != nil {
-			return fmt.Errorf("sim %s: %w", r.c.Policy.Name(), err)
-		}
-		if stop {
-			return nil
-		}
-	}
-}
-
-// unanswered is the requests a replica holds: queued or in a batch whose
-// answer has not come.
-func (r *run) unanswered() int { return len(r.queue) - r.head + r.flyRow - r.ansRow }
-
-// capacity is the replica's ORCA report: its rate and the capacity its
+// report is a replica's ORCA report: its rate and the capacity its
 // monitor's line gives (0 while unknown).
-func (r *run) report() (rate, capacity float64) {
-	s := r.mon.Snapshot()
+func report(r *replay.Stepper) (rate, capacity float64) {
+	s := r.Monitor().Snapshot()
 	// The simulated monitor is seeded with the profile's line: known.
 	m := orca.Model{RatePerSec: s.RatePerSec, MaxBatch: s.MaxBatch, Instances: s.Instances, Latency: s.Latency, LineKnown: true}
 	return s.RatePerSec, m.CapacityRPS()
@@ -206,7 +186,7 @@ func (r *run) report() (rate, capacity float64) {
 
 type balancer struct {
 	c    FleetConfig
-	runs []*run
+	runs []*replay.Stepper
 	rng  *rand.Rand
 	next int
 	// orca-wrr: earliest-deadline-first over the weights, as grpc-go's
@@ -219,7 +199,7 @@ type balancer struct {
 	capacities []float64
 }
 
-func newBalancer(c FleetConfig, runs []*run) *balancer {
+func newBalancer(c FleetConfig, runs []*replay.Stepper) *balancer {
 	n := len(runs)
 	return &balancer{c: c, runs: runs, rng: rand.New(rand.NewPCG(c.Seed, 0x62616c616e6365)),
 		weights: make([]float64, n), deadline: make([]float64, n), ewma: make([]float64, n), capacities: make([]float64, n),
@@ -234,7 +214,7 @@ func (b *balancer) refresh(t time.Duration) {
 	b.refreshed = t
 	known, sum := 0, 0.0
 	for i, r := range b.runs {
-		rate, mu := r.report()
+		rate, mu := report(r)
 		b.capacities[i] = mu
 		// grpc-go's weight: qps / utilization, with utilization = rate/mu:
 		// mu itself, when the replica has both.
@@ -271,7 +251,7 @@ func (b *balancer) pick(t time.Duration) int {
 	case BalancerLeastRequest:
 		best := 0
 		for i, r := range b.runs {
-			if r.unanswered() < b.runs[best].unanswered() {
+			if r.Unanswered() < b.runs[best].Unanswered() {
 				best = i
 			}
 		}
@@ -285,7 +265,7 @@ func (b *balancer) pick(t time.Duration) int {
 		if j >= i {
 			j++
 		}
-		if b.runs[j].unanswered() < b.runs[i].unanswered() {
+		if b.runs[j].Unanswered() < b.runs[i].Unanswered() {
 			return j
 		}
 		return i
@@ -333,13 +313,15 @@ func (b *balancer) load(i int) float64 {
 	return b.ewma[i] / b.capacities[i]
 }
 
-func fleetResult(c FleetConfig, runs []*run) FleetResult {
+func fleetResult(c FleetConfig, runs []*replay.Stepper) FleetResult {
 	res := FleetResult{Balancer: c.Balancer, Replicas: make([]ReplicaResult, len(runs))}
 	var all []float64
 	var end time.Duration
-	for _, r := range runs {
-		all = append(all, r.latencies...)
-		end = max(end, r.lastDone)
+	totals := make([]replay.Totals, len(runs))
+	for i, r := range runs {
+		totals[i] = r.Totals()
+		all = append(all, totals[i].Latencies...)
+		end = max(end, totals[i].LastDone)
 	}
 	res.Requests = len(all)
 	res.DurationS = end.Seconds()
@@ -355,25 +337,25 @@ func fleetResult(c FleetConfig, runs []*run) FleetResult {
 	res.P99LatencyMs = stats.Percentile(all, 99)
 	energy := true
 	var joules, joulesUsed float64
-	for i, r := range runs {
-		rr := ReplicaResult{Requests: len(r.latencies), Share: float64(len(r.latencies)) / float64(res.Requests)}
+	for i, t := range totals {
+		rr := ReplicaResult{Requests: len(t.Latencies), Share: float64(len(t.Latencies)) / float64(res.Requests)}
 		if rr.Requests > 0 {
 			s := 0.0
-			for _, l := range r.latencies {
+			for _, l := range t.Latencies {
 				s += l
 			}
 			rr.MeanLatencyMs = s / float64(rr.Requests)
-			slices.Sort(r.latencies)
-			rr.P99LatencyMs = stats.Percentile(r.latencies, 99)
-			rr.MeanBatchSize = float64(r.rowsSent) / float64(r.batches)
+			slices.Sort(t.Latencies)
+			rr.P99LatencyMs = stats.Percentile(t.Latencies, 99)
+			rr.MeanBatchSize = float64(t.Rows) / float64(t.Batches)
 		}
 		if end > 0 {
-			rr.Utilization = r.busyTotal.Seconds() / end.Seconds()
+			rr.Utilization = t.Busy.Seconds() / end.Seconds()
 		}
-		if r.c.Profile.HasEnergy {
+		if rep := c.Replicas[i]; rep.Profile.HasEnergy {
 			// Idle power over the whole fleet run, not only up to this
 			// replica's last answer.
-			rr.EnergyJ = r.energyMJ/1000 + r.c.IdleWatts*end.Seconds()
+			rr.EnergyJ = t.BatchEnergyMJ/1000 + rep.IdleWatts*end.Seconds()
 			joules += rr.EnergyJ
 			if rr.Requests > 0 {
 				joulesUsed += rr.EnergyJ

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ratebatch/ratebatch/lab/trace"
 	"github.com/ratebatch/ratebatch/policy"
 )
 
@@ -88,8 +89,8 @@ func WriteTable(w io.Writer, c Config, results []Result) {
 		energy = fmt.Sprintf("beta %g mJ, zeta0 %g mJ", p.BetaMJ, p.Zeta0MJ)
 	}
 	load := fmt.Sprintf("Poisson %.6g req/s (rho %.3f)", c.RatePerSec, c.RatePerSec/(1000*p.MuPerMs(p.MaxBatch)))
-	if c.Trace != nil {
-		load = fmt.Sprintf("trace %s (%v, mean %.1f req/s, peak %.6g req/s)", c.Trace.Name(), c.Trace.Duration(), c.Trace.MeanRate(), c.Trace.MaxRate())
+	if tr, ok := c.Trace.(*trace.Series); ok {
+		load = fmt.Sprintf("trace %s (%v, mean %.1f req/s, peak %.6g req/s)", tr.Name(), tr.Duration(), tr.MeanRate(), tr.MaxRate())
 	}
 	fmt.Fprintf(w, "model %s: tau(b) = %g*b + %g ms, B_max %d, %s\n", p.Name, p.AlphaMs, p.Tau0Ms, p.MaxBatch, energy)
 	fmt.Fprintf(w, "load: %s, seed %d, window %v, instances %d\n\n", load, c.Seed, c.Window, c.Instances)

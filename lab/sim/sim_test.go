@@ -98,7 +98,7 @@ func TestLittlesLaw(t *testing.T) {
 		{"adhoc constant rate", Config{Profile: lookupPreset(t, "resnet152-titanrtx"), Policy: newPolicy(t, "adhoc", policy.Options{}), RatePerSec: 250, Requests: 20_000}},
 		{"batchmonitor trace", Config{Profile: lookupPreset(t, "resnet152-titanrtx"), Policy: newPolicy(t, "batchmonitor", policy.Options{}), Trace: tr}},
 		{"maxbatch two instances", Config{Profile: lookupPreset(t, "googlenet-p4"), Policy: newPolicy(t, "maxbatch", policy.Options{}), RatePerSec: 3000, Requests: 20_000, Instances: 2}},
-		{"static with jitter", Config{Profile: lookupPreset(t, "resnet50-p4"), Policy: newPolicy(t, "static", policy.Options{Static: policy.StaticOptions{Batch: 8}}), RatePerSec: 500, Requests: 20_000, Jitter: 0.3}},
+		{"static with jitter", Config{Profile: lookupPreset(t, "resnet50-p4"), Policy: newPolicy(t, "static", policy.NewOptions(policy.StaticOptions{Batch: 8})), RatePerSec: 500, Requests: 20_000, Jitter: 0.3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,7 +220,7 @@ func TestPolicyBounds(t *testing.T) {
 				}
 			}},
 		{"maxbatch at low load: every batch goes at the deadline",
-			Config{Profile: g, Policy: newPolicy(t, "maxbatch", policy.Options{MaxBatch: policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond}}), RatePerSec: 100, Requests: 2000},
+			Config{Profile: g, Policy: newPolicy(t, "maxbatch", policy.NewOptions(policy.MaxBatchOptions{MaxQueueDelay: 5 * time.Millisecond})), RatePerSec: 100, Requests: 2000},
 			func(t *testing.T, r Result) {
 				if lim := 5 + g.TauMs(32); r.MaxLatencyMs > lim+1e-6 {
 					t.Fatalf("max latency %v ms above deadline + tau(B_max) = %v", r.MaxLatencyMs, lim)
@@ -237,7 +237,7 @@ func TestPolicyBounds(t *testing.T) {
 				}
 			}},
 		{"static sends b",
-			Config{Profile: g, Policy: newPolicy(t, "static", policy.Options{Static: policy.StaticOptions{Batch: 8}}), RatePerSec: 1000, Requests: 8000},
+			Config{Profile: g, Policy: newPolicy(t, "static", policy.NewOptions(policy.StaticOptions{Batch: 8})), RatePerSec: 1000, Requests: 8000},
 			func(t *testing.T, r Result) {
 				if r.MeanBatchSize < 7.99 || r.MeanBatchSize > 8 {
 					t.Fatalf("mean batch %v, want 8", r.MeanBatchSize)

@@ -154,6 +154,12 @@ func (s *Series) Arrivals(rng *rand.Rand) *Arrivals {
 	return &Arrivals{s: s, rng: rng}
 }
 
+// Draw is Arrivals as a simulated run draws them (replay.Series): next is
+// the draw's Next.
+func (s *Series) Draw(rng *rand.Rand) (next func() (time.Duration, bool)) {
+	return s.Arrivals(rng).Next
+}
+
 // Next returns the next arrival time, and false once the series has ended.
 func (a *Arrivals) Next() (time.Duration, bool) {
 	pts := a.s.points

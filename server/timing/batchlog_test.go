@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/lab/stats"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/policy"
 )
 

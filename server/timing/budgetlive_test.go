@@ -58,7 +58,7 @@ func startBudgetArm(t *testing.T, o emulator.Options, pol, budget string) budget
 	}
 	lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 		c.Policy.Window, c.Policy.Name = time.Second, pol
-		c.Policy.Budget.LatencyBudget = budget
+		c.Policy.Options = c.Policy.Options.With(policy.BudgetOptions{LatencyBudget: budget})
 	})
 	return budgetArm{em: em, lt: lt}
 }
@@ -256,7 +256,7 @@ func paper300Table(t *testing.T, base preset.Profile, rough emulator.Realism, tr
 		defer em.Close()
 		lt := servertest.Start(t, em.Addr(), nil, func(c *config.Config) {
 			c.Policy.Window, c.Policy.Name = time.Second, pol
-			c.Policy.Budget.LatencyBudget = budget
+			c.Policy.Options = c.Policy.Options.With(policy.BudgetOptions{LatencyBudget: budget})
 		})
 		defer lt.Stop()
 		j0, _ := em.EnergyJoules()

@@ -113,7 +113,7 @@ func TestSimPredictsLive(t *testing.T) {
 		}
 		if err := lt.Dispatcher().SetModel(dispatcher.ModelSpec{
 			Name: emulator.SimpleModel, MaxBatch: p.MaxBatch, Instances: 1,
-			QueueRows: lt.Config().Limits.QueueRows, SLA: lt.Config().Policy.Slack.SLA,
+			QueueRows: lt.Config().Limits.QueueRows, SLA: policy.OptionsOf[policy.SlackOptions](lt.Config().Policy.Options).SLA,
 			Planner: mon, Observer: dispatcher.Observers{mon, batchRecorder{log: log}}, WatchCallers: mon.WatchCallers,
 		}); err != nil {
 			t.Fatal(err)

@@ -21,10 +21,8 @@ The models
 
 Answers
   An Answer is what a client reads of one call: status (HTTP status or gRPC
-  code), the error text, the outputs, and the headers a client reads. Two
-  answers are equal when a client cannot tell them apart; an error's
-  Content-Type is kept beside (error_content_type) and left out of the
-  comparison, because one row checks it on its own.
+  code), the error text and its Content-Type, the outputs, and the headers a
+  client reads. Two answers are equal when a client cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -41,8 +39,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
-
-import pytest
 
 from conftest import READY_TIMEOUT_S, Door, Process, StartFailed, TritonServer, free_ports, start_door, start_retrying
 
@@ -196,11 +192,6 @@ def run_stack(
         triton.stop()
 
 
-def xfail(item: int, what: str):
-    """A row the proxy fails today: strict, so that the fix must remove it."""
-    return pytest.mark.xfail(strict=True, reason=f"issue-61 item {item}: {what}")
-
-
 # --- answers ---------------------------------------------------------------
 
 # The headers a client reads from a successful answer.
@@ -216,7 +207,7 @@ class Answer:
     body: object = None  # the JSON answer (HTTP) or {output: (datatype, shape, values)} (gRPC)
     binary: bytes = b""  # the binary tensors after an HTTP answer's JSON header
     headers: tuple[tuple[str, str], ...] = ()
-    error_content_type: str | None = dataclasses.field(default=None, compare=False)
+    error_content_type: str | None = None
 
     @property
     def ok(self) -> bool:

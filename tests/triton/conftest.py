@@ -15,8 +15,11 @@ Targets
   front of any Triton; test_batching.py and bench.py use it.
 
 Markers
-  bench  a short run of tests/triton/bench.py (the perf_analyzer comparison);
-         deselect with -m "not bench".
+  bench   a short run of tests/triton/bench.py (the perf_analyzer comparison);
+          deselect with -m "not bench".
+  timing  its assertions are measured times (a profile's slope, a fitted
+          line): `make test` runs these after the others, with nothing else
+          running, and the others beside its CPU-bound checks.
 
 Every process started here runs in its own process group, is stopped with
 SIGTERM (SIGKILL to the group after a grace period) at teardown, and gets
@@ -59,6 +62,7 @@ MAX_BATCH_SIZE = 8
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "bench: a short run of tests/triton/bench.py (perf_analyzer, ~30 s)")
+    config.addinivalue_line("markers", "timing: assertions on measured times; make test runs these alone")
 
 
 def free_ports(n: int) -> list[int]:

@@ -7,9 +7,13 @@
               many sentinel calls got something else than Triton's own 500,
               and whether the model stayed ready (its /v2/models/M/ready and
               the proxy's /readyz, polled every 50 ms during the run).
-  restricted  Triton run with --http-restricted-api=inference:api-key=k:
-              CALLS calls carrying the header, CALLERS at once: how many
-              were refused.
+              "Triton got" is how many requests Triton executed meanwhile
+              (fewer than CALLS: calls were merged; a merged batch that
+              fails is split, and its parts count too).
+  restricted  Triton run with --http-restricted-api=inference:api-key=k, the
+              proxies with --restricted-api and the same value (as its
+              operator starts them): CALLS calls carrying the header,
+              CALLERS at once: how many were refused.
 
 Each is run straight to Triton, through --policy maxbatch with a 20 ms delay
 (forced merging) and through the default policy.
@@ -22,6 +26,7 @@ Without RATEBATCH_BIN, ./cmd/ratebatch is built into the work directory.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -33,11 +38,12 @@ from collections import Counter
 from pathlib import Path
 
 from conformance import http_infer, http_status, json_input, start_real_triton
-from conftest import REPO, TritonServer, start_ratebatch
+from conftest import REPO, TritonServer, http_get, start_ratebatch
 
 SENTINEL = -1
 MODEL = "fails_on_sentinel"
 KEY, VALUE = "api-key", "k"
+RESTRICTED = f"inference:{KEY}={VALUE}"
 ARMS = {"maxbatch 20ms": ("--policy", "maxbatch", "--policy-max-queue-delay", "20ms"), "default": ()}
 
 
@@ -87,6 +93,22 @@ def run(base: str, calls: int, callers: int, headers: dict | None, sentinel_ever
     return {"good": good, "bad": bad, "ready": ready, "after": after, "took": took}
 
 
+def requests_received(triton: TritonServer) -> int:
+    """How many requests of MODEL Triton has executed, failed or not: a
+    merged batch is one (its statistics' success and fail counts)."""
+    _, raw = http_get(f"{triton.base_url}/v2/models/{MODEL}/stats")
+    stats = json.loads(raw)["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"]) + int(stats["fail"]["count"])
+
+
+def measured(triton: TritonServer, *args) -> dict:
+    """run(*args), with the requests Triton received meanwhile ("received")."""
+    before = requests_received(triton)
+    r = run(*args)
+    r["received"] = requests_received(triton) - before
+    return r
+
+
 def failed(c: Counter) -> int:
     return sum(n for (status, _), n in c.items() if status != 200)
 
@@ -104,11 +126,12 @@ def binary(workdir: Path) -> str:
     return str(out)
 
 
-def arms(triton: TritonServer, rb: str, workdir: Path):
-    """(name, base URL, readiness URLs, proxy or None) for Triton and each proxy arm."""
+def arms(triton: TritonServer, rb: str, workdir: Path, *common: str):
+    """(name, base URL, readiness URLs, proxy or None) for Triton and each
+    proxy arm, each proxy started with its arm's flags and COMMON."""
     yield "triton", triton.base_url, [f"{triton.base_url}/v2/models/{MODEL}/ready"], None
     for name, flags in ARMS.items():
-        p = start_ratebatch(rb, triton.base_url, workdir / name.replace(" ", "-"), *flags)
+        p = start_ratebatch(rb, triton.base_url, workdir / name.replace(" ", "-"), *flags, *common)
         try:
             ready = [f"{p.base_url}/v2/models/{MODEL}/ready", f"{p.admin_url}/readyz"]
             yield name, p.base_url, ready, p
@@ -126,27 +149,30 @@ def main() -> int:
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {args.calls} calls, {args.callers} callers, binary {rb}")
 
     print(f"\n## sentinel: one call in ten holds {SENTINEL} (Triton answers that call 500)")
-    print("arm            | good failed | sentinel not Triton's 500 | readiness seen (model[, /readyz]): polls | after")
+    print("arm            | Triton got | good failed | sentinel not Triton's 500 | readiness seen (model[, /readyz]):"
+          " polls | after")
     triton = start_real_triton(work / "plain", [MODEL])
     try:
         for name, base, ready, _ in arms(triton, rb, work):
-            r = run(base, args.calls, args.callers, None, 10, ready)
+            r = measured(triton, base, args.calls, args.callers, None, 10, ready)
             odd = sum(n for (s, e), n in r["bad"].items() if (s, e) != (500, f"IN holds the sentinel {SENTINEL}"))
             seen = ", ".join(f"{k}: {n}" for k, n in sorted(r["ready"].items()))
-            print(f"{name:14} | {failed(r['good']):4} of {sum(r['good'].values()):4} | {odd:4} of"
+            print(f"{name:14} | {r['received']:10} | {failed(r['good']):4} of {sum(r['good'].values()):4} | {odd:4} of"
                   f" {sum(r['bad'].values()):4}              | {seen} | {r['after']}")
             if failed(r["good"]):
                 print(f"{'':14}   good calls: {describe(r['good'])}")
     finally:
         triton.stop()
 
-    print(f"\n## restricted: Triton with --http-restricted-api=inference:{KEY}={VALUE}, every call carries the header")
-    print("arm            | refused")
-    triton = start_real_triton(work / "restricted", [MODEL], f"--http-restricted-api=inference:{KEY}={VALUE}")
+    print(f"\n## restricted: Triton with --http-restricted-api={RESTRICTED}, the proxies with --restricted-api"
+          f" {RESTRICTED}, every call carries the header")
+    print("arm            | Triton got | refused")
+    triton = start_real_triton(work / "restricted", [MODEL], f"--http-restricted-api={RESTRICTED}")
     try:
-        for name, base, ready, _ in arms(triton, rb, work):
-            r = run(base, args.calls, args.callers, {KEY: VALUE}, 0, ready)
-            print(f"{name:14} | {failed(r['good']):4} of {sum(r['good'].values()):4}   {describe(r['good'])}")
+        for name, base, ready, _ in arms(triton, rb, work / "restricted-arms", "--restricted-api", RESTRICTED):
+            r = measured(triton, base, args.calls, args.callers, {KEY: VALUE}, 0, ready)
+            print(f"{name:14} | {r['received']:10} | {failed(r['good']):4} of {sum(r['good'].values()):4}"
+                  f"   {describe(r['good'])}")
     finally:
         triton.stop()
     shutil.rmtree(work, ignore_errors=True)

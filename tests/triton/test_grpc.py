@@ -255,8 +255,11 @@ def test_http_and_grpc_callers_share_one_batch(ratebatch_bin, gtriton, tmp_path)
     try:
         hc = httpclient.InferenceServerClient(d.proxy.url)
         assert hc.get_model_config("simple")  # discovery before the timed part
-        # Teach the proxy the model with one pair first.
-        assert call_concurrently([d.proxy.url], [d.grpc_url]) == []
+        # Teach the proxy the model through each door first, with caller
+        # 0's two rows: a full batch that leaves at once (a lone row would
+        # wait out the bound).
+        assert call_concurrently([d.proxy.url], []) == []
+        assert call_concurrently([], [d.grpc_url]) == []
         before = triton_stats(gtriton)
         started = time.monotonic()
         # caller 0 has 2 rows in caller_inputs: use callers 1 and 2 (one row each)

@@ -32,6 +32,10 @@ import pytest
 
 from conftest import http_get, start_ratebatch, start_triton
 
+# A profile's slope and the proxy's fitted line, measured on this machine:
+# nothing else may run meanwhile (conftest.py, markers).
+pytestmark = pytest.mark.timing
+
 TAU0_MS, ALPHA_MS, BMAX = 4.0, 0.5, 8
 FLAGS = ("--dynamic-batching", "off", "--tau0-ms", str(TAU0_MS), "--alpha-ms", str(ALPHA_MS))
 LONG = bool(os.environ.get("RATEBATCH_LONG"))

@@ -259,6 +259,7 @@ async function refresh() {
     if (!res.ok) throw new Error(res.status + " " + res.statusText);
     const h = await res.json();
     document.getElementById("models").innerHTML = render(h);
+    whatifModels(h.models || []);
     document.getElementById("updated").textContent = new Date(h.now * 1000).toLocaleTimeString();
     document.getElementById("updated").dataset.now = h.now;
     document.getElementById("error").textContent = "";
@@ -266,6 +267,154 @@ async function refresh() {
     document.getElementById("error").textContent = "(update failed: " + e.message + ")";
   }
 }
+
+
+// The what-if: asks ../whatif for the chosen model (202 while it runs:
+// asks again as Retry-After says) and draws the trade-off of every setting
+// replayed, a table of them with the command that applies each, and what
+// the replay assumed.
+const whatif = { asked: false, report: null, timer: null, models: [] };
+
+function whatifModels(models) {
+  const sel = document.getElementById("wi-model");
+  const names = models.map(m => m.model);
+  if (names.join() === whatif.models.join()) return;
+  const keep = sel.value;
+  whatif.models = names;
+  sel.innerHTML = names.map(n => `<option>${esc(n)}</option>`).join("");
+  if (names.includes(keep)) sel.value = keep;
+  if (!whatif.asked && names.length) {
+    whatif.asked = true;
+    askWhatif();
+  }
+}
+
+async function askWhatif() {
+  clearTimeout(whatif.timer);
+  const out = document.getElementById("wi-out");
+  const model = document.getElementById("wi-model").value;
+  if (!model) return;
+  const q = new URLSearchParams({ model, minutes: document.getElementById("wi-minutes").value || "5", wait: "15s" });
+  const p99 = document.getElementById("wi-p99").value;
+  if (p99 > 0) q.set("p99_ms", p99);
+  try {
+    const res = await fetch("../whatif?" + q, { cache: "no-store" });
+    const body = await res.json().catch(() => ({}));
+    if (res.status === 202 || res.status === 429) {
+      const wait = Number(res.headers.get("Retry-After") || 2);
+      out.innerHTML = `<p data-k="wi-running">` + (res.status === 202
+        ? `Replaying ${esc(model)}: ${body.replayed} of ${body.settings} settings, ${fmt(body.seconds)} s so far…`
+        : `Another what-if is running; asking again in ${wait} s…`) + `</p>`;
+      whatif.timer = setTimeout(askWhatif, wait * 1000);
+      return;
+    }
+    if (res.status === 404 && !body.error) {
+      out.innerHTML = `<p>No what-if on this proxy (whatif.arrivals is 0).</p>`;
+      return;
+    }
+    if (!res.ok) throw new Error(body.error || res.status + " " + res.statusText);
+    whatif.report = body;
+    out.innerHTML = renderWhatif(body);
+  } catch (e) {
+    out.innerHTML = `<p id="wi-error" class="failing">What-if failed: ${esc(e.message)}</p>`;
+  }
+}
+
+function pctOf(v) { return v == null ? "-" : fmt(100 * v) + "%"; }
+function times(v) { return v == null ? "-" : fmt(v) + "x"; }
+
+function renderWhatif(r) {
+  const arr = r.arrivals || {};
+  let h = `<p class="sub" data-k="wi-window">${esc(r.model)}: ${fmt(r.seconds)} s of traffic to ${new Date(r.to).toLocaleTimeString()}, ` +
+    `${arr.total} calls (${arr.open_loop} open-loop, ${arr.closed_loop + arr.lone} closed-loop, ${arr.unknown + arr.unnamed} not learnt or unnamed).</p>`;
+  if (!r.enough) return h + `<p data-k="wi-reason">${esc(r.reason)}</p>`;
+  const l = r.lived || {}, c = r.check_vs_lived || {};
+  h += `<p data-k="wi-lived">Lived: mean ${fmt(l.mean_ms)} ms, p99 ${fmt(l.p99_ms)} ms, ${fmt(l.requests_per_joule)} requests/J, GPU busy ${pctOf(l.busy_share)}. ` +
+    `The replay of the setting in force over what was lived: mean ${times(c.mean)}, p99 ${times(c.p99)}, requests/J ${times(c.requests_per_joule)} ` +
+    `(the replay's own error on these minutes).</p>`;
+  const y = document.getElementById("wi-y").value;
+  h += whatifPlot(r, y);
+  h += `<p data-k="wi-recommendation"><b>Recommended:</b> ${esc(r.recommendation)}</p>`;
+  h += whatifTable(r);
+  h += `<p><b>What the replay assumes</b></p><ul class="wi-assume">` + (r.assumptions || []).map(a => `<li>${esc(a)}</li>`).join("") + `</ul>`;
+  return h;
+}
+
+// whatifPlot draws each setting's latency (p99 or mean) against its
+// efficiency: requests per joule, or the GPU's idle share without an
+// energy line. The front is joined by a line, the setting in force is a
+// square, the recommended one ringed.
+function whatifPlot(r, y) {
+  const rpj = r.efficiency === "requests_per_joule";
+  const xOf = p => rpj ? p.requests_per_joule : 1 - p.busy_share;
+  const yOf = p => y === "mean" ? p.mean_ms : p.p99_ms;
+  const pts = (r.points || []).filter(p => !p.error && xOf(p) != null);
+  if (!pts.length) return "";
+  const Wp = 640, Hp = 300, m = { l: 52, r: 16, t: 10, b: 40 };
+  let x0 = Math.min(...pts.map(xOf)), x1 = Math.max(...pts.map(xOf));
+  const pad = (x1 - x0) * 0.08 || Math.abs(x0) * 0.05 || 1;
+  x0 -= pad; x1 += pad;
+  const ymax = niceMax(Math.max(...pts.map(yOf)) * 1.05);
+  const iw = Wp - m.l - m.r, ih = Hp - m.t - m.b;
+  const X = v => m.l + (v - x0) / (x1 - x0) * iw, Y = v => m.t + ih - v / ymax * ih;
+  let g = "";
+  for (let i = 0; i <= 4; i++) {
+    const v = ymax * i / 4;
+    g += `<line class="grid-line" x1="${m.l}" x2="${Wp - m.r}" y1="${Y(v)}" y2="${Y(v)}"/><text x="${m.l - 4}" y="${Y(v) + 4}" text-anchor="end">${tick(v)}</text>`;
+  }
+  for (let i = 0; i <= 4; i++) {
+    const v = x0 + (x1 - x0) * i / 4;
+    g += `<text x="${X(v)}" y="${Hp - m.b + 14}" text-anchor="middle">${rpj ? fmt(v) : pctOf(v)}</text>`;
+  }
+  g += `<text x="${m.l + iw / 2}" y="${Hp - 4}" text-anchor="middle">${rpj ? "requests per joule (more is better)" : "GPU idle share (more is better)"}</text>`;
+  g += `<text x="12" y="${m.t + ih / 2}" text-anchor="middle" transform="rotate(-90 12 ${m.t + ih / 2})">${y} latency, ms</text>`;
+  g += `<line class="axis" x1="${m.l}" x2="${m.l}" y1="${m.t}" y2="${m.t + ih}"/><line class="axis" x1="${m.l}" x2="${Wp - m.r}" y1="${m.t + ih}" y2="${m.t + ih}"/>`;
+  const front = pts.filter(p => p.front).sort((a, b) => xOf(a) - xOf(b));
+  if (front.length > 1) {
+    g += `<path data-k="wi-front" d="${front.map((p, i) => (i ? "L" : "M") + X(xOf(p)).toFixed(1) + "," + Y(yOf(p)).toFixed(1)).join("")}" fill="none" stroke="${COLORS[2]}" stroke-width="1.5" stroke-dasharray="4 3"/>`;
+  }
+  const rec = r.recommended >= 0 ? r.points[r.recommended] : null;
+  for (const p of pts) {
+    const cx = X(xOf(p)).toFixed(1), cy = Y(yOf(p)).toFixed(1);
+    const tip = `<title>${esc(p.label)}: mean ${fmt(p.mean_ms)} ms, p99 ${fmt(p.p99_ms)} ms, ${rpj ? fmt(p.requests_per_joule) + " req/J" : pctOf(1 - p.busy_share) + " idle"}</title>`;
+    const color = p.current ? COLORS[1] : p.front ? COLORS[2] : COLORS[0];
+    g += p.current
+      ? `<rect data-k="wi-current" x="${cx - 5}" y="${cy - 5}" width="10" height="10" fill="${color}">${tip}</rect>`
+      : `<circle data-k="wi-point" data-front="${p.front ? 1 : 0}" cx="${cx}" cy="${cy}" r="4" fill="${color}" fill-opacity="0.8">${tip}</circle>`;
+    if (p === rec) g += `<circle data-k="wi-recommended" cx="${cx}" cy="${cy}" r="9" fill="none" stroke="${COLORS[4]}" stroke-width="2"/>`;
+    // The settings one would pick are named on the plot; the others in
+    // their tooltip and the table.
+    if (p.front || p.current) g += `<text x="${(+cx + 7).toFixed(1)}" y="${(+cy - 6).toFixed(1)}" style="font-size:9px">${esc(p.label)}</text>`;
+  }
+  const legend = `<div class="legend"><span><i class="dot" style="background:${COLORS[1]};border-radius:0"></i>in force</span>` +
+    `<span><i class="dot" style="background:${COLORS[2]}"></i>on the front</span><span><i class="dot" style="background:${COLORS[0]}"></i>beaten by another</span>` +
+    `<span><i class="dot" style="background:none;border:2px solid ${COLORS[4]}"></i>recommended</span></div>`;
+  return `<div class="wi-plot">${legend}<svg data-chart="whatif" data-points="${pts.length}" viewBox="0 0 ${Wp} ${Hp}">${g}</svg></div>`;
+}
+
+function whatifTable(r) {
+  const rpj = r.efficiency === "requests_per_joule";
+  let h = `<table class="wi"><tr><th>setting</th><th>mean ms</th><th>p99 ms</th><th>batch</th><th>${rpj ? "req/J" : "idle"}</th><th>GPU busy</th>` +
+    `<th>mean vs ad-hoc</th><th>p99 vs ad-hoc</th><th>${rpj ? "req/J vs ad-hoc" : ""}</th><th>front</th><th>apply (PUT /policy; the token in $RATEBATCH_ADMIN_TOKEN)</th></tr>`;
+  (r.points || []).forEach((p, i) => {
+    const cls = [p.current ? "current" : "", i === r.recommended ? "recommended" : ""].join(" ").trim();
+    if (p.error) {
+      h += `<tr class="${cls}"><td>${esc(p.label)}</td><td colspan="10">not replayed: ${esc(p.error)}</td></tr>`;
+      return;
+    }
+    const v = p.vs_adhoc || {};
+    h += `<tr class="${cls}" data-k="wi-row"><td>${esc(p.label)}${i === r.recommended ? " <b>(recommended)</b>" : ""}</td><td>${fmt(p.mean_ms)}</td><td>${fmt(p.p99_ms)}</td>` +
+      `<td>${fmt(p.mean_batch)}</td><td>${rpj ? fmt(p.requests_per_joule) : pctOf(1 - p.busy_share)}</td><td>${pctOf(p.busy_share)}</td>` +
+      `<td>${times(v.mean)}</td><td>${times(v.p99)}</td><td>${rpj && v.requests_per_joule != null ? pct(v.requests_per_joule) : ""}</td>` +
+      `<td>${p.front ? "yes" : ""}</td><td>${p.apply ? `<code data-k="wi-apply">${esc(p.apply)}</code>` : p.current ? "in force" : ""}</td></tr>`;
+  });
+  return h + `</table>`;
+}
+
+document.getElementById("wi-form").addEventListener("submit", ev => { ev.preventDefault(); askWhatif(); });
+document.getElementById("wi-y").addEventListener("change", () => {
+  if (whatif.report && whatif.report.enough) document.getElementById("wi-out").innerHTML = renderWhatif(whatif.report);
+});
 
 refresh();
 setInterval(refresh, 1000);

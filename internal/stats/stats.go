@@ -1,6 +1,7 @@
-// Package stats holds the order statistics ratebatch's laboratory summarises
-// latencies with, so that the load generator, the simulator, the load report
-// and the profiler report the same percentile of the same numbers.
+// Package stats holds the order statistics ratebatch summarises latencies
+// with, so that the load generator, the simulator, the what-if replay, the
+// load report and the profiler report the same percentile of the same
+// numbers.
 package stats
 
 import "math"

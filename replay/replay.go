@@ -1,18 +1,23 @@
-// Package sim is a discrete-event simulation of one model queue in front of
-// a GPU. It drives the live proxy's own code on a virtual clock: the
-// monitor (package monitor: arrival counting, rate estimate, online fit of
-// tau(b), Plan) and the policy's rule, asked on every arrival, completion
-// and requested wake-up as the dispatcher asks it. The clock, and who calls
-// Monitor.Tick, are the only differences.
+// Package replay is a discrete-event simulation of one model queue in
+// front of a GPU. It drives the live proxy's own code on a virtual clock:
+// the monitor (package monitor: arrival counting, rate estimate, online fit
+// of tau(b), Plan) and the policy's rule, asked on every arrival,
+// completion and requested wake-up as the dispatcher asks it. The clock,
+// and who calls Monitor.Tick, are the only differences.
 //
-// The model: Poisson arrivals at a fixed rate or following a rate series;
-// each batch of b requests takes tau(b) = alpha*b + tau0 (optionally with
-// uniform jitter), plus optionally a round trip beyond compute (constant or
-// replayed from samples) and the proxy's turnaround, and costs zeta(b) =
-// beta*b + zeta0 of energy on top of an optional idle power drawn all
-// the time. A run is deterministic for its seed, and every policy sees the same
-// arrivals for the same seed.
-package sim
+// The laboratory's simulator (lab/sim, ratebatch sim) runs it on drawn
+// arrivals; the proxy's what-if (package whatif) replays the arrivals it
+// kept through other settings, on the line it learnt.
+//
+// The model: Poisson arrivals at a fixed rate or following a rate series,
+// or given arrival times; each batch of b requests takes tau(b) = alpha*b
+// + tau0 (optionally with uniform jitter or a drawn spread), plus
+// optionally a round trip beyond compute (constant or replayed from
+// samples) and the proxy's turnaround, and costs zeta(b) = beta*b + zeta0
+// of energy on top of an optional idle power drawn all the time. A run is
+// deterministic for its seed, and every policy sees the same arrivals for
+// the same seed.
+package replay
 
 import (
 	"context"
@@ -24,11 +29,10 @@ import (
 	"time"
 
 	"github.com/ratebatch/ratebatch/dispatcher"
-	"github.com/ratebatch/ratebatch/lab/preset"
-	"github.com/ratebatch/ratebatch/lab/stats"
-	"github.com/ratebatch/ratebatch/lab/trace"
+	"github.com/ratebatch/ratebatch/internal/stats"
 	"github.com/ratebatch/ratebatch/monitor"
 	"github.com/ratebatch/ratebatch/policy"
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 )
 
 // Defaults of Config.
@@ -49,11 +53,11 @@ var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // Config describes one run. Give exactly one of RatePerSec, Trace and
 // Arrivals.
 type Config struct {
-	Profile preset.Profile
+	Profile batchcost.Profile
 	Policy  policy.Policy
 
-	RatePerSec float64       // constant Poisson arrival rate
-	Trace      *trace.Series // or a rate that follows this series
+	RatePerSec float64 // constant Poisson arrival rate
+	Trace      Series  // or a rate that follows this series
 	// Arrivals, or exactly these arrival offsets from the start, ascending:
 	// a live load's own schedule (loadgen.Schedule), so that a run replays
 	// the realisation the live proxy saw rather than another draw of the
@@ -71,6 +75,12 @@ type Config struct {
 	// dispatcher does.
 	Clients int
 	Think   time.Duration
+	// ClientsFrom is when the closed-loop clients send their first
+	// requests (default 0), and ClientsUntil, when > 0, the time after
+	// which they send none: beside arrival times or a trace, which end,
+	// the clients would otherwise go on until Requests. The what-if
+	// replays a closed loop that was active over part of its window so.
+	ClientsFrom, ClientsUntil time.Duration
 	// Requests is how many arrivals a constant-rate run simulates (default
 	// DefaultRequests); for a trace run it caps the arrivals (0: the whole
 	// trace).
@@ -144,6 +154,22 @@ type Config struct {
 	DrainLimit time.Duration
 	// Series asks for the per-window time series in Result.Windows.
 	Series bool
+	// Pace, when set, is called between two events every PaceEvery
+	// events: a caller that bounds the run's share of a processor (the
+	// what-if, inside the live proxy) sleeps in it.
+	Pace func()
+}
+
+// PaceEvery is how many events a run handles between two calls of
+// Config.Pace: a few hundred microseconds of work.
+const PaceEvery = 1024
+
+// Series is an arrival rate that moves over time, such as the laboratory's
+// rate series (lab/trace): a run draws Poisson arrivals that follow it.
+type Series interface {
+	// Draw starts a draw of arrival times from time 0 with rng: next
+	// returns them in order, and false once the series has ended.
+	Draw(rng *rand.Rand) (next func() (time.Duration, bool))
 }
 
 // InvalidError names the Config field Run cannot use, so that a caller
@@ -177,6 +203,8 @@ func (c Config) Validate() error {
 		return invalid("RatePerSec", "give either a rate or a trace, not both")
 	case c.Clients < 0 || c.Think < 0:
 		return invalid("Clients", "clients and think time must be >= 0, got %d and %v", c.Clients, c.Think)
+	case c.ClientsFrom < 0 || c.ClientsUntil < 0 || (c.ClientsUntil > 0 && c.ClientsUntil < c.ClientsFrom):
+		return invalid("ClientsUntil", "the clients' span must be >= 0 and end after it starts, got %v to %v", c.ClientsFrom, c.ClientsUntil)
 	case c.Clients > 0 && c.RatePerSec == 0 && c.Trace == nil && c.Arrivals == nil:
 		// Closed-loop clients alone.
 	case c.Trace == nil && c.Arrivals == nil && (!(c.RatePerSec > 0) || math.IsInf(c.RatePerSec, 0)):
@@ -304,7 +332,8 @@ type slot struct {
 	compute  time.Duration // the batch's time in the server's statistics
 	latSum   float64       // ms, of the rows in the batch
 	arrivals []time.Duration
-	owners   []int // the closed-loop client of each row, -1 for the open stream
+	owners   []int         // the closed-loop client of each row, -1 for the open stream
+	after    time.Duration // each row's wait for its answer after the batch
 }
 
 // run holds a simulation's state. Times are durations since Epoch.
@@ -335,9 +364,10 @@ type run struct {
 
 	nextArrival time.Duration
 	haveArrival bool
-	arrived     int
+	arrived     int // arrivals so far: the open stream's and the clients' calls
+	given       int // Config.Arrivals drawn so far
 	constRNG    *rand.Rand
-	arrivals    *trace.Arrivals
+	drawTrace   func() (time.Duration, bool) // the next arrival of Trace
 	jitterRNG   *rand.Rand
 	overheadRNG *rand.Rand // draws OverheadSamples
 
@@ -378,6 +408,33 @@ type run struct {
 type Spread interface {
 	// BatchMs returns the time of a batch whose mean time is meanMs.
 	BatchMs(rng *rand.Rand, meanMs float64) float64
+}
+
+// TimedSpread is a Spread that also knows when a batch starts: a replay of
+// a live window runs each batch at the pace the live server kept then, so
+// that a stall of the live server (a slow batch, the host busy elsewhere)
+// falls where it fell rather than anywhere in the run.
+type TimedSpread interface {
+	Spread
+	// BatchMsAt returns the time of a batch starting at at (from the run's
+	// start) whose mean time is meanMs.
+	BatchMsAt(rng *rand.Rand, at time.Duration, meanMs float64) float64
+}
+
+// ProxyStalls is a Spread that also gives the proxy's own time around a
+// batch beyond its measured means (Live.Extra) at a moment of a live
+// window: a replay then holds an instance, and keeps a caller from its
+// answer, longer where the live proxy did (a pause of the host, a
+// goroutine woken late), for every setting alike.
+type ProxyStalls interface {
+	// HoldAt is how much longer than its mean the live proxy held an
+	// instance beyond the round trip of a batch of calls callers ending
+	// at at (from the run's start); it may be negative.
+	HoldAt(at time.Duration, calls int) time.Duration
+	// AfterAt is how much longer than its mean a caller of a batch of
+	// calls callers ending at at waited for its answer; it may be
+	// negative.
+	AfterAt(at time.Duration, calls int) time.Duration
 }
 
 // Run simulates one configuration. It stops with ctx's error when ctx ends.
@@ -429,7 +486,7 @@ func newRun(c Config) (*run, error) {
 	}
 	arrivalRNG := rand.New(rand.NewPCG(c.Seed, 0x6172726976616c73))
 	if c.Trace != nil {
-		r.arrivals = c.Trace.Arrivals(arrivalRNG)
+		r.drawTrace = c.Trace.Draw(arrivalRNG)
 	} else {
 		r.constRNG = arrivalRNG
 	}
@@ -440,6 +497,9 @@ func newRun(c Config) (*run, error) {
 	if c.Clients > 0 {
 		r.owner = []int{}
 		r.clientAt = make([]time.Duration, c.Clients) // all send at the start
+		for i := range r.clientAt {
+			r.clientAt[i] = c.ClientsFrom
+		}
 	}
 	r.drawArrival()
 	r.rule = mon.Rule()
@@ -457,14 +517,16 @@ func (r *run) drawArrival() {
 		r.haveArrival = false
 		return
 	}
-	if r.arrivals != nil {
-		r.nextArrival, r.haveArrival = r.arrivals.Next()
+	if r.drawTrace != nil {
+		r.nextArrival, r.haveArrival = r.drawTrace()
 		return
 	}
 	if r.c.Arrivals != nil {
-		r.haveArrival = r.arrived < len(r.c.Arrivals)
+		// By its own count: closed-loop clients' calls are arrivals too.
+		r.haveArrival = r.given < len(r.c.Arrivals)
 		if r.haveArrival {
-			r.nextArrival = r.c.Arrivals[r.arrived]
+			r.nextArrival = r.c.Arrivals[r.given]
+			r.given++
 		}
 		return
 	}
@@ -498,6 +560,9 @@ func (r *run) loop(ctx context.Context) error {
 // over) or the next is past limit.
 func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (stop bool, err error) {
 	r.events++
+	if r.c.Pace != nil && r.events%PaceEvery == 0 {
+		r.c.Pace()
+	}
 	// The context is looked at on every event: a non-blocking receive
 	// costs a few nanoseconds, and one event can take seconds (a policy
 	// solving a large SMDP), so a run stopped with ^C or a deadline ends
@@ -703,7 +768,9 @@ func (r *run) dispatch(n int) {
 	if r.c.Jitter > 0 {
 		tau *= 1 + r.c.Jitter*(2*r.jitterRNG.Float64()-1)
 	}
-	if r.c.Spread != nil {
+	if ts, ok := r.c.Spread.(TimedSpread); ok {
+		tau = ts.BatchMsAt(r.jitterRNG, r.now, tau)
+	} else if r.c.Spread != nil {
 		tau = r.c.Spread.BatchMs(r.jitterRNG, tau)
 	}
 	compute := max(time.Duration(tau*float64(time.Millisecond)), 1)
@@ -717,11 +784,14 @@ func (r *run) dispatch(n int) {
 	over = max(over+time.Duration(n)*r.c.Live.PerRow, 0)
 	end := r.now + compute + over
 	live := r.c.Live
-	hold := r.c.Turnaround + msDur(live.Extra.HoldMs(n))
-	s := slot{busy: true, start: r.now, end: end, free: end + hold, rows: n, compute: compute}
+	hold, after := msDur(live.Extra.HoldMs(n)), msDur(live.Extra.AfterMs(n))
+	if ps, ok := r.c.Spread.(ProxyStalls); ok {
+		hold, after = max(hold+ps.HoldAt(end, n), 0), max(after+ps.AfterAt(end, n), 0)
+	}
+	s := slot{busy: true, start: r.now, end: end, free: end + r.c.Turnaround + hold, rows: n, compute: compute, after: after}
 	// Each row's latency as its client sees it: the batch's end, its wait
 	// for the answer after it, and what the proxy does not see.
-	after := msDur(live.Extra.AfterMs(n)) + live.Client
+	after += live.Client
 	for _, at := range r.queue[r.head : r.head+n] {
 		l := float64(end-at+after) / float64(time.Millisecond)
 		s.latSum += l
@@ -779,7 +849,7 @@ func (r *run) complete(i int) {
 func (r *run) answer(s *slot) {
 	s.answered = true
 	if len(s.owners) > 0 {
-		next := s.end + msDur(r.c.Live.Extra.AfterMs(s.rows)) + r.c.Live.Client + r.c.Think
+		next := s.end + s.after + r.c.Live.Client + r.c.Think
 		for _, o := range s.owners {
 			if o >= 0 {
 				r.clientAt[o] = next
@@ -801,7 +871,7 @@ func (r *run) answer(s *slot) {
 	// hold and each call's wait after the batch.
 	var hold, after time.Duration
 	if x := r.c.Live.Extra; !x.IsZero() {
-		hold, after = s.free-s.end, msDur(x.AfterMs(s.rows))
+		hold, after = s.free-s.end, s.after
 	}
 	r.batch.Rows = s.rows
 	r.mon.BatchEnded(&r.batch, dispatcher.BatchEnd{At: Epoch.Add(r.now), Rows: s.rows, Calls: s.rows, OK: true,
@@ -870,6 +940,9 @@ func (r *run) nextClient() (int, time.Duration) {
 		if t >= 0 && (best < 0 || t < at) {
 			best, at = i, t
 		}
+	}
+	if best >= 0 && r.c.ClientsUntil > 0 && at > r.c.ClientsUntil {
+		return -1, 0 // the clients have stopped
 	}
 	return best, at
 }
