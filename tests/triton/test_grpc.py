@@ -337,7 +337,7 @@ BAD = {
     "raw contents for one of two inputs": (
         [("INPUT0", "INT32", [1, 16]), ("INPUT1", "INT32", [1, 16])],
         [b"\0" * 64],
-        "raw_input_contents has 1 entries for 2 inputs",
+        "raw_input_contents has 1 entries for the inputs not in shared memory",
     ),
     "unknown datatype": (
         [("INPUT0", "FP8", [1, 16]), ("INPUT1", "INT32", [1, 16])],
