@@ -152,7 +152,9 @@ type Server struct {
 	closing atomic.Bool
 }
 
-// New returns the gRPC front door.
+// New returns the gRPC front door. It stays one function: it is the
+// door's grpc.Server options, each with the default it takes, read as one
+// list.
 func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

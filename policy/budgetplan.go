@@ -23,7 +23,8 @@ func (p *Budget) Plan(e Estimate) Rule {
 // plan is the slice's rule: ad-hoc while the load cannot be planned for
 // (unplannable), while the plan for the user's bounds does not pay
 // (departs) or while the learning phase has not earned the holds (earn),
-// else the plan for the bounds the trims give (hold).
+// else the plan for the bounds the trims give (hold). It stays one
+// function: the order of those decisions is the policy, read whole.
 func (p *Budget) plan(e Estimate) Rule {
 	if err := e.Validate(); err != nil {
 		return p.invalid(e, err)

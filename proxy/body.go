@@ -51,6 +51,9 @@ func putBodyBuffer(bp *[]byte) {
 // admission's buffer (its lease's, for a large body), holding its bytes as
 // they come, and decodes a Content-Encoding of gzip or deflate. raw is the
 // body as sent, body the decoded one (the same slice when not encoded).
+// It stays one function: the size limit, the bytes held against the
+// memory budget and the buffer they go to are one accounting, audited in
+// one place.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, a *admission) (raw, body []byte, err error) {
 	bp, lease, hold := a.bp, &a.lease, &a.Hold
 	limit := s.o.MaxBodyBytes

@@ -236,7 +236,8 @@ func (r *run) loop(ctx context.Context) error {
 
 // step handles the next event if it falls before limit (at limit too when
 // inclusive). stop reports that it did not: no event is left (the run is
-// over) or the next is past limit.
+// over) or the next is past limit. It stays one function: the event kinds
+// in the order they are handled at one instant, one switch read whole.
 func (r *run) step(ctx context.Context, limit time.Duration, inclusive bool) (stop bool, err error) {
 	r.events++
 	if r.c.Pace != nil && r.events%PaceEvery == 0 {
@@ -441,8 +442,10 @@ func (r *run) decide() {
 	}
 }
 
-func (r *run) dispatch(n int) {
-	i := slices.IndexFunc(r.slots, func(s slot) bool { return !s.busy })
+// batchTime draws a batch of n rows' time on the device (compute: its
+// mean tau(n), jittered or spread) and beyond it (over: the round trip's
+// overhead, constant or replayed, and its share per row).
+func (r *run) batchTime(n int) (compute, over time.Duration) {
 	tau := r.c.Profile.TauMs(n)
 	if r.c.Jitter > 0 {
 		tau *= 1 + r.c.Jitter*(2*r.jitterRNG.Float64()-1)
@@ -452,15 +455,23 @@ func (r *run) dispatch(n int) {
 	} else if r.c.Spread != nil {
 		tau = r.c.Spread.BatchMs(r.jitterRNG, tau)
 	}
-	compute := max(time.Duration(tau*float64(time.Millisecond)), 1)
-	over := r.c.Overhead
-	switch n := len(r.c.OverheadSamples); {
-	case n > 0 && r.c.OverheadInOrder:
-		over = r.c.OverheadSamples[r.batches%n]
-	case n > 0:
-		over = r.c.OverheadSamples[r.overheadRNG.IntN(n)]
+	compute = max(time.Duration(tau*float64(time.Millisecond)), 1)
+	over = r.c.Overhead
+	switch k := len(r.c.OverheadSamples); {
+	case k > 0 && r.c.OverheadInOrder:
+		over = r.c.OverheadSamples[r.batches%k]
+	case k > 0:
+		over = r.c.OverheadSamples[r.overheadRNG.IntN(k)]
 	}
-	over = max(over+time.Duration(n)*r.c.Live.PerRow, 0)
+	return compute, max(over+time.Duration(n)*r.c.Live.PerRow, 0)
+}
+
+// dispatch starts a batch of the n oldest waiting rows on a free
+// instance: its time drawn, each row's latency as its client will see it,
+// the queue advanced, the run's counts and energy.
+func (r *run) dispatch(n int) {
+	i := slices.IndexFunc(r.slots, func(s slot) bool { return !s.busy })
+	compute, over := r.batchTime(n)
 	end := r.now + compute + over
 	live := r.c.Live
 	hold, after := msDur(live.Extra.HoldMs(n)), msDur(live.Extra.AfterMs(n))

@@ -19,7 +19,8 @@ func efficiency(pt Point, axis string) float64 {
 // mark finds the efficiency axis, the Pareto front and the
 // recommendation: the most efficient point on the front whose p99 is
 // within p99Ms (when > 0), or else whose mean and p99 are within the
-// setting in force's.
+// setting in force's. It stays one function: its passes read the
+// same points in the same order.
 func mark(rep *Report, p99Ms float64) {
 	rep.Efficiency = EfficiencyRPJ
 	for _, pt := range rep.Points {

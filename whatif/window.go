@@ -44,7 +44,9 @@ type traffic struct {
 // kept, if later). Aligned, the
 // window starts at the first sample in it, so that the meter's figures
 // and the arrivals cover the same time (the first second of a model's
-// calls, before its first sample, is then left out).
+// calls, before its first sample, is then left out). It stays one
+// function: the window's bounds, the arrivals and the meter's samples are
+// cut together, under the record's locks.
 func (r *Recorder) traffic(model string, d time.Duration, aligned bool) (traffic, error) {
 	k := (*r.models.Load())[model]
 	if k == nil {
