@@ -129,6 +129,9 @@ test-norace:
 # own proxy and emulator).
 test-timing:
 	$(GO) test -count=1 -timeout 20m ./server/timing
+	@# The soak: a minute of faults, policy switches and hostile clients,
+	@# judged by errors outside the fault windows and the footprint's growth.
+	$(GO) test -count=1 -run '^TestSoak$$' ./server
 	@# A production load's bursts exported and replayed, and the what-if on
 	@# them: the shape a load keeps is a timing too.
 	$(GO) test -count=1 -run '^TestArrivalsReplayWithLoadAndWhatIf$$' ./cmd/ratebatch

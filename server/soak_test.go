@@ -375,9 +375,17 @@ func (h *grpcHostile) run(ctx context.Context, t *testing.T, addr string) {
 	}
 }
 
+// TestSoak's judgements (no error outside the fault windows, the
+// footprint's growth) are timings and rates of a loaded process: under the
+// race detector, beside other packages' tests, a fault window's recovery
+// outlasts the window and the detector's shadow memory grows the RSS. It
+// skips under -race and make test runs it without (test-timing).
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak")
+	}
+	if raceEnabled {
+		t.Skip("a soak's timings under the race detector: make test runs it without (test-timing)")
 	}
 	d, rate := soakSettings(t)
 	up := &soakUpstream{rng: rand.New(rand.NewPCG(9, 9))}
