@@ -160,7 +160,12 @@ def test_proxy_batches_against_real_triton(proxy: RatebatchProxy, triton: Triton
     assert not errors, errors[:3]
 
     rows = sum(one_request(k)[0].shape[0] for k in range(CALLERS))
-    after_t = triton_stats(triton)
+    # Triton counts an execution's statistics after it has answered: a
+    # last batch's rows may be counted a moment after its callers read it.
+    after_t = wait_for(
+        lambda: (s := triton_stats(triton))["inferences"] - before_t["inferences"] >= rows and s,
+        what=f"Triton's statistics to count the {rows} rows sent",
+    )
     executions = after_t["executions"] - before_t["executions"]
     old = before_t["batches"]
     batches = {b: n - old.get(b, 0) for b, n in after_t["batches"].items() if n != old.get(b, 0)}

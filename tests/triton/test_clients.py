@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -221,7 +222,13 @@ def test_statistics(target):
     before = simple_stats()
     a = np.ones((3, VECTOR_LEN), dtype=np.int32)
     c.infer("simple", simple_inputs(a, a, True))
+    # Triton counts an execution's statistics after it has answered: wait
+    # a moment for the count to move before reading it.
+    deadline = time.monotonic() + 5
     after = simple_stats()
+    while after["inference_count"] == before["inference_count"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = simple_stats()
     # rows are what a client sent, however the requests were batched
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["inference_stats"]["success"]["count"] > before["inference_stats"]["success"]["count"]
