@@ -92,25 +92,24 @@ func (a *mean) add(x float64) {
 // observeHold takes how long a batch of calls callers held its instance
 // beyond the upstream's round trip.
 func (m *Monitor) observeHold(calls int, beyond time.Duration) {
-	ms := max(float64(beyond)/float64(time.Millisecond), 0)
-	m.outsideMu.Lock()
-	if calls <= 1 {
-		m.outside.holdLone.add(ms)
-	} else {
-		m.outside.holdMerged.add(ms)
-	}
-	m.outsideMu.Unlock()
+	m.observeOutside(&m.outside.holdLone, &m.outside.holdMerged, calls, beyond)
 }
 
 // observeAfter takes a caller's wait for its answer after its batch of
 // calls callers ended.
 func (m *Monitor) observeAfter(calls int, after time.Duration) {
-	ms := max(float64(after)/float64(time.Millisecond), 0)
+	m.observeOutside(&m.outside.afterLone, &m.outside.afterMerged, calls, after)
+}
+
+// observeOutside adds d, in milliseconds and at least 0, to lone's mean
+// for a batch of one caller, else to merged's.
+func (m *Monitor) observeOutside(lone, merged *mean, calls int, d time.Duration) {
+	ms := max(float64(d)/float64(time.Millisecond), 0)
 	m.outsideMu.Lock()
 	if calls <= 1 {
-		m.outside.afterLone.add(ms)
+		lone.add(ms)
 	} else {
-		m.outside.afterMerged.add(ms)
+		merged.add(ms)
 	}
 	m.outsideMu.Unlock()
 }
