@@ -88,7 +88,7 @@ func (s *Server) read(ctx *fasthttp.RequestCtx, version string, a *admission) bo
 		s.fail(ctx, a.Model, err)
 		return false
 	}
-	call, batchable, err := s.newCall(ctx, a.Model, version, body, a.Start)
+	call, batchable, err := s.newCall(ctx, a, version, body)
 	switch {
 	case !batchable:
 		s.door.PassedWhole(a.Model)
@@ -188,9 +188,9 @@ func (a *admission) release() {
 
 // newCall decodes a read body into its call for the dispatcher; not
 // batchable: the request is Triton's to handle (the call is nil).
-func (s *Server) newCall(ctx *fasthttp.RequestCtx, model, version string, body []byte, start time.Time) (*dispatcher.Call, bool, error) {
+func (s *Server) newCall(ctx *fasthttp.RequestCtx, a *admission, version string, body []byte) (*dispatcher.Call, bool, error) {
 	if hook := testHookInfer.Load(); hook != nil {
-		(*hook)(model, body)
+		(*hook)(a.Model, body)
 	}
 	headerLen, err := kserve.ParseHeaderLength(string(ctx.Request.Header.Peek(kserve.HeaderContentLength)), len(body))
 	if err != nil {
@@ -200,7 +200,7 @@ func (s *Server) newCall(ctx *fasthttp.RequestCtx, model, version string, body [
 	if err != nil {
 		return nil, true, err
 	}
-	call, batchable, err := dispatcher.NewCall(req, version, start)
+	call, batchable, err := dispatcher.NewCall(req, version, a.Start)
 	if !batchable || err != nil {
 		return nil, batchable, err
 	}

@@ -36,3 +36,27 @@ func TestDeclaredTooLargeIsAnsweredNotReset(t *testing.T) {
 		})
 	}
 }
+
+// The mark headerReceived leaves on a request it refuses by its declared
+// length is the proxy's own: a client that sends one is served as if it
+// had not.
+func TestClientCannotSendTheDeclaredMark(t *testing.T) {
+	base := newFuzzServer(t, echoBatcher{})
+	body := `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,2],"data":[1,2]}]}`
+	for _, v := range []string{"L5", "M100", "W7", "x", ""} {
+		req, err := http.NewRequest(http.MethodPost, base+"/v2/models/simple/infer", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Ratebatch-Declared", v)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("mark %q sent by the client: status %d body %q; want 200", v, resp.StatusCode, b)
+		}
+	}
+}

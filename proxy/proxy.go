@@ -194,17 +194,34 @@ func New(o Options) *Server {
 	return s
 }
 
-// declaredTooLarge marks, inside the proxy only, a request whose declared
-// Content-Length is over the limit. fasthttp would otherwise wait for the
-// start of a body it then refuses; the handler answers 413 at once.
-const declaredTooLarge = "X-Ratebatch-Declared-Too-Large"
+// declaredMark marks, inside the proxy only, a request headerReceived
+// refuses by its declared Content-Length: the value is the reason's letter
+// and the length. fasthttp would otherwise wait for the start of a body
+// the handler then refuses; the handler answers at once. One header, not
+// one per reason: the handler reads it on every request.
+const declaredMark = "X-Ratebatch-Declared"
+
+// The reasons of a declaredMark.
+const (
+	// declaredTooLarge: over the body limit (413).
+	declaredTooLarge = 'L'
+	// declaredOverBudget: does not fit the memory budget's room when its
+	// headers arrive.
+	declaredOverBudget = 'M'
+	// declaredLaneWait: a large request that found no turn in the
+	// large-body lane within its wait.
+	declaredLaneWait = 'W'
+)
+
+// markDeclared marks h with reason, for a body of n bytes.
+func markDeclared(h *fasthttp.RequestHeader, reason byte, n int) {
+	h.Set(declaredMark, string(reason)+strconv.Itoa(n))
+}
 
 // headerReceived runs once a request's headers are in: the body gets its
 // own read timeout, and a body declared over the limit is not read.
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	h.Del(declaredTooLarge) // only the proxy sets them
-	h.Del(declaredOverBudget)
-	h.Del(declaredLaneWait)
+	h.Del(declaredMark) // only the proxy sets it
 	if s.res != nil {
 		s.res.drop(h) // a previous request's on this connection, if it never reached a handler
 	}
@@ -212,7 +229,7 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	switch {
 	case n > 0 && int64(n) > s.o.MaxBodyBytes:
 		h.SetContentLength(0)
-		h.Set(declaredTooLarge, strconv.Itoa(n))
+		markDeclared(h, declaredTooLarge, n)
 	case n > 0 && s.res != nil && s.batched(h):
 		// Too large for the budget's room now (else reserved: see
 		// reservations), or, a large body, no turn in the lane within its
@@ -222,32 +239,23 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 		// begun sending it, and is refused once its body is read and
 		// thrown away (refuse), so that it reads the refusal rather than a
 		// reset.
-		mark := ""
+		var mark byte
 		switch {
 		case !s.res.reserve(h, int64(n)):
 			mark = declaredOverBudget
 		case s.lane != nil && int64(n) > s.o.LargeBodyBytes && !s.res.enterLane(h):
 			mark = declaredLaneWait
 		}
-		if mark != "" {
+		if mark != 0 {
 			if len(h.Peek("Expect")) > 0 {
 				h.Del("Expect")
 				h.SetContentLength(0)
 			}
-			h.Set(mark, strconv.Itoa(n))
+			markDeclared(h, mark, n)
 		}
 	}
 	return fasthttp.RequestConfig{ReadTimeout: s.o.ReadTimeout}
 }
-
-// declaredLaneWait marks, inside the proxy only, a large request that
-// found no turn in the large-body lane within its wait.
-const declaredLaneWait = "X-Ratebatch-Lane-Wait"
-
-// declaredOverBudget marks, inside the proxy only, a request whose
-// declared Content-Length does not fit the memory budget's room when its
-// headers arrive.
-const declaredOverBudget = "X-Ratebatch-Over-Budget"
 
 // batched reports whether h is an inference request of a batched model,
 // the requests the memory budget holds.
@@ -266,15 +274,28 @@ func (s *Server) batched(h *fasthttp.RequestHeader) bool {
 	return ok
 }
 
-// refuseDeclaredTooLarge answers 413 to a request marked by headerReceived;
-// its body is unread, so the connection closes.
-func (s *Server) refuseDeclaredTooLarge(ctx *fasthttp.RequestCtx) bool {
-	if len(ctx.Request.Header.Peek(declaredTooLarge)) == 0 {
+// refuseDeclared answers a request headerReceived marked (declared, the
+// mark's value; nil: none) and reports whether it did: over the body
+// limit, 413, its body unread, so the connection closes; over the memory
+// budget or without a turn in the large-body lane, 503.
+func (s *Server) refuseDeclared(ctx *fasthttp.RequestCtx, declared []byte) bool {
+	if len(declared) == 0 {
 		return false
 	}
-	s.door.Refused("body_too_large")
-	writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
-	closeUnread(ctx)
+	n := string(declared[1:])
+	switch declared[0] {
+	case declaredTooLarge:
+		s.door.Refused("body_too_large")
+		writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
+		closeUnread(ctx)
+	case declaredOverBudget:
+		bytes, _ := strconv.ParseInt(n, 10, 64)
+		s.refuseMemory(ctx, "", "memory_declared", bytes)
+	default: // declaredLaneWait
+		s.refuse(ctx, "", &door.Refusal{Reason: "large_body_wait", Msg: fmt.Sprintf(
+			"%s bytes: no turn to be read within %v (at most %d bodies over %d bytes are read at once); retry later",
+			n, s.o.LargeBodyWait, s.o.LargeBodyLanes, s.o.LargeBodyBytes)})
+	}
 	return true
 }
 
@@ -318,18 +339,7 @@ func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// back when the handler ends.
 		defer s.res.drop(&ctx.Request.Header)
 	}
-	if s.connRefused(ctx) || s.restricted(ctx) || s.refuseDeclaredTooLarge(ctx) {
-		return
-	}
-	if n := ctx.Request.Header.Peek(declaredOverBudget); len(n) > 0 {
-		declared, _ := strconv.ParseInt(string(n), 10, 64)
-		s.refuseMemory(ctx, "", "memory_declared", declared)
-		return
-	}
-	if n := ctx.Request.Header.Peek(declaredLaneWait); len(n) > 0 {
-		s.refuse(ctx, "", &door.Refusal{Reason: "large_body_wait", Msg: fmt.Sprintf(
-			"%s bytes: no turn to be read within %v (at most %d bodies over %d bytes are read at once); retry later",
-			n, s.o.LargeBodyWait, s.o.LargeBodyLanes, s.o.LargeBodyBytes)})
+	if s.connRefused(ctx) || s.restricted(ctx) || s.refuseDeclared(ctx, ctx.Request.Header.Peek(declaredMark)) {
 		return
 	}
 	if ctx.IsPost() {
