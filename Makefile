@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/ratebatch
 
-.PHONY: all build demo test test-setup test-cpu test-go test-race test-race-cpu test-race-rest test-norace test-timing test-long test-triton test-triton-bulk test-triton-timing test-deploy setup-go-tests lint fuzz fuzz-ci bench clean generate proto-tools
+.PHONY: all build demo test test-setup test-wait test-cpu test-go test-race test-race-cpu test-race-rest test-race-wait test-norace test-timing test-soak test-long test-triton test-triton-bulk test-triton-timing test-deploy setup-go-tests lint fuzz fuzz-ci bench clean generate proto-tools
 
 all: build
 
@@ -15,28 +15,34 @@ demo: build
 
 ## test: everything CI runs, in three phases:
 ##   1. test-setup: what the checks need installed (each step idempotent).
-##   2. side by side (make -j2): the CPU-bound checks that measure no time
-##      (test-cpu: lint, the race run's RACE_CPU packages, fuzzing, the
-##      no-race packages, the deploy checks) and the Triton tests that
-##      measure no time (test-triton-bulk), which mostly wait on servers and
-##      clients. Each one's output is printed whole when it ends.
-##   3. alone, one after the other: the rest of the race run (its server
-##      package holds the proxy to latencies), server/timing and the Triton
-##      tests marked timing.
+##   2. two chains side by side (make -j2), each one target at a time:
+##      test-wait, what mostly waits or needs little CPU (the Triton tests
+##      that measure no time, two pytest workers; the race run of the
+##      packages that wait, RACE_WAIT; fuzzing, one worker; the soak), and
+##      test-cpu, the CPU-bound checks that measure no time (lint, the
+##      rest of the race run, the no-race packages, the deploy checks).
+##      Each target's output is printed whole when it ends.
+##   3. alone, one after the other: server/timing, the replay of a
+##      production load and the Triton tests marked timing, which hold the
+##      proxy to latencies and need a quiet host.
 test:
 	$(MAKE) test-setup
-	$(MAKE) -j2 --output-sync=target test-triton-bulk test-cpu
-	$(MAKE) test-race-rest
+	$(MAKE) -j2 --output-sync=target test-wait test-cpu
 	$(MAKE) test-timing
 	$(MAKE) test-triton-timing
 
 test-setup: setup-go-tests
 	scripts/validate-deploy.sh --install
 
-# Phase 2's CPU side, one target at a time. go test ./deploy runs in the
-# race run, so the deploy checks here are the Python ones (--no-go).
-test-cpu: DEPLOY_FLAGS = --no-go
-test-cpu: lint test-race-cpu fuzz-ci test-norace test-deploy
+# Phase 2's chains, each a make of its own without -j, so that each keeps
+# one of the parent's two job slots: under one -j2 the CPU targets took
+# both slots and the Triton tests, the longest target, waited minutes for
+# one. go test ./deploy runs in the race run, so the deploy checks here
+# are the Python ones (--no-go).
+test-wait: build
+	$(MAKE) -j1 --no-print-directory PYTEST_WORKERS=2 test-triton-bulk test-race-wait fuzz-ci test-soak
+test-cpu:
+	$(MAKE) -j1 --no-print-directory DEPLOY_FLAGS=--no-go lint test-race-cpu test-race-rest test-norace test-deploy
 
 ## test-deploy: Dockerfile, docker-compose.yml, Kubernetes manifests, Prometheus and Grafana, checked offline
 test-deploy:
@@ -46,8 +52,10 @@ test-deploy:
 ## (make test runs it in two parts: test-triton-bulk beside other checks, test-triton-timing alone)
 test-triton: build
 	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh
+# PYTEST_WORKERS: pytest-xdist's workers, each its own servers (a test
+# file stays on one worker); make test runs two.
 test-triton-bulk: build
-	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -m 'not timing'
+	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -m 'not timing' $(if $(PYTEST_WORKERS),-n $(PYTEST_WORKERS) --dist loadfile)
 test-triton-timing: build
 	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -m timing
 
@@ -69,8 +77,8 @@ lint:
 	@# with a message: lint never fails for want of the network.
 	GO=$(GO) scripts/vulncheck.sh
 
-## test-go: the Go tests: test-race, test-norace, test-timing
-test-go: test-race test-norace test-timing
+## test-go: the Go tests: test-race, test-norace, test-timing, test-soak
+test-go: test-race test-norace test-timing test-soak
 
 # In CI the generated-code check must run, not skip: install protoc first.
 # Headless Chromium (scripts/setup-chromium.sh) tests the live page /ui.
@@ -93,9 +101,12 @@ setup-go-tests:
 # list only when it starts none.
 NORACE_PKGS := lab/sim policy/smdp
 # RACE_CPU: race-run packages whose tests are mostly computation and
-# measure no time (simulations, the documents' commands); make test runs
-# them in phase 2 (test-race-cpu), the others alone (test-race-rest).
+# measure no time (simulations, the documents' commands); RACE_WAIT: those
+# whose tests mostly wait (a kubelet's probe periods). make test runs
+# them in phase 2's chains (test-race-cpu, test-race-wait) and the others
+# (test-race-rest) in the CPU chain after them.
 RACE_CPU := docs lab/compare cmd/ratebatch policy
+RACE_WAIT := deploy
 # Each race run starts the packages that take longest first, so that none
 # of them is left running alone at the end (go test runs two at a time on
 # two cores); the rest follow in go list's order.
@@ -104,16 +115,19 @@ MODULE = $(shell $(GO) list -m)
 race_all = $(addprefix $(MODULE)/,$(RACE_FIRST)) \
 	$(filter-out $(addprefix $(MODULE)/,$(RACE_FIRST) $(NORACE_PKGS)),$(shell $(GO) list ./...))
 race_cpu = $(filter $(addprefix $(MODULE)/,$(RACE_CPU)),$(race_all))
+race_wait = $(filter $(addprefix $(MODULE)/,$(RACE_WAIT)),$(race_all))
 race = RATEBATCH_REQUIRE_CHROMIUM=1 bash -o pipefail -c '$(GO) test -race -count=1 -json $(1) | bin/testprogress'
 
 ## test-race: every package but NORACE_PKGS under the race detector (in
-## make test: test-race-cpu, then test-race-rest)
+## make test: test-race-cpu, test-race-wait and test-race-rest)
 test-race: setup-go-tests
 	$(call race,$(race_all))
 test-race-cpu: setup-go-tests
 	$(call race,$(race_cpu))
+test-race-wait: setup-go-tests
+	$(call race,$(race_wait))
 test-race-rest: setup-go-tests
-	$(call race,$(filter-out $(race_cpu),$(race_all)))
+	$(call race,$(filter-out $(race_cpu) $(race_wait),$(race_all)))
 
 # TestDefaultPolicyNeverHurts: the default policy's promise on every preset,
 # in its short form (the long one is docs/LEARNING.md's figure).
@@ -129,12 +143,15 @@ test-norace:
 # own proxy and emulator).
 test-timing:
 	$(GO) test -count=1 -timeout 20m ./server/timing
-	@# The soak: a minute of faults, policy switches and hostile clients,
-	@# judged by errors outside the fault windows and the footprint's growth.
-	$(GO) test -count=1 -run '^TestSoak$$' ./server
 	@# A production load's bursts exported and replayed, and the what-if on
 	@# them: the shape a load keeps is a timing too.
 	$(GO) test -count=1 -run '^TestArrivalsReplayWithLoadAndWhatIf$$' ./cmd/ratebatch
+
+## test-soak: a minute of faults, policy switches and hostile clients,
+## judged by errors outside the fault windows and the footprint's growth
+## (without the race detector, whose shadow memory would be the growth).
+test-soak:
+	$(GO) test -count=1 -run '^TestSoak$$' ./server
 
 ## test-long: every RATEBATCH_LONG-gated test, the figures of docs/LEARNING.md
 ## and docs/results/ (Go: the packages whose tests read RATEBATCH_LONG or
