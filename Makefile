@@ -18,9 +18,9 @@ demo: build
 ##   2. two chains side by side (make -j2), each one target at a time:
 ##      test-wait, what mostly waits or needs little CPU (the Triton tests
 ##      that measure no time, two pytest workers; the race run of the
-##      packages that wait, RACE_WAIT; fuzzing, one worker; the soak), and
-##      test-cpu, the CPU-bound checks that measure no time (lint, the
-##      rest of the race run, the no-race packages, the deploy checks).
+##      packages that wait, RACE_WAIT; fuzzing, one worker), and test-cpu,
+##      the CPU-bound checks that measure no time (lint, the rest of the
+##      race run, the no-race packages, the deploy checks) and the soak.
 ##      Each target's output is printed whole when it ends.
 ##   3. alone, one after the other: server/timing, the replay of a
 ##      production load and the Triton tests marked timing, which hold the
@@ -40,9 +40,9 @@ test-setup: setup-go-tests
 # one. go test ./deploy runs in the race run, so the deploy checks here
 # are the Python ones (--no-go).
 test-wait: build
-	$(MAKE) -j1 --no-print-directory PYTEST_WORKERS=2 test-triton-bulk test-race-wait fuzz-ci test-soak
+	$(MAKE) -j1 --no-print-directory PYTEST_WORKERS=2 test-triton-bulk test-race-wait fuzz-ci
 test-cpu:
-	$(MAKE) -j1 --no-print-directory DEPLOY_FLAGS=--no-go lint test-race-cpu test-race-rest test-norace test-deploy
+	$(MAKE) -j1 --no-print-directory DEPLOY_FLAGS=--no-go lint test-race-cpu test-race-rest test-norace test-deploy test-soak
 
 ## test-deploy: Dockerfile, docker-compose.yml, Kubernetes manifests, Prometheus and Grafana, checked offline
 test-deploy:

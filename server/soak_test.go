@@ -379,7 +379,7 @@ func (h *grpcHostile) run(ctx context.Context, t *testing.T, addr string) {
 // footprint's growth) are timings and rates of a loaded process: under the
 // race detector, beside other packages' tests, a fault window's recovery
 // outlasts the window and the detector's shadow memory grows the RSS. It
-// skips under -race and make test runs it without (test-timing).
+// skips under -race and make test runs it without (test-soak).
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak")

@@ -367,7 +367,9 @@ def test_bench_smoke(ratebatch_bin, tmp_path):
         "--setups", "triton-off,ratebatch-adhoc",
         "--rates", "60",
         "--interval-ms", "1000",
-        "--keep-up", "0.5",  # 1 s windows under-count throughput; this is not a load test
+        # 1 s windows under-count throughput, and make test runs this beside
+        # other checks: a smoke of bench.py's pipeline, not a load test
+        "--keep-up", "0.25",
         "--ratebatch-bin", ratebatch_bin,
         "--out", str(out), "--json", str(js), "--update-doc", str(doc),
     ]  # fmt: skip
@@ -377,7 +379,7 @@ def test_bench_smoke(ratebatch_bin, tmp_path):
     assert set(results) == {"triton-off", "ratebatch-adhoc"}
     for name, r in results.items():
         assert r["note"] == "", (name, r)
-        assert r["throughput"] > 30, (name, r)
+        assert r["throughput"] > 15, (name, r)
         assert 0 < r["p50_ms"] <= r["p99_ms"], (name, r)
         assert r["inferences"] >= r["executions"] > 0, (name, r)
     assert results["triton-off"]["inferences"] == results["triton-off"]["executions"]
