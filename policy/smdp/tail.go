@@ -3,7 +3,6 @@ package smdp
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 )
 
 // TailRule is a control-limit rule as the live budget rule runs it
@@ -153,9 +152,14 @@ func TailLatency(m Model, r TailRule, o TailOptions) Tail {
 		}
 		drawn = false
 	}
-	slices.Sort(lat)
-	at := func(p float64) float64 { return lat[min(int(p*float64(len(lat))), len(lat)-1)] }
-	out := Tail{MeanMs: latSum / float64(len(lat)), P50Ms: at(0.50), P90Ms: at(0.90), P99Ms: at(0.99)}
+	// The percentiles as the sorted sample would give them, each found by
+	// selection: p99's first, then each lower one among the values under
+	// the last (the k-th smallest of the whole is the k-th of those).
+	at := func(p float64) int { return min(int(p*float64(len(lat))), len(lat)-1) }
+	k99, k90, k50 := at(0.99), at(0.90), at(0.50)
+	out := Tail{MeanMs: latSum / float64(len(lat)), P99Ms: selectKth(lat, k99)}
+	out.P90Ms = selectKth(lat[:k99+1], k90)
+	out.P50Ms = selectKth(lat[:k90+1], k50)
 	if measuredBatchRows > 0 {
 		out.EnergyMJ = energy / float64(measuredBatchRows)
 		out.MeanBatch = float64(measuredBatchRows) / float64(batches)
