@@ -14,19 +14,20 @@ demo: build
 	./$(BIN) demo
 
 ## test: everything CI runs, in three phases:
-##   1. test-setup: what the checks need installed (each step idempotent).
+##   1. test-setup, what the checks need installed (each step
+##      idempotent), beside lint, which needs none of it.
 ##   2. two chains side by side (make -j2), each one target at a time:
 ##      test-wait, what mostly waits or needs little CPU (the Triton tests
-##      that measure no time, two pytest workers; the race run of the
-##      packages that wait, RACE_WAIT; fuzzing, one worker), and test-cpu,
-##      the CPU-bound checks that measure no time (lint, the rest of the
-##      race run, the no-race packages, the deploy checks) and the soak.
+##      that measure no time, three pytest workers; the race run of the
+##      packages that wait, RACE_WAIT; fuzzing, one worker; the deploy
+##      checks), and test-cpu, the CPU-bound checks that measure no time
+##      (the rest of the race run, the no-race packages) and the soak.
 ##      Each target's output is printed whole when it ends.
 ##   3. alone, one after the other: server/timing, the replay of a
 ##      production load and the Triton tests marked timing, which hold the
 ##      proxy to latencies and need a quiet host.
 test:
-	$(MAKE) test-setup
+	$(MAKE) -j2 --output-sync=target test-setup lint
 	$(MAKE) -j2 --output-sync=target test-wait test-cpu
 	$(MAKE) test-timing
 	$(MAKE) test-triton-timing
@@ -40,9 +41,9 @@ test-setup: setup-go-tests
 # one. go test ./deploy runs in the race run, so the deploy checks here
 # are the Python ones (--no-go).
 test-wait: build
-	$(MAKE) -j1 --no-print-directory PYTEST_WORKERS=2 test-triton-bulk test-race-wait fuzz-ci
+	$(MAKE) -j1 --no-print-directory PYTEST_WORKERS=3 DEPLOY_FLAGS=--no-go test-triton-bulk test-race-wait fuzz-ci test-deploy
 test-cpu:
-	$(MAKE) -j1 --no-print-directory DEPLOY_FLAGS=--no-go lint test-race-cpu test-race-rest test-norace test-deploy test-soak
+	$(MAKE) -j1 --no-print-directory test-race-cpu test-race-rest test-norace test-soak
 
 ## test-deploy: Dockerfile, docker-compose.yml, Kubernetes manifests, Prometheus and Grafana, checked offline
 test-deploy:
@@ -53,7 +54,7 @@ test-deploy:
 test-triton: build
 	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh
 # PYTEST_WORKERS: pytest-xdist's workers, each its own servers (a test
-# file stays on one worker); make test runs two.
+# file stays on one worker); make test runs three.
 test-triton-bulk: build
 	RATEBATCH_BIN=$(CURDIR)/$(BIN) tests/triton/run.sh -m 'not timing' $(if $(PYTEST_WORKERS),-n $(PYTEST_WORKERS) --dist loadfile)
 test-triton-timing: build
