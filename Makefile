@@ -41,7 +41,7 @@ test-setup: setup-go-tests
 # both slots and the Triton tests, the longest target, waited minutes for
 # one. go test ./deploy runs in the race run, so the deploy checks here
 # are the Python ones (--no-go).
-test-wait: build
+test-wait:
 	$(MAKE) -j1 --no-print-directory PYTEST_WORKERS=2 DEPLOY_FLAGS=--no-go test-triton-bulk test-race-wait fuzz-ci lint test-deploy
 test-cpu:
 	$(MAKE) -j1 --no-print-directory test-race-cpu test-race-rest test-norace test-soak

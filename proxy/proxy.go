@@ -289,8 +289,8 @@ func (s *Server) refuseDeclared(ctx *fasthttp.RequestCtx, declared []byte) bool 
 		writeError(ctx, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.o.MaxBodyBytes))
 		closeUnread(ctx)
 	case declaredOverBudget:
-		bytes, _ := strconv.ParseInt(n, 10, 64)
-		s.refuseMemory(ctx, "", "memory_declared", bytes)
+		size, _ := strconv.ParseInt(n, 10, 64)
+		s.refuseMemory(ctx, "", "memory_declared", size)
 	default: // declaredLaneWait
 		s.refuse(ctx, "", &door.Refusal{Reason: "large_body_wait", Msg: fmt.Sprintf(
 			"%s bytes: no turn to be read within %v (at most %d bodies over %d bytes are read at once); retry later",

@@ -385,7 +385,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("soak")
 	}
 	if raceEnabled {
-		t.Skip("a soak's timings under the race detector: make test runs it without (test-timing)")
+		t.Skip("a soak's timings under the race detector: make test runs it without (test-soak)")
 	}
 	d, rate := soakSettings(t)
 	up := &soakUpstream{rng: rand.New(rand.NewPCG(9, 9))}

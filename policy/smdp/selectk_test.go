@@ -59,13 +59,3 @@ func TestSelectKthIsTheSortedValue(t *testing.T) {
 		}
 	}
 }
-
-// BenchmarkTailLatency is one simulation of a plan's tail: the cost a
-// plan pays for each rule it prices.
-func BenchmarkTailLatency(b *testing.B) {
-	m := Model{LambdaPerMs: 0.6, MaxBatch: 8}
-	m.AlphaMs, m.Tau0Ms = 0.3051, 1.052
-	for b.Loop() {
-		TailLatency(m, TailRule{First: 2, Second: 4, Mix: 0.5, HoldMs: 2}, TailOptions{Seed: 1})
-	}
-}

@@ -9,13 +9,13 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import time
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from conformance import poll
 from conftest import MAX_BATCH_SIZE, http_get, http_request, perf_analyzer_argv
 from server import IMAGE_CLASSES, IMAGE_SHAPE, VECTOR_LEN, image_reference
 
@@ -224,11 +224,11 @@ def test_statistics(target):
     c.infer("simple", simple_inputs(a, a, True))
     # Triton counts an execution's statistics after it has answered: wait
     # a moment for the count to move before reading it.
-    deadline = time.monotonic() + 5
-    after = simple_stats()
-    while after["inference_count"] == before["inference_count"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-        after = simple_stats()
+    def moved():
+        s = simple_stats()
+        return s if s["inference_count"] != before["inference_count"] else None
+
+    after = poll(moved, 5) or simple_stats()
     # rows are what a client sent, however the requests were batched
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["inference_stats"]["success"]["count"] > before["inference_stats"]["success"]["count"]
