@@ -157,9 +157,9 @@ func TestPolicyOptionsOf(t *testing.T) {
 		o    policy.Options
 		want map[string]any
 	}{
-		{"budget", def, map[string]any{"latency_budget": "1.10x", "tail_budget": "1.20x", "slo_p99": "0s", "sla": "0s",
+		{"budget", def, map[string]any{"latency_budget": "1.10x", "tail_budget": "1.20x", "capacity_floor": "0.97", "slo_p99": "0s", "sla": "0s",
 			"wait_bound": "0s", "solve_share": 0.02}},
-		{"budget", slo, map[string]any{"latency_budget": "", "tail_budget": "off", "slo_p99": "12ms", "sla": "0s",
+		{"budget", slo, map[string]any{"latency_budget": "", "tail_budget": "off", "capacity_floor": "0.97", "slo_p99": "12ms", "sla": "0s",
 			"wait_bound": "0s", "solve_share": 0.02}},
 		{"maxbatch", def, map[string]any{"max_queue_delay": "5ms"}},
 		{"maxbatch", policy.Options{}, map[string]any{"max_queue_delay": "10ms"}},
@@ -203,6 +203,7 @@ func TestPolicyKeysLoadAsBefore(t *testing.T) {
 		{"row_cap", "48", func(o opts) bool { return policy.OptionsOf[policy.ElasticOptions](o).RowCap == 48 }},
 		{"latency_budget", "1.5x", func(o opts) bool { b, _, _ := of(o); return b.LatencyBudget == "1.5x" }},
 		{"tail_budget", "off", func(o opts) bool { b, _, _ := of(o); return b.TailBudget == "off" }},
+		{"capacity_floor", "off", func(o opts) bool { b, _, _ := of(o); return b.CapacityFloor == "off" }},
 		{"slo_p99", "12ms", func(o opts) bool { b, _, _ := of(o); return b.SLOP99 == 12*ms }},
 	}
 	var keys []string

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,10 @@ type Budget struct {
 	// Tail, when > 0, bounds the plan's p99 to Tail times ad-hoc's on the
 	// same model, as the tail model predicts both (budgettail.go).
 	Tail float64
+	// CapacityFloor, when > 0, caps Tail's slack at each rate so that the
+	// plans keep this share of ad-hoc's capacity under any absolute p99
+	// bound (budgettail.go, capacitySlack).
+	CapacityFloor float64
 	// SLOP99, when > 0, bounds the plan's p99 absolutely. With MeanFree
 	// the mean is not bounded (Budget is not solved for): the plan is the
 	// most requests per joule whose p99 stays under SLOP99.
@@ -152,7 +157,9 @@ func init() {
 // BudgetOptions are budget's options. LatencyBudget is the mean-latency
 // budget as smdp.ParseBudget reads it (empty: DefaultLatencyBudget).
 // TailBudget bounds the predicted p99 relative to ad-hoc's (empty:
-// DefaultTailBudget, none when SLOP99 is set); SLOP99 bounds it absolutely,
+// DefaultTailBudget, none when SLOP99 is set) and CapacityFloor caps that
+// bound's slack at each rate (empty: DefaultCapacityFloor); SLOP99 bounds
+// it absolutely,
 // and alone (without LatencyBudget) leaves the mean unbounded. Seed varies
 // the draws; NoTrim turns the live trim off: the plan alone, as the optimum
 // comparisons and the sim command (unless --trim) run it; NoLearn keeps the
@@ -161,6 +168,7 @@ func init() {
 type BudgetOptions struct {
 	LatencyBudget   string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 	TailBudget      string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
+	CapacityFloor   string        `yaml:"capacity_floor" help:"budget: the share of ad-hoc's capacity under any absolute p99 bound the tail budget keeps (0.97): at each rate a hold may raise the p99 no more than ad-hoc's rises with the load that share costs; off: the tail budget alone; empty: 0.97"`
 	SLOP99          time.Duration `yaml:"slo_p99" help:"budget: the p99 inside the proxy the plan keeps under (15ms): the most requests per joule within it, with no mean budget unless latency_budget is set"`
 	DeadlineOptions `yaml:",inline"`
 	HoldOptions     `yaml:",inline"`
@@ -181,13 +189,17 @@ func (o BudgetOptions) Validate() error {
 	if o.SLOP99 < 0 {
 		return paramErr("slo_p99", "must be >= 0 (0: none), got %v", o.SLOP99)
 	}
-	_, err := o.tailBudget()
+	if _, err := o.tailBudget(); err != nil {
+		return err
+	}
+	_, err := o.capacityFloor()
 	return err
 }
 
 // Effective implements Defaulter: an empty latency budget is 1.10x
 // (none when slo_p99 is set: the p99 alone is bounded), an empty tail
-// budget 1.20x (off when slo_p99 is set), solve_share 0 its default.
+// budget 1.20x (off when slo_p99 is set), an empty capacity floor 0.97,
+// solve_share 0 its default.
 func (o BudgetOptions) Effective() BudgetOptions {
 	if o.LatencyBudget == "" && o.SLOP99 <= 0 {
 		o.LatencyBudget = fmt.Sprintf("%.2fx", DefaultLatencyBudget.Factor)
@@ -197,6 +209,9 @@ func (o BudgetOptions) Effective() BudgetOptions {
 		if o.SLOP99 <= 0 {
 			o.TailBudget = fmt.Sprintf("%.2fx", DefaultTailBudget)
 		}
+	}
+	if o.CapacityFloor == "" {
+		o.CapacityFloor = strconv.FormatFloat(DefaultCapacityFloor, 'f', -1, 64)
 	}
 	o.SolveOptions = o.SolveOptions.Effective()
 	return o
@@ -222,6 +237,19 @@ func (o BudgetOptions) tailBudget() (float64, error) {
 	f, err := ParseTailBudget(o.TailBudget)
 	if err != nil {
 		return 0, paramErr("tail_budget", "%v", err)
+	}
+	return f, nil
+}
+
+// capacityFloor is CapacityFloor read (DefaultCapacityFloor when empty, 0
+// when off).
+func (o BudgetOptions) capacityFloor() (float64, error) {
+	if o.CapacityFloor == "" {
+		return DefaultCapacityFloor, nil
+	}
+	f, err := ParseCapacityFloor(o.CapacityFloor)
+	if err != nil {
+		return 0, paramErr("capacity_floor", "%v", err)
 	}
 	return f, nil
 }

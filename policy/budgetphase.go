@@ -324,7 +324,7 @@ func (p *Budget) holdingNote() string {
 	var s string
 	switch {
 	case p.Tail > 0 && p.SLOP99 <= 0:
-		s = fmt.Sprintf("p99 lived %.3gx live ad-hoc's (bound %gx)", lived*p.Tail, p.Tail)
+		s = fmt.Sprintf("p99 lived %.3gx live ad-hoc's (bound %.3gx)", lived*p.tt.factor, p.tt.factor)
 	case p.SLOP99 > 0 && p.Tail <= 0:
 		s = fmt.Sprintf("p99 lived %.3g ms inside the proxy (slo_p99 %v)", lived*float64(p.SLOP99)/float64(time.Millisecond), p.SLOP99)
 	default:

@@ -57,7 +57,7 @@ func (p *Budget) plan(e Estimate) Rule {
 	userRule := p.atUserScale(func() Rule { return pickFor(p.Budget) })
 	// The model's ad-hoc p99 at this rate: the unit the next slice's calls
 	// are counted in by the tail trim (observeTail).
-	p.tt.ref = adhocP99(userRule)
+	p.tt.ref, p.tt.factor = adhocP99(userRule)
 	ubp, ok := userRule.(budgetPlan)
 	if !ok {
 		p.show(PhaseAdhoc, userRule.Status().Note)
@@ -93,7 +93,7 @@ func (p *Budget) invalid(e Estimate, err error) Rule {
 	r := fallback(NameBudget, e, err)
 	p.mu.Lock()
 	p.show(PhaseAdhoc, r.Status().Note)
-	p.tt.ref = 0
+	p.tt.ref, p.tt.factor = 0, 0
 	p.mu.Unlock()
 	return r
 }
@@ -215,12 +215,13 @@ func (p *Budget) atUserScale(plan func() Rule) Rule {
 }
 
 // adhocP99 is the model's ad-hoc p99 a planned rule's tail model
-// predicted (ms; 0 without a tail model).
-func adhocP99(r Rule) float64 {
+// predicted (ms) and the relative tail bound it was held to at its rate
+// (tailPlan.factor); zeros without a tail model.
+func adhocP99(r Rule) (ms, factor float64) {
 	if br, ok := r.(BudgetRule); ok && br.tail != nil {
-		return br.tail.adhoc.P99Ms
+		return br.tail.adhoc.P99Ms, br.tail.factor
 	}
-	return 0
+	return 0, 0
 }
 
 // noRoom says why an SLO leaves no room for holds at this load ("" when

@@ -29,6 +29,25 @@ func ParseTailBudget(s string) (float64, error) {
 	return v, nil
 }
 
+// DefaultCapacityFloor is the share of ad-hoc's capacity under an absolute
+// p99 bound the budget keeps when capacity_floor is not set.
+const DefaultCapacityFloor = 0.97
+
+// ParseCapacityFloor reads a capacity floor as users write it: a share in
+// (0, 1] of ad-hoc's capacity ("0.97"), or "off" (0: the tail budget
+// alone).
+func ParseCapacityFloor(s string) (float64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "off" || t == "none" {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(v > 0 && v <= 1) {
+		return 0, fmt.Errorf("capacity floor %q: want a share of ad-hoc's capacity in (0, 1] (0.97), or off", s)
+	}
+	return v, nil
+}
+
 // tailRequests is the length of each simulation of the plan's tail
 // search (smdp.TailLatency): a candidate's p99 and energy are compared on
 // the same arrivals (one seed), so their order does not move with the
@@ -50,6 +69,12 @@ type tailPlan struct {
 	planned, adhoc smdp.Tail
 	// boundMs is the p99 the plan was held to (0: none).
 	boundMs float64
+	// factor is the relative tail bound at this rate, a factor of
+	// ad-hoc's p99: the tail budget, or less where the capacity floor
+	// caps its slack (capacitySlack); 0 without a tail budget. capped
+	// says the floor set it.
+	factor float64
+	capped bool
 }
 
 // p99Bound is the p99 a plan must keep on the model whose ad-hoc p99 is
@@ -59,11 +84,11 @@ type tailPlan struct {
 // under it less what the model is measured to fall short of ad-hoc's live
 // p99 (tailGapMs): a relative bound compares with ad-hoc's p99 on the
 // same model, short by as much.
-func (p *Budget) p99Bound(adhocP99Ms float64) float64 {
+func (p *Budget) p99Bound(adhocP99Ms, factor float64) float64 {
 	bound := 0.0
 	s := p.tailScaleNow()
-	if p.Tail > 0 {
-		bound = adhocP99Ms * (1 + (p.Tail-1)*s)
+	if factor > 0 {
+		bound = adhocP99Ms * (1 + (factor-1)*s)
 	}
 	if p.SLOP99 > 0 {
 		slo := float64(p.SLOP99)/float64(time.Millisecond)*s - p.tailGapMs(adhocP99Ms)
@@ -165,8 +190,9 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
 	late := time.Duration(p.lateSteps) * lateStep
 	adhoc := smdp.TailLatency(m, smdp.TailRule{First: 1, Second: 1}, o)
-	bound := p.p99Bound(adhoc.P99Ms)
-	r.tail = &tailPlan{adhoc: adhoc, boundMs: bound}
+	factor := p.tailFactor(m, adhoc, o)
+	bound := p.p99Bound(adhoc.P99Ms, factor)
+	r.tail = &tailPlan{adhoc: adhoc, boundMs: bound, factor: factor, capped: factor < p.Tail}
 	if bound <= 0 {
 		r.tail.planned = smdp.TailLatency(m, tailOf(r.first.Limit, r.second.Limit, r.mix, r.first.MaxWait, late), o)
 		return r
@@ -228,6 +254,46 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 	return r
 }
 
+// tailFactor is the relative tail bound at m's rate: the tail budget,
+// its slack capped by the capacity floor (capacitySlack); 0 without a
+// tail budget.
+func (p *Budget) tailFactor(m smdp.Model, adhoc smdp.Tail, o smdp.TailOptions) float64 {
+	if p.Tail <= 0 {
+		return 0
+	}
+	if p.CapacityFloor <= 0 || !(adhoc.P99Ms > 0) {
+		return p.Tail
+	}
+	return 1 + min(p.Tail-1, capacitySlack(m, adhoc, p.CapacityFloor, o))
+}
+
+// capacitySlack is how far, as a share of ad-hoc's p99 at m's rate, a
+// plan's p99 may lie above it while the plans keep the share floor of
+// ad-hoc's capacity under any absolute p99 bound: ad-hoc's p99 at the
+// rate lambda/floor, over its p99 at lambda, less one (the tail model's
+// simulation of both, on the same arrivals scaled).
+//
+// Capacity under a bound B is the highest rate whose p99 stays under B
+// (MLPerf's server scenario; scripts/capacity-p99.sh). If at every rate
+// lambda the plan's p99 is at most ad-hoc's at lambda/floor, then
+// wherever ad-hoc keeps B at lambda/floor the plan keeps it at lambda:
+// its capacity is at least floor times ad-hoc's, whatever B is. A
+// relative slack alone does not give that: where ad-hoc's p99 is flat
+// with the load (light load, where a host's stalls set the p99), a bound
+// that ad-hoc crosses only a long way up in rate is crossed by the plan's
+// 1.20x at a fraction of it. Where ad-hoc's p99 climbs with the load the
+// cap leaves the tail budget's slack, and near overload nearOverload
+// keeps the plan from holding anyway.
+func capacitySlack(m smdp.Model, adhoc smdp.Tail, floor float64, o smdp.TailOptions) float64 {
+	up := m
+	up.LambdaPerMs /= floor
+	if up.Rho() >= 1 {
+		return math.Inf(1)
+	}
+	t := smdp.TailLatency(up, smdp.TailRule{First: 1, Second: 1}, o)
+	return max(t.P99Ms/adhoc.P99Ms-1, 0)
+}
+
 // tailLimits are the pure control limits the tail search tries: every
 // limit up to 4, then steps of about a half, and B_max.
 func tailLimits(maxBatch int) []int {
@@ -249,6 +315,9 @@ func (t *tailPlan) note() string {
 	s := fmt.Sprintf("; tail model: p99 %.4g ms, mean %.4g ms (ad-hoc p99 %.4g, mean %.4g)", t.planned.P99Ms, t.planned.MeanMs, t.adhoc.P99Ms, t.adhoc.MeanMs)
 	if t.boundMs > 0 {
 		s += fmt.Sprintf(", p99 bound %.4g ms", t.boundMs)
+	}
+	if t.capped {
+		s += fmt.Sprintf(" (%.3gx ad-hoc's: the tail budget's slack capped by the capacity floor)", t.factor)
 	}
 	return s
 }
@@ -312,6 +381,9 @@ func (p *Budget) setTail(o BudgetOptions) error {
 		return err
 	}
 	p.SLOP99 = o.SLOP99
+	if p.CapacityFloor, err = o.capacityFloor(); err != nil {
+		return err
+	}
 	switch {
 	case o.TailBudget != "":
 		p.Tail = tail
@@ -368,6 +440,9 @@ type tailTrim struct {
 	// was planned for: the unit of that slice's calls (0: none, the
 	// slice is not counted).
 	ref float64
+	// factor is the relative tail bound at that rate (tailPlan.factor):
+	// the tail budget, or less where the capacity floor caps it.
+	factor float64
 	// lived is the last measured p99, in units of the bound, and
 	// liveBound that bound (ms) when it was measured.
 	lived, liveBound float64
@@ -419,16 +494,17 @@ func (p *Budget) tailCalib() float64 {
 }
 
 // liveBound is the p99 (ms) the calls of a slice whose model's ad-hoc p99
-// is refMs are held to: the SLO, or the tail budget times live ad-hoc's
-// p99 at that rate (the calibration times refMs), the tighter; 0 while
+// is refMs are held to: the SLO, or the relative tail bound at that rate
+// (tt.factor: the tail budget, capped by the capacity floor) times live
+// ad-hoc's p99 there (the calibration times refMs), the tighter; 0 while
 // neither is known.
 func (p *Budget) liveBound(refMs float64) float64 {
 	bound := 0.0
 	if p.SLOP99 > 0 {
 		bound = float64(p.SLOP99) / float64(time.Millisecond)
 	}
-	if c := p.tailCalib(); p.Tail > 0 && c > 0 && refMs > 0 {
-		if b := p.Tail * c * refMs; bound == 0 || b < bound {
+	if c, f := p.tailCalib(), p.tt.factor; f > 0 && c > 0 && refMs > 0 {
+		if b := f * c * refMs; bound == 0 || b < bound {
 			bound = b
 		}
 	}

@@ -214,3 +214,65 @@ func TestTailTrimStepsOverItsAim(t *testing.T) {
 		})
 	}
 }
+
+// The capacity floor: at every rate the default's plan keeps a p99 no
+// higher than ad-hoc's at the rate divided by the floor, so whatever the
+// absolute p99 bound, the default's capacity under it is at least the
+// floor's share of ad-hoc's (capacitySlack). The tail budget alone
+// (capacity_floor off) breaks that at some load, or the test would test
+// nothing.
+func TestCapacityFloorKeepsAdhocsCapacity(t *testing.T) {
+	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
+	broken := 0
+	for _, rate := range []float64{300, 500, 800, 1100, 1400, 1700} {
+		e := energyEstimate(rate)
+		e.MaxBatch = 8
+		m := gridModelOf(e)
+		up := m
+		up.LambdaPerMs /= DefaultCapacityFloor
+		limit := smdp.TailLatency(up, smdp.TailRule{First: 1, Second: 1}, o).P99Ms
+		for _, tc := range []struct {
+			name  string
+			floor string
+		}{{"default", ""}, {"floor off", "off"}} {
+			rule := newBudgetWith(t, BudgetOptions{CapacityFloor: tc.floor}).Plan(e)
+			r, ok := rule.(BudgetRule)
+			if !ok || r.tail == nil {
+				t.Logf("%v req/s, %s: ad-hoc (%s)", rate, tc.name, rule.Status().Note)
+				continue
+			}
+			planned := r.tail.planned.P99Ms
+			t.Logf("%v req/s (rho %.2f), %s: p99 planned %.3f ms, ad-hoc's %.3f, ad-hoc's at %.4g req/s %.3f; saves %.2f%%",
+				rate, m.Rho(), tc.name, planned, r.tail.adhoc.P99Ms, 1000*up.LambdaPerMs, limit, 100*r.tail.saving())
+			switch {
+			case tc.floor == "" && planned > limit*1.001:
+				t.Errorf("%v req/s: the default plans p99 %.4g ms, over ad-hoc's %.4g at %.4g req/s: its capacity under a bound of %.4g ms is under %.2f of ad-hoc's",
+					rate, planned, limit, 1000*up.LambdaPerMs, limit, DefaultCapacityFloor)
+			case tc.floor == "off" && planned > limit*1.001:
+				broken++
+			}
+		}
+	}
+	if broken == 0 {
+		t.Error("the tail budget alone keeps the capacity floor at every rate tried: the test tells nothing")
+	}
+}
+
+func TestParseCapacityFloor(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"0.97", 0.97, true}, {" 1 ", 1, true}, {"off", 0, true}, {"None", 0, true},
+		{"0", 0, false}, {"1.2", 0, false}, {"-0.5", 0, false}, {"97%", 0, false}, {"NaN", 0, false}, {"", 0, false},
+	} {
+		got, err := ParseCapacityFloor(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseCapacityFloor(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+	if err := (BudgetOptions{CapacityFloor: "2"}).Validate(); err == nil || !strings.Contains(err.Error(), "capacity_floor") {
+		t.Errorf("capacity_floor 2: %v, want an error naming it", err)
+	}
+}

@@ -71,6 +71,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&f.static.Batch, "batch", 8, "static: the exact batch size b")
 	fs.StringVar(&f.budget.LatencyBudget, "latency-budget", "", "budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x, the default) or a duration (4ms)")
 	fs.StringVar(&f.budget.TailBudget, "tail-budget", "", "budget: p99 budget, a factor of ad-hoc's p99 (1.20x, the default) or off")
+	fs.StringVar(&f.budget.CapacityFloor, "capacity-floor", "", "budget: the share of ad-hoc's capacity under any absolute p99 bound the tail budget keeps (0.97, the default) or off")
 	fs.DurationVar(&f.budget.SLOP99, "slo-p99", 0, "budget: the p99 to keep under (15ms): the most requests per joule within it, no mean budget unless --latency-budget is set")
 	fs.Float64Var(&f.smdp.W1, "w1", 0, "smdp: weight of mean latency (per ms) in the cost (w1 and w2 both 0: latency only)")
 	fs.BoolVar(&f.trim, "trim", false, "budget: run the live trim as serve does (ad-hoc a tenth of the time, the budget re-aimed by what the calls lived); off, the plan alone, which the simulator's exact model makes right")

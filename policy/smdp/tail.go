@@ -3,6 +3,7 @@ package smdp
 import (
 	"math"
 	"math/rand/v2"
+	"sync"
 )
 
 // TailRule is a control-limit rule as the live budget rule runs it
@@ -77,7 +78,9 @@ func TailLatency(m Model, r TailRule, o TailOptions) Tail {
 		hold = 0
 	}
 
-	lat := make([]float64, 0, n)
+	buf := latencies(n + bmax)
+	defer latencyPool.Put(buf)
+	lat := (*buf)[:0]
 	var (
 		base              = make([]float64, 0, 4*bmax)
 		queue             = base // arrival times of the waiting rows
@@ -165,6 +168,21 @@ func TailLatency(m Model, r TailRule, o TailOptions) Tail {
 		out.MeanBatch = float64(measuredBatchRows) / float64(batches)
 	}
 	return out
+}
+
+// latencyPool keeps TailLatency's sample buffers. A plan's tail search
+// runs a few dozen simulations of ten thousand requests: a fresh buffer
+// each would allocate megabytes per plan and start garbage collections
+// whose assists land on the request path of the proxy the plan runs in.
+var latencyPool sync.Pool
+
+// latencies is a buffer from latencyPool with room for n values.
+func latencies(n int) *[]float64 {
+	if b, ok := latencyPool.Get().(*[]float64); ok && cap(*b) >= n {
+		return b
+	}
+	b := make([]float64, 0, n)
+	return &b
 }
 
 // gamma draws a Gamma variate of the given shape and scale 1
