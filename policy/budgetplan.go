@@ -57,7 +57,7 @@ func (p *Budget) plan(e Estimate) Rule {
 	userRule := p.atUserScale(func() Rule { return pickFor(p.Budget) })
 	// The model's ad-hoc p99 at this rate: the unit the next slice's calls
 	// are counted in by the tail trim (observeTail).
-	p.tt.ref, p.tt.factor = adhocP99(userRule)
+	p.tt.ref, p.tt.factor = tailRef(userRule)
 	ubp, ok := userRule.(budgetPlan)
 	if !ok {
 		p.show(PhaseAdhoc, userRule.Status().Note)
@@ -214,10 +214,10 @@ func (p *Budget) atUserScale(plan func() Rule) Rule {
 	return plan()
 }
 
-// adhocP99 is the model's ad-hoc p99 a planned rule's tail model
+// tailRef is the model's ad-hoc p99 a planned rule's tail model
 // predicted (ms) and the relative tail bound it was held to at its rate
 // (tailPlan.factor); zeros without a tail model.
-func adhocP99(r Rule) (ms, factor float64) {
+func tailRef(r Rule) (ms, factor float64) {
 	if br, ok := r.(BudgetRule); ok && br.tail != nil {
 		return br.tail.adhoc.P99Ms, br.tail.factor
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratebatch/ratebatch/policy/batchcost"
 	"github.com/ratebatch/ratebatch/policy/smdp"
 )
 
@@ -221,12 +222,33 @@ func TestTailTrimStepsOverItsAim(t *testing.T) {
 // floor's share of ad-hoc's (capacitySlack). The tail budget alone
 // (capacity_floor off) breaks that at some load, or the test would test
 // nothing.
+//
+// The lines: googlenet-p4 with B_max 8 (the emulator's, with its energy
+// line) at 300 to 1700 req/s, and PyTriton's as the live comparisons with
+// Triton's batcher run it (4 + 0.5 b ms, B_max 16, no energy meter) at
+// 200 and 650 req/s.
 func TestCapacityFloorKeepsAdhocsCapacity(t *testing.T) {
 	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
-	broken := 0
-	for _, rate := range []float64{300, 500, 800, 1100, 1400, 1700} {
+	googlenet8 := func(rate float64) Estimate {
 		e := energyEstimate(rate)
 		e.MaxBatch = 8
+		return e
+	}
+	pytriton := func(rate float64) Estimate {
+		e := estimate(rate)
+		e.Latency = batchcost.Latency{AlphaMs: 0.5, Tau0Ms: 4}
+		e.MaxBatch = 16
+		return e
+	}
+	broken := 0
+	for _, pt := range []struct {
+		rate float64
+		line func(float64) Estimate
+	}{
+		{300, googlenet8}, {500, googlenet8}, {800, googlenet8}, {1100, googlenet8}, {1400, googlenet8}, {1700, googlenet8},
+		{200, pytriton}, {650, pytriton},
+	} {
+		rate, e := pt.rate, pt.line(pt.rate)
 		m := gridModelOf(e)
 		up := m
 		up.LambdaPerMs /= DefaultCapacityFloor
@@ -242,8 +264,8 @@ func TestCapacityFloorKeepsAdhocsCapacity(t *testing.T) {
 				continue
 			}
 			planned := r.tail.planned.P99Ms
-			t.Logf("%v req/s (rho %.2f), %s: p99 planned %.3f ms, ad-hoc's %.3f, ad-hoc's at %.4g req/s %.3f; saves %.2f%%",
-				rate, m.Rho(), tc.name, planned, r.tail.adhoc.P99Ms, 1000*up.LambdaPerMs, limit, 100*r.tail.saving())
+			t.Logf("B_max %d, %v req/s (rho %.2f), %s: p99 planned %.3f ms, ad-hoc's %.3f, ad-hoc's at %.4g req/s %.3f; saves %.2f%%",
+				e.MaxBatch, rate, m.Rho(), tc.name, planned, r.tail.adhoc.P99Ms, 1000*up.LambdaPerMs, limit, 100*r.tail.saving())
 			switch {
 			case tc.floor == "" && planned > limit*1.001:
 				t.Errorf("%v req/s: the default plans p99 %.4g ms, over ad-hoc's %.4g at %.4g req/s: its capacity under a bound of %.4g ms is under %.2f of ad-hoc's",
@@ -274,5 +296,29 @@ func TestParseCapacityFloor(t *testing.T) {
 	}
 	if err := (BudgetOptions{CapacityFloor: "2"}).Validate(); err == nil || !strings.Contains(err.Error(), "capacity_floor") {
 		t.Errorf("capacity_floor 2: %v, want an error naming it", err)
+	}
+}
+
+// The live bound the phases and the tail trim hold the calls to is the
+// capped factor, not the tail budget: where the floor caps the plan, a
+// p99 the floor forbids ends the holds live too.
+func TestLiveBoundIsTheCappedFactor(t *testing.T) {
+	e := energyEstimate(800)
+	e.MaxBatch = 8
+	p := newBudgetWith(t, BudgetOptions{})
+	r, ok := p.Plan(e).(BudgetRule)
+	if !ok || r.tail == nil || !r.tail.capped {
+		t.Fatalf("800 req/s, B_max 8: want a plan the floor caps, got %s", p.Plan(e).Status().Note)
+	}
+	h := uniformHist()
+	p.tt.adhoc.MergeScaled(&h, 1) // ad-hoc's calibration: 500 calls or more
+	calib := p.tailCalib()
+	if !(calib > 0) {
+		t.Fatal("no calibration")
+	}
+	got, want := p.liveBound(p.tt.ref), p.tt.factor*calib*p.tt.ref
+	if math.Abs(got/want-1) > 1e-9 || !(p.tt.factor < p.Tail) {
+		t.Errorf("live bound %.4g ms, want the capped factor %.4g x calibration %.4g x ad-hoc's %.4g = %.4g (the tail budget %.2g would give %.4g)",
+			got, p.tt.factor, calib, p.tt.ref, want, p.Tail, p.Tail*calib*p.tt.ref)
 	}
 }

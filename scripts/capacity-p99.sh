@@ -21,7 +21,8 @@
 # seed. The arms run in turns, the order rotating each round, so that a
 # drift of a shared machine falls on all of them; one Markdown row per arm
 # and round: the capacity found, the lowest rate that missed, and the
-# capacity as a ratio of ad-hoc's in that round.
+# capacity as a ratio of ad-hoc's in that round; then each search's table
+# of the rates it tried, their p99 and whether they passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
@@ -100,6 +101,7 @@ for r in $(seq "$ROUNDS"); do
 		cap[$name]=$(sed -n -e 's/^capacity: \([0-9.e+]*\) req\/s .*(\([0-9.e+]*\) req\/s missed.*/\1 \2/p' \
 			-e 's/^no rate tried.*/0 0/p' "$work/find-$name.txt")
 		[ -n "${cap[$name]}" ] || { echo "capacity-p99.sh: $name gave no answer:" >&2; tail -5 "$work/find-$name.txt" >&2; cap[$name]="nan nan"; }
+		{ echo; echo "Round $r, $name:"; echo; cat "$work/find-$name.txt"; } >>"$work/steps.md"
 	done
 	read -r base _ <<<"${cap[ratebatch-adhoc]}"
 	for a in "${arms[@]}"; do
@@ -109,3 +111,6 @@ for r in $(seq "$ROUNDS"); do
 			'BEGIN { printf "| %s | %s | %.4g | %.4g | %s |\n", r, a, c, m, (b + 0 > 0) ? sprintf("%.2fx", c / b) : "n/a" }'
 	done
 done
+echo
+echo "## Each search's steps"
+cat "$work/steps.md"

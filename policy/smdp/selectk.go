@@ -1,6 +1,9 @@
 package smdp
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // selectKth reorders a so that a[k] is its k-th smallest value (from 0),
 // every value before it at most a[k] and every one after at least, and
@@ -13,7 +16,7 @@ func selectKth(a []float64, k int) float64 {
 	// Quickselect with a median-of-three pivot; after as many rounds as
 	// a balanced one would take twice over, the rest is sorted, which
 	// bounds the worst case as introselect does.
-	for rounds := 2 * bitLen(len(a)); hi > lo; rounds-- {
+	for rounds := 2 * bits.Len(uint(len(a))); hi > lo; rounds-- {
 		if rounds == 0 {
 			slices.Sort(a[lo : hi+1])
 			break
@@ -54,13 +57,4 @@ func partition(a []float64, lo, hi int) int {
 	}
 	a[p], a[hi] = a[hi], a[p]
 	return p
-}
-
-// bitLen is the number of bits n needs.
-func bitLen(n int) int {
-	b := 0
-	for ; n > 0; n >>= 1 {
-		b++
-	}
-	return b
 }
