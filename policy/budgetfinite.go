@@ -40,6 +40,7 @@ const thinkResolve = 0.10
 type finiteKey struct {
 	budget  smdp.Budget
 	clients int
+	tail    tailKey
 }
 
 // palmTolerance is how close a closed loop's rate with one row waiting
@@ -83,7 +84,7 @@ func (p *Budget) finiteRule(b smdp.Budget, pop smdp.Population, m smdp.Model, bu
 	if p.finite == nil {
 		p.finite = make(map[finiteKey]*planCache)
 	}
-	key := finiteKey{budget: b, clients: pop.Clients}
+	key := finiteKey{budget: b, clients: pop.Clients, tail: tailKey{scale: p.tailScaleNow(), gap: p.gapSteps, late: p.lateSteps}}
 	cache := p.finite[key]
 	if cache == nil {
 		cache = &planCache{}
@@ -127,6 +128,7 @@ func (p *Budget) solveFinite(m smdp.Model, pop smdp.Population, budget smdp.Budg
 			sloNote = fmt.Sprintf("; holds bounded at %v by slo_p99 %v", wait.Round(10*time.Microsecond), p.SLOP99)
 		}
 	}
+	wait, tail := p.finiteTail(c, pop, m, wait)
 	unit := "W"
 	if busyTime {
 		unit = "GPU-busy share"
@@ -141,7 +143,60 @@ func (p *Budget) solveFinite(m smdp.Model, pop smdp.Population, budget smdp.Budg
 	if busyTime {
 		note += "; no energy meter: energy taken proportional to GPU busy time, the budget maximises requests per GPU-second"
 	}
-	return FiniteRule{constrained: c, pop: pop, wait: wait, seed: p.Seed, note: note}
+	if tail != nil {
+		if tail.held {
+			note += fmt.Sprintf("; held to the p99 bound: holds bounded at %v, %.2f%% of ad-hoc's energy per request saved", wait.Round(10*time.Microsecond), 100*tail.saving())
+		}
+		note += tail.note()
+	}
+	return FiniteRule{constrained: c, pop: pop, wait: wait, seed: p.Seed, note: note, tail: tail}
+}
+
+// finiteTail holds a closed loop's table to the p99 bound, as withTail
+// holds an open plan (docs/ALGORITHMS.md, "The tail"): the chain prices
+// the loop's mean, and a row that waits for a partner waits the time the
+// next of the thinking clients takes to send, whose tail the mean hides
+// (a loop of 15 clients thinking 60 ms waits about 4 ms on average, 20 ms
+// at the 99th percentile). The tail model simulates the table and ad-hoc
+// in the loop (smdp.FiniteTailLatency); when the table's p99 is over the
+// bound, the longest hold bound, under wait, that keeps the p99 and the
+// mean within theirs is searched by halving: a hold bound of 0 is ad-hoc,
+// always within both. The relative bound is the tail budget itself: the
+// capacity floor is of an open stream's rate, which a closed loop's
+// population sets instead. It returns the hold bound and the tail plan,
+// nil without a p99 bound.
+func (p *Budget) finiteTail(c smdp.FiniteConstrained, pop smdp.Population, m smdp.Model, wait time.Duration) (time.Duration, *tailPlan) {
+	if p.Tail <= 0 && p.SLOP99 <= 0 {
+		return wait, nil
+	}
+	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
+	late := time.Duration(p.lateSteps) * lateStep
+	table := func(hold time.Duration) smdp.Tail {
+		r := smdp.FiniteTailRule{First: c.First.Policy, Second: c.Second.Policy, Share: c.Share,
+			HoldMs: float64(livedHold(hold, late)) / float64(time.Millisecond)}
+		return smdp.FiniteTailLatency(m, pop, r, o)
+	}
+	adhoc := smdp.FiniteTailLatency(m, pop, smdp.FiniteTailRule{}, o)
+	bound := p.p99Bound(adhoc.P99Ms, p.Tail)
+	t := &tailPlan{adhoc: adhoc, boundMs: bound, factor: p.Tail, planned: table(wait)}
+	if bound <= 0 || t.planned.P99Ms <= bound {
+		return wait, t
+	}
+	// Within the bound the mean is the chain's, under the budget; the
+	// hold bound's plans are checked against it in the simulation's own
+	// terms, its ad-hoc mean scaled by the budget.
+	meanMs := c.BudgetMs * adhoc.MeanMs / c.Adhoc.LatencyMs
+	lo, hi := time.Duration(0), min(wait, time.Duration(bound*float64(time.Millisecond)))
+	t.planned, t.held = adhoc, true
+	for range tailHoldSteps + 4 {
+		mid := (lo + hi) / 2
+		if x := table(mid); x.P99Ms <= bound && x.MeanMs <= meanMs {
+			lo, t.planned = mid, x
+		} else {
+			hi = mid
+		}
+	}
+	return lo, t
 }
 
 // tableSummary says what the optimum's tables do.
@@ -163,9 +218,12 @@ type FiniteRule struct {
 	constrained smdp.FiniteConstrained
 	pop         smdp.Population
 	wait        time.Duration // the longest the oldest row is held for a partner
-	seed        uint64
-	note        string
-	trimNote    string
+	// tail is what the tail model predicts for the table and ad-hoc in
+	// the loop (nil without a p99 bound).
+	tail     *tailPlan
+	seed     uint64
+	note     string
+	trimNote string
 }
 
 // Decide implements Rule.
@@ -207,7 +265,11 @@ func (r FiniteRule) Status() Status {
 			break
 		}
 	}
-	return Status{Policy: NameBudget, BatchSize: size, MaxWait: r.wait, Note: r.note + r.trimNote}
+	st := Status{Policy: NameBudget, BatchSize: size, MaxWait: r.wait, Note: r.note + r.trimNote}
+	if r.tail != nil {
+		st.PlannedMeanMs, st.PlannedP99Ms = r.tail.planned.MeanMs, r.tail.planned.P99Ms
+	}
+	return st
 }
 
 // Constrained is the optimum the rule came from, with the loop it was
@@ -243,6 +305,9 @@ func (r BudgetRule) saving() float64 {
 }
 
 func (r FiniteRule) saving() float64 {
+	if r.tail != nil && r.tail.held {
+		return r.tail.saving()
+	}
 	if !(r.constrained.Adhoc.EnergyPerRequestMJ > 0) {
 		return 0
 	}

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -175,7 +177,7 @@ func TestClosedLoopHoldsWithinTheSLO(t *testing.T) {
 		thinkMs float64
 		capped  bool
 	}{
-		{"no SLO: four think times beyond the batch", BudgetOptions{LatencyBudget: "1.10x"}, 20, false},
+		{"no SLO nor tail budget: four think times beyond the batch", BudgetOptions{LatencyBudget: "1.10x", TailBudget: "off"}, 20, false},
 		{"SLO 10 ms: a shorter bound", BudgetOptions{SLOP99: 10 * time.Millisecond}, 20, true},
 		{"SLO 200 ms: four think times are shorter", BudgetOptions{SLOP99: 200 * time.Millisecond}, 20, false},
 	} {
@@ -199,6 +201,63 @@ func TestClosedLoopHoldsWithinTheSLO(t *testing.T) {
 			if (r.wait - free).Abs() > time.Microsecond {
 				t.Errorf("hold bound %v, want the batch and four think times %v", r.wait, free)
 			}
+		})
+	}
+}
+
+// A closed loop's table waits for the next of the thinking clients, an
+// exponential wait whose tail the chain's mean hides: held to the tail
+// budget, the plan's hold bound keeps the loop's simulated p99 within
+// 1.20x ad-hoc's, where the table without it lives over (so the bound is
+// what keeps it), and the plan still saves energy.
+func TestClosedLoopHoldsWithinTheTailBudget(t *testing.T) {
+	for _, tt := range []struct {
+		clients int
+		thinkMs float64
+	}{{15, 60}, {8, 12}, {16, 20}} {
+		t.Run(fmt.Sprintf("%d clients thinking %g ms", tt.clients, tt.thinkMs), func(t *testing.T) {
+			e := energyEstimate(200)
+			e.MaxBatch = 16
+			e.AlphaMs, e.Tau0Ms = 0.5, 7.1
+			e.Callers = Callers{Known: true, ClosedLoop: tt.clients, ThinkMs: tt.thinkMs}
+			plan := func(tail string) FiniteRule {
+				p := newBudgetWith(t, BudgetOptions{TailBudget: tail})
+				p.NoLearn = true
+				_, m, _ := gridModel(e, DefaultBudgetResolve)
+				pop, ok := closedLoop(e, m)
+				if !ok {
+					t.Fatalf("%d clients thinking %g ms not planned as a closed loop", tt.clients, tt.thinkMs)
+				}
+				r, ok := p.finiteRule(p.Budget, pop, m, false).(FiniteRule)
+				if !ok {
+					t.Fatalf("no closed loop's plan")
+				}
+				return r
+			}
+			held, free := plan(""), plan("off")
+			if held.tail == nil || free.tail != nil {
+				t.Fatalf("tail plans: %v with the tail budget, %v without, want one and none", held.tail, free.tail)
+			}
+			adhoc, bound := held.tail.adhoc.P99Ms, held.tail.boundMs
+			if want := DefaultTailBudget * adhoc; math.Abs(bound-want) > 1e-9 {
+				t.Errorf("p99 bound %.4g ms, want %.2fx ad-hoc's %.4g", bound, DefaultTailBudget, adhoc)
+			}
+			if got := held.tail.planned.P99Ms; got > bound {
+				t.Errorf("planned p99 %.4g ms over the bound %.4g", got, bound)
+			}
+			// The table alone, priced by the same model.
+			_, m, _ := gridModel(e, DefaultBudgetResolve)
+			c, pop := free.Constrained()
+			alone := smdp.FiniteTailLatency(m, pop, smdp.FiniteTailRule{First: c.First.Policy, Second: c.Second.Policy, Share: c.Share,
+				HoldMs: float64(livedHold(free.wait, holdLate)) / float64(time.Millisecond)}, smdp.TailOptions{Requests: tailRequests, Seed: tailSeed})
+			if !(alone.P99Ms > bound) {
+				t.Errorf("the table without a hold bound lives p99 %.4g ms, within the bound %.4g: the test shows nothing", alone.P99Ms, bound)
+			}
+			if !(held.wait < free.wait) || !(held.saving() > 0) {
+				t.Errorf("hold bound %v (without the tail budget %v), saving %.2f%%: want a shorter bound that still saves", held.wait, free.wait, 100*held.saving())
+			}
+			t.Logf("ad-hoc p99 %.4g ms, the table's %.4g, held %.4g with holds bounded at %v (was %v); saving %.2f%% (the table's %.2f%%)",
+				adhoc, alone.P99Ms, held.tail.planned.P99Ms, held.wait, free.wait, 100*held.saving(), 100*free.saving())
 		})
 	}
 }

@@ -160,9 +160,10 @@ func (p *Budget) conserveLearning(reason string, e Estimate) Rule {
 }
 
 // earn runs the phase machine for the slice starting now, on the live
-// estimate e: the ad-hoc rule of the learning and stopped phases, or ok
-// false when the holds may go on (holding).
-func (p *Budget) earn(e Estimate) (Rule, bool) {
+// estimate e (closed: its callers are planned as a closed loop): the
+// ad-hoc rule of the learning and stopped phases, or ok false when the
+// holds may go on (holding).
+func (p *Budget) earn(e Estimate, closed bool) (Rule, bool) {
 	ph := &p.ph
 	if p.tt.last == sliceAdhoc && p.tt.prior == sliceAdhoc {
 		ph.learnt += e.Live.Calls
@@ -173,7 +174,7 @@ func (p *Budget) earn(e Estimate) (Rule, bool) {
 			p.show(PhaseLearning, missing)
 			return p.adhocSlice(e, fmt.Sprintf("learning before holding for budget %s: %s; ad-hoc meanwhile", p.Budget, missing)), true
 		}
-		p.startHolding()
+		p.startHolding(closed)
 	case stateStopped:
 		if ph.wait > 0 {
 			ph.wait--
@@ -229,15 +230,20 @@ func (p *Budget) tailCalibInterval() (lo, hi float64) {
 
 // startHolding ends the learning phase: the trims' first plans are for
 // holdStartShare of the user's slack (their scales grow from there as the
-// calls show room), and the tail's measurement starts afresh.
-func (p *Budget) startHolding() {
+// calls show room), and the tail's measurement starts afresh. A closed
+// loop's p99 bound starts at the user's: its tail model takes the think
+// times as exponential (finiteTail), which overstates the wait for
+// synchronous clients' partners, whose think times vary far less, and a
+// tail scale of a half leaves their group waits no room at all, where the
+// tail trim, measuring ad-hoc's calls, finds none to grow it back.
+func (p *Budget) startHolding(closed bool) {
 	p.ph.state = stateHolding
 	p.tt.budget, p.tt.slices = Hist{}, 0
 	if p.ph.started {
 		return
 	}
 	p.ph.started = true
-	if p.Tail > 0 && p.SLOP99 <= 0 && p.tailScaleNow() > holdStartShare {
+	if p.Tail > 0 && p.SLOP99 <= 0 && !closed && p.tailScaleNow() > holdStartShare {
 		// The scale of a relative bound is of its slack over ad-hoc's
 		// p99; an SLO's would be of the SLO itself, which the shortfall
 		// the learning measured already cuts (tailGapMs).

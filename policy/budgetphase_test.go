@@ -55,7 +55,7 @@ func (r *phaseRun) slices(k int) Rule {
 			adhocMean = br.adhocMs()
 		}
 		switch unwrapped(rule).(type) {
-		case BudgetRule:
+		case BudgetRule, FiniteRule:
 			bound := r.p.liveBound(ref)
 			if bound <= 0 {
 				bound = ref
@@ -78,20 +78,6 @@ func (r *phaseRun) adhocMeanOr(ms float64) float64 {
 		return ms
 	}
 	return 3
-}
-
-// unwrapped is the rule inside the guards a plan may wrap it in.
-func unwrapped(r Rule) Rule {
-	for {
-		switch x := r.(type) {
-		case guarded:
-			r = x.Rule
-		case noted:
-			r = x.Rule
-		default:
-			return r
-		}
-	}
 }
 
 // first is the first slice (from 1) shown in the phase, 0 if none.
@@ -247,6 +233,33 @@ func TestBudgetStopsOnTheEvidence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A closed loop's plan is held to its bounds live as an open one is: its
+// calls are the holds' (ranTail), measured against the live bound its
+// tail model gives, and calls well over it stop the holds.
+func TestBudgetStopsAClosedLoop(t *testing.T) {
+	r := newPhaseRun(t, BudgetOptions{}, 200, 40)
+	r.e.MaxBatch = 16
+	r.e.AlphaMs, r.e.Tau0Ms = 0.5, 7.1
+	r.e.Callers = Callers{Known: true, ClosedLoop: 15, ThinkMs: 60}
+	r.over = 0.2
+	r.slices(calibMinSlices + 1)
+	held := 0
+	for i := range 100 {
+		rule := r.slices(1)
+		if _, ok := unwrapped(rule).(FiniteRule); ok {
+			held++
+		}
+		if ph, why := r.p.Phase(); ph == PhaseAdhoc {
+			if held == 0 || !strings.Contains(why, "p99 lived over its bound") {
+				t.Fatalf("after %d slices (%d of the closed loop's plan): %q, want a stop on the p99", i+1, held, why)
+			}
+			return
+		}
+	}
+	ph, why := r.p.Phase()
+	t.Fatalf("%d slices of the closed loop's plan with a fifth of its calls over the bound: %s (%q), want stopped", held, ph, why)
 }
 
 // Each stop since the holds last kept their bound doubles the wait at

@@ -67,7 +67,7 @@ func (p *Budget) plan(e Estimate) Rule {
 		return r
 	}
 	if !p.NoLearn {
-		if r, ok := p.earn(e); ok {
+		if r, ok := p.earn(e, closed); ok {
 			return r
 		}
 	}
@@ -218,10 +218,17 @@ func (p *Budget) atUserScale(plan func() Rule) Rule {
 // predicted (ms) and the relative tail bound it was held to at its rate
 // (tailPlan.factor); zeros without a tail model.
 func tailRef(r Rule) (ms, factor float64) {
-	if br, ok := r.(BudgetRule); ok && br.tail != nil {
-		return br.tail.adhoc.P99Ms, br.tail.factor
+	var t *tailPlan
+	switch x := r.(type) {
+	case BudgetRule:
+		t = x.tail
+	case FiniteRule:
+		t = x.tail
 	}
-	return 0, 0
+	if t == nil {
+		return 0, 0
+	}
+	return t.adhoc.P99Ms, t.factor
 }
 
 // noRoom says why an SLO leaves no room for holds at this load ("" when

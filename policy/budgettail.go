@@ -75,6 +75,8 @@ type tailPlan struct {
 	// says the floor set it.
 	factor float64
 	capped bool
+	// held says the bound cut a closed loop's holds (finiteTail).
+	held bool
 }
 
 // p99Bound is the p99 a plan must keep on the model whose ad-hoc p99 is
@@ -592,23 +594,30 @@ func (p *Budget) useTailKey() {
 // ranTail records what kind of rule the slice starting now runs.
 func (p *Budget) ranTail(r Rule) {
 	k := sliceOther
-	switch x := r.(type) {
-	case guarded:
-		r = x.Rule
-	}
-	switch x := r.(type) {
-	case BudgetRule:
+	switch x := unwrapped(r).(type) {
+	case BudgetRule, FiniteRule:
 		k = sliceBudget
 	case Fill:
 		if x.Policy == NameBudget {
 			k = sliceAdhoc
 		}
-	case noted:
-		if _, ok := x.Rule.(BudgetRule); ok {
-			k = sliceBudget
-		}
 	}
 	p.tt.prior, p.tt.last = p.tt.last, k
+}
+
+// unwrapped is the rule inside the guards and notes a plan may wrap it
+// in.
+func unwrapped(r Rule) Rule {
+	for {
+		switch x := r.(type) {
+		case guarded:
+			r = x.Rule
+		case noted:
+			r = x.Rule
+		default:
+			return r
+		}
+	}
 }
 
 // tailTrimNote says where the tail's trim stands.

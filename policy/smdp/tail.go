@@ -80,21 +80,17 @@ func TailLatency(m Model, r TailRule, o TailOptions) Tail {
 
 	buf := latencies(n + bmax)
 	defer latencyPool.Put(buf)
-	lat := (*buf)[:0]
+	sample := tally{lat: (*buf)[:0], warm: warm}
 	var (
-		base              = make([]float64, 0, 4*bmax)
-		queue             = base // arrival times of the waiting rows
-		now, nextArrival  float64
-		free              float64 // when the instance frees up
-		drawn             bool    // a draw for the queue's current state
-		wait              bool    // that draw: hold for Second
-		seen, batches     int
-		energy, latSum    float64
-		measuredRequests  int
-		measuredBatchRows int
+		base             = make([]float64, 0, 4*bmax)
+		queue            = base // arrival times of the waiting rows
+		now, nextArrival float64
+		free             float64 // when the instance frees up
+		drawn            bool    // a draw for the queue's current state
+		wait             bool    // that draw: hold for Second
 	)
 	nextArrival = rng.ExpFloat64() / lambda
-	for measuredRequests < n {
+	for sample.measured < n {
 		// The next event: an arrival, the instance freeing up, or the
 		// oldest row's hold running out.
 		t := nextArrival
@@ -133,39 +129,65 @@ func TailLatency(m Model, r TailRule, o TailOptions) Tail {
 			s = gamma(rng, mean/theta) * theta
 		}
 		free = now + s
-		after := m.Extra.AfterMs(a)
-		for _, arr := range queue[:a] {
-			seen++
-			if seen <= warm {
-				continue
-			}
-			l := now - arr + s + after
-			lat = append(lat, l)
-			latSum += l
-			measuredRequests++
-		}
-		if seen > warm {
-			batches++
-			measuredBatchRows += a
-			energy += m.ZetaMJ(a)
-		}
+		sample.batch(m, queue[:a], now, s)
 		queue = queue[a:]
 		if len(queue) == 0 {
 			queue = base[:0]
 		}
 		drawn = false
 	}
+	return sample.tail()
+}
+
+// tally is what a tail simulation measures: the latency of each request
+// after its warm-up, and the batches they went in.
+type tally struct {
+	lat            []float64
+	warm, seen     int
+	latSum, energy float64
+	measured       int
+	batches, rows  int
+}
+
+// batch counts a batch of the rows that arrived at arr, sent at now and
+// on the instance for s ms, then answered Extra.AfterMs after it.
+func (t *tally) batch(m Model, arr []float64, now, s float64) {
+	a := len(arr)
+	after := m.Extra.AfterMs(a)
+	for _, at := range arr {
+		t.seen++
+		if t.seen <= t.warm {
+			continue
+		}
+		l := now - at + s + after
+		t.lat = append(t.lat, l)
+		t.latSum += l
+		t.measured++
+	}
+	if t.seen > t.warm {
+		t.batches++
+		t.rows += a
+		t.energy += m.ZetaMJ(a)
+	}
+}
+
+// tail is the distribution measured.
+func (t *tally) tail() Tail {
+	lat := t.lat
+	if len(lat) == 0 {
+		return Tail{}
+	}
 	// The percentiles as the sorted sample would give them, each found by
 	// selection: p99's first, then each lower one among the values under
 	// the last (the k-th smallest of the whole is the k-th of those).
 	at := func(p float64) int { return min(int(p*float64(len(lat))), len(lat)-1) }
 	k99, k90, k50 := at(0.99), at(0.90), at(0.50)
-	out := Tail{MeanMs: latSum / float64(len(lat)), P99Ms: selectKth(lat, k99)}
+	out := Tail{MeanMs: t.latSum / float64(len(lat)), P99Ms: selectKth(lat, k99)}
 	out.P90Ms = selectKth(lat[:k99+1], k90)
 	out.P50Ms = selectKth(lat[:k90+1], k50)
-	if measuredBatchRows > 0 {
-		out.EnergyMJ = energy / float64(measuredBatchRows)
-		out.MeanBatch = float64(measuredBatchRows) / float64(batches)
+	if t.rows > 0 {
+		out.EnergyMJ = t.energy / float64(t.rows)
+		out.MeanBatch = float64(t.rows) / float64(t.batches)
 	}
 	return out
 }
