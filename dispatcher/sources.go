@@ -192,12 +192,22 @@ const (
 // would read as time with no partner in which no arrival came, exactly
 // what a closed loop shows, and a light Poisson stream over a pool would
 // score as one.
-func (f *feedback) hold(k int, now time.Time) {
+//
+// Nor is time with no partner and no call in the proxy: no caller could
+// arrive but on a new connection, in a closed loop as in an open stream.
+// A closed loop shows no partner only while all its callers wait in the
+// proxy; counted, the second after a lone first call (a probe before a
+// benchmark, a readiness check) read as that, and a Poisson stream over a
+// pool that followed it scored as a closed loop until the halvings of
+// feedbackMemory washed that second out, tens of seconds at a few hundred
+// calls a second.
+// busy says a call was in the proxy since the last change.
+func (f *feedback) hold(k int, busy bool, now time.Time) {
 	end := now
 	if stop := f.last.Add(SourceIdleFor); end.After(stop) {
 		end = stop
 	}
-	if d := end.Sub(f.at); !f.at.IsZero() && d > 0 {
+	if d := end.Sub(f.at); !f.at.IsZero() && d > 0 && (k > 0 || busy) {
 		dt, x := float64(d), float64(k)
 		f.t += dt
 		f.tk += dt * x
@@ -366,7 +376,7 @@ func (s *sources) arrive(id uint64, now time.Time) CallerKind {
 		s.by = map[uint64]*source{}
 	}
 	s.lone.arrive(now)
-	s.fb.hold(s.free, now)
+	s.fb.hold(s.free, s.busy > 0, now)
 	s.fb.arrive(s.free, now)
 	src := s.by[id]
 	if src == nil {
@@ -449,7 +459,7 @@ func (s *sources) leave(id uint64, now time.Time) {
 		return
 	}
 	s.lone.leave(now)
-	s.fb.hold(s.free, now)
+	s.fb.hold(s.free, s.busy > 0, now)
 	s.free -= src.free()
 	src.calls--
 	src.answered = now
@@ -479,7 +489,7 @@ func (s *sources) prune(now time.Time) {
 		return
 	}
 	s.pruned = now
-	s.fb.hold(s.free, now)
+	s.fb.hold(s.free, s.busy > 0, now)
 	for id, src := range s.by {
 		if !src.active(now) {
 			s.free -= src.free()

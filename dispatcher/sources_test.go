@@ -644,6 +644,10 @@ func TestFeedbackTellsAPoolFromAClosedLoop(t *testing.T) {
 		{"Poisson 0.5/ms over a LIFO pool", pool(0.5, true), false},
 		{"Poisson 1/ms over a LIFO pool", pool(1, true), false},
 		{"Poisson 1.5/ms over a FIFO pool", pool(1.5, false), false},
+		// A probe call on a connection of its own a second before the
+		// stream (a readiness check, a first curl).
+		{"Poisson 0.2/ms over a FIFO pool after a probe", append(pool(0.2, false), sourceEvent{-1000, 1 << 40, false}, sourceEvent{-999, 1 << 40, true}), false},
+		{"Poisson 0.2/ms over a LIFO pool after a probe", append(pool(0.2, true), sourceEvent{-1000, 1 << 40, false}, sourceEvent{-999, 1 << 40, true}), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			epoch := time.Unix(1000, 0)

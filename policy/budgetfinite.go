@@ -155,9 +155,9 @@ func (p *Budget) solveFinite(m smdp.Model, pop smdp.Population, budget smdp.Budg
 // finiteTail holds a closed loop's table to the p99 bound, as withTail
 // holds an open plan (docs/ALGORITHMS.md, "The tail"): the chain prices
 // the loop's mean, and a row that waits for a partner waits the time the
-// next of the thinking clients takes to send, whose tail the mean hides
-// (a loop of 15 clients thinking 60 ms waits about 4 ms on average, 20 ms
-// at the 99th percentile). The tail model simulates the table and ad-hoc
+// next of the thinking clients takes to send, an exponential time whose
+// tail the mean hides (its 99th percentile is 4.6 times its mean). The
+// tail model simulates the table and ad-hoc
 // in the loop (smdp.FiniteTailLatency); when the table's p99 is over the
 // bound, the longest hold bound, under wait, that keeps the p99 and the
 // mean within theirs is searched by halving: a hold bound of 0 is ad-hoc,

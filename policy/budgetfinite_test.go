@@ -261,3 +261,37 @@ func TestClosedLoopHoldsWithinTheTailBudget(t *testing.T) {
 		})
 	}
 }
+
+// Near the capacity line a closed loop is planned only when its whole
+// group fits in a batch (its waits cannot queue past one): a loop of more
+// clients than B_max, which is also what a pool of connections under an
+// open stream reads as while its feedback score wanders, is
+// work-conserving there as an open stream is, and planned at light load.
+func TestClosedLoopNearOverload(t *testing.T) {
+	for _, tc := range []struct {
+		clients int
+		rho     float64
+		thinkMs float64
+		planned bool
+	}{
+		{8, 0.85, 0.3, true}, // the group fits in B_max 8
+		{43, 0.85, 2, false}, // more than B_max: guarded
+		{12, 0.3, 2, true},   // light load: planned
+	} {
+		t.Run(fmt.Sprintf("%d clients at rho %v", tc.clients, tc.rho), func(t *testing.T) {
+			e := closedEstimate()
+			_, m, _ := gridModel(e, DefaultBudgetResolve)
+			e.RatePerSec = tc.rho * 1000 * m.ServiceMuPerMs(e.MaxBatch)
+			e.Arrivals = int(e.RatePerSec)
+			e.Callers = Callers{Known: true, ClosedLoop: tc.clients, ThinkMs: tc.thinkMs}
+			p := newBudget(t, "1.10x")
+			p.NoLearn = true
+			r := p.Plan(e)
+			_, finite := unwrapped(r).(FiniteRule)
+			guarded := strings.Contains(r.Status().Note, "cannot tell rho")
+			if finite != tc.planned || guarded == tc.planned {
+				t.Errorf("planned as a loop %v, near-overload guard %v; want the loop planned %v (note %q)", finite, guarded, tc.planned, r.Status().Note)
+			}
+		})
+	}
+}

@@ -42,7 +42,7 @@ func (p *Budget) plan(e Estimate) Rule {
 		return p.conserve(reason, e)
 	}
 	pop, closed := closedLoop(e, m)
-	if r, ok := p.unplannable(e, m, closed); ok {
+	if r, ok := p.unplannable(e, m, closed, closed && pop.Clients <= m.MaxBatch); ok {
 		return r
 	}
 	p.setTailKeys(e)
@@ -102,8 +102,17 @@ func (p *Budget) invalid(e Estimate, err error) Rule {
 // planned for: no decision could wait (the last plan is kept), the rate
 // stepped, or the load cannot be told from overload now or did lately
 // (work-conserving). m is the slice's model, closed whether its callers
-// are a closed loop. Called with p.mu held.
-func (p *Budget) unplannable(e Estimate, m smdp.Model, closed bool) (Rule, bool) {
+// are a closed loop, and group whether that loop's whole population fits
+// in one batch.
+//
+// Only such a loop is planned near the capacity line: its waits cannot
+// build a queue past one batch. A larger loop near capacity fills its
+// batches whether it waits or not, and a pool of keep-alive connections
+// under an open stream, read as a loop of as many clients while its
+// feedback score wanders (docs/ALGORITHMS.md, "A pool of connections is
+// not a closed loop"), would build the backlog the guard keeps an open
+// stream from. Called with p.mu held.
+func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (Rule, bool) {
 	if e.Decisions > 0 && e.OpenDecisions == 0 && p.kept != nil {
 		// No caller could have sent a partner at any decision of the
 		// slice (synchronous clients, all waiting): the rule sent at once
@@ -123,14 +132,14 @@ func (p *Budget) unplannable(e Estimate, m smdp.Model, closed bool) (Rule, bool)
 			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e), true
 	}
 	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
-	if !closed && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
+	if !group && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
 		p.guarded = guardHoldPlans
 		return p.conserve(fmt.Sprintf(
 			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
 			e.Arrivals, e.Window, 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), m.Rho(),
 			congestedRho(m.Rho(), e.ServiceSCV), 1-congestionMargin, overloadSigmas), e), true
 	}
-	if !closed && p.guarded > 0 {
+	if !group && p.guarded > 0 {
 		p.guarded--
 		return p.conserve(fmt.Sprintf(
 			"the load reached the capacity line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",

@@ -47,7 +47,8 @@ VENV=${RATEBATCH_VENV:-.venv}
 
 P=$((20000 + RANDOM % 20000))
 if [ "$UPSTREAM" = pytriton ]; then
-	start_pytriton "$VENV" $P 4 0.5
+	# shellcheck disable=SC2086 # the flags are words
+	start_pytriton "$VENV" $P 4 0.5 ${PYTRITON_FLAGS:-}
 else
 	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) --realism "$REAL" --preset googlenet-p4 >"$work/em.log" 2>&1 &
 	pids+=($!)
