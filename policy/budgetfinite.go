@@ -157,14 +157,14 @@ func (p *Budget) solveFinite(m smdp.Model, pop smdp.Population, budget smdp.Budg
 // the loop's mean, and a row that waits for a partner waits the time the
 // next of the thinking clients takes to send, an exponential time whose
 // tail the mean hides (its 99th percentile is 4.6 times its mean). The
-// tail model simulates the table and ad-hoc
-// in the loop (smdp.FiniteTailLatency); when the table's p99 is over the
-// bound, the longest hold bound, under wait, that keeps the p99 and the
-// mean within theirs is searched by halving: a hold bound of 0 is ad-hoc,
-// always within both. The relative bound is the tail budget itself: the
-// capacity floor is of an open stream's rate, which a closed loop's
-// population sets instead. It returns the hold bound and the tail plan,
-// nil without a p99 bound.
+// tail model simulates the table and ad-hoc in the loop
+// (smdp.FiniteTailLatency); when the table's p99 is over the bound, the
+// longest hold bound, under wait, that keeps the p99 and the mean within
+// theirs is searched by halving: a hold bound of 0 is ad-hoc, always
+// within both. The relative bound is the tail budget itself: the capacity
+// floor is of an open stream's rate, which a closed loop's population
+// sets instead. It returns the hold bound and the tail plan, nil without
+// a p99 bound.
 func (p *Budget) finiteTail(c smdp.FiniteConstrained, pop smdp.Population, m smdp.Model, wait time.Duration) (time.Duration, *tailPlan) {
 	if p.Tail <= 0 && p.SLOP99 <= 0 {
 		return wait, nil

@@ -18,6 +18,8 @@
 # replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
 # CONC synchronous clients of perf_analyzer (CONC=16: a closed loop; RATE
 # is then unused). Last it prints the proxy's CPU time per request.
+# IDLE=S waits S seconds between the call that teaches the proxy the model
+# and the load, as a benchmark that starts after a readiness check does.
 # PROFILE=S takes a CPU profile of the proxy over S seconds from the
 # second reading on (to PROFILE_OUT, default /tmp/status-watch.pprof;
 # read it with `go tool pprof -top bin/ratebatch FILE`).
@@ -63,6 +65,7 @@ serve=$!
 pids+=($serve)
 admin=http://127.0.0.1:$((P + 12))
 await_simple 127.0.0.1:$((P + 10)) "$admin"
+sleep "${IDLE:-0}"
 if [ -n "$CONC" ]; then
 	CLIENT=concurrency
 fi
