@@ -68,7 +68,8 @@ func FiniteTailLatency(m Model, pop Population, r FiniteTailRule, o TailOptions)
 	}
 	var (
 		queue         = make([]float64, 0, clients) // arrival times of the waiting rows
-		answers       []answer                      // batches sent, not yet answered, in order
+		answers       = make([]answer, 0, clients)  // batches sent, from head on not yet answered, in order
+		head          int
 		thinking      = clients
 		now           float64
 		free          float64 // when the instance frees up
@@ -88,8 +89,8 @@ func FiniteTailLatency(m Model, pop Population, r FiniteTailRule, o TailOptions)
 		// The next event: an arrival, an answer, the instance freeing up,
 		// or the oldest row's hold running out.
 		t := nextArrival
-		if len(answers) > 0 && answers[0].at < t {
-			t = answers[0].at
+		if head < len(answers) && answers[head].at < t {
+			t = answers[head].at
 		}
 		if free > now && free < t {
 			t = free
@@ -104,9 +105,11 @@ func FiniteTailLatency(m Model, pop Population, r FiniteTailRule, o TailOptions)
 		}
 		now = t
 		switch {
-		case len(answers) > 0 && now == answers[0].at:
-			thinking += answers[0].rows
-			answers = answers[1:]
+		case head < len(answers) && now == answers[head].at:
+			thinking += answers[head].rows
+			if head++; head == len(answers) {
+				answers, head = answers[:0], 0
+			}
 			redraw()
 		case now == nextArrival:
 			queue = append(queue, now)

@@ -58,3 +58,19 @@ func TestFiniteTailMeanMatchesTheChain(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFiniteTailLatency is one simulation of the budget's tail search
+// for a closed loop (policy.finiteTail runs a dozen a plan): 15 clients
+// thinking 60 ms on PyTriton's line, the table waiting in state 1.
+func BenchmarkFiniteTailLatency(b *testing.B) {
+	m := Model{MaxBatch: 16}
+	m.AlphaMs, m.Tau0Ms = 0.5, 7.1
+	first := make([]int, 16)
+	for s := 2; s < len(first); s++ {
+		first[s] = s
+	}
+	pop := Population{Clients: 15, ThinkMs: 60}
+	for b.Loop() {
+		FiniteTailLatency(m, pop, FiniteTailRule{First: first, HoldMs: 12}, TailOptions{Requests: 10000, Seed: 1})
+	}
+}
