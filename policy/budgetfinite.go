@@ -171,11 +171,11 @@ func (p *Budget) finiteTail(c smdp.FiniteConstrained, pop smdp.Population, m smd
 	}
 	o := smdp.TailOptions{Requests: tailRequests, Seed: tailSeed}
 	late := time.Duration(p.lateSteps) * lateStep
-	table := func(hold time.Duration) smdp.Tail {
+	table := byLivedHold(late, func(hold time.Duration) smdp.Tail {
 		r := smdp.FiniteTailRule{First: c.First.Policy, Second: c.Second.Policy, Share: c.Share,
 			HoldMs: float64(livedHold(hold, late)) / float64(time.Millisecond)}
 		return smdp.FiniteTailLatency(m, pop, r, o)
-	}
+	})
 	adhoc := smdp.FiniteTailLatency(m, pop, smdp.FiniteTailRule{}, o)
 	bound := p.p99Bound(adhoc.P99Ms, p.Tail)
 	t := &tailPlan{adhoc: adhoc, boundMs: bound, factor: p.Tail, planned: table(wait)}

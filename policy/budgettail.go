@@ -172,6 +172,29 @@ func livedHold(hold, late time.Duration) time.Duration {
 	return max((hold+ms-1)/ms*ms+late, hold)
 }
 
+// byLivedHold returns sim, simulating each hold bound as it lives
+// (livedHold, late the timers' lateness) once: the halving searches of a
+// hold bound try several under a millisecond, which all live about one,
+// and the simulation depends on the lived hold alone.
+func byLivedHold(late time.Duration, sim func(hold time.Duration) smdp.Tail) func(hold time.Duration) smdp.Tail {
+	type simulated struct {
+		lived time.Duration
+		tail  smdp.Tail
+	}
+	var done []simulated
+	return func(hold time.Duration) smdp.Tail {
+		lived := livedHold(hold, late)
+		for _, d := range done {
+			if d.lived == lived {
+				return d.tail
+			}
+		}
+		t := sim(hold)
+		done = append(done, simulated{lived, t})
+		return t
+	}
+}
+
 // holdLate is how late past the whole milliseconds a poller's wait ends
 // on an idle host, counted until the proxy's own are measured.
 const holdLate = 100 * time.Microsecond
@@ -220,9 +243,12 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 		lo := time.Duration(0)
 		var at smdp.Tail
 		found := false
+		tail := byLivedHold(late, func(hold time.Duration) smdp.Tail {
+			return smdp.TailLatency(m, tailOf(first, second, mix, hold, late), o)
+		})
 		// The longest hold saves the most; a candidate that does not beat
 		// the best so far even there is not searched.
-		if t := smdp.TailLatency(m, tailOf(first, second, mix, hi, late), o); !(t.EnergyMJ < best.tail.EnergyMJ) {
+		if t := tail(hi); !(t.EnergyMJ < best.tail.EnergyMJ) {
 			return
 		} else if t.P99Ms <= bound && t.MeanMs <= meanMs {
 			lo, at, found = hi, t, true
@@ -232,7 +258,7 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 				break
 			}
 			mid := (lo + hi) / 2
-			t := smdp.TailLatency(m, tailOf(first, second, mix, mid, late), o)
+			t := tail(mid)
 			if t.P99Ms <= bound && t.MeanMs <= meanMs {
 				lo, at, found = mid, t, true
 			} else {

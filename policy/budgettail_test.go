@@ -322,3 +322,25 @@ func TestLiveBoundIsTheCappedFactor(t *testing.T) {
 			got, p.tt.factor, calib, p.tt.ref, want, p.Tail, p.Tail*calib*p.tt.ref)
 	}
 }
+
+// A hold bound is simulated once per hold as it lives: the halving
+// search's holds under a millisecond live alike and cost one simulation.
+func TestByLivedHoldSimulatesOncePerLivedHold(t *testing.T) {
+	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+	sims := 0
+	tail := byLivedHold(ms(0.1), func(hold time.Duration) smdp.Tail {
+		sims++
+		return smdp.Tail{P99Ms: float64(livedHold(hold, ms(0.1))) / float64(time.Millisecond)}
+	})
+	for _, tc := range []struct {
+		hold  float64
+		lived float64
+		sims  int
+	}{
+		{0.6, 1.1, 1}, {0.3, 1.1, 1}, {0.15, 1.1, 1}, {1.5, 2.1, 2}, {1.2, 2.1, 2}, {0.9, 1.1, 2}, {2.5, 3.1, 3},
+	} {
+		if got := tail(ms(tc.hold)); math.Abs(got.P99Ms-tc.lived) > 1e-9 || sims != tc.sims {
+			t.Errorf("hold %v ms: the tail of a hold living %v ms after %d simulations, want %v ms after %d", tc.hold, got.P99Ms, sims, tc.lived, tc.sims)
+		}
+	}
+}
