@@ -295,7 +295,7 @@ func (r FiniteRule) adhocMs() float64 { return r.constrained.Adhoc.LatencyMs }
 // saving is 1 - power/ad-hoc's power: the open model serves the same
 // arrivals under either rule, so powers compare as energies per request.
 func (r BudgetRule) saving() float64 {
-	if r.tailBound {
+	if r.tail != nil && r.tail.held {
 		return r.tail.saving()
 	}
 	if !(r.constrained.AdhocPowerW > 0) {

@@ -57,10 +57,8 @@ type BudgetRule struct {
 	model         smdp.Model
 	trimNote      string // the live trim's state when the rule was handed out
 	solveNote     string // set when the rule was solved for another rate
-	// tail is the tail model's prediction for the rule (nil: none);
-	// tailBound says the p99 bound chose the limits and the hold.
-	tail      *tailPlan
-	tailBound bool
+	// tail is the tail model's prediction for the rule (nil: none).
+	tail *tailPlan
 }
 
 // Decide implements Rule.

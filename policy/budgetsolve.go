@@ -146,8 +146,8 @@ func (p *Budget) solve(m smdp.Model, budget smdp.Budget, busyTime bool) (out Rul
 		}, m, c.BudgetMs)
 		defer func() {
 			br := out.(BudgetRule)
-			br.tail, br.tailBound = r.tail, r.tailBound
-			if r.tailBound {
+			br.tail = r.tail
+			if r.tail.held {
 				br.first.Limit, br.second.Limit, br.mix = r.first.Limit, r.second.Limit, r.mix
 				br.first.MaxWait, br.second.MaxWait = r.first.MaxWait, r.second.MaxWait
 				br.first.Note += r.tail.heldNote(r)

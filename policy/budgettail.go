@@ -75,7 +75,8 @@ type tailPlan struct {
 	// says the floor set it.
 	factor float64
 	capped bool
-	// held says the bound cut a closed loop's holds (finiteTail).
+	// held says the p99 bound chose the plan's limits and hold bound
+	// (withTail, solveSLO) or cut a closed loop's holds (finiteTail).
 	held bool
 }
 
@@ -278,7 +279,7 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 	r.tail.planned = best.tail
 	r.first.Limit, r.second.Limit, r.mix = best.first, best.second, best.mix
 	r.first.MaxWait, r.second.MaxWait = best.hold, best.hold
-	r.tailBound = true
+	r.tail.held = true
 	return r
 }
 
@@ -382,7 +383,7 @@ func (p *Budget) solveSLO(m smdp.Model, busyTime bool) Rule {
 		second: Limit{Policy: NameBudget, Limit: 1},
 		seed:   p.Seed, model: m,
 	}, m, math.Inf(1))
-	r.tailBound = true
+	r.tail.held = true
 	r.constrained = smdp.Constrained{AdhocLatencyMs: r.tail.adhoc.MeanMs, Mix: r.mix}
 	r.constrained.LatencyMs, r.constrained.MeanBatch = r.tail.planned.MeanMs, r.tail.planned.MeanBatch
 	r.constrained.First.Limit, r.constrained.Second.Limit = r.first.Limit, r.second.Limit
