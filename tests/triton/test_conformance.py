@@ -126,11 +126,26 @@ def success_count(stack: Stack, model: str) -> int:
     return stat_counts(stack, model)["success"]
 
 
+def settled_success_count(stack: Stack, model: str) -> int:
+    """success_count once it has stopped moving: Triton counts a request
+    after it has sent the answer, so a read right after the last answer
+    can miss it. Read until two reads 50 ms apart agree (at most 2 s)."""
+    last = success_count(stack, model)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = success_count(stack, model)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def requests_received(stack: Stack, model: str, run):
     """run()'s result and how many requests of model Triton answered meanwhile."""
-    before = success_count(stack, model)
+    before = settled_success_count(stack, model)
     got = run()
-    return got, success_count(stack, model) - before
+    return got, settled_success_count(stack, model) - before
 
 
 def merged_unless_default(via: str, received: int) -> None:
