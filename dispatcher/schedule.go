@@ -81,15 +81,16 @@ func (t Timeouts) deadline(timeout time.Duration, from time.Time) (at time.Time,
 // when the level delays calls past their timeout), and when its own
 // timeout ends (timeoutAt; zero unless Triton honours the call's own
 // timeout). Called with q.mu held, at enqueue.
+//
+// The timeout counts from now, the call's entering the queue, not from its
+// arrival at the door (Call.Received): Triton starts it when the request
+// enters its scheduler's queue (PolicyQueue::Enqueue), after the body is
+// in and parsed, so a body uploaded slower than the timeout is answered.
 func (q *modelQueue) schedule(c *Call, now time.Time) {
 	p := &q.spec.Queue
 	c.level = p.level(c.Priority)
-	from := now
-	if !c.Received.IsZero() && c.Received.Before(now) {
-		from = c.Received // the timeout counts from the call's arrival at the door
-	}
 	t := p.timeouts(c.level)
-	at, own := t.deadline(c.Timeout, from)
+	at, own := t.deadline(c.Timeout, now)
 	c.Expire, c.timeoutAt = time.Time{}, time.Time{}
 	if !t.Delay {
 		c.Expire = at

@@ -46,6 +46,7 @@ from conformance import (
     http_status,
     json_input,
     poll,
+    read_http,
     run_stack,
     start_real_triton,
 )
@@ -513,6 +514,40 @@ def test_timeout_longer_than_the_default(stack, queued):
     straight, through = both(stack, "default", call)
     want = (503, "Request timeout expired") if queued else (200, None)
     assert (straight.status, straight.error) == want, straight
+    assert_same(straight, through)
+
+
+def trickled_infer(base: str, model: str, b: dict, pause: float) -> Answer:
+    """POST b to model's infer in two halves PAUSE seconds apart, as a
+    client on a slow link uploads it."""
+    import http.client
+    import urllib.parse
+
+    data = json.dumps(b).encode() + b" " * 256 * 1024  # past any first read of the headers
+    url = urllib.parse.urlsplit(base if "://" in base else f"http://{base}")
+
+    def halves():
+        yield data[: len(data) // 2]
+        time.sleep(pause)
+        yield data[len(data) // 2 :]
+
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(data))}
+        conn.request("POST", f"/v2/models/{model}/infer", body=halves(), headers=headers)
+        r = conn.getresponse()
+        return read_http(r.status, r.headers, r.read())
+    finally:
+        conn.close()
+
+
+def test_timeout_counts_from_the_queue_not_the_upload(stack):
+    """queue_default: Triton starts a request's queue timeout (100 ms here)
+    when the request enters its scheduler's queue, after its body is in
+    (PolicyQueue::Enqueue), so a body uploaded over 300 ms is answered;
+    the proxy's queue counts from the same moment, not from the headers."""
+    straight, through = both(stack, "default", lambda base: trickled_infer(base, "queue_default", body([0], 1), 0.3))
+    assert straight.ok, straight
     assert_same(straight, through)
 
 
