@@ -32,6 +32,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
 
 from conformance import (
     Answer,
@@ -255,7 +256,7 @@ def test_http_shared_memory_beside_json(stack, via):
             }  # fmt: skip
             return http_infer(base, "pair", body)
         finally:
-            c.unregister_system_shared_memory(region)
+            unregister_when_free(c, region)
             shm.destroy_shared_memory_region(handle)
 
     straight = call(stack.http("triton"))
@@ -634,10 +635,25 @@ def grpc_pair(url: str, region: str, both_in_shm: bool) -> Answer:
         return grpc_answer(lambda: c.infer("pair", inputs), ("SUM",))
     finally:
         for r in names:
-            c.unregister_system_shared_memory(r)
+            unregister_when_free(c, r)
         for h in handles:
             shm.destroy_shared_memory_region(h)
 
+
+def unregister_when_free(c, region: str) -> None:
+    """Unregister region with tritonclient's c (HTTP or gRPC), waiting (up to 2 s) while Triton says it is in
+    use: Triton lets go of a request's regions after it has sent the
+    answer, so an unregister right after it can find the region still
+    held, straight as through the proxy, on a busy host."""
+    deadline = time.monotonic() + 2
+    while True:
+        try:
+            c.unregister_system_shared_memory(region)
+            return
+        except InferenceServerException as e:
+            if "currently in use" not in e.message() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @pytest.mark.parametrize("via", ["maxbatch", "default"])
