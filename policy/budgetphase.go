@@ -181,7 +181,7 @@ func (p *Budget) earn(e Estimate, closed bool) (Rule, bool) {
 			return p.adhocSlice(e, p.ph.reason+fmt.Sprintf("; ad-hoc %d slices more", ph.wait)), true
 		}
 		ph.state = stateHolding
-		p.tt.budget, p.tt.slices = Hist{}, 0
+		p.tt.restart()
 	case stateHolding:
 		if why := p.broken(); why != "" {
 			p.stop(why)
@@ -234,11 +234,13 @@ func (p *Budget) tailCalibInterval() (lo, hi float64) {
 // loop's p99 bound starts at the user's: its tail model takes the think
 // times as exponential (finiteTail), which overstates the wait for
 // synchronous clients' partners, whose think times vary far less, and a
-// tail scale of a half leaves their group waits no room at all, where the
-// tail trim, measuring ad-hoc's calls, finds none to grow it back.
+// tail scale of a half leaves their group waits no room at all: the tail
+// trim would grow it back (a scale whose plans hold nothing grows a step
+// per measurement), but only after a few measurements of ad-hoc's calls,
+// the energy of a short run.
 func (p *Budget) startHolding(closed bool) {
 	p.ph.state = stateHolding
-	p.tt.budget, p.tt.slices = Hist{}, 0
+	p.tt.restart()
 	if p.ph.started {
 		return
 	}
@@ -290,7 +292,7 @@ func (p *Budget) stop(why string) {
 			p.setTailScale(p.tailScaleNow() * max(tailTrimAim/lived, 0.5))
 		}
 	}
-	p.tt.budget, p.tt.slices = Hist{}, 0
+	p.tt.restart()
 	if !p.NoTrim && p.trim.set && p.trim.calls > 0 {
 		p.trim.cut(p.Budget)
 	}

@@ -449,7 +449,13 @@ func (p *Budget) setTail(o BudgetOptions) error {
 // standard errors, the bound the plans hold moves down by the ratio of
 // the lived p99 to the aim (at most halved per step); when fewer than 1%
 // lived over 90% of the aim, back up by a damped square root, never past
-// the user's; otherwise the measurement goes on (up to a minute). A p99
+// the user's; when none of the plans measured held anything (the bound at
+// this scale leaves them ad-hoc), back up by the most a step grows, as
+// soon as the calls did not live over the aim: ad-hoc's calls say nothing
+// of how much room the scale has, only that the bound leaves holds none,
+// and ad-hoc's p99 lies near 90% of the aim (a tail budget of 1.20x puts
+// it at 83% of the bound), where the test for "under" cannot tell it from
+// its aim; otherwise the measurement goes on (up to a minute). A p99
 // over a few thousand calls is a few per cent off either way, and steps
 // on that noise, down at once and up damped, would walk the bound to the
 // floor. The scale is rounded to tailTrimStep and each scale has its own
@@ -476,7 +482,14 @@ type tailTrim struct {
 	// liveBound that bound (ms) when it was measured.
 	lived, liveBound float64
 	steps            int
+	// lastHolds says the rule of the slice last begun holds calls (its
+	// plan saves energy over ad-hoc); held, that a slice measured since
+	// the last step did.
+	lastHolds, held bool
 }
+
+// restart begins a new measurement of the budget slices' calls.
+func (t *tailTrim) restart() { t.budget, t.slices, t.held = Hist{}, 0, false }
 
 const (
 	tailTrimSlices = 30
@@ -485,7 +498,9 @@ const (
 	// from its bound (a minute at the default window).
 	tailTrimMaxSlices = 600
 	tailTrimStep      = 0.02
-	tailTrimMin       = 0.2
+	// tailTrimGrow is the most one step grows the scale by.
+	tailTrimGrow = 1.2
+	tailTrimMin  = 0.2
 	// tailTrimAim is the share of the live bound the trim aims at: a
 	// p99 measured over a thousand calls is a few per cent off, and so
 	// is a client's over its run.
@@ -556,6 +571,7 @@ func (p *Budget) observeTail(live Live) bool {
 		}
 		t.budget.MergeScaled(live.Hist, bound)
 		t.slices++
+		t.held = t.held || t.lastHolds
 	case t.last == sliceAdhoc && t.prior == sliceAdhoc:
 		t.adhoc.Scale(tailAdhocDecay)
 		t.adhoc.MergeScaled(live.Hist, t.ref)
@@ -569,11 +585,12 @@ func (p *Budget) observeTail(live Live) bool {
 	n, aim := t.budget.Count(), tailTrimAim
 	sd := math.Sqrt(n * 0.01 * 0.99)
 	over, under := t.budget.CountAbove(aim) > 0.01*n+2*sd, t.budget.CountAbove(0.9*aim) < 0.01*n-2*sd
-	if !over && !under && t.slices < tailTrimMaxSlices {
+	held := t.held
+	if !over && !under && held && t.slices < tailTrimMaxSlices {
 		return false
 	}
 	lived := t.budget.QuantileMs(0.99)
-	t.budget, t.slices = Hist{}, 0
+	t.restart()
 	t.lived, t.liveBound = lived, p.liveBound(t.ref)
 	if !over {
 		p.keptBounds()
@@ -583,8 +600,10 @@ func (p *Budget) observeTail(live Live) bool {
 	switch {
 	case over:
 		s *= max(1/r, 0.5)
+	case !held:
+		s *= tailTrimGrow
 	case under:
-		s *= min(math.Sqrt(1/r), 1.2)
+		s *= min(math.Sqrt(1/r), tailTrimGrow)
 	default:
 		return false
 	}
@@ -618,12 +637,15 @@ func (p *Budget) useTailKey() {
 	p.caches = p.byTail[k]
 }
 
-// ranTail records what kind of rule the slice starting now runs.
+// ranTail records what kind of rule the slice starting now runs, and
+// whether it holds calls.
 func (p *Budget) ranTail(r Rule) {
 	k := sliceOther
+	p.tt.lastHolds = false
 	switch x := unwrapped(r).(type) {
-	case BudgetRule, FiniteRule:
+	case budgetPlan:
 		k = sliceBudget
+		p.tt.lastHolds = x.saving() > 0
 	case Fill:
 		if x.Policy == NameBudget {
 			k = sliceAdhoc

@@ -155,6 +155,48 @@ func TestTailTrimFollowsTheP99(t *testing.T) {
 	}
 }
 
+// When the bound at the trim's scale leaves the plans nothing to hold,
+// their calls are ad-hoc's, which cannot show how much room the scale
+// has: the trim grows it as soon as they did not live over its aim. Calls
+// whose p99 lies between 90% of the aim and the aim (ad-hoc's under a
+// 1.20x tail budget lies near the first, at 83% of the bound) are neither
+// over nor under, and a scale that waited for "under" stayed where it
+// was.
+func TestTailTrimGrowsAScaleThatHoldsNothing(t *testing.T) {
+	p := newBudgetWith(t, BudgetOptions{SLOP99: 10 * time.Millisecond})
+	e := energyEstimate(150)
+	holds := func() bool {
+		r, ok := unwrapped(p.Plan(e)).(BudgetRule)
+		return ok && r.saving() > 0
+	}
+	if !holds() {
+		t.Fatal("the plan for an SLO of 10 ms at 150 req/s holds nothing")
+	}
+	p.setTailScale(tailTrimMin)
+	if holds() {
+		t.Fatalf("the plan at the tail scale %.2f holds calls; the test needs one that holds none", p.tailScaleNow())
+	}
+	h := new(Hist)
+	h.Add(HistBucket(4*time.Millisecond), 98)
+	h.Add(HistBucket(9*time.Millisecond), 2)
+	e.Live = Live{Calls: 100, MeanMs: 4, Hist: h}
+	for range 3 * tailTrimSlices {
+		holds()
+	}
+	if !(p.tailScaleNow() > tailTrimMin) {
+		t.Fatalf("scale %.2f after %d slices of plans that held nothing, their calls within the aim: want it grown", p.tailScaleNow(), 3*tailTrimSlices)
+	}
+	held := false
+	for range 40 * tailTrimSlices {
+		if held = holds(); held {
+			break
+		}
+	}
+	if !held {
+		t.Errorf("scale %.2f: the plans still hold nothing", p.tailScaleNow())
+	}
+}
+
 // uniformHist is 1,000 calls spread evenly from 0.01 to 10 ms.
 func uniformHist() Hist {
 	var h Hist
