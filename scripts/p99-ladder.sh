@@ -20,12 +20,21 @@
 # under too, and the pooled p99s side by side at each rung say by how
 # much an arm lies over or under another's.
 #
-# The emulator: REALISM (exact), PRESET (googlenet-p4), model simple.
+# The emulator: REALISM (exact), PRESET (googlenet-p4), model simple; or,
+# UPSTREAM=pytriton, a real Triton (tests/triton/server.py from the venv
+# RATEBATCH_VENV: B_max PYTRITON_BMAX (16), each execution sleeping
+# TAU0_MS + ALPHA_MS b ms (4 + 0.5 b), Triton's dynamic batcher at delay
+# 0, as capacity-p99.sh starts it):
+#
+#   UPSTREAM=pytriton RATEBATCH_VENV=.venv RATES="640 720 800" PASSES=3 BOUND=80 scripts/p99-ladder.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
 REALISM=${REALISM:-exact}
 PRESET=${PRESET:-googlenet-p4}
+UPSTREAM=${UPSTREAM:-emulator}
+TAU0_MS=${TAU0_MS:-4}
+ALPHA_MS=${ALPHA_MS:-0.5}
 RATES=${RATES:-400 600 800 1000 1200}
 PASSES=${PASSES:-4}
 DUR=${DUR:-10s}
@@ -34,10 +43,24 @@ P=${PORT:-$((20000 + RANDOM % 20000))}
 # shellcheck source=scripts/upstream.sh
 source scripts/upstream.sh
 
-"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) \
-	--realism "$REALISM" --preset "$PRESET" >"$work/em.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do curl -sf "127.0.0.1:$P/v2/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+case $UPSTREAM in
+emulator)
+	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) \
+		--realism "$REALISM" --preset "$PRESET" >"$work/em.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do curl -sf "127.0.0.1:$P/v2/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+	what="The emulator ($REALISM, $PRESET), model simple"
+	;;
+pytriton)
+	VENV=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
+	start_pytriton "$VENV" $P "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us 0
+	what="PyTriton, simple, B_max ${PYTRITON_BMAX:-16}, tau(b) = $TAU0_MS + $ALPHA_MS b ms, Triton's dynamic batcher at delay 0"
+	;;
+*)
+	echo "p99-ladder.sh: UPSTREAM is emulator or pytriton, not $UPSTREAM" >&2
+	exit 2
+	;;
+esac
 
 arms=("adhoc:--policy adhoc" "default:")
 IFS=';' read -ra more <<<"${ARMS:-}"
@@ -55,7 +78,7 @@ done
 
 echo "# p99 against the rate, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "The emulator ($REALISM, $PRESET), model simple; \`ratebatch load --binary --duration $DUR\`, $PASSES passes per rate and arm in alternating turns."
+echo "$what; \`ratebatch load --binary --duration $DUR\`, $PASSES passes per rate and arm in alternating turns."
 echo
 n=${#arms[@]}
 seed=0

@@ -209,14 +209,21 @@ func takeFootprint() footprint {
 // proxy's fasthttp pool to the upstream, at most upstream_client.max_conns,
 // each closed after 90 s idle; the test's own clients to the proxy), or an
 // idle worker of the proxy's fasthttp server, which its pool ends after
-// 10 s. Such goroutines are bounded by the pools, not leaked; one serving a
-// request is counted.
+// 10 s; or a client pool's own: a pooled net/http client connection's
+// read and write loops, a fasthttp host client's cleaner, which ends once
+// its pool is empty (an upstream restarted in the soak leaves a pool of
+// new connections beside the old one's cleaner for a while). Such
+// goroutines are bounded by the pools, not leaked; one serving a request
+// is counted.
 func isIdleConn(stack string) bool {
 	switch {
 	case strings.Contains(stack, "net/http.(*conn).serve"):
 		return !strings.Contains(stack, "ServeHTTP")
 	case strings.Contains(stack, "fasthttp.(*workerPool).workerFunc"):
 		return !strings.Contains(stack, "ServeFastHTTP") && !strings.Contains(stack, "ErrorHandler")
+	case strings.Contains(stack, "net/http.(*persistConn).readLoop"), strings.Contains(stack, "net/http.(*persistConn).writeLoop"),
+		strings.Contains(stack, "fasthttp.(*HostClient).connsCleaner"):
+		return true
 	}
 	return false
 }
