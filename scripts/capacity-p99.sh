@@ -27,11 +27,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
 UPSTREAM=${UPSTREAM:-emulator}
-REALISM=${REALISM:-exact}
-PRESET=${PRESET:-googlenet-p4}
-TAU_SCALE=${TAU_SCALE:-1}
-TAU0_MS=${TAU0_MS:-4}
-ALPHA_MS=${ALPHA_MS:-0.5}
 ROUNDS=${ROUNDS:-1}
 DUR=${DUR:-10s}
 # A port of its own each run: a server of the run before may still hold
@@ -41,25 +36,10 @@ P=${PORT:-$((20000 + RANDOM % 20000))}
 source scripts/upstream.sh
 
 case $UPSTREAM in
-emulator)
-	BOUND=${BOUND:-15ms} START=${START:-500}
-	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) \
-		--realism "$REALISM" --preset "$PRESET" --tau-scale "$TAU_SCALE" >"$work/em.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 100); do curl -sf "127.0.0.1:$P/v2/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
-	what="the emulator ($REALISM, $PRESET, tau x$TAU_SCALE), model simple"
-	;;
-pytriton)
-	BOUND=${BOUND:-80ms} START=${START:-400}
-	VENV=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
-	start_pytriton "$VENV" $P "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us 0
-	what="PyTriton, simple, B_max ${PYTRITON_BMAX:-16}, tau(b) = $TAU0_MS + $ALPHA_MS b ms, Triton's dynamic batcher at delay 0"
-	;;
-*)
-	echo "capacity-p99.sh: UPSTREAM is emulator or pytriton, not $UPSTREAM" >&2
-	exit 2
-	;;
+emulator) BOUND=${BOUND:-15ms} START=${START:-500} ;;
+*) BOUND=${BOUND:-80ms} START=${START:-400} ;;
 esac
+start_upstream capacity-p99.sh $P
 
 # proxy NAME I FLAGS...: a `ratebatch serve` in front of the upstream,
 # HTTP door P+10+10I, admin P+12+10I.
@@ -87,7 +67,7 @@ done
 
 echo "# Capacity with p99 under $BOUND, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "$what; \`ratebatch load --binary --find-rate-p99 $BOUND --rate $START --duration $DUR\`."
+echo "${what^}; \`ratebatch load --binary --find-rate-p99 $BOUND --rate $START --duration $DUR\`."
 echo
 echo "| round | arm | capacity req/s | lowest rate missed | vs ad-hoc |"
 echo "|---|---|---:|---:|---:|"

@@ -30,11 +30,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
-REALISM=${REALISM:-exact}
-PRESET=${PRESET:-googlenet-p4}
-UPSTREAM=${UPSTREAM:-emulator}
-TAU0_MS=${TAU0_MS:-4}
-ALPHA_MS=${ALPHA_MS:-0.5}
 RATES=${RATES:-400 600 800 1000 1200}
 PASSES=${PASSES:-4}
 DUR=${DUR:-10s}
@@ -43,24 +38,7 @@ P=${PORT:-$((20000 + RANDOM % 20000))}
 # shellcheck source=scripts/upstream.sh
 source scripts/upstream.sh
 
-case $UPSTREAM in
-emulator)
-	"$RB" emulate --listen 127.0.0.1:$P --metrics-listen 127.0.0.1:$((P + 2)) \
-		--realism "$REALISM" --preset "$PRESET" >"$work/em.log" 2>&1 &
-	pids+=($!)
-	for _ in $(seq 100); do curl -sf "127.0.0.1:$P/v2/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
-	what="The emulator ($REALISM, $PRESET), model simple"
-	;;
-pytriton)
-	VENV=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
-	start_pytriton "$VENV" $P "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us 0
-	what="PyTriton, simple, B_max ${PYTRITON_BMAX:-16}, tau(b) = $TAU0_MS + $ALPHA_MS b ms, Triton's dynamic batcher at delay 0"
-	;;
-*)
-	echo "p99-ladder.sh: UPSTREAM is emulator or pytriton, not $UPSTREAM" >&2
-	exit 2
-	;;
-esac
+start_upstream p99-ladder.sh $P
 
 arms=("adhoc:--policy adhoc" "default:")
 IFS=';' read -ra more <<<"${ARMS:-}"
@@ -78,7 +56,7 @@ done
 
 echo "# p99 against the rate, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "$what; \`ratebatch load --binary --duration $DUR\`, $PASSES passes per rate and arm in alternating turns."
+echo "${what^}; \`ratebatch load --binary --duration $DUR\`, $PASSES passes per rate and arm in alternating turns."
 echo
 n=${#arms[@]}
 seed=0

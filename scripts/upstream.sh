@@ -26,6 +26,32 @@ start_pytriton() {
 	exit 1
 }
 
+# start_upstream NAME PORT: the upstream UPSTREAM names (emulator, the
+# default, or pytriton) on PORT, for the script NAME's messages: the
+# emulator (REALISM exact, PRESET googlenet-p4, TAU_SCALE 1), or PyTriton
+# from the venv RATEBATCH_VENV (TAU0_MS 4 + ALPHA_MS 0.5 b ms) with
+# Triton's dynamic batcher at delay 0. Sets what, a line that names it.
+start_upstream() {
+	case ${UPSTREAM:-emulator} in
+	emulator)
+		"${RB:-bin/ratebatch}" emulate --listen 127.0.0.1:"$2" --metrics-listen 127.0.0.1:$(($2 + 2)) \
+			--realism "${REALISM:-exact}" --preset "${PRESET:-googlenet-p4}" --tau-scale "${TAU_SCALE:-1}" >"$work/em.log" 2>&1 &
+		pids+=($!)
+		for _ in $(seq 100); do curl -sf "127.0.0.1:$2/v2/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+		what="the emulator (${REALISM:-exact}, ${PRESET:-googlenet-p4}, tau x${TAU_SCALE:-1}), model simple"
+		;;
+	pytriton)
+		local venv=${RATEBATCH_VENV:?UPSTREAM=pytriton needs RATEBATCH_VENV, a venv with nvidia-pytriton}
+		start_pytriton "$venv" "$2" "${TAU0_MS:-4}" "${ALPHA_MS:-0.5}" --dynamic-batching on --max-queue-delay-us 0
+		what="PyTriton, simple, B_max ${PYTRITON_BMAX:-16}, tau(b) = ${TAU0_MS:-4} + ${ALPHA_MS:-0.5} b ms, Triton's dynamic batcher at delay 0"
+		;;
+	*)
+		echo "$1: UPSTREAM is emulator or pytriton, not $UPSTREAM" >&2
+		exit 2
+		;;
+	esac
+}
+
 # await_simple PROXY ADMIN: waits until the proxy at PROXY (host:port of
 # its HTTP door) lists the simple model in ADMIN/status. PyTriton's
 # repository index is empty, so the proxy learns a model at its first
