@@ -20,11 +20,13 @@ pytest.mark.xfail(strict=True) with what differs, so that its fix removes it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import queue
 import subprocess
 import threading
 import time
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -521,9 +523,6 @@ def test_timeout_longer_than_the_default(stack, queued):
 def trickled_infer(base: str, model: str, b: dict, pause: float) -> Answer:
     """POST b to model's infer in two halves PAUSE seconds apart, as a
     client on a slow link uploads it."""
-    import http.client
-    import urllib.parse
-
     data = json.dumps(b).encode() + b" " * 256 * 1024  # past any first read of the headers
     url = urllib.parse.urlsplit(base if "://" in base else f"http://{base}")
 
