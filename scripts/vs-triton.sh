@@ -9,7 +9,9 @@
 # max_queue_delay_microseconds 0 (Triton's default), one with a tuned delay
 # (TUNED_US), and one `ratebatch serve` with the default policy in front of
 # the first; ADHOC=1 adds a `ratebatch serve --policy adhoc` in front of it
-# too, which tells the proxy's hop from the policy. Then per load, its arms
+# too, which tells the proxy's hop from the policy; ARM="NAME:FLAGS" adds a
+# `ratebatch serve FLAGS` in front of it as the arm ratebatch-NAME (ARM="floor-off:--policy-capacity-floor off":
+# the default without its capacity floor). Then per load, its arms
 # in an order that rotates from load to load:
 #
 #   poisson:R   open Poisson arrivals at R req/s for DUR (`ratebatch load`,
@@ -68,6 +70,11 @@ arms=("triton-delay-0 $P $P" "triton-delay-${TUNED_US}us $((P + 20)) $((P + 20))
 if [ "${ADHOC:-}" = 1 ]; then
 	proxy adhoc $((P + 30)) --policy adhoc
 	arms+=("ratebatch-adhoc $((P + 30)) $P")
+fi
+if [ -n "${ARM:-}" ]; then
+	# shellcheck disable=SC2086 # the flags are words
+	proxy "${ARM%%:*}" $((P + 40)) ${ARM#*:}
+	arms+=("ratebatch-${ARM%%:*} $((P + 40)) $P")
 fi
 n=${#arms[@]}
 
