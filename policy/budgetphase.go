@@ -28,9 +28,7 @@ import (
 //     trims growing it as the calls show room. Each
 //     slice the calls' p99 is tested against the live bound: when more
 //     than 1% of the calls since the tail trim last stepped lived over
-//     it, at significance phaseStopAlpha (exact binomial, the counts
-//     weighed by their dispersion across slices: a stall's cluster is one
-//     event, overSpread.dispersion), or the calls'
+//     it, at significance phaseStopAlpha (exact binomial), or the calls'
 //     mean lived over the mean budget by phaseStopSigmas standard errors,
 //     the holds stop at once.
 //   - adhoc: work-conserving for a reason (a stop, near capacity, a rate
@@ -263,12 +261,9 @@ func (p *Budget) startHolding(closed bool) {
 // not): the p99's count over the live bound, or the mean over the user's
 // budget.
 func (p *Budget) broken() string {
-	if n, k := p.tailCounts(); n >= phaseStopMinCalls {
-		ne, ke, d := p.tailEvidence(n, k)
-		if pv := binomAtLeast(ne, ke, 0.01); pv < phaseStopAlpha {
-			return fmt.Sprintf("the holds' p99 lived over its bound: %s of %s calls over it (%.1f%%, p = %.1g%s)",
-				thousands(k), thousands(n), 100*float64(k)/float64(n), pv, clustered(d))
-		}
+	if n, k := p.tailCounts(); n >= phaseStopMinCalls && binomAtLeast(n, k, 0.01) < phaseStopAlpha {
+		return fmt.Sprintf("the holds' p99 lived over its bound: %s of %s calls over it (%.1f%%, p = %.1g)",
+			thousands(k), thousands(n), 100*float64(k)/float64(n), binomAtLeast(n, k, 0.01))
 	}
 	if p.NoTrim || !p.trim.set || p.trim.calls < phaseStopMeanCalls || p.trim.wins < 2 {
 		return ""
@@ -343,29 +338,11 @@ func (p *Budget) holdingNote() string {
 	default:
 		s = fmt.Sprintf("p99 lived %.3g of its bound", lived)
 	}
-	ne, ke, d := p.tailEvidence(n, k)
-	up := binomUpper(ne, ke, 1-phaseConfidence)
+	up := binomUpper(n, k, 1-phaseConfidence)
 	if up <= 0.01 {
-		return s + fmt.Sprintf(": %s of %s calls over the bound, under 1%% at %.0f%% confidence%s", thousands(k), thousands(n), 100*phaseConfidence, clustered(d))
+		return s + fmt.Sprintf(": %s of %s calls over the bound, under 1%% at %.0f%% confidence", thousands(k), thousands(n), 100*phaseConfidence)
 	}
-	return s + fmt.Sprintf(": %s of %s calls over the bound, on trial (under %.3g%% at %.0f%% confidence%s)", thousands(k), thousands(n), 100*up, 100*phaseConfidence, clustered(d))
-}
-
-// tailEvidence is what n calls measured by the tail trim, k of them over
-// their bound, weigh as independent calls: both divided by the
-// dispersion d of the calls over the bound across the measurement's
-// slices (overSpread.dispersion), and d.
-func (p *Budget) tailEvidence(n, k int) (ne, ke int, d float64) {
-	d = p.tt.over.dispersion()
-	return int(math.Round(float64(n) / d)), int(math.Round(float64(k) / d)), d
-}
-
-// clustered notes a dispersion that weighed the calls down ("" at 1).
-func clustered(d float64) string {
-	if d <= 1 {
-		return ""
-	}
-	return fmt.Sprintf("; clustered: weighed as 1 call in %.3g", d)
+	return s + fmt.Sprintf(": %s of %s calls over the bound, on trial (under %.3g%% at %.0f%% confidence)", thousands(k), thousands(n), 100*up, 100*phaseConfidence)
 }
 
 // tailCounts are the calls the tail trim measured since it last stepped

@@ -262,47 +262,6 @@ func TestBudgetStopsAClosedLoop(t *testing.T) {
 	t.Fatalf("%d slices of the closed loop's plan with a fifth of its calls over the bound: %s (%q), want stopped", held, ph, why)
 }
 
-// A host's stall puts a cluster of calls over the bound in one slice: no
-// evidence that the holds raised the tail, so no stop (the count alone,
-// 12 of a few hundred calls, is p < 1e-5 as independent calls). The same
-// count spread over the slices, two a slice, is: the holds stop.
-func TestBudgetStallIsNoStop(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		over []float64 // the share of the holds' calls over the bound, slice by slice
-		stop bool
-	}{
-		{"one stall", []float64{0, 0, 0, 0.3, 0, 0, 0, 0, 0, 0, 0, 0}, false},
-		{"two stalls apart", []float64{0, 0, 0.3, 0, 0, 0, 0, 0, 0, 0.3, 0, 0, 0, 0}, false},
-		{"spread over the slices", []float64{0, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0, 0}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newPhaseRun(t, BudgetOptions{}, 900, 40)
-			r.slices(calibMinSlices + 2)
-			if ph, why := r.p.Phase(); ph != PhaseHolding {
-				t.Fatalf("after learning: %s (%q), want holding", ph, why)
-			}
-			stopped := ""
-			for _, o := range tc.over {
-				r.over = o
-				r.slices(1)
-				if ph, why := r.p.Phase(); ph == PhaseAdhoc && stopped == "" {
-					stopped = why
-				}
-			}
-			if got := stopped != ""; got != tc.stop {
-				ph, why := r.p.Phase()
-				t.Fatalf("stopped %v (%q), want %v; now %s: %q", got, stopped, tc.stop, ph, why)
-			}
-			if !tc.stop {
-				if _, why := r.p.Phase(); !strings.Contains(why, "clustered: weighed as 1 call in") {
-					t.Errorf("status %q: want it to say the calls over the bound were clustered", why)
-				}
-			}
-		})
-	}
-}
-
 // Each stop since the holds last kept their bound doubles the wait at
 // ad-hoc.
 func TestBudgetStopsBackOff(t *testing.T) {

@@ -486,49 +486,10 @@ type tailTrim struct {
 	// plan saves energy over ad-hoc); held, that a slice measured since
 	// the last step did.
 	lastHolds, held bool
-	// over sums, per slice of the measurement, the calls and those over
-	// the bound, for the spread of the latter (dispersion).
-	over overSpread
 }
 
 // restart begins a new measurement of the budget slices' calls.
-func (t *tailTrim) restart() { t.budget, t.slices, t.held, t.over = Hist{}, 0, false, overSpread{} }
-
-// overSpread sums the slices' counts of calls (m) and of calls over the
-// bound (k): the slices with calls, the sums of m and k, and of k*k/m.
-type overSpread struct {
-	slices  int
-	n, k, q float64
-}
-
-// add counts one slice's m calls, k of them over the bound.
-func (o *overSpread) add(m, k float64) {
-	if !(m > 0) {
-		return
-	}
-	o.slices++
-	o.n += m
-	o.k += k
-	o.q += k * k / m
-}
-
-// dispersion is how many times more the count of calls over the bound
-// varies from slice to slice than it would if each call lived over it
-// alone, by chance (Pearson's chi-square of the slices' counts over its
-// degrees of freedom), at least 1. A host's stall delays every call
-// queued behind it, so calls over a p99 bound come in clusters, and a
-// count of n calls of which k lived over it weighs as n/dispersion calls
-// of which k/dispersion did (the quasi-binomial): one stall is not
-// evidence that the holds raised the tail; a tail the holds raised is
-// over in slice after slice, at a dispersion near 1.
-func (o *overSpread) dispersion() float64 {
-	if o.slices < 2 || !(o.k > 0) || o.k >= o.n {
-		return 1
-	}
-	p := o.k / o.n
-	x2 := (o.q - p*o.k) / (p * (1 - p))
-	return max(1, x2/float64(o.slices-1))
-}
+func (t *tailTrim) restart() { t.budget, t.slices, t.held = Hist{}, 0, false }
 
 const (
 	tailTrimSlices = 30
@@ -608,9 +569,7 @@ func (p *Budget) observeTail(live Live) bool {
 		if bound <= 0 {
 			return false
 		}
-		n0, k0 := t.budget.Count(), t.budget.CountAbove(1)
 		t.budget.MergeScaled(live.Hist, bound)
-		t.over.add(t.budget.Count()-n0, t.budget.CountAbove(1)-k0)
 		t.slices++
 		t.held = t.held || t.lastHolds
 	case t.last == sliceAdhoc && t.prior == sliceAdhoc:
