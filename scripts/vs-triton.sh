@@ -9,8 +9,9 @@
 # max_queue_delay_microseconds 0 (Triton's default), one with a tuned delay
 # (TUNED_US), and one `ratebatch serve` with the default policy in front of
 # the first; ADHOC=1 adds a `ratebatch serve --policy adhoc` in front of it
-# too, which tells the proxy's hop from the policy; ARM="NAME:FLAGS" adds a
-# `ratebatch serve FLAGS` in front of it as the arm ratebatch-NAME (ARM="floor-off:--policy-capacity-floor off":
+# too, which tells the proxy's hop from the policy; ARMS="NAME:FLAGS;..."
+# (as scripts/p99-ladder.sh takes them) adds a `ratebatch serve FLAGS` in
+# front of it per arm, named ratebatch-NAME (ARMS="floor-off:--policy-capacity-floor off":
 # the default without its capacity floor). Then per load, its arms
 # in an order that rotates from load to load:
 #
@@ -71,11 +72,14 @@ if [ "${ADHOC:-}" = 1 ]; then
 	proxy adhoc $((P + 30)) --policy adhoc
 	arms+=("ratebatch-adhoc $((P + 30)) $P")
 fi
-if [ -n "${ARM:-}" ]; then
+IFS=';' read -ra more <<<"${ARMS:-}"
+for i in "${!more[@]}"; do
+	a=${more[$i]}
+	[ -n "$a" ] || continue
 	# shellcheck disable=SC2086 # the flags are words
-	proxy "${ARM%%:*}" $((P + 40)) ${ARM#*:}
-	arms+=("ratebatch-${ARM%%:*} $((P + 40)) $P")
-fi
+	proxy "${a%%:*}" $((P + 40 + 10 * i)) ${a#*:}
+	arms+=("ratebatch-${a%%:*} $((P + 40 + 10 * i)) $P")
+done
 n=${#arms[@]}
 
 # gpu_ns PORT: the sum of compute_infer ns over simple's batch_stats, and
