@@ -68,17 +68,17 @@ proxy default $((P + 10))
 # The arms: a name, the HTTP port the clients use (gRPC is the next), and
 # the Triton whose statistics count its GPU time.
 arms=("triton-delay-0 $P $P" "triton-delay-${TUNED_US}us $((P + 20)) $((P + 20))" "ratebatch-default $((P + 10)) $P")
-if [ "${ADHOC:-}" = 1 ]; then
-	proxy adhoc $((P + 30)) --policy adhoc
-	arms+=("ratebatch-adhoc $((P + 30)) $P")
-fi
-IFS=';' read -ra more <<<"${ARMS:-}"
+# ADHOC=1 is the first of the ARMS.
+more=()
+[ "${ADHOC:-}" = 1 ] && more+=("adhoc:--policy adhoc")
+IFS=';' read -ra given <<<"${ARMS:-}"
+more+=("${given[@]}")
 for i in "${!more[@]}"; do
 	a=${more[$i]}
 	[ -n "$a" ] || continue
 	# shellcheck disable=SC2086 # the flags are words
-	proxy "${a%%:*}" $((P + 40 + 10 * i)) ${a#*:}
-	arms+=("ratebatch-${a%%:*} $((P + 40 + 10 * i)) $P")
+	proxy "${a%%:*}" $((P + 30 + 10 * i)) ${a#*:}
+	arms+=("ratebatch-${a%%:*} $((P + 30 + 10 * i)) $P")
 done
 n=${#arms[@]}
 
