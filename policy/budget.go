@@ -168,7 +168,7 @@ func init() {
 type BudgetOptions struct {
 	LatencyBudget   string        `yaml:"latency_budget" help:"budget: mean-latency budget, a factor of ad-hoc's mean latency (1.10x) or a duration (4ms); empty: 1.10x"`
 	TailBudget      string        `yaml:"tail_budget" help:"budget: p99 budget, a factor of ad-hoc's p99 (1.20x) or off; empty: 1.20x, or off when slo_p99 is set"`
-	CapacityFloor   string        `yaml:"capacity_floor" help:"budget: the share of ad-hoc's capacity under any absolute p99 bound the tail budget keeps (0.97): at each rate a hold may raise the p99 no more than ad-hoc's rises with the load that share costs; off: the tail budget alone; empty: 0.97"`
+	CapacityFloor   string        `yaml:"capacity_floor" help:"budget: the share of ad-hoc's capacity under any absolute p99 bound the tail budget keeps (0.97): at each rate a hold may raise the p99 no more than ad-hoc's rises with the load that share costs, or 5%; off: the tail budget alone; empty: 0.97"`
 	SLOP99          time.Duration `yaml:"slo_p99" help:"budget: the p99 inside the proxy the plan keeps under (15ms): the most requests per joule within it, with no mean budget unless latency_budget is set"`
 	DeadlineOptions `yaml:",inline"`
 	HoldOptions     `yaml:",inline"`

@@ -181,7 +181,7 @@ func (p *Budget) earn(e Estimate, closed bool) (Rule, bool) {
 			return p.adhocSlice(e, p.ph.reason+fmt.Sprintf("; ad-hoc %d slices more", ph.wait)), true
 		}
 		ph.state = stateHolding
-		p.tt.restart()
+		p.tt.restartHolding()
 	case stateHolding:
 		if why := p.broken(); why != "" {
 			p.stop(why)
@@ -240,7 +240,7 @@ func (p *Budget) tailCalibInterval() (lo, hi float64) {
 // the energy of a short run.
 func (p *Budget) startHolding(closed bool) {
 	p.ph.state = stateHolding
-	p.tt.restart()
+	p.tt.restartHolding()
 	if p.ph.started {
 		return
 	}
@@ -288,11 +288,11 @@ func (p *Budget) stop(why string) {
 	ph.wait = stopWaitSlices << min(ph.stops, maxStopDoublings)
 	ph.stops++
 	if n, _ := p.tailCounts(); n > 0 {
-		if lived := p.tt.budget.QuantileMs(0.99); lived > 0 {
+		if lived := p.tt.holding.QuantileMs(0.99); lived > 0 {
 			p.setTailScale(p.tailScaleNow() * max(tailTrimAim/lived, 0.5))
 		}
 	}
-	p.tt.restart()
+	p.tt.restartHolding()
 	if !p.NoTrim && p.trim.set && p.trim.calls > 0 {
 		p.trim.cut(p.Budget)
 	}
@@ -328,7 +328,7 @@ func (p *Budget) holdingNote() string {
 	case n == 0:
 		return "the first calls under the plan are being measured"
 	}
-	lived := p.tt.budget.QuantileMs(0.99)
+	lived := p.tt.holding.QuantileMs(0.99)
 	var s string
 	switch {
 	case p.Tail > 0 && p.SLOP99 <= 0:
@@ -345,10 +345,12 @@ func (p *Budget) holdingNote() string {
 	return s + fmt.Sprintf(": %s of %s calls over the bound, on trial (under %.3g%% at %.0f%% confidence)", thousands(k), thousands(n), 100*up, 100*phaseConfidence)
 }
 
-// tailCounts are the calls the tail trim measured since it last stepped
-// and those over their live bound, rounded.
+// tailCounts are the holds' calls since they last started (decayed:
+// tailTrim.holding) and those over their live bound, rounded. Weighted
+// by their decay, the calls' count over the bound varies less than a
+// binomial count of that many, so the tests on it err towards holding on.
 func (p *Budget) tailCounts() (n, k int) {
-	return int(math.Round(p.tt.budget.Count())), int(math.Round(p.tt.budget.CountAbove(1)))
+	return int(math.Round(p.tt.holding.Count())), int(math.Round(p.tt.holding.CountAbove(1)))
 }
 
 // thousands writes n with a comma every three digits (1,000).

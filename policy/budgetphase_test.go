@@ -235,6 +235,53 @@ func TestBudgetStopsOnTheEvidence(t *testing.T) {
 	}
 }
 
+// The phases weigh the holds' calls since the holds started, not since
+// the trim last stepped: a host's stall right after a step (a cluster of
+// calls over the bound among the first hundred of the trim's new
+// measurement) is one cluster among a thousand calls that kept the bound,
+// and does not stop the holds; holds that go over their bound for good
+// after a thousand calls within it are still stopped within a few slices.
+func TestBudgetWeighsAStallAmongTheHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		after  []float64 // the share of calls over the bound in each slice after the step
+		stopBy int       // slices after the step; 0: never
+	}{
+		{"a stall's cluster after the step", []float64{0, 0, 0.2, 0, 0, 0, 0, 0}, 0},
+		{"over the bound for good", []float64{0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPhaseRun(t, BudgetOptions{}, 900, 40)
+			r.slices(calibMinSlices + 2)
+			steps := r.p.tt.steps
+			for i := 0; r.p.tt.steps == steps; i++ {
+				if i == tailTrimMaxSlices {
+					t.Fatalf("the tail trim never stepped in %d slices of holds within their bound", i)
+				}
+				r.slices(1)
+			}
+			if ph, why := r.p.Phase(); ph != PhaseHolding {
+				t.Fatalf("after the trim's step: %s (%q), want holding", ph, why)
+			}
+			stoppedAt := 0
+			for i, over := range tc.after {
+				r.over = over
+				r.slices(1)
+				if ph, _ := r.p.Phase(); ph == PhaseAdhoc && stoppedAt == 0 {
+					stoppedAt = i + 1
+				}
+			}
+			_, why := r.p.Phase()
+			switch {
+			case tc.stopBy == 0 && stoppedAt != 0:
+				t.Errorf("stopped %d slices after the step: %q", stoppedAt, why)
+			case tc.stopBy > 0 && (stoppedAt == 0 || stoppedAt > tc.stopBy):
+				t.Errorf("stopped %d slices after the step (0: never), want within %d: %q", stoppedAt, tc.stopBy, why)
+			}
+		})
+	}
+}
+
 // A closed loop's plan is held to its bounds live as an open one is: its
 // calls are the holds' (ranTail), measured against the live bound its
 // tail model gives, and calls well over it stop the holds.

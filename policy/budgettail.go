@@ -284,8 +284,8 @@ func (p *Budget) withTail(r BudgetRule, m smdp.Model, meanMs float64) BudgetRule
 }
 
 // tailFactor is the relative tail bound at m's rate: the tail budget,
-// its slack capped by the capacity floor (capacitySlack); 0 without a
-// tail budget.
+// its slack capped by the capacity floor (capacitySlack) but never under
+// floorResolution; 0 without a tail budget.
 func (p *Budget) tailFactor(m smdp.Model, adhoc smdp.Tail, o smdp.TailOptions) float64 {
 	if p.Tail <= 0 {
 		return 0
@@ -293,8 +293,19 @@ func (p *Budget) tailFactor(m smdp.Model, adhoc smdp.Tail, o smdp.TailOptions) f
 	if p.CapacityFloor <= 0 || !(adhoc.P99Ms > 0) {
 		return p.Tail
 	}
-	return 1 + min(p.Tail-1, capacitySlack(m, adhoc, p.CapacityFloor, o))
+	return 1 + min(p.Tail-1, max(capacitySlack(m, adhoc, p.CapacityFloor, o), floorResolution))
 }
+
+// floorResolution is the least slack the capacity floor leaves the tail
+// budget, a share of ad-hoc's p99: about two standard errors of a p99
+// measured over one step of a capacity search (ten seconds, some thousands
+// of calls). A bound that lies within it of ad-hoc's p99 where ad-hoc's p99
+// is flat with the load is within a search's noise of ad-hoc's own p99:
+// ad-hoc's capacity under it is chance, and the floor cannot keep a share
+// of a capacity no search measures. Below it the live holds' p99, measured
+// against ad-hoc's over a few thousand calls of each, could not be told
+// from ad-hoc's, and the phases would stop holds that kept their bound.
+const floorResolution = 0.05
 
 // capacitySlack is how far, as a share of ad-hoc's p99 at m's rate, a
 // plan's p99 may lie above it while the plans keep the share floor of
@@ -306,7 +317,8 @@ func (p *Budget) tailFactor(m smdp.Model, adhoc smdp.Tail, o smdp.TailOptions) f
 // (MLPerf's server scenario; scripts/capacity-p99.sh). If at every rate
 // lambda the plan's p99 is at most ad-hoc's at lambda/floor, then
 // wherever ad-hoc keeps B at lambda/floor the plan keeps it at lambda:
-// its capacity is at least floor times ad-hoc's, whatever B is. A
+// its capacity is at least floor times ad-hoc's, whatever B is (above
+// floorResolution over ad-hoc's p99 where that is flat). A
 // relative slack alone does not give that: where ad-hoc's p99 is flat
 // with the load (light load, where a host's stalls set the p99), a bound
 // that ad-hoc crosses only a long way up in rate is crossed by the plan's
@@ -465,7 +477,14 @@ type tailTrim struct {
 	// budget counts the budget slices' calls since the last step, in
 	// units of each slice's live bound.
 	budget Hist
-	slices int
+	// holding counts the same calls since the holds last started,
+	// decayed by tailHoldingDecay at each slice: the evidence the phases
+	// stop the holds on (broken). A step of the trim does not restart it:
+	// a host's stall delays every call in flight at once, and a count
+	// begun afresh after each step would read one stall's cluster of a
+	// few calls, early in it, as a p99 gone over its bound.
+	holding Hist
+	slices  int
 	// adhoc counts the ad-hoc slices' calls, decayed, in units of the
 	// model's ad-hoc p99 at each slice's rate: its p99 is the
 	// calibration of the model's ad-hoc p99 (tailCalib).
@@ -491,6 +510,13 @@ type tailTrim struct {
 // restart begins a new measurement of the budget slices' calls.
 func (t *tailTrim) restart() { t.budget, t.slices, t.held = Hist{}, 0, false }
 
+// restartHolding begins a new measurement and a new count of the holds'
+// calls, as the holds start or stop.
+func (t *tailTrim) restartHolding() {
+	t.restart()
+	t.holding = Hist{}
+}
+
 const (
 	tailTrimSlices = 30
 	tailTrimCalls  = 1000
@@ -510,6 +536,10 @@ const (
 	tailAdhocDecay = 0.99
 	// tailAdhocCalls is how many ad-hoc calls the relative bound needs.
 	tailAdhocCalls = 500
+	// tailHoldingDecay is the weight the holds' calls keep at each new
+	// budget slice in the phases' count (tailTrim.holding): as ad-hoc's,
+	// a memory of about a hundred slices.
+	tailHoldingDecay = tailAdhocDecay
 )
 
 // tailScaleNow is the trim's scale of the bound (1 before it measured).
@@ -570,6 +600,8 @@ func (p *Budget) observeTail(live Live) bool {
 			return false
 		}
 		t.budget.MergeScaled(live.Hist, bound)
+		t.holding.Scale(tailHoldingDecay)
+		t.holding.MergeScaled(live.Hist, bound)
 		t.slices++
 		t.held = t.held || t.lastHolds
 	case t.last == sliceAdhoc && t.prior == sliceAdhoc:
