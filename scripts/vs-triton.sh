@@ -12,7 +12,9 @@
 # too, which tells the proxy's hop from the policy; ARMS="NAME:FLAGS;..."
 # (as scripts/p99-ladder.sh takes them) adds a `ratebatch serve FLAGS` in
 # front of it per arm, named ratebatch-NAME (ARMS="floor-off:--policy-capacity-floor off":
-# the default without its capacity floor). Then per load, its arms
+# the default without its capacity floor; NAME@BINARY:FLAGS runs another
+# build, as scripts/policy-ab.sh takes it: "old@/tmp/rb-old:"). Then per
+# load, its arms
 # in an order that rotates from load to load:
 #
 #   poisson:R   open Poisson arrivals at R req/s for DUR (`ratebatch load`,
@@ -52,12 +54,14 @@ P=$((20000 + RANDOM % 20000))
 PYTRITON_BMAX=$BMAX start_pytriton "$VENV" $P "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us 0
 PYTRITON_BMAX=$BMAX start_pytriton "$VENV" $((P + 20)) "$TAU0_MS" "$ALPHA_MS" --dynamic-batching on --max-queue-delay-us "$TUNED_US"
 
-# proxy NAME PORT FLAGS...: a `ratebatch serve` in front of the delay-0
-# Triton, HTTP door PORT, gRPC PORT+1, admin PORT+2; returns once it serves.
+# proxy NAME[@BINARY] PORT FLAGS...: a `ratebatch serve` (of BINARY, else
+# RB) in front of the delay-0 Triton, HTTP door PORT, gRPC PORT+1, admin
+# PORT+2; returns once it serves.
 proxy() {
-	local name=$1 port=$2
+	local name=${1%%@*} port=$2 bin=$RB
+	[[ $1 == *@* ]] && bin=${1#*@}
 	shift 2
-	"$RB" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$port \
+	"$bin" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$port \
 		--grpc-listen 127.0.0.1:$((port + 1)) --admin-listen 127.0.0.1:$((port + 2)) --admin-token check \
 		--power-source none --log-level warn "$@" >"$work/serve-$name.log" 2>&1 &
 	pids+=($!)
@@ -78,7 +82,8 @@ for i in "${!more[@]}"; do
 	[ -n "$a" ] || continue
 	# shellcheck disable=SC2086 # the flags are words
 	proxy "${a%%:*}" $((P + 30 + 10 * i)) ${a#*:}
-	arms+=("ratebatch-${a%%:*} $((P + 30 + 10 * i)) $P")
+	name=${a%%:*}
+	arms+=("ratebatch-${name%%@*} $((P + 30 + 10 * i)) $P")
 done
 n=${#arms[@]}
 
