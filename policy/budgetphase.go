@@ -27,8 +27,9 @@ import (
 //     (the mean's, and the p99's over ad-hoc's when no SLO is set), the
 //     trims growing it as the calls show room. Each
 //     slice the calls' p99 is tested against the live bound: when more
-//     than 1% of the calls since the tail trim last stepped lived over
-//     it, at significance phaseStopAlpha (exact binomial), or the calls'
+//     than 1% of the holds' calls since they started (decayed,
+//     tailTrim.holding) lived over it, at significance phaseStopAlpha
+//     (exact binomial), or the calls'
 //     mean lived over the mean budget by phaseStopSigmas standard errors,
 //     the holds stop at once.
 //   - adhoc: work-conserving for a reason (a stop, near capacity, a rate
@@ -261,9 +262,11 @@ func (p *Budget) startHolding(closed bool) {
 // not): the p99's count over the live bound, or the mean over the user's
 // budget.
 func (p *Budget) broken() string {
-	if n, k := p.tailCounts(); n >= phaseStopMinCalls && binomAtLeast(n, k, 0.01) < phaseStopAlpha {
-		return fmt.Sprintf("the holds' p99 lived over its bound: %s of %s calls over it (%.1f%%, p = %.1g)",
-			thousands(k), thousands(n), 100*float64(k)/float64(n), binomAtLeast(n, k, 0.01))
+	if n, k := p.tailCounts(); n >= phaseStopMinCalls {
+		if pv := binomAtLeast(n, k, 0.01); pv < phaseStopAlpha {
+			return fmt.Sprintf("the holds' p99 lived over its bound: %s of %s calls over it (%.1f%%, p = %.1g)",
+				thousands(k), thousands(n), 100*float64(k)/float64(n), pv)
+		}
 	}
 	if p.NoTrim || !p.trim.set || p.trim.calls < phaseStopMeanCalls || p.trim.wins < 2 {
 		return ""

@@ -80,9 +80,9 @@ more+=("${given[@]}")
 for i in "${!more[@]}"; do
 	a=${more[$i]}
 	[ -n "$a" ] || continue
-	# shellcheck disable=SC2086 # the flags are words
-	proxy "${a%%:*}" $((P + 30 + 10 * i)) ${a#*:}
 	name=${a%%:*}
+	# shellcheck disable=SC2086 # the flags are words
+	proxy "$name" $((P + 30 + 10 * i)) ${a#*:}
 	arms+=("ratebatch-${name%%@*} $((P + 30 + 10 * i)) $P")
 done
 n=${#arms[@]}
