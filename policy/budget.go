@@ -116,10 +116,16 @@ type Budget struct {
 	// capacity follows the log of the throughput of full batches as the
 	// plans read it, so its spread from window to window counts in the
 	// margin kept from overload (nearOverload).
-	capacity ewVariance
+	capacity ewSpread
+	// load is the arrival rate over the last seconds the rate has held,
+	// whose count tells the load from overload better than one window's
+	// (nearOverload).
+	load loadTrack
 	// guarded counts the plans still held work-conserving since the load
-	// last reached the near-overload line (guardHoldPlans).
-	guarded int
+	// last reached the near-overload line (guardHoldPlans); guardNote
+	// says so for the slice being planned ("" when it is not).
+	guarded   int
+	guardNote string
 }
 
 // NewBudget returns the policy with the given budget (zero: the default).
@@ -308,6 +314,7 @@ func (p *Budget) Resume(earlier Policy) {
 		return
 	}
 	p.trim.calibLive, p.trim.calibPred, p.trim.calib, p.trim.calibSlices = t.calibLive, t.calibPred, t.calib, t.calibSlices
+	p.trim.calibN, p.trim.calibLL, p.trim.calibPP, p.trim.calibLP = t.calibN, t.calibLL, t.calibPP, t.calibLP
 	p.trim.adhocMs = t.adhocMs
 }
 

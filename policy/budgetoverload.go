@@ -2,18 +2,26 @@ package policy
 
 import (
 	"math"
-
-	"github.com/ratebatch/ratebatch/policy/smdp"
+	"time"
 )
 
 // guardHoldPlans is how many plans the budget stays work-conserving after
-// the load last reached the near-overload line. The line is crossed by a
-// window's count of arrivals, and at a load near it that count falls on
-// either side from one second to the next; each plan would start on the
-// queue the last left. Fifty plans are five seconds at the default window:
+// the load's count last reached the near-overload line. The line is
+// crossed by a count of arrivals, and at a load near it that count falls
+// on either side from one second to the next; each plan would start on
+// the queue the last left. Fifty plans are five seconds at the default window:
 // what a plan near the line would save is not worth a backlog
 // (docs/ALGORITHMS.md, "Near overload").
 const guardHoldPlans = 50
+
+// capacityHoldPlans is how many plans the budget stays work-conserving
+// after the capacity's spread alone took the load to the line: the
+// spread's memory (ewWeight), over which the capacity's rho moves with it
+// from plan to plan. A fresh proxy's fit moves as it settles, and its
+// spread reaches the line at loads its count tells from it well; the
+// guard then lasts as long as the spread does and its memory, not
+// guardHoldPlans more.
+const capacityHoldPlans = int(1 / ewWeight)
 
 // overloadSigmas is how many standard errors of the load the budget keeps
 // between the load it plans for and overload.
@@ -40,12 +48,61 @@ const overloadSigmas = 3
 //
 // A server whose batches vary (scv, Estimate.ServiceSCV) queues as an
 // exact one at a higher load, congestedRho, and the test reads that load.
-func nearOverload(m smdp.Model, arrivals int, capVar, scv float64) bool {
+func nearOverload(rho float64, arrivals int, capVar, scv float64) bool {
 	if arrivals <= 0 {
 		return false
 	}
 	rel := math.Sqrt(1/float64(arrivals) + max(capVar, 0))
-	return congestedRho(m.Rho(), scv)*(1+overloadSigmas*rel) >= 1-congestionMargin
+	return congestedRho(rho, scv)*(1+overloadSigmas*rel) >= 1-congestionMargin
+}
+
+// loadTrack is the arrival rate over the last seconds, while it holds:
+// each plan's window rate weighted by the time since the plan before and
+// decayed by 1 - ewWeight a plan (a memory of about twenty plans, five
+// seconds at the default window). One window's count of a steady Poisson
+// load is off by 1/sqrt(n), and at a few hundred requests a second three
+// of those standard errors reach the capacity line from a load at 0.7 of
+// the capacity; five seconds' count is off by less than half as much.
+type loadTrack struct {
+	last      time.Time
+	secs, sum float64 // decayed seconds, and window rates times seconds
+}
+
+// add takes the window's rate at now.
+func (l *loadTrack) add(now time.Time, rate float64, window time.Duration) {
+	if !l.last.IsZero() && now.After(l.last) && window > 0 {
+		dt := min(now.Sub(l.last), window).Seconds()
+		l.secs = (1-ewWeight)*l.secs + dt
+		l.sum = (1-ewWeight)*l.sum + dt*rate
+	}
+	l.last = now
+}
+
+// reset forgets the rate: it stepped.
+func (l *loadTrack) reset() { *l = loadTrack{} }
+
+// guardLoad is the load the near-overload test reads for the slice with
+// estimate e and model load rho: the tracked rate's rho and the arrivals
+// it rests on, once two windows' seconds are tracked and the window's
+// count is within overloadSigmas standard errors of the tracked rate;
+// the window's own rho and count otherwise (a load that rises, or one
+// not tracked long enough). The arrivals are the tracked rate times its
+// decayed seconds, fewer than an exponential memory's effective count
+// (twice as many), so the standard error is overstated, never under.
+func (l *loadTrack) guardLoad(e Estimate, rho float64) (float64, int, time.Duration) {
+	if l.secs < 2*e.Window.Seconds() || !(e.RatePerSec > 0) || !(l.secs > 0) {
+		return rho, e.Arrivals, e.Window
+	}
+	rate := l.sum / l.secs
+	mu := rate * e.Window.Seconds()
+	if float64(e.Arrivals) > mu+overloadSigmas*math.Sqrt(mu) {
+		return rho, e.Arrivals, e.Window
+	}
+	n := int(rate * l.secs)
+	if n <= e.Arrivals {
+		return rho, e.Arrivals, e.Window
+	}
+	return rho * rate / e.RatePerSec, n, time.Duration(l.secs * float64(time.Second))
 }
 
 // congestedRho is the load at which a queue of exact service times waits
@@ -80,29 +137,35 @@ func congestedRho(rho, scv float64) float64 {
 // overload").
 const congestionMargin = 0.20
 
-// ewVariance is an exponentially weighted mean and variance of a series.
-type ewVariance struct {
+// ewSpread is an exponentially weighted variance of a series from one
+// value to the next: half the mean squared step (von Neumann's estimate),
+// which reads a series' noise as its variance, as a variance about the
+// mean does, but not its drift. A fresh proxy's fit settles over its
+// first seconds and the capacity it gives moves in one direction as it
+// does; about a lagging mean that drift reads as a spread, which held the
+// guard at loads whose count the line tells from it well. The plans
+// divide by the capacity as it is read now, so what the guard must allow
+// for is how far it moves from one plan to the next.
+type ewSpread struct {
 	n          int
-	mean, vari float64
+	last, vari float64
 }
 
 // ewWeight is the weight of a new value: a memory of about twenty plans
 // (five seconds of 250-ms slices).
 const ewWeight = 0.05
 
-func (v *ewVariance) add(x float64) {
+func (v *ewSpread) add(x float64) {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return
 	}
 	v.n++
-	if v.n == 1 {
-		v.mean = x
-		return
+	if v.n > 1 {
+		d := x - v.last
+		v.vari = (1-ewWeight)*v.vari + ewWeight*d*d/2
 	}
-	d := x - v.mean
-	v.mean += ewWeight * d
-	v.vari = (1 - ewWeight) * (v.vari + ewWeight*d*d)
+	v.last = x
 }
 
 // variance is 0 until two values were seen.
-func (v *ewVariance) variance() float64 { return v.vari }
+func (v *ewSpread) variance() float64 { return v.vari }

@@ -21,8 +21,9 @@ import (
 //
 //   - learning: ad-hoc, every slice, until learnCalls of its calls are in
 //     and, for a relative budget, the mean trim's calibration of ad-hoc
-//     (calibMinSlices slices): ad-hoc's live mean and p99 against the
-//     model's, the reference both bounds are held to.
+//     (calibMinSlices slices, or calibLeastSlices that agree:
+//     trim.calibrated): ad-hoc's live mean and p99 against the model's,
+//     the reference both bounds are held to.
 //   - holding: the plan, first at holdStartShare of the user's slack
 //     (the mean's, and the p99's over ad-hoc's when no SLO is set), the
 //     trims growing it as the calls show room. Each
@@ -172,8 +173,17 @@ func (p *Budget) earn(e Estimate, closed bool) (Rule, bool) {
 	switch ph.state {
 	case stateLearning:
 		if missing := p.learnMissing(); missing != "" {
+			if p.guardNote != "" {
+				missing += "; then " + p.guardNote
+			}
 			p.show(PhaseLearning, missing)
 			return p.adhocSlice(e, fmt.Sprintf("learning before holding for budget %s: %s; ad-hoc meanwhile", p.Budget, missing)), true
+		}
+		if p.guardNote != "" {
+			// Learnt, but the load was near the capacity line lately
+			// (unplannable): ad-hoc, still counted as ad-hoc's.
+			p.show(PhaseAdhoc, p.guardNote)
+			return p.adhocSlice(e, p.guardNote), true
 		}
 		p.startHolding(closed)
 	case stateStopped:
@@ -200,8 +210,12 @@ func (p *Budget) learnMissing() string {
 	if n := p.ph.learnt; n < learnCalls {
 		miss = append(miss, fmt.Sprintf("%s of %s round trips", thousands(n), thousands(learnCalls)))
 	}
-	if !p.NoTrim && p.Budget.Relative() && p.trim.calibSlices < calibMinSlices {
-		miss = append(miss, fmt.Sprintf("ad-hoc's mean over %d of %d slices", p.trim.calibSlices, calibMinSlices))
+	if !p.NoTrim && p.Budget.Relative() && !p.trim.calibrated(p.Budget) {
+		m := fmt.Sprintf("ad-hoc's mean over %d of %d slices", p.trim.calibSlices, calibMinSlices)
+		if se := p.trim.calibRelSE(); !math.IsInf(se, 0) {
+			m += fmt.Sprintf(" (±%.2g%%, enough at ±%.2g%% after %d)", 100*se, 100*calibReadySE*(p.Budget.Factor-1), calibLeastSlices)
+		}
+		miss = append(miss, m)
 	}
 	if len(miss) == 0 {
 		return ""
@@ -261,11 +275,23 @@ func (p *Budget) startHolding(closed bool) {
 // broken says why the calls say the holds break a bound ("" when they do
 // not): the p99's count over the live bound, or the mean over the user's
 // budget.
+//
+// The p99 bound is a multiple of ad-hoc's live p99, itself measured on
+// a sample of ad-hoc's calls (a thousand when the holds first start), so
+// the calls are counted over the bound at the top of that p99's
+// confidence interval (boundDoubt): a bound read low by chance is not
+// the holds' breach.
 func (p *Budget) broken() string {
-	if n, k := p.tailCounts(); n >= phaseStopMinCalls {
+	if n, _ := p.tailCounts(); n >= phaseStopMinCalls {
+		doubt := p.boundDoubt()
+		k := int(math.Round(p.tt.holding.CountAbove(doubt)))
 		if pv := binomAtLeast(n, k, 0.01); pv < phaseStopAlpha {
-			return fmt.Sprintf("the holds' p99 lived over its bound: %s of %s calls over it (%.1f%%, p = %.1g)",
-				thousands(k), thousands(n), 100*float64(k)/float64(n), pv)
+			over := "over it"
+			if doubt > 1 {
+				over = fmt.Sprintf("over %.3gx it, the top of ad-hoc's p99's %.0f%% interval", doubt, 100*phaseConfidence)
+			}
+			return fmt.Sprintf("the holds' p99 lived over its bound: %s of %s calls %s (%.1f%%, p = %.1g)",
+				thousands(k), thousands(n), over, 100*float64(k)/float64(n), pv)
 		}
 	}
 	if p.NoTrim || !p.trim.set || p.trim.calls < phaseStopMeanCalls || p.trim.wins < 2 {
@@ -281,6 +307,27 @@ func (p *Budget) broken() string {
 			ratio, bound, phaseStopSigmas, thousands(p.trim.calls))
 	}
 	return ""
+}
+
+// boundDoubt is how far the live p99 bound may be short of what ad-hoc's
+// p99 is, at the confidence of its interval (tailCalibInterval): the top
+// of the interval over the estimate, when the relative bound binds at the
+// slice's rate; 1 when an SLO binds or nothing is measured.
+func (p *Budget) boundDoubt() float64 {
+	c, ref := p.tailCalib(), p.tt.ref
+	bound := p.liveBound(ref)
+	if !(c > 0) || !(bound > 0) || !(p.tt.factor > 0) || p.tt.factor*c*ref > bound {
+		return 1
+	}
+	_, hi := p.tailCalibInterval()
+	if !(hi > c) {
+		return 1
+	}
+	if p.SLOP99 > 0 {
+		// The SLO caps the bound however high ad-hoc's p99 may be.
+		return min(hi/c, float64(p.SLOP99)/float64(time.Millisecond)/bound)
+	}
+	return hi / c
 }
 
 // stop ends the holds: the bounds the plans hold are cut by what the

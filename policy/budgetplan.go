@@ -121,6 +121,9 @@ func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (Rule
 		p.trim.next(p.Budget, false)
 		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}, true
 	}
+	if e.Stepped {
+		p.load.reset()
+	}
 	if e.Stepped && !closed {
 		// A burst or a step: the queue holds the old rate's transient and
 		// the new rate is one slice's count, so waiting planned for a
@@ -132,18 +135,34 @@ func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (Rule
 			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e), true
 	}
 	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
-	if !group && nearOverload(m, e.Arrivals, p.capacity.variance(), e.ServiceSCV) {
-		p.guarded = guardHoldPlans
+	p.load.add(e.Now, e.RatePerSec, e.Window)
+	rho, n, over := p.load.guardLoad(e, m.Rho())
+	if !group && nearOverload(rho, n, p.capacity.variance(), e.ServiceSCV) {
+		// The count itself reached the line: a load near it falls on
+		// either side from one window to the next, so the guard holds
+		// (guardHoldPlans). The capacity's spread alone: it holds as
+		// long as the spread's memory (capacityHoldPlans).
+		p.guarded = max(p.guarded, capacityHoldPlans)
+		if nearOverload(rho, n, 0, e.ServiceSCV) {
+			p.guarded = guardHoldPlans
+		}
 		return p.conserve(fmt.Sprintf(
-			"%d arrivals in the last %v, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
-			e.Arrivals, e.Window, 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), m.Rho(),
-			congestedRho(m.Rho(), e.ServiceSCV), 1-congestionMargin, overloadSigmas), e), true
+			"%d arrivals over the last %.3g s, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
+			n, over.Seconds(), 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), rho,
+			congestedRho(rho, e.ServiceSCV), 1-congestionMargin, overloadSigmas), e), true
 	}
+	p.guardNote = ""
 	if !group && p.guarded > 0 {
 		p.guarded--
-		return p.conserve(fmt.Sprintf(
-			"the load reached the capacity line within the last %d plans (now rho %.3f, %d arrivals in the last %v): work-conserving %d plans more",
-			guardHoldPlans, m.Rho(), e.Arrivals, e.Window, p.guarded), e), true
+		p.guardNote = fmt.Sprintf(
+			"the load reached the capacity line lately (now rho %.3f, %d arrivals over the last %.3g s, a capacity varying %.1f%%): work-conserving %d plans more",
+			rho, n, over.Seconds(), 100*math.Sqrt(p.capacity.variance()), p.guarded)
+		if !p.NoLearn && p.ph.state == stateLearning {
+			// Learning runs ad-hoc anyway, and its slices teach it
+			// ad-hoc's calls; the holds wait for the guard (earn).
+			return nil, false
+		}
+		return p.conserve(p.guardNote, e), true
 	}
 	return nil, false
 }

@@ -105,6 +105,18 @@ const (
 	// against it where the plan kept within it.
 	calibHalfLife  = 20000
 	calibMinSlices = 30
+	// calibLeastSlices and calibReadySE: a calibration whose slices agree
+	// is enough sooner, after calibLeastSlices counted slices (3 s at
+	// the default window: a few seconds of the host as it is) once its
+	// standard error is within calibReadySE of a relative budget's slack.
+	// Holding, the calibration gains only two slices a trim period, so
+	// its error is the mean promise's for a long while: within a third
+	// of the slack, the trim's aim (trimAim of it) stays within the budget
+	// by one standard error, and the first holds are planned for
+	// holdStartShare of the slack. A heavy tail spreads the slices and the
+	// calibration waits for calibMinSlices.
+	calibLeastSlices = 12
+	calibReadySE     = 1.0 / 3
 	// calibHalfSlices halves an older calibration's weight every so many
 	// counted ad-hoc slices too, whichever comes first: at a low rate
 	// 20,000 calls of ad-hoc slices (a fifteenth of the calls) are
@@ -248,7 +260,7 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 	// trim").
 	ref := user.AbsoluteMs
 	if user.Relative() {
-		if t.calibSlices < calibMinSlices {
+		if !t.calibrated(user) {
 			return false // not enough live ad-hoc to hold the calls to yet
 		}
 		ref = predicted * t.calib
@@ -301,6 +313,25 @@ func (t *trim) calibrate(n, meanMs, predicted float64) {
 	t.calib = min(t.calibLive/t.calibPred, calibMax)
 	t.calibSlices++
 	t.adhocMs = meanMs
+}
+
+// calibrated says whether the calibration is enough to hold a relative
+// budget's calls to: calibMinSlices slices, or calibLeastSlices whose
+// standard error is within calibReadySE of the budget's slack.
+func (t *trim) calibrated(user smdp.Budget) bool {
+	if t.calibSlices >= calibMinSlices {
+		return true
+	}
+	return t.calibSlices >= calibLeastSlices && t.calibRelSE() <= calibReadySE*(user.Factor-1)
+}
+
+// calibRelSE is the calibration's relative standard error (+Inf before
+// two slices).
+func (t *trim) calibRelSE() float64 {
+	if t.calibN < 2 || !(t.calibPred > 0) {
+		return math.Inf(1)
+	}
+	return math.Sqrt(ratioRelVar(t.calibLL, t.calibLP, t.calibPP, t.calibPred, t.calibLive/t.calibPred, t.calibN))
 }
 
 // stepRelative steps a relative budget's effective slack by a measurement
