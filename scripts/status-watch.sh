@@ -18,6 +18,9 @@
 # replaying the same schedule (CLIENT=perf_analyzer, tests/triton's), or
 # CONC synchronous clients of perf_analyzer (CONC=16: a closed loop; RATE
 # is then unused). Last it prints the proxy's CPU time per request.
+# UPSTREAM_GRPC=1 has the proxy send its batches over Triton's gRPC (as
+# scripts/vs-triton.sh's proxies do); PYTRITON_FLAGS are more flags of the
+# PyTriton (its dynamic batcher: "--dynamic-batching on --max-queue-delay-us 0").
 # IDLE=S waits S seconds between the call that teaches the proxy the model
 # and the load, as a benchmark that starts after a readiness check does.
 # PROFILE=S takes a CPU profile of the proxy over S seconds from the
@@ -60,7 +63,7 @@ fi
 # The profiler asks for the admin token: one for this run, in the environment.
 token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 RATEBATCH_ADMIN_TOKEN=$token "$RB" serve --upstream http://127.0.0.1:$P --listen 127.0.0.1:$((P + 10)) --admin-listen 127.0.0.1:$((P + 12)) \
-	--policy "$POLICY" ${BUDGET:+--policy-latency-budget "$BUDGET"} ${SERVE_FLAGS:-} --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
+	${UPSTREAM_GRPC:+--upstream-grpc 127.0.0.1:$((P + 1))} --policy "$POLICY" ${BUDGET:+--policy-latency-budget "$BUDGET"} ${SERVE_FLAGS:-} --log-level warn --admin-pprof >"$work/serve.log" 2>&1 &
 serve=$!
 pids+=($serve)
 admin=http://127.0.0.1:$((P + 12))

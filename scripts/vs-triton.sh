@@ -15,7 +15,9 @@
 # the default without its capacity floor; NAME@BINARY:FLAGS runs another
 # build, as scripts/policy-ab.sh takes it: "old@/tmp/rb-old:"). Then per
 # load, its arms
-# in an order that rotates from load to load:
+# in an order that rotates from load to load, every proxy fresh for each
+# load (started before it, stopped after it, as a user's benchmark of a
+# new proxy reads it):
 #
 #   poisson:R   open Poisson arrivals at R req/s for DUR (`ratebatch load`,
 #               after a WARMUP of the same rate on the same connections)
@@ -26,7 +28,10 @@
 # them, and the GPU time per request, from Triton's own statistics
 # (GET /v2/models/simple/stats: the sum over batch_stats of compute_infer
 # ns, over the requests counted, both as deltas across the measurement),
-# each arm also as a ratio of Triton's batcher with delay 0. One pass, on
+# each arm also as a ratio of Triton's batcher with delay 0; then, for
+# each proxy under a Poisson load, the phases /status showed through the
+# run (sampled every second: learning, holding, adhoc; PHASE_LOG=FILE
+# appends each sample's phase and why to FILE). One pass, on
 # whatever machine it runs: read the ratios, and run it again to see their
 # spread.
 #
@@ -57,21 +62,24 @@ PYTRITON_BMAX=$BMAX start_pytriton "$VENV" $((P + 20)) "$TAU0_MS" "$ALPHA_MS" --
 # proxy NAME[@BINARY] PORT FLAGS...: a `ratebatch serve` (of BINARY, else
 # RB) in front of the delay-0 Triton, HTTP door PORT, gRPC PORT+1, admin
 # PORT+2; returns once it serves.
+proxy_pids=()
 proxy() {
 	local name=${1%%@*} port=$2 bin=$RB
 	[[ $1 == *@* ]] && bin=${1#*@}
 	shift 2
 	"$bin" serve --upstream http://127.0.0.1:$P --upstream-grpc 127.0.0.1:$((P + 1)) --listen 127.0.0.1:$port \
 		--grpc-listen 127.0.0.1:$((port + 1)) --admin-listen 127.0.0.1:$((port + 2)) --admin-token check \
-		--power-source none --log-level warn "$@" >"$work/serve-$name.log" 2>&1 &
+		--power-source none --log-level warn "$@" >>"$work/serve-$name.log" 2>&1 &
 	pids+=($!)
+	proxy_pids+=($!)
 	await_simple 127.0.0.1:$port http://127.0.0.1:$((port + 2))
 }
-proxy default $((P + 10))
 
 # The arms: a name, the HTTP port the clients use (gRPC is the next), and
-# the Triton whose statistics count its GPU time.
+# the Triton whose statistics count its GPU time; the proxies' specs
+# (NAME[@BINARY]:FLAGS, and their ports).
 arms=("triton-delay-0 $P $P" "triton-delay-${TUNED_US}us $((P + 20)) $((P + 20))" "ratebatch-default $((P + 10)) $P")
+specs=("default:" "$((P + 10))")
 # ADHOC=1 is the first of the ARMS.
 more=()
 [ "${ADHOC:-}" = 1 ] && more+=("adhoc:--policy adhoc")
@@ -81,11 +89,41 @@ for i in "${!more[@]}"; do
 	a=${more[$i]}
 	[ -n "$a" ] || continue
 	name=${a%%:*}
-	# shellcheck disable=SC2086 # the flags are words
-	proxy "$name" $((P + 30 + 10 * i)) ${a#*:}
+	specs+=("$a" $((P + 30 + 10 * i)))
 	arms+=("ratebatch-${name%%@*} $((P + 30 + 10 * i)) $P")
 done
 n=${#arms[@]}
+
+# fresh_proxies: stops the proxies of the load before and starts every
+# proxy arm afresh.
+fresh_proxies() {
+	local p j
+	for p in "${proxy_pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	proxy_pids=()
+	for ((j = 0; j < ${#specs[@]}; j += 2)); do
+		# shellcheck disable=SC2086 # the flags are words
+		proxy "${specs[$j]%%:*}" "${specs[$((j + 1))]}" ${specs[$j]#*:}
+	done
+}
+
+# watch_phases ADMIN OUT TAG: appends the phase /status shows for simple
+# every second to OUT until killed; PHASE_LOG=FILE appends TAG, the phase
+# and why to FILE too.
+watch_phases() {
+	while sleep 1; do
+		curl -sf "$1/status" | "$VENV/bin/python" -c '
+import json, sys
+m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
+r = m[0]["rule"] if m else {}
+print(r.get("phase") or "-")
+if sys.argv[1]:
+    with open(sys.argv[1], "a") as f:
+        print(sys.argv[2], r.get("phase") or "-", r.get("phase_reason") or "", file=f)' "${PHASE_LOG:-}" "$3" >>"$2" 2>/dev/null || true
+	done
+}
 
 # gpu_ns PORT: the sum of compute_infer ns over simple's batch_stats, and
 # its inference count, on the Triton at PORT.
@@ -137,12 +175,26 @@ echo
 echo "| load | arm | mean ms | p99 ms | GPU ms/request | mean vs delay 0 | p99 vs delay 0 | GPU vs delay 0 |"
 echo "|---|---|---|---|---|---|---|---|"
 rot=0
+phases=()
 for load in $LOADS; do
+	fresh_proxies
 	lines=()
 	for i in $(seq 0 $((n - 1))); do
 		read -r name port stats <<<"${arms[$(((i + rot) % n))]}"
 		read -r ns0 n0 <<<"$(gpu_ns "$stats")"
+		watcher=
+		if [[ $name == ratebatch-* && $load == poisson:* ]]; then
+			: >"$work/phases"
+			watch_phases "http://127.0.0.1:$((port + 2))" "$work/phases" "$load $name" &
+			watcher=$!
+		fi
 		read -r mean p99 <<<"$(measure "$load" "$port")"
+		if [ -n "$watcher" ]; then
+			kill "$watcher" 2>/dev/null || true
+			wait "$watcher" 2>/dev/null || true
+			grep -qv '^-$' "$work/phases" &&
+				phases+=("$load $name: $(sort "$work/phases" | uniq -c | awk '{ printf "%s%s %d s", sep, $2, $1; sep = ", " }')")
+		fi
 		read -r ns1 n1 <<<"$(gpu_ns "$stats")"
 		gpu=$(awk -v a="$ns0" -v b="$ns1" -v m="$n0" -v n="$n1" 'BEGIN { if (n > m) printf "%.3f", (b - a) / (n - m) / 1e6; else print "nan" }')
 		lines[$(((i + rot) % n))]="$name $mean $p99 $gpu"
@@ -155,3 +207,9 @@ for load in $LOADS; do
 	done
 	rot=$((rot + 1))
 done
+if [ ${#phases[@]} -gt 0 ]; then
+	echo
+	echo "The phases /status showed each proxy in, sampled every second of the warm-up and the run:"
+	echo
+	for l in "${phases[@]}"; do echo "- $l"; done
+fi
