@@ -100,6 +100,34 @@ func holdsFrom(calls int) int {
 	return max((learnCalls+calls-1)/calls, calibLeastSlices) + 2
 }
 
+// untilStopped plans up to k slices, each(i) called before slice i (from
+// 0), and returns the first slice (from 1) whose phase is adhoc, 0 if
+// none.
+func (r *phaseRun) untilStopped(k int, each func(i int)) int {
+	for i := range k {
+		each(i)
+		r.slices(1)
+		if ph, _ := r.p.Phase(); ph == PhaseAdhoc {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// checkStop fails the test unless the holds stopped by slice stopBy (0:
+// never) and returns why the phase is what it is.
+func (r *phaseRun) checkStop(stoppedAt, stopBy int) string {
+	r.t.Helper()
+	_, why := r.p.Phase()
+	switch {
+	case stopBy == 0 && stoppedAt != 0:
+		r.t.Errorf("stopped after %d slices: %q", stoppedAt, why)
+	case stopBy > 0 && (stoppedAt == 0 || stoppedAt > stopBy):
+		r.t.Errorf("stopped after %d slices (0: never), want within %d: %q", stoppedAt, stopBy, why)
+	}
+	return why
+}
+
 // first is the first slice (from 1) shown in the phase, 0 if none.
 func (r *phaseRun) first(phase string) int {
 	for i, p := range r.phases {
@@ -302,21 +330,8 @@ func TestBudgetWeighsAStallAmongTheHolds(t *testing.T) {
 			if ph, why := r.p.Phase(); ph != PhaseHolding {
 				t.Fatalf("after the trim's step: %s (%q), want holding", ph, why)
 			}
-			stoppedAt := 0
-			for i, over := range tc.after {
-				r.over = over
-				r.slices(1)
-				if ph, _ := r.p.Phase(); ph == PhaseAdhoc && stoppedAt == 0 {
-					stoppedAt = i + 1
-				}
-			}
-			_, why := r.p.Phase()
-			switch {
-			case tc.stopBy == 0 && stoppedAt != 0:
-				t.Errorf("stopped %d slices after the step: %q", stoppedAt, why)
-			case tc.stopBy > 0 && (stoppedAt == 0 || stoppedAt > tc.stopBy):
-				t.Errorf("stopped %d slices after the step (0: never), want within %d: %q", stoppedAt, tc.stopBy, why)
-			}
+			stoppedAt := r.untilStopped(len(tc.after), func(i int) { r.over = tc.after[i] })
+			r.checkStop(stoppedAt, tc.stopBy)
 		})
 	}
 }
@@ -347,21 +362,8 @@ func TestBudgetStopWeighsTheBoundsDoubt(t *testing.T) {
 				t.Logf("the top of ad-hoc's p99's interval after learning: %.3gx its estimate", d)
 			}
 			r.over, r.overX = tc.over, tc.overX
-			stoppedAt := 0
-			for i := range 40 {
-				r.slices(1)
-				if ph, _ := r.p.Phase(); ph == PhaseAdhoc {
-					stoppedAt = i + 1
-					break
-				}
-			}
-			_, why := r.p.Phase()
-			switch {
-			case tc.stopBy == 0 && stoppedAt != 0:
-				t.Errorf("stopped after %d slices: %q", stoppedAt, why)
-			case tc.stopBy > 0 && (stoppedAt == 0 || stoppedAt > tc.stopBy):
-				t.Errorf("stopped after %d slices (0: never), want within %d: %q", stoppedAt, tc.stopBy, why)
-			case tc.stopBy > 0 && !strings.Contains(why, "the top of ad-hoc's p99's 95% interval"):
+			stoppedAt := r.untilStopped(40, func(int) {})
+			if why := r.checkStop(stoppedAt, tc.stopBy); tc.stopBy > 0 && !strings.Contains(why, "the top of ad-hoc's p99's 95% interval") {
 				t.Errorf("status %q, want it to say the count is over the top of the interval", why)
 			}
 		})
