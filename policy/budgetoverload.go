@@ -9,7 +9,8 @@ import (
 // the load's count last reached the near-overload line. The line is
 // crossed by a count of arrivals, and at a load near it that count falls
 // on either side from one second to the next; each plan would start on
-// the queue the last left. Fifty plans are five seconds at the default window:
+// the queue the last left. Fifty plans are twelve and a half seconds at
+// the default window:
 // what a plan near the line would save is not worth a backlog
 // (docs/ALGORITHMS.md, "Near overload").
 const guardHoldPlans = 50

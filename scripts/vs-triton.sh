@@ -30,10 +30,10 @@
 # ns, over the requests counted, both as deltas across the measurement),
 # each arm also as a ratio of Triton's batcher with delay 0; then, for
 # each proxy under a Poisson load, the phases /status showed through the
-# run (sampled every second: learning, holding, adhoc; PHASE_LOG=FILE
-# appends each sample's phase and why to FILE). One pass, on
-# whatever machine it runs: read the ratios, and run it again to see their
-# spread.
+# run in the order they first came (sampled every second: learning,
+# holding, adhoc; PHASE_LOG=FILE appends each sample's phase and why to
+# FILE). One pass, on whatever machine it runs: read the ratios, and run
+# it again to see their spread.
 #
 #   RATEBATCH_VENV=/work/venv scripts/vs-triton.sh
 #   LOADS="poisson:200 c4" DUR=10s TUNED_US=1000 scripts/vs-triton.sh
@@ -193,7 +193,7 @@ for load in $LOADS; do
 			kill "$watcher" 2>/dev/null || true
 			wait "$watcher" 2>/dev/null || true
 			grep -qv '^-$' "$work/phases" &&
-				phases+=("$load $name: $(sort "$work/phases" | uniq -c | awk '{ printf "%s%s %d s", sep, $2, $1; sep = ", " }')")
+				phases+=("$load $name: $(awk '!($1 in c) { order[++k] = $1 } { c[$1]++ } END { for (i = 1; i <= k; i++) printf "%s%s %d s", (i > 1 ? ", " : ""), order[i], c[order[i]] }' "$work/phases")")
 		fi
 		read -r ns1 n1 <<<"$(gpu_ns "$stats")"
 		gpu=$(awk -v a="$ns0" -v b="$ns1" -v m="$n0" -v n="$n1" 'BEGIN { if (n > m) printf "%.3f", (b - a) / (n - m) / 1e6; else print "nan" }')
