@@ -239,16 +239,34 @@ const (
 // text, memory returned to the system but still resident).
 const runtimeHeadroom = 96 << 20
 
+// runtimeGCPercent is the collector's GOGC under the soft limit: the heap
+// may grow to five times what is live between cycles, not twice. The
+// proxy's live heap is a few megabytes, so at the default a cycle comes
+// every few megabytes allocated, and its marking shares the one or two Go
+// processors the proxy sizes itself to (internal/procs) with the calls in
+// flight: the calls a cycle overlaps are late by it, and at a p99 that is
+// enough of them to show. The soft limit still bounds the heap to the
+// budget plus runtimeHeadroom, so the resident set's documented bound
+// holds as before; what grows is the garbage on a small heap.
+const runtimeGCPercent = 400
+
 // LimitRuntime sets the Go runtime's soft memory limit to the budget plus
-// 96 MiB (runtimeHeadroom), unless GOMEMLIMIT is set in the environment (which then wins).
-// Without it the collector lets the heap grow to twice what is live before
-// it runs, so a budget spent on large bodies would cost twice its size in
-// resident memory. It returns the limit set, 0 if none.
+// 96 MiB (runtimeHeadroom) and its GOGC to runtimeGCPercent, unless
+// GOMEMLIMIT is set in the environment (which then wins, and the collector
+// is left as the environment sets it); GOGC in the environment keeps its
+// value. Without the limit the collector lets the heap grow to twice what
+// is live before it runs, so a budget spent on large bodies would cost
+// twice its size in resident memory; with it, the heap may hold more
+// garbage between cycles while it is small, for fewer cycles. It returns
+// the limit set, 0 if none.
 func LimitRuntime(b *Budget) int64 {
 	if b == nil || os.Getenv("GOMEMLIMIT") != "" {
 		return 0
 	}
 	l := b.Limit() + runtimeHeadroom
 	debug.SetMemoryLimit(l)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(runtimeGCPercent)
+	}
 	return l
 }

@@ -1,8 +1,10 @@
 package membudget
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"testing"
 )
@@ -86,5 +88,54 @@ func TestCgroupLimit(t *testing.T) {
 		if got, ok := cgroupLimit(tt.files); got != tt.want || ok != tt.wantHas {
 			t.Errorf("%s: %d %v, want %d %v", tt.name, got, ok, tt.want, tt.wantHas)
 		}
+	}
+}
+
+// TestLimitRuntime: the soft limit is the budget plus the headroom and
+// the collector's GOGC is raised under it, unless the environment sets
+// either (GOMEMLIMIT leaves both to it, GOGC its own value).
+func TestLimitRuntime(t *testing.T) {
+	const budget = 64 << 20
+	tests := []struct {
+		name            string
+		env             map[string]string
+		wantLimit       int64
+		wantGC, startGC int
+	}{
+		{"serve's defaults", nil, budget + runtimeHeadroom, runtimeGCPercent, 100},
+		{"GOGC kept", map[string]string{"GOGC": "50"}, budget + runtimeHeadroom, 50, 50},
+		{"GOMEMLIMIT wins", map[string]string{"GOMEMLIMIT": "1GiB"}, 0, 100, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("GOGC", "")
+			t.Setenv("GOMEMLIMIT", "")
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			// The runtime's settings are the process's: each case starts
+			// from its own and leaves them as it found them.
+			limit0 := debug.SetMemoryLimit(-1)
+			gc0 := debug.SetGCPercent(tt.startGC)
+			t.Cleanup(func() { debug.SetMemoryLimit(limit0); debug.SetGCPercent(gc0) })
+			debug.SetMemoryLimit(math.MaxInt64)
+
+			if got := LimitRuntime(New(budget)); got != tt.wantLimit {
+				t.Errorf("LimitRuntime = %d, want %d", got, tt.wantLimit)
+			}
+			wantRuntime := tt.wantLimit
+			if wantRuntime == 0 {
+				wantRuntime = math.MaxInt64
+			}
+			if got := debug.SetMemoryLimit(-1); got != wantRuntime {
+				t.Errorf("runtime's soft limit %d, want %d", got, wantRuntime)
+			}
+			if got := debug.SetGCPercent(tt.startGC); got != tt.wantGC {
+				t.Errorf("GOGC %d, want %d", got, tt.wantGC)
+			}
+		})
+	}
+	if LimitRuntime(nil) != 0 {
+		t.Error("a nil budget set a limit")
 	}
 }
