@@ -563,3 +563,50 @@ func TestBudgetLearnsWhileGuarded(t *testing.T) {
 		t.Errorf("learning within the guard's hold: %s %q, want learning, then the guard", ph, why)
 	}
 }
+
+// A budget without any plan of its own is solved at once, whatever the
+// solve meter says: the first holds' (half the user's slack), and any a
+// trim steps to. The meter spaces re-solves as the rate moves; a long
+// solve on a busy host defers the next by fifty times its wall time, and
+// while it did, the first holds ran ad-hoc ("budget 1.05x not solved
+// yet"), most of a short benchmark.
+func TestBudgetSolvesANewBudgetAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    BudgetOptions
+	}{
+		{"default", BudgetOptions{}},
+		// Without a tail budget the first holds' plan shares the
+		// learning's plan cache (no tail scale of its own), where the
+		// user's budget, looser, is solved.
+		{"no tail budget", BudgetOptions{TailBudget: "off"}},
+		{"slo_p99 alone", BudgetOptions{SLOP99: 10 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPhaseRun(t, tc.o, 900, 40)
+			from := holdsFrom(40)
+			if tc.o.SLOP99 > 0 {
+				from = learnCalls/40 + 2
+			}
+			r.slices(from - 1)
+			if ph, _ := r.p.Phase(); ph != PhaseLearning {
+				t.Fatalf("slice %d: %s, want still learning", from-1, ph)
+			}
+			// From here the meter allows no solve.
+			r.p.mu.Lock()
+			r.p.meter = solveMeter{share: DefaultSolveShare, next: time.Now().Add(time.Hour)}
+			r.p.mu.Unlock()
+			r.slices(4)
+			got := r.first(PhaseHolding)
+			if got != from {
+				_, why := r.p.Phase()
+				t.Fatalf("first holding slice %d, want %d (phases %v; %q)", got, from, r.phases, why)
+			}
+			for i := got - 1; i < len(r.rules); i++ {
+				if _, ok := unwrapped(r.rules[i]).(BudgetRule); !ok {
+					t.Fatalf("slice %d runs %T (%s), want the plan", i+1, r.rules[i], r.rules[i].Status().Note)
+				}
+			}
+		})
+	}
+}

@@ -35,18 +35,23 @@ func (p *Budget) rule(b smdp.Budget, grid int, m smdp.Model, busyTime bool) Rule
 // nearest is the cached rule nearest to grid (planCache.nearest), of the
 // budget b if it has one, else of the loosest budget solved that is not
 // looser than b; its status says it was not solved for this rate. With
-// neither, while the solves are past their share, it is the
-// work-conserving rule: ad-hoc is within every budget.
+// neither it reports none, and the caller solves b now, whatever the
+// meter: the meter spaces the re-solves of budgets already planned as
+// the rate moves over the grid, while a budget without any plan comes
+// only from a step of a trim or a phase (their measurements are tens of
+// slices apart), and its first solve is the only way to plan it.
 //
 // A looser budget's plan is never taken for b. The live trim tightens the
 // budget when the calls lived above the promise; planning the tighter
 // budget with the looser one's rule until a solve was allowed would keep
 // the very rule that broke the promise, and the trim, measuring it under
 // the new budget, would step on down past where it meant to go
-// (docs/ALGORITHMS.md, "Solves within a share of a core"). The
-// work-conserving rule is no BudgetRule, so Plan does not count its calls
-// for the trim either: the trim holds its budget until that budget is
-// solved.
+// (docs/ALGORITHMS.md, "Solves within a share of a core"). Nor does b wait
+// for the meter with the work-conserving rule: after a solve of d the
+// meter allows the next only d(1/share - 1) later, and on a busy host,
+// where a solve's wall time is long, the first holds' budget and each
+// budget a trim stepped to waited for seconds at ad-hoc, most of a short
+// benchmark (TestBudgetSolvesANewBudgetAtOnce).
 func (p *Budget) nearest(b smdp.Budget, grid, maxBatch int) (Rule, bool) {
 	var (
 		r    Rule
@@ -56,23 +61,17 @@ func (p *Budget) nearest(b smdp.Budget, grid, maxBatch int) (Rule, bool) {
 	if c := p.caches[b]; c != nil {
 		r, dist, ok = c.nearest(grid, maxBatch)
 	}
-	solved := ok
 	if !ok {
 		var best smdp.Budget
 		for ob, c := range p.caches {
 			or, od, ok2 := c.nearest(grid, maxBatch)
-			solved = solved || ok2
 			if ok2 && stricter(ob, b) && (!ok || stricter(best, ob)) {
 				best, r, dist, ok = ob, or, od, true
 			}
 		}
 	}
 	if !ok {
-		if !solved {
-			return nil, false // nothing solved for this B_max yet: solve
-		}
-		return Limit{Policy: NameBudget, Limit: 1,
-			Note: fmt.Sprintf("budget %s not solved yet and solves are past their share of a core: work-conserving meanwhile", b)}, true
+		return nil, false // nothing solved for b or under it: solve
 	}
 	if br, isBR := r.(BudgetRule); isBR {
 		br.solveNote = deferredNote(dist)
