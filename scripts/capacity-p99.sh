@@ -22,7 +22,11 @@
 # drift of a shared machine falls on all of them; one Markdown row per arm
 # and round: the capacity found, the lowest rate that missed, and the
 # capacity as a ratio of ad-hoc's in that round; then each search's table
-# of the rates it tried, their p99 and whether they passed.
+# of the rates it tried, their p99 and whether they passed, and for a
+# proxy whose policy has phases (the default's learning, holding, adhoc)
+# the phases /status showed through each step (sampled every second, the
+# reason for adhoc in brackets), so a capacity under ad-hoc's can be told
+# from a search whose holds cost it and from one that lost a step to noise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RB=${RB:-bin/ratebatch}
@@ -65,6 +69,57 @@ for a in "${more[@]}"; do
 done
 [ "$UPSTREAM" = pytriton ] && arms+=("triton-batcher $P")
 
+# watch_phases ADMIN OUT: appends the time, the phase /status shows for
+# simple and, for adhoc, why, every second to OUT until killed; nothing
+# for a policy without phases.
+watch_phases() {
+	while sleep 1; do
+		curl -sf "$1/status" | python3 -c '
+import json, sys, time
+m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
+r = m[0]["rule"] if m else {}
+if r.get("phase"):
+    why = r.get("phase_reason") or ""
+    print(time.time(), r["phase"], why.split(":")[0].split(";")[0].strip() if r["phase"] == "adhoc" else "")' >>"$2" 2>/dev/null || true
+	done
+}
+
+# stamp: each line of stdin with the time it came first.
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
+
+# with_phases STAMPED PHASES: the search's output without its stamps, each
+# step's row with the phases sampled since the row before it ended.
+with_phases() {
+	python3 - "$1" "$2" <<'PY'
+import os, sys
+rows = [l.rstrip("\n").split(" ", 1) for l in open(sys.argv[1])]
+samples = []
+if os.path.exists(sys.argv[2]):
+    for l in open(sys.argv[2]):
+        t, phase, *why = l.split(" ", 2)
+        why = why[0].strip() if why else ""
+        samples.append((float(t), phase + (" (" + why + ")" if why else "")))
+last = float(rows[0][0]) if rows else 0.0
+for t, line in ((float(r[0]), r[1] if len(r) > 1 else "") for r in rows):
+    step = line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    if samples and line.startswith("| step |"):
+        line += " phases (a sample a second) |"
+    elif samples and line.startswith("|---"):
+        line += "---|"
+    elif samples and step:
+        seen, order = {}, []
+        for ts, ph in samples:
+            if last < ts <= t:
+                if ph not in seen:
+                    order.append(ph)
+                seen[ph] = seen.get(ph, 0) + 1
+        line += " " + (", ".join("%s %d s" % (ph, seen[ph]) for ph in order) or "-") + " |"
+    if step:
+        last = t
+    print(line)
+PY
+}
+
 echo "# Capacity with p99 under $BOUND, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
 echo "${what^}; \`ratebatch load --binary --find-rate-p99 $BOUND --rate $START --duration $DUR\`."
@@ -76,8 +131,19 @@ for r in $(seq "$ROUNDS"); do
 	declare -A cap=()
 	for k in $(seq 0 $((n - 1))); do
 		read -r name port <<<"${arms[$(((k + r - 1) % n))]}"
+		watcher=
+		if [ "$name" != triton-batcher ]; then
+			watch_phases "http://127.0.0.1:$((port + 2))" "$work/phases-$name" &
+			watcher=$!
+		fi
 		"$RB" load --target "http://127.0.0.1:$port" --model simple --binary --find-rate-p99 "$BOUND" \
-			--rate "$START" --duration "$DUR" --seed "$r" >"$work/find-$name.txt" 2>&1 || true
+			--rate "$START" --duration "$DUR" --seed "$r" 2>&1 | stamp >"$work/find-$name.ts" || true
+		if [ -n "$watcher" ]; then
+			kill "$watcher" 2>/dev/null || true
+			wait "$watcher" 2>/dev/null || true
+		fi
+		with_phases "$work/find-$name.ts" "$work/phases-$name" >"$work/find-$name.txt"
+		rm -f "$work/phases-$name"
 		cap[$name]=$(sed -n -e 's/^capacity: \([0-9.e+]*\) req\/s .*(\([0-9.e+]*\) req\/s missed.*/\1 \2/p' \
 			-e 's/^no rate tried.*/0 0/p' "$work/find-$name.txt")
 		[ -n "${cap[$name]}" ] || { echo "capacity-p99.sh: $name gave no answer:" >&2; tail -5 "$work/find-$name.txt" >&2; cap[$name]="nan nan"; }
