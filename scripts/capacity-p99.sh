@@ -75,12 +75,16 @@ done
 watch_phases() {
 	while sleep 1; do
 		curl -sf "$1/status" | python3 -c '
-import json, sys, time
+import json, re, sys, time
 m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
 r = m[0]["rule"] if m else {}
 if r.get("phase"):
-    why = r.get("phase_reason") or ""
-    print(time.time(), r["phase"], why.split(":")[0].split(";")[0].strip() if r["phase"] == "adhoc" else "")' >>"$2" 2>/dev/null || true
+    why = ""
+    if r["phase"] == "adhoc":
+        # The kind of reason, its figures left out: "N arrivals over the last N s".
+        why = re.sub(r"\([^()]*\)|\([^()]*\([^()]*\)[^()]*\)", "", r.get("phase_reason") or "")
+        why = re.sub(r"[0-9][0-9.,]*", "N", why).split(":")[0].split(";")[0].split(",")[0].strip()
+    print(time.time(), r["phase"], why)' >>"$2" 2>/dev/null || true
 	done
 }
 
