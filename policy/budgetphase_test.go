@@ -567,9 +567,9 @@ func TestBudgetLearnsWhileGuarded(t *testing.T) {
 // A budget without any plan of its own is solved at once, whatever the
 // solve meter says: the first holds' (half the user's slack), and any a
 // trim steps to. The meter spaces re-solves as the rate moves; a long
-// solve on a busy host defers the next by fifty times its wall time, and
-// while it did, the first holds ran ad-hoc ("budget 1.05x not solved
-// yet"), most of a short benchmark.
+// solve on a busy host defers the next by 49 times its wall time, and
+// made to wait for it the first holds would run ad-hoc ("budget 1.05x
+// not solved yet"), most of a short benchmark.
 func TestBudgetSolvesANewBudgetAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string

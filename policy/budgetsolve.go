@@ -50,8 +50,8 @@ func (p *Budget) rule(b smdp.Budget, grid int, m smdp.Model, busyTime bool) Rule
 // for the meter with the work-conserving rule: after a solve of d the
 // meter allows the next only d(1/share - 1) later, and on a busy host,
 // where a solve's wall time is long, the first holds' budget and each
-// budget a trim stepped to waited for seconds at ad-hoc, most of a short
-// benchmark (TestBudgetSolvesANewBudgetAtOnce).
+// budget a trim steps to would wait for seconds at ad-hoc, most of a
+// short benchmark (TestBudgetSolvesANewBudgetAtOnce).
 func (p *Budget) nearest(b smdp.Budget, grid, maxBatch int) (Rule, bool) {
 	var (
 		r    Rule
