@@ -313,9 +313,7 @@ func (p *Budget) Resume(earlier Policy) {
 		p.trim = t
 		return
 	}
-	p.trim.calibLive, p.trim.calibPred, p.trim.calib, p.trim.calibSlices = t.calibLive, t.calibPred, t.calib, t.calibSlices
-	p.trim.calibN, p.trim.calibLL, p.trim.calibPP, p.trim.calibLP = t.calibN, t.calibLL, t.calibPP, t.calibLP
-	p.trim.adhocMs = t.adhocMs
+	p.trim.calibration = t.calibration
 }
 
 // Solves reports how many constrained optima Plan has computed.

@@ -161,6 +161,32 @@ type trim struct {
 	set   bool
 	last  slice // what the slice that just ended ran
 	plans int
+	calibration
+	// Since the last step: the budget slices' calls, their summed
+	// latency and the summed reference they were held to (ms), and the
+	// slices they came in.
+	calls         int
+	liveMs, refMs float64
+	wins          int
+	// The slices' sums of squares and products of their live and
+	// reference sums (ms): the lived ratio's standard error.
+	liveSq, refSq, crossSq float64
+	// For the note: the last step's ratio, calls and live mean, the
+	// number of steps.
+	lastRatio float64
+	lastCalls int
+	budgetMs  float64
+	steps     int
+	// falls counts the trim's falls to ad-hoc (eff 0) since a plan last
+	// lived within its aim; hold is how many more measurements it stays
+	// there before it tries a plan again (2^falls, 2^trimMaxFalls at most).
+	falls, hold int
+}
+
+// calibration is what the ad-hoc slices measured of the model's ad-hoc
+// latency, the reference a relative budget holds its calls to: whatever
+// the promise, a policy switched in carries it over whole (Resume).
+type calibration struct {
 	// calibLive and calibPred sum the ad-hoc slices' calls' live and
 	// predicted latency (ms, their weight halved every calibHalfLife
 	// calls); calib is their ratio, over calibSlices slices.
@@ -171,25 +197,8 @@ type trim struct {
 	// live and predicted (calls times mean): the calibration's standard
 	// error (spread).
 	calibN, calibLL, calibPP, calibLP float64
-	// Since the last step: the budget slices' calls, their summed
-	// latency and the summed reference they were held to (ms), and the
-	// slices they came in.
-	calls         int
-	liveMs, refMs float64
-	wins          int
-	// The slices' sums of squares and products of their live and
-	// reference sums (ms): the lived ratio's standard error.
-	liveSq, refSq, crossSq float64
-	// For the note: the last step's ratio, calls and live mean, the last
-	// ad-hoc slice's live mean, the number of steps.
-	lastRatio         float64
-	lastCalls         int
-	budgetMs, adhocMs float64
-	steps             int
-	// falls counts the trim's falls to ad-hoc (eff 0) since a plan last
-	// lived within its aim; hold is how many more measurements it stays
-	// there before it tries a plan again (2^falls, 2^trimMaxFalls at most).
-	falls, hold int
+	// adhocMs is the last ad-hoc slice's live mean, for the note.
+	adhocMs float64
 }
 
 // budget is the budget to solve for now.
@@ -303,35 +312,41 @@ func (t *trim) observe(user smdp.Budget, live Live, predicted float64) bool {
 // calibrate takes an ad-hoc window's n calls, which lived meanMs against
 // the model's predicted ad-hoc latency: the calibration of the model's
 // ad-hoc to what its calls live, decayed by calls and by windows.
-func (t *trim) calibrate(n, meanMs, predicted float64) {
+func (c *calibration) calibrate(n, meanMs, predicted float64) {
 	keep := math.Exp2(-max(n/calibHalfLife, 1.0/calibHalfSlices))
 	l, q := n*meanMs, n*predicted
-	t.calibLive = keep*t.calibLive + l
-	t.calibPred = keep*t.calibPred + q
-	t.calibN = keep*t.calibN + 1
-	t.calibLL, t.calibPP, t.calibLP = keep*t.calibLL+l*l, keep*t.calibPP+q*q, keep*t.calibLP+l*q
-	t.calib = min(t.calibLive/t.calibPred, calibMax)
-	t.calibSlices++
-	t.adhocMs = meanMs
+	c.calibLive = keep*c.calibLive + l
+	c.calibPred = keep*c.calibPred + q
+	c.calibN = keep*c.calibN + 1
+	c.calibLL, c.calibPP, c.calibLP = keep*c.calibLL+l*l, keep*c.calibPP+q*q, keep*c.calibLP+l*q
+	c.calib = min(c.calibLive/c.calibPred, calibMax)
+	c.calibSlices++
+	c.adhocMs = meanMs
 }
 
 // calibrated says whether the calibration is enough to hold a relative
 // budget's calls to: calibMinSlices slices, or calibLeastSlices whose
 // standard error is within calibReadySE of the budget's slack.
-func (t *trim) calibrated(user smdp.Budget) bool {
-	if t.calibSlices >= calibMinSlices {
+func (c *calibration) calibrated(user smdp.Budget) bool {
+	if c.calibSlices >= calibMinSlices {
 		return true
 	}
-	return t.calibSlices >= calibLeastSlices && t.calibRelSE() <= calibReadySE*(user.Factor-1)
+	return c.calibSlices >= calibLeastSlices && c.calibRelSE() <= calibReadySE*(user.Factor-1)
 }
 
 // calibRelSE is the calibration's relative standard error (+Inf before
 // two slices).
-func (t *trim) calibRelSE() float64 {
-	if t.calibN < 2 || !(t.calibPred > 0) {
+func (c *calibration) calibRelSE() float64 {
+	if c.calibN < 2 || !(c.calibPred > 0) {
 		return math.Inf(1)
 	}
-	return math.Sqrt(ratioRelVar(t.calibLL, t.calibLP, t.calibPP, t.calibPred, t.calibLive/t.calibPred, t.calibN))
+	return math.Sqrt(c.calibRelVar())
+}
+
+// calibRelVar is the calibration's relative variance, from its slices'
+// spread (the delta method's variance of a ratio of sums).
+func (c *calibration) calibRelVar() float64 {
+	return ratioRelVar(c.calibLL, c.calibLP, c.calibPP, c.calibPred, c.calibLive/c.calibPred, c.calibN)
 }
 
 // stepRelative steps a relative budget's effective slack by a measurement
@@ -421,7 +436,7 @@ func (t *trim) restart() {
 func (t *trim) ratioSE(ratio float64, relative bool) float64 {
 	rel := ratioRelVar(t.liveSq, t.crossSq, t.refSq, t.refMs, ratio, float64(t.wins))
 	if relative && t.calibPred > 0 {
-		rel += ratioRelVar(t.calibLL, t.calibLP, t.calibPP, t.calibPred, t.calibLive/t.calibPred, t.calibN)
+		rel += t.calibRelVar()
 	}
 	return ratio * math.Sqrt(rel)
 }

@@ -55,7 +55,7 @@ func TestTrimSteps(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := trim{eff: tc.start, set: true, calib: 1, calibSlices: calibMinSlices}
+			tr := trim{eff: tc.start, set: true, calibration: calibration{calib: 1, calibSlices: calibMinSlices}}
 			if tc.uncalibrated {
 				tr.calib, tr.calibSlices = 0, calibMinSlices-1
 			}
@@ -232,7 +232,7 @@ func TestTrimCalibrationForgetsTheStart(t *testing.T) {
 // clients lived 1.13-1.17x ad-hoc's mean at rho 0.8.
 func TestTrimCountsEveryCall(t *testing.T) {
 	rel := smdp.Budget{Factor: 1.10}
-	tr := trim{eff: 0.10, set: true, calib: 1, calibSlices: calibMinSlices}
+	tr := trim{eff: 0.10, set: true, calibration: calibration{calib: 1, calibSlices: calibMinSlices}}
 	// The ad-hoc slices make the slices' ratios spread: the measurement
 	// takes two periods to tell 1.112x from the aim (budgettrim.go,
 	// trimSigmas).
@@ -269,7 +269,7 @@ func noTrimRule(t *testing.T, e Estimate) BudgetRule {
 // when the user's budget is the same.
 func TestBudgetResumesTheTrim(t *testing.T) {
 	old := newBudget(t, "1.10x")
-	old.trim = trim{eff: 0.05, set: true, calibLive: 12, calibPred: 10, calib: 1.2, calibSlices: 9,
+	old.trim = trim{eff: 0.05, set: true, calibration: calibration{calibLive: 12, calibPred: 10, calib: 1.2, calibSlices: 9},
 		plans: 17, calls: 300, liveMs: 3000, refMs: 2900, wins: 12, last: sliceBudget}
 	same, other := newBudget(t, "1.10x"), newBudget(t, "1.25x")
 	same.Resume(old)
@@ -295,7 +295,7 @@ func TestBudgetResumesTheTrim(t *testing.T) {
 // plan that keeps its aim clears the count.
 func TestTrimHoldsAtAdhocAfterAFall(t *testing.T) {
 	rel := smdp.Budget{Factor: 1.10}
-	tr := trim{eff: trimStep, set: true, calib: 1, calibSlices: calibMinSlices}
+	tr := trim{eff: trimStep, set: true, calibration: calibration{calib: 1, calibSlices: calibMinSlices}}
 	measure := func(lived float64) {
 		for range trimMinWindows {
 			tr.last = sliceBudget
@@ -344,7 +344,7 @@ func TestTrimWaitsOutTheNoise(t *testing.T) {
 		{name: "over it", base: 1.22, maxSteps: trimMaxWindows / trimMinWindows, wantDown: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := trim{eff: 0.10, set: true, calib: 1, calibSlices: calibMinSlices}
+			tr := trim{eff: 0.10, set: true, calibration: calibration{calib: 1, calibSlices: calibMinSlices}}
 			rng := rand.New(rand.NewPCG(3, 5))
 			firstStep := 0
 			for i := range trimMaxWindows {
