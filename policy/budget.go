@@ -122,10 +122,8 @@ type Budget struct {
 	// (nearOverload).
 	load loadTrack
 	// guarded counts the plans still held work-conserving since the load
-	// last reached the near-overload line (guardHoldPlans); guardNote
-	// says so for the slice being planned ("" when it is not).
-	guarded   int
-	guardNote string
+	// last reached the near-overload line (guardHoldPlans).
+	guarded int
 }
 
 // NewBudget returns the policy with the given budget (zero: the default).

@@ -162,10 +162,11 @@ func (p *Budget) conserveLearning(reason string, e Estimate) Rule {
 }
 
 // earn runs the phase machine for the slice starting now, on the live
-// estimate e (closed: its callers are planned as a closed loop): the
+// estimate e (closed: its callers are planned as a closed loop; guard:
+// why the near-overload guard still holds, "" when it does not): the
 // ad-hoc rule of the learning and stopped phases, or ok false when the
 // holds may go on (holding).
-func (p *Budget) earn(e Estimate, closed bool) (Rule, bool) {
+func (p *Budget) earn(e Estimate, closed bool, guard string) (Rule, bool) {
 	ph := &p.ph
 	if p.tt.last == sliceAdhoc && p.tt.prior == sliceAdhoc {
 		ph.learnt += e.Live.Calls
@@ -173,17 +174,17 @@ func (p *Budget) earn(e Estimate, closed bool) (Rule, bool) {
 	switch ph.state {
 	case stateLearning:
 		if missing := p.learnMissing(); missing != "" {
-			if p.guardNote != "" {
-				missing += "; then " + p.guardNote
+			if guard != "" {
+				missing += "; then " + guard
 			}
 			p.show(PhaseLearning, missing)
 			return p.adhocSlice(e, fmt.Sprintf("learning before holding for budget %s: %s; ad-hoc meanwhile", p.Budget, missing)), true
 		}
-		if p.guardNote != "" {
+		if guard != "" {
 			// Learnt, but the load was near the capacity line lately
 			// (unplannable): ad-hoc, still counted as ad-hoc's.
-			p.show(PhaseAdhoc, p.guardNote)
-			return p.adhocSlice(e, p.guardNote), true
+			p.show(PhaseAdhoc, guard)
+			return p.adhocSlice(e, guard), true
 		}
 		p.startHolding(closed)
 	case stateStopped:

@@ -42,7 +42,8 @@ func (p *Budget) plan(e Estimate) Rule {
 		return p.conserve(reason, e)
 	}
 	pop, closed := closedLoop(e, m)
-	if r, ok := p.unplannable(e, m, closed, closed && pop.Clients <= m.MaxBatch); ok {
+	r, ok, guard := p.unplannable(e, m, closed, closed && pop.Clients <= m.MaxBatch)
+	if ok {
 		return r
 	}
 	p.setTailKeys(e)
@@ -67,7 +68,7 @@ func (p *Budget) plan(e Estimate) Rule {
 		return r
 	}
 	if !p.NoLearn {
-		if r, ok := p.earn(e, closed); ok {
+		if r, ok := p.earn(e, closed, guard); ok {
 			return r
 		}
 	}
@@ -101,7 +102,9 @@ func (p *Budget) invalid(e Estimate, err error) Rule {
 // unplannable is the rule, and true, of a slice whose load cannot be
 // planned for: no decision could wait (the last plan is kept), the rate
 // stepped, or the load cannot be told from overload now or did lately
-// (work-conserving). m is the slice's model, closed whether its callers
+// (work-conserving). While learning, a load near the line lately is not
+// the slice's rule (learning runs ad-hoc anyway) but guard, the note
+// earn holds the holds back by. m is the slice's model, closed whether its callers
 // are a closed loop, and group whether that loop's whole population fits
 // in one batch.
 //
@@ -112,14 +115,14 @@ func (p *Budget) invalid(e Estimate, err error) Rule {
 // feedback score wanders (docs/ALGORITHMS.md, "A pool of connections is
 // not a closed loop"), would build the backlog the guard keeps an open
 // stream from. Called with p.mu held.
-func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (Rule, bool) {
+func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (r Rule, ok bool, guard string) {
 	if e.Decisions > 0 && e.OpenDecisions == 0 && p.kept != nil {
 		// No caller could have sent a partner at any decision of the
 		// slice (synchronous clients, all waiting): the rule sent at once
 		// whatever its plan, so the plan is kept rather than solved
 		// again for a fit that moved by noise.
 		p.trim.next(p.Budget, false)
-		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}, true
+		return noted{p.kept, fmt.Sprintf("; kept: none of the last slice's %d decisions could wait (no caller idle)", e.Decisions)}, true, ""
 	}
 	if e.Stepped {
 		p.load.reset()
@@ -132,7 +135,7 @@ func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (Rule
 		// it raises the rate it measures, which is no step (its load is
 		// the population).
 		return p.conserve(fmt.Sprintf(
-			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e), true
+			"the rate stepped (%.4g req/s over the last %v): work-conserving until it has held for a window", e.RatePerSec, e.Window), e), true, ""
 	}
 	p.capacity.add(math.Log(m.ServiceMuPerMs(m.MaxBatch)))
 	p.load.add(e.Now, e.RatePerSec, e.Window)
@@ -149,22 +152,21 @@ func (p *Budget) unplannable(e Estimate, m smdp.Model, closed, group bool) (Rule
 		return p.conserve(fmt.Sprintf(
 			"%d arrivals over the last %.3g s, a capacity varying %.1f%% and batch times varying %.0f%% cannot tell rho %.3f (congested as %.3f with exact batches) from the capacity line %.2f (%d standard errors): work-conserving",
 			n, over.Seconds(), 100*math.Sqrt(p.capacity.variance()), 100*math.Sqrt(max(e.ServiceSCV, 0)), rho,
-			congestedRho(rho, e.ServiceSCV), 1-congestionMargin, overloadSigmas), e), true
+			congestedRho(rho, e.ServiceSCV), 1-congestionMargin, overloadSigmas), e), true, ""
 	}
-	p.guardNote = ""
 	if !group && p.guarded > 0 {
 		p.guarded--
-		p.guardNote = fmt.Sprintf(
+		guard = fmt.Sprintf(
 			"the load reached the capacity line lately (now rho %.3f, %d arrivals over the last %.3g s, a capacity varying %.1f%%): work-conserving %d plans more",
 			rho, n, over.Seconds(), 100*math.Sqrt(p.capacity.variance()), p.guarded)
 		if !p.NoLearn && p.ph.state == stateLearning {
 			// Learning runs ad-hoc anyway, and its slices teach it
 			// ad-hoc's calls; the holds wait for the guard (earn).
-			return nil, false
+			return nil, false, guard
 		}
-		return p.conserve(p.guardNote, e), true
+		return p.conserve(guard, e), true, ""
 	}
-	return nil, false
+	return nil, false, ""
 }
 
 // departs reports whether the plan for the user's bounds, ubp, departs
