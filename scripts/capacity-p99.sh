@@ -69,30 +69,12 @@ for a in "${more[@]}"; do
 done
 [ "$UPSTREAM" = pytriton ] && arms+=("triton-batcher $P")
 
-# watch_phases ADMIN OUT: appends the time, the phase /status shows for
-# simple and, for adhoc, why, every second to OUT until killed; nothing
-# for a policy without phases.
-watch_phases() {
-	while sleep 1; do
-		curl -sf "$1/status" | python3 -c '
-import json, re, sys, time
-m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
-r = m[0]["rule"] if m else {}
-if r.get("phase"):
-    why = ""
-    if r["phase"] == "adhoc":
-        # The kind of reason, its figures left out: "N arrivals over the last N s".
-        why = re.sub(r"\([^()]*\)|\([^()]*\([^()]*\)[^()]*\)", "", r.get("phase_reason") or "")
-        why = re.sub(r"[0-9][0-9.,]*", "N", why).split(":")[0].split(";")[0].split(",")[0].strip()
-    print(time.time(), r["phase"], why)' >>"$2" 2>/dev/null || true
-	done
-}
-
 # stamp: each line of stdin with the time it came first.
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
 
 # with_phases STAMPED PHASES: the search's output without its stamps, each
-# step's row with the phases sampled since the row before it ended.
+# step's row with the phases sampled since the row before it ended
+# (PHASES as watch_phases writes it).
 with_phases() {
 	python3 - "$1" "$2" <<'PY'
 import os, sys
@@ -100,9 +82,9 @@ rows = [l.rstrip("\n").split(" ", 1) for l in open(sys.argv[1])]
 samples = []
 if os.path.exists(sys.argv[2]):
     for l in open(sys.argv[2]):
-        t, phase, *why = l.split(" ", 2)
-        why = why[0].strip() if why else ""
-        samples.append((float(t), phase + (" (" + why + ")" if why else "")))
+        t, phase, kind, _ = l.rstrip("\n").split("\t", 3)
+        if phase != "-":
+            samples.append((float(t), phase + (" (" + kind + ")" if kind != "-" else "")))
 last = float(rows[0][0]) if rows else 0.0
 for t, line in ((float(r[0]), r[1] if len(r) > 1 else "") for r in rows):
     step = line.startswith("| ") and line.split("|")[1].strip().isdigit()

@@ -1,6 +1,7 @@
 # upstream.sh: sourced by the lab scripts that run a proxy in front of an
 # upstream (traffic-check.sh, interleave-check.sh, status-watch.sh), so
-# that starting PyTriton and teaching the proxy its model live in one place.
+# that starting PyTriton, teaching the proxy its model and watching its
+# phases live in one place.
 # It makes the scratch directory $work and the array pids, whose processes
 # are killed and $work removed when the script exits.
 
@@ -63,5 +64,25 @@ await_simple() {
 			{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}' >/dev/null 2>&1 || true
 		curl -sf "$2/status" 2>/dev/null | grep -q '"model": *"simple"' && return 0
 		sleep 0.2
+	done
+}
+
+# watch_phases ADMIN OUT: every second until killed, appends one line to
+# OUT for the simple model's phase on ADMIN/status (the budget's learning,
+# holding or adhoc), tab-separated: the time, the phase ("-" for a policy
+# without phases), for adhoc the kind of its reason with the figures left
+# out ("N arrivals over the last N s"; "-" otherwise), and the reason.
+watch_phases() {
+	while sleep 1; do
+		curl -sf "$1/status" | python3 -c '
+import json, re, sys, time
+m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
+r = m[0]["rule"] if m else {}
+phase, why = r.get("phase") or "-", r.get("phase_reason") or ""
+kind = "-"
+if phase == "adhoc":
+    kind = re.sub(r"\([^()]*\)|\([^()]*\([^()]*\)[^()]*\)", "", why)
+    kind = re.sub(r"[0-9][0-9.,]*", "N", kind).split(":")[0].split(";")[0].split(",")[0].strip() or "-"
+print(time.time(), phase, kind, why.replace("\t", " "), sep="\t")' >>"$2" 2>/dev/null || true
 	done
 }

@@ -109,22 +109,6 @@ fresh_proxies() {
 	done
 }
 
-# watch_phases ADMIN OUT TAG: appends the phase /status shows for simple
-# every second to OUT until killed; PHASE_LOG=FILE appends TAG, the phase
-# and why to FILE too.
-watch_phases() {
-	while sleep 1; do
-		curl -sf "$1/status" | "$VENV/bin/python" -c '
-import json, sys
-m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
-r = m[0]["rule"] if m else {}
-print(r.get("phase") or "-")
-if sys.argv[1]:
-    with open(sys.argv[1], "a") as f:
-        print(sys.argv[2], r.get("phase") or "-", r.get("phase_reason") or "", file=f)' "${PHASE_LOG:-}" "$3" >>"$2" 2>/dev/null || true
-	done
-}
-
 # gpu_ns PORT: the sum of compute_infer ns over simple's batch_stats, and
 # its inference count, on the Triton at PORT.
 gpu_ns() {
@@ -185,15 +169,16 @@ for load in $LOADS; do
 		watcher=
 		if [[ $name == ratebatch-* && $load == poisson:* ]]; then
 			: >"$work/phases"
-			watch_phases "http://127.0.0.1:$((port + 2))" "$work/phases" "$load $name" &
+			watch_phases "http://127.0.0.1:$((port + 2))" "$work/phases" &
 			watcher=$!
 		fi
 		read -r mean p99 <<<"$(measure "$load" "$port")"
 		if [ -n "$watcher" ]; then
 			kill "$watcher" 2>/dev/null || true
 			wait "$watcher" 2>/dev/null || true
-			grep -qv '^-$' "$work/phases" &&
-				phases+=("$load $name: $(awk '!($1 in c) { order[++k] = $1 } { c[$1]++ } END { for (i = 1; i <= k; i++) printf "%s%s %d s", (i > 1 ? ", " : ""), order[i], c[order[i]] }' "$work/phases")")
+			[ -n "${PHASE_LOG:-}" ] && awk -F'\t' -v tag="$load $name" '{ print tag, $2, $4 }' "$work/phases" >>"$PHASE_LOG"
+			awk -F'\t' '$2 != "-"' "$work/phases" | grep -q . &&
+				phases+=("$load $name: $(awk -F'\t' '!($2 in c) { order[++k] = $2 } { c[$2]++ } END { for (i = 1; i <= k; i++) printf "%s%s %d s", (i > 1 ? ", " : ""), order[i], c[order[i]] }' "$work/phases")")
 		fi
 		read -r ns1 n1 <<<"$(gpu_ns "$stats")"
 		gpu=$(awk -v a="$ns0" -v b="$ns1" -v m="$n0" -v n="$n1" 'BEGIN { if (n > m) printf "%.3f", (b - a) / (n - m) / 1e6; else print "nan" }')
