@@ -74,7 +74,7 @@ stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line";
 
 # with_phases STAMPED PHASES: the search's output without its stamps, each
 # step's row with the phases sampled since the row before it ended
-# (PHASES as watch_phases writes it).
+# (PHASES as phases_of writes it).
 with_phases() {
 	python3 - "$1" "$2" <<'PY'
 import os, sys
@@ -119,7 +119,8 @@ for r in $(seq "$ROUNDS"); do
 		read -r name port <<<"${arms[$(((k + r - 1) % n))]}"
 		watcher=
 		if [ "$name" != triton-batcher ]; then
-			watch_phases "http://127.0.0.1:$((port + 2))" "$work/phases-$name" &
+			rm -rf "$work/samples"
+			watch_phases "http://127.0.0.1:$((port + 2))" "$work/samples" &
 			watcher=$!
 		fi
 		"$RB" load --target "http://127.0.0.1:$port" --model simple --binary --find-rate-p99 "$BOUND" \
@@ -127,6 +128,7 @@ for r in $(seq "$ROUNDS"); do
 		if [ -n "$watcher" ]; then
 			kill "$watcher" 2>/dev/null || true
 			wait "$watcher" 2>/dev/null || true
+			phases_of "$work/samples" >"$work/phases-$name"
 		fi
 		with_phases "$work/find-$name.ts" "$work/phases-$name" >"$work/find-$name.txt"
 		rm -f "$work/phases-$name"

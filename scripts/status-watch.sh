@@ -7,7 +7,8 @@
 # 4 + 0.5 b ms, B_max 16) and one `ratebatch serve` with POLICY (default
 # budget; BUDGET its --latency-budget; SERVE_FLAGS more flags of serve, such as
 # "--policy-slo-p99 10ms") on the simple model, offers Poisson arrivals at RATE for DUR
-# seconds, and every EVERY seconds prints one line: the rule's note (the
+# seconds, and for every EVERY seconds prints one line (once the load is
+# over: only curl runs while it does): the rule's note (the
 # plan, its load and rho, the live trim), the callers as the dispatcher
 # has learnt them (population by kind, think time, feedback score), the
 # fitted line tau(b) = alpha b + tau0, and the round trip beyond compute and the round trips' spread (rule.outside:
@@ -85,23 +86,12 @@ perf_analyzer)
 esac
 client=$!
 pids+=("$client")
+# Only curl runs while the load does: the samples are read after it (a
+# Python started per sample takes enough of a two-core host to move the
+# proxy's p99, as upstream.sh's watch_phases says).
 for i in $(seq $((DUR / EVERY))); do
 	sleep "$EVERY"
-	curl -sf "$admin/status" | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-rule = [m for m in d['models'] if m['model'] == 'simple'][0]['rule']
-q = [m for m in d.get('queues', []) if m.get('model') == 'simple']
-s = (q[0] if q else {}).get('sources', {})
-fb = s.get('feedback')
-think = s.get('think_ms')
-o = rule.get('outside') or {}
-print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f, timers late %.2f ms | p99 planned %.2f, lived %.2f ms | %s: %s | %s' % (
-    $i * $EVERY, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
-    '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb,
-    rule.get('alpha_ms', 0), rule.get('tau0_ms', 0), o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0),
-    o.get('timer_late_ms', 0), rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0,
-    rule.get('phase') or '-', (rule.get('phase_reason') or '')[:${NOTE_CHARS:-240}], rule.get('note', '')[:${NOTE_CHARS:-240}]))"
+	curl -sf "$admin/status" -o "$work/status-$i.json" || true
 	if [ -n "${PROFILE:-}" ] && [ "$i" -eq 2 ]; then
 		# A CPU profile of the proxy over the next PROFILE seconds.
 		curl -sf -H "Authorization: Bearer $token" -o "${PROFILE_OUT:-/tmp/status-watch.pprof}" "$admin/debug/pprof/profile?seconds=$PROFILE" &
@@ -110,6 +100,29 @@ print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %
 done
 wait "$client" || true
 [ -z "${prof:-}" ] || wait "$prof" || true
+python3 - "$work" $((DUR / EVERY)) "$EVERY" "${NOTE_CHARS:-240}" <<'PY'
+import json, os, sys
+work, n, every, chars = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+for i in range(1, n + 1):
+    f = os.path.join(work, "status-%d.json" % i)
+    try:
+        d = json.load(open(f))
+    except (OSError, ValueError):
+        print("%3d s | no /status" % (i * every))
+        continue
+    rule = [m for m in d['models'] if m['model'] == 'simple'][0]['rule']
+    q = [m for m in d.get('queues', []) if m.get('model') == 'simple']
+    s = (q[0] if q else {}).get('sources', {})
+    fb = s.get('feedback')
+    think = s.get('think_ms')
+    o = rule.get('outside') or {}
+    print('%3d s | callers %s: %s closed-loop, %s open-loop, think %s ms, feedback %s | line %.3f b + %.3f ms, overhead %.3f + %.3f b ms, service scv %.3f, timers late %.2f ms | p99 planned %.2f, lived %.2f ms | %s: %s | %s' % (
+        i * every, s.get('population'), s.get('closed_loop'), s.get('open_loop'),
+        '-' if think is None else '%.1f' % think, '-' if fb is None else '%.2f' % fb,
+        rule.get('alpha_ms', 0), rule.get('tau0_ms', 0), o.get('overhead_ms', 0), o.get('overhead_per_row_ms', 0), o.get('service_scv', 0),
+        o.get('timer_late_ms', 0), rule.get('planned_p99_ms') or 0, rule.get('lived_p99_ms') or 0,
+        rule.get('phase') or '-', (rule.get('phase_reason') or '')[:chars], rule.get('note', '')[:chars]))
+PY
 answered=$(curl -sf "$admin/metrics" | awk '/^ratebatch_requests_answered_total\{model="simple"/ {n += $2} END {print n + 0}')
 ticks=$(awk '{print $14 + $15}' /proc/$serve/stat)
 python3 -c "print('proxy: %d requests answered, %.1f s of CPU, %.0f µs per request' % ($answered, $ticks / $(getconf CLK_TCK), 1e6 * $ticks / $(getconf CLK_TCK) / max($answered, 1)))"

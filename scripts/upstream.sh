@@ -67,22 +67,39 @@ await_simple() {
 	done
 }
 
-# watch_phases ADMIN OUT: every second until killed, appends one line to
-# OUT for the simple model's phase on ADMIN/status (the budget's learning,
-# holding or adhoc), tab-separated: the time, the phase ("-" for a policy
-# without phases), for adhoc the kind of its reason with the figures left
-# out ("N arrivals over the last N s"; "-" otherwise), and the reason.
+# watch_phases ADMIN DIR: every second until killed, saves the proxy's
+# ADMIN/status in DIR, a file per sample named for its time. Only curl runs
+# per sample, and the samples are read after the run (phases_of): a Python
+# started every second takes enough of a two-core host, in bursts, to move
+# the p99 of the proxy it watches against an upstream on the same host, and
+# the straight arms it does not watch would not pay it.
 watch_phases() {
+	mkdir -p "$2"
 	while sleep 1; do
-		curl -sf "$1/status" | python3 -c '
-import json, re, sys, time
-m = [m for m in json.load(sys.stdin)["models"] if m["model"] == "simple"]
-r = m[0]["rule"] if m else {}
-phase, why = r.get("phase") or "-", r.get("phase_reason") or ""
-kind = "-"
-if phase == "adhoc":
-    kind = re.sub(r"\([^()]*\)|\([^()]*\([^()]*\)[^()]*\)", "", why)
-    kind = re.sub(r"[0-9][0-9.,]*", "N", kind).split(":")[0].split(";")[0].split(",")[0].strip() or "-"
-print(time.time(), phase, kind, why.replace("\t", " "), sep="\t")' >>"$2" 2>/dev/null || true
+		curl -sf "$1/status" -o "$2/$EPOCHREALTIME.json" 2>/dev/null || true
 	done
+}
+
+# phases_of DIR: one line per sample watch_phases saved in DIR, in time
+# order, for the simple model's phase (the budget's learning, holding or
+# adhoc), tab-separated: the time, the phase ("-" for a policy without
+# phases), for adhoc the kind of its reason with the figures left out
+# ("N arrivals over the last N s"; "-" otherwise), and the reason.
+phases_of() {
+	python3 - "$1" <<'PY'
+import json, os, re, sys
+d = sys.argv[1]
+for f in sorted(os.listdir(d) if os.path.isdir(d) else [], key=lambda f: float(f[:-5])):
+    try:
+        m = [m for m in json.load(open(os.path.join(d, f)))["models"] if m["model"] == "simple"]
+    except (ValueError, KeyError):
+        continue
+    r = m[0]["rule"] if m else {}
+    phase, why = r.get("phase") or "-", r.get("phase_reason") or ""
+    kind = "-"
+    if phase == "adhoc":
+        kind = re.sub(r"\([^()]*\)|\([^()]*\([^()]*\)[^()]*\)", "", why)
+        kind = re.sub(r"[0-9][0-9.,]*", "N", kind).split(":")[0].split(";")[0].split(",")[0].strip() or "-"
+    print(f[:-5], phase, kind, why.replace("\t", " "), sep="\t")
+PY
 }

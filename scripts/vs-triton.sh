@@ -168,14 +168,15 @@ for load in $LOADS; do
 		read -r ns0 n0 <<<"$(gpu_ns "$stats")"
 		watcher=
 		if [[ $name == ratebatch-* && $load == poisson:* ]]; then
-			: >"$work/phases"
-			watch_phases "http://127.0.0.1:$((port + 2))" "$work/phases" &
+			rm -rf "$work/samples"
+			watch_phases "http://127.0.0.1:$((port + 2))" "$work/samples" &
 			watcher=$!
 		fi
 		read -r mean p99 <<<"$(measure "$load" "$port")"
 		if [ -n "$watcher" ]; then
 			kill "$watcher" 2>/dev/null || true
 			wait "$watcher" 2>/dev/null || true
+			phases_of "$work/samples" >"$work/phases"
 			[ -n "${PHASE_LOG:-}" ] && awk -F'\t' -v tag="$load $name" '{ print tag, $2, $4 }' "$work/phases" >>"$PHASE_LOG"
 			awk -F'\t' '$2 != "-"' "$work/phases" | grep -q . &&
 				phases+=("$load $name: $(awk -F'\t' '!($2 in c) { order[++k] = $2 } { c[$2]++ } END { for (i = 1; i <= k; i++) printf "%s%s %d s", (i > 1 ? ", " : ""), order[i], c[order[i]] }' "$work/phases")")
