@@ -76,7 +76,7 @@ await_simple() {
 watch_phases() {
 	mkdir -p "$2"
 	while sleep 1; do
-		curl -sf "$1/status" -o "$2/$EPOCHREALTIME.json" 2>/dev/null || true
+		curl -sf "$1/status" -o "$2/${EPOCHREALTIME:-$(date +%s.%N)}.json" 2>/dev/null || true
 	done
 }
 
