@@ -119,7 +119,6 @@ for r in $(seq "$ROUNDS"); do
 		read -r name port <<<"${arms[$(((k + r - 1) % n))]}"
 		watcher=
 		if [ "$name" != triton-batcher ]; then
-			rm -rf "$work/samples"
 			watch_phases "http://127.0.0.1:$((port + 2))" "$work/samples" &
 			watcher=$!
 		fi

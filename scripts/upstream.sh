@@ -68,12 +68,13 @@ await_simple() {
 }
 
 # watch_phases ADMIN DIR: every second until killed, saves the proxy's
-# ADMIN/status in DIR, a file per sample named for its time. Only curl runs
+# ADMIN/status in DIR (emptied first), a file per sample named for its time. Only curl runs
 # per sample, and the samples are read after the run (phases_of): a Python
 # started every second takes enough of a two-core host, in bursts, to move
 # the p99 of the proxy it watches against an upstream on the same host, and
 # the straight arms it does not watch would not pay it.
 watch_phases() {
+	rm -rf "$2"
 	mkdir -p "$2"
 	while sleep 1; do
 		curl -sf "$1/status" -o "$2/${EPOCHREALTIME:-$(date +%s.%N)}.json" 2>/dev/null || true

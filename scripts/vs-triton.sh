@@ -168,7 +168,6 @@ for load in $LOADS; do
 		read -r ns0 n0 <<<"$(gpu_ns "$stats")"
 		watcher=
 		if [[ $name == ratebatch-* && $load == poisson:* ]]; then
-			rm -rf "$work/samples"
 			watch_phases "http://127.0.0.1:$((port + 2))" "$work/samples" &
 			watcher=$!
 		fi
